@@ -1,0 +1,147 @@
+package checkpoint
+
+import (
+	"math"
+	"time"
+)
+
+// Rand is a source of uniformly distributed numbers in [0, 1).
+//
+// *math/rand/v2.Rand satisfies it. A Rand is used by one goroutine at a time:
+// give each partition worker its own.
+type Rand interface {
+	Float64() float64
+}
+
+// A Backoff returns the delay before retry n. Retries are numbered from 1:
+// n = 1 is the first redelivery after the first failed attempt.
+//
+// prev is the delay that was used before retry n-1 (0 when n = 1). Only
+// [DecorrelatedJitter] uses it; it keeps every Backoff a pure function of its
+// arguments, so one Backoff can be shared by any number of goroutines and
+// tested exactly with a seeded Rand. rnd is never nil when a [Policy] calls a
+// Backoff; a Backoff that needs no randomness ignores it.
+//
+// A Backoff should not return a negative delay; [Policy] treats one as 0.
+type Backoff func(n int, prev time.Duration, rnd Rand) time.Duration
+
+// maxDuration is the largest representable delay; every computation clamps
+// to it instead of overflowing.
+const maxDuration = time.Duration(math.MaxInt64)
+
+// clamp converts a float number of nanoseconds to a Duration in
+// [0, maxDuration].
+func clamp(ns float64) time.Duration {
+	switch {
+	case ns != ns || ns <= 0: // NaN or not positive
+		return 0
+	case ns >= float64(maxDuration):
+		return maxDuration
+	}
+	return time.Duration(ns)
+}
+
+// pow2 returns 2^(n-1) as a float64 for n >= 1, and 1 for smaller n.
+func pow2(n int) float64 {
+	if n < 1 {
+		return 1
+	}
+	return math.Ldexp(1, n-1)
+}
+
+// Immediate retries without delay: IMMEDIATE in the Azure IoT C SDK.
+func Immediate() Backoff {
+	return func(int, time.Duration, Rand) time.Duration { return 0 }
+}
+
+// Fixed waits d before every retry: host.json's sleepDuration, INTERVAL in the
+// Azure IoT C SDK and Azure Functions' fixedDelay strategy.
+func Fixed(d time.Duration) Backoff {
+	return func(int, time.Duration, Rand) time.Duration { return d }
+}
+
+// Linear waits initial*n before retry n: LINEAR_BACKOFF in the Azure IoT C
+// SDK. With initial = 5s: 5s 10s 15s 20s ...
+func Linear(initial time.Duration) Backoff {
+	return func(n int, _ time.Duration, _ Rand) time.Duration {
+		return clamp(float64(initial) * float64(max(n, 1)))
+	}
+}
+
+// Exponential waits initial*2^(n-1) before retry n: EXPONENTIAL_BACKOFF in the
+// Azure IoT C SDK. With initial = 1s: 1s 2s 4s 8s ...
+func Exponential(initial time.Duration) Backoff {
+	return func(n int, _ time.Duration, _ Rand) time.Duration {
+		return clamp(float64(initial) * pow2(n))
+	}
+}
+
+// ExponentialJitter waits initial*2^(n-1)*(1 + percent/100*U) before retry n,
+// U uniform in [0, 1): EXPONENTIAL_BACKOFF_WITH_JITTER in the Azure IoT C SDK's
+// requirements, whose default percent is 5 (see [DefaultJitterPercent]). The
+// jitter only lengthens a delay, by at most percent.
+func ExponentialJitter(initial time.Duration, percent float64) Backoff {
+	return func(n int, _ time.Duration, rnd Rand) time.Duration {
+		return clamp(float64(initial) * pow2(n) * (1 + percent/100*rnd.Float64()))
+	}
+}
+
+// DefaultJitterPercent is the jitter of [ExponentialJitter] in the Azure IoT C
+// SDK's defaults.
+const DefaultJitterPercent = 5
+
+// Random waits initial*U before each retry, U uniform in [0, 1): RANDOM in the
+// Azure IoT C SDK.
+func Random(initial time.Duration) Backoff {
+	return func(_ int, _ time.Duration, rnd Rand) time.Duration {
+		return clamp(float64(initial) * rnd.Float64())
+	}
+}
+
+// FullJitter waits a uniform pick in [0, min(maxDelay, base*2^(n-1))) before
+// retry n: the AWS IoT Device SDK's exponential backoff with full jitter.
+// maxDelay <= 0 means no ceiling.
+func FullJitter(base, maxDelay time.Duration) Backoff {
+	return func(n int, _ time.Duration, rnd Rand) time.Duration {
+		window := float64(base) * pow2(n)
+		if maxDelay > 0 && window > float64(maxDelay) {
+			window = float64(maxDelay)
+		}
+		return clamp(window * rnd.Float64())
+	}
+}
+
+// DecorrelatedJitter waits min(ceiling, a uniform pick between base and
+// 3*prev) before each retry, prev being the previous delay (base before the
+// first retry). The delays wander upward from base without the lockstep of
+// plain exponential backoff. ceiling <= 0 means no ceiling.
+func DecorrelatedJitter(base, ceiling time.Duration) Backoff {
+	return func(_ int, prev time.Duration, rnd Rand) time.Duration {
+		if prev < base {
+			prev = base
+		}
+		hi := 3 * float64(prev)
+		d := float64(base) + rnd.Float64()*(hi-float64(base))
+		if ceiling > 0 && d > float64(ceiling) {
+			d = float64(ceiling)
+		}
+		return clamp(d)
+	}
+}
+
+// JitteredExponential is the shape of the Azure IoT Java SDK's documented
+// default: Cmin + (2^(n-1) - 1) * J, capped at Cmax, where J is c jittered
+// uniformly in [c*(1-jitterDown), c*(1+jitterUp)). For the SDK's released
+// code, defaults included, use [AzureIoTJava].
+func JitteredExponential(c, cmin, cmax time.Duration, jitterDown, jitterUp float64) Backoff {
+	return func(n int, _ time.Duration, rnd Rand) time.Duration {
+		lo := float64(c) * (1 - jitterDown)
+		hi := float64(c) * (1 + jitterUp)
+		j := lo + rnd.Float64()*(hi-lo)
+		d := float64(cmin) + (pow2(n)-1)*j
+		if cmax > 0 && d > float64(cmax) {
+			d = float64(cmax)
+		}
+		return clamp(d)
+	}
+}

@@ -1,0 +1,258 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Action is what a [Decision] tells the caller to do.
+type Action uint8
+
+const (
+	// RetryNow delivers the batch again at once.
+	RetryNow Action = iota + 1
+	// RetryLater delivers the batch again at [Decision.At].
+	RetryLater
+	// StopRetrying gives the batch up; [Decision.Reason] says why.
+	StopRetrying
+)
+
+func (a Action) String() string {
+	switch a {
+	case RetryNow:
+		return "retry now"
+	case RetryLater:
+		return "retry later"
+	case StopRetrying:
+		return "stop retrying"
+	}
+	return "none"
+}
+
+// Reason says why a [Machine] stopped retrying.
+type Reason uint8
+
+const (
+	// RetriesSpent: the policy's MaxRetries were all used.
+	RetriesSpent Reason = iota + 1
+	// TimeBudgetSpent: the next retry would start past MaxRetryTime.
+	TimeBudgetSpent
+	// RecordTooOld: the next retry would start past MaxRecordAge.
+	RecordTooOld
+	// NotRetryable: the policy's error filter rejected the error.
+	NotRetryable
+)
+
+func (r Reason) String() string {
+	switch r {
+	case RetriesSpent:
+		return "retries spent"
+	case TimeBudgetSpent:
+		return "retry time budget spent"
+	case RecordTooOld:
+		return "record too old"
+	case NotRetryable:
+		return "error not retryable"
+	}
+	return "none"
+}
+
+// Decision is the answer of a [Machine]: retry now, retry later at a time, or
+// stop retrying for a reason.
+type Decision struct {
+	Action Action
+	// At is when the retry is due (RetryNow and RetryLater).
+	At time.Time
+	// Delay is the backoff that led to At.
+	Delay time.Duration
+	// Retry is the number of the retry that is due, from 1.
+	Retry int
+	// Reason is set when Action is StopRetrying.
+	Reason Reason
+}
+
+// State is the retry state of one pending batch: what must survive a
+// rebalance or a crash for the next owner to continue the count. The zero
+// State is a batch that has not failed.
+type State struct {
+	// Retries is the number of retries scheduled so far. While the batch is
+	// being delivered, it has been delivered Retries+1 times.
+	Retries int
+	// FirstFailure is when the batch first failed.
+	FirstFailure time.Time
+	// LastDelay is the backoff before the latest retry.
+	LastDelay time.Duration
+	// NextAt is when the scheduled retry is due; zero when none is.
+	NextAt time.Time
+}
+
+// Machine is the retry state machine of one partition: it follows one batch
+// at a time from its first delivery until it succeeds or is given up.
+//
+// A Machine never sleeps, starts no goroutine and reads no clock or global
+// random source: the caller passes the time and the randomness in, as in the
+// Azure IoT C SDK's retry control. The zero Machine has the zero Policy, which
+// never retries. A Machine is not safe for concurrent use; give each
+// partition its own.
+type Machine struct {
+	base     Policy
+	override Policy
+	hasOver  bool
+	state    State
+	oldest   time.Time
+	last     error
+	stopped  Reason
+}
+
+// NewMachine returns a Machine that applies p.
+func NewMachine(p Policy) Machine {
+	return Machine{base: p}
+}
+
+// Begin starts following a new batch whose oldest record was written at
+// oldest (zero when unknown). It forgets the previous batch's state and any
+// [Machine.Override].
+func (m *Machine) Begin(oldest time.Time) {
+	*m = Machine{base: m.base, oldest: oldest}
+}
+
+// Restore sets the state of the current batch, as read back from a durable
+// checkpoint.
+func (m *Machine) Restore(s State) { m.state = s }
+
+// State returns the state of the current batch.
+func (m *Machine) State() State { return m.state }
+
+// Override replaces the policy for the current batch only, as a handler's
+// RetryResult does. The next [Machine.Begin] restores the machine's own
+// policy.
+func (m *Machine) Override(p Policy) {
+	m.override, m.hasOver = p, true
+}
+
+// Policy returns the policy in force for the current batch.
+func (m *Machine) Policy() Policy {
+	if m.hasOver {
+		return m.override
+	}
+	return m.base
+}
+
+// LastError returns the error of the latest failed delivery, or nil.
+func (m *Machine) LastError() error { return m.last }
+
+// Last reports whether the delivery under way is the last one the policy
+// allows by count. A time budget or a record age can still end retrying
+// earlier.
+func (m *Machine) Last() bool {
+	p := m.policyRef()
+	return p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries
+}
+
+func (m *Machine) policyRef() *Policy {
+	if m.hasOver {
+		return &m.override
+	}
+	return &m.base
+}
+
+// Fail records that the delivery under way failed with err at now and decides
+// what follows: a retry (now or later) or, when the policy's filter rejects
+// err or its limits are reached, a stop.
+func (m *Machine) Fail(now time.Time, err error, rnd Rand) Decision {
+	return m.fail(now, err, rnd, true)
+}
+
+// Request records that the handler asked for a retry at now without failing
+// (a RetryResult): like [Machine.Fail], but the error filter does not apply.
+func (m *Machine) Request(now time.Time, rnd Rand) Decision {
+	return m.fail(now, nil, rnd, false)
+}
+
+func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision {
+	if m.state.FirstFailure.IsZero() {
+		m.state.FirstFailure = now
+	}
+	m.last = err
+	m.state.NextAt = time.Time{}
+	p := m.policyRef()
+	if filter && !p.retryable(err) {
+		return m.stop(NotRetryable)
+	}
+	if p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries {
+		return m.stop(RetriesSpent)
+	}
+	n := m.state.Retries + 1
+	d := p.Delay(n, m.state.LastDelay, rnd)
+	at := now.Add(d)
+	if p.MaxRetryTime > 0 && at.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
+		return m.stop(TimeBudgetSpent)
+	}
+	if p.MaxRecordAge > 0 && !m.oldest.IsZero() && at.Sub(m.oldest) >= p.MaxRecordAge {
+		return m.stop(RecordTooOld)
+	}
+	m.state.Retries, m.state.LastDelay, m.state.NextAt = n, d, at
+	m.stopped = 0
+	a := RetryLater
+	if d == 0 {
+		a = RetryNow
+	}
+	return Decision{Action: a, At: at, Delay: d, Retry: n}
+}
+
+func (m *Machine) stop(r Reason) Decision {
+	m.stopped = r
+	return Decision{Action: StopRetrying, Reason: r}
+}
+
+// Decide answers, at now, what the latest [Machine.Fail] or
+// [Machine.Request] decided: RetryLater until the retry is due, RetryNow from
+// then on, or StopRetrying. Before any failure it returns the zero Decision.
+func (m *Machine) Decide(now time.Time) Decision {
+	switch {
+	case m.stopped != 0:
+		return Decision{Action: StopRetrying, Reason: m.stopped}
+	case m.state.NextAt.IsZero():
+		return Decision{}
+	}
+	d := Decision{Action: RetryNow, At: m.state.NextAt, Delay: m.state.LastDelay, Retry: m.state.Retries}
+	if now.Before(m.state.NextAt) {
+		d.Action = RetryLater
+	}
+	return d
+}
+
+// Err returns, once the machine has stopped retrying, an [*ExhaustedError]
+// that carries the reason and the last error; nil before.
+func (m *Machine) Err() error {
+	if m.stopped == 0 {
+		return nil
+	}
+	return &ExhaustedError{Reason: m.stopped, Retries: m.state.Retries, FirstFailure: m.state.FirstFailure, Last: m.last}
+}
+
+// ErrExhausted is matched by every [*ExhaustedError] with errors.Is.
+var ErrExhausted = errors.New("retries exhausted")
+
+// ExhaustedError says that a batch was given up: why, after how many
+// retries, and the error of its last delivery.
+type ExhaustedError struct {
+	Reason       Reason
+	Retries      int
+	FirstFailure time.Time
+	Last         error
+}
+
+func (e *ExhaustedError) Error() string {
+	if e.Last == nil {
+		return fmt.Sprintf("retries exhausted after %d retries: %v", e.Retries, e.Reason)
+	}
+	return fmt.Sprintf("retries exhausted after %d retries: %v: %v", e.Retries, e.Reason, e.Last)
+}
+
+// Unwrap returns the last error.
+func (e *ExhaustedError) Unwrap() error { return e.Last }
+
+// Is reports whether target is [ErrExhausted].
+func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }

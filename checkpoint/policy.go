@@ -1,0 +1,175 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Infinite is the MaxRetries of a policy that never runs out of retries
+// (retryCount -1 in host.json).
+const Infinite = -1
+
+// Policy decides whether and when a failed batch is delivered again.
+//
+// MaxRetries counts retries, not attempts: a policy with MaxRetries 10
+// delivers a batch at most 11 times. The zero Policy never retries, which is
+// the behaviour of a host.json without a checkpointRetryPolicy.
+//
+// A Policy is plain data: copy it freely. It is safe for concurrent use as
+// long as its Backoff and Retryable functions are, which every function of
+// this package is.
+type Policy struct {
+	// MaxRetries is the number of retries after the first attempt: 0 never
+	// retries, [Infinite] (-1) never stops, n retries at most n times.
+	MaxRetries int
+
+	// Backoff computes the delay before each retry. Nil retries at once.
+	Backoff Backoff
+
+	// MaxDelay caps every delay the Backoff returns. 0 means no cap.
+	MaxDelay time.Duration
+
+	// MaxRetryTime ends retrying once a retry would start this long or
+	// longer after the batch's first failure (max_retry_time_in_secs in the
+	// Azure IoT C SDK). 0 means no budget.
+	MaxRetryTime time.Duration
+
+	// MaxRecordAge ends retrying once a retry would start when the batch's
+	// oldest record is this old or older. 0 means no limit.
+	MaxRecordAge time.Duration
+
+	// Retryable reports whether an error may be retried. Nil means
+	// [DefaultRetryable].
+	Retryable func(error) bool
+}
+
+// Validate reports what is wrong with p, or nil.
+func (p Policy) Validate() error {
+	var errs []error
+	if p.MaxRetries < Infinite {
+		errs = append(errs, fmt.Errorf("checkpoint: MaxRetries is %d: want -1 (infinite), 0 (none) or a positive count", p.MaxRetries))
+	}
+	for _, f := range []struct {
+		name string
+		d    time.Duration
+	}{{"MaxDelay", p.MaxDelay}, {"MaxRetryTime", p.MaxRetryTime}, {"MaxRecordAge", p.MaxRecordAge}} {
+		if f.d < 0 {
+			errs = append(errs, fmt.Errorf("checkpoint: %s is %v: want 0 (none) or a positive duration", f.name, f.d))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Delay returns the delay before retry n (1-based) after a delay of prev,
+// capped by MaxDelay and never negative.
+func (p Policy) Delay(n int, prev time.Duration, rnd Rand) time.Duration {
+	if p.Backoff == nil {
+		return 0
+	}
+	d := p.Backoff(n, prev, rnd)
+	if d < 0 {
+		d = 0
+	}
+	if p.MaxDelay > 0 && d > p.MaxDelay {
+		d = p.MaxDelay
+	}
+	return d
+}
+
+// Schedule returns the delays before the first n retries the policy allows
+// (fewer when MaxRetries is smaller), drawing randomness from rnd. It ignores
+// MaxRetryTime and MaxRecordAge, which depend on when failures happen.
+func (p Policy) Schedule(n int, rnd Rand) []time.Duration {
+	if p.MaxRetries >= 0 && n > p.MaxRetries {
+		n = p.MaxRetries
+	}
+	out := make([]time.Duration, 0, max(n, 0))
+	var prev time.Duration
+	for i := 1; i <= n; i++ {
+		prev = p.Delay(i, prev, rnd)
+		out = append(out, prev)
+	}
+	return out
+}
+
+func (p *Policy) retryable(err error) bool {
+	if p.Retryable == nil {
+		return DefaultRetryable(err)
+	}
+	return p.Retryable(err)
+}
+
+// DefaultRetryable is the error filter of a Policy whose Retryable is nil:
+// every error may be retried except those marked with [Permanent] and context
+// cancellation.
+func DefaultRetryable(err error) bool {
+	return !IsPermanent(err) && !errors.Is(err, context.Canceled)
+}
+
+// RetryUnless returns an error filter that retries every error DefaultRetryable
+// retries, except those that match one of targets with errors.Is.
+func RetryUnless(targets ...error) func(error) bool {
+	return func(err error) bool {
+		for _, t := range targets {
+			if errors.Is(err, t) {
+				return false
+			}
+		}
+		return DefaultRetryable(err)
+	}
+}
+
+// RetryOnly returns an error filter that retries only errors that match one
+// of targets with errors.Is and are not marked Permanent. It suits the
+// conservative stance of the Azure IoT Java SDK: unknown errors are terminal.
+func RetryOnly(targets ...error) func(error) bool {
+	return func(err error) bool {
+		if !DefaultRetryable(err) {
+			return false
+		}
+		for _, t := range targets {
+			if errors.Is(err, t) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// RetryUnlessType returns an error filter that retries every error
+// DefaultRetryable retries, except those for which errors.As finds an error of
+// type T in the chain.
+func RetryUnlessType[T error]() func(error) bool {
+	return func(err error) bool {
+		var target T
+		if errors.As(err, &target) {
+			return false
+		}
+		return DefaultRetryable(err)
+	}
+}
+
+// permanentError marks an error as not retryable.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as not retryable: a policy that uses DefaultRetryable (or
+// one of the filters of this package) stops at once and the batch goes to the
+// exhaustion action. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err}
+}
+
+// IsPermanent reports whether err or an error it wraps was marked with
+// [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}

@@ -1,0 +1,3 @@
+module github.com/redeliver-go/redeliver
+
+go 1.25.0
