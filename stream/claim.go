@@ -1,0 +1,44 @@
+package stream
+
+import (
+	"context"
+	"errors"
+)
+
+// Claim is one partition assigned to this consumer: what an adapter gives
+// the [Processor]. The Processor calls a Claim's methods from one goroutine
+// only, except that an adapter may cancel the claim's context from any.
+//
+// An adapter ends a claim by cancelling the context it passed to
+// [Processor.Process] (on revocation, loss or shutdown) and waits for Process
+// to return before it gives the partition up.
+type Claim interface {
+	// Topic and Partition name the claimed partition.
+	Topic() string
+	Partition() int32
+
+	// Committed returns the committed offset and its metadata as they were
+	// when the partition was assigned; offset is -1 when nothing was
+	// committed.
+	Committed() (offset int64, metadata string)
+
+	// Fetch returns the next records of the partition, in order, at least
+	// one. It blocks until records arrive or ctx is done. The Processor owns
+	// the returned slice until its next call to Fetch.
+	Fetch(ctx context.Context) ([]Record, error)
+
+	// Pause asks the adapter to stop fetching this partition while its batch
+	// waits out a backoff; other partitions and the client's heartbeats go
+	// on. Resume undoes it. Records fetched before Pause must still come out
+	// of Fetch in order after Resume.
+	Pause()
+	Resume()
+
+	// Commit writes the checkpoint: next is the offset of the next record to
+	// consume. It returns [ErrRevoked] when the partition is no longer owned.
+	Commit(ctx context.Context, next int64, metadata string) error
+}
+
+// ErrRevoked is returned by a Claim when its partition is no longer owned by
+// this consumer. The Processor stops the claim's worker without a commit.
+var ErrRevoked = errors.New("stream: partition no longer owned")

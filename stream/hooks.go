@@ -1,0 +1,106 @@
+package stream
+
+import (
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// Hooks are called by a [Processor] as batches go through it. Every field is
+// optional. Hooks run on the partition's worker goroutine: they must be fast
+// and safe for concurrent use, since several partitions call them at once.
+type Hooks struct {
+	// Delivered is called after every handler call.
+	Delivered func(DeliveredEvent)
+	// RetryScheduled is called when a batch is withheld for another
+	// delivery.
+	RetryScheduled func(RetryEvent)
+	// Exhausted is called when a failed batch is given up, before the
+	// exhaustion action runs.
+	Exhausted func(ExhaustedEvent)
+	// Checkpointed is called after a checkpoint was written.
+	Checkpointed func(CheckpointEvent)
+	// Abandoned is called when a worker stops with a batch in flight
+	// (shutdown, revocation, loss); its checkpoint is left where it was.
+	Abandoned func(AbandonedEvent)
+}
+
+// BatchInfo identifies a batch in events.
+type BatchInfo struct {
+	Topic       string
+	Partition   int32
+	FirstOffset int64
+	LastOffset  int64
+	Records     int
+}
+
+func infoOf(b *Batch) BatchInfo {
+	return BatchInfo{Topic: b.Topic, Partition: b.Partition, FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
+}
+
+// Outcome is the result of one delivery.
+type Outcome uint8
+
+const (
+	// Succeeded: the handler returned nil.
+	Succeeded Outcome = iota + 1
+	// RetryRequested: the handler returned a RetryResult.
+	RetryRequested
+	// Failed: the handler returned an error or panicked.
+	Failed
+	// Cancelled: the claim's context ended during the delivery.
+	Cancelled
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Succeeded:
+		return "succeeded"
+	case RetryRequested:
+		return "retry requested"
+	case Failed:
+		return "failed"
+	case Cancelled:
+		return "cancelled"
+	}
+	return "unknown"
+}
+
+// DeliveredEvent reports one handler call.
+type DeliveredEvent struct {
+	BatchInfo
+	Attempt  Attempt
+	Outcome  Outcome
+	Err      error // the handler's error; a *RetryResult for RetryRequested
+	Duration time.Duration
+}
+
+// RetryEvent reports that a batch will be delivered again.
+type RetryEvent struct {
+	BatchInfo
+	Retry int           // the number of the coming retry, from 1
+	Delay time.Duration // the backoff before it
+	At    time.Time     // when it is due
+	Err   error         // the error that caused it; nil for a RetryResult
+}
+
+// ExhaustedEvent reports that a failed batch is given up.
+type ExhaustedEvent struct {
+	BatchInfo
+	Err *checkpoint.ExhaustedError
+}
+
+// CheckpointEvent reports a written checkpoint.
+type CheckpointEvent struct {
+	Topic     string
+	Partition int32
+	Next      int64 // the offset of the next record to consume
+	Metadata  string
+}
+
+// AbandonedEvent reports a batch left in flight when its worker stopped.
+type AbandonedEvent struct {
+	BatchInfo
+	Attempt Attempt
+	Cause   error
+}

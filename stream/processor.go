@@ -1,0 +1,330 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// ExhaustionAction runs when a failed batch is given up, before its
+// checkpoint advances. If it returns an error, the checkpoint stays where it
+// is and the action is tried again after a backoff, until it succeeds or the
+// claim ends. The default action only logs (the Exhausted hook has already
+// fired): the stream skips the batch.
+type ExhaustionAction func(ctx context.Context, b *Batch, err *checkpoint.ExhaustedError) error
+
+// Option configures a [Processor].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	policy     checkpoint.Policy
+	logger     *slog.Logger
+	hooks      Hooks
+	clock      Clock
+	newRand    func() checkpoint.Rand
+	exhaustion ExhaustionAction
+	opBackoff  checkpoint.Backoff
+}
+
+// WithPolicy sets the retry policy. The default is the zero
+// [checkpoint.Policy], which never retries (a host.json without a
+// checkpointRetryPolicy).
+func WithPolicy(p checkpoint.Policy) Option {
+	return optionFunc(func(c *config) { c.policy = p })
+}
+
+// WithLogger sets the logger. The default, like a nil logger, discards.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithHooks sets the hooks. The default has none.
+func WithHooks(h Hooks) Option {
+	return optionFunc(func(c *config) { c.hooks = h })
+}
+
+// WithClock sets the clock. The default is the system clock.
+func WithClock(clk Clock) Option {
+	return optionFunc(func(c *config) { c.clock = clk })
+}
+
+// WithRand sets the random source of backoff jitter: newRand is called once
+// per partition worker, and the Rand it returns is used by that worker only.
+// The default is a randomly seeded PCG generator per worker.
+func WithRand(newRand func() checkpoint.Rand) Option {
+	return optionFunc(func(c *config) { c.newRand = newRand })
+}
+
+// WithExhaustionAction sets what happens to a batch whose retries are spent
+// or whose error is not retryable. The default skips it.
+func WithExhaustionAction(a ExhaustionAction) Option {
+	return optionFunc(func(c *config) { c.exhaustion = a })
+}
+
+// WithOperationBackoff sets the backoff between tries of a failed commit or
+// exhaustion action. The default grows from 100ms to 10s with full jitter.
+func WithOperationBackoff(b checkpoint.Backoff) Option {
+	return optionFunc(func(c *config) { c.opBackoff = b })
+}
+
+// Processor is the retry engine: it runs a [Handler] over [Claim]s and
+// applies the retry policy to each claimed partition, one batch at a time.
+//
+// An adapter calls [Processor.Process] once per claimed partition, each in
+// its own goroutine. A Processor is safe for concurrent use.
+type Processor struct {
+	h   Handler
+	cfg config
+	log *slog.Logger
+}
+
+// NewProcessor returns a Processor that runs h. It returns an error when h is
+// nil or the policy is invalid.
+func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
+	if h == nil {
+		return nil, errors.New("stream: nil handler")
+	}
+	cfg := config{
+		clock: systemClock{},
+		newRand: func() checkpoint.Rand {
+			return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+		},
+		opBackoff: checkpoint.FullJitter(100*time.Millisecond, 10*time.Second),
+	}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	if err := cfg.policy.Validate(); err != nil {
+		return nil, fmt.Errorf("stream: %w", err)
+	}
+	if cfg.clock == nil || cfg.newRand == nil || cfg.opBackoff == nil {
+		return nil, errors.New("stream: nil clock, rand or backoff option")
+	}
+	p := &Processor{h: h, cfg: cfg, log: cfg.logger}
+	if p.log == nil {
+		p.log = slog.New(slog.DiscardHandler)
+	}
+	return p, nil
+}
+
+// Policy returns the processor's retry policy.
+func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
+
+// Process runs the claim's partition until ctx is done or the claim fails:
+// it fetches a batch, delivers it until it succeeds or is given up, writes the
+// checkpoint, and goes on with the next. While a batch waits out a backoff the
+// claim is paused.
+//
+// Process always returns a non-nil error that says why it stopped: ctx's
+// error when the adapter ended the claim, [ErrRevoked], or the claim's
+// failure. A batch in flight when ctx ends is abandoned without a checkpoint.
+func (p *Processor) Process(ctx context.Context, c Claim) error {
+	w := worker{
+		p:     p,
+		c:     c,
+		m:     checkpoint.NewMachine(p.cfg.policy),
+		rnd:   p.cfg.newRand(),
+		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
+		log:   p.log.With("topic", c.Topic(), "partition", c.Partition()),
+	}
+	for {
+		recs, err := c.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
+			}
+			return fmt.Errorf("stream: fetch %s/%d: %w", c.Topic(), c.Partition(), err)
+		}
+		if len(recs) == 0 {
+			continue
+		}
+		w.batch.Records = recs
+		if err := w.run(ctx); err != nil {
+			return err
+		}
+	}
+}
+
+// worker is the state of one partition's Process call.
+type worker struct {
+	p      *Processor
+	c      Claim
+	m      checkpoint.Machine
+	rnd    checkpoint.Rand
+	batch  Batch
+	paused bool
+	log    *slog.Logger
+}
+
+// run delivers w.batch until it is resolved and checkpointed. It returns nil
+// when the checkpoint was written, an error when the worker must stop.
+func (w *worker) run(ctx context.Context) error {
+	b := &w.batch
+	w.m.Begin(b.Records[0].Timestamp)
+	hooks := &w.p.cfg.hooks
+	clock := w.p.cfg.clock
+	for {
+		b.Attempt = attemptOf(&w.m)
+		start := clock.Now()
+		err := w.call(ctx, b)
+		now := clock.Now()
+		if ctx.Err() != nil {
+			return w.abandon(ctx)
+		}
+
+		var (
+			d       checkpoint.Decision
+			outcome = Succeeded
+			rr      *RetryResult
+		)
+		switch {
+		case err == nil:
+		case errors.As(err, &rr):
+			outcome = RetryRequested
+			w.m.Override(rr.policy())
+			d = w.m.Request(now, w.rnd)
+		default:
+			outcome = Failed
+			d = w.m.Fail(now, err, w.rnd)
+		}
+		if hooks.Delivered != nil {
+			hooks.Delivered(DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Duration: now.Sub(start)})
+		}
+
+		switch d.Action {
+		case checkpoint.RetryNow, checkpoint.RetryLater:
+			w.scheduled(b, d, err, outcome)
+			if err := w.wait(ctx, d.At); err != nil {
+				return w.abandon(ctx)
+			}
+			continue
+		case checkpoint.StopRetrying:
+			if outcome == Failed {
+				if err := w.exhausted(ctx, b); err != nil {
+					return w.abandon(ctx)
+				}
+			}
+		}
+		return w.commit(ctx, b)
+	}
+}
+
+func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome Outcome) {
+	if outcome == RetryRequested {
+		err = nil
+	}
+	if h := w.p.cfg.hooks.RetryScheduled; h != nil {
+		h(RetryEvent{BatchInfo: infoOf(b), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
+	}
+	w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
+		"retry", d.Retry, "delay", d.Delay, "error", err)
+	if d.Delay > 0 && !w.paused {
+		w.c.Pause()
+		w.paused = true
+	}
+}
+
+// call runs the handler and turns a panic into a *PanicError.
+func (w *worker) call(ctx context.Context, b *Batch) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return w.p.h.Handle(ctx, b)
+}
+
+// wait blocks until at or until ctx is done.
+func (w *worker) wait(ctx context.Context, at time.Time) error {
+	d := at.Sub(w.p.cfg.clock.Now())
+	if d <= 0 {
+		return ctx.Err()
+	}
+	ch, stop := w.p.cfg.clock.NewTimer(d)
+	defer stop()
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// exhausted reports the given-up batch and runs the exhaustion action until
+// it succeeds. It returns an error only when ctx ends first.
+func (w *worker) exhausted(ctx context.Context, b *Batch) error {
+	var xerr *checkpoint.ExhaustedError
+	errors.As(w.m.Err(), &xerr)
+	if h := w.p.cfg.hooks.Exhausted; h != nil {
+		h(ExhaustedEvent{BatchInfo: infoOf(b), Err: xerr})
+	}
+	w.log.Error("redeliver: batch given up", "offset", b.FirstOffset(), "records", len(b.Records),
+		"retries", xerr.Retries, "reason", xerr.Reason.String(), "error", xerr.Last)
+	action := w.p.cfg.exhaustion
+	if action == nil {
+		return nil
+	}
+	return w.repeat(ctx, "exhaustion action", func() error { return action(ctx, b, xerr) })
+}
+
+// commit writes the checkpoint past b and resumes a paused claim.
+func (w *worker) commit(ctx context.Context, b *Batch) error {
+	next := b.LastOffset() + 1
+	err := w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, "") })
+	if err != nil {
+		if !errors.Is(err, ErrRevoked) {
+			err = context.Cause(ctx)
+		}
+		return err
+	}
+	if h := w.p.cfg.hooks.Checkpointed; h != nil {
+		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, Next: next})
+	}
+	if w.paused {
+		w.c.Resume()
+		w.paused = false
+	}
+	return nil
+}
+
+// repeat calls op until it succeeds, returns ErrRevoked, or ctx ends, waiting
+// the operation backoff between tries.
+func (w *worker) repeat(ctx context.Context, what string, op func() error) error {
+	var prev time.Duration
+	for n := 1; ; n++ {
+		err := op()
+		if err == nil || errors.Is(err, ErrRevoked) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		prev = w.p.cfg.opBackoff(n, prev, w.rnd)
+		w.log.Warn("redeliver: "+what+" failed, will try again", "try", n, "delay", prev, "error", err)
+		if err := w.wait(ctx, w.p.cfg.clock.Now().Add(prev)); err != nil {
+			return err
+		}
+	}
+}
+
+// abandon reports the batch in flight and returns why the worker stops.
+func (w *worker) abandon(ctx context.Context) error {
+	b := &w.batch
+	cause := context.Cause(ctx)
+	if h := w.p.cfg.hooks.Abandoned; h != nil {
+		h(AbandonedEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Cause: cause})
+	}
+	w.log.Info("redeliver: batch abandoned, checkpoint left in place", "offset", b.FirstOffset(),
+		"records", len(b.Records), "retry", b.Attempt.Retry, "cause", cause)
+	return cause
+}

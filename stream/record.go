@@ -1,0 +1,75 @@
+package stream
+
+import (
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// Record is one record of a partition, as an adapter delivers it.
+type Record struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	Key       []byte
+	Value     []byte
+	Headers   []Header
+	Timestamp time.Time
+}
+
+// Header is a record header.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Batch is the unit of delivery and of checkpointing: consecutive records of
+// one partition. A failed batch is delivered again whole, as the same Batch
+// value: it is held, not copied. Handlers must not keep a Batch or its
+// records after they return.
+type Batch struct {
+	Topic     string
+	Partition int32
+	Records   []Record
+	// Attempt tells the handler where this delivery stands in its retries.
+	Attempt Attempt
+}
+
+// FirstOffset returns the offset of the batch's first record.
+func (b *Batch) FirstOffset() int64 { return b.Records[0].Offset }
+
+// LastOffset returns the offset of the batch's last record.
+func (b *Batch) LastOffset() int64 { return b.Records[len(b.Records)-1].Offset }
+
+// Attempt describes one delivery of a batch, as Azure Functions' RetryContext
+// does for one execution.
+type Attempt struct {
+	// Retry is the number of retries before this delivery: 0 on the first
+	// delivery, n on the n-th redelivery.
+	Retry int
+	// MaxRetries is the limit of the policy in force, [checkpoint.Infinite]
+	// (-1) when there is none.
+	MaxRetries int
+	// Last reports whether the policy allows no retry after this delivery.
+	Last bool
+	// FirstFailure is when the batch first failed; zero on the first
+	// delivery.
+	FirstFailure time.Time
+	// LastError is the error of the previous delivery; nil on the first
+	// delivery and after a RetryResult.
+	LastError error
+}
+
+// Number returns the 1-based number of this delivery.
+func (a Attempt) Number() int { return a.Retry + 1 }
+
+func attemptOf(m *checkpoint.Machine) Attempt {
+	s := m.State()
+	return Attempt{
+		Retry:        s.Retries,
+		MaxRetries:   m.Policy().MaxRetries,
+		Last:         m.Last(),
+		FirstFailure: s.FirstFailure,
+		LastError:    m.LastError(),
+	}
+}

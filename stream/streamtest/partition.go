@@ -1,0 +1,283 @@
+// Package streamtest provides in-memory partitions that implement
+// [stream.Claim], a controllable [Clock], a delivery [Recorder] and fault
+// injection, for testing handlers and the engine without a broker.
+//
+// A typical test appends records to partitions, runs a [stream.Processor]
+// over them with [Run], waits until the checkpoints reach the end with
+// [Partition.WaitCommitted], and inspects what the [Recorder] saw and what
+// [Partition.Commits] wrote. Run it under testing/synctest, or give the
+// Processor a [Clock], so that backoffs take no real time.
+package streamtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// Commit is one checkpoint written to a [Partition].
+type Commit struct {
+	Next     int64 // the offset of the next record to consume
+	Metadata string
+	Err      error // the injected error the commit returned, if any
+}
+
+// Partition is an in-memory partition with a committed offset. It implements
+// [stream.Claim] for one owner at a time (see [Run] and [Partition.Revoke]).
+// It is safe for concurrent use.
+type Partition struct {
+	topic     string
+	partition int32
+
+	mu        sync.Mutex
+	log       []stream.Record
+	pos       int64 // next offset Fetch returns
+	committed int64 // -1 when nothing was committed
+	metadata  string
+	commits   []Commit
+	maxBatch  int
+	paused    bool
+	pauses    int
+	owned     bool
+	cancel    context.CancelCauseFunc
+	faults    []error
+	changed   chan struct{}
+}
+
+// NewPartition returns an empty partition whose batches have at most
+// maxBatch records (at least 1).
+func NewPartition(topic string, partition int32, maxBatch int) *Partition {
+	return &Partition{topic: topic, partition: partition, committed: -1, maxBatch: max(maxBatch, 1), changed: make(chan struct{})}
+}
+
+// notify wakes whoever waits for a change; p.mu is held.
+func (p *Partition) notify() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// Append adds records with the given values, timestamped at ts, and returns
+// the offset of the first one.
+func (p *Partition) Append(ts time.Time, values ...string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first := int64(len(p.log))
+	for _, v := range values {
+		off := int64(len(p.log))
+		p.log = append(p.log, stream.Record{Topic: p.topic, Partition: p.partition, Offset: off, Value: []byte(v), Timestamp: ts})
+	}
+	p.notify()
+	return first
+}
+
+// AppendN adds n records whose values are their offsets in decimal,
+// timestamped at ts, and returns the offset after the last one.
+func (p *Partition) AppendN(ts time.Time, n int) int64 {
+	vals := make([]string, n)
+	p.mu.Lock()
+	base := len(p.log)
+	p.mu.Unlock()
+	for i := range vals {
+		vals[i] = strconv.Itoa(base + i)
+	}
+	return p.Append(ts, vals...) + int64(n)
+}
+
+// End returns the offset after the last record.
+func (p *Partition) End() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int64(len(p.log))
+}
+
+// FailCommits makes the next len(errs) commits fail, one error each, before
+// anything is written.
+func (p *Partition) FailCommits(errs ...error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.faults = append(p.faults, errs...)
+}
+
+// Checkpoint returns the committed offset (-1 for none) and its metadata.
+func (p *Partition) Checkpoint() (int64, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.committed, p.metadata
+}
+
+// Commits returns every commit so far, failed ones included, in order.
+func (p *Partition) Commits() []Commit {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]Commit(nil), p.commits...)
+}
+
+// Paused reports whether the partition is paused now, and how many times it
+// was paused in all.
+func (p *Partition) Paused() (now bool, times int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused, p.pauses
+}
+
+// WaitCommitted blocks until the committed offset is at least next, or ctx is
+// done.
+func (p *Partition) WaitCommitted(ctx context.Context, next int64) error {
+	for {
+		p.mu.Lock()
+		c, ch := p.committed, p.changed
+		p.mu.Unlock()
+		if c >= next {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("streamtest: %s/%d committed %d, waiting for %d: %w", p.topic, p.partition, c, next, context.Cause(ctx))
+		}
+	}
+}
+
+// Revoke takes the partition away from its current owner, as a rebalance
+// does: the owner's context is cancelled with [stream.ErrRevoked] and its
+// later commits fail with it. Run the partition again to give it a new owner,
+// which starts from the committed offset.
+func (p *Partition) Revoke() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.owned = false
+	if p.cancel != nil {
+		p.cancel(stream.ErrRevoked)
+	}
+	p.notify()
+}
+
+// claim makes the partition owned by a new worker whose context ctx is
+// cancelled by Revoke.
+func (p *Partition) claim(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.owned = true
+	p.cancel = cancel
+	p.paused = false
+	p.pos = max(p.committed, 0)
+	return ctx, cancel
+}
+
+// Topic returns the partition's topic.
+func (p *Partition) Topic() string { return p.topic }
+
+// Partition returns the partition's number.
+func (p *Partition) Partition() int32 { return p.partition }
+
+// Committed returns the committed offset and metadata.
+func (p *Partition) Committed() (int64, string) { return p.Checkpoint() }
+
+// Fetch returns the next batch of at most maxBatch records, waiting for
+// records to be appended. It fails with [stream.ErrRevoked] once revoked.
+func (p *Partition) Fetch(ctx context.Context) ([]stream.Record, error) {
+	for {
+		p.mu.Lock()
+		if !p.owned {
+			p.mu.Unlock()
+			return nil, stream.ErrRevoked
+		}
+		if p.paused {
+			p.mu.Unlock()
+			return nil, fmt.Errorf("streamtest: %s/%d: fetch while paused", p.topic, p.partition)
+		}
+		if n := int64(len(p.log)) - p.pos; n > 0 {
+			end := p.pos + min(n, int64(p.maxBatch))
+			recs := p.log[p.pos:end:end]
+			p.pos = end
+			p.mu.Unlock()
+			return recs, nil
+		}
+		ch := p.changed
+		p.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// Pause marks the partition paused.
+func (p *Partition) Pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = true
+	p.pauses++
+}
+
+// Resume marks the partition not paused.
+func (p *Partition) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused = false
+}
+
+// Commit records the checkpoint, or fails with the next injected fault, or
+// with [stream.ErrRevoked] when the partition is not owned. It refuses, with
+// an error, a checkpoint beyond the records fetched so far: no engine may
+// commit what it has not seen.
+func (p *Partition) Commit(_ context.Context, next int64, metadata string) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.owned {
+		return stream.ErrRevoked
+	}
+	if len(p.faults) > 0 {
+		err := p.faults[0]
+		p.faults = p.faults[1:]
+		p.commits = append(p.commits, Commit{Next: next, Metadata: metadata, Err: err})
+		return err
+	}
+	if next > p.pos {
+		return fmt.Errorf("streamtest: %s/%d: commit of offset %d beyond the fetched offset %d", p.topic, p.partition, next, p.pos)
+	}
+	p.commits = append(p.commits, Commit{Next: next, Metadata: metadata})
+	p.committed, p.metadata = next, metadata
+	p.notify()
+	return nil
+}
+
+// Run processes the partitions with proc, one goroutine each, until ctx is
+// done, and returns once every worker has stopped. A partition that is
+// revoked stops its worker only; Run it again to reassign it. Run returns
+// the first worker error that is not a cancellation or revocation.
+func Run(ctx context.Context, proc *stream.Processor, parts ...*Partition) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+	)
+	for _, part := range parts {
+		cctx, cancel := part.claim(ctx)
+		wg.Go(func() {
+			defer cancel(nil)
+			err := proc.Process(cctx, part)
+			if ctx.Err() != nil || isEnd(err) {
+				return
+			}
+			mu.Lock()
+			if first == nil {
+				first = err
+			}
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return first
+}
+
+func isEnd(err error) bool {
+	return errors.Is(err, stream.ErrRevoked) || errors.Is(err, context.Canceled)
+}
