@@ -38,7 +38,7 @@ func clamp(ns float64) time.Duration {
 	case ns >= float64(maxDuration):
 		return maxDuration
 	}
-	return time.Duration(ns)
+	return time.Duration(math.Round(ns))
 }
 
 // pow2 returns 2^(n-1) as a float64 for n >= 1, and 1 for smaller n.

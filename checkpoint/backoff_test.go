@@ -1,0 +1,101 @@
+package checkpoint_test
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// seq is a Rand that returns its values in turn, cycling.
+type seq struct {
+	vals []float64
+	i    int
+}
+
+func (s *seq) Float64() float64 {
+	v := s.vals[s.i%len(s.vals)]
+	s.i++
+	return v
+}
+
+func TestBackoffs(t *testing.T) {
+	const ms = time.Millisecond
+	tests := []struct {
+		name string
+		b    checkpoint.Backoff
+		u    []float64 // the random draws, in turn
+		want []time.Duration
+	}{
+		{"immediate", checkpoint.Immediate(), []float64{0.5}, []time.Duration{0, 0, 0}},
+		{"fixed", checkpoint.Fixed(5 * time.Second), []float64{0.5}, []time.Duration{5 * time.Second, 5 * time.Second, 5 * time.Second}},
+		// initial*n
+		{"linear", checkpoint.Linear(5 * time.Second), []float64{0.5}, []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second, 20 * time.Second}},
+		// initial*2^(n-1)
+		{"exponential", checkpoint.Exponential(time.Second), []float64{0.5}, []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}},
+		// initial*2^(n-1)*(1+pct/100*U): 1000ms*1*(1+0.05*0.5)=1025ms, 1000*2*(1+0.05*1/4)=2025ms, 1000*4*(1+0)=4000ms
+		{"exponential jitter", checkpoint.ExponentialJitter(time.Second, 5), []float64{0.5, 0.25, 0}, []time.Duration{1025 * ms, 2025 * ms, 4000 * ms}},
+		// initial*U: 5000*0.5, 5000*0.25, 5000*0.1
+		{"random", checkpoint.Random(5 * time.Second), []float64{0.5, 0.25, 0.1}, []time.Duration{2500 * ms, 1250 * ms, 500 * ms}},
+		// U*min(max, base*2^(n-1)): 0.5*100, 0.5*200, 0.5*400, 0.5*min(500,800), 0.5*min(500,1600)
+		{"full jitter", checkpoint.FullJitter(100*ms, 500*ms), []float64{0.5}, []time.Duration{50 * ms, 100 * ms, 200 * ms, 250 * ms, 250 * ms}},
+		{"full jitter no cap", checkpoint.FullJitter(100*ms, 0), []float64{0.75}, []time.Duration{75 * ms, 150 * ms, 300 * ms, 600 * ms}},
+		// min(cap, base + U*(3*prev-base)), prev = base at first:
+		// 100+0.5*(300-100)=200; 100+0.5*(600-100)=350; 100+0.5*(1050-100)=575 -> cap 500
+		{"decorrelated jitter", checkpoint.DecorrelatedJitter(100*ms, 500*ms), []float64{0.5}, []time.Duration{200 * ms, 350 * ms, 500 * ms}},
+		// Cmin + (2^(n-1)-1)*J, J = C*(1-Jd) + U*C*(Jd+Ju); C=100, Cmin=100, Cmax=10000, Jd=.5, Ju=.25, U=.5 -> J=50+0.5*75=87.5
+		// n=1: 100; n=2: 100+1*87.5=187.5; n=3: 100+3*87.5=362.5; n=9: 100+255*87.5=22412.5 -> 10000
+		{"jittered exponential", checkpoint.JitteredExponential(100*ms, 100*ms, 10*time.Second, 0.5, 0.25), []float64{0.5},
+			[]time.Duration{100 * ms, 187500 * time.Microsecond, 362500 * time.Microsecond}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			rnd := &seq{vals: tt.u}
+			var prev time.Duration
+			for i, want := range tt.want {
+				got := tt.b(i+1, prev, rnd)
+				if got != want {
+					t.Fatalf("retry %d: got %v, want %v", i+1, got, want)
+				}
+				prev = got
+			}
+		})
+	}
+}
+
+func TestBackoffsNeverOverflow(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for _, b := range []checkpoint.Backoff{
+		checkpoint.Linear(time.Hour), checkpoint.Exponential(time.Hour),
+		checkpoint.ExponentialJitter(time.Hour, 100), checkpoint.FullJitter(time.Hour, 0),
+		checkpoint.DecorrelatedJitter(time.Hour, 0), checkpoint.JitteredExponential(time.Hour, time.Hour, 0, 0.5, 0.25),
+	} {
+		var prev time.Duration
+		for _, n := range []int{1, 2, 30, 63, 64, 100, 1 << 20, 1 << 30} {
+			d := b(n, prev, rnd)
+			if d < 0 {
+				t.Fatalf("retry %d: negative delay %v", n, d)
+			}
+			prev = d
+		}
+	}
+}
+
+func TestPolicyDelayCaps(t *testing.T) {
+	p := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Exponential(time.Second), MaxDelay: 5 * time.Second}
+	got := p.Schedule(5, nil)
+	want := []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 5 * time.Second, 5 * time.Second}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("schedule %v, want %v", got, want)
+		}
+	}
+	neg := checkpoint.Policy{Backoff: checkpoint.Fixed(-time.Second)}
+	if d := neg.Delay(1, 0, nil); d != 0 {
+		t.Fatalf("negative backoff gave %v, want 0", d)
+	}
+	if n := len(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second)}.Schedule(10, nil)); n != 2 {
+		t.Fatalf("schedule of a 2-retry policy has %d delays", n)
+	}
+}
