@@ -114,7 +114,10 @@ func NewMachine(p Policy) Machine {
 // oldest (zero when unknown). It forgets the previous batch's state and any
 // [Machine.Override].
 func (m *Machine) Begin(oldest time.Time) {
-	*m = Machine{base: m.base, oldest: oldest}
+	if m.hasOver {
+		m.override, m.hasOver = Policy{}, false
+	}
+	m.state, m.oldest, m.last, m.stopped = State{}, oldest, nil, 0
 }
 
 // Restore sets the state of the current batch, as read back from a durable
@@ -138,6 +141,9 @@ func (m *Machine) Policy() Policy {
 	}
 	return m.base
 }
+
+// MaxRetries returns the MaxRetries of the policy in force.
+func (m *Machine) MaxRetries() int { return m.policyRef().MaxRetries }
 
 // LastError returns the error of the latest failed delivery, or nil.
 func (m *Machine) LastError() error { return m.last }

@@ -175,9 +175,14 @@ func (w *worker) run(ctx context.Context) error {
 	clock := w.p.cfg.clock
 	for {
 		b.Attempt = attemptOf(&w.m)
-		start := clock.Now()
+		var start, now time.Time
+		if hooks.Delivered != nil {
+			start = clock.Now()
+		}
 		err := w.call(ctx, b)
-		now := clock.Now()
+		if err != nil || hooks.Delivered != nil {
+			now = clock.Now()
+		}
 		if ctx.Err() != nil {
 			return w.abandon(ctx)
 		}
@@ -185,17 +190,16 @@ func (w *worker) run(ctx context.Context) error {
 		var (
 			d       checkpoint.Decision
 			outcome = Succeeded
-			rr      *RetryResult
 		)
-		switch {
-		case err == nil:
-		case errors.As(err, &rr):
-			outcome = RetryRequested
-			w.m.Override(rr.policy())
-			d = w.m.Request(now, w.rnd)
-		default:
-			outcome = Failed
-			d = w.m.Fail(now, err, w.rnd)
+		if err != nil {
+			if rr := asRetryResult(err); rr != nil {
+				outcome = RetryRequested
+				w.m.Override(rr.policy())
+				d = w.m.Request(now, w.rnd)
+			} else {
+				outcome = Failed
+				d = w.m.Fail(now, err, w.rnd)
+			}
 		}
 		if hooks.Delivered != nil {
 			hooks.Delivered(DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Duration: now.Sub(start)})
@@ -232,6 +236,14 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 		w.c.Pause()
 		w.paused = true
 	}
+}
+
+func asRetryResult(err error) *RetryResult {
+	var rr *RetryResult
+	if errors.As(err, &rr) {
+		return rr
+	}
+	return nil
 }
 
 // call runs the handler and turns a panic into a *PanicError.
@@ -280,7 +292,10 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) error {
 // commit writes the checkpoint past b and resumes a paused claim.
 func (w *worker) commit(ctx context.Context, b *Batch) error {
 	next := b.LastOffset() + 1
-	err := w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, "") })
+	err := w.c.Commit(ctx, next, "")
+	if err != nil && !errors.Is(err, ErrRevoked) {
+		err = w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, "") })
+	}
 	if err != nil {
 		if !errors.Is(err, ErrRevoked) {
 			err = context.Cause(ctx)

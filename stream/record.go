@@ -67,7 +67,7 @@ func attemptOf(m *checkpoint.Machine) Attempt {
 	s := m.State()
 	return Attempt{
 		Retry:        s.Retries,
-		MaxRetries:   m.Policy().MaxRetries,
+		MaxRetries:   m.MaxRetries(),
 		Last:         m.Last(),
 		FirstFailure: s.FirstFailure,
 		LastError:    m.LastError(),

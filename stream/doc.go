@@ -1,0 +1,42 @@
+// Package stream is the engine of redeliver: it runs a [Handler] over the
+// partitions a consumer is assigned and applies a retry policy to each, one
+// batch at a time.
+//
+// # Delivery semantics
+//
+// A [Batch] is consecutive records of one partition; it is the unit of
+// delivery and of checkpointing. For each batch the handler either
+//
+//   - returns nil: the checkpoint advances past the batch (seed 004,
+//     scenario 1);
+//   - returns an error: the policy decides. With retries left, the checkpoint
+//     is withheld, the partition is paused, and the same batch is delivered
+//     again after the backoff (scenario 3). Without (retryCount 0, retries
+//     spent, time budget spent, or an error the filter rejects, such as one
+//     marked [Permanent]), the batch is given up: the Exhausted hook fires,
+//     the exhaustion action runs, and the checkpoint advances (scenario 2);
+//   - returns a [*RetryResult] ([Retry]): the delivery succeeded but asks to
+//     be repeated; the RetryResult's count and delay replace the policy for
+//     this batch, and once they are spent the checkpoint advances
+//     (scenario 4);
+//   - panics: treated as a retryable error; the process survives.
+//
+// When the claim's context ends (shutdown, revocation, loss) the batch in
+// flight is abandoned and its checkpoint is not moved: the partition's next
+// owner delivers it again. A partition never delivers batch N+1 while batch N
+// is pending, and other partitions are never held up by it.
+//
+// # Pieces
+//
+// A [Processor] holds the handler and the options; adapters (for franz-go,
+// kafka-go, Event Hubs) turn their client's assignments into [Claim]s and
+// call [Processor.Process] once per claimed partition. Package streamtest
+// has in-memory Claims for tests.
+//
+// Middleware wraps handlers; the first given to [Chain] is the outermost:
+//
+//	Chain(h, logging, metrics)
+//
+//	batch -> logging -> metrics -> h
+//	result <- logging <- metrics <- h
+package stream
