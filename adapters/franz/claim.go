@@ -1,0 +1,277 @@
+package franz
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// Reasons a claim's partition is paused in the client.
+const (
+	pauseBackoff uint8 = 1 << iota // the Processor waits out a backoff
+	pauseFull                      // the claim's buffer is full
+)
+
+// claim is one assignment of one partition: a [stream.Claim] fed by the poll
+// loop through a buffer of polled records.
+//
+// The poll loop appends to the buffer (push); the worker takes batches from
+// it (Fetch). franz-go advances a partition's fetch position only for
+// records it hands to a poll, and all of those are appended here, so the
+// buffer followed by the client's position is always the partition's stream
+// in order, whatever pausing drops from the client's own buffers.
+type claim struct {
+	g         *group
+	key       tp
+	committed int64
+	metadata  string
+
+	// Set by begin before the worker starts; started is guarded by g.mu.
+	c       *Consumer
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	started bool
+	done    chan struct{}
+
+	mu    sync.Mutex
+	buf   []*kgo.Record // buf[head:] are the records not yet fetched
+	head  int
+	last  int64 // offset of the last record pushed; -1 before any
+	pause uint8 // why the partition is paused in the client
+	dead  bool  // the worker ended: push drops, nothing pauses
+	wake  chan struct{}
+
+	ownMu sync.Mutex // held across a commit; the revocation takes it too
+	owned bool
+
+	// The worker's own.
+	taken     []*kgo.Record
+	out       []stream.Record
+	hdrs      []stream.Header
+	lastOff   int64 // offset of the last record of the last batch
+	lastEpoch int32 // and its leader epoch
+}
+
+func newClaim(g *group, key tp, committed int64, metadata string) *claim {
+	return &claim{
+		g: g, key: key, committed: committed, metadata: metadata,
+		done: make(chan struct{}), last: -1, lastOff: -1,
+		wake: make(chan struct{}, 1), owned: true,
+	}
+}
+
+// begin prepares the claim for its worker; g.mu is held.
+func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *Consumer) {
+	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
+}
+
+// revoke cancels the claim's context with cause and then, once a commit in
+// flight is done, refuses every later commit.
+func (cl *claim) revoke(cause error) {
+	if cl.started {
+		cl.cancel(cause)
+	}
+	cl.ownMu.Lock()
+	cl.owned = false
+	cl.ownMu.Unlock()
+}
+
+// wait waits for the claim's worker, if it was started.
+func (cl *claim) wait() {
+	if cl.started {
+		<-cl.done
+	}
+}
+
+// finish runs when the worker has returned: the buffer is dropped and the
+// partition resumed in the client, so that a later assignment of it starts
+// unpaused.
+func (cl *claim) finish() {
+	cl.mu.Lock()
+	cl.dead = true
+	cl.setPauseLocked(cl.pause, false)
+	cl.buf, cl.head = nil, 0
+	cl.mu.Unlock()
+	close(cl.done)
+}
+
+// highWater is how many buffered records pause the partition in the client
+// until the worker has taken the buffer down to half of it.
+func (cl *claim) highWater() int { return max(4*cl.c.cfg.maxBatch, 2048) }
+
+// push appends polled records, dropping any at or before the last one
+// appended (franz-go never repeats one; this only guards the order).
+func (cl *claim) push(recs []*kgo.Record) {
+	cl.mu.Lock()
+	if cl.dead {
+		cl.mu.Unlock()
+		return
+	}
+	for _, r := range recs {
+		if r.Offset <= cl.last {
+			continue
+		}
+		cl.buf = append(cl.buf, r)
+		cl.last = r.Offset
+	}
+	if len(cl.buf)-cl.head >= cl.highWater() {
+		cl.setPauseLocked(pauseFull, true)
+	}
+	cl.mu.Unlock()
+	select {
+	case cl.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setPauseLocked sets or clears pause reasons and pauses or resumes the
+// partition in the client when that changes whether it is paused; cl.mu is
+// held.
+func (cl *claim) setPauseLocked(reasons uint8, on bool) {
+	was := cl.pause != 0
+	if on {
+		if cl.dead {
+			return
+		}
+		cl.pause |= reasons
+	} else {
+		cl.pause &^= reasons
+	}
+	if now := cl.pause != 0; now != was {
+		m := map[string][]int32{cl.key.topic: {cl.key.partition}}
+		if now {
+			cl.g.cl.PauseFetchPartitions(m)
+		} else {
+			cl.g.cl.ResumeFetchPartitions(m)
+		}
+	}
+}
+
+// Topic returns the partition's topic.
+func (cl *claim) Topic() string { return cl.key.topic }
+
+// Partition returns the partition's number.
+func (cl *claim) Partition() int32 { return cl.key.partition }
+
+// Committed returns the offset and metadata committed when the partition was
+// assigned, as franz-go fetched them before it started fetching records.
+func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
+
+// Fetch returns the next batch: at most the maximum batch size of buffered
+// records, once the batch is full, the maximum wait has passed since records
+// were first there, or at once when the maximum wait is 0.
+func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	var (
+		maxBatch = cl.c.cfg.maxBatch
+		maxWait  = cl.c.cfg.maxWait
+		timer    *time.Timer
+		timeout  <-chan time.Time
+		waited   bool
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		cl.mu.Lock()
+		n := len(cl.buf) - cl.head
+		if n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
+			cl.takeLocked(min(n, maxBatch))
+			cl.mu.Unlock()
+			return cl.convert(), nil
+		}
+		cl.mu.Unlock()
+		if n > 0 && timer == nil {
+			timer = time.NewTimer(maxWait)
+			timeout = timer.C
+		}
+		select {
+		case <-cl.wake:
+		case <-timeout:
+			waited = true
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// takeLocked moves the next n buffered records to cl.taken and resumes a
+// partition paused for a full buffer once it has drained; cl.mu is held.
+func (cl *claim) takeLocked(n int) {
+	cl.taken = append(cl.taken[:0], cl.buf[cl.head:cl.head+n]...)
+	clear(cl.buf[cl.head : cl.head+n])
+	cl.head += n
+	switch rest := len(cl.buf) - cl.head; {
+	case rest == 0:
+		cl.buf, cl.head = cl.buf[:0], 0
+	case cl.head >= 1024 && cl.head >= rest:
+		cl.buf = cl.buf[:copy(cl.buf, cl.buf[cl.head:])]
+		cl.head = 0
+	}
+	if cl.pause&pauseFull != 0 && len(cl.buf)-cl.head <= cl.highWater()/2 {
+		cl.setPauseLocked(pauseFull, false)
+	}
+}
+
+// convert turns cl.taken into the batch's records, reusing the previous
+// batch's memory (the Processor gave it up by calling Fetch).
+func (cl *claim) convert() []stream.Record {
+	out, hdrs := cl.out[:0], cl.hdrs[:0]
+	for _, r := range cl.taken {
+		var hs []stream.Header
+		if len(r.Headers) > 0 {
+			h0 := len(hdrs)
+			for _, h := range r.Headers {
+				hdrs = append(hdrs, stream.Header{Key: h.Key, Value: h.Value})
+			}
+			hs = hdrs[h0:len(hdrs):len(hdrs)]
+		}
+		out = append(out, stream.Record{
+			Topic: r.Topic, Partition: r.Partition, Offset: r.Offset,
+			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
+		})
+	}
+	last := cl.taken[len(cl.taken)-1]
+	cl.lastOff, cl.lastEpoch = last.Offset, last.LeaderEpoch
+	clear(cl.taken)
+	cl.out, cl.hdrs = out, hdrs
+	return out
+}
+
+// Pause pauses the partition in the client while the Processor waits out a
+// backoff; records already polled stay buffered.
+func (cl *claim) Pause() {
+	cl.mu.Lock()
+	cl.setPauseLocked(pauseBackoff, true)
+	cl.mu.Unlock()
+}
+
+// Resume undoes Pause.
+func (cl *claim) Resume() {
+	cl.mu.Lock()
+	cl.setPauseLocked(pauseBackoff, false)
+	cl.mu.Unlock()
+}
+
+// Commit commits next with metadata for the partition and waits for the
+// broker's answer. It returns [stream.ErrRevoked] once the partition's
+// revocation has begun. A commit that was sent is not cancelled with ctx: a
+// revocation waits for it (up to the commit timeout) rather than leave its
+// outcome unknown.
+func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
+	cl.ownMu.Lock()
+	defer cl.ownMu.Unlock()
+	if !cl.owned {
+		return stream.ErrRevoked
+	}
+	epoch := int32(-1)
+	if next == cl.lastOff+1 {
+		epoch = cl.lastEpoch
+	}
+	return cl.c.commit.commit(cl.key, kgo.EpochOffset{Epoch: epoch, Offset: next}, metadata)
+}

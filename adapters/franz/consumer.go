@@ -1,0 +1,257 @@
+package franz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
+var ErrClosed = errors.New("franz: consumer closed")
+
+// errClientClosed is the error Run returns when the client was closed under
+// it.
+var errClientClosed = errors.New("franz: kgo client closed")
+
+// errRevoked is the cause of a claim whose partition was revoked.
+var errRevoked = fmt.Errorf("franz: partition revoked: %w", stream.ErrRevoked)
+
+// errLost is the cause of a claim whose partition was lost (a fatal group
+// error) rather than revoked.
+var errLost = fmt.Errorf("franz: partition lost: %w", stream.ErrRevoked)
+
+// Option configures a [Consumer].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	client        *kgo.Client
+	kopts         []kgo.Opt
+	kset          bool
+	maxBatch      int
+	maxWait       time.Duration
+	commitTimeout time.Duration
+	logger        *slog.Logger
+}
+
+// WithClient makes the consumer use cl, a group consuming client that was
+// built with [ClientOptions] (added after the caller's own options). The
+// consumer does not close cl: close it after [Consumer.Run] returns. A client
+// serves one Consumer. It cannot be combined with [WithKgoOptions].
+func WithClient(cl *kgo.Client) Option {
+	return optionFunc(func(c *config) { c.client = cl })
+}
+
+// WithKgoOptions makes the consumer build its own client from opts, which
+// must name a consumer group and what to consume. [ClientOptions] are added
+// after opts and override any of them they touch (autocommit, the partition
+// callbacks, BlockRebalanceOnPoll). The consumer owns this client and closes
+// it when [Consumer.Run] returns or at [Consumer.Close].
+func WithKgoOptions(opts ...kgo.Opt) Option {
+	return optionFunc(func(c *config) { c.kopts = append(c.kopts, opts...); c.kset = true })
+}
+
+// WithMaxBatch sets the most records a batch holds, overriding the default
+// 500.
+func WithMaxBatch(n int) Option {
+	return optionFunc(func(c *config) { c.maxBatch = n })
+}
+
+// WithMaxWait sets how long a partition's worker waits for a batch to fill up
+// to the maximum once its first record is there, overriding the default 0: a
+// batch is whatever has been fetched, up to the maximum.
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxWait = d })
+}
+
+// WithCommitTimeout bounds one offset commit, overriding the default 10s. A
+// commit that was sent is not cancelled by a revocation or shutdown: the
+// revocation waits for it, for at most this long.
+func WithCommitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.commitTimeout = d })
+}
+
+// WithLogger sets the logger. The default, like a nil logger, discards.
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// Consumer runs a [stream.Processor] over the partitions a franz-go group
+// consumer is assigned: one worker goroutine per assigned partition, started
+// when the partition's committed offset has been fetched and stopped (its
+// context cancelled, then waited for) when the partition is revoked or lost
+// or the consumer stops.
+//
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once.
+type Consumer struct {
+	proc   *stream.Processor
+	cl     *kgo.Client
+	owned  bool // the consumer built cl and closes it
+	g      *group
+	log    *slog.Logger
+	cfg    config
+	commit *committer
+
+	started   atomic.Bool
+	mu        sync.Mutex
+	closed    bool
+	runCancel context.CancelCauseFunc
+	runDone   chan struct{}
+	closeCl   sync.Once
+}
+
+// New returns a Consumer that runs proc over the partitions of a franz-go
+// group consumer given by [WithClient] or built from [WithKgoOptions]. It
+// returns an error when proc is nil, when neither or both of those options
+// are given, when an option is out of range, or when the client is not set
+// up for the adapter.
+func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
+	if proc == nil {
+		return nil, errors.New("franz: nil processor")
+	}
+	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	switch {
+	case cfg.maxBatch < 1:
+		return nil, fmt.Errorf("franz: max batch %d, want at least 1", cfg.maxBatch)
+	case cfg.maxWait < 0:
+		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.maxWait)
+	case cfg.commitTimeout <= 0:
+		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.commitTimeout)
+	case cfg.client != nil && cfg.kset:
+		return nil, errors.New("franz: both WithClient and WithKgoOptions given")
+	case cfg.client == nil && !cfg.kset:
+		return nil, errors.New("franz: no client: give WithClient or WithKgoOptions")
+	}
+	log := cfg.logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	c := &Consumer{proc: proc, cfg: cfg, log: log, runDone: make(chan struct{})}
+	if cfg.client != nil {
+		if err := checkClient(cfg.client); err != nil {
+			return nil, err
+		}
+		c.cl = cfg.client
+	} else {
+		kopts := append(append([]kgo.Opt(nil), cfg.kopts...), ClientOptions()...)
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			return nil, fmt.Errorf("franz: %w", err)
+		}
+		if err := checkClient(cl); err != nil {
+			cl.Close()
+			return nil, err
+		}
+		c.cl, c.owned = cl, true
+	}
+	c.g = groupFor(c.cl)
+	if err := c.g.bind(c); err != nil {
+		if c.owned {
+			c.cl.Close()
+		}
+		return nil, err
+	}
+	c.commit = newCommitter(c.cl, cfg.commitTimeout)
+	return c, nil
+}
+
+// Client returns the consumer's franz-go client, for producing, admin
+// requests or inspection. Do not poll it or commit with it.
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Run polls the client and runs a worker per assigned partition until ctx is
+// done, [Consumer.Close] is called, the client is closed, or a worker fails.
+// On return, every worker has stopped, its batch in flight abandoned without
+// a commit, and a client the consumer owns is closed (leaving the group).
+//
+// Run always returns a non-nil error that says why it stopped: ctx's cause,
+// [ErrClosed], or the failure. It may be called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("franz: Run called more than once")
+	}
+	defer close(c.runDone)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.runCancel = cancel
+	c.mu.Unlock()
+
+	c.commit.start()
+	c.g.start(ctx, cancel)
+	c.poll(ctx, cancel)
+	err := context.Cause(ctx)
+	c.g.stop(err)
+	c.commit.stop()
+	c.cl.AllowRebalance()
+	if c.owned {
+		c.closeClient()
+	}
+	c.log.Info("redeliver: consumer stopped", "cause", err)
+	return err
+}
+
+// Close stops [Consumer.Run] if it runs and waits for it to return, and
+// closes a client the consumer owns. A client given with [WithClient] stays
+// open. Close is idempotent.
+func (c *Consumer) Close() {
+	c.mu.Lock()
+	c.closed = true
+	cancel := c.runCancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrClosed)
+		<-c.runDone
+	}
+	if c.owned {
+		c.closeClient()
+	}
+	c.g.unbind(c)
+}
+
+func (c *Consumer) closeClient() {
+	c.closeCl.Do(func() {
+		c.cl.Close()
+		forgetGroup(c.cl)
+	})
+}
+
+// poll is the poll loop: it hands every polled record to its partition's
+// claim and allows rebalances after each poll, so the group's callbacks run
+// between polls, never while a poll's records are being handed out.
+func (c *Consumer) poll(ctx context.Context, cancel context.CancelCauseFunc) {
+	for ctx.Err() == nil {
+		fetches := c.cl.PollFetches(ctx)
+		if fetches.IsClientClosed() {
+			cancel(errClientClosed)
+			c.cl.AllowRebalance()
+			return
+		}
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
+				return
+			}
+			c.log.Warn("redeliver: fetch error", "topic", topic, "partition", partition, "error", err)
+		})
+		c.g.dispatch(fetches)
+		c.cl.AllowRebalance()
+	}
+}

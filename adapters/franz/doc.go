@@ -1,0 +1,37 @@
+// Package franz turns a twmb/franz-go ([kgo]) group consumer into
+// [stream.Claim]s for a [stream.Processor]: each assigned partition gets a
+// worker goroutine that runs [stream.Processor.Process] over it.
+//
+// # What the adapter does
+//
+//   - Batches are formed per partition from the client's fetches: at most
+//     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
+//     fill.
+//   - While a batch waits out a backoff, its partition is paused with
+//     [kgo.Client.PauseFetchPartitions] and resumed after its checkpoint is
+//     written. The client keeps polling and heartbeating, so a backoff
+//     longer than the session timeout causes no rebalance. Records polled
+//     before the pause stay in the partition's own buffer and come out after
+//     the resume in order: franz-go only advances a partition's fetch
+//     position for records it hands to a poll, and every polled record goes
+//     to that buffer.
+//   - Checkpoints are committed per partition, synchronously, after the batch
+//     is handled, with the metadata string the Processor gives (a later
+//     owner reads it back through [stream.Claim.Committed]). Autocommit is
+//     always off. Commits of several partitions that are due at the same
+//     time travel in one OffsetCommit request.
+//   - Revocation and loss cancel the partition's claim and wait for its
+//     worker before the rebalance goes on; a commit is refused with
+//     [stream.ErrRevoked] once the revocation has begun, under the same lock
+//     as the revocation.
+//
+// It works with franz-go's default cooperative-sticky balancer, with the eager
+// balancers, and with the KIP-848 consumer protocol
+// ([kgo.ServerSideBalancer]) where the broker supports it.
+//
+// # Building the client
+//
+// Give the adapter kgo options with [WithKgoOptions] and it builds the
+// client and owns it. To use a client you build yourself, build it with
+// [ClientOptions] added last and pass it with [WithClient].
+package franz

@@ -1,0 +1,301 @@
+package franz
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"sync"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// ClientOptions returns the kgo options a client needs to serve a
+// [Consumer]: autocommit off, rebalances blocked while a poll's records are
+// handed out (BlockRebalanceOnPoll), and the callbacks that turn assignments
+// into claims (OnOffsetsFetched) and end them (OnPartitionsRevoked,
+// OnPartitionsLost). Add them after your own options, so that they win:
+//
+//	cl, err := kgo.NewClient(append(opts, franz.ClientOptions()...)...)
+//
+// A client built with them is bound to the first Consumer given it with
+// [WithClient]; partitions assigned before that wait for [Consumer.Run].
+func ClientOptions() []kgo.Opt {
+	return []kgo.Opt{
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnOffsetsFetched(onFetched),
+		kgo.OnPartitionsRevoked(onRevoked),
+		kgo.OnPartitionsLost(onLost),
+	}
+}
+
+// checkClient reports whether cl was built with ClientOptions.
+func checkClient(cl *kgo.Client) error {
+	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
+		return errors.New("franz: the client has no consumer group (kgo.ConsumerGroup)")
+	}
+	if off, _ := cl.OptValue(kgo.DisableAutoCommit).(bool); !off {
+		return errors.New("franz: the client autocommits: build it with franz.ClientOptions() last")
+	}
+	if b, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); !b {
+		return errors.New("franz: the client does not block rebalances on poll: build it with franz.ClientOptions() last")
+	}
+	fn := cl.OptValue(kgo.OnOffsetsFetched)
+	if fn == nil || reflect.ValueOf(fn).Pointer() != reflect.ValueOf(onFetched).Pointer() {
+		return errors.New("franz: the client has another OnOffsetsFetched: build it with franz.ClientOptions() last")
+	}
+	return nil
+}
+
+// groups maps each client built with ClientOptions to its group state. The
+// callbacks find their state through the client they are given; an entry is
+// made by the first callback or by New, whichever comes first, since a
+// client may be assigned partitions before it is given to New.
+var groups sync.Map // *kgo.Client -> *group
+
+func groupFor(cl *kgo.Client) *group {
+	if g, ok := groups.Load(cl); ok {
+		return g.(*group)
+	}
+	g, _ := groups.LoadOrStore(cl, &group{cl: cl, claims: make(map[tp]*claim)})
+	return g.(*group)
+}
+
+func lookupGroup(cl *kgo.Client) *group {
+	if g, ok := groups.Load(cl); ok {
+		return g.(*group)
+	}
+	return nil
+}
+
+func forgetGroup(cl *kgo.Client) { groups.Delete(cl) }
+
+func onFetched(_ context.Context, cl *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	groupFor(cl).fetched(resp)
+	return nil
+}
+
+func onRevoked(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	if g := lookupGroup(cl); g != nil {
+		g.end(lost, nil)
+	}
+}
+
+func onLost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
+	if g := lookupGroup(cl); g != nil {
+		g.end(lost, errLost)
+	}
+}
+
+// tp names a partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// group is the assignment state of one client: its claims, and the
+// consumer and run that start their workers.
+type group struct {
+	cl *kgo.Client
+
+	mu      sync.Mutex
+	c       *Consumer
+	claims  map[tp]*claim
+	running bool
+	runCtx  context.Context
+	fail    context.CancelCauseFunc
+	wg      sync.WaitGroup
+}
+
+func (g *group) bind(c *Consumer) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.c != nil {
+		return errors.New("franz: the client already serves a Consumer")
+	}
+	g.c = c
+	return nil
+}
+
+func (g *group) unbind(c *Consumer) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.c == c {
+		g.c = nil
+	}
+}
+
+// fetched makes a claim for every partition whose committed offset was
+// fetched: franz-go calls it after an assignment and before it fetches any
+// record of those partitions. A partition that somehow still has a claim
+// has it ended first.
+func (g *group) fetched(resp *kmsg.OffsetFetchResponse) {
+	type fetchedOffset struct {
+		key      tp
+		offset   int64
+		metadata string
+	}
+	var (
+		add     []fetchedOffset
+		replace = make(map[string][]int32)
+	)
+	g.mu.Lock()
+	for _, rg := range resp.Groups {
+		for _, t := range rg.Topics {
+			for _, p := range t.Partitions {
+				if p.ErrorCode != 0 {
+					continue // franz-go reports it and does not assign the partition
+				}
+				f := fetchedOffset{key: tp{t.Topic, p.Partition}, offset: p.Offset}
+				if f.offset < 0 {
+					f.offset = -1
+				}
+				if p.Metadata != nil {
+					f.metadata = *p.Metadata
+				}
+				add = append(add, f)
+				if _, ok := g.claims[f.key]; ok {
+					replace[t.Topic] = append(replace[t.Topic], p.Partition)
+				}
+			}
+		}
+	}
+	g.mu.Unlock()
+	if len(replace) > 0 {
+		g.end(replace, nil)
+	}
+
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, f := range add {
+		cl := newClaim(g, f.key, f.offset, f.metadata)
+		g.claims[f.key] = cl
+		if g.running {
+			g.startLocked(cl)
+		}
+	}
+	if g.c != nil {
+		for _, f := range add {
+			g.c.log.Info("redeliver: partition assigned", "topic", f.key.topic, "partition", f.key.partition,
+				"committed", f.offset, "metadata", f.metadata)
+		}
+	}
+}
+
+// end ends the claims of the given partitions: it cancels them with cause
+// (stream.ErrRevoked when nil), refuses their later commits, and waits for
+// their workers.
+func (g *group) end(parts map[string][]int32, cause error) {
+	var ending []*claim
+	g.mu.Lock()
+	for topic, ps := range parts {
+		for _, p := range ps {
+			key := tp{topic, p}
+			if cl := g.claims[key]; cl != nil {
+				delete(g.claims, key)
+				ending = append(ending, cl)
+			}
+		}
+	}
+	log := g.logger()
+	g.mu.Unlock()
+	endClaims(ending, cause)
+	for _, cl := range ending {
+		if log != nil {
+			log.Info("redeliver: partition released", "topic", cl.key.topic, "partition", cl.key.partition,
+				"cause", causeOr(cause))
+		}
+	}
+}
+
+func causeOr(cause error) error {
+	if cause == nil {
+		return errRevoked
+	}
+	return cause
+}
+
+// start starts a worker for every claim, and for every claim made from now
+// until stop, each in a context derived from ctx. A worker that fails calls
+// fail.
+func (g *group) start(ctx context.Context, fail context.CancelCauseFunc) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.running, g.runCtx, g.fail = true, ctx, fail
+	for _, cl := range g.claims {
+		g.startLocked(cl)
+	}
+}
+
+// stop ends every claim with cause and waits for every worker.
+func (g *group) stop(cause error) {
+	g.mu.Lock()
+	g.running = false
+	ending := make([]*claim, 0, len(g.claims))
+	for key, cl := range g.claims {
+		ending = append(ending, cl)
+		delete(g.claims, key)
+	}
+	g.mu.Unlock()
+	endClaims(ending, cause)
+	g.wg.Wait()
+}
+
+func endClaims(ending []*claim, cause error) {
+	cause = causeOr(cause)
+	for _, cl := range ending {
+		cl.revoke(cause)
+	}
+	for _, cl := range ending {
+		cl.wait()
+	}
+}
+
+// startLocked starts cl's worker; g.mu is held.
+func (g *group) startLocked(cl *claim) {
+	c := g.c
+	ctx, cancel := context.WithCancelCause(g.runCtx)
+	cl.begin(ctx, cancel, c)
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		defer cl.finish()
+		err := c.proc.Process(ctx, cl)
+		if ctx.Err() == nil {
+			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
+			c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+			g.fail(err)
+		}
+	}()
+}
+
+// logger returns the bound consumer's logger or nil; g.mu is held.
+func (g *group) logger() *slog.Logger {
+	if g.c == nil {
+		return nil
+	}
+	return g.c.log
+}
+
+// dispatch hands each partition's polled records to its claim.
+func (g *group) dispatch(fs kgo.Fetches) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		if len(p.Records) == 0 {
+			return
+		}
+		cl := g.claims[tp{p.Topic, p.Partition}]
+		if cl == nil || !cl.started {
+			// Cannot happen: claims are made before their
+			// partitions are fetched and ended between polls.
+			g.c.log.Error("redeliver: records for a partition without a claim dropped", "topic", p.Topic,
+				"partition", p.Partition, "first_offset", p.Records[0].Offset, "records", len(p.Records))
+			return
+		}
+		cl.push(p.Records)
+	})
+}
