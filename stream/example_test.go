@@ -28,7 +28,11 @@ func ExampleProcessor() {
 		// retryCount 5; Immediate keeps the example fast, use Fixed(5*time.Second) for sleepDuration "00:00:05"
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Immediate()}),
 		stream.WithHooks(stream.Hooks{
-			Checkpointed: func(e stream.CheckpointEvent) { fmt.Println("checkpoint", e.Next) },
+			Checkpointed: func(e stream.CheckpointEvent) {
+				if e.Metadata == "" { // not a withheld batch's retry state
+					fmt.Println("checkpoint", e.Next)
+				}
+			},
 		}),
 	)
 	if err != nil {

@@ -34,6 +34,7 @@ type config struct {
 	newRand    func() checkpoint.Rand
 	exhaustion ExhaustionAction
 	opBackoff  checkpoint.Backoff
+	memoryOnly bool
 }
 
 // WithPolicy sets the retry policy. The default is the zero
@@ -69,6 +70,15 @@ func WithRand(newRand func() checkpoint.Rand) Option {
 // or whose error is not retryable. The default skips it.
 func WithExhaustionAction(a ExhaustionAction) Option {
 	return optionFunc(func(c *config) { c.exhaustion = a })
+}
+
+// WithInMemoryState keeps retry state in memory only, as seed 004 does: when
+// a partition moves to another consumer or the process restarts, the batch's
+// retry count starts over. The default stores the state of a withheld batch
+// with its checkpoint (see [Processor.Process]), so that the next owner
+// continues the count.
+func WithInMemoryState() Option {
+	return optionFunc(func(c *config) { c.memoryOnly = true })
 }
 
 // WithOperationBackoff sets the backoff between tries of a failed commit or
@@ -128,6 +138,15 @@ func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
 // Process always returns a non-nil error that says why it stopped: ctx's
 // error when the adapter ended the claim, [ErrRevoked], or the claim's
 // failure. A batch in flight when ctx ends is abandoned without a checkpoint.
+//
+// Unless [WithInMemoryState] is given, the retry state of a withheld batch
+// (retries so far, first failure, when the next retry is due) is committed
+// as the checkpoint's metadata, with the checkpoint at the batch's first
+// record; a success clears it. When Process starts, it reads the claim's
+// committed metadata, and a batch that starts at the committed offset
+// continues from that state: it waits out what is left of its backoff and
+// counts its retries from where the previous owner stopped. Metadata written
+// by other tools is ignored.
 func (p *Processor) Process(ctx context.Context, c Claim) error {
 	w := worker{
 		p:     p,
@@ -136,6 +155,10 @@ func (p *Processor) Process(ctx context.Context, c Claim) error {
 		rnd:   p.cfg.newRand(),
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
 		log:   p.log.With("topic", c.Topic(), "partition", c.Partition()),
+		from:  -1,
+	}
+	if !p.cfg.memoryOnly {
+		w.readState()
 	}
 	for {
 		recs, err := c.Fetch(ctx)
@@ -164,6 +187,27 @@ type worker struct {
 	batch  Batch
 	paused bool
 	log    *slog.Logger
+
+	// from is the offset of the batch that restored continues; -1 for none.
+	from     int64
+	restored checkpoint.State
+}
+
+// readState reads the retry state committed by a previous owner.
+func (w *worker) readState() {
+	off, md := w.c.Committed()
+	if off < 0 || md == "" {
+		return
+	}
+	s, err := checkpoint.DecodeState(md)
+	switch {
+	case errors.Is(err, checkpoint.ErrForeignMetadata):
+		w.log.Debug("redeliver: committed metadata is not ours, ignored", "offset", off, "metadata", md)
+	case err != nil:
+		w.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
+	default:
+		w.from, w.restored = off, s
+	}
 }
 
 // run delivers w.batch until it is resolved and checkpointed. It returns nil
@@ -173,6 +217,14 @@ func (w *worker) run(ctx context.Context) error {
 	w.m.Begin(b.Records[0].Timestamp)
 	hooks := &w.p.cfg.hooks
 	clock := w.p.cfg.clock
+	if w.from >= 0 {
+		if w.from == b.FirstOffset() {
+			if err := w.resume(ctx, b); err != nil {
+				return err
+			}
+		}
+		w.from = -1
+	}
 	for {
 		b.Attempt = attemptOf(&w.m)
 		var start, now time.Time
@@ -208,6 +260,9 @@ func (w *worker) run(ctx context.Context) error {
 		switch d.Action {
 		case checkpoint.RetryNow, checkpoint.RetryLater:
 			w.scheduled(b, d, err, outcome)
+			if err := w.saveState(ctx, b); err != nil {
+				return err
+			}
 			if err := w.wait(ctx, d.At); err != nil {
 				return w.abandon(ctx)
 			}
@@ -244,6 +299,33 @@ func asRetryResult(err error) *RetryResult {
 		return rr
 	}
 	return nil
+}
+
+// resume continues the retry state a previous owner committed for b.
+func (w *worker) resume(ctx context.Context, b *Batch) error {
+	s := w.restored
+	w.m.Restore(s)
+	w.log.Info("redeliver: continuing retry state of a previous owner", "offset", b.FirstOffset(),
+		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt)
+	if s.NextAt.After(w.p.cfg.clock.Now()) {
+		if !w.paused {
+			w.c.Pause()
+			w.paused = true
+		}
+		if err := w.wait(ctx, s.NextAt); err != nil {
+			return w.abandon(ctx)
+		}
+	}
+	return nil
+}
+
+// saveState commits the retry state of the withheld batch b, with the
+// checkpoint at its first record.
+func (w *worker) saveState(ctx context.Context, b *Batch) error {
+	if w.p.cfg.memoryOnly {
+		return nil
+	}
+	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(w.m.State()))
 }
 
 // call runs the handler and turns a panic into a *PanicError.
@@ -291,23 +373,31 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) error {
 
 // commit writes the checkpoint past b and resumes a paused claim.
 func (w *worker) commit(ctx context.Context, b *Batch) error {
-	next := b.LastOffset() + 1
-	err := w.c.Commit(ctx, next, "")
-	if err != nil && !errors.Is(err, ErrRevoked) {
-		err = w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, "") })
-	}
-	if err != nil {
-		if !errors.Is(err, ErrRevoked) {
-			err = context.Cause(ctx)
-		}
+	if err := w.write(ctx, b, b.LastOffset()+1, ""); err != nil {
 		return err
-	}
-	if h := w.p.cfg.hooks.Checkpointed; h != nil {
-		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, Next: next})
 	}
 	if w.paused {
 		w.c.Resume()
 		w.paused = false
+	}
+	return nil
+}
+
+// write commits next with metadata, trying again until it succeeds. It
+// returns an error only when the worker must stop.
+func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) error {
+	err := w.c.Commit(ctx, next, md)
+	if err != nil && !errors.Is(err, ErrRevoked) {
+		err = w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, md) })
+	}
+	switch {
+	case errors.Is(err, ErrRevoked):
+		return w.abandonWith(ErrRevoked)
+	case err != nil:
+		return w.abandon(ctx)
+	}
+	if h := w.p.cfg.hooks.Checkpointed; h != nil {
+		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, Next: next, Metadata: md})
 	}
 	return nil
 }
@@ -334,8 +424,11 @@ func (w *worker) repeat(ctx context.Context, what string, op func() error) error
 
 // abandon reports the batch in flight and returns why the worker stops.
 func (w *worker) abandon(ctx context.Context) error {
+	return w.abandonWith(context.Cause(ctx))
+}
+
+func (w *worker) abandonWith(cause error) error {
 	b := &w.batch
-	cause := context.Cause(ctx)
 	if h := w.p.cfg.hooks.Abandoned; h != nil {
 		h(AbandonedEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Cause: cause})
 	}

@@ -110,6 +110,15 @@ func (p *Partition) Checkpoint() (int64, string) {
 	return p.committed, p.metadata
 }
 
+// SetCheckpoint sets the committed offset and metadata, as another consumer
+// or tool might have left them.
+func (p *Partition) SetCheckpoint(next int64, metadata string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.committed, p.metadata = next, metadata
+	p.notify()
+}
+
 // Commits returns every commit so far, failed ones included, in order.
 func (p *Partition) Commits() []Commit {
 	p.mu.Lock()
