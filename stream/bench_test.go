@@ -6,50 +6,8 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
-
-// genClaim hands out n batches of size records, generated in place, and
-// cancels its context after the last commit.
-type genClaim struct {
-	recs    []stream.Record
-	n, sent int
-	next    int64
-	last    int64
-	cancel  context.CancelFunc
-}
-
-func newGenClaim(n, size int, cancel context.CancelFunc) *genClaim {
-	c := &genClaim{recs: make([]stream.Record, size), n: n, cancel: cancel}
-	for i := range c.recs {
-		c.recs[i] = stream.Record{Topic: "bench", Value: make([]byte, 100)}
-	}
-	return c
-}
-
-func (c *genClaim) Topic() string              { return "bench" }
-func (c *genClaim) Partition() int32           { return 0 }
-func (c *genClaim) Committed() (int64, string) { return -1, "" }
-func (c *genClaim) Pause()                     {}
-func (c *genClaim) Resume()                    {}
-func (c *genClaim) Fetch(ctx context.Context) ([]stream.Record, error) {
-	if c.sent == c.n {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	c.sent++
-	for i := range c.recs {
-		c.recs[i].Offset = c.next
-		c.next++
-	}
-	return c.recs, nil
-}
-func (c *genClaim) Commit(_ context.Context, next int64, _ string) error {
-	c.last = next
-	if next == c.next && c.sent == c.n {
-		c.cancel()
-	}
-	return nil
-}
 
 // BenchmarkSuccessPath compares the Processor on the success path with the
 // same fetch/handle/commit loop written by hand. Compare the records/s of
@@ -64,9 +22,8 @@ func BenchmarkSuccessPath(b *testing.B) {
 		return nil
 	})
 	b.Run("direct", func(b *testing.B) {
-		ctx, cancel := context.WithCancel(b.Context())
-		defer cancel()
-		c := newGenClaim(b.N, size, cancel)
+		ctx := b.Context()
+		c := streamtest.NewGenerator(b.N, size, 100)
 		b.ReportAllocs()
 		bt := stream.Batch{Topic: c.Topic(), Partition: c.Partition()}
 		b.ResetTimer()
@@ -87,13 +44,14 @@ func BenchmarkSuccessPath(b *testing.B) {
 		}
 		ctx, cancel := context.WithCancel(b.Context())
 		defer cancel()
-		c := newGenClaim(b.N, size, cancel)
+		c := streamtest.NewGenerator(b.N, size, 100)
+		go func() { <-c.Done(); cancel() }()
 		b.ReportAllocs()
 		b.ResetTimer()
 		_ = proc.Process(ctx, c)
 		b.StopTimer()
-		if c.last != int64(b.N*size) {
-			b.Fatalf("committed %d, want %d", c.last, b.N*size)
+		if last, _ := c.Committed(); last != int64(b.N*size) {
+			b.Fatalf("committed %d, want %d", last, b.N*size)
 		}
 		b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "records/s")
 	})
