@@ -69,8 +69,9 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
 }
 
-// revoke cancels the claim's context with cause and then, once a commit in
-// flight is done, refuses every later commit.
+// revoke cancels the claim's context with cause, so that Commit refuses
+// from now on, and then waits for a commit in flight by taking the commit
+// lock.
 func (cl *claim) revoke(cause error) {
 	if cl.started {
 		cl.cancel(cause)
@@ -259,14 +260,14 @@ func (cl *claim) Resume() {
 }
 
 // Commit commits next with metadata for the partition and waits for the
-// broker's answer. It returns [stream.ErrRevoked] once the partition's
-// revocation has begun. A commit that was sent is not cancelled with ctx: a
-// revocation waits for it (up to the commit timeout) rather than leave its
-// outcome unknown.
+// broker's answer. It returns [stream.ErrRevoked] once the claim is ending
+// (its context is done: revocation, loss or shutdown). A commit that was
+// sent is not cancelled: the revocation waits for it (up to the commit
+// timeout) rather than leave its outcome unknown.
 func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	cl.ownMu.Lock()
 	defer cl.ownMu.Unlock()
-	if !cl.owned {
+	if !cl.owned || cl.ctx != nil && cl.ctx.Err() != nil {
 		return stream.ErrRevoked
 	}
 	epoch := int32(-1)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -163,4 +162,3 @@ func values(b *stream.Batch) []string {
 	return vs
 }
 
-var _ = strconv.Itoa

@@ -1,0 +1,417 @@
+package franz_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// checkHistory checks one partition's deliveries: every delivery either
+// repeats the batch before it (a retry) or starts right after it, the first
+// starts at offset 0, and the last succeeded batch ends at end-1.
+func checkHistory(t *testing.T, ds []streamtest.Delivery, end int64) {
+	t.Helper()
+	var first, last int64 = -1, -1
+	for i, d := range ds {
+		switch {
+		case d.FirstOffset == first && d.LastOffset == last: // redelivery
+		case d.FirstOffset == last+1:
+			first, last = d.FirstOffset, d.LastOffset
+		default:
+			t.Fatalf("delivery %d: offsets %d-%d after batch %d-%d: out of order or a gap", i, d.FirstOffset, d.LastOffset, first, last)
+		}
+	}
+	if last != end-1 {
+		t.Fatalf("last batch ends at %d, want %d", last, end-1)
+	}
+}
+
+func newProcessor(t *testing.T, h stream.Handler, opts ...stream.Option) *stream.Processor {
+	t.Helper()
+	p, err := stream.NewProcessor(h, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConsumeInOrderInBatches(t *testing.T) {
+	addrs := newCluster(t, "t", 3)
+	for p := range int32(3) {
+		produce(t, addrs, "t", p, 0, 250)
+	}
+	var (
+		rec      streamtest.Recorder
+		maxSeen  atomic.Int64
+		badValue atomic.Value
+	)
+	h := stream.Chain(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		maxSeen.Store(max(maxSeen.Load(), int64(len(b.Records))))
+		for _, r := range b.Records {
+			if r.Topic != "t" || r.Partition != b.Partition {
+				badValue.Store(r)
+			}
+		}
+		return nil
+	}), rec.Middleware())
+	start(t, addrs, "g", "t", newProcessor(t, h), franz.WithMaxBatch(40))
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 250, 1: 250, 2: 250})
+	for p := range int32(3) {
+		checkHistory(t, rec.Of("t", p), 250)
+	}
+	if n := maxSeen.Load(); n > 40 {
+		t.Errorf("a batch had %d records, want at most 40", n)
+	}
+	if v := badValue.Load(); v != nil {
+		t.Errorf("record of another partition in a batch: %+v", v)
+	}
+}
+
+// TestMaxWaitFillsBatches produces records one at a time and checks that a
+// maximum wait gathers them into fuller batches.
+func TestMaxWaitFillsBatches(t *testing.T) {
+	addrs := newCluster(t, "t", 1)
+	var rec streamtest.Recorder
+	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())),
+		franz.WithMaxBatch(10), franz.WithMaxWait(300*time.Millisecond), kgo.FetchMaxWait(10*time.Millisecond))
+	for i := range 10 {
+		produce(t, addrs, "t", 0, i, 1)
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	ds := rec.Of("t", 0)
+	checkHistory(t, ds, 10)
+	if len(ds) > 3 {
+		t.Errorf("%d batches for 10 records produced within 50ms with a 300ms maximum wait, want at most 3", len(ds))
+	}
+}
+
+// TestBackoffPausesAndKeepsBufferedOrder fails the first delivery of one
+// batch with a backoff while many more records are buffered behind it, and
+// checks that the partition is paused in the client during the backoff, that
+// the other partition goes on meanwhile, and that nothing buffered is lost or
+// reordered.
+func TestBackoffPausesAndKeepsBufferedOrder(t *testing.T) {
+	addrs := newCluster(t, "t", 2)
+	produce(t, addrs, "t", 0, 0, 3000)
+	produce(t, addrs, "t", 1, 0, 100)
+
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.FetchMaxWait(50 * time.Millisecond)}, franz.ClientOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	var (
+		rec          streamtest.Recorder
+		pausedSeen   atomic.Bool
+		p1DoneInWait atomic.Bool
+		once         sync.Once
+		retried      = make(chan struct{})
+	)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+			return errors.New("fail once")
+		}
+		if b.Partition == 0 && b.FirstOffset() == 20 {
+			once.Do(func() { close(retried) })
+		}
+		return nil
+	})
+	hooks := stream.Hooks{RetryScheduled: func(stream.RetryEvent) {
+		// The engine pauses the claim right after this hook; look from
+		// another goroutine while the backoff runs.
+		go func() {
+			deadline := time.Now().Add(150 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				if ps := cl.PauseFetchPartitions(nil); len(ps["t"]) == 1 && ps["t"][0] == 0 {
+					pausedSeen.Store(true)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}}
+	proc := newProcessor(t, stream.Chain(h, rec.Middleware()), stream.WithHooks(hooks),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(400 * time.Millisecond)}))
+	c, err := franz.New(proc, franz.WithClient(cl), franz.WithMaxBatch(10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(wait):
+			t.Error("Run did not return")
+		}
+	}()
+
+	select {
+	case <-retried:
+	case <-time.After(wait):
+		t.Fatal("batch 20-29 was not retried")
+	}
+	// Partition 1 finished while partition 0 waited: its commit is there
+	// by the time the retry ran.
+	if o, ok := committed(t, addrs, "g").Lookup("t", 1); ok && o.At == 100 {
+		p1DoneInWait.Store(true)
+	}
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 3000, 1: 100})
+	checkHistory(t, rec.Of("t", 0), 3000)
+	checkHistory(t, rec.Of("t", 1), 100)
+	if !pausedSeen.Load() {
+		t.Error("partition 0 was not paused in the client during its backoff")
+	}
+	if !p1DoneInWait.Load() {
+		t.Error("partition 1 was not done while partition 0 waited out a 400ms backoff")
+	}
+	if ps := cl.PauseFetchPartitions(nil); len(ps) != 0 {
+		t.Errorf("paused after the retry: %v", ps)
+	}
+}
+
+// TestRevocationCancelsAndWaits has a second consumer join while the first
+// one's handlers block: the first consumer's revoked partitions see their
+// context cancelled with stream.ErrRevoked, and nothing is committed for
+// them by the first consumer.
+func TestRevocationCancelsAndWaits(t *testing.T) {
+	addrs := newCluster(t, "t", 4)
+	for p := range int32(4) {
+		produce(t, addrs, "t", p, 0, 10)
+	}
+	var (
+		mu      sync.Mutex
+		causes  = map[int32]error{}
+		entered = make(chan int32, 16)
+	)
+	blocking := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		entered <- b.Partition
+		<-ctx.Done()
+		mu.Lock()
+		causes[b.Partition] = context.Cause(ctx)
+		mu.Unlock()
+		return ctx.Err()
+	})
+	first := start(t, addrs, "g", "t", newProcessor(t, blocking), kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+	seen := map[int32]bool{}
+	for len(seen) < 4 {
+		select {
+		case p := <-entered:
+			seen[p] = true
+		case <-time.After(wait):
+			t.Fatalf("first consumer entered the handler for %v only", seen)
+		}
+	}
+
+	var rec streamtest.Recorder
+	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())),
+		kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+
+	// The second consumer gets some partitions and commits them; the
+	// first keeps the rest blocked.
+	deadline := time.Now().Add(wait)
+	for {
+		mu.Lock()
+		n := len(causes)
+		mu.Unlock()
+		if n > 0 && len(rec.Deliveries()) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no revocation seen: causes %v, second consumer's deliveries %v", causes, rec.Deliveries())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	mu.Lock()
+	for p, cause := range causes {
+		if !errors.Is(cause, stream.ErrRevoked) {
+			t.Errorf("partition %d: cause %v, want stream.ErrRevoked", p, cause)
+		}
+	}
+	revoked := len(causes)
+	mu.Unlock()
+	if revoked != 2 {
+		t.Errorf("%d partitions revoked from the first consumer, want 2 of 4", revoked)
+	}
+	want := map[int32]int64{}
+	for _, d := range rec.Deliveries() {
+		want[d.Partition] = 10
+	}
+	waitCommitted(t, addrs, "g", "t", want)
+
+	if err := first.stop(t); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+	// The first consumer's partitions went to the second on its leave.
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10})
+	for p := range int32(4) {
+		checkHistory(t, rec.Of("t", p), 10)
+	}
+}
+
+func TestBalancers(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []kgo.Opt
+	}{
+		{"cooperative-sticky", nil},
+		{"range (eager)", []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}},
+		{"KIP-848", []kgo.Opt{kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer()}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addrs := newCluster(t, "t", 4)
+			for p := range int32(4) {
+				produce(t, addrs, "t", p, 0, 50)
+			}
+			var rec streamtest.Recorder
+			proc := newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware(), streamtest.FailFirst(1, nil)),
+				stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(10 * time.Millisecond)}))
+			opts := []any{franz.WithMaxBatch(20), kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+			for _, o := range tc.opts {
+				opts = append(opts, o)
+			}
+			start(t, addrs, "g", "t", proc, opts...)
+			waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 25})
+			start(t, addrs, "g", "t", proc, opts...) // a second member mid-stream
+			waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 50, 1: 50, 2: 50, 3: 50})
+			for p := range int32(4) {
+				checkHistory(t, rec.Of("t", p), 50)
+			}
+		})
+	}
+}
+
+func TestRunStops(t *testing.T) {
+	addrs := newCluster(t, "t", 1)
+	proc := newProcessor(t, streamtest.Succeed)
+	newConsumer := func() *franz.Consumer {
+		c, err := franz.New(proc, franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	run := func(c *franz.Consumer, ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	}
+	await := func(done chan error) error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(wait):
+			t.Fatal("Run did not return")
+			return nil
+		}
+	}
+
+	t.Run("context", func(t *testing.T) {
+		c := newConsumer()
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := run(c, ctx)
+		time.Sleep(50 * time.Millisecond)
+		cause := errors.New("shutting down")
+		cancel(cause)
+		if err := await(done); err != cause {
+			t.Errorf("Run returned %v, want the context's cause", err)
+		}
+		if err := c.Run(context.Background()); err == nil {
+			t.Error("a second Run returned nil")
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		c := newConsumer()
+		done := run(c, context.Background())
+		time.Sleep(50 * time.Millisecond)
+		c.Close()
+		if err := await(done); !errors.Is(err, franz.ErrClosed) {
+			t.Errorf("Run returned %v, want ErrClosed", err)
+		}
+		c.Close()
+	})
+	t.Run("close before run", func(t *testing.T) {
+		c := newConsumer()
+		c.Close()
+		if err := c.Run(context.Background()); !errors.Is(err, franz.ErrClosed) {
+			t.Errorf("Run returned %v, want ErrClosed", err)
+		}
+	})
+	t.Run("client closed", func(t *testing.T) {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g2"), kgo.ConsumeTopics("t")}, franz.ClientOptions()...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := franz.New(proc, franz.WithClient(cl))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := run(c, context.Background())
+		time.Sleep(50 * time.Millisecond)
+		cl.Close()
+		if err := await(done); err == nil || errors.Is(err, context.Canceled) {
+			t.Errorf("Run returned %v, want an error saying the client closed", err)
+		}
+	})
+}
+
+func TestNewErrors(t *testing.T) {
+	addrs := newCluster(t, "t", 1)
+	proc := newProcessor(t, streamtest.Succeed)
+	plain, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	bound, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g3"), kgo.ConsumeTopics("t")}, franz.ClientOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bound.Close()
+	first, err := franz.New(proc, franz.WithClient(bound))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+
+	group := franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	for _, tc := range []struct {
+		name string
+		proc *stream.Processor
+		opts []franz.Option
+	}{
+		{"nil processor", nil, []franz.Option{group}},
+		{"no client", proc, nil},
+		{"both clients", proc, []franz.Option{group, franz.WithClient(bound)}},
+		{"no group", proc, []franz.Option{franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics("t"))}},
+		{"client without ClientOptions", proc, []franz.Option{franz.WithClient(plain)}},
+		{"client already bound", proc, []franz.Option{franz.WithClient(bound)}},
+		{"max batch 0", proc, []franz.Option{group, franz.WithMaxBatch(0)}},
+		{"negative max wait", proc, []franz.Option{group, franz.WithMaxWait(-time.Second)}},
+		{"commit timeout 0", proc, []franz.Option{group, franz.WithCommitTimeout(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := franz.New(tc.proc, tc.opts...)
+			if err == nil {
+				c.Close()
+				t.Fatal("New returned no error")
+			}
+			t.Log(err)
+		})
+	}
+}
