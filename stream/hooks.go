@@ -20,6 +20,8 @@ type Hooks struct {
 	Exhausted func(ExhaustedEvent)
 	// Checkpointed is called after a checkpoint was written.
 	Checkpointed func(CheckpointEvent)
+	// Stopped is called when StopPartition stops a partition.
+	Stopped func(StoppedEvent)
 	// Abandoned is called when a worker stops with a batch in flight
 	// (shutdown, revocation, loss); its checkpoint is left where it was.
 	Abandoned func(AbandonedEvent)
@@ -86,6 +88,12 @@ type RetryEvent struct {
 
 // ExhaustedEvent reports that a failed batch is given up.
 type ExhaustedEvent struct {
+	BatchInfo
+	Err *checkpoint.ExhaustedError
+}
+
+// StoppedEvent reports a partition stopped by StopPartition.
+type StoppedEvent struct {
 	BatchInfo
 	Err *checkpoint.ExhaustedError
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -96,6 +97,19 @@ type Processor struct {
 	h   Handler
 	cfg config
 	log *slog.Logger
+
+	mu      sync.Mutex
+	stopped map[partitionKey]*stoppedEntry
+}
+
+type partitionKey struct {
+	topic     string
+	partition int32
+}
+
+type stoppedEntry struct {
+	info StoppedPartition
+	cmd  chan bool // receives true to redeliver, false to skip
 }
 
 // NewProcessor returns a Processor that runs h. It returns an error when h is
@@ -243,6 +257,7 @@ func (w *worker) run(ctx context.Context) error {
 			d       checkpoint.Decision
 			outcome = Succeeded
 		)
+		var partial *BatchError
 		if err != nil {
 			if rr := asRetryResult(err); rr != nil {
 				outcome = RetryRequested
@@ -250,11 +265,23 @@ func (w *worker) run(ctx context.Context) error {
 				d = w.m.Request(now, w.rnd)
 			} else {
 				outcome = Failed
-				d = w.m.Fail(now, err, w.rnd)
+				cause := err
+				if partial = asBatchError(err, len(b.Records)); partial != nil {
+					cause = partial.Err
+				}
+				d = w.m.Fail(now, cause, w.rnd)
 			}
 		}
 		if hooks.Delivered != nil {
 			hooks.Delivered(DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Duration: now.Sub(start)})
+		}
+		if partial != nil {
+			// The records before partial.Index are done: move the checkpoint
+			// to the failed record and go on with the rest of the batch.
+			if err := w.write(ctx, b, b.Records[partial.Index].Offset, ""); err != nil {
+				return err
+			}
+			b.Records = b.Records[partial.Index:]
 		}
 
 		switch d.Action {
@@ -269,8 +296,13 @@ func (w *worker) run(ctx context.Context) error {
 			continue
 		case checkpoint.StopRetrying:
 			if outcome == Failed {
-				if err := w.exhausted(ctx, b); err != nil {
+				again, err := w.exhausted(ctx, b)
+				if err != nil {
 					return w.abandon(ctx)
+				}
+				if again {
+					w.m.Begin(b.Records[0].Timestamp)
+					continue
 				}
 			}
 		}
@@ -291,6 +323,16 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 		w.c.Pause()
 		w.paused = true
 	}
+}
+
+// asBatchError returns err's *BatchError when its index splits a batch of n
+// records: an index of 0 or out of range fails the whole batch.
+func asBatchError(err error, n int) *BatchError {
+	var be *BatchError
+	if errors.As(err, &be) && be.Index > 0 && be.Index < n {
+		return be
+	}
+	return nil
 }
 
 func asRetryResult(err error) *RetryResult {
@@ -356,7 +398,10 @@ func (w *worker) wait(ctx context.Context, at time.Time) error {
 
 // exhausted reports the given-up batch and runs the exhaustion action until
 // it succeeds. It returns an error only when ctx ends first.
-func (w *worker) exhausted(ctx context.Context, b *Batch) error {
+// it succeeds. It reports whether the batch is to be delivered again (a
+// stopped partition resumed with Processor.Resume), and returns an error only
+// when ctx ends first.
+func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error) {
 	var xerr *checkpoint.ExhaustedError
 	errors.As(w.m.Err(), &xerr)
 	if h := w.p.cfg.hooks.Exhausted; h != nil {
@@ -366,9 +411,44 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) error {
 		"retries", xerr.Retries, "reason", xerr.Reason.String(), "error", xerr.Last)
 	action := w.p.cfg.exhaustion
 	if action == nil {
-		return nil
+		return false, nil
 	}
-	return w.repeat(ctx, "exhaustion action", func() error { return action(ctx, b, xerr) })
+	stop := false
+	err = w.repeat(ctx, "exhaustion action", func() error {
+		err := action(ctx, b, xerr)
+		if errors.Is(err, errStop) {
+			stop = true
+			return nil
+		}
+		return err
+	})
+	if err != nil || !stop {
+		return false, err
+	}
+	return w.halt(ctx, b, xerr)
+}
+
+// halt keeps the partition stopped, paused, until Processor.Resume or
+// Processor.Skip names it or ctx ends.
+func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) (again bool, err error) {
+	if !w.paused {
+		w.c.Pause()
+		w.paused = true
+	}
+	sp := StoppedPartition{BatchInfo: infoOf(b), Err: xerr}
+	cmd := w.p.register(sp)
+	defer w.p.unregister(sp.Topic, sp.Partition, cmd)
+	if h := w.p.cfg.hooks.Stopped; h != nil {
+		h(StoppedEvent{BatchInfo: sp.BatchInfo, Err: xerr})
+	}
+	w.log.Error("redeliver: partition stopped until resumed or skipped", "offset", b.FirstOffset(), "records", len(b.Records), "error", xerr)
+	select {
+	case redeliver := <-cmd:
+		w.log.Info("redeliver: stopped partition released", "offset", b.FirstOffset(), "redeliver", redeliver)
+		return redeliver, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
 // commit writes the checkpoint past b and resumes a paused claim.

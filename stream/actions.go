@@ -1,0 +1,163 @@
+package stream
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// BatchError is what a handler returns when the records before Index were
+// processed and the record at Index failed with Err (as Spring's
+// BatchListenerFailedException or Lambda's batch item failures do). The
+// checkpoint advances to the record at Index, and the rest of the batch,
+// from Index on, is retried with the batch's retry count going on. An Index
+// of 0 or out of range fails the whole batch.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+// FailedAt returns a [*BatchError]: records before index succeeded, the one
+// at index failed with err.
+func FailedAt(index int, err error) error { return &BatchError{Index: index, Err: err} }
+
+func (e *BatchError) Error() string { return fmt.Sprintf("record %d of the batch: %v", e.Index, e.Err) }
+
+// Unwrap returns Err.
+func (e *BatchError) Unwrap() error { return e.Err }
+
+// errStop is returned by StopPartition.
+var errStop = errors.New("stream: stop partition")
+
+// StopPartition is an [ExhaustionAction] that stops the partition instead of
+// moving on: the partition stays paused, with its checkpoint at the batch,
+// and the Stopped hook fires, until [Processor.Resume] delivers the batch
+// again with a fresh retry count or [Processor.Skip] moves past it. Other
+// partitions go on. If the partition is revoked meanwhile, its next owner
+// delivers the batch again.
+func StopPartition(context.Context, *Batch, *checkpoint.ExhaustedError) error { return errStop }
+
+// StoppedPartition describes a partition held by [StopPartition].
+type StoppedPartition struct {
+	BatchInfo
+	Err *checkpoint.ExhaustedError
+}
+
+// ErrNotStopped is returned by [Processor.Resume] and [Processor.Skip] for a
+// partition that is not stopped.
+var ErrNotStopped = errors.New("stream: partition not stopped")
+
+// Stopped returns the partitions held by [StopPartition], by topic and
+// partition.
+func (p *Processor) Stopped() []StoppedPartition {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]StoppedPartition, 0, len(p.stopped))
+	for _, e := range p.stopped {
+		out = append(out, e.info)
+	}
+	slices.SortFunc(out, func(a, b StoppedPartition) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}
+
+// Resume releases a stopped partition: its batch is delivered again, with a
+// fresh retry count.
+func (p *Processor) Resume(topic string, partition int32) error {
+	return p.release(topic, partition, true)
+}
+
+// Skip releases a stopped partition past its batch: the checkpoint moves on
+// as if the exhaustion action had succeeded.
+func (p *Processor) Skip(topic string, partition int32) error {
+	return p.release(topic, partition, false)
+}
+
+func (p *Processor) release(topic string, partition int32, redeliver bool) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := partitionKey{topic, partition}
+	e, ok := p.stopped[k]
+	if !ok {
+		return fmt.Errorf("%w: %s/%d", ErrNotStopped, topic, partition)
+	}
+	delete(p.stopped, k)
+	e.cmd <- redeliver // buffered: the worker may be gone already
+	return nil
+}
+
+func (p *Processor) register(sp StoppedPartition) chan bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped == nil {
+		p.stopped = map[partitionKey]*stoppedEntry{}
+	}
+	e := &stoppedEntry{info: sp, cmd: make(chan bool, 1)}
+	p.stopped[partitionKey{sp.Topic, sp.Partition}] = e
+	return e.cmd
+}
+
+func (p *Processor) unregister(topic string, partition int32, cmd chan bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := partitionKey{topic, partition}
+	if e, ok := p.stopped[k]; ok && e.cmd == cmd {
+		delete(p.stopped, k)
+	}
+}
+
+// Publisher produces records to a topic and returns once the broker has
+// acknowledged them all. Adapters provide one for their client.
+type Publisher interface {
+	Publish(ctx context.Context, topic string, recs []Record) error
+}
+
+// The headers a dead-lettered record carries, besides its own.
+const (
+	HeaderTopic        = "redeliver-original-topic"
+	HeaderPartition    = "redeliver-original-partition"
+	HeaderOffset       = "redeliver-original-offset"
+	HeaderDeliveries   = "redeliver-deliveries"
+	HeaderFirstFailure = "redeliver-first-failure" // RFC 3339 with nanoseconds, UTC
+	HeaderError        = "redeliver-last-error"
+)
+
+// DeadLetter returns an [ExhaustionAction] that produces the batch's records
+// to topic, with their keys, values and headers and the Header* headers
+// added, and returns once pub has them acknowledged. Until it has, the
+// checkpoint does not move: a failed produce is tried again after a backoff.
+func DeadLetter(pub Publisher, topic string) ExhaustionAction {
+	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
+		recs := make([]Record, len(b.Records))
+		deliveries := strconv.Itoa(xerr.Retries + 1)
+		first := xerr.FirstFailure.UTC().Format(time.RFC3339Nano)
+		last := ""
+		if xerr.Last != nil {
+			last = xerr.Last.Error()
+		}
+		for i, r := range b.Records {
+			h := make([]Header, 0, len(r.Headers)+6)
+			h = append(h, r.Headers...)
+			h = append(h,
+				Header{HeaderTopic, []byte(r.Topic)},
+				Header{HeaderPartition, strconv.AppendInt(nil, int64(r.Partition), 10)},
+				Header{HeaderOffset, strconv.AppendInt(nil, r.Offset, 10)},
+				Header{HeaderDeliveries, []byte(deliveries)},
+				Header{HeaderFirstFailure, []byte(first)},
+				Header{HeaderError, []byte(last)},
+			)
+			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
+		}
+		if err := pub.Publish(ctx, topic, recs); err != nil {
+			return fmt.Errorf("dead-letter to %s: %w", topic, err)
+		}
+		return nil
+	}
+}

@@ -1,0 +1,232 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// A handler that reports the records before index 3 done moves the
+// checkpoint to record 3, and the rest of the batch is retried with the
+// count going on.
+func TestPartialSuccessAdvancesToFailedRecord(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("t", 0, 10)
+		p.AppendN(time.Now(), 10)
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			for i, r := range b.Records {
+				if r.Offset == 3 && b.Attempt.Retry < 2 {
+					return stream.FailedAt(i, errTransient)
+				}
+			}
+			return nil
+		})
+		hs := start(t, h, []*streamtest.Partition{p}, fixed(5, time.Second))
+		hs.waitAll()
+		hs.stop()
+		var got []string
+		for _, d := range hs.rec.Deliveries() {
+			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry))
+		}
+		if want := "[0-9#0 3-9#1 3-9#2]"; fmt.Sprint(got) != want {
+			t.Fatalf("deliveries %v, want %s", got, want)
+		}
+		if got := advancing(p.Commits()); fmt.Sprint(got) != "[3 10]" {
+			t.Fatalf("advancing commits %v, want [3 10]", got)
+		}
+	})
+}
+
+// An index of 0 or out of range fails the whole batch.
+func TestPartialSuccessBadIndexFailsWholeBatch(t *testing.T) {
+	for _, idx := range []int{0, -1, 5, 99} {
+		t.Run(fmt.Sprint(idx), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := streamtest.NewPartition("t", 0, 5)
+				p.AppendN(time.Now(), 5)
+				h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+					if b.Attempt.Retry == 0 {
+						return stream.FailedAt(idx, errTransient)
+					}
+					return nil
+				})
+				hs := start(t, h, []*streamtest.Partition{p}, fixed(1, time.Second))
+				hs.waitAll()
+				hs.stop()
+				ds := hs.rec.Deliveries()
+				if len(ds) != 2 || ds[1].FirstOffset != 0 || ds[1].LastOffset != 4 {
+					t.Fatalf("deliveries %+v: want the whole batch twice", ds)
+				}
+			})
+		})
+	}
+}
+
+// StopPartition holds the partition, paused, until Resume (the batch comes
+// back with a fresh count) or Skip (the checkpoint moves past it).
+func TestStopPartitionResumeAndSkip(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("t", 0, 5)
+		p.AppendN(time.Now(), 10)
+		other := streamtest.NewPartition("t", 1, 5)
+		other.AppendN(time.Now(), 10)
+		var (
+			mu      sync.Mutex
+			healthy bool
+		)
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if b.Partition == 0 && !healthy {
+				return errTransient
+			}
+			return nil
+		})
+		var stoppedEvents []stream.StoppedEvent
+		hooks := stream.Hooks{Stopped: func(e stream.StoppedEvent) { stoppedEvents = append(stoppedEvents, e) }}
+		rec := &streamtest.Recorder{}
+		proc, err := stream.NewProcessor(stream.Chain(h, rec.Middleware()), fixed(2, time.Second),
+			stream.WithExhaustionAction(stream.StopPartition), stream.WithHooks(hooks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(ctx, proc, p, other) }()
+
+		waitCtx, wcancel := context.WithTimeout(ctx, time.Hour)
+		defer wcancel()
+		if err := other.WaitCommitted(waitCtx, 10); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour) // fake time: the partition stays stopped
+		synctest.Wait()
+		st := proc.Stopped()
+		if len(st) != 1 || st[0].Partition != 0 || st[0].FirstOffset != 0 || st[0].Err.Retries != 2 {
+			t.Fatalf("stopped partitions %+v", st)
+		}
+		if c, _ := p.Checkpoint(); c > 0 {
+			t.Fatalf("stopped partition checkpoint moved to %d", c)
+		}
+		if paused, _ := p.Paused(); !paused || len(stoppedEvents) != 1 {
+			t.Fatalf("paused %v, stopped events %d", paused, len(stoppedEvents))
+		}
+		if err := proc.Resume("t", 1); !errors.Is(err, stream.ErrNotStopped) {
+			t.Fatalf("Resume of a running partition: %v", err)
+		}
+
+		// Resume: delivered again from retry 0; still failing, it stops again.
+		before := len(rec.Of("t", 0))
+		if err := proc.Resume("t", 0); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		ds := rec.Of("t", 0)
+		if len(ds) != before+3 || ds[before].Attempt.Retry != 0 {
+			t.Fatalf("after Resume: %d new deliveries (want 3), first at retry %d", len(ds)-before, ds[before].Attempt.Retry)
+		}
+		if len(proc.Stopped()) != 1 {
+			t.Fatal("partition not stopped again after its retries were spent")
+		}
+
+		// Skip: the checkpoint moves past the batch; the next batch succeeds.
+		mu.Lock()
+		healthy = true
+		mu.Unlock()
+		if err := proc.Skip("t", 0); err != nil {
+			t.Fatal(err)
+		}
+		waitCtx, wcancel = context.WithTimeout(ctx, time.Hour)
+		defer wcancel()
+		if err := p.WaitCommitted(waitCtx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(rec.Of("t", 0)); n != before+4 {
+			t.Fatalf("after Skip: %d deliveries in all, want %d (the skipped batch not delivered again)", n, before+4)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// memPublisher is an in-memory Publisher that fails its first n calls.
+type memPublisher struct {
+	mu    sync.Mutex
+	fail  int
+	calls int
+	got   map[string][]stream.Record
+}
+
+func (m *memPublisher) Publish(_ context.Context, topic string, recs []stream.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls++
+	if m.calls <= m.fail {
+		return errors.New("broker not available")
+	}
+	if m.got == nil {
+		m.got = map[string][]stream.Record{}
+	}
+	m.got[topic] = append(m.got[topic], recs...)
+	return nil
+}
+
+// Dead-lettered records carry their origin; the checkpoint waits for the
+// produce to succeed.
+func TestDeadLetterHeadersAndAck(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 4, 3)
+		p.Append(time.Now(), "a", "b", "c", "d")
+		begin := time.Now()
+		pub := &memPublisher{fail: 2}
+		var seen []int64
+		hooks := stream.Hooks{Exhausted: func(stream.ExhaustedEvent) {
+			c, _ := p.Checkpoint()
+			seen = append(seen, c)
+		}}
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.FirstOffset() == 0 {
+				return errors.New("schema mismatch")
+			}
+			return nil
+		})
+		hs := start(t, h, []*streamtest.Partition{p}, fixed(2, time.Second),
+			stream.WithExhaustionAction(stream.DeadLetter(pub, "orders.dlq")), stream.WithHooks(hooks))
+		hs.waitAll()
+		hs.stop()
+		if pub.calls != 3 {
+			t.Fatalf("%d produce calls, want 3 (two failures, then success)", pub.calls)
+		}
+		dlq := pub.got["orders.dlq"]
+		if len(dlq) != 3 {
+			t.Fatalf("%d dead-lettered records, want 3", len(dlq))
+		}
+		for i, r := range dlq {
+			h := map[string]string{}
+			for _, x := range r.Headers {
+				h[x.Key] = string(x.Value)
+			}
+			want := map[string]string{
+				stream.HeaderTopic: "orders", stream.HeaderPartition: "4", stream.HeaderOffset: fmt.Sprint(i),
+				stream.HeaderDeliveries: "3", stream.HeaderError: "schema mismatch",
+				stream.HeaderFirstFailure: begin.UTC().Format(time.RFC3339Nano),
+			}
+			if fmt.Sprint(h) != fmt.Sprint(want) || string(r.Value) != string(rune('a'+i)) {
+				t.Fatalf("record %d: value %q headers %v, want %v", i, r.Value, h, want)
+			}
+		}
+		if c, _ := p.Checkpoint(); c != 4 {
+			t.Fatalf("checkpoint %d, want 4", c)
+		}
+	})
+}
