@@ -1,0 +1,194 @@
+package hostconfig
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// Config is what a host.json says about retries, after the environment
+// overrides. It is plain data, filled in by [Load], [Parse] or [Read]; the
+// loaders fill in every default, so each field holds the value in force.
+// A Config is safe for concurrent reads.
+type Config struct {
+	// File names the host.json in errors and explanations.
+	File string
+
+	// Version is the file's "version": "2.0", or "" when the file has none.
+	Version string
+
+	// Host is the host-wide policy: from checkpointRetryPolicy, else from
+	// Azure Functions' retry section. Nil when the file sets neither, which
+	// means no retries (scenario 2 of the design proposal).
+	Host *RetryPolicy
+
+	// Functions holds the policies of checkpointRetryPolicy.functions by
+	// function name, each with the host-wide settings it does not override
+	// already filled in.
+	Functions map[string]RetryPolicy
+
+	// Warnings lists what was read but is not in force, such as a retry
+	// section that checkpointRetryPolicy overrides, or a section name that
+	// looks like a misspelt one of ours.
+	Warnings []string
+}
+
+// Function returns the policy in force for the function called name: its
+// own from checkpointRetryPolicy.functions (names match case-insensitively),
+// else the host-wide one. Nil means no retries.
+func (c *Config) Function(name string) *RetryPolicy {
+	if p, ok := c.Functions[name]; ok {
+		return &p
+	}
+	for n, p := range c.Functions {
+		if strings.EqualFold(n, name) {
+			return &p
+		}
+	}
+	return c.Host
+}
+
+// Policy converts the host-wide policy into a [checkpoint.Policy]; the zero
+// Policy, which never retries, when the file sets none.
+func (c *Config) Policy() (checkpoint.Policy, error) {
+	return c.Host.Policy()
+}
+
+// FunctionPolicy converts the policy in force for the function called name
+// (see [Config.Function]) into a [checkpoint.Policy].
+func (c *Config) FunctionPolicy(name string) (checkpoint.Policy, error) {
+	return c.Function(name).Policy()
+}
+
+// RetryPolicy is one retry policy of a host.json: checkpointRetryPolicy, one
+// of its functions, or Azure Functions' retry section.
+type RetryPolicy struct {
+	// Origin says where the policy was read, e.g.
+	// "checkpointRetryPolicy (host.json:4:28)".
+	Origin string
+
+	// RetryCount is the number of retries after the first attempt: -1 is
+	// infinite ([checkpoint.Infinite]), 0 none.
+	RetryCount int
+
+	// Strategy computes the delay before each retry. Its Name is "" only
+	// when RetryCount is 0 and the file gives no delay.
+	Strategy Strategy
+
+	// MaxDelay caps every delay; 0 means no cap.
+	MaxDelay time.Duration
+
+	// MaxRetryTime ends retrying once a retry would start this long after
+	// the batch's first failure; 0 means no budget.
+	MaxRetryTime time.Duration
+
+	// MaxRecordAge ends retrying once a retry would start when the batch's
+	// oldest record is this old; 0 means no limit.
+	MaxRecordAge time.Duration
+
+	// OnExhausted is what happens to a batch whose retries are spent.
+	OnExhausted Exhaustion
+}
+
+// Policy converts p into a [checkpoint.Policy] with the default error
+// filter. A nil p converts to the zero Policy, which never retries.
+func (p *RetryPolicy) Policy() (checkpoint.Policy, error) {
+	if p == nil {
+		return checkpoint.Policy{}, nil
+	}
+	var b checkpoint.Backoff
+	if p.Strategy.Name != "" || p.RetryCount != 0 {
+		var err error
+		if b, err = p.Strategy.Backoff(); err != nil {
+			return checkpoint.Policy{}, fmt.Errorf("hostconfig: %s: %w", p.Origin, err)
+		}
+	}
+	cp := checkpoint.Policy{
+		MaxRetries:   p.RetryCount,
+		Backoff:      b,
+		MaxDelay:     p.MaxDelay,
+		MaxRetryTime: p.MaxRetryTime,
+		MaxRecordAge: p.MaxRecordAge,
+	}
+	if err := cp.Validate(); err != nil {
+		return checkpoint.Policy{}, fmt.Errorf("hostconfig: %s: %w", p.Origin, err)
+	}
+	return cp, nil
+}
+
+// Strategy is a delay algorithm and its parameters, as host.json's
+// strategy names them. Which fields a strategy reads is listed in the
+// package documentation and the README's host.json reference; the others
+// are zero.
+type Strategy struct {
+	// Name is the algorithm, e.g. "fixed", "exponential", "fullJitter".
+	Name string
+	// Delay is the wait of fixed and fixedDelay (delayInterval).
+	Delay time.Duration
+	// InitialDelay is the base delay of the growing and random strategies.
+	InitialDelay time.Duration
+	// MinDelay is the floor of jitteredExponential and of exponentialBackoff
+	// (minimumInterval).
+	MinDelay time.Duration
+	// MaxDelay is the ceiling built into fullJitter, decorrelatedJitter,
+	// jitteredExponential and exponentialBackoff (maximumInterval).
+	MaxDelay time.Duration
+	// JitterPercent is the jitter of exponentialJitter, 0 to 100.
+	JitterPercent float64
+	// JitterDown and JitterUp are the jitter factors of jitteredExponential,
+	// 0 to 1.
+	JitterDown, JitterUp float64
+	// FirstFastRetry makes azureIotJava's first retry immediate.
+	FirstFastRetry bool
+}
+
+// Backoff returns the [checkpoint.Backoff] of the strategy, or an error
+// when the name is unknown or a parameter is out of range.
+func (s Strategy) Backoff() (checkpoint.Backoff, error) {
+	def := lookupStrategy(s.Name)
+	if def == nil {
+		return nil, fmt.Errorf("unknown strategy %q", s.Name)
+	}
+	if err := def.check(s); err != nil {
+		return nil, fmt.Errorf("strategy %s: %w", def.name, err)
+	}
+	return def.build(s)
+}
+
+// Exhaustion is what happens to a batch whose retries are spent.
+type Exhaustion struct {
+	// Action is skip (the zero value), deadLetter or stop.
+	Action Action
+	// Topic is where DeadLetter sends the batch; empty for the others.
+	Topic string
+}
+
+// Action is an exhaustion action.
+type Action uint8
+
+const (
+	// Skip advances the checkpoint past the batch, as the design proposal's
+	// scenario 3 does: the stream moves on.
+	Skip Action = iota
+	// DeadLetter publishes the batch to [Exhaustion.Topic], then advances
+	// the checkpoint.
+	DeadLetter
+	// Stop leaves the checkpoint where it is and stops the partition's
+	// processing.
+	Stop
+)
+
+// String returns the action's host.json spelling.
+func (a Action) String() string {
+	switch a {
+	case Skip:
+		return "skip"
+	case DeadLetter:
+		return "deadLetter"
+	case Stop:
+		return "stop"
+	}
+	return fmt.Sprintf("Action(%d)", uint8(a))
+}

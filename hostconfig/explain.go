@@ -1,0 +1,289 @@
+package hostconfig
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// shownDelays is how many first retry delays an explanation lists.
+const shownDelays = 10
+
+// constRand is a random source that always draws the same number.
+type constRand float64
+
+func (r constRand) Float64() float64 { return float64(r) }
+
+const (
+	lowDraw  = constRand(0)
+	highDraw = constRand(1 - 1e-12) // the upper end of [0, 1)
+)
+
+// Explain describes the configuration in words: the host-wide policy, each
+// function's, and the warnings. See [RetryPolicy.Explain].
+func (c *Config) Explain() string {
+	var b strings.Builder
+	if c.Host == nil {
+		b.WriteString("No host-wide retry policy: a failed batch is not retried and the stream moves on.\n")
+	} else {
+		b.WriteString(c.Host.Explain())
+	}
+	names := make([]string, 0, len(c.Functions))
+	for n := range c.Functions {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		p := c.Functions[n]
+		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, p.Explain())
+	}
+	for _, w := range c.Warnings {
+		fmt.Fprintf(&b, "\nWarning: %s\n", w)
+	}
+	return b.String()
+}
+
+// Explain describes the policy in words: its limits, its delays, the delays
+// before its first retries, its worst-case total waiting time and what
+// happens once retries are spent. For a strategy that draws random numbers,
+// each delay is shown as the range between the lowest and the highest draw,
+// and the worst case takes every draw at the upper end of its range. The
+// handler's own run time is never included.
+func (p *RetryPolicy) Explain() string {
+	if p == nil {
+		return "No retry policy: a failed batch is not retried and the stream moves on.\n"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: ", p.Origin)
+	cp, err := p.Policy()
+	if err != nil {
+		fmt.Fprintf(&b, "invalid: %v\n", err)
+		return b.String()
+	}
+	switch p.RetryCount {
+	case 0:
+		b.WriteString("never retries a failed batch.\n")
+	case checkpoint.Infinite:
+		b.WriteString("retries a failed batch without limit of count.\n")
+	case 1:
+		b.WriteString("retries a failed batch once (at most 2 deliveries).\n")
+	default:
+		fmt.Fprintf(&b, "retries a failed batch up to %d times (at most %d deliveries).\n", p.RetryCount, p.RetryCount+1)
+	}
+	def := lookupStrategy(p.Strategy.Name)
+	if p.RetryCount != 0 {
+		fmt.Fprintf(&b, "It %s (strategy %s).\n", def.describe(p.Strategy), def.name)
+		if p.MaxDelay > 0 {
+			fmt.Fprintf(&b, "No delay is longer than %v.\n", show(p.MaxDelay))
+		}
+		if p.MaxRetryTime > 0 {
+			fmt.Fprintf(&b, "No retry starts %v or more after the batch's first failure.\n", show(p.MaxRetryTime))
+		}
+		if p.MaxRecordAge > 0 {
+			fmt.Fprintf(&b, "No retry starts once the batch's oldest record is %v old.\n", show(p.MaxRecordAge))
+		}
+		hi := cp
+		if def.upper != nil {
+			hi.Backoff = def.upper(p.Strategy)
+		}
+		b.WriteString(firstDelays(cp, hi, def.random))
+		b.WriteString(worstCase(hi, def.random).String())
+	}
+	switch p.OnExhausted.Action {
+	case DeadLetter:
+		fmt.Fprintf(&b, "Then the batch is sent to topic %q and the checkpoint advances past it.\n", p.OnExhausted.Topic)
+	case Stop:
+		b.WriteString("Then the partition stops, its checkpoint before the batch.\n")
+	default:
+		b.WriteString("Then the batch is skipped: the checkpoint advances past it.\n")
+	}
+	return b.String()
+}
+
+// firstDelays lists the delays before the first retries: those of cp, or
+// for a random strategy, the range from those of cp with every draw at 0 to
+// those of hi with every draw near 1.
+func firstDelays(cp, hi checkpoint.Policy, random bool) string {
+	high := hi.Schedule(shownDelays, highDraw)
+	words := make([]string, len(high))
+	if random {
+		low := cp.Schedule(shownDelays, lowDraw)
+		for i := range high {
+			words[i] = show(low[i]).String() + ".." + show(high[i]).String()
+		}
+	} else {
+		for i, d := range high {
+			words[i] = show(d).String()
+		}
+	}
+	s := "First retry delays: " + strings.Join(words, ", ")
+	if cp.MaxRetries == checkpoint.Infinite || cp.MaxRetries > shownDelays {
+		s += ", ..."
+	}
+	if random {
+		return s + " (random within each range).\n"
+	}
+	return strings.TrimSuffix(s, ".") + ".\n"
+}
+
+// A total is the worst-case waiting time of a policy.
+type total struct {
+	wait     time.Duration // saturates at the largest Duration
+	retries  int
+	forever  bool // retries never stop by count or budget
+	budget   bool // the time budget ends the retries
+	atLeast  bool // too many retries to add up: wait is a lower bound
+	random   bool
+	maxAge   time.Duration
+	endless0 bool // retries without delay until the budget ends them
+	// underBudget: too many retries to add up, but fewer than fit in the
+	// budget.
+	underBudget bool
+	limit       time.Duration
+}
+
+// stableSteps is how many equal delays in a row let worstCase extrapolate:
+// every strategy's delays, drawn at the upper end, grow until a ceiling and
+// stay there.
+const stableSteps = 64
+
+// maxSteps bounds the retries worstCase adds up one by one.
+const maxSteps = 1 << 17
+
+// worstCase adds up the delays of every retry cp allows, drawing every
+// random number at its upper end, as if each delivery failed at once.
+func worstCase(cp checkpoint.Policy, random bool) total {
+	t := total{random: random, maxAge: cp.MaxRecordAge, limit: cp.MaxRetryTime}
+	finite := cp.MaxRetries != checkpoint.Infinite
+	var prev time.Duration
+	stable := 0
+	for n := 1; !finite || n <= cp.MaxRetries; n++ {
+		if stable >= stableSteps || n > maxSteps {
+			t.atLeast = stable < stableSteps
+			if t.atLeast && cp.MaxRetryTime > 0 {
+				t.underBudget = true // growing delays: only the budget bounds them
+				return t
+			}
+			t.extrapolate(cp, prev, n)
+			return t
+		}
+		d := cp.Delay(n, prev, highDraw)
+		if cp.MaxRetryTime > 0 && add(t.wait, d) >= cp.MaxRetryTime {
+			t.budget = true
+			return t
+		}
+		t.wait = add(t.wait, d)
+		t.retries++
+		if d == prev {
+			stable++
+		} else {
+			stable = 0
+		}
+		prev = d
+	}
+	return t
+}
+
+// extrapolate adds the retries from n on, each waiting d.
+func (t *total) extrapolate(cp checkpoint.Policy, d time.Duration, n int) {
+	finite := cp.MaxRetries != checkpoint.Infinite
+	rest := math.MaxInt
+	if finite {
+		rest = cp.MaxRetries - n + 1
+	}
+	switch {
+	case d == 0 && finite:
+		t.retries += rest
+	case d == 0 && cp.MaxRetryTime > 0:
+		t.endless0 = true
+	case d == 0 || cp.MaxRetryTime == 0 && !finite:
+		t.forever = true
+	case cp.MaxRetryTime > 0:
+		k := int((cp.MaxRetryTime - t.wait - 1) / d) // retries whose start stays inside the budget
+		if k >= rest {
+			k = rest
+		} else {
+			t.budget = true
+		}
+		t.wait = add(t.wait, mul(d, k))
+		t.retries += k
+	default:
+		t.wait = add(t.wait, mul(d, rest))
+		t.retries += rest
+	}
+}
+
+func (t total) String() string {
+	var b strings.Builder
+	b.WriteString("Worst case")
+	if t.random {
+		b.WriteString(", every random draw at its upper end")
+	}
+	b.WriteString(": ")
+	switch {
+	case t.forever:
+		b.WriteString("it retries forever")
+	case t.endless0:
+		fmt.Fprintf(&b, "it retries without waiting until %v after the first failure", show(t.limit))
+	case t.underBudget:
+		fmt.Fprintf(&b, "less than %v of waiting, when the retry time budget ends the retries", show(t.limit))
+	default:
+		if t.atLeast {
+			b.WriteString("at least ")
+		}
+		if t.wait == math.MaxInt64 {
+			b.WriteString("more than 292 years")
+		} else {
+			b.WriteString(show(t.wait).String())
+		}
+		fmt.Fprintf(&b, " of waiting over %d %s", t.retries, plural(t.retries, "retry", "retries"))
+		if t.budget {
+			fmt.Fprintf(&b, ", when the retry time budget of %v ends them", show(t.limit))
+		}
+	}
+	b.WriteString(" (the handler's run time not included")
+	if t.maxAge > 0 {
+		fmt.Fprintf(&b, "; the record age limit of %v may end it sooner", show(t.maxAge))
+	}
+	b.WriteString(").\n")
+	return b.String()
+}
+
+// add returns a+b, saturating at the largest Duration.
+func add(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// mul returns d*k, saturating at the largest Duration.
+func mul(d time.Duration, k int) time.Duration {
+	if k > 0 && d > math.MaxInt64/time.Duration(k) {
+		return math.MaxInt64
+	}
+	return d * time.Duration(k)
+}
+
+// show rounds d for reading: to the millisecond from a second up, to the
+// microsecond from a millisecond up.
+func show(d time.Duration) time.Duration {
+	switch {
+	case d >= time.Second:
+		return d.Round(time.Millisecond)
+	case d >= time.Millisecond:
+		return d.Round(time.Microsecond)
+	}
+	return d
+}
+
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}

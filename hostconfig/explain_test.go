@@ -1,0 +1,115 @@
+package hostconfig_test
+
+import (
+	"strings"
+	"testing"
+)
+
+func explain(t *testing.T, doc string) string {
+	t.Helper()
+	cfg, err := noEnv.Parse("host.json", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg.Explain()
+}
+
+func TestExplainSeed(t *testing.T) {
+	got := explain(t, `{"checkpointRetryPolicy": {"retryCount": 10, "sleepDuration": "00:00:05"}}`)
+	want := `checkpointRetryPolicy (host.json:1:27): retries a failed batch up to 10 times (at most 11 deliveries).
+It waits 5s before each retry (strategy fixed).
+First retry delays: 5s, 5s, 5s, 5s, 5s, 5s, 5s, 5s, 5s, 5s.
+Worst case: 50s of waiting over 10 retries (the handler's run time not included).
+Then the batch is skipped: the checkpoint advances past it.
+`
+	if got != want {
+		t.Errorf("Explain =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestExplainJitterBudgetFunctionsWarnings(t *testing.T) {
+	got := explain(t, `{
+  "checkpointRetryPolicy": {
+    "retryCount": 20,
+    "strategy": {"name": "exponentialJitter", "initialDelay": "1s", "jitterPercent": 10},
+    "maxDelay": "00:01:00",
+    "maxRetryTime": "00:05:00",
+    "functions": {"b": {"retryCount": 0, "onExhausted": "stop"}, "a": {"retryCount": 1, "onExhausted": {"action": "deadLetter", "topic": "dlq"}}},
+  },
+  "retry": {"strategy": "fixedDelay", "maxRetryCount": 1, "delayInterval": "1s"},
+}`)
+	want := `checkpointRetryPolicy (host.json:2:28): retries a failed batch up to 20 times (at most 21 deliveries).
+It waits 1s * 2^(n-1) before retry n, lengthened at random by up to 10% (strategy exponentialJitter).
+No delay is longer than 1m0s.
+No retry starts 5m0s or more after the batch's first failure.
+First retry delays: 1s..1.1s, 2s..2.2s, 4s..4.4s, 8s..8.8s, 16s..17.6s, 32s..35.2s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s, ... (random within each range).
+Worst case, every random draw at its upper end: 4m9.3s of waiting over 9 retries, when the retry time budget of 5m0s ends them (the handler's run time not included).
+Then the batch is skipped: the checkpoint advances past it.
+
+Function a:
+checkpointRetryPolicy.functions.a (host.json:7:71): retries a failed batch once (at most 2 deliveries).
+It waits 1s * 2^(n-1) before retry n, lengthened at random by up to 10% (strategy exponentialJitter).
+No delay is longer than 1m0s.
+No retry starts 5m0s or more after the batch's first failure.
+First retry delays: 1s..1.1s (random within each range).
+Worst case, every random draw at its upper end: 1.1s of waiting over 1 retry (the handler's run time not included).
+Then the batch is sent to topic "dlq" and the checkpoint advances past it.
+
+Function b:
+checkpointRetryPolicy.functions.b (host.json:7:24): never retries a failed batch.
+Then the partition stops, its checkpoint before the batch.
+
+Warning: host.json:9:12: retry is ignored: checkpointRetryPolicy (host.json:2:28) takes precedence
+`
+	if got != want {
+		t.Errorf("Explain =\n%s\nwant\n%s", got, want)
+	}
+}
+
+// TestExplainBounds checks the worst case of policies that are unbounded,
+// huge or cut by their budget, and that explaining them is quick.
+func TestExplainBounds(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"forever", `{"checkpointRetryPolicy": {"retryCount": -1, "sleepDuration": "1s"}}`,
+			"Worst case: it retries forever"},
+		{"forever at once", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": "immediate"}}`,
+			"Worst case: it retries forever"},
+		{"at once until the budget", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": "immediate", "maxRetryTime": "1s"}}`,
+			"Worst case: it retries without waiting until 1s after the first failure"},
+		{"fixed until the budget", `{"checkpointRetryPolicy": {"retryCount": -1, "sleepDuration": "00:00:30", "maxRetryTime": "00:10:00"}}`,
+			"Worst case: 9m30s of waiting over 19 retries, when the retry time budget of 10m0s ends them"},
+		{"capped, many retries", `{"checkpointRetryPolicy": {"retryCount": 100000000, "strategy": {"name": "exponential", "initialDelay": "1s"}, "maxDelay": "00:00:10"}}`,
+			"Worst case: 277777h46m15s of waiting over 100000000 retries"},
+		{"saturating", `{"checkpointRetryPolicy": {"retryCount": 2000000000, "strategy": {"name": "decorrelatedJitter", "initialDelay": "1ns"}}}`,
+			"Worst case, every random draw at its upper end: more than 292 years of waiting over 2000000000 retries"},
+		{"growing without end, many retries", `{"checkpointRetryPolicy": {"retryCount": 2000000000, "strategy": {"name": "linear", "initialDelay": "1ns"}}}`,
+			"Worst case: at least 72h48m55.41s of waiting over 2000000000 retries"},
+		{"growing without end, budget", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": {"name": "linear", "initialDelay": "1ns"}, "maxRetryTime": "1000.00:00:00"}}`,
+			"Worst case: less than 24000h0m0s of waiting, when the retry time budget ends the retries"},
+		{"record age", `{"checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "maxRecordAge": "01:00:00"}}`,
+			"(the handler's run time not included; the record age limit of 1h0m0s may end it sooner)"},
+		{"backoffAlgorithm's longest delay is its window", `{"checkpointRetryPolicy": {"retryCount": 5, "strategy": {"name": "backoffAlgorithm", "initialDelay": "500ms", "maxDelay": "5s"}}}`,
+			"First retry delays: 0s..500ms, 0s..1s, 0s..2s, 0s..4s, 0s..5s (random within each range).\nWorst case, every random draw at its upper end: 12.5s of waiting over 5 retries"},
+		{"azure exponentialBackoff", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": 5, "minimumInterval": "00:00:10", "maximumInterval": "00:01:00"}}`,
+			"First retry delays: 10s..10s, 18s..22s, 26s..34s, 42s..58s, 1m0s..1m0s (random within each range)"},
+		{"azureIotJava", `{"checkpointRetryPolicy": {"retryCount": 4, "strategy": "azureIotJava"}}`,
+			"First retry delays: 0s..0s, 180ms..219ms, 340ms..457ms, 660ms..933ms (random within each range)"},
+		{"azureIotC", `{"checkpointRetryPolicy": {"retryCount": 8, "strategy": "azureIotCExponentialBackoffWithJitter"}}`,
+			"First retry delays: 0s..0s, 1s..1s, 2s..2s, 4s..4s, 8s..8s, 16s..16s, 30s..31s, 30s..31s (random within each range)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := explain(t, tc.doc); !strings.Contains(got, tc.want) {
+				t.Errorf("Explain =\n%s\nwant it to contain\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExplainNoPolicy(t *testing.T) {
+	got := explain(t, `{"version": "2.0"}`)
+	if got != "No host-wide retry policy: a failed batch is not retried and the stream moves on.\n" {
+		t.Errorf("Explain = %q", got)
+	}
+}

@@ -1,0 +1,456 @@
+package hostconfig
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/tailscale/hujson"
+)
+
+// EnvPrefix starts the names of the environment variables that override a
+// host.json, as Azure Functions app settings do:
+// AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=3. A double
+// underscore separates the keys of the path; names match case-insensitively.
+const EnvPrefix = "AzureFunctionsJobHost__"
+
+// Loader reads host.json files. The zero Loader reads the process
+// environment for overrides. A Loader is safe for concurrent use if its
+// Environ is.
+type Loader struct {
+	// Environ returns the environment as "key=value" strings, as
+	// [os.Environ] does; nil means os.Environ. Return nil to ignore the
+	// environment.
+	Environ func() []string
+}
+
+// Load reads the host.json at path with the zero [Loader].
+func Load(path string) (*Config, error) { return Loader{}.Load(path) }
+
+// Parse reads a host.json held in data with the zero [Loader]; name is the
+// file name errors show.
+func Parse(name string, data []byte) (*Config, error) { return Loader{}.Parse(name, data) }
+
+// Read reads a host.json from r with the zero [Loader]; name is the file
+// name errors show.
+func Read(name string, r io.Reader) (*Config, error) { return Loader{}.Read(name, r) }
+
+// Load reads the host.json at path; errors name it by its base name.
+func (l Loader) Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("hostconfig: %w", err)
+	}
+	return l.Parse(filepath.Base(path), data)
+}
+
+// Read reads a host.json from r; name is the file name errors show.
+func (l Loader) Read(name string, r io.Reader) (*Config, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("hostconfig: reading %s: %w", name, err)
+	}
+	return l.Parse(name, data)
+}
+
+// Parse reads a host.json held in data; name is the file name errors show.
+// The error, when not nil, is an [*Error] listing every problem found.
+func (l Loader) Parse(name string, data []byte) (*Config, error) {
+	environ := l.Environ
+	if environ == nil {
+		environ = os.Environ
+	}
+	d := &decoder{file: name, src: data}
+	root := d.parse(data)
+	if root != nil {
+		d.overlay(root, environ())
+	}
+	cfg := d.config(root)
+	if len(d.problems) > 0 {
+		sort.SliceStable(d.problems, func(i, j int) bool { return d.problems[i].before(d.problems[j]) })
+		return nil, &Error{Problems: d.problems}
+	}
+	return cfg, nil
+}
+
+// Problem is one thing wrong with a host.json or its environment overrides.
+type Problem struct {
+	// File is the host.json's name; Line and Col (1-based, Col in bytes)
+	// locate the problem in it. Line is 0 when the value came from the
+	// environment.
+	File      string
+	Line, Col int
+	// Env is the environment variable the value came from, or "".
+	Env string
+	// Path is the JSON path of the setting, e.g.
+	// "checkpointRetryPolicy.sleepDuration"; "" for a syntax error.
+	Path string
+	// Msg says what is wrong and what was expected.
+	Msg string
+}
+
+// Error formats the problem as
+// "hostconfig: host.json:7:21: checkpointRetryPolicy.sleepDuration: ...".
+func (p *Problem) Error() string { return "hostconfig: " + p.text() }
+
+// before orders problems: the file's by position, then the environment's.
+func (p *Problem) before(q *Problem) bool {
+	if (p.Env == "") != (q.Env == "") {
+		return p.Env == ""
+	}
+	if p.Line != q.Line {
+		return p.Line < q.Line
+	}
+	return p.Col < q.Col
+}
+
+func (p *Problem) text() string {
+	var b strings.Builder
+	switch {
+	case p.Env != "":
+		fmt.Fprintf(&b, "environment %s: ", p.Env)
+	case p.Line > 0:
+		fmt.Fprintf(&b, "%s:%d:%d: ", p.File, p.Line, p.Col)
+	case p.File != "":
+		fmt.Fprintf(&b, "%s: ", p.File)
+	}
+	if p.Path != "" {
+		b.WriteString(p.Path + ": ")
+	}
+	b.WriteString(p.Msg)
+	return b.String()
+}
+
+// Error lists every problem found in a host.json, in the order of the file.
+type Error struct {
+	Problems []*Problem
+}
+
+// Error returns the problems, one a line.
+func (e *Error) Error() string {
+	lines := make([]string, len(e.Problems))
+	for i, p := range e.Problems {
+		lines[i] = p.Error()
+	}
+	return strings.Join(lines, "\n")
+}
+
+// Unwrap returns the problems, so that errors.As finds a [*Problem].
+func (e *Error) Unwrap() []error {
+	errs := make([]error, len(e.Problems))
+	for i, p := range e.Problems {
+		errs[i] = p
+	}
+	return errs
+}
+
+// A node is a JSON value of one of our sections: read from the file, or an
+// environment variable's string.
+type node struct {
+	kind    hujson.Kind // 'n', 't', 'f', '"', '0', '{', '[', or envKind
+	text    string      // a string's value, a number's literal, an environment value
+	members []member    // an object's members, in order
+	path    string      // the JSON path where the value is written
+	off     int         // byte offset in the file
+	env     string      // the environment variable it came from, or ""
+}
+
+type member struct {
+	key    string
+	keyOff int
+	val    *node
+}
+
+// envKind is the kind of an environment variable's value, which is text
+// that each setting reads as its own type.
+const envKind hujson.Kind = 0
+
+// isText reports whether n is a string or an environment value.
+func (n *node) isText() bool { return n.kind == '"' || n.kind == envKind }
+
+// fromEnv reports whether n was set by an environment variable.
+func (n *node) fromEnv() bool { return n.env != "" }
+
+// lookup returns the first member called key, case-insensitively.
+func (n *node) lookup(key string) *member {
+	for i := range n.members {
+		if strings.EqualFold(n.members[i].key, key) {
+			return &n.members[i]
+		}
+	}
+	return nil
+}
+
+// decoder turns a host.json and its environment into a Config, gathering
+// problems and warnings on the way.
+type decoder struct {
+	file     string
+	src      []byte
+	problems []*Problem
+	seen     map[string]bool // problems already reported
+	warnings []string
+}
+
+// parse parses src and converts the document to nodes: the whole tree of
+// our sections, only the names of the others.
+func (d *decoder) parse(src []byte) *node {
+	if bytes.HasPrefix(src, []byte("\uFEFF")) { // a byte order mark, as Windows editors write
+		src = append([]byte("   "), src[3:]...)
+	}
+	v, err := hujson.Parse(src)
+	if err != nil {
+		d.syntax(err)
+		return nil
+	}
+	root := convert(&v, "")
+	if root.kind != '{' {
+		d.addAt(v.StartOffset, "", "the document is %s: want a JSON object", describe(root))
+		return nil
+	}
+	return root
+}
+
+// syntax reports a hujson syntax error, which reads
+// "hujson: line 3, column 5: invalid character ...".
+func (d *decoder) syntax(err error) {
+	p := &Problem{File: d.file, Msg: "syntax error: " + strings.TrimPrefix(err.Error(), "hujson: ")}
+	if n, _ := fmt.Sscanf(err.Error(), "hujson: line %d, column %d:", &p.Line, &p.Col); n == 2 {
+		_, rest, _ := strings.Cut(err.Error(), "column ")
+		_, rest, _ = strings.Cut(rest, ": ")
+		p.Msg = "syntax error: " + rest
+	} else {
+		p.Line, p.Col = 0, 0
+	}
+	d.problems = append(d.problems, p)
+}
+
+// convert turns a parsed value into a node at path.
+func convert(v *hujson.Value, path string) *node {
+	n := &node{kind: v.Value.Kind(), path: path, off: v.StartOffset}
+	switch t := v.Value.(type) {
+	case *hujson.Object:
+		for i := range t.Members {
+			m := &t.Members[i]
+			key := m.Name.Value.(hujson.Literal).String()
+			n.members = append(n.members, member{key: key, keyOff: m.Name.StartOffset, val: convert(&m.Value, join(path, key))})
+		}
+	case hujson.Literal:
+		if n.kind == '"' {
+			n.text = t.String()
+		} else {
+			n.text = string(t)
+		}
+	}
+	return n
+}
+
+// join appends key to a JSON path, quoting keys that are not plain names.
+func join(path, key string) string {
+	plain := key != ""
+	for _, r := range key {
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+			plain = false
+			break
+		}
+	}
+	if !plain {
+		return path + "[" + strconv.Quote(key) + "]"
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// overlay applies the environment overrides of our sections to root.
+func (d *decoder) overlay(root *node, environ []string) {
+	type override struct {
+		name, value string
+		keys        []string
+	}
+	var overrides []override
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		if len(name) < len(EnvPrefix) || !strings.EqualFold(name[:len(EnvPrefix)], EnvPrefix) {
+			continue
+		}
+		keys := strings.Split(name[len(EnvPrefix):], "__")
+		if sectionOf(keys[0]) == "" {
+			continue // not ours
+		}
+		o := override{name: name, value: value, keys: keys}
+		if slicesContain(keys, "") {
+			d.addEnv(o.name, "", "empty key in the name: want %sSECTION__KEY with keys separated by a double underscore", EnvPrefix)
+			continue
+		}
+		overrides = append(overrides, o)
+	}
+	sort.Slice(overrides, func(i, j int) bool {
+		a, b := strings.ToLower(overrides[i].name), strings.ToLower(overrides[j].name)
+		if a != b {
+			return a < b
+		}
+		return overrides[i].name < overrides[j].name
+	})
+	for i, o := range overrides {
+		for _, p := range overrides[:i] {
+			if !isPrefix(p.keys, o.keys) {
+				continue
+			}
+			if len(p.keys) == len(o.keys) {
+				d.addEnv(o.name, "", "sets the same setting as %s (names ignore case)", p.name)
+			} else {
+				d.addEnv(o.name, "", "conflicts with %s, which gives a value where this one sets a key inside it", p.name)
+			}
+			o.keys = nil
+			break
+		}
+		if o.keys != nil {
+			setEnv(root, o.keys, o.value, o.name)
+		}
+	}
+}
+
+// isPrefix reports whether a is a prefix of b or equal to it, ignoring case.
+func isPrefix(a, b []string) bool {
+	if len(a) > len(b) {
+		return false
+	}
+	for i := range a {
+		if !strings.EqualFold(a[i], b[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func slicesContain(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// setEnv sets the value at keys under root to an environment value,
+// creating objects on the way and replacing whatever the file had there.
+//
+// In checkpointRetryPolicy and its functions, sleepDuration and strategy
+// are two ways to say one thing: setting one drops the other when the file
+// set it, so that an app setting can replace the file's delay.
+func setEnv(root *node, keys []string, value, env string) {
+	n := root
+	for i, k := range keys {
+		if isPolicyLevel(keys, i) {
+			if other := delayAlternative(k); other != "" {
+				n.remove(other, func(m *member) bool { return !m.val.fromEnv() })
+			}
+		}
+		m := n.lookup(k)
+		if m == nil {
+			n.members = append(n.members, member{key: k, keyOff: -1})
+			m = &n.members[len(n.members)-1]
+		}
+		path := join(n.path, m.key)
+		if i == len(keys)-1 {
+			m.val = &node{kind: envKind, path: path, text: value, env: env}
+			return
+		}
+		if m.val == nil || m.val.kind != '{' {
+			m.val = &node{kind: '{', path: path, env: env}
+		}
+		n = m.val
+	}
+}
+
+// isPolicyLevel reports whether keys[i] is a key of a policy object:
+// checkpointRetryPolicy or one of its functions.
+func isPolicyLevel(keys []string, i int) bool {
+	if sectionOf(keys[0]) != sectionPolicy {
+		return false
+	}
+	return i == 1 || i == 3 && strings.EqualFold(keys[1], "functions")
+}
+
+// delayAlternative returns the other way of giving a delay than key, or "".
+func delayAlternative(key string) string {
+	switch {
+	case strings.EqualFold(key, "sleepDuration"):
+		return "strategy"
+	case strings.EqualFold(key, "strategy"):
+		return "sleepDuration"
+	}
+	return ""
+}
+
+// remove deletes the members called key for which drop is true.
+func (n *node) remove(key string, drop func(*member) bool) {
+	out := n.members[:0]
+	for i := range n.members {
+		if m := &n.members[i]; !(strings.EqualFold(m.key, key) && drop(m)) {
+			out = append(out, *m)
+		}
+	}
+	n.members = out
+}
+
+// lineCol converts a byte offset of the file into a line and a column.
+func (d *decoder) lineCol(off int) (line, col int) {
+	if off < 0 || off > len(d.src) {
+		return 0, 0
+	}
+	line = 1 + bytes.Count(d.src[:off], []byte("\n"))
+	col = off - bytes.LastIndexByte(d.src[:off], '\n')
+	return line, col
+}
+
+// add reports a problem with the value n.
+func (d *decoder) add(n *node, format string, args ...any) {
+	if n.fromEnv() {
+		d.addEnv(n.env, n.path, format, args...)
+		return
+	}
+	d.addAt(n.off, n.path, format, args...)
+}
+
+// addKey reports a problem with the key of m, whose path is path.
+func (d *decoder) addKey(m *member, path string, format string, args ...any) {
+	if m.val.fromEnv() {
+		d.addEnv(m.val.env, path, format, args...)
+		return
+	}
+	d.addAt(m.keyOff, path, format, args...)
+}
+
+func (d *decoder) addAt(off int, path, format string, args ...any) {
+	p := &Problem{File: d.file, Path: path, Msg: fmt.Sprintf(format, args...)}
+	p.Line, p.Col = d.lineCol(off)
+	d.push(p)
+}
+
+func (d *decoder) addEnv(env, path, format string, args ...any) {
+	d.push(&Problem{File: d.file, Env: env, Path: path, Msg: fmt.Sprintf(format, args...)})
+}
+
+// push records p unless the same problem was reported already, as happens
+// when several functions inherit one faulty host-wide setting.
+func (d *decoder) push(p *Problem) {
+	if d.seen == nil {
+		d.seen = map[string]bool{}
+	}
+	if k := p.text(); !d.seen[k] {
+		d.seen[k] = true
+		d.problems = append(d.problems, p)
+	}
+}
+
+// warn records a warning about n.
+func (d *decoder) warn(n *node, format string, args ...any) {
+	d.warnings = append(d.warnings, d.pos(n)+": "+fmt.Sprintf(format, args...))
+}

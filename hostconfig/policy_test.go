@@ -1,0 +1,138 @@
+package hostconfig_test
+
+import (
+	"context"
+	"math/rand/v2"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// TestPolicyDelays checks that each strategy converts to the delays of the
+// checkpoint constructor it names, draw for draw.
+func TestPolicyDelays(t *testing.T) {
+	javaDefault := checkpoint.AzureIoTJava()
+	webJobs, err := checkpoint.WebJobsRandomizedExponentialBackoff(10*time.Second, 15*time.Minute, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cExp, err := checkpoint.NewAzureIoTC(checkpoint.AzureIoTCRetryExponentialBackoffWithJitter, 0).Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		strategy string
+		want     checkpoint.Backoff
+	}{
+		{`"immediate"`, checkpoint.Immediate()},
+		{`{"name": "fixed", "delay": "00:00:05"}`, checkpoint.Fixed(5 * time.Second)},
+		{`{"name": "linear", "initialDelay": "2s"}`, checkpoint.Linear(2 * time.Second)},
+		{`{"name": "exponential", "initialDelay": "1s"}`, checkpoint.Exponential(time.Second)},
+		{`{"name": "exponentialJitter", "initialDelay": "1s"}`, checkpoint.ExponentialJitter(time.Second, 5)},
+		{`{"name": "random", "initialDelay": "1s"}`, checkpoint.Random(time.Second)},
+		{`{"name": "fullJitter", "initialDelay": "1s", "maxDelay": "20s"}`, checkpoint.FullJitter(time.Second, 20*time.Second)},
+		{`{"name": "decorrelatedJitter", "initialDelay": "1s", "maxDelay": "20s"}`, checkpoint.DecorrelatedJitter(time.Second, 20*time.Second)},
+		{`"jitteredExponential"`, checkpoint.JitteredExponential(100*time.Millisecond, 100*time.Millisecond, 10*time.Second, 0.5, 0.25)},
+		{`{"name": "fixedDelay", "delayInterval": "00:00:03"}`, checkpoint.Fixed(3 * time.Second)},
+		{`{"name": "exponentialBackoff", "minimumInterval": "00:00:10", "maximumInterval": "00:15:00"}`, webJobs},
+		{`"azureIotJava"`, javaDefault.Backoff},
+		{`"azureIotCExponentialBackoffWithJitter"`, cExp.Backoff},
+		{`{"name": "backoffAlgorithm", "initialDelay": "500ms", "maxDelay": "5s"}`, checkpoint.BackoffAlgorithm(500, 5000, 5).Backoff},
+	} {
+		t.Run(tc.strategy, func(t *testing.T) {
+			cfg, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 30, "strategy": `+tc.strategy+`}}`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := cfg.Policy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := checkpoint.Policy{MaxRetries: 30, Backoff: tc.want}
+			got := p.Schedule(30, rand.New(rand.NewPCG(1, 2)))
+			if w := want.Schedule(30, rand.New(rand.NewPCG(1, 2))); !reflect.DeepEqual(got, w) {
+				t.Errorf("delays = %v\nwant %v", got, w)
+			}
+		})
+	}
+}
+
+func TestPolicyLimits(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": -1, "sleepDuration": "1m",
+		"maxDelay": "30s", "maxRetryTime": "00:10:00", "maxRecordAge": "1.00:00:00"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cfg.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MaxRetries != checkpoint.Infinite || p.MaxDelay != 30*time.Second || p.MaxRetryTime != 10*time.Minute || p.MaxRecordAge != 24*time.Hour {
+		t.Errorf("Policy = %+v", p)
+	}
+	if d := p.Delay(1, 0, nil); d != 30*time.Second {
+		t.Errorf("first delay = %v, want 30s (capped)", d)
+	}
+}
+
+func TestPolicyOfNothing(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := cfg.Policy()
+	if err != nil || p.MaxRetries != 0 || p.Backoff != nil {
+		t.Errorf("Policy = %+v, %v; want the zero Policy", p, err)
+	}
+	if p, err := cfg.FunctionPolicy("any"); err != nil || p.MaxRetries != 0 {
+		t.Errorf("FunctionPolicy = %+v, %v; want the zero Policy", p, err)
+	}
+}
+
+func TestPolicyOfHandBuiltValues(t *testing.T) {
+	for _, tc := range []struct {
+		p    hostconfig.RetryPolicy
+		want string
+	}{
+		{hostconfig.RetryPolicy{Origin: "o", RetryCount: 1, Strategy: hostconfig.Strategy{Name: "nope"}}, `hostconfig: o: unknown strategy "nope"`},
+		{hostconfig.RetryPolicy{Origin: "o", RetryCount: 1}, `hostconfig: o: unknown strategy ""`},
+		{hostconfig.RetryPolicy{Origin: "o", RetryCount: 1, Strategy: hostconfig.Strategy{Name: "fixed", Delay: -1}}, `hostconfig: o: strategy fixed: delay is -1ns`},
+		{hostconfig.RetryPolicy{Origin: "o", RetryCount: 1, Strategy: hostconfig.Strategy{Name: "exponentialJitter", JitterPercent: 200}}, `hostconfig: o: strategy exponentialJitter: jitterPercent is 200: want 0 to 100`},
+		{hostconfig.RetryPolicy{Origin: "o", RetryCount: -2, Strategy: hostconfig.Strategy{Name: "immediate"}}, `hostconfig: o: checkpoint: MaxRetries is -2`},
+		{hostconfig.RetryPolicy{Origin: "o", MaxDelay: -1}, `hostconfig: o: checkpoint: MaxDelay is -1ns`},
+	} {
+		_, err := tc.p.Policy()
+		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("Policy(%+v) = %v, want an error starting %q", tc.p, err, tc.want)
+		}
+	}
+}
+
+func TestOptions(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 2, "sleepDuration": "1s",
+		"functions": {"dl": {"onExhausted": {"action": "deadLetter", "topic": "dlq"}}, "bad": {"onExhausted": "stop"}}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts, err := cfg.Options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+	if _, err := stream.NewProcessor(h, opts...); err != nil {
+		t.Errorf("NewProcessor with Options: %v", err)
+	}
+	if _, err := cfg.FunctionOptions("other"); err != nil {
+		t.Errorf("FunctionOptions(other): %v", err)
+	}
+	for _, name := range []string{"dl", "bad"} {
+		if _, err := cfg.FunctionOptions(name); err == nil || !strings.Contains(err.Error(), "not supported by Options yet") {
+			t.Errorf("FunctionOptions(%s) = %v, want an error about the unwired exhaustion action", name, err)
+		}
+	}
+}
