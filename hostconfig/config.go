@@ -119,28 +119,29 @@ func (p *RetryPolicy) Policy() (checkpoint.Policy, error) {
 }
 
 // Strategy is a delay algorithm and its parameters, as host.json's
-// strategy names them. Which fields a strategy reads is listed in the
-// package documentation and the README's host.json reference; the others
-// are zero.
+// strategy names them (see the package documentation for the list). Each
+// field holds the parameter of the same name; the fields a strategy does not
+// take are zero.
 type Strategy struct {
-	// Name is the algorithm, e.g. "fixed", "exponential", "fullJitter".
+	// Name is the strategy, e.g. "fixed", "exponential", "fullJitter".
 	Name string
-	// Delay is the wait of fixed and fixedDelay (delayInterval).
+	// Delay is delay (fixed) or delayInterval (fixedDelay).
 	Delay time.Duration
-	// InitialDelay is the base delay of the growing and random strategies.
+	// InitialDelay is initialDelay, the base of the growing and random
+	// strategies.
 	InitialDelay time.Duration
-	// MinDelay is the floor of jitteredExponential and of exponentialBackoff
-	// (minimumInterval).
+	// MinDelay is minDelay or minimumInterval (exponentialBackoff).
 	MinDelay time.Duration
-	// MaxDelay is the ceiling built into fullJitter, decorrelatedJitter,
-	// jitteredExponential and exponentialBackoff (maximumInterval).
+	// MaxDelay is the strategy's own maxDelay, or maximumInterval
+	// (exponentialBackoff). It is not the policy's maxDelay: fullJitter caps
+	// the window it draws from, the Azure IoT C strategies cap the delay
+	// before the jitter.
 	MaxDelay time.Duration
-	// JitterPercent is the jitter of exponentialJitter, 0 to 100.
+	// JitterPercent is jitterPercent, 0 to 100.
 	JitterPercent float64
-	// JitterDown and JitterUp are the jitter factors of jitteredExponential,
-	// 0 to 1.
+	// JitterDown and JitterUp are jitterDown and jitterUp, 0 to 1.
 	JitterDown, JitterUp float64
-	// FirstFastRetry makes azureIotJava's first retry immediate.
+	// FirstFastRetry is firstFastRetry (azureIotJava).
 	FirstFastRetry bool
 }
 

@@ -7,30 +7,45 @@ import (
 )
 
 // Options converts the host-wide policy into [stream.Processor] options:
-// [stream.WithPolicy] with the policy of [Config.Policy].
-//
-// The exhaustion actions deadLetter and stop are parsed and validated but
-// not wired yet: Options returns an error for a policy that sets one, rather
-// than let the Processor skip batches silently. Use [Config.Policy] and
-// [stream.WithExhaustionAction] to handle them yourself.
-func (c *Config) Options() ([]stream.Option, error) {
-	return c.Host.options()
+// [stream.WithPolicy] with the policy of [Config.Policy], and for the
+// exhaustion action, [stream.WithExhaustionAction] with
+// [stream.StopPartition] (stop) or [stream.DeadLetter] to pub (deadLetter).
+// pub is only used by deadLetter, for which it must not be nil; skip keeps
+// the Processor's default, which moves past the batch.
+func (c *Config) Options(pub stream.Publisher) ([]stream.Option, error) {
+	return c.Host.options(pub)
 }
 
 // FunctionOptions converts the policy in force for the function called
 // name (see [Config.Function]) into [stream.Processor] options, as
 // [Config.Options] does.
-func (c *Config) FunctionOptions(name string) ([]stream.Option, error) {
-	return c.Function(name).options()
+func (c *Config) FunctionOptions(name string, pub stream.Publisher) ([]stream.Option, error) {
+	return c.Function(name).options(pub)
 }
 
-func (p *RetryPolicy) options() ([]stream.Option, error) {
+func (p *RetryPolicy) options(pub stream.Publisher) ([]stream.Option, error) {
 	cp, err := p.Policy()
 	if err != nil {
 		return nil, err
 	}
-	if p != nil && p.OnExhausted.Action != Skip {
-		return nil, fmt.Errorf("hostconfig: %s: onExhausted %v is not supported by Options yet: use Policy and stream.WithExhaustionAction", p.Origin, p.OnExhausted.Action)
+	opts := []stream.Option{stream.WithPolicy(cp)}
+	if p == nil {
+		return opts, nil
 	}
-	return []stream.Option{stream.WithPolicy(cp)}, nil
+	switch p.OnExhausted.Action {
+	case Skip:
+	case Stop:
+		opts = append(opts, stream.WithExhaustionAction(stream.StopPartition))
+	case DeadLetter:
+		if pub == nil {
+			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter needs a stream.Publisher to send the batch to topic %q", p.Origin, p.OnExhausted.Topic)
+		}
+		if p.OnExhausted.Topic == "" {
+			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter has no topic", p.Origin)
+		}
+		opts = append(opts, stream.WithExhaustionAction(stream.DeadLetter(pub, p.OnExhausted.Topic)))
+	default:
+		return nil, fmt.Errorf("hostconfig: %s: unknown exhaustion action %v", p.Origin, p.OnExhausted.Action)
+	}
+	return opts, nil
 }

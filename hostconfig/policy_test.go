@@ -2,6 +2,8 @@ package hostconfig_test
 
 import (
 	"context"
+	"errors"
+	"sync"
 	"math/rand/v2"
 	"reflect"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // TestPolicyDelays checks that each strategy converts to the delays of the
@@ -113,26 +116,96 @@ func TestPolicyOfHandBuiltValues(t *testing.T) {
 	}
 }
 
-func TestOptions(t *testing.T) {
-	cfg, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 2, "sleepDuration": "1s",
-		"functions": {"dl": {"onExhausted": {"action": "deadLetter", "topic": "dlq"}}, "bad": {"onExhausted": "stop"}}}}`))
+// publisher records what a dead-letter action publishes.
+type publisher struct {
+	mu     sync.Mutex
+	topics []string
+	values []string
+}
+
+func (p *publisher) Publish(_ context.Context, topic string, recs []stream.Record) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, r := range recs {
+		p.topics = append(p.topics, topic)
+		p.values = append(p.values, string(r.Value))
+	}
+	return nil
+}
+
+// TestOptionsRun runs a Processor configured by a host.json over a
+// partition whose batches always fail.
+func TestOptionsRun(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 2, "strategy": "immediate",
+		"onExhausted": {"action": "deadLetter", "topic": "dlq"},
+		"functions": {"audit": {"onExhausted": "stop"}, "lax": {"onExhausted": "skip"}}}}`))
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts, err := cfg.Options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
-	if _, err := stream.NewProcessor(h, opts...); err != nil {
-		t.Errorf("NewProcessor with Options: %v", err)
-	}
-	if _, err := cfg.FunctionOptions("other"); err != nil {
-		t.Errorf("FunctionOptions(other): %v", err)
-	}
-	for _, name := range []string{"dl", "bad"} {
-		if _, err := cfg.FunctionOptions(name); err == nil || !strings.Contains(err.Error(), "not supported by Options yet") {
-			t.Errorf("FunctionOptions(%s) = %v, want an error about the unwired exhaustion action", name, err)
+	failing := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errors.New("down") })
+	run := func(t *testing.T, opts []stream.Option, until func(*stream.Processor, *streamtest.Partition) bool) *streamtest.Recorder {
+		t.Helper()
+		rec := &streamtest.Recorder{}
+		proc, err := stream.NewProcessor(rec.Middleware()(failing), opts...)
+		if err != nil {
+			t.Fatal(err)
 		}
+		part := streamtest.NewPartition("orders", 0, 2)
+		part.Append(time.Now(), "a", "b")
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		reached := make(chan bool, 1)
+		go func() {
+			for ctx.Err() == nil && !until(proc, part) {
+				time.Sleep(time.Millisecond)
+			}
+			reached <- ctx.Err() == nil
+			cancel()
+		}()
+		_ = streamtest.Run(ctx, proc, part)
+		if !<-reached {
+			t.Fatal("the partition never reached the expected state")
+		}
+		return rec
 	}
+	committed := func(_ *stream.Processor, part *streamtest.Partition) bool {
+		next, _ := part.Committed()
+		return next == part.End()
+	}
+
+	t.Run("deadLetter", func(t *testing.T) {
+		pub := &publisher{}
+		opts, err := cfg.Options(pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := run(t, opts, committed)
+		if n := len(rec.Deliveries()); n != 3 {
+			t.Errorf("%d deliveries, want 3 (retryCount 2)", n)
+		}
+		pub.mu.Lock()
+		defer pub.mu.Unlock()
+		if !reflect.DeepEqual(pub.topics, []string{"dlq", "dlq"}) || !reflect.DeepEqual(pub.values, []string{"a", "b"}) {
+			t.Errorf("published %v %v, want a and b to dlq", pub.topics, pub.values)
+		}
+	})
+	t.Run("stop", func(t *testing.T) {
+		opts, err := cfg.FunctionOptions("audit", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, opts, func(proc *stream.Processor, _ *streamtest.Partition) bool { return len(proc.Stopped()) == 1 })
+	})
+	t.Run("skip", func(t *testing.T) {
+		opts, err := cfg.FunctionOptions("lax", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		run(t, opts, committed)
+	})
+	t.Run("deadLetter without a publisher", func(t *testing.T) {
+		if _, err := cfg.Options(nil); err == nil || !strings.Contains(err.Error(), "needs a stream.Publisher") {
+			t.Errorf("Options(nil) = %v, want an error asking for a publisher", err)
+		}
+	})
 }
