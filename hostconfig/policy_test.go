@@ -3,10 +3,10 @@ package hostconfig_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"math/rand/v2"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
