@@ -152,10 +152,11 @@ func (s Strategy) Backoff() (checkpoint.Backoff, error) {
 	if def == nil {
 		return nil, fmt.Errorf("unknown strategy %q", s.Name)
 	}
-	if err := def.check(s); err != nil {
+	b, err := def.backoff(s)
+	if err != nil {
 		return nil, fmt.Errorf("strategy %s: %w", def.name, err)
 	}
-	return def.build(s)
+	return b, nil
 }
 
 // Exhaustion is what happens to a batch whose retries are spent.

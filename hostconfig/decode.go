@@ -96,14 +96,16 @@ func (d *decoder) nearSection(m *member) {
 			return
 		}
 	}
-	key := strings.ToLower(m.key)
-	if distance(key, strings.ToLower(sectionPolicy)) <= 3 || distance(key, sectionRetry) == 1 {
-		name := sectionPolicy
-		if distance(key, sectionRetry) == 1 {
-			name = sectionRetry
-		}
-		d.warn(m.val, "%q is not a section redeliver reads, so it is ignored: did you mean %s?", m.key, name)
+	key, name := strings.ToLower(m.key), ""
+	switch {
+	case distance(key, sectionRetry) == 1:
+		name = sectionRetry
+	case distance(key, strings.ToLower(sectionPolicy)) <= 3:
+		name = sectionPolicy
+	default:
+		return
 	}
+	d.warn(m.val, "%q is not a section redeliver reads, so it is ignored: did you mean %s?", m.key, name)
 }
 
 func (d *decoder) version(n *node) string {
@@ -299,7 +301,8 @@ func (d *decoder) retryCount(n *node) int {
 // a name and the strategy's parameters.
 func (d *decoder) strategy(n *node) Strategy {
 	var name *node
-	params := map[string]*member{}
+	var params []*member
+	seen := map[string]*member{}
 	switch {
 	case n.isText():
 		name = n
@@ -311,7 +314,7 @@ func (d *decoder) strategy(n *node) Strategy {
 				name = m.val
 				continue
 			}
-			if first, dup := params[k]; dup || k == "name" {
+			if first, dup := seen[k]; dup || k == "name" {
 				at := name
 				if dup {
 					at = first.val
@@ -319,7 +322,8 @@ func (d *decoder) strategy(n *node) Strategy {
 				d.addKey(m, m.val.path, "duplicate field: also at %s", d.pos(at))
 				continue
 			}
-			params[k] = m
+			seen[k] = m
+			params = append(params, m)
 		}
 		if name == nil {
 			d.add(n, "name is missing: want one of %s", strings.Join(strategyNames(), ", "))
@@ -346,8 +350,8 @@ func (d *decoder) strategy(n *node) Strategy {
 }
 
 // fillStrategy decodes the parameters of strategy def given in the object n
-// (or the string n): params by lowercase name.
-func (d *decoder) fillStrategy(def *strategyDef, n *node, params map[string]*member) Strategy {
+// (or the string n), in the order they are written.
+func (d *decoder) fillStrategy(def *strategyDef, n *node, params []*member) Strategy {
 	s := Strategy{Name: def.name}
 	for _, p := range def.params {
 		switch {
@@ -375,14 +379,18 @@ func (d *decoder) fillStrategy(def *strategyDef, n *node, params map[string]*mem
 	}
 	var missing []string
 	for _, p := range def.params {
-		if p.required && params[strings.ToLower(p.name)] == nil {
+		given := false
+		for _, m := range params {
+			given = given || strings.EqualFold(m.key, p.name)
+		}
+		if p.required && !given {
 			missing = append(missing, p.name)
 		}
 	}
 	if len(missing) > 0 {
 		d.add(n, "strategy %s needs %s", def.name, strings.Join(missing, " and "))
 	} else if len(d.problems) == before {
-		if err := def.check(s); err != nil {
+		if _, err := def.backoff(s); err != nil {
 			d.add(n, "strategy %s: %v", def.name, err)
 		}
 	}
@@ -477,10 +485,10 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 	} else {
 		d.add(n, "maxRetryCount is missing: want -1 (retry forever), 0 (never) or a number of retries")
 	}
-	params := map[string]*member{}
-	for _, k := range retryFields[2:] {
-		if m := f[k]; m != nil {
-			params[strings.ToLower(k)] = m
+	var params []*member
+	for i := range n.members {
+		if m := f[canonical(n.members[i].key, retryFields[2:])]; m == &n.members[i] {
+			params = append(params, m)
 		}
 	}
 	sm := f["strategy"]

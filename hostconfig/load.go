@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -102,6 +103,9 @@ func (p *Problem) Error() string { return "hostconfig: " + p.text() }
 func (p *Problem) before(q *Problem) bool {
 	if (p.Env == "") != (q.Env == "") {
 		return p.Env == ""
+	}
+	if p.Env != q.Env {
+		return p.Env < q.Env
 	}
 	if p.Line != q.Line {
 		return p.Line < q.Line
@@ -284,7 +288,7 @@ func (d *decoder) overlay(root *node, environ []string) {
 			continue // not ours
 		}
 		o := override{name: name, value: value, keys: keys}
-		if slicesContain(keys, "") {
+		if slices.Contains(keys, "") {
 			d.addEnv(o.name, "", "empty key in the name: want %sSECTION__KEY with keys separated by a double underscore", EnvPrefix)
 			continue
 		}
@@ -327,15 +331,6 @@ func isPrefix(a, b []string) bool {
 		}
 	}
 	return true
-}
-
-func slicesContain(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // setEnv sets the value at keys under root to an environment value,

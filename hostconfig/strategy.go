@@ -370,20 +370,19 @@ func (def *strategyDef) paramNames() string {
 	return strings.Join(names, ", ")
 }
 
-// check reports what is wrong with the parameters of s, or nil.
-func (def *strategyDef) check(s Strategy) error {
+// backoff checks the parameters of s and builds its delay function.
+func (def *strategyDef) backoff(s Strategy) (checkpoint.Backoff, error) {
 	for _, p := range def.params {
 		switch {
 		case p.dur != nil:
 			if d := *p.dur(&s); d < 0 {
-				return fmt.Errorf("%s is %v: want a duration of 0 or more", p.name, d)
+				return nil, fmt.Errorf("%s is %v: want a duration of 0 or more", p.name, d)
 			}
 		case p.num != nil:
 			if v := *p.num(&s); !(v >= p.lo && v <= p.hi) {
-				return fmt.Errorf("%s is %v: want %v to %v", p.name, v, p.lo, p.hi)
+				return nil, fmt.Errorf("%s is %v: want %v to %v", p.name, v, p.lo, p.hi)
 			}
 		}
 	}
-	_, err := def.build(s)
-	return err
+	return def.build(s)
 }
