@@ -1,0 +1,284 @@
+package kafkago
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// tp names a partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// claim is one partition of one generation: a [stream.Claim] fed by a pump
+// goroutine that reads the partition's own [kafka.Reader] into a buffer.
+//
+// kafka-go has no pause. A claim pauses by not reading its reader: the pump
+// stops while the claim is paused or its buffer is full, the reader's queue
+// then fills up and its fetch goroutine blocks, and nothing more is fetched.
+// The reader and the buffer keep what was fetched, in order, for the next
+// Fetch; the buffer is dropped only with the claim.
+type claim struct {
+	g         *generation
+	key       tp
+	committed int64
+	metadata  string
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	rd     *kafka.Reader
+	conns  *connSet
+	pumped chan struct{} // closed when the pump has returned
+
+	mu          sync.Mutex
+	buf         []kafka.Message // buf[head:] are the records not yet fetched
+	head        int
+	last        int64 // offset of the last record buffered; -1 before any
+	paused      bool
+	waiting     bool // the worker waits on wake
+	pumpWaiting bool // the pump waits on more
+	wake        chan struct{}
+	more        chan struct{}
+
+	// The worker's own.
+	out  []stream.Record
+	hdrs []stream.Header
+}
+
+func newClaim(g *generation, key tp, committed int64, metadata string, runCtx context.Context) *claim {
+	ctx, cancel := context.WithCancelCause(runCtx)
+	cl := &claim{
+		g: g, key: key, committed: committed, metadata: metadata,
+		ctx: ctx, cancel: cancel, conns: newConnSet(), pumped: make(chan struct{}),
+		last: -1, wake: make(chan struct{}, 1), more: make(chan struct{}, 1),
+	}
+	c := g.c
+	cl.rd = kafka.NewReader(c.readerConfig(key.topic, key.partition, cl.conns.dialer(c.dialer)))
+	start := committed
+	if start < 0 {
+		start = c.start
+	}
+	_ = cl.rd.SetOffset(start) // fails only on a closed reader
+	return cl
+}
+
+// highWater is how many buffered records stop the pump until the worker
+// takes some.
+func (cl *claim) highWater() int { return max(4*cl.g.c.cfg.maxBatch, 2048) }
+
+// run runs proc over the claim until it ends, then closes the reader. It
+// returns whether the claim had been ended from outside (the generation's
+// end or shutdown) when Process returned, and Process's error.
+func (cl *claim) run(proc *stream.Processor) (ended bool, err error) {
+	go cl.pump()
+	err = proc.Process(cl.ctx, cl)
+	ended = cl.ctx.Err() != nil
+	cl.cancel(err)
+	<-cl.pumped
+	// Close the reader's connections first: a reader waiting for a fetch
+	// answer would otherwise hold Close up for the fetch's MaxWait.
+	cl.conns.close()
+	_ = cl.rd.Close()
+	cl.mu.Lock()
+	cl.buf, cl.head = nil, 0
+	cl.mu.Unlock()
+	return ended, err
+}
+
+// pump reads the partition's reader into the buffer until the claim ends,
+// stopping while the claim is paused or the buffer is full.
+func (cl *claim) pump() {
+	defer close(cl.pumped)
+	var (
+		log   = cl.g.c.log
+		delay time.Duration
+	)
+	for {
+		m, err := cl.rd.FetchMessage(cl.ctx)
+		if err != nil {
+			if cl.ctx.Err() != nil || errors.Is(err, io.EOF) {
+				return
+			}
+			// The reader tries again by itself; this only reports it and
+			// keeps a reader that fails at once from spinning.
+			delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
+			log.Warn("redeliver: fetch error", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+			if !sleep(cl.ctx, delay) {
+				return
+			}
+			continue
+		}
+		delay = 0
+		cl.mu.Lock()
+		if m.Offset > cl.last { // kafka-go never repeats a record; this only guards the order
+			cl.buf = append(cl.buf, m)
+			cl.last = m.Offset
+		}
+		if cl.waiting {
+			cl.waiting = false
+			cl.signal(cl.wake)
+		}
+		for cl.paused || len(cl.buf)-cl.head >= cl.highWater() {
+			cl.pumpWaiting = true
+			cl.mu.Unlock()
+			select {
+			case <-cl.more:
+			case <-cl.ctx.Done():
+				return
+			}
+			cl.mu.Lock()
+		}
+		cl.mu.Unlock()
+	}
+}
+
+// signal wakes whoever waits on ch, without blocking.
+func (cl *claim) signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+// Topic returns the partition's topic.
+func (cl *claim) Topic() string { return cl.key.topic }
+
+// Partition returns the partition's number.
+func (cl *claim) Partition() int32 { return cl.key.partition }
+
+// Committed returns the offset and metadata committed when the generation
+// began, as the consumer fetched them before it started reading.
+func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
+
+// Fetch returns the next batch: at most the maximum batch size of buffered
+// records, once the batch is full, the maximum wait has passed since records
+// were first there, or at once when the maximum wait is 0.
+func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	var (
+		maxBatch = cl.g.c.cfg.maxBatch
+		maxWait  = cl.g.c.cfg.maxWait
+		timer    *time.Timer
+		timeout  <-chan time.Time
+		waited   bool
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		cl.mu.Lock()
+		n := len(cl.buf) - cl.head
+		if n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
+			out := cl.takeLocked(min(n, maxBatch))
+			cl.mu.Unlock()
+			return out, nil
+		}
+		cl.waiting = true
+		cl.mu.Unlock()
+		if n > 0 && timer == nil {
+			timer = time.NewTimer(maxWait)
+			timeout = timer.C
+		}
+		select {
+		case <-cl.wake:
+		case <-timeout:
+			waited = true
+		case <-ctx.Done():
+			cl.mu.Lock()
+			cl.waiting = false
+			cl.mu.Unlock()
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+// takeLocked turns the next n buffered records into the batch's records,
+// reusing the previous batch's memory (the Processor gave it up by calling
+// Fetch), and lets a waiting pump go on; cl.mu is held.
+func (cl *claim) takeLocked(n int) []stream.Record {
+	taken := cl.buf[cl.head : cl.head+n]
+	out, hdrs := cl.out[:0], cl.hdrs[:0]
+	for i := range taken {
+		m := &taken[i]
+		var hs []stream.Header
+		if len(m.Headers) > 0 {
+			h0 := len(hdrs)
+			for _, h := range m.Headers {
+				hdrs = append(hdrs, stream.Header{Key: h.Key, Value: h.Value})
+			}
+			hs = hdrs[h0:len(hdrs):len(hdrs)]
+		}
+		out = append(out, stream.Record{
+			Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset,
+			Key: m.Key, Value: m.Value, Headers: hs, Timestamp: m.Time,
+		})
+	}
+	cl.out, cl.hdrs = out, hdrs
+	clear(taken)
+	cl.head += n
+	switch rest := len(cl.buf) - cl.head; {
+	case rest == 0:
+		cl.buf, cl.head = cl.buf[:0], 0
+	case cl.head >= 1024 && cl.head >= rest:
+		cl.buf = cl.buf[:copy(cl.buf, cl.buf[cl.head:])]
+		cl.head = 0
+	}
+	cl.wakePumpLocked()
+	return out
+}
+
+// wakePumpLocked lets a waiting pump check again whether it may go on; cl.mu
+// is held.
+func (cl *claim) wakePumpLocked() {
+	if cl.pumpWaiting && !cl.paused && len(cl.buf)-cl.head < cl.highWater() {
+		cl.pumpWaiting = false
+		cl.signal(cl.more)
+	}
+}
+
+// Pause stops the pump while the Processor waits out a backoff: the
+// partition's reader is not read, so nothing more is fetched for it.
+// Records already fetched stay buffered.
+func (cl *claim) Pause() {
+	cl.mu.Lock()
+	cl.paused = true
+	cl.mu.Unlock()
+}
+
+// Resume undoes Pause.
+func (cl *claim) Resume() {
+	cl.mu.Lock()
+	cl.paused = false
+	cl.wakePumpLocked()
+	cl.mu.Unlock()
+}
+
+// Commit commits next with metadata for the partition through the group
+// generation and waits for the coordinator's answer. It returns
+// [stream.ErrRevoked] once the claim is ending or its generation has ended.
+// A commit that was sent is not cancelled: the generation's end waits for it
+// (up to the commit timeout) rather than leave its outcome unknown.
+func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
+	return cl.g.commit(cl, next, metadata)
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

@@ -1,0 +1,319 @@
+package kafkago_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/redeliver-go/redeliver/adapters/kafkago"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+func TestConsumeInOrderInBatches(t *testing.T) {
+	_, addrs := newCluster(t, "t", 3)
+	for p := range int32(3) {
+		produce(t, addrs, "t", p, 0, 250)
+	}
+	var (
+		rec      streamtest.Recorder
+		maxSeen  atomic.Int64
+		badValue atomic.Value
+	)
+	h := stream.Chain(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		maxSeen.Store(max(maxSeen.Load(), int64(len(b.Records))))
+		for _, r := range b.Records {
+			if r.Topic != "t" || r.Partition != b.Partition || string(r.Value) != valueOf(r.Partition, r.Offset) {
+				badValue.Store(r)
+			}
+		}
+		return nil
+	}), rec.Middleware())
+	start(t, addrs, "g", "t", newProcessor(t, h), kafkago.WithMaxBatch(40))
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 250, 1: 250, 2: 250})
+	for p := range int32(3) {
+		checkHistory(t, rec.Of("t", p), 250)
+	}
+	if n := maxSeen.Load(); n > 40 {
+		t.Errorf("a batch had %d records, want at most 40", n)
+	}
+	if v := badValue.Load(); v != nil {
+		t.Errorf("wrong record in a batch: %+v", v)
+	}
+}
+
+// TestMaxWaitFillsBatches produces records one at a time and checks that a
+// maximum wait gathers them into fuller batches.
+func TestMaxWaitFillsBatches(t *testing.T) {
+	_, addrs := newCluster(t, "t", 1)
+	var rec streamtest.Recorder
+	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())),
+		kafkago.WithMaxBatch(10), kafkago.WithMaxWait(300*time.Millisecond))
+	// Let the consumer join and reach the end of the empty partition.
+	time.Sleep(300 * time.Millisecond)
+	for i := range 10 {
+		produce(t, addrs, "t", 0, i, 1)
+		time.Sleep(5 * time.Millisecond)
+	}
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	ds := rec.Of("t", 0)
+	checkHistory(t, ds, 10)
+	if len(ds) > 3 {
+		t.Errorf("%d batches for 10 records produced within 50ms with a 300ms maximum wait, want at most 3", len(ds))
+	}
+}
+
+// TestBackoffKeepsOrderAndOtherPartitions fails the first delivery of one
+// batch with a backoff while many more records wait behind it, and checks
+// that the other partition goes on meanwhile and that nothing fetched before
+// the pause is lost or reordered.
+func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
+	_, addrs := newCluster(t, "t", 2)
+	produce(t, addrs, "t", 0, 0, 3000)
+	produce(t, addrs, "t", 1, 0, 100)
+	var (
+		rec     streamtest.Recorder
+		once    sync.Once
+		retried = make(chan struct{})
+		p1Done  atomic.Bool
+	)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+			return errors.New("fail once")
+		}
+		if b.Partition == 0 && b.FirstOffset() == 20 {
+			once.Do(func() { close(retried) })
+		}
+		return nil
+	})
+	proc := newProcessor(t, stream.Chain(h, rec.Middleware()),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(400 * time.Millisecond)}))
+	start(t, addrs, "g", "t", proc, kafkago.WithMaxBatch(10))
+	select {
+	case <-retried:
+	case <-time.After(wait):
+		t.Fatal("batch 20-29 was not retried")
+	}
+	if o, ok := committed(t, addrs, "g").Lookup("t", 1); ok && o.At == 100 {
+		p1Done.Store(true)
+	}
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 3000, 1: 100})
+	checkHistory(t, rec.Of("t", 0), 3000)
+	checkHistory(t, rec.Of("t", 1), 100)
+	if !p1Done.Load() {
+		t.Error("partition 1 was not done while partition 0 waited out a 400ms backoff")
+	}
+}
+
+// TestLongBackoffKeepsGeneration waits out a backoff three times the
+// session timeout: the heartbeats go on, so the generation stays.
+func TestLongBackoffKeepsGeneration(t *testing.T) {
+	_, addrs := newCluster(t, "t", 1)
+	produce(t, addrs, "t", 0, 0, 10)
+	var (
+		logs streamtest.Recorder
+		lr   logRecorder
+	)
+	proc := newProcessor(t, stream.Chain(streamtest.Succeed, logs.Middleware(), streamtest.FailFirst(1, nil)),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(3 * time.Second)}))
+	start(t, addrs, "g", "t", proc, kafkago.WithLogger(lr.logger()))
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	if gens := lr.matching("generation started"); len(gens) != 1 {
+		t.Errorf("generations: %q, want one", gens)
+	}
+	ds := logs.Of("t", 0)
+	checkHistory(t, ds, 10)
+	if len(ds) != 2 {
+		t.Errorf("%d deliveries, want 2 (one failure, one retry)", len(ds))
+	}
+}
+
+// TestRebalanceCancelsAndWaits has a second consumer join while the first
+// one's handlers block: kafka-go's rebalances are eager, so every claim of
+// the first consumer is cancelled with stream.ErrRevoked; nothing is lost and
+// the first consumer commits nothing for the blocked batches.
+func TestRebalanceCancelsAndWaits(t *testing.T) {
+	_, addrs := newCluster(t, "t", 4)
+	for p := range int32(4) {
+		produce(t, addrs, "t", p, 0, 10)
+	}
+	var (
+		mu      sync.Mutex
+		causes  []error
+		entered = make(chan int32, 64)
+		block   atomic.Bool
+	)
+	block.Store(true)
+	var rec streamtest.Recorder
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if !block.Load() {
+			return nil
+		}
+		entered <- b.Partition
+		<-ctx.Done()
+		mu.Lock()
+		causes = append(causes, context.Cause(ctx))
+		mu.Unlock()
+		return ctx.Err()
+	})
+	proc := newProcessor(t, stream.Chain(h, rec.Middleware()))
+	start(t, addrs, "g", "t", proc)
+	seen := map[int32]bool{}
+	for len(seen) < 4 {
+		select {
+		case p := <-entered:
+			seen[p] = true
+		case <-time.After(wait):
+			t.Fatalf("first consumer entered the handler for %v only", seen)
+		}
+	}
+	if o := offsetsOf(committed(t, addrs, "g"), "t"); len(o) != 0 {
+		t.Fatalf("commits before any batch succeeded: %v", o)
+	}
+	block.Store(false)
+	start(t, addrs, "g", "t", proc)
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10, 2: 10, 3: 10})
+	mu.Lock()
+	defer mu.Unlock()
+	if len(causes) != 4 {
+		t.Errorf("%d blocked batches ended, want 4", len(causes))
+	}
+	for _, cause := range causes {
+		if !errors.Is(cause, stream.ErrRevoked) {
+			t.Errorf("cause %v, want stream.ErrRevoked", cause)
+		}
+	}
+	for p := range int32(4) {
+		ds := rec.Of("t", p)
+		if len(ds) == 0 || ds[len(ds)-1].Err != nil || ds[len(ds)-1].LastOffset != 9 {
+			t.Errorf("partition %d: deliveries %+v, want the batch redelivered whole and succeeded", p, ds)
+		}
+	}
+}
+
+func TestRunStops(t *testing.T) {
+	_, addrs := newCluster(t, "t", 1)
+	proc := newProcessor(t, streamtest.Succeed)
+	newConsumer := func(group string) *kafkago.Consumer {
+		c, err := kafkago.New(proc, kafkago.WithGroupConfig(groupConfig(addrs, group, "t")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	run := func(c *kafkago.Consumer, ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	}
+	await := func(done chan error) error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(wait):
+			t.Fatal("Run did not return")
+			return nil
+		}
+	}
+
+	t.Run("context", func(t *testing.T) {
+		c := newConsumer("g1")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := run(c, ctx)
+		time.Sleep(50 * time.Millisecond)
+		cause := errors.New("shutting down")
+		cancel(cause)
+		if err := await(done); err != cause {
+			t.Errorf("Run returned %v, want the context's cause", err)
+		}
+		if err := c.Run(context.Background()); err == nil {
+			t.Error("a second Run returned nil")
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		c := newConsumer("g2")
+		done := run(c, context.Background())
+		time.Sleep(50 * time.Millisecond)
+		c.Close()
+		if err := await(done); !errors.Is(err, kafkago.ErrClosed) {
+			t.Errorf("Run returned %v, want ErrClosed", err)
+		}
+		c.Close()
+	})
+	t.Run("close before run", func(t *testing.T) {
+		c := newConsumer("g3")
+		c.Close()
+		if err := c.Run(context.Background()); !errors.Is(err, kafkago.ErrClosed) {
+			t.Errorf("Run returned %v, want ErrClosed", err)
+		}
+	})
+}
+
+// TestShutdownIsPrompt stops a consumer whose partitions are idle (their
+// readers wait for a fetch answer, for up to 10s with kafka-go's default
+// MaxWait) and one of which waits out a long backoff: Run returns within a
+// second, and the batch in backoff is not committed.
+func TestShutdownIsPrompt(t *testing.T) {
+	_, addrs := newCluster(t, "t", 4)
+	produce(t, addrs, "t", 0, 0, 5)
+	backoff := make(chan struct{})
+	var once sync.Once
+	proc := newProcessor(t, stream.Chain(streamtest.Succeed, streamtest.FailFirst(-1, nil)),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: -1, Backoff: checkpoint.Fixed(time.Minute)}),
+		stream.WithHooks(stream.Hooks{RetryScheduled: func(stream.RetryEvent) { once.Do(func() { close(backoff) }) }}))
+	r := start(t, addrs, "g", "t", proc, func(rc *kafka.ReaderConfig) { rc.MaxWait = 0 }) // kafka-go's 10s
+	select {
+	case <-backoff:
+	case <-time.After(wait):
+		t.Fatal("no backoff began")
+	}
+	time.Sleep(200 * time.Millisecond) // the idle readers are waiting for their fetches now
+	t0 := time.Now()
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run returned %v, want context.Canceled", err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("Run took %v to return, want at most 1s", d)
+	}
+	o, _ := committed(t, addrs, "g").Lookup("t", 0)
+	if o.At > 0 {
+		t.Errorf("committed offset %d for a batch that never succeeded", o.At)
+	}
+}
+
+func TestNewErrors(t *testing.T) {
+	proc := newProcessor(t, streamtest.Succeed)
+	group := kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{"localhost:9092"}, Topics: []string{"t"}})
+	for _, tc := range []struct {
+		name string
+		proc *stream.Processor
+		opts []kafkago.Option
+	}{
+		{"nil processor", nil, []kafkago.Option{group}},
+		{"no group", proc, nil},
+		{"group without ID", proc, []kafkago.Option{kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}})}},
+		{"group without topics", proc, []kafkago.Option{kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{"localhost:9092"}})}},
+		{"bad start offset", proc, []kafkago.Option{kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, StartOffset: 42})}},
+		{"reader min bytes above max bytes", proc, []kafkago.Option{group, kafkago.WithReaderConfig(kafka.ReaderConfig{MinBytes: 10, MaxBytes: 5})}},
+		{"reader backoff max below min", proc, []kafkago.Option{group, kafkago.WithReaderConfig(kafka.ReaderConfig{ReadBackoffMin: time.Second, ReadBackoffMax: time.Millisecond})}},
+		{"reader backoff max below default min", proc, []kafkago.Option{group, kafkago.WithReaderConfig(kafka.ReaderConfig{ReadBackoffMax: time.Millisecond})}},
+		{"max batch 0", proc, []kafkago.Option{group, kafkago.WithMaxBatch(0)}},
+		{"negative max wait", proc, []kafkago.Option{group, kafkago.WithMaxWait(-time.Second)}},
+		{"commit timeout 0", proc, []kafkago.Option{group, kafkago.WithCommitTimeout(0)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := kafkago.New(tc.proc, tc.opts...)
+			if err == nil {
+				c.Close()
+				t.Fatal("New returned no error")
+			}
+			t.Log(err)
+		})
+	}
+}

@@ -1,0 +1,293 @@
+package kafkago
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// generation is one kafka-go group generation as the consumer serves it: the
+// claims of its assigned partitions and the lock that fences their commits.
+//
+// kafka-go ends a generation as soon as any function given to
+// [kafka.Generation.Start] returns, and waits for all of them before it joins
+// the next one. The consumer starts one such function per generation, the
+// manager: it makes the claims, runs their workers in goroutines of its own,
+// and on the generation's end cancels them and waits for them before it
+// returns. So kafka-go's wait covers every worker, and the next generation
+// never starts while a worker of this one runs.
+type generation struct {
+	c    *Consumer
+	gen  *kafka.Generation
+	fail context.CancelCauseFunc // stops Run when a worker fails
+
+	mu     sync.RWMutex // commits hold it shared for their request; end holds it exclusively
+	ended  bool
+	claims []*claim
+	wg     sync.WaitGroup // the workers
+
+	stale     chan struct{} // closed when the coordinator refused a commit as stale
+	staleOnce sync.Once
+}
+
+// serve starts the manager of gen.
+func (c *Consumer) serve(ctx context.Context, fail context.CancelCauseFunc, gen *kafka.Generation) {
+	g := &generation{c: c, gen: gen, fail: fail, stale: make(chan struct{})}
+	n := 0
+	for _, as := range gen.Assignments {
+		n += len(as)
+	}
+	c.log.Info("redeliver: generation started", "group", gen.GroupID, "generation", gen.ID,
+		"member", gen.MemberID, "partitions", n)
+	c.wg.Add(1)
+	gen.Start(func(gctx context.Context) {
+		defer c.wg.Done()
+		g.manage(ctx, gctx)
+	})
+}
+
+// manage runs the generation: it fetches the committed offsets, starts a
+// worker per assigned partition, and when the generation ends (gctx), Run
+// stops (runCtx) or a commit was refused as stale, ends every claim. On
+// shutdown it returns only once kafka-go ends the generation itself (Run
+// closes the group), so that kafka-go does not take the return for a
+// rebalance and join the group again.
+func (g *generation) manage(runCtx, gctx context.Context) {
+	ctx, stop := context.WithCancel(runCtx)
+	defer stop()
+	go func() {
+		select {
+		case <-gctx.Done():
+			stop()
+		case <-g.stale:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+
+	committed, err := g.fetchCommitted(ctx)
+	if err == nil {
+		g.startClaims(runCtx, committed)
+	}
+
+	var cause error
+	select {
+	case <-gctx.Done():
+		cause = errGenerationEnded
+	case <-g.stale:
+		cause = errGenerationEnded
+	case <-runCtx.Done():
+		cause = context.Cause(runCtx)
+	}
+	g.end(cause)
+	g.c.log.Info("redeliver: generation ended", "group", g.gen.GroupID, "generation", g.gen.ID, "cause", cause)
+	if runCtx.Err() != nil {
+		<-gctx.Done()
+	}
+}
+
+// committedOffset is a partition's committed offset (-1 for none) and its
+// metadata.
+type committedOffset struct {
+	offset   int64
+	metadata string
+}
+
+// fetchCommitted fetches the committed offsets and metadata of the assigned
+// partitions, trying again until it succeeds or ctx ends. kafka-go's own
+// fetch (Generation.Assignments) has the offsets only.
+func (g *generation) fetchCommitted(ctx context.Context) (map[tp]committedOffset, error) {
+	req := &kafka.OffsetFetchRequest{GroupID: g.gen.GroupID, Topics: make(map[string][]int)}
+	for topic, as := range g.gen.Assignments {
+		for _, a := range as {
+			req.Topics[topic] = append(req.Topics[topic], a.ID)
+		}
+	}
+	if len(req.Topics) == 0 {
+		return nil, nil
+	}
+	var delay time.Duration
+	for try := 1; ; try++ {
+		res, err := g.fetchOnce(ctx, req)
+		if err == nil {
+			return res, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
+		g.c.log.Warn("redeliver: fetching committed offsets failed, will try again", "group", g.gen.GroupID,
+			"generation", g.gen.ID, "try", try, "delay", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (g *generation) fetchOnce(ctx context.Context, req *kafka.OffsetFetchRequest) (map[tp]committedOffset, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.c.cfg.commitTimeout)
+	defer cancel()
+	resp, err := g.c.client.OffsetFetch(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("kafkago: offset fetch: %v", err)
+	}
+	if resp.Error != nil {
+		return nil, fmt.Errorf("kafkago: offset fetch: %v", resp.Error)
+	}
+	out := make(map[tp]committedOffset)
+	for topic, ps := range resp.Topics {
+		for _, p := range ps {
+			if p.Error != nil {
+				return nil, fmt.Errorf("kafkago: offset fetch of %s/%d: %v", topic, p.Partition, p.Error)
+			}
+			off := p.CommittedOffset
+			if off < 0 {
+				off = -1
+			}
+			out[tp{topic, int32(p.Partition)}] = committedOffset{offset: off, metadata: p.Metadata}
+		}
+	}
+	for topic, ps := range req.Topics {
+		for _, p := range ps {
+			if _, ok := out[tp{topic, int32(p)}]; !ok {
+				return nil, fmt.Errorf("kafkago: offset fetch: no answer for %s/%d", topic, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+// startClaims makes a claim for every fetched partition and starts its
+// worker, unless the generation has already ended.
+func (g *generation) startClaims(runCtx context.Context, committed map[tp]committedOffset) {
+	keys := make([]tp, 0, len(committed))
+	for k := range committed {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b tp) int {
+		if a.topic != b.topic {
+			if a.topic < b.topic {
+				return -1
+			}
+			return 1
+		}
+		return int(a.partition - b.partition)
+	})
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended {
+		return
+	}
+	for _, k := range keys {
+		co := committed[k]
+		cl := newClaim(g, k, co.offset, co.metadata, runCtx)
+		g.claims = append(g.claims, cl)
+		g.c.log.Info("redeliver: partition assigned", "topic", k.topic, "partition", k.partition,
+			"generation", g.gen.ID, "committed", co.offset, "metadata", co.metadata)
+		g.wg.Add(1)
+		go g.work(cl)
+	}
+}
+
+// work runs the Processor over cl until the claim ends.
+func (g *generation) work(cl *claim) {
+	defer g.wg.Done()
+	ended, err := cl.run(g.c.proc)
+	switch {
+	case ended: // by the generation's end or by shutdown
+	case errors.Is(err, stream.ErrRevoked): // a commit refused as stale: the manager ends the generation
+	default:
+		err = fmt.Errorf("kafkago: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
+		g.c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+		g.fail(err)
+	}
+}
+
+// end ends every claim with cause: their contexts are cancelled, commits are
+// refused from now on (after a commit in flight has had its answer), and
+// their workers are waited for.
+func (g *generation) end(cause error) {
+	g.mu.RLock()
+	claims := g.claims
+	g.mu.RUnlock()
+	for _, cl := range claims {
+		cl.cancel(cause)
+	}
+	g.mu.Lock()
+	g.ended = true
+	claims = g.claims
+	g.mu.Unlock()
+	for _, cl := range claims {
+		cl.cancel(cause)
+	}
+	g.wg.Wait()
+	for _, cl := range claims {
+		g.c.log.Info("redeliver: partition released", "topic", cl.key.topic, "partition", cl.key.partition,
+			"generation", g.gen.ID, "cause", cause)
+	}
+}
+
+// markStale ends the generation early: the coordinator refused a commit
+// because this member's generation is no longer current.
+func (g *generation) markStale() {
+	g.staleOnce.Do(func() { close(g.stale) })
+}
+
+// commit commits next with metadata for cl's partition through the group
+// generation and waits for the coordinator's answer. It returns
+// [stream.ErrRevoked] once the generation has ended or the claim is ending,
+// and when the coordinator says the generation is stale.
+func (g *generation) commit(cl *claim, next int64, metadata string) error {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	if g.ended || cl.ctx.Err() != nil {
+		return stream.ErrRevoked
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), g.c.cfg.commitTimeout)
+	defer cancel()
+	resp, err := g.c.client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
+		GroupID:      g.gen.GroupID,
+		GenerationID: int(g.gen.ID),
+		MemberID:     g.gen.MemberID,
+		Topics: map[string][]kafka.OffsetCommit{
+			cl.key.topic: {{Partition: int(cl.key.partition), Offset: next, Metadata: metadata}},
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, err)
+	}
+	for _, p := range resp.Topics[cl.key.topic] {
+		if p.Partition != int(cl.key.partition) {
+			continue
+		}
+		switch {
+		case p.Error == nil:
+			return nil
+		case staleGeneration(p.Error):
+			g.markStale()
+			return fmt.Errorf("kafkago: commit of %s/%d at offset %d refused (%v): %w",
+				cl.key.topic, cl.key.partition, next, p.Error, stream.ErrRevoked)
+		default:
+			return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, p.Error)
+		}
+	}
+	return fmt.Errorf("kafkago: commit of %s/%d at offset %d: no answer for the partition", cl.key.topic, cl.key.partition, next)
+}
+
+// staleGeneration reports whether a commit error means that this member's
+// generation is over.
+func staleGeneration(err error) bool {
+	return errors.Is(err, kafka.IllegalGeneration) || errors.Is(err, kafka.UnknownMemberId) ||
+		errors.Is(err, kafka.RebalanceInProgress) || errors.Is(err, kafka.FencedInstanceID)
+}
