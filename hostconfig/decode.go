@@ -167,6 +167,9 @@ func canonical(key string, known []string) string {
 	return ""
 }
 
+// farApart is more than any distance suggest or nearSection accepts.
+const farApart = 16
+
 // suggest returns the element of known closest to key when it is close
 // enough to be a misspelling, or "".
 func suggest(key string, known []string) string {
@@ -180,8 +183,13 @@ func suggest(key string, known []string) string {
 	return best
 }
 
-// distance is the Levenshtein distance between a and b, in bytes.
+// distance is the Levenshtein distance between a and b, in bytes. When
+// their lengths differ by more than farApart it returns that difference, a
+// lower bound, without the quadratic work: no misspelling is that far.
 func distance(a, b string) int {
+	if diff := len(a) - len(b); diff > farApart || -diff > farApart {
+		return max(diff, -diff)
+	}
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {

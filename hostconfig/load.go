@@ -206,6 +206,10 @@ func (d *decoder) parse(src []byte) *node {
 	if bytes.HasPrefix(src, []byte("\uFEFF")) { // a byte order mark, as Windows editors write
 		src = append([]byte("   "), src[3:]...)
 	}
+	if off := tooDeep(src); off >= 0 {
+		d.addAt(off, "", "nesting deeper than %d levels", maxDepth)
+		return nil
+	}
 	v, err := hujson.Parse(src)
 	if err != nil {
 		d.syntax(err)
@@ -217,6 +221,50 @@ func (d *decoder) parse(src []byte) *node {
 		return nil
 	}
 	return root
+}
+
+// maxDepth bounds the nesting of objects and arrays: the parser recurses
+// once per level, and a document nested millions deep would exhaust the
+// stack, which no program can recover from.
+const maxDepth = 1000
+
+// tooDeep returns the offset of the first object or array nested deeper
+// than maxDepth, or -1. It skips strings and comments, and leaves every
+// other syntax error to the parser.
+func tooDeep(src []byte) int {
+	depth := 0
+	for i := 0; i < len(src); i++ {
+		switch src[i] {
+		case '"':
+			for i++; i < len(src) && src[i] != '"'; i++ {
+				if src[i] == '\\' {
+					i++
+				}
+			}
+		case '/':
+			switch {
+			case i+1 < len(src) && src[i+1] == '/':
+				if j := bytes.IndexByte(src[i:], '\n'); j >= 0 {
+					i += j
+				} else {
+					i = len(src)
+				}
+			case i+1 < len(src) && src[i+1] == '*':
+				if j := bytes.Index(src[i+2:], []byte("*/")); j >= 0 {
+					i += j + 3
+				} else {
+					i = len(src)
+				}
+			}
+		case '{', '[':
+			if depth++; depth > maxDepth {
+				return i
+			}
+		case '}', ']':
+			depth--
+		}
+	}
+	return -1
 }
 
 // syntax reports a hujson syntax error, which reads

@@ -353,6 +353,20 @@ func checkProblems(t *testing.T, err error, want []string) {
 	}
 }
 
+// TestDeepNesting checks that a document nested millions deep is an error,
+// not a stack overflow, and that deep but reasonable nesting loads.
+func TestDeepNesting(t *testing.T) {
+	deep := `{"logging": ` + strings.Repeat("[", 5_000_000) + strings.Repeat("]", 5_000_000) + `}`
+	_, err := noEnv.Parse("host.json", []byte(deep))
+	checkProblems(t, err, []string{`host.json:1:1012: nesting deeper than 1000 levels`})
+
+	ok := `{"logging": /* [[[ */ "[[[\"", // [[[
+"extensions": ` + strings.Repeat("[", 998) + strings.Repeat("]", 998) + `}`
+	if _, err := noEnv.Parse("host.json", []byte(ok)); err != nil {
+		t.Errorf("998 levels inside a section: %v", err)
+	}
+}
+
 func TestProblemFields(t *testing.T) {
 	_, err := noEnv.Parse("host.json", []byte("{\n  \"checkpointRetryPolicy\": {\"retryCount\": 1, \"sleepDuration\": \"00:00:60\"}}"))
 	var p *hostconfig.Problem
