@@ -1,0 +1,326 @@
+// Command quickstart runs a redeliver consumer on Kafka: by default on an
+// embedded, in-process Kafka (kfake), or on a real cluster with -brokers.
+//
+// It loads the retry policy from host.json, produces a few hundred records
+// over several partitions, and consumes them through the franz-go adapter
+// with a handler that fails transiently on some batches, asks for a retry
+// with a RetryResult on others and rejects one as not retryable. It prints a
+// timeline of every delivery, retry and checkpoint, then checks itself: every
+// record handled, and the group's committed offsets, read back from the
+// broker, at the end of each partition. It exits non-zero when the check
+// fails.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+func main() {
+	var (
+		brokers    = flag.String("brokers", "", "comma-separated Kafka brokers; empty runs an embedded Kafka")
+		hostJSON   = flag.String("config", "", "host.json to load (default: the one beside this program, or a built-in copy)")
+		partitions = flag.Int("partitions", 4, "partitions of the topic")
+		records    = flag.Int("records", 300, "records to produce, spread over the partitions")
+		batch      = flag.Int("batch", 25, "most records per batch")
+		timeout    = flag.Duration("timeout", 50*time.Second, "give up after this long")
+	)
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := run(ctx, *brokers, *hostJSON, *partitions, *records, *batch); err != nil {
+		fmt.Fprintln(os.Stderr, "quickstart:", err)
+		os.Exit(1)
+	}
+}
+
+// defaultHostJSON is used when no host.json is found.
+const defaultHostJSON = `{
+  "version": "2.0",
+  // retry a failed batch 3 times, 500ms apart, then move on
+  "checkpointRetryPolicy": { "retryCount": 3, "sleepDuration": "00:00:00.500" },
+}`
+
+// loadConfig reads host.json: the one named, else the one beside this
+// program when run from the repository root, else a built-in copy.
+func loadConfig(path string) (*hostconfig.Config, error) {
+	if path != "" {
+		return hostconfig.Load(path)
+	}
+	if _, err := os.Stat("examples/quickstart/host.json"); err == nil {
+		return hostconfig.Load("examples/quickstart/host.json")
+	}
+	return hostconfig.Parse("built-in host.json", []byte(defaultHostJSON))
+}
+
+func run(ctx context.Context, brokers, hostJSON string, partitions, records, batchSize int) error {
+	cfg, err := loadConfig(hostJSON)
+	if err != nil {
+		return err
+	}
+	fmt.Println(cfg.Explain())
+
+	var seeds []string
+	if brokers == "" {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("start embedded kafka: %w", err)
+		}
+		defer cluster.Close()
+		seeds = cluster.ListenAddrs()
+		fmt.Printf("embedded kafka at %s\n", strings.Join(seeds, ","))
+	} else {
+		seeds = strings.Split(brokers, ",")
+	}
+	suffix := time.Now().Format("150405.000")
+	topic, group := "quickstart-"+suffix, "quickstart-group-"+suffix
+
+	admin, err := kgo.NewClient(kgo.SeedBrokers(seeds...))
+	if err != nil {
+		return err
+	}
+	defer admin.Close()
+	adm := kadm.NewClient(admin)
+	if _, err := adm.CreateTopic(ctx, int32(partitions), 1, nil, topic); err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	if err := produce(ctx, admin, topic, partitions, records); err != nil {
+		return err
+	}
+	fmt.Printf("produced %d records to %s (%d partitions)\n\n", records, topic, partitions)
+
+	// The policy and the exhaustion action come from host.json; a
+	// dead-letter action would produce through pub.
+	pub, err := franz.NewPublisher(admin)
+	if err != nil {
+		return err
+	}
+	opts, err := cfg.Options(pub)
+	if err != nil {
+		return err
+	}
+	tl := &timeline{begin: time.Now(), handled: map[int32]map[int64]bool{}}
+	proc, err := stream.NewProcessor(handler(), append(opts, stream.WithHooks(tl.hooks()))...)
+	if err != nil {
+		return err
+	}
+	consumer, err := franz.New(proc,
+		franz.WithKgoOptions(kgo.SeedBrokers(seeds...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())),
+		franz.WithMaxBatch(batchSize),
+	)
+	if err != nil {
+		return err
+	}
+	defer consumer.Close()
+
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return err
+	}
+	want := map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) { want[o.Partition] = o.Offset })
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- consumer.Run(runCtx) }()
+	waitErr := waitCommitted(ctx, adm, group, topic, want)
+	stop()
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("consumer: %w", err)
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+	return tl.summary(ctx, adm, group, topic, want)
+}
+
+// handler fails some batches transiently, asks for a retry on others and
+// rejects one. Decisions depend on the offsets a batch holds, so they do not
+// depend on how the records happen to be batched.
+func handler() stream.Handler {
+	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		has := func(off int64) bool { return b.FirstOffset() <= off && off <= b.LastOffset() }
+		switch {
+		case b.Partition == 0 && has(30) && b.Attempt.Retry < 2:
+			return errors.New("inventory service timed out")
+		case b.Partition == 1 && has(10) && b.Attempt.Retry == 0:
+			return stream.Retry(1, 300*time.Millisecond) // processed, but come back once more
+		case b.Partition == 2 && has(50):
+			return stream.Permanent(fmt.Errorf("record %d: invalid order id", 50))
+		}
+		return nil
+	})
+}
+
+func produce(ctx context.Context, cl *kgo.Client, topic string, partitions, n int) error {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Partition: int32(i % partitions), Value: fmt.Appendf(nil, "order-%d", i)}
+	}
+	p, err := kgo.NewClient(kgo.SeedBrokers(seedsOf(cl)...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	if err := p.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("produce: %w", err)
+	}
+	return nil
+}
+
+func seedsOf(cl *kgo.Client) []string {
+	var out []string
+	for _, b := range cl.OptValues(kgo.SeedBrokers) {
+		out = append(out, b.([]string)...)
+	}
+	return out
+}
+
+// waitCommitted polls the group's committed offsets until they reach want.
+func waitCommitted(ctx context.Context, adm *kadm.Client, group, topic string, want map[int32]int64) error {
+	for {
+		got, err := committed(ctx, adm, group, topic)
+		if err == nil && reached(got, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("committed offsets %v never reached %v: %w", got, want, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func committed(ctx context.Context, adm *kadm.Client, group, topic string) (map[int32]int64, error) {
+	resp, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return nil, err
+	}
+	got := map[int32]int64{}
+	resp.Each(func(o kadm.OffsetResponse) {
+		if o.Topic == topic && o.Err == nil {
+			got[o.Partition] = o.At
+		}
+	})
+	return got, nil
+}
+
+func reached(got, want map[int32]int64) bool {
+	for p, w := range want {
+		if got[p] < w {
+			return false
+		}
+	}
+	return true
+}
+
+// timeline prints every event and remembers which records were handled.
+type timeline struct {
+	begin     time.Time
+	mu        sync.Mutex
+	handled   map[int32]map[int64]bool
+	retries   int
+	givenUp   int
+	delivered int
+}
+
+func (tl *timeline) printf(format string, args ...any) {
+	fmt.Printf("%7.3fs  "+format+"\n", append([]any{time.Since(tl.begin).Seconds()}, args...)...)
+}
+
+func (tl *timeline) mark(p int32, first, last int64) {
+	if tl.handled[p] == nil {
+		tl.handled[p] = map[int64]bool{}
+	}
+	for o := first; o <= last; o++ {
+		tl.handled[p][o] = true
+	}
+}
+
+func (tl *timeline) hooks() stream.Hooks {
+	return stream.Hooks{
+		Delivered: func(e stream.DeliveredEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.delivered++
+			what := e.Outcome.String()
+			switch e.Outcome {
+			case stream.Failed:
+				what += ": " + e.Err.Error()
+			case stream.Succeeded:
+				tl.mark(e.Partition, e.FirstOffset, e.LastOffset)
+			case stream.RetryRequested:
+				tl.mark(e.Partition, e.FirstOffset, e.LastOffset)
+			}
+			tl.printf("p%d  batch %3d-%3d  attempt %d  %s", e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Number(), what)
+		},
+		RetryScheduled: func(e stream.RetryEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.retries++
+			tl.printf("p%d  batch %3d-%3d  retry %d in %v; checkpoint withheld", e.Partition, e.FirstOffset, e.LastOffset, e.Retry, e.Delay)
+		},
+		Exhausted: func(e stream.ExhaustedEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.givenUp++
+			tl.mark(e.Partition, e.FirstOffset, e.LastOffset)
+			tl.printf("p%d  batch %3d-%3d  given up (%v); skipped", e.Partition, e.FirstOffset, e.LastOffset, e.Err.Reason)
+		},
+		Checkpointed: func(e stream.CheckpointEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			if e.Metadata != "" {
+				tl.printf("p%d  checkpoint stays at %d, retry state %q", e.Partition, e.Next, e.Metadata)
+				return
+			}
+			tl.printf("p%d  checkpoint -> %d", e.Partition, e.Next)
+		},
+	}
+}
+
+// summary prints the totals and checks them against the broker.
+func (tl *timeline) summary(ctx context.Context, adm *kadm.Client, group, topic string, want map[int32]int64) error {
+	got, err := committed(ctx, adm, group, topic)
+	if err != nil {
+		return err
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	fmt.Printf("\n%d deliveries, %d retries, %d batch given up\n", tl.delivered, tl.retries, tl.givenUp)
+	var problems []string
+	for p := int32(0); p < int32(len(want)); p++ {
+		n := int64(len(tl.handled[p]))
+		fmt.Printf("partition %d: %d of %d records handled, committed offset %d (end %d)\n", p, n, want[p], got[p], want[p])
+		if n != want[p] {
+			problems = append(problems, fmt.Sprintf("partition %d: %d of %d records handled", p, n, want[p]))
+		}
+		if got[p] != want[p] {
+			problems = append(problems, fmt.Sprintf("partition %d: committed %d, end %d", p, got[p], want[p]))
+		}
+	}
+	if tl.givenUp != 1 {
+		problems = append(problems, fmt.Sprintf("%d batches given up, want 1", tl.givenUp))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check failed:\n  %s", strings.Join(problems, "\n  "))
+	}
+	fmt.Println("ok: every record handled and every partition committed to its end")
+	return nil
+}
