@@ -1,0 +1,97 @@
+// Package conformance is the suite every redeliver adapter passes, against
+// every broker provider: seed 004's four scenarios end to end through a
+// broker, whole-batch redelivery, order within a partition, partitions that
+// keep flowing while another waits out a backoff, a backoff longer than the
+// session timeout, a graceful shutdown during a backoff, and a consumer
+// joining during a retry. Committed offsets are read back through the
+// broker's own offset fetch.
+//
+// An adapter's test runs it, as Watermill's pubsub tests do:
+//
+//	func TestFranz(t *testing.T) {
+//		conformance.Run(t, provider.Kfake(), franzAdapter{})
+//	}
+//
+// Every wait of the suite is bounded; with short backoffs (tens of
+// milliseconds) it runs in seconds on an in-process broker.
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// Provider starts brokers for the suite.
+type Provider interface {
+	// Name names the provider in test names.
+	Name() string
+	// Start returns a broker for one test, and ends it (if it started
+	// one) when the test ends. It skips t when the provider cannot run
+	// here.
+	Start(t *testing.T) Broker
+}
+
+// Broker is a running Kafka-compatible broker. The suite names its topics
+// and groups uniquely, so one broker may serve many tests.
+type Broker struct {
+	// Addrs are the bootstrap addresses.
+	Addrs []string
+	// SessionTimeout is a short group session timeout the broker accepts
+	// (at least its group.min.session.timeout.ms), and the session timeout
+	// of KIP-848 groups (group.consumer.session.timeout.ms). The suite
+	// uses it for the case of a backoff longer than the session timeout.
+	SessionTimeout time.Duration
+	// KIP848 reports whether the broker runs the KIP-848 consumer group
+	// protocol.
+	KIP848 bool
+}
+
+// Adapter builds consumers of one adapter for the suite.
+type Adapter interface {
+	// Name names the adapter in test names.
+	Name() string
+	// NeedsKIP848 reports whether the adapter's consumers use the KIP-848
+	// protocol; the suite skips such an adapter on brokers without it.
+	NeedsKIP848() bool
+	// NewConsumer returns a consumer, not yet running, that joins
+	// cfg.Group, consumes cfg.Topic from its start when the group has no
+	// commit, and runs cfg.Processor over each assigned partition.
+	NewConsumer(t *testing.T, cfg Config) (Consumer, error)
+}
+
+// Config describes one consumer for [Adapter.NewConsumer].
+type Config struct {
+	Brokers   []string
+	Group     string
+	Topic     string
+	Processor *stream.Processor
+	// MaxBatch is the most records a batch holds.
+	MaxBatch int
+	// SessionTimeout and HeartbeatInterval are the group timings to ask
+	// for; 0 means the adapter's default.
+	SessionTimeout    time.Duration
+	HeartbeatInterval time.Duration
+}
+
+// Consumer is a consumer an adapter built.
+type Consumer interface {
+	// Run consumes until ctx is done. When it returns, every worker it
+	// started has stopped and the consumer has left the group.
+	Run(ctx context.Context) error
+}
+
+// Run runs every case of the suite as a subtest of t.
+func Run(t *testing.T, p Provider, a Adapter) {
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := p.Start(t)
+			if a.NeedsKIP848() && !b.KIP848 {
+				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
+			}
+			c.run(t, newEnv(t, b, a))
+		})
+	}
+}

@@ -1,0 +1,216 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// wait bounds every wait of the suite.
+const wait = 30 * time.Second
+
+// env is one case's broker, topic, group and history.
+type env struct {
+	t       *testing.T
+	b       Broker
+	a       Adapter
+	topic   string
+	group   string
+	cl      *kgo.Client
+	adm     *kadm.Client
+	hist    history
+	members []*member
+}
+
+func newEnv(t *testing.T, b Broker, a Adapter) *env {
+	name := strings.NewReplacer("/", "-", " ", "-", "(", "", ")", "").Replace(t.Name())
+	suffix := fmt.Sprintf("%08x", rand.Uint32())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{t: t, b: b, a: a, topic: "rd-" + name + "-" + suffix, group: "rd-g-" + name + "-" + suffix,
+		cl: cl, adm: kadm.NewClient(cl)}
+	t.Cleanup(func() {
+		for _, m := range e.members {
+			m.stop()
+		}
+		cl.Close()
+	})
+	return e
+}
+
+// createTopic creates the case's topic.
+func (e *env) createTopic(partitions int32) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := e.adm.CreateTopic(ctx, partitions, 1, nil, e.topic)
+	if err == nil {
+		err = resp.Err
+	}
+	if err != nil {
+		e.t.Fatalf("create topic %s: %v", e.topic, err)
+	}
+}
+
+// produce appends n records to the partition, valued "<partition>:<i>"
+// with i counting from first.
+func (e *env) produce(partition int32, first, n int) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: e.topic, Partition: partition, Value: fmt.Appendf(nil, "%d:%d", partition, first+i)}
+	}
+	if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		e.t.Fatalf("produce: %v", err)
+	}
+}
+
+// committed returns the group's committed offsets of the topic as the
+// broker's offset fetch answers them; -1 for none.
+func (e *env) committed() map[int32]kadm.Offset {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	offs, err := e.adm.FetchOffsets(ctx, e.group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil
+	}
+	if err != nil {
+		e.t.Fatalf("fetch offsets of %s: %v", e.group, err)
+	}
+	m := make(map[int32]kadm.Offset)
+	for p, o := range offs[e.topic] {
+		if o.Err != nil {
+			e.t.Fatalf("fetch offsets of %s: partition %d: %v", e.group, p, o.Err)
+		}
+		m[p] = o.Offset
+	}
+	return m
+}
+
+// waitCommitted waits until the broker has each partition's committed
+// offset at want[partition].
+func (e *env) waitCommitted(want map[int32]int64) {
+	e.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got := e.committed()
+		ok := true
+		for p, w := range want {
+			if o, found := got[p]; !found || o.At != w {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			at := make(map[int32]int64)
+			for p, o := range got {
+				at[p] = o.At
+			}
+			e.t.Fatalf("committed offsets %v, want %v", at, want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// spec describes a consumer for start.
+type spec struct {
+	handler  stream.Handler
+	policy   checkpoint.Policy
+	maxBatch int
+	hooks    stream.Hooks // called after the history's own
+	session  bool         // ask for the broker's short session timeout
+}
+
+// member is a running consumer.
+type member struct {
+	name    string
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     error
+	stopped time.Duration // how long Run took to return after stop
+	once    sync.Once
+}
+
+// start builds and runs a consumer named name.
+func (e *env) start(name string, s spec) *member {
+	e.t.Helper()
+	hooks := e.hist.hooks(name, s.hooks)
+	proc, err := stream.NewProcessor(s.handler, stream.WithPolicy(s.policy), stream.WithHooks(hooks))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1)}
+	if s.session {
+		cfg.SessionTimeout = e.b.SessionTimeout
+		cfg.HeartbeatInterval = e.b.SessionTimeout / 10
+	}
+	c, err := e.a.NewConsumer(e.t, cfg)
+	if err != nil {
+		e.t.Fatalf("%s: new consumer: %v", e.a.Name(), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &member{name: name, cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(m.done)
+		m.err = c.Run(ctx)
+	}()
+	e.members = append(e.members, m)
+	return m
+}
+
+// stop cancels the member's Run and waits for it to return.
+func (m *member) stop() error {
+	m.once.Do(func() {
+		start := time.Now()
+		m.cancel()
+		select {
+		case <-m.done:
+			m.stopped = time.Since(start)
+		case <-time.After(wait):
+			m.stopped = -1
+		}
+	})
+	if m.stopped < 0 {
+		return fmt.Errorf("consumer %s: Run did not return within %v", m.name, wait)
+	}
+	return nil
+}
+
+// await waits for ch to close or fails the test with what.
+func (e *env) await(ch <-chan struct{}, what string) {
+	e.t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(wait):
+		e.t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// signal is a channel closed once.
+type signal struct {
+	once sync.Once
+	ch   chan struct{}
+}
+
+func newSignal() *signal { return &signal{ch: make(chan struct{})} }
+
+func (s *signal) fire() { s.once.Do(func() { close(s.ch) }) }

@@ -1,0 +1,56 @@
+package integration_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/integration/conformance"
+	"github.com/redeliver-go/redeliver/integration/provider"
+)
+
+// franzAdapter builds franz-go consumers for the conformance suite, with
+// franz-go's default cooperative-sticky balancer or with the KIP-848
+// protocol.
+type franzAdapter struct{ kip848 bool }
+
+func (a franzAdapter) Name() string {
+	if a.kip848 {
+		return "franz (KIP-848)"
+	}
+	return "franz (cooperative-sticky)"
+}
+
+func (a franzAdapter) NeedsKIP848() bool { return a.kip848 }
+
+func (a franzAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conformance.Consumer, error) {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(cfg.Brokers...),
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+		kgo.FetchMaxWait(100 * time.Millisecond), // short fetch waits when a partition is idle
+	}
+	if a.kip848 {
+		opts = append(opts, kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer())
+	}
+	if cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+	}
+	if cfg.HeartbeatInterval > 0 {
+		opts = append(opts, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
+	}
+	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch))
+}
+
+func TestFranz(t *testing.T) {
+	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
+		for _, a := range []franzAdapter{{}, {kip848: true}} {
+			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				conformance.Run(t, p, a)
+			})
+		}
+	}
+}
