@@ -10,6 +10,10 @@ import (
 // optional. Hooks run on the partition's worker goroutine: they must be fast
 // and safe for concurrent use, since several partitions call them at once.
 type Hooks struct {
+	// Claimed is called when a worker starts on a claimed partition.
+	Claimed func(ClaimEvent)
+	// Released is called when a worker stops.
+	Released func(ReleaseEvent)
 	// Delivered is called after every handler call.
 	Delivered func(DeliveredEvent)
 	// RetryScheduled is called when a batch is withheld for another
@@ -25,6 +29,22 @@ type Hooks struct {
 	// Abandoned is called when a worker stops with a batch in flight
 	// (shutdown, revocation, loss); its checkpoint is left where it was.
 	Abandoned func(AbandonedEvent)
+}
+
+// ClaimEvent reports a partition claimed by a worker, with the checkpoint it
+// starts from.
+type ClaimEvent struct {
+	Topic     string
+	Partition int32
+	Committed int64 // -1 when nothing was committed
+	Metadata  string
+}
+
+// ReleaseEvent reports that a partition's worker stopped, and why.
+type ReleaseEvent struct {
+	Topic     string
+	Partition int32
+	Cause     error
 }
 
 // BatchInfo identifies a batch in events.

@@ -161,7 +161,14 @@ func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
 // continues from that state: it waits out what is left of its backoff and
 // counts its retries from where the previous owner stopped. Metadata written
 // by other tools is ignored.
-func (p *Processor) Process(ctx context.Context, c Claim) error {
+func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
+	off, md := c.Committed()
+	if h := p.cfg.hooks.Claimed; h != nil {
+		h(ClaimEvent{Topic: c.Topic(), Partition: c.Partition(), Committed: off, Metadata: md})
+	}
+	if h := p.cfg.hooks.Released; h != nil {
+		defer func() { h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), Cause: err}) }()
+	}
 	w := worker{
 		p:     p,
 		c:     c,
@@ -172,7 +179,7 @@ func (p *Processor) Process(ctx context.Context, c Claim) error {
 		from:  -1,
 	}
 	if !p.cfg.memoryOnly {
-		w.readState()
+		w.readState(off, md)
 	}
 	for {
 		recs, err := c.Fetch(ctx)
@@ -208,8 +215,7 @@ type worker struct {
 }
 
 // readState reads the retry state committed by a previous owner.
-func (w *worker) readState() {
-	off, md := w.c.Committed()
+func (w *worker) readState(off int64, md string) {
 	if off < 0 || md == "" {
 		return
 	}
