@@ -2,8 +2,6 @@ package kafkago
 
 import (
 	"context"
-	"errors"
-	"io"
 	"sync"
 	"time"
 
@@ -19,13 +17,12 @@ type tp struct {
 }
 
 // claim is one partition of one generation: a [stream.Claim] fed by a pump
-// goroutine that reads the partition's own [kafka.Reader] into a buffer.
+// goroutine that fetches the partition into a buffer.
 //
-// kafka-go has no pause. A claim pauses by not reading its reader: the pump
-// stops while the claim is paused or its buffer is full, the reader's queue
-// then fills up and its fetch goroutine blocks, and nothing more is fetched.
-// The reader and the buffer keep what was fetched, in order, for the next
-// Fetch; the buffer is dropped only with the claim.
+// kafka-go has no pause. A claim pauses by not fetching: the pump stops
+// while the claim is paused or its buffer is full, and records fetched
+// before stay in the buffer, in order, for the next Fetch. The buffer is
+// dropped only with the claim.
 type claim struct {
 	g         *generation
 	key       tp
@@ -34,8 +31,7 @@ type claim struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	rd     *kafka.Reader
-	conns  *connSet
+	f      fetcher
 	pumped chan struct{} // closed when the pump has returned
 
 	mu          sync.Mutex
@@ -55,89 +51,82 @@ type claim struct {
 
 func newClaim(g *generation, key tp, committed int64, metadata string, runCtx context.Context) *claim {
 	ctx, cancel := context.WithCancelCause(runCtx)
-	cl := &claim{
-		g: g, key: key, committed: committed, metadata: metadata,
-		ctx: ctx, cancel: cancel, conns: newConnSet(), pumped: make(chan struct{}),
-		last: -1, wake: make(chan struct{}, 1), more: make(chan struct{}, 1),
-	}
 	c := g.c
-	cl.rd = kafka.NewReader(c.readerConfig(key.topic, key.partition, cl.conns.dialer(c.dialer)))
-	start := committed
-	if start < 0 {
-		start = c.start
+	return &claim{
+		g: g, key: key, committed: committed, metadata: metadata,
+		ctx: ctx, cancel: cancel, pumped: make(chan struct{}),
+		last: -1, wake: make(chan struct{}, 1), more: make(chan struct{}, 1),
+		f: fetcher{
+			dialer: c.dialer, brokers: c.brokers, topic: key.topic, partition: int(key.partition),
+			fetch: c.fetch, log: c.log,
+		},
 	}
-	_ = cl.rd.SetOffset(start) // fails only on a closed reader
-	return cl
 }
 
 // highWater is how many buffered records stop the pump until the worker
 // takes some.
 func (cl *claim) highWater() int { return max(4*cl.g.c.cfg.maxBatch, 2048) }
 
-// run runs proc over the claim until it ends, then closes the reader. It
-// returns whether the claim had been ended from outside (the generation's
-// end or shutdown) when Process returned, and Process's error.
+// run runs proc over the claim until it ends. It returns whether the claim
+// had been ended from outside (the generation's end or shutdown) when
+// Process returned, and Process's error.
 func (cl *claim) run(proc *stream.Processor) (ended bool, err error) {
-	go cl.pump()
+	start := cl.committed
+	if start < 0 {
+		start = cl.g.c.start
+	}
+	stop := context.AfterFunc(cl.ctx, cl.f.close) // ends a fetch in progress at once
+	go func() {
+		defer close(cl.pumped)
+		cl.fetchLoop(start)
+	}()
 	err = proc.Process(cl.ctx, cl)
 	ended = cl.ctx.Err() != nil
 	cl.cancel(err)
 	<-cl.pumped
-	// Close the reader's connections first: a reader waiting for a fetch
-	// answer would otherwise hold Close up for the fetch's MaxWait.
-	cl.conns.close()
-	_ = cl.rd.Close()
+	stop()
+	cl.f.close()
 	cl.mu.Lock()
 	cl.buf, cl.head = nil, 0
 	cl.mu.Unlock()
 	return ended, err
 }
 
-// pump reads the partition's reader into the buffer until the claim ends,
-// stopping while the claim is paused or the buffer is full.
-func (cl *claim) pump() {
-	defer close(cl.pumped)
-	var (
-		log   = cl.g.c.log
-		delay time.Duration
-	)
-	for {
-		m, err := cl.rd.FetchMessage(cl.ctx)
-		if err != nil {
-			if cl.ctx.Err() != nil || errors.Is(err, io.EOF) {
-				return
-			}
-			// The reader tries again by itself; this only reports it and
-			// keeps a reader that fails at once from spinning.
-			delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
-			log.Warn("redeliver: fetch error", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
-			if !sleep(cl.ctx, delay) {
-				return
-			}
-			continue
-		}
-		delay = 0
-		cl.mu.Lock()
-		if m.Offset > cl.last { // kafka-go never repeats a record; this only guards the order
-			cl.buf = append(cl.buf, m)
-			cl.last = m.Offset
-		}
-		if cl.waiting {
-			cl.waiting = false
-			cl.signal(cl.wake)
-		}
-		for cl.paused || len(cl.buf)-cl.head >= cl.highWater() {
-			cl.pumpWaiting = true
-			cl.mu.Unlock()
-			select {
-			case <-cl.more:
-			case <-cl.ctx.Done():
-				return
-			}
-			cl.mu.Lock()
-		}
+// waitRoom waits until the pump may fetch: the claim is not paused and its
+// buffer is below the high water mark. It returns false when the claim
+// ends first.
+func (cl *claim) waitRoom() bool {
+	cl.mu.Lock()
+	for cl.paused || len(cl.buf)-cl.head >= cl.highWater() {
+		cl.pumpWaiting = true
 		cl.mu.Unlock()
+		select {
+		case <-cl.more:
+		case <-cl.ctx.Done():
+			return false
+		}
+		cl.mu.Lock()
 	}
+	cl.mu.Unlock()
+	return cl.ctx.Err() == nil
+}
+
+// push appends fetched records to the buffer, dropping any at or before the
+// last one buffered (kafka-go never repeats one; this only guards the
+// order), and wakes a waiting worker.
+func (cl *claim) push(msgs []kafka.Message) {
+	cl.mu.Lock()
+	for i := range msgs {
+		if msgs[i].Offset > cl.last {
+			cl.buf = append(cl.buf, msgs[i])
+			cl.last = msgs[i].Offset
+		}
+	}
+	if cl.waiting {
+		cl.waiting = false
+		cl.signal(cl.wake)
+	}
+	cl.mu.Unlock()
 }
 
 // signal wakes whoever waits on ch, without blocking.
@@ -245,8 +234,8 @@ func (cl *claim) wakePumpLocked() {
 	}
 }
 
-// Pause stops the pump while the Processor waits out a backoff: the
-// partition's reader is not read, so nothing more is fetched for it.
+// Pause stops the pump while the Processor waits out a backoff: nothing
+// more is fetched for the partition (a fetch in progress completes).
 // Records already fetched stay buffered.
 func (cl *claim) Pause() {
 	cl.mu.Lock()

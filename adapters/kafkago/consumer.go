@@ -31,7 +31,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 type config struct {
 	group         kafka.ConsumerGroupConfig
 	groupSet      bool
-	reader        kafka.ReaderConfig
+	fetch         kafka.ReadBatchConfig
 	client        *kafka.Client
 	maxBatch      int
 	maxWait       time.Duration
@@ -48,15 +48,14 @@ func WithGroupConfig(cfg kafka.ConsumerGroupConfig) Option {
 	return optionFunc(func(c *config) { c.group = cfg; c.groupSet = true })
 }
 
-// WithReaderConfig sets the template of the [kafka.Reader] that fetches each
-// assigned partition: MinBytes, MaxBytes, MaxWait, QueueCapacity,
-// IsolationLevel, the read backoffs, MaxAttempts, the loggers, and Dialer
-// and Brokers when they differ from the group's. The consumer sets Topic
-// and Partition and ignores GroupID, GroupTopics, the group settings,
-// CommitInterval and ReadLagInterval. The default is kafka-go's reader
-// defaults with the group's brokers and dialer.
-func WithReaderConfig(cfg kafka.ReaderConfig) Option {
-	return optionFunc(func(c *config) { c.reader = cfg })
+// WithFetchConfig sets the fetch requests that read each assigned
+// partition from its leader: MinBytes (default 1), MaxBytes (default 1MB,
+// the most a fetch answer holds, though a first record larger than it still
+// comes), MaxWait (default 10s, how long the broker may wait for MinBytes)
+// and IsolationLevel (default kafka.ReadUncommitted), with kafka.Reader's
+// defaults. Fields left at zero keep their default.
+func WithFetchConfig(cfg kafka.ReadBatchConfig) Option {
+	return optionFunc(func(c *config) { c.fetch = cfg })
 }
 
 // WithClient sets the client the consumer sends offset fetches and commits
@@ -107,9 +106,10 @@ type Consumer struct {
 	log       *slog.Logger
 	client    *kafka.Client
 	transport *kafka.Transport // built by New and owned; nil with WithClient
-	dialer    *kafka.Dialer    // the readers' dialer
-	brokers   []string         // the readers' brokers
-	start     int64            // where a partition without a commit starts
+	dialer    *kafka.Dialer    // the group's dialer, for the fetchers
+	brokers   []string         // the group's brokers
+	fetch     kafka.ReadBatchConfig
+	start     int64 // where a partition without a commit starts
 
 	started   atomic.Bool
 	mu        sync.Mutex
@@ -149,15 +149,8 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	c.brokers = cfg.reader.Brokers
-	if len(c.brokers) == 0 {
-		c.brokers = group.Brokers
-	}
-	c.dialer = cfg.reader.Dialer
-	if c.dialer == nil {
-		c.dialer = group.Dialer // kafka.DefaultDialer when the group has none
-	}
-	if err := c.checkReader(); err != nil {
+	c.brokers, c.dialer = group.Brokers, group.Dialer // kafka.DefaultDialer when the group has none
+	if err := c.setFetch(cfg.fetch); err != nil {
 		return nil, err
 	}
 	if cfg.client != nil {
@@ -173,35 +166,27 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	return c, nil
 }
 
-// checkReader checks the reader template as kafka.NewReader would, which
-// panics on what it rejects.
-func (c *Consumer) checkReader() error {
-	rc := c.readerConfig("topic", 0, c.dialer)
-	if err := rc.Validate(); err != nil {
-		return fmt.Errorf("kafkago: reader config: %v", err)
+// setFetch fills in the fetch configuration's defaults and checks it.
+func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
+	if f.MinBytes == 0 {
+		f.MinBytes = 1
 	}
-	lo, hi := rc.ReadBackoffMin, rc.ReadBackoffMax
-	if lo == 0 {
-		lo = 100 * time.Millisecond // kafka-go's defaults
+	if f.MaxBytes == 0 {
+		f.MaxBytes = 1e6
 	}
-	if hi == 0 {
-		hi = time.Second
+	if f.MaxWait == 0 {
+		f.MaxWait = 10 * time.Second
 	}
-	if hi < lo {
-		return fmt.Errorf("kafkago: reader config: ReadBackoffMax %v is less than ReadBackoffMin %v", hi, lo)
+	switch {
+	case f.MinBytes < 0 || f.MaxBytes < 0 || f.MinBytes > f.MaxBytes:
+		return fmt.Errorf("kafkago: fetch config: MinBytes %d and MaxBytes %d, want 0 <= MinBytes <= MaxBytes", f.MinBytes, f.MaxBytes)
+	case f.MaxWait < 0:
+		return fmt.Errorf("kafkago: fetch config: MaxWait %v, want 0 or more", f.MaxWait)
+	case f.IsolationLevel != kafka.ReadUncommitted && f.IsolationLevel != kafka.ReadCommitted:
+		return fmt.Errorf("kafkago: fetch config: unknown IsolationLevel %d", f.IsolationLevel)
 	}
+	c.fetch = f
 	return nil
-}
-
-// readerConfig returns the configuration of the reader of one partition.
-func (c *Consumer) readerConfig(topic string, partition int32, d *kafka.Dialer) kafka.ReaderConfig {
-	rc := c.cfg.reader
-	rc.Brokers = c.brokers
-	rc.GroupID, rc.GroupTopics, rc.GroupBalancers = "", nil, nil
-	rc.Topic, rc.Partition = topic, int(partition)
-	rc.Dialer = d
-	rc.ReadLagInterval = -1 // no lag goroutine, no extra connections
-	return rc
 }
 
 // Run joins the group and runs a worker per assigned partition, generation

@@ -256,8 +256,8 @@ func TestRunStops(t *testing.T) {
 }
 
 // TestShutdownIsPrompt stops a consumer whose partitions are idle (their
-// readers wait for a fetch answer, for up to 10s with kafka-go's default
-// MaxWait) and one of which waits out a long backoff: Run returns within a
+// fetches wait for an answer, for up to 10s with the default MaxWait) and
+// one of which waits out a long backoff: Run returns within a
 // second, and the batch in backoff is not committed.
 func TestShutdownIsPrompt(t *testing.T) {
 	_, addrs := newCluster(t, "t", 4)
@@ -267,13 +267,13 @@ func TestShutdownIsPrompt(t *testing.T) {
 	proc := newProcessor(t, stream.Chain(streamtest.Succeed, streamtest.FailFirst(-1, nil)),
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: -1, Backoff: checkpoint.Fixed(time.Minute)}),
 		stream.WithHooks(stream.Hooks{RetryScheduled: func(stream.RetryEvent) { once.Do(func() { close(backoff) }) }}))
-	r := start(t, addrs, "g", "t", proc, func(rc *kafka.ReaderConfig) { rc.MaxWait = 0 }) // kafka-go's 10s
+	r := start(t, addrs, "g", "t", proc, func(fc *kafka.ReadBatchConfig) { fc.MaxWait = 0 }) // the default 10s
 	select {
 	case <-backoff:
 	case <-time.After(wait):
 		t.Fatal("no backoff began")
 	}
-	time.Sleep(200 * time.Millisecond) // the idle readers are waiting for their fetches now
+	time.Sleep(200 * time.Millisecond) // the idle partitions are waiting for their fetches now
 	t0 := time.Now()
 	if err := r.stop(t); !errors.Is(err, context.Canceled) {
 		t.Errorf("Run returned %v, want context.Canceled", err)
@@ -300,9 +300,10 @@ func TestNewErrors(t *testing.T) {
 		{"group without ID", proc, []kafkago.Option{kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{Brokers: []string{"localhost:9092"}, Topics: []string{"t"}})}},
 		{"group without topics", proc, []kafkago.Option{kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{"localhost:9092"}})}},
 		{"bad start offset", proc, []kafkago.Option{kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{ID: "g", Brokers: []string{"localhost:9092"}, Topics: []string{"t"}, StartOffset: 42})}},
-		{"reader min bytes above max bytes", proc, []kafkago.Option{group, kafkago.WithReaderConfig(kafka.ReaderConfig{MinBytes: 10, MaxBytes: 5})}},
-		{"reader backoff max below min", proc, []kafkago.Option{group, kafkago.WithReaderConfig(kafka.ReaderConfig{ReadBackoffMin: time.Second, ReadBackoffMax: time.Millisecond})}},
-		{"reader backoff max below default min", proc, []kafkago.Option{group, kafkago.WithReaderConfig(kafka.ReaderConfig{ReadBackoffMax: time.Millisecond})}},
+		{"fetch min bytes above max bytes", proc, []kafkago.Option{group, kafkago.WithFetchConfig(kafka.ReadBatchConfig{MinBytes: 10, MaxBytes: 5})}},
+		{"fetch min bytes above default max bytes", proc, []kafkago.Option{group, kafkago.WithFetchConfig(kafka.ReadBatchConfig{MinBytes: 2e6})}},
+		{"negative fetch max wait", proc, []kafkago.Option{group, kafkago.WithFetchConfig(kafka.ReadBatchConfig{MaxWait: -time.Second})}},
+		{"unknown isolation level", proc, []kafkago.Option{group, kafkago.WithFetchConfig(kafka.ReadBatchConfig{IsolationLevel: 7})}},
 		{"max batch 0", proc, []kafkago.Option{group, kafkago.WithMaxBatch(0)}},
 		{"negative max wait", proc, []kafkago.Option{group, kafkago.WithMaxWait(-time.Second)}},
 		{"commit timeout 0", proc, []kafkago.Option{group, kafkago.WithCommitTimeout(0)}},

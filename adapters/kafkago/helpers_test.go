@@ -130,26 +130,26 @@ type running struct {
 }
 
 // start runs a consumer of topic in group over proc and stops it at the end
-// of the test. Options of type func(*kafka.ConsumerGroupConfig) change the
-// group configuration.
+// of the test. Options of type func(*kafka.ConsumerGroupConfig) and
+// func(*kafka.ReadBatchConfig) change the group and fetch configurations.
 func start(t testing.TB, addrs []string, group, topic string, proc *stream.Processor, opts ...any) *running {
 	t.Helper()
 	gc := groupConfig(addrs, group, topic)
-	rc := kafka.ReaderConfig{MaxWait: 100 * time.Millisecond}
+	fc := kafka.ReadBatchConfig{MaxWait: 100 * time.Millisecond}
 	var kopts []kafkago.Option
 	for _, o := range opts {
 		switch o := o.(type) {
 		case func(*kafka.ConsumerGroupConfig):
 			o(&gc)
-		case func(*kafka.ReaderConfig):
-			o(&rc)
+		case func(*kafka.ReadBatchConfig):
+			o(&fc)
 		case kafkago.Option:
 			kopts = append(kopts, o)
 		default:
 			t.Fatalf("option %T", o)
 		}
 	}
-	c, err := kafkago.New(proc, append([]kafkago.Option{kafkago.WithGroupConfig(gc), kafkago.WithReaderConfig(rc)}, kopts...)...)
+	c, err := kafkago.New(proc, append([]kafkago.Option{kafkago.WithGroupConfig(gc), kafkago.WithFetchConfig(fc)}, kopts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
