@@ -244,3 +244,5 @@ func (l *logRecorder) matching(s string) []string {
 // valueOf is the value produce gives the record at offset of partition, when
 // the partition was produced from 0.
 func valueOf(partition int32, offset int64) string { return fmt.Sprintf("%d-%d", partition, offset) }
+
+var errInjected = errors.New("injected failure")

@@ -1,0 +1,184 @@
+package kafkago
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+const testWait = 20 * time.Second
+
+// joined joins a kafka-go group on a new kfake cluster with one topic of
+// one partition and returns the cluster, a consumer (not running) and the
+// generation as the consumer serves it, with a claim for the partition
+// whose worker is not started.
+func joined(t *testing.T) (*kfake.Cluster, *generation, *claim) {
+	t.Helper()
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(kc.Close)
+	proc, err := stream.NewProcessor(streamtest.Succeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gc := kafka.ConsumerGroupConfig{ID: "g", Brokers: kc.ListenAddrs(), Topics: []string{"t"}, HeartbeatInterval: 100 * time.Millisecond}
+	c, err := New(proc, WithGroupConfig(gc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cg, err := kafka.NewConsumerGroup(gc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cg.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	gen, err := cg.Next(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &generation{c: c, gen: gen, fail: func(error) {}, stale: make(chan struct{})}
+	cl := newClaim(g, tp{"t", 0}, -1, "", context.Background())
+	g.claims = append(g.claims, cl)
+	return kc, g, cl
+}
+
+func brokerOffset(t *testing.T, kc *kfake.Cluster) kadm.Offset {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := offs.Lookup("t", 0)
+	return o.Offset
+}
+
+// TestEndWaitsForCommitInFlight holds an offset commit in the broker, ends
+// the generation meanwhile, and checks that the end waits for the commit
+// and that commits are refused afterwards, without reaching the broker.
+func TestEndWaitsForCommitInFlight(t *testing.T) {
+	kc, g, cl := joined(t)
+	var (
+		inCommit = make(chan struct{})
+		release  = make(chan struct{})
+		commits  atomic.Int32
+		results  = make(chan error, 2)
+	)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if commits.Add(1) == 1 {
+			close(inCommit)
+			kc.SleepControl(func() { <-release })
+		}
+		return nil, nil, false
+	})
+	go func() { results <- cl.Commit(context.Background(), 1, "rd1;r=1") }()
+	select {
+	case <-inCommit:
+	case <-time.After(testWait):
+		t.Fatal("no commit reached the broker")
+	}
+	ended := make(chan struct{})
+	go func() {
+		g.end(errGenerationEnded)
+		close(ended)
+	}()
+	select {
+	case <-ended:
+		t.Fatal("the generation's end returned while a commit was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-ended:
+	case <-time.After(testWait):
+		t.Fatal("the generation's end did not return")
+	}
+	if err := <-results; err != nil {
+		t.Errorf("commit in flight: %v, want success", err)
+	}
+	if err := cl.Commit(context.Background(), 2, ""); !errors.Is(err, stream.ErrRevoked) {
+		t.Errorf("commit after the end: %v, want stream.ErrRevoked", err)
+	}
+	if n := commits.Load(); n != 1 {
+		t.Errorf("%d commits reached the broker, want 1", n)
+	}
+	if o := brokerOffset(t, kc); o.At != 1 || o.Metadata != "rd1;r=1" {
+		t.Errorf("broker has offset %d metadata %q, want 1 %q", o.At, o.Metadata, "rd1;r=1")
+	}
+}
+
+// TestCommitWritesMetadataUnderTheGeneration checks that a commit carries
+// its metadata and the generation's ID and member ID.
+func TestCommitWritesMetadataUnderTheGeneration(t *testing.T) {
+	kc, g, cl := joined(t)
+	reqs := make(chan *kmsg.OffsetCommitRequest, 1)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		reqs <- r.(*kmsg.OffsetCommitRequest)
+		return nil, nil, false
+	})
+	if err := cl.Commit(context.Background(), 7, "rd1;r=2"); err != nil {
+		t.Fatal(err)
+	}
+	req := <-reqs
+	if req.Generation != g.gen.ID || req.MemberID != g.gen.MemberID {
+		t.Errorf("commit under generation %d member %q, want %d %q", req.Generation, req.MemberID, g.gen.ID, g.gen.MemberID)
+	}
+	if o := brokerOffset(t, kc); o.At != 7 || o.Metadata != "rd1;r=2" {
+		t.Errorf("broker has offset %d metadata %q, want 7 %q", o.At, o.Metadata, "rd1;r=2")
+	}
+}
+
+// TestStaleCommitIsRevoked answers a commit with ILLEGAL_GENERATION: the
+// claim reports stream.ErrRevoked and the generation is marked stale.
+func TestStaleCommitIsRevoked(t *testing.T) {
+	kc, g, cl := joined(t)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		return commitError(r.(*kmsg.OffsetCommitRequest), 22), nil, true // ILLEGAL_GENERATION
+	})
+	if err := cl.Commit(context.Background(), 3, ""); !errors.Is(err, stream.ErrRevoked) {
+		t.Fatalf("commit answered ILLEGAL_GENERATION: %v, want stream.ErrRevoked", err)
+	}
+	select {
+	case <-g.stale:
+	default:
+		t.Error("the generation was not marked stale")
+	}
+}
+
+// commitError answers req with code for every partition.
+func commitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range req.Topics {
+		t := kmsg.NewOffsetCommitResponseTopic()
+		t.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewOffsetCommitResponseTopicPartition()
+			p.Partition = rp.Partition
+			p.ErrorCode = code
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
