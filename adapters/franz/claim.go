@@ -13,7 +13,7 @@ import (
 // Reasons a claim's partition is paused in the client.
 const (
 	pauseBackoff uint8 = 1 << iota // the Processor waits out a backoff
-	pauseFull                      // the claim's buffer is full
+	pauseFull                      // the claim's buffer is full while others starve
 )
 
 // claim is one assignment of one partition: a [stream.Claim] fed by the poll
@@ -24,6 +24,13 @@ const (
 // records it hands to a poll, and all of those are appended here, so the
 // buffer followed by the client's position is always the partition's stream
 // in order, whatever pausing drops from the client's own buffers.
+//
+// A buffer is bounded: once it holds the configured bytes it is full until
+// its worker has taken it down to half. While a partition is full the poll
+// loop stops polling, so that the client stops fetching without dropping
+// anything; only when another partition starves meanwhile (its buffer is
+// empty) is the full one paused in the client, which drops what the client
+// had fetched for it.
 type claim struct {
 	g         *group
 	key       tp
@@ -40,6 +47,8 @@ type claim struct {
 	mu    sync.Mutex
 	buf   []*kgo.Record // buf[head:] are the records not yet fetched
 	head  int
+	bytes int   // the size of buf[head:], as recordSize counts it
+	full  bool  // bytes reached the limit and have not yet come down to half
 	last  int64 // offset of the last record pushed; -1 before any
 	pause uint8 // why the partition is paused in the client
 	dead  bool  // the worker ended: push drops, nothing pauses
@@ -95,14 +104,19 @@ func (cl *claim) finish() {
 	cl.mu.Lock()
 	cl.dead = true
 	cl.setPauseLocked(cl.pause, false)
-	cl.buf, cl.head = nil, 0
+	cl.buf, cl.head, cl.bytes = nil, 0, 0
+	if cl.full {
+		cl.full = false
+		cl.g.nfull.Add(-1)
+	}
 	cl.mu.Unlock()
+	cl.g.notify()
 	close(cl.done)
 }
 
-// highWater is how many buffered records pause the partition in the client
-// until the worker has taken the buffer down to half of it.
-func (cl *claim) highWater() int { return max(4*cl.c.cfg.maxBatch, 2048) }
+// recordSize is what a buffered record counts against the buffer limit: its
+// key and value, and an allowance for the rest.
+func recordSize(r *kgo.Record) int { return len(r.Key) + len(r.Value) + 256 }
 
 // push appends polled records, dropping any at or before the last one
 // appended (franz-go never repeats one; this only guards the order).
@@ -117,10 +131,12 @@ func (cl *claim) push(recs []*kgo.Record) {
 			continue
 		}
 		cl.buf = append(cl.buf, r)
+		cl.bytes += recordSize(r)
 		cl.last = r.Offset
 	}
-	if len(cl.buf)-cl.head >= cl.highWater() {
-		cl.setPauseLocked(pauseFull, true)
+	if !cl.full && cl.bytes >= cl.c.cfg.bufferBytes {
+		cl.full = true
+		cl.g.nfull.Add(1)
 	}
 	cl.mu.Unlock()
 	select {
@@ -205,6 +221,9 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 // partition paused for a full buffer once it has drained; cl.mu is held.
 func (cl *claim) takeLocked(n int) {
 	cl.taken = append(cl.taken[:0], cl.buf[cl.head:cl.head+n]...)
+	for _, r := range cl.taken {
+		cl.bytes -= recordSize(r)
+	}
 	clear(cl.buf[cl.head : cl.head+n])
 	cl.head += n
 	switch rest := len(cl.buf) - cl.head; {
@@ -214,8 +233,13 @@ func (cl *claim) takeLocked(n int) {
 		cl.buf = cl.buf[:copy(cl.buf, cl.buf[cl.head:])]
 		cl.head = 0
 	}
-	if cl.pause&pauseFull != 0 && len(cl.buf)-cl.head <= cl.highWater()/2 {
+	if cl.full && cl.bytes <= cl.c.cfg.bufferBytes/2 {
+		cl.full = false
+		cl.g.nfull.Add(-1)
 		cl.setPauseLocked(pauseFull, false)
+		cl.g.notify()
+	} else if cl.bytes == 0 && cl.g.nfull.Load() > 0 {
+		cl.g.notify() // this partition starves while another is full
 	}
 }
 

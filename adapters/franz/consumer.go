@@ -14,6 +14,10 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 )
 
+// defaultFetchMaxWait is the kgo.FetchMaxWait of a client the consumer
+// builds, unless the caller's options set it.
+const defaultFetchMaxWait = 500 * time.Millisecond
+
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("franz: consumer closed")
 
@@ -41,14 +45,16 @@ type config struct {
 	kset          bool
 	maxBatch      int
 	maxWait       time.Duration
+	bufferBytes   int
 	commitTimeout time.Duration
 	logger        *slog.Logger
 }
 
 // WithClient makes the consumer use cl, a group consuming client that was
 // built with [ClientOptions] (added after the caller's own options). The
-// consumer does not close cl: close it after [Consumer.Run] returns. A client
-// serves one Consumer. It cannot be combined with [WithKgoOptions].
+// consumer does not close cl: close it after [Consumer.Run] returns, since
+// its partitions stay assigned to it. A client serves one Consumer, once. It
+// cannot be combined with [WithKgoOptions].
 func WithClient(cl *kgo.Client) Option {
 	return optionFunc(func(c *config) { c.client = cl })
 }
@@ -56,8 +62,12 @@ func WithClient(cl *kgo.Client) Option {
 // WithKgoOptions makes the consumer build its own client from opts, which
 // must name a consumer group and what to consume. [ClientOptions] are added
 // after opts and override any of them they touch (autocommit, the partition
-// callbacks, BlockRebalanceOnPoll). The consumer owns this client and closes
-// it when [Consumer.Run] returns or at [Consumer.Close].
+// callbacks, BlockRebalanceOnPoll). Before opts comes
+// kgo.FetchMaxWait(500ms), Kafka's own default, which opts may override:
+// franz-go's 5s default would let a partition resumed after a pause wait up
+// to 5s for a fetch in flight (a long poll on idle partitions) to return.
+// The consumer owns this client and closes it when [Consumer.Run] returns or
+// at [Consumer.Close].
 func WithKgoOptions(opts ...kgo.Opt) Option {
 	return optionFunc(func(c *config) { c.kopts = append(c.kopts, opts...); c.kset = true })
 }
@@ -73,6 +83,16 @@ func WithMaxBatch(n int) Option {
 // batch is whatever has been fetched, up to the maximum.
 func WithMaxWait(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.maxWait = d })
+}
+
+// WithBufferBytes sets how much polled data a partition holds ahead of its
+// worker, overriding the default 16 MiB; each record counts its key and value
+// plus 256 bytes. A full partition holds the poll loop back until its worker
+// has taken it down to half, or, when another partition starves meanwhile,
+// is paused in the client (which drops what franz-go had fetched for it and
+// fetches it again on resume).
+func WithBufferBytes(n int) Option {
+	return optionFunc(func(c *config) { c.bufferBytes = n })
 }
 
 // WithCommitTimeout bounds one offset commit, overriding the default 10s. A
@@ -120,13 +140,15 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("franz: nil processor")
 	}
-	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second}
+	cfg := config{maxBatch: 500, bufferBytes: 16 << 20, commitTimeout: 10 * time.Second}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
 	switch {
 	case cfg.maxBatch < 1:
 		return nil, fmt.Errorf("franz: max batch %d, want at least 1", cfg.maxBatch)
+	case cfg.bufferBytes < 1:
+		return nil, fmt.Errorf("franz: buffer bytes %d, want at least 1", cfg.bufferBytes)
 	case cfg.maxWait < 0:
 		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.maxWait)
 	case cfg.commitTimeout <= 0:
@@ -147,7 +169,8 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		c.cl = cfg.client
 	} else {
-		kopts := append(append([]kgo.Opt(nil), cfg.kopts...), ClientOptions()...)
+		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait)}, cfg.kopts...)
+		kopts = append(kopts, ClientOptions()...)
 		cl, err := kgo.NewClient(kopts...)
 		if err != nil {
 			return nil, fmt.Errorf("franz: %w", err)
@@ -224,7 +247,6 @@ func (c *Consumer) Close() {
 	if c.owned {
 		c.closeClient()
 	}
-	c.g.unbind(c)
 }
 
 func (c *Consumer) closeClient() {
@@ -239,6 +261,7 @@ func (c *Consumer) closeClient() {
 // between polls, never while a poll's records are being handed out.
 func (c *Consumer) poll(ctx context.Context, cancel context.CancelCauseFunc) {
 	for ctx.Err() == nil {
+		c.g.throttle(ctx)
 		fetches := c.cl.PollFetches(ctx)
 		if fetches.IsClientClosed() {
 			cancel(errClientClosed)

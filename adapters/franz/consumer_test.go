@@ -3,6 +3,7 @@ package franz_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -413,5 +414,66 @@ func TestNewErrors(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestFullBufferThrottles gives a slow partition and a fast one a tiny
+// buffer: the slow one is paused in the client while the fast one starves,
+// the fast one finishes first, and neither loses or reorders a record.
+func TestFullBufferThrottles(t *testing.T) {
+	addrs := newCluster(t, "t", 2)
+	produce(t, addrs, "t", 0, 0, 1000)
+	produce(t, addrs, "t", 1, 0, 1000)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.FetchMaxWait(50 * time.Millisecond), kgo.FetchMaxPartitionBytes(4 << 10)}, franz.ClientOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var (
+		rec        streamtest.Recorder
+		pausedSeen atomic.Bool
+		p1Done     atomic.Bool
+		p1First    atomic.Bool
+	)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if b.Partition == 0 {
+			if ps := cl.PauseFetchPartitions(nil); slices.Contains(ps["t"], 0) {
+				pausedSeen.Store(true)
+			}
+			if b.LastOffset() == 999 && p1Done.Load() {
+				p1First.Store(true)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		if b.Partition == 1 && b.LastOffset() == 999 {
+			p1Done.Store(true)
+		}
+		return nil
+	})
+	c, err := franz.New(newProcessor(t, stream.Chain(h, rec.Middleware())), franz.WithClient(cl), franz.WithMaxBatch(10),
+		franz.WithBufferBytes(16<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(wait):
+			t.Error("Run did not return")
+		}
+	}()
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 1000, 1: 1000})
+	checkHistory(t, rec.Of("t", 0), 1000)
+	checkHistory(t, rec.Of("t", 1), 1000)
+	if !pausedSeen.Load() {
+		t.Error("the slow partition was never paused for a full buffer")
+	}
+	if !p1First.Load() {
+		t.Error("the fast partition did not finish before the slow one")
 	}
 }

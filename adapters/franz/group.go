@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"reflect"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -60,7 +62,7 @@ func groupFor(cl *kgo.Client) *group {
 	if g, ok := groups.Load(cl); ok {
 		return g.(*group)
 	}
-	g, _ := groups.LoadOrStore(cl, &group{cl: cl, claims: make(map[tp]*claim)})
+	g, _ := groups.LoadOrStore(cl, &group{cl: cl, claims: make(map[tp]*claim), wakeup: make(chan struct{}, 1)})
 	return g.(*group)
 }
 
@@ -108,6 +110,9 @@ type group struct {
 	runCtx  context.Context
 	fail    context.CancelCauseFunc
 	wg      sync.WaitGroup
+
+	nfull  atomic.Int32  // claims whose buffer is full
+	wakeup chan struct{} // a full claim drained or a claim starves
 }
 
 func (g *group) bind(c *Consumer) error {
@@ -118,14 +123,6 @@ func (g *group) bind(c *Consumer) error {
 	}
 	g.c = c
 	return nil
-}
-
-func (g *group) unbind(c *Consumer) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.c == c {
-		g.c = nil
-	}
 }
 
 // fetched makes a claim for every partition whose committed offset was
@@ -298,4 +295,74 @@ func (g *group) dispatch(fs kgo.Fetches) {
 		}
 		cl.push(p.Records)
 	})
+}
+
+// notify wakes a throttled poll loop.
+func (g *group) notify() {
+	select {
+	case g.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// throttle holds the poll loop back while a partition's buffer is full and
+// not paused: not polling makes the client stop fetching without dropping
+// anything. When another partition starves meanwhile, it pauses the full
+// ones in the client instead and lets the loop poll.
+func (g *group) throttle(ctx context.Context) {
+	if g.nfull.Load() == 0 {
+		return
+	}
+	tick := time.NewTicker(50 * time.Millisecond) // a safety net: every change notifies
+	defer tick.Stop()
+	for {
+		wait, starving := g.pressure()
+		if !wait {
+			return
+		}
+		if starving {
+			g.pauseFull()
+			return
+		}
+		select {
+		case <-g.wakeup:
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// pressure reports whether a claim is full and not paused in the client,
+// and whether another running claim has nothing buffered.
+func (g *group) pressure() (wait, starving bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cl := range g.claims {
+		if !cl.started {
+			continue
+		}
+		cl.mu.Lock()
+		switch {
+		case cl.full && cl.pause == 0:
+			wait = true
+		case !cl.full && cl.pause == 0 && cl.bytes == 0:
+			starving = true
+		}
+		cl.mu.Unlock()
+	}
+	return wait, starving
+}
+
+// pauseFull pauses every full claim in the client.
+func (g *group) pauseFull() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cl := range g.claims {
+		cl.mu.Lock()
+		if cl.full {
+			cl.setPauseLocked(pauseFull, true)
+		}
+		cl.mu.Unlock()
+	}
 }

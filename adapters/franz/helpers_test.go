@@ -161,4 +161,3 @@ func values(b *stream.Batch) []string {
 	}
 	return vs
 }
-
