@@ -244,6 +244,7 @@ group.min.session.timeout.ms=1000
 group.consumer.min.session.timeout.ms=1000
 group.consumer.min.heartbeat.interval.ms=500
 group.consumer.heartbeat.interval.ms=1000
+group.consumer.session.timeout.ms=3000
 
 # Light on a small machine.
 num.network.threads=2

@@ -28,6 +28,20 @@ for dir in examples/*/; do
 done
 
 if [ -f integration/go.mod ]; then
-  step "integration module"
-  (cd integration && go vet ./... && go test -race -count=1 -timeout 20m ./...)
+  # A real Apache Kafka broker (KRaft, from Maven Central jars; needs Java 17
+  # and Maven) for the external provider of the conformance and reliability
+  # suites. REDELIVER_KAFKA_BROKERS set beforehand names another broker
+  # instead; REDELIVER_NO_BROKER=1 runs on kfake only.
+  if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
+    step "real Kafka broker"
+    trap 'bash integration/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+    line=$(bash integration/kafka.sh start)
+    export "${line?}"
+    # kafka.sh allows 1s session timeouts and runs KIP-848 groups with 3s.
+    export REDELIVER_KAFKA_SESSION_TIMEOUT=3s REDELIVER_KAFKA_KIP848=1
+    echo "$line"
+  fi
+
+  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS})"
+  (cd integration && go vet ./... && go test -race -count=1 -timeout 30m ./...)
 fi
