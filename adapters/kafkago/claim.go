@@ -23,6 +23,10 @@ type tp struct {
 // while the claim is paused or its buffer is full, and records fetched
 // before stay in the buffer, in order, for the next Fetch. The buffer is
 // dropped only with the claim.
+//
+// The buffer is a queue of fetch answers, each kept as the slice the
+// fetcher read it into; a spent slice goes back to the fetcher for a later
+// answer, so records are copied once, into the batch.
 type claim struct {
 	g         *generation
 	key       tp
@@ -35,9 +39,11 @@ type claim struct {
 	pumped chan struct{} // closed when the pump has returned
 
 	mu          sync.Mutex
-	buf         []kafka.Message // buf[head:] are the records not yet fetched
+	chunks      [][]kafka.Message // fetch answers; chunks[0][head:] and the rest are not yet fetched
 	head        int
-	last        int64 // offset of the last record buffered; -1 before any
+	buffered    int               // records not yet fetched
+	spare       [][]kafka.Message // spent answers' slices, emptied, for the fetcher to reuse
+	last        int64             // offset of the last record buffered; -1 before any
 	paused      bool
 	waiting     bool // the worker waits on wake
 	pumpWaiting bool // the pump waits on more
@@ -87,7 +93,7 @@ func (cl *claim) run(proc *stream.Processor) (ended bool, err error) {
 	stop()
 	cl.f.close()
 	cl.mu.Lock()
-	cl.buf, cl.head = nil, 0
+	cl.chunks, cl.spare, cl.head, cl.buffered = nil, nil, 0, 0
 	cl.mu.Unlock()
 	return ended, err
 }
@@ -97,7 +103,7 @@ func (cl *claim) run(proc *stream.Processor) (ended bool, err error) {
 // ends first.
 func (cl *claim) waitRoom() bool {
 	cl.mu.Lock()
-	for cl.paused || len(cl.buf)-cl.head >= cl.highWater() {
+	for cl.paused || cl.buffered >= cl.highWater() {
 		cl.pumpWaiting = true
 		cl.mu.Unlock()
 		select {
@@ -111,22 +117,52 @@ func (cl *claim) waitRoom() bool {
 	return cl.ctx.Err() == nil
 }
 
-// push appends fetched records to the buffer, dropping any at or before the
-// last one buffered (kafka-go never repeats one; this only guards the
-// order), and wakes a waiting worker.
+// push appends a fetch answer to the buffer, dropping records at or before
+// the last one buffered (kafka-go never repeats one; this only guards the
+// order), and wakes a waiting worker. The buffer keeps msgs: the caller
+// gives it up.
 func (cl *claim) push(msgs []kafka.Message) {
 	cl.mu.Lock()
-	for i := range msgs {
-		if msgs[i].Offset > cl.last {
-			cl.buf = append(cl.buf, msgs[i])
-			cl.last = msgs[i].Offset
-		}
+	defer cl.mu.Unlock()
+	i := 0
+	for i < len(msgs) && msgs[i].Offset <= cl.last {
+		i++
 	}
+	if i == len(msgs) {
+		cl.spareLocked(msgs)
+		return
+	}
+	msgs = msgs[i:]
+	cl.chunks = append(cl.chunks, msgs)
+	cl.buffered += len(msgs)
+	cl.last = msgs[len(msgs)-1].Offset
 	if cl.waiting {
 		cl.waiting = false
 		cl.signal(cl.wake)
 	}
-	cl.mu.Unlock()
+}
+
+// maxSpare is the largest slice of a spent fetch answer kept for reuse.
+const maxSpare = 1 << 16
+
+// spareLocked keeps a spent answer's slice for the fetcher; cl.mu is held.
+func (cl *claim) spareLocked(msgs []kafka.Message) {
+	clear(msgs)
+	if len(cl.spare) < 2 && cap(msgs) <= maxSpare {
+		cl.spare = append(cl.spare, msgs[:0])
+	}
+}
+
+// slice returns an empty slice for the fetcher to read an answer into.
+func (cl *claim) slice() []kafka.Message {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if n := len(cl.spare); n > 0 {
+		s := cl.spare[n-1]
+		cl.spare = cl.spare[:n-1]
+		return s
+	}
+	return nil
 }
 
 // signal wakes whoever waits on ch, without blocking.
@@ -165,7 +201,7 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	}()
 	for {
 		cl.mu.Lock()
-		n := len(cl.buf) - cl.head
+		n := cl.buffered
 		if n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
 			out := cl.takeLocked(min(n, maxBatch))
 			cl.mu.Unlock()
@@ -194,33 +230,39 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 // reusing the previous batch's memory (the Processor gave it up by calling
 // Fetch), and lets a waiting pump go on; cl.mu is held.
 func (cl *claim) takeLocked(n int) []stream.Record {
-	taken := cl.buf[cl.head : cl.head+n]
 	out, hdrs := cl.out[:0], cl.hdrs[:0]
-	for i := range taken {
-		m := &taken[i]
-		var hs []stream.Header
-		if len(m.Headers) > 0 {
-			h0 := len(hdrs)
-			for _, h := range m.Headers {
-				hdrs = append(hdrs, stream.Header{Key: h.Key, Value: h.Value})
+	for len(out) < n {
+		chunk := cl.chunks[0]
+		k := min(n-len(out), len(chunk)-cl.head)
+		for i := range chunk[cl.head : cl.head+k] {
+			m := &chunk[cl.head+i]
+			var hs []stream.Header
+			if len(m.Headers) > 0 {
+				h0 := len(hdrs)
+				for _, h := range m.Headers {
+					hdrs = append(hdrs, stream.Header{Key: h.Key, Value: h.Value})
+				}
+				hs = hdrs[h0:len(hdrs):len(hdrs)]
 			}
-			hs = hdrs[h0:len(hdrs):len(hdrs)]
+			out = append(out, stream.Record{
+				Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset,
+				Key: m.Key, Value: m.Value, Headers: hs, Timestamp: m.Time,
+			})
 		}
-		out = append(out, stream.Record{
-			Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset,
-			Key: m.Key, Value: m.Value, Headers: hs, Timestamp: m.Time,
-		})
+		clear(chunk[cl.head : cl.head+k]) // the batch holds the keys and values now
+		cl.head += k
+		if cl.head == len(chunk) {
+			cl.chunks[0] = nil
+			cl.chunks = cl.chunks[1:]
+			cl.head = 0
+			cl.spareLocked(chunk)
+		}
 	}
+	if len(cl.chunks) == 0 {
+		cl.chunks = cl.chunks[:0:0]
+	}
+	cl.buffered -= n
 	cl.out, cl.hdrs = out, hdrs
-	clear(taken)
-	cl.head += n
-	switch rest := len(cl.buf) - cl.head; {
-	case rest == 0:
-		cl.buf, cl.head = cl.buf[:0], 0
-	case cl.head >= 1024 && cl.head >= rest:
-		cl.buf = cl.buf[:copy(cl.buf, cl.buf[cl.head:])]
-		cl.head = 0
-	}
 	cl.wakePumpLocked()
 	return out
 }
@@ -228,7 +270,7 @@ func (cl *claim) takeLocked(n int) []stream.Record {
 // wakePumpLocked lets a waiting pump check again whether it may go on; cl.mu
 // is held.
 func (cl *claim) wakePumpLocked() {
-	if cl.pumpWaiting && !cl.paused && len(cl.buf)-cl.head < cl.highWater() {
+	if cl.pumpWaiting && !cl.paused && cl.buffered < cl.highWater() {
 		cl.pumpWaiting = false
 		cl.signal(cl.more)
 	}

@@ -110,11 +110,12 @@ func (f *fetcher) read(offset int64, msgs []kafka.Message) ([]kafka.Message, int
 	if conn == nil {
 		return msgs, offset, errFetcherClosed
 	}
+	// One deadline for the answer, not one per record as kafka.Reader
+	// sets: the answer is read in one go.
 	_ = conn.SetReadDeadline(time.Now().Add(f.fetch.MaxWait + readBatchTimeout))
 	batch := conn.ReadBatchWith(f.fetch)
 	var err error
 	for {
-		_ = conn.SetReadDeadline(time.Now().Add(readBatchTimeout))
 		var m kafka.Message
 		if m, err = batch.ReadMessage(); err != nil {
 			batch.Close()
@@ -172,9 +173,9 @@ func (cl *claim) fetchLoop(offset int64) {
 	var (
 		f       = &cl.f
 		ctx     = cl.ctx
-		attempt int // failed connects in a row
-		errs    int // failed reads in a row
-		msgs    []kafka.Message
+		attempt int             // failed connects in a row
+		errs    int             // failed reads in a row
+		msgs    []kafka.Message // the slice the next answer is read into
 	)
 	for {
 		if !cl.waitRoom() {
@@ -199,11 +200,14 @@ func (cl *claim) fetchLoop(offset int64) {
 		if errs > 0 && !sleep(ctx, backoff(errs)) {
 			return
 		}
+		if msgs == nil {
+			msgs = cl.slice()
+		}
 		var err error
 		msgs, offset, err = f.read(offset, msgs[:0])
 		if len(msgs) > 0 {
-			cl.push(msgs)
-			clear(msgs)
+			cl.push(msgs) // the buffer keeps the slice
+			msgs = nil
 		}
 		if ctx.Err() != nil {
 			return
