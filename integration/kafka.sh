@@ -7,6 +7,10 @@
 #   integration/kafka.sh start    start (or reuse) the broker; prints
 #                                 REDELIVER_KAFKA_BROKERS=127.0.0.1:<port>
 #   integration/kafka.sh stop     stop it (SIGTERM, then SIGKILL after 30 s)
+#   integration/kafka.sh restart [kill]
+#                                 stop the broker (SIGTERM, or SIGKILL with
+#                                 "kill") and start it again on the same
+#                                 ports and data
 #   integration/kafka.sh status   print the same line and exit 0 if it answers,
 #                                 exit 1 otherwise
 #   integration/kafka.sh env      print "export REDELIVER_KAFKA_BROKERS=..." if it runs
@@ -352,6 +356,47 @@ fail_start() {
   exit 1
 }
 
+# launch starts the broker process on the configuration and data in $RUN and
+# writes its pid file.
+launch() {
+  local cp="$CACHE/libs/*"
+  local jvm=(-Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
+    -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true "$LOGPROP")
+  # shellcheck disable=SC2206 # word splitting wanted
+  jvm+=(${REDELIVER_KAFKA_JVM_OPTS:-})
+
+  # setsid: the broker outlives this script and ignores the caller's
+  # terminal; fd 9 (the lock) and stdout are not inherited, so
+  # $(kafka.sh start) returns as soon as the broker is ready.
+  setsid "$JAVA" "${jvm[@]}" -cp "$cp" kafka.Kafka "$PROPS" >>"$LOG" 2>&1 </dev/null 9>&- &
+  echo "$!" >"$PIDFILE"
+}
+
+# restart stops the running broker (SIGTERM, or SIGKILL with "kill") and
+# starts it again on the same ports and data, as a broker restart or crash
+# in production does.
+restart() {
+  mkdir -p "$RUN"
+  exec 9>"$RUN/.lock"
+  flock 9
+  local pid sig=TERM t0=$SECONDS
+  [ "${1:-}" = kill ] && sig=KILL
+  pid=$(running_pid) || die "no broker running to restart"
+  kill -"$sig" "$pid" 2>/dev/null || true
+  wait_gone "$pid" 30 || { kill -KILL "$pid" 2>/dev/null || true; wait_gone "$pid" 10 || die "could not stop pid $pid"; }
+  build_ready
+  if [ "$major" -ge 4 ]; then
+    LOGPROP=-Dlog4j2.configurationFile=$RUN/log4j2.properties
+  else
+    LOGPROP=-Dlog4j.configuration=file:$RUN/log4j.properties
+  fi
+  launch
+  wait_ready "$(cat "$PIDFILE")"
+  say "restarted the broker (SIG$sig, pid $pid -> $(cat "$PIDFILE")) in $((SECONDS - t0)) s"
+  print_brokers
+}
+
 wait_gone() { # pid seconds
   local i
   for ((i = 0; i < $2 * 10; i++)); do
@@ -399,23 +444,10 @@ start() {
   ensure_template
   printf 'REDELIVER_KAFKA_BROKERS=127.0.0.1:%s\n' "$PORT" >"$RUN/brokers"
 
-  local cp="$CACHE/libs/*"
-  local jvm=(-Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
-    -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
-    -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true "$LOGPROP")
-  # shellcheck disable=SC2206 # word splitting wanted
-  jvm+=(${REDELIVER_KAFKA_JVM_OPTS:-})
-
   cp -a "$TEMPLATE" "$RUN/data"
-
-  # setsid: the broker outlives this script and ignores the caller's
-  # terminal; fd 9 (the lock) and stdout are not inherited, so
-  # $(kafka.sh start) returns as soon as the broker is ready.
-  setsid "$JAVA" "${jvm[@]}" -cp "$cp" kafka.Kafka "$PROPS" >>"$LOG" 2>&1 </dev/null 9>&- &
-  pid=$!
-  echo "$pid" >"$PIDFILE"
-  say "started Kafka $VERSION (pid $pid) on 127.0.0.1:$PORT, controller 127.0.0.1:$CPORT; log $LOG"
-  wait_ready "$pid"
+  launch
+  say "started Kafka $VERSION (pid $(cat "$PIDFILE")) on 127.0.0.1:$PORT, controller 127.0.0.1:$CPORT; log $LOG"
+  wait_ready "$(cat "$PIDFILE")"
   printf 'export REDELIVER_KAFKA_BROKERS=127.0.0.1:%s\n' "$PORT" >"$ENVFILE"
   say "ready in $((SECONDS - t0)) s"
   print_brokers
@@ -459,6 +491,7 @@ status() {
 case ${1:-} in
   start) start ;;
   stop) stop ;;
+  restart) restart "${2:-}" ;;
   status) status ;;
   env) running_pid >/dev/null && cat "$ENVFILE" ;;
   fetch) fetch; say "jars in $CACHE/libs" ;;
