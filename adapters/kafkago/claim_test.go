@@ -50,7 +50,7 @@ func joined(t *testing.T) (*kfake.Cluster, *generation, *claim) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &generation{c: c, gen: gen, fail: func(error) {}, stale: make(chan struct{})}
+	g := &generation{c: c, gen: gen, gctx: context.Background(), fail: func(error) {}, stale: make(chan struct{})}
 	cl := newClaim(g, tp{"t", 0}, -1, "", context.Background())
 	g.claims = append(g.claims, cl)
 	return kc, g, cl
@@ -181,4 +181,29 @@ func commitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitRe
 		resp.Topics = append(resp.Topics, t)
 	}
 	return resp
+}
+
+// TestCommitRefusedOnceKafkaGoEndsTheGeneration ends the generation as
+// kafka-go does (a failed heartbeat closes its context) before the manager
+// has noticed: commits are refused at once and reach no broker.
+func TestCommitRefusedOnceKafkaGoEndsTheGeneration(t *testing.T) {
+	kc, g, cl := joined(t)
+	var commits atomic.Int32
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		commits.Add(1)
+		return nil, nil, false
+	})
+	gctx, end := context.WithCancel(context.Background())
+	g.gctx = gctx
+	if err := cl.Commit(context.Background(), 1, ""); err != nil {
+		t.Fatalf("commit in the generation: %v", err)
+	}
+	end()
+	if err := cl.Commit(context.Background(), 2, ""); !errors.Is(err, stream.ErrRevoked) {
+		t.Errorf("commit after the generation ended: %v, want stream.ErrRevoked", err)
+	}
+	if n := commits.Load(); n != 1 {
+		t.Errorf("%d commits reached the broker, want 1", n)
+	}
 }

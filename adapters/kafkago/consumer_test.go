@@ -3,6 +3,7 @@ package kafkago_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -316,5 +317,37 @@ func TestNewErrors(t *testing.T) {
 			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestRunLeavesNoGoroutines checks that Run, once it returns, has ended
+// every goroutine it started, kafka-go's included, and closed its
+// connections.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	_, addrs := newCluster(t, "t", 4)
+	for p := range int32(4) {
+		produce(t, addrs, "t", p, 0, 20)
+	}
+	time.Sleep(100 * time.Millisecond) // let the producers' goroutines end
+	before := runtime.NumGoroutine()
+	proc := newProcessor(t, stream.Chain(streamtest.Succeed, streamtest.FailFirst(1, nil)),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(time.Minute)}))
+	r := start(t, addrs, "g", "t", proc, kafkago.WithMaxBatch(5))
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0})
+	time.Sleep(200 * time.Millisecond) // every partition in its backoff
+	if err := r.stop(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v", err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := runtime.NumGoroutine()
+		if n <= before {
+			return
+		}
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<20)
+			t.Fatalf("%d goroutines after Run returned, %d before:\n%s", n, before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

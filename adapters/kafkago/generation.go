@@ -26,6 +26,7 @@ import (
 type generation struct {
 	c    *Consumer
 	gen  *kafka.Generation
+	gctx context.Context         // kafka-go's context of the generation: done when it ends
 	fail context.CancelCauseFunc // stops Run when a worker fails
 
 	mu     sync.RWMutex // commits hold it shared for their request; end holds it exclusively
@@ -49,6 +50,7 @@ func (c *Consumer) serve(ctx context.Context, fail context.CancelCauseFunc, gen 
 	c.wg.Add(1)
 	gen.Start(func(gctx context.Context) {
 		defer c.wg.Done()
+		g.gctx = gctx
 		g.manage(ctx, gctx)
 	})
 }
@@ -186,7 +188,7 @@ func (g *generation) startClaims(runCtx context.Context, committed map[tp]commit
 	})
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.ended {
+	if g.ended || g.gctx.Err() != nil {
 		return
 	}
 	for _, k := range keys {
@@ -246,12 +248,13 @@ func (g *generation) markStale() {
 
 // commit commits next with metadata for cl's partition through the group
 // generation and waits for the coordinator's answer. It returns
-// [stream.ErrRevoked] once the generation has ended or the claim is ending,
-// and when the coordinator says the generation is stale.
+// [stream.ErrRevoked] once the generation has ended (kafka-go ended it or
+// the manager did) or the claim is ending, and when the coordinator says the
+// generation is stale.
 func (g *generation) commit(cl *claim, next int64, metadata string) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
-	if g.ended || cl.ctx.Err() != nil {
+	if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
 		return stream.ErrRevoked
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.c.cfg.commitTimeout)
