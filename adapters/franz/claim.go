@@ -28,9 +28,10 @@ const (
 // A buffer is bounded: once it holds the configured bytes it is full until
 // its worker has taken it down to half. While a partition is full the poll
 // loop stops polling, so that the client stops fetching without dropping
-// anything; only when another partition starves meanwhile (its buffer is
-// empty) is the full one paused in the client, which drops what the client
-// had fetched for it.
+// anything. When another partition starves meanwhile (nothing buffered,
+// more at the broker), the loop polls anyway, and a partition that holds
+// twice its limit is paused in the client, which drops what the client had
+// fetched for it.
 type claim struct {
 	g         *group
 	key       tp
@@ -49,6 +50,7 @@ type claim struct {
 	head  int
 	bytes int   // the size of buf[head:], as recordSize counts it
 	full  bool  // bytes reached the limit and have not yet come down to half
+	hwm   int64 // the partition's high watermark in the last fetch; -1 unknown
 	last  int64 // offset of the last record pushed; -1 before any
 	pause uint8 // why the partition is paused in the client
 	dead  bool  // the worker ended: push drops, nothing pauses
@@ -68,7 +70,7 @@ type claim struct {
 func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		done: make(chan struct{}), last: -1, lastOff: -1,
+		done: make(chan struct{}), last: -1, lastOff: -1, hwm: -1,
 		wake: make(chan struct{}, 1), owned: true,
 	}
 }
@@ -119,10 +121,16 @@ func (cl *claim) finish() {
 func recordSize(r *kgo.Record) int { return len(r.Key) + len(r.Value) + 256 }
 
 // push appends polled records, dropping any at or before the last one
-// appended (franz-go never repeats one; this only guards the order).
-func (cl *claim) push(recs []*kgo.Record) {
+// appended (franz-go never repeats one; this only guards the order), and
+// notes the partition's high watermark.
+func (cl *claim) push(recs []*kgo.Record, hwm int64) {
 	cl.mu.Lock()
 	if cl.dead {
+		cl.mu.Unlock()
+		return
+	}
+	cl.hwm = hwm
+	if len(recs) == 0 {
 		cl.mu.Unlock()
 		return
 	}
@@ -266,6 +274,13 @@ func (cl *claim) convert() []stream.Record {
 	clear(cl.taken)
 	cl.out, cl.hdrs = out, hdrs
 	return out
+}
+
+// starvingLocked reports whether the claim has nothing buffered though the
+// partition has more records than it got; cl.mu is held. A partition whose
+// high watermark is not known yet counts as starving.
+func (cl *claim) starvingLocked() bool {
+	return !cl.full && cl.pause == 0 && cl.bytes == 0 && (cl.hwm < 0 || cl.last+1 < cl.hwm)
 }
 
 // Pause pauses the partition in the client while the Processor waits out a

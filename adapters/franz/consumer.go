@@ -88,9 +88,11 @@ func WithMaxWait(d time.Duration) Option {
 // WithBufferBytes sets how much polled data a partition holds ahead of its
 // worker, overriding the default 16 MiB; each record counts its key and value
 // plus 256 bytes. A full partition holds the poll loop back until its worker
-// has taken it down to half, or, when another partition starves meanwhile,
-// is paused in the client (which drops what franz-go had fetched for it and
-// fetches it again on resume).
+// has taken it down to half. When another partition starves meanwhile, the
+// loop polls anyway, up to twice the limit; beyond that the partition is
+// paused in the client (which drops what franz-go had fetched for it and
+// fetches it again on resume). So a partition holds at most about twice
+// this plus one fetch.
 func WithBufferBytes(n int) Option {
 	return optionFunc(func(c *config) { c.bufferBytes = n })
 }

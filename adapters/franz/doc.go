@@ -15,6 +15,11 @@
 //     the resume in order: franz-go only advances a partition's fetch
 //     position for records it hands to a poll, and every polled record goes
 //     to that buffer.
+//   - Each partition's polled records wait in a bounded buffer
+//     ([WithBufferBytes]). A full buffer holds the poll loop back, which
+//     makes the client stop fetching without dropping anything; when another
+//     partition starves meanwhile, the loop polls on and pauses in the
+//     client only a partition holding twice its limit.
 //   - Checkpoints are committed per partition, synchronously, after the batch
 //     is handled, with the metadata string the Processor gives (a later
 //     owner reads it back through [stream.Claim.Committed]). Autocommit is

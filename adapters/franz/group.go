@@ -282,10 +282,13 @@ func (g *group) dispatch(fs kgo.Fetches) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	fs.EachPartition(func(p kgo.FetchTopicPartition) {
+		cl := g.claims[tp{p.Topic, p.Partition}]
 		if len(p.Records) == 0 {
+			if cl != nil && cl.started && p.Err == nil {
+				cl.push(nil, p.HighWatermark)
+			}
 			return
 		}
-		cl := g.claims[tp{p.Topic, p.Partition}]
 		if cl == nil || !cl.started {
 			// Cannot happen: claims are made before their
 			// partitions are fetched and ended between polls.
@@ -293,7 +296,7 @@ func (g *group) dispatch(fs kgo.Fetches) {
 				"partition", p.Partition, "first_offset", p.Records[0].Offset, "records", len(p.Records))
 			return
 		}
-		cl.push(p.Records)
+		cl.push(p.Records, p.HighWatermark)
 	})
 }
 
@@ -307,8 +310,10 @@ func (g *group) notify() {
 
 // throttle holds the poll loop back while a partition's buffer is full and
 // not paused: not polling makes the client stop fetching without dropping
-// anything. When another partition starves meanwhile, it pauses the full
-// ones in the client instead and lets the loop poll.
+// anything. When another partition starves meanwhile, the loop polls anyway,
+// and only partitions holding twice their limit are paused in the client
+// (pausing drops what the client fetched for them, and a resumed partition
+// may wait for a fetch in flight, so it is the last resort).
 func (g *group) throttle(ctx context.Context) {
 	if g.nfull.Load() == 0 {
 		return
@@ -321,7 +326,7 @@ func (g *group) throttle(ctx context.Context) {
 			return
 		}
 		if starving {
-			g.pauseFull()
+			g.pauseOverfull()
 			return
 		}
 		select {
@@ -334,7 +339,9 @@ func (g *group) throttle(ctx context.Context) {
 }
 
 // pressure reports whether a claim is full and not paused in the client,
-// and whether another running claim has nothing buffered.
+// and whether another running claim starves: it has nothing buffered though
+// its partition has more (an idle partition, caught up with its end, does
+// not starve).
 func (g *group) pressure() (wait, starving bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -346,7 +353,7 @@ func (g *group) pressure() (wait, starving bool) {
 		switch {
 		case cl.full && cl.pause == 0:
 			wait = true
-		case !cl.full && cl.pause == 0 && cl.bytes == 0:
+		case cl.starvingLocked():
 			starving = true
 		}
 		cl.mu.Unlock()
@@ -354,13 +361,13 @@ func (g *group) pressure() (wait, starving bool) {
 	return wait, starving
 }
 
-// pauseFull pauses every full claim in the client.
-func (g *group) pauseFull() {
+// pauseOverfull pauses in the client every claim holding twice its limit.
+func (g *group) pauseOverfull() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, cl := range g.claims {
 		cl.mu.Lock()
-		if cl.full {
+		if cl.full && cl.started && cl.bytes >= 2*cl.c.cfg.bufferBytes {
 			cl.setPauseLocked(pauseFull, true)
 		}
 		cl.mu.Unlock()
