@@ -95,6 +95,10 @@ func (h *History) Hooks(member string) stream.Hooks {
 	}
 }
 
+// Add appends e, for events recorded elsewhere (another process's consumer,
+// say) and relayed here.
+func (h *History) Add(e Event) { h.add(e) }
+
 func (h *History) add(e Event) {
 	h.mu.Lock()
 	h.events = append(h.events, e)
