@@ -1,0 +1,371 @@
+// Command kafkago runs redeliver on segmentio/kafka-go: by default on an
+// embedded, in-process Kafka (kfake), or on a real cluster with -brokers.
+//
+// It produces a few hundred records with kafka-go's Writer and consumes them
+// through the kafka-go adapter with a handler whose downstream fails
+// transiently: one batch of each partition fails twice before it goes
+// through. While the first failed batch waits out its backoff, a second
+// member joins the group: kafka-go rebalances eagerly, so every claim of the
+// first member ends, the withheld batches are abandoned, and their new
+// owners continue their retry counts from the state committed with the
+// checkpoint. The program prints a short timeline, then checks itself:
+// every record handled, no batch delivered more than retryCount+1 times
+// across the members, and the group's committed offsets, read back from the
+// broker, at the end of each partition. It exits non-zero when the check
+// fails.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/redeliver-go/redeliver/adapters/kafkago"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// policy retries a failed batch 3 times: 300ms, then 600ms, then 1.2s.
+var policy = checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Exponential(300 * time.Millisecond)}
+
+func main() {
+	var (
+		brokers    = flag.String("brokers", "", "comma-separated Kafka brokers; empty runs an embedded Kafka")
+		partitions = flag.Int("partitions", 3, "partitions of the topic")
+		records    = flag.Int("records", 300, "records to produce, spread over the partitions")
+		batch      = flag.Int("batch", 20, "most records per batch")
+		timeout    = flag.Duration("timeout", 50*time.Second, "give up after this long")
+	)
+	flag.Parse()
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	if err := run(ctx, *brokers, *partitions, *records, *batch); err != nil {
+		fmt.Fprintln(os.Stderr, "kafkago:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, brokers string, partitions, records, batchSize int) error {
+	var seeds []string
+	if brokers == "" {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("start embedded kafka: %w", err)
+		}
+		defer cluster.Close()
+		seeds = cluster.ListenAddrs()
+		fmt.Printf("embedded kafka at %s\n", strings.Join(seeds, ","))
+	} else {
+		seeds = strings.Split(brokers, ",")
+	}
+	suffix := time.Now().Format("150405.000")
+	topic, group := "kafkago-"+suffix, "kafkago-group-"+suffix
+	client := &kafka.Client{Addr: kafka.TCP(seeds...), Timeout: 10 * time.Second}
+
+	if err := createTopic(ctx, client, topic, partitions); err != nil {
+		return err
+	}
+	if err := produce(ctx, seeds, topic, records); err != nil {
+		return err
+	}
+	want, err := endOffsets(ctx, client, topic, partitions)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("produced %d records to %s, end offsets %v\n", records, topic, want)
+	fmt.Printf("policy: %d retries, exponential backoff from 300ms\n\n", policy.MaxRetries)
+
+	tl := &timeline{begin: time.Now(), handled: map[int32]map[int64]bool{}, deliveries: map[[2]int64]int{}}
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	var (
+		members sync.WaitGroup
+		errs    = make(chan error, 2)
+		joined  sync.Once
+		spawn   func(name string, hooks stream.Hooks)
+	)
+	spawn = func(name string, hooks stream.Hooks) {
+		members.Add(1)
+		go func() {
+			defer members.Done()
+			errs <- member(runCtx, name, hooks, tl, seeds, group, topic, batchSize)
+		}()
+	}
+	// The second member joins while the first waits out a backoff.
+	hooks := tl.hooks("a")
+	retry := hooks.RetryScheduled
+	hooks.RetryScheduled = func(e stream.RetryEvent) {
+		retry(e)
+		joined.Do(func() { spawn("b", tl.hooks("b")) })
+	}
+	spawn("a", hooks)
+
+	waitErr := waitCommitted(ctx, client, group, topic, want)
+	stop()
+	members.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	if waitErr != nil {
+		return waitErr
+	}
+	return tl.summary(ctx, client, group, topic, want)
+}
+
+// member runs a consumer named name in the group until ctx ends.
+func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, seeds []string, group, topic string, batchSize int) error {
+	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks))
+	if err != nil {
+		return err
+	}
+	c, err := kafkago.New(proc,
+		kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{
+			ID: group, Brokers: seeds, Topics: []string{topic},
+			HeartbeatInterval: 500 * time.Millisecond, // notice a rebalance within half a second
+		}),
+		kafkago.WithMaxBatch(batchSize),
+		kafkago.WithFetchConfig(kafka.ReadBatchConfig{MaxWait: time.Second}),
+	)
+	if err != nil {
+		return err
+	}
+	tl.mu.Lock()
+	tl.printf("%s  joins the group", name)
+	tl.mu.Unlock()
+	return c.Run(ctx)
+}
+
+// handler calls a downstream that fails transiently: the batch holding
+// offset 30+10p of partition p fails on its first two deliveries. The
+// decision depends on the offsets a batch holds and on its retry count
+// (which follows the batch from member to member), not on how the records
+// happen to be batched or which member has them.
+func handler() stream.Handler {
+	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		poison := 30 + 10*int64(b.Partition)
+		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retry < 2 {
+			return errors.New("downstream unavailable (503)")
+		}
+		return nil
+	})
+}
+
+func createTopic(ctx context.Context, client *kafka.Client, topic string, partitions int) error {
+	resp, err := client.CreateTopics(ctx, &kafka.CreateTopicsRequest{
+		Topics: []kafka.TopicConfig{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}},
+	})
+	if err == nil {
+		err = resp.Errors[topic]
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+func produce(ctx context.Context, seeds []string, topic string, n int) error {
+	w := &kafka.Writer{Addr: kafka.TCP(seeds...), Topic: topic, Balancer: &kafka.RoundRobin{}, BatchSize: 100,
+		BatchTimeout: 10 * time.Millisecond, RequiredAcks: kafka.RequireAll}
+	defer w.Close()
+	msgs := make([]kafka.Message, n)
+	for i := range msgs {
+		msgs[i] = kafka.Message{Value: fmt.Appendf(nil, "order-%d", i)}
+	}
+	// A new topic's leaders may not be known at once: try again briefly.
+	for try := 0; ; try++ {
+		err := w.WriteMessages(ctx, msgs...)
+		if err == nil {
+			return nil
+		}
+		if try == 20 || ctx.Err() != nil {
+			return fmt.Errorf("produce: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func endOffsets(ctx context.Context, client *kafka.Client, topic string, partitions int) (map[int32]int64, error) {
+	req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+	for p := range partitions {
+		req.Topics[topic] = append(req.Topics[topic], kafka.LastOffsetOf(p))
+	}
+	resp, err := client.ListOffsets(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("list offsets: %w", err)
+	}
+	want := map[int32]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error != nil {
+			return nil, fmt.Errorf("list offsets of partition %d: %w", p.Partition, p.Error)
+		}
+		want[int32(p.Partition)] = p.LastOffset
+	}
+	return want, nil
+}
+
+// committed reads the group's committed offsets back from the broker; -1
+// for none.
+func committed(ctx context.Context, client *kafka.Client, group, topic string, partitions int) (map[int32]int64, error) {
+	ps := make([]int, partitions)
+	for i := range ps {
+		ps[i] = i
+	}
+	resp, err := client.OffsetFetch(ctx, &kafka.OffsetFetchRequest{GroupID: group, Topics: map[string][]int{topic: ps}})
+	if err != nil {
+		return nil, err
+	}
+	if resp.Error != nil {
+		return nil, resp.Error
+	}
+	got := map[int32]int64{}
+	for _, p := range resp.Topics[topic] {
+		if p.Error == nil {
+			got[int32(p.Partition)] = p.CommittedOffset
+		}
+	}
+	return got, nil
+}
+
+// waitCommitted polls the group's committed offsets until they reach want.
+func waitCommitted(ctx context.Context, client *kafka.Client, group, topic string, want map[int32]int64) error {
+	for {
+		got, err := committed(ctx, client, group, topic, len(want))
+		if err == nil && reached(got, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("committed offsets %v never reached %v: %w", got, want, context.Cause(ctx))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func reached(got, want map[int32]int64) bool {
+	for p, w := range want {
+		if got[p] < w {
+			return false
+		}
+	}
+	return true
+}
+
+// timeline prints the events worth seeing and remembers what was handled.
+type timeline struct {
+	begin      time.Time
+	mu         sync.Mutex
+	handled    map[int32]map[int64]bool
+	deliveries map[[2]int64]int // by partition and first offset
+	failures   int
+	retries    int
+	abandoned  int
+	claims     map[string]int
+}
+
+func (tl *timeline) printf(format string, args ...any) {
+	fmt.Printf("%6.3fs  "+format+"\n", append([]any{time.Since(tl.begin).Seconds()}, args...)...)
+}
+
+func (tl *timeline) hooks(member string) stream.Hooks {
+	return stream.Hooks{
+		Claimed: func(e stream.ClaimEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			state := ""
+			if e.Metadata != "" {
+				state = fmt.Sprintf(", retry state %q", e.Metadata)
+			}
+			tl.printf("%s  p%d claimed, committed offset %d%s", member, e.Partition, e.Committed, state)
+		},
+		Released: func(e stream.ReleaseEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.printf("%s  p%d released: %v", member, e.Partition, e.Cause)
+		},
+		Delivered: func(e stream.DeliveredEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.deliveries[[2]int64{int64(e.Partition), e.FirstOffset}]++
+			switch e.Outcome {
+			case stream.Succeeded, stream.RetryRequested:
+				if tl.handled[e.Partition] == nil {
+					tl.handled[e.Partition] = map[int64]bool{}
+				}
+				for o := e.FirstOffset; o <= e.LastOffset; o++ {
+					tl.handled[e.Partition][o] = true
+				}
+				if e.Attempt.Retry > 0 {
+					tl.printf("%s  p%d batch %3d-%3d  attempt %d succeeded", member, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Number())
+				}
+			case stream.Failed:
+				tl.failures++
+				tl.printf("%s  p%d batch %3d-%3d  attempt %d failed: %v", member, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Number(), e.Err)
+			}
+		},
+		RetryScheduled: func(e stream.RetryEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.retries++
+			tl.printf("%s  p%d batch %3d-%3d  retry %d in %v, checkpoint withheld at %d", member, e.Partition, e.FirstOffset, e.LastOffset, e.Retry, e.Delay, e.FirstOffset)
+		},
+		Abandoned: func(e stream.AbandonedEvent) {
+			tl.mu.Lock()
+			defer tl.mu.Unlock()
+			tl.abandoned++
+			tl.printf("%s  p%d batch %3d-%3d  abandoned (%v), left to the next owner", member, e.Partition, e.FirstOffset, e.LastOffset, e.Cause)
+		},
+	}
+}
+
+// summary prints the totals and checks them against the broker.
+func (tl *timeline) summary(ctx context.Context, client *kafka.Client, group, topic string, want map[int32]int64) error {
+	got, err := committed(ctx, client, group, topic, len(want))
+	if err != nil {
+		return err
+	}
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	fmt.Printf("\n%d failed deliveries, %d retries scheduled, %d batches abandoned on a generation change\n", tl.failures, tl.retries, tl.abandoned)
+	var problems []string
+	parts := make([]int32, 0, len(want))
+	for p := range want {
+		parts = append(parts, p)
+	}
+	slices.Sort(parts)
+	for _, p := range parts {
+		n := int64(len(tl.handled[p]))
+		fmt.Printf("partition %d: %d of %d records handled, committed offset %d\n", p, n, want[p], got[p])
+		if n != want[p] {
+			problems = append(problems, fmt.Sprintf("partition %d: %d of %d records handled", p, n, want[p]))
+		}
+		if got[p] != want[p] {
+			problems = append(problems, fmt.Sprintf("partition %d: committed %d, end %d", p, got[p], want[p]))
+		}
+	}
+	for k, n := range tl.deliveries {
+		if n > policy.MaxRetries+1 {
+			problems = append(problems, fmt.Sprintf("partition %d: batch at %d delivered %d times, more than retryCount+1 = %d",
+				k[0], k[1], n, policy.MaxRetries+1))
+		}
+	}
+	if tl.failures < len(want) {
+		problems = append(problems, fmt.Sprintf("%d failed deliveries, want at least %d (one flaky batch per partition)", tl.failures, len(want)))
+	}
+	if len(problems) > 0 {
+		return fmt.Errorf("check failed:\n  %s", strings.Join(problems, "\n  "))
+	}
+	fmt.Println("ok: every record handled, no batch over its retry budget, every partition committed to its end")
+	return nil
+}
