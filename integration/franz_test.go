@@ -46,7 +46,7 @@ func (a franzAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 }
 
 func TestFranz(t *testing.T) {
-	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
+	for _, p := range []conformance.Provider{provider.Kfake(), provider.External(), provider.TestcontainersKafka(), provider.TestcontainersRedpanda()} {
 		for _, a := range []franzAdapter{{}, {kip848: true}} {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.Run(t, p, a)

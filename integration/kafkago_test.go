@@ -34,7 +34,7 @@ func (kafkagoAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 }
 
 func TestKafkago(t *testing.T) {
-	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
+	for _, p := range []conformance.Provider{provider.Kfake(), provider.External(), provider.TestcontainersKafka(), provider.TestcontainersRedpanda()} {
 		t.Run(p.Name()+"/kafkago", func(t *testing.T) {
 			conformance.Run(t, p, kafkagoAdapter{})
 		})

@@ -1,5 +1,6 @@
 // Package provider gives the conformance suite its brokers: an in-process
-// kfake cluster, or an external broker named by an environment variable.
+// kfake cluster, an external broker named by an environment variable, or a
+// Kafka or Redpanda container run through testcontainers-go.
 package provider
 
 import (
