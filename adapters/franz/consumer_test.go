@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
@@ -267,12 +268,13 @@ func TestRevocationCancelsAndWaits(t *testing.T) {
 
 func TestBalancers(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		opts []kgo.Opt
+		name      string
+		opts      []kgo.Opt
+		groupType string // as ListGroups reports it
 	}{
-		{"cooperative-sticky", nil},
-		{"range (eager)", []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}},
-		{"KIP-848", []kgo.Opt{kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer()}},
+		{"cooperative-sticky", nil, "classic"},
+		{"range (eager)", []kgo.Opt{kgo.Balancers(kgo.RangeBalancer())}, "classic"},
+		{"KIP-848", []kgo.Opt{kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer()}, "consumer"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addrs := newCluster(t, "t", 4)
@@ -292,6 +294,20 @@ func TestBalancers(t *testing.T) {
 			waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 50, 1: 50, 2: 50, 3: 50})
 			for p := range int32(4) {
 				checkHistory(t, rec.Of("t", p), 50)
+			}
+			cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), wait)
+			defer cancel()
+			listed, err := kadm.NewClient(cl).ListGroupsByType(ctx, []string{tc.groupType})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, ok := listed["g"]; !ok {
+				t.Errorf("group g is not a %q group: the protocol was not the one asked for (listed: %v)", tc.groupType, listed.Groups())
 			}
 		})
 	}
