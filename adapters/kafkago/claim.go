@@ -39,9 +39,9 @@ type claim struct {
 	pumped chan struct{} // closed when the pump has returned
 
 	mu          sync.Mutex
-	chunks      [][]kafka.Message // fetch answers; chunks[0][head:] and the rest are not yet fetched
+	chunks      [][]kafka.Message // fetch answers; chunks[0][head:] and the rest are not yet in a batch
 	head        int
-	buffered    int               // records not yet fetched
+	buffered    int               // records not yet in a batch
 	spare       [][]kafka.Message // spent answers' slices, emptied, for the fetcher to reuse
 	last        int64             // offset of the last record buffered; -1 before any
 	paused      bool
