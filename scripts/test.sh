@@ -39,9 +39,15 @@ if [ -f integration/go.mod ]; then
     export "${line?}"
     # kafka.sh allows 1s session timeouts and runs KIP-848 groups with 3s.
     export REDELIVER_KAFKA_SESSION_TIMEOUT=3s REDELIVER_KAFKA_KIP848=1
+    export REDELIVER_KAFKA_RESTART="bash $PWD/integration/kafka.sh restart"
     echo "$line"
   fi
+  export REDELIVER_FIGURES=${REDELIVER_FIGURES:-$(mktemp)}
+  : >"$REDELIVER_FIGURES"
 
   step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS})"
   (cd integration && go vet ./... && go test -race -count=1 -timeout 30m ./...)
+
+  step "reliability figures (docs/RELIABILITY.md explains them)"
+  cat "$REDELIVER_FIGURES"
 fi

@@ -21,6 +21,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -47,6 +49,16 @@ type Broker struct {
 	// KIP848 reports whether the broker runs the KIP-848 consumer group
 	// protocol.
 	KIP848 bool
+	// Control, when not nil, answers requests in the broker's place (an
+	// in-process kfake cluster); fault-injection scenarios need it.
+	Control Controller
+}
+
+// Controller lets a test answer a broker's requests itself, as
+// kfake.Cluster does.
+type Controller interface {
+	ControlKey(key int16, fn func(kmsg.Request) (kmsg.Response, error, bool))
+	KeepControl()
 }
 
 // Adapter builds consumers of one adapter for the suite.

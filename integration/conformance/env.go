@@ -32,6 +32,7 @@ type env struct {
 	adm     *kadm.Client
 	hist    history
 	members []*member
+	control Controller
 }
 
 func newEnv(t *testing.T, b Broker, a Adapter) *env {
@@ -42,7 +43,7 @@ func newEnv(t *testing.T, b Broker, a Adapter) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, b: b, a: a, topic: "rd-" + name + "-" + suffix, group: "rd-g-" + name + "-" + suffix,
-		cl: cl, adm: kadm.NewClient(cl)}
+		cl: cl, adm: kadm.NewClient(cl), control: b.Control}
 	t.Cleanup(func() {
 		for _, m := range e.members {
 			m.stop()
@@ -138,6 +139,7 @@ type spec struct {
 	maxBatch int
 	hooks    stream.Hooks // called after the history's own
 	session  bool         // ask for the broker's short session timeout
+	opts     []stream.Option
 }
 
 // member is a running consumer.
@@ -154,7 +156,7 @@ type member struct {
 func (e *env) start(name string, s spec) *member {
 	e.t.Helper()
 	hooks := e.hist.hooks(name, s.hooks)
-	proc, err := stream.NewProcessor(s.handler, stream.WithPolicy(s.policy), stream.WithHooks(hooks))
+	proc, err := stream.NewProcessor(s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(hooks)}, s.opts...)...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // event is one delivery or checkpoint seen by a member's hooks.
@@ -46,34 +47,22 @@ func (h *history) add(e event) {
 
 // hooks returns hooks that record into h for member, then call next's.
 func (h *history) hooks(member string, next stream.Hooks) stream.Hooks {
-	return stream.Hooks{
+	own := stream.Hooks{
 		Delivered: func(e stream.DeliveredEvent) {
 			h.add(event{member: member, partition: e.Partition, delivery: true, first: e.FirstOffset, last: e.LastOffset,
 				attempt: e.Attempt, outcome: e.Outcome})
-			if next.Delivered != nil {
-				next.Delivered(e)
-			}
 		},
-		RetryScheduled: next.RetryScheduled,
 		Exhausted: func(e stream.ExhaustedEvent) {
 			h.add(event{member: member, partition: e.Partition, exhausted: true, first: e.FirstOffset, last: e.LastOffset})
-			if next.Exhausted != nil {
-				next.Exhausted(e)
-			}
 		},
 		Checkpointed: func(e stream.CheckpointEvent) {
 			h.add(event{member: member, partition: e.Partition, next: e.Next, metadata: e.Metadata})
-			if next.Checkpointed != nil {
-				next.Checkpointed(e)
-			}
 		},
 		Abandoned: func(e stream.AbandonedEvent) {
 			h.add(event{member: member, partition: e.Partition, abandoned: true, first: e.FirstOffset, last: e.LastOffset})
-			if next.Abandoned != nil {
-				next.Abandoned(e)
-			}
 		},
 	}
+	return streamtest.MergeHooks(own, next)
 }
 
 func (h *history) all() []event {

@@ -42,7 +42,7 @@ func (kfakeProvider) Start(t *testing.T) conformance.Broker {
 		t.Fatalf("kfake: %v", err)
 	}
 	t.Cleanup(c.Close)
-	return conformance.Broker{Addrs: c.ListenAddrs(), SessionTimeout: sessionTimeout, KIP848: true}
+	return conformance.Broker{Addrs: c.ListenAddrs(), SessionTimeout: sessionTimeout, KIP848: true, Control: c}
 }
 
 // EnvBrokers is the environment variable naming an external broker's

@@ -1,0 +1,190 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// envChild carries a ChildConfig to a test binary run as a consumer.
+const envChild = "REDELIVER_CONFORMANCE_CHILD"
+
+// ChildConfig describes the consumer a child process runs: one poison batch
+// (the one holding offset Poison of partition 0) that always fails, every
+// other batch succeeds.
+type ChildConfig struct {
+	Adapter        string // the adapter's name in ChildMain's map
+	Member         string
+	Brokers        []string
+	Group, Topic   string
+	SessionTimeout time.Duration
+	Retries        int
+	BackoffMS      int
+	MaxBatch       int
+	Poison         int64
+	Memory         bool // in-memory retry state
+}
+
+func (c ChildConfig) handler() stream.Handler {
+	return stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.Partition == 0 && b.FirstOffset() <= c.Poison && c.Poison <= b.LastOffset() {
+			return errInjected
+		}
+		return nil
+	})
+}
+
+func (c ChildConfig) spec(hooks stream.Hooks) spec {
+	s := spec{
+		handler:  c.handler(),
+		policy:   checkpoint.Policy{MaxRetries: c.Retries, Backoff: checkpoint.Fixed(time.Duration(c.BackoffMS) * time.Millisecond)},
+		maxBatch: c.MaxBatch,
+		hooks:    hooks,
+		session:  true,
+	}
+	if c.Memory {
+		s.opts = append(s.opts, stream.WithInMemoryState())
+	}
+	return s
+}
+
+// ChildMain runs the consumer a parent test asked for, when this process is
+// such a child, and then exits; otherwise it returns at once. Call it first
+// in TestMain. The consumer's history events go to stdout as JSON lines; it
+// stops when stdin closes, or after ten minutes.
+func ChildMain(adapters map[string]Adapter) {
+	raw := os.Getenv(envChild)
+	if raw == "" {
+		return
+	}
+	if err := runChild(raw, adapters); err != nil && !errors.Is(err, context.Canceled) {
+		fmt.Fprintln(os.Stderr, "child:", err)
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+func runChild(raw string, adapters map[string]Adapter) error {
+	var cfg ChildConfig
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	a, ok := adapters[cfg.Adapter]
+	if !ok {
+		return fmt.Errorf("no adapter %q", cfg.Adapter)
+	}
+	var (
+		hist    streamtest.History
+		mu      sync.Mutex
+		written int
+		out     = bufio.NewWriter(os.Stdout)
+	)
+	flush := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		evs := hist.Events()
+		for _, ev := range evs[written:] {
+			b, _ := json.Marshal(ev)
+			out.Write(append(b, '\n'))
+		}
+		written = len(evs)
+		out.Flush()
+	}
+	relay := stream.Hooks{
+		Claimed:      func(stream.ClaimEvent) { flush() },
+		Released:     func(stream.ReleaseEvent) { flush() },
+		Delivered:    func(stream.DeliveredEvent) { flush() },
+		Exhausted:    func(stream.ExhaustedEvent) { flush() },
+		Checkpointed: func(stream.CheckpointEvent) { flush() },
+	}
+	s := cfg.spec(streamtest.MergeHooks(hist.Hooks(cfg.Member), relay))
+	proc, err := stream.NewProcessor(s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(s.hooks)}, s.opts...)...)
+	if err != nil {
+		return err
+	}
+	c, err := a.NewConsumer(nil, Config{Brokers: cfg.Brokers, Group: cfg.Group, Topic: cfg.Topic, Processor: proc,
+		MaxBatch: cfg.MaxBatch, SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.SessionTimeout / 10})
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	go func() {
+		io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return c.Run(ctx)
+}
+
+// startChild runs a consumer in a child process (this test binary again),
+// relays its history events into hist (and to watch's Delivered), and
+// returns a function that kills it with SIGKILL.
+func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream.Hooks) (kill func() error) {
+	e.t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		e.t.Fatalf("start child consumer: %v", err)
+	}
+	relayed := make(chan struct{})
+	go func() {
+		defer close(relayed)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			var ev streamtest.Event
+			if json.Unmarshal(sc.Bytes(), &ev) != nil {
+				continue // a line cut short by the kill
+			}
+			hist.Add(ev)
+			if ev.Kind == streamtest.Delivered && watch.Delivered != nil {
+				watch.Delivered(stream.DeliveredEvent{
+					BatchInfo: stream.BatchInfo{Topic: ev.Topic, Partition: ev.Partition, FirstOffset: ev.First, LastOffset: ev.Last, Records: int(ev.Last - ev.First + 1)},
+					Attempt:   stream.Attempt{Retry: ev.Retry}, Outcome: ev.Outcome,
+				})
+			}
+		}
+	}()
+	var once sync.Once
+	kill = func() error {
+		var err error
+		once.Do(func() {
+			_ = cmd.Process.Kill()
+			werr := cmd.Wait()
+			<-relayed
+			stdin.Close()
+			var exit *exec.ExitError
+			if !errors.As(werr, &exit) {
+				err = fmt.Errorf("child consumer: %v\n%s", werr, stderr.String())
+			}
+		})
+		return err
+	}
+	e.t.Cleanup(func() { _ = kill() })
+	return kill
+}

@@ -1,0 +1,507 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// The reliability suite hunts anomalies under faults, as Jepsen's Kafka
+// checker and Kafka's own OffsetValidationTest do: every delivery, give-up,
+// claim and commit of every consumer goes into a [streamtest.History], and
+// [streamtest.History.Check] verifies it: no record lost, no commit ahead of
+// handled records, no commit by a consumer that no longer owns the
+// partition, order kept, every rewind to the start of the batch being
+// retried. Each scenario prints its figures.
+
+// longWait bounds the waits of the reliability scenarios, which move
+// thousands of records through a loaded machine.
+const longWait = 3 * time.Minute
+
+// Figures are what a reliability scenario measured.
+type Figures struct {
+	Scenario   string
+	Provider   string
+	Adapter    string
+	Records    int64
+	Faults     int64 // injected: handler errors and panics, commit errors, kills, restarts
+	Lost       int64
+	MaxPerRec  int     // the most deliveries of one record
+	MeanPerRec float64 // deliveries per record, on average
+	Recovery   time.Duration
+	Took       time.Duration
+	Note       string
+}
+
+func (f Figures) String() string {
+	rec := "-"
+	if f.Recovery > 0 {
+		rec = f.Recovery.Round(time.Millisecond).String()
+	}
+	return fmt.Sprintf("%-28s %-9s %-27s records=%-6d faults=%-5d lost=%d max/record=%d mean/record=%.2f recovery=%s took=%s %s",
+		f.Scenario, f.Provider, f.Adapter, f.Records, f.Faults, f.Lost, f.MaxPerRec, f.MeanPerRec, rec,
+		f.Took.Round(100*time.Millisecond), f.Note)
+}
+
+// EnvFigures names a file the reliability suite appends its figures to,
+// one line per scenario, besides logging them.
+const EnvFigures = "REDELIVER_FIGURES"
+
+// EnvRestart is a shell command that restarts the external broker keeping
+// its data (integration/kafka.sh restart); the broker-restart scenario
+// skips without it.
+const EnvRestart = "REDELIVER_KAFKA_RESTART"
+
+func report(t *testing.T, f Figures) {
+	t.Helper()
+	t.Log(f.String())
+	if path := os.Getenv(EnvFigures); path != "" {
+		file, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Errorf("figures file: %v", err)
+			return
+		}
+		defer file.Close()
+		fmt.Fprintln(file, f.String())
+	}
+}
+
+// RunReliability runs every reliability scenario for the adapter on the
+// provider's broker. Child-process scenarios run the test binary again as a
+// consumer: the binary's TestMain must call [ChildMain] with the adapter
+// registered under childName.
+func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
+	for _, s := range []struct {
+		name string
+		run  func(t *testing.T, e *env) Figures
+	}{
+		{"HandlerErrorsAndPanics", faultsScenario},
+		{"MembersJoinAndLeave", membersScenario},
+		{"RetryBudgetAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, "") }},
+		{"InMemoryOverrunAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, "") }},
+		{"SIGKILLDuringBackoff", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, childName) }},
+		{"SIGKILLInMemoryOverrun", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, childName) }},
+		{"BrokerRestart", restartScenario},
+		{"CommitFailures", commitFailuresScenario},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			b := p.Start(t)
+			if a.NeedsKIP848() && !b.KIP848 {
+				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
+			}
+			begin := time.Now()
+			f := s.run(t, newEnv(t, b, a))
+			f.Scenario, f.Provider, f.Adapter, f.Took = s.name, p.Name(), a.Name(), time.Since(begin)
+			report(t, f)
+		})
+	}
+}
+
+// unit maps a batch's identity and retry to a number in [0, 1): the fault
+// plan, the same however often a test runs.
+func unit(partition int32, first int64, retry int) float64 {
+	// splitmix64 of the three packed together: well mixed, unlike the high
+	// bits of a short string's FNV hash.
+	x := uint64(partition)<<48 ^ uint64(first)<<16 ^ uint64(retry)
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	x ^= x >> 31
+	return float64(x>>11) / (1 << 53)
+}
+
+var errInjected = errors.New("injected handler failure")
+
+// faultyHandler fails a delivery with probability pErr, panics with
+// probability pPanic, and counts the faults it injects.
+func faultyHandler(pErr, pPanic float64, faults *atomic.Int64) stream.Handler {
+	return stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		u := unit(b.Partition, b.FirstOffset(), b.Attempt.Retry)
+		switch {
+		case u < pErr:
+			faults.Add(1)
+			return errInjected
+		case u < pErr+pPanic:
+			faults.Add(1)
+			panic("injected handler panic")
+		}
+		return nil
+	})
+}
+
+// ends returns each partition's end offset as a History check wants them.
+func (e *env) ends(partitions int32, n int64) map[streamtest.TopicPartition]int64 {
+	m := map[streamtest.TopicPartition]int64{}
+	for p := range partitions {
+		m[streamtest.TopicPartition{Topic: e.topic, Partition: p}] = n
+	}
+	return m
+}
+
+// committedTotal returns the sum of the group's committed offsets.
+func (e *env) committedTotal() int64 {
+	var sum int64
+	for _, o := range e.committed() {
+		sum += max(o.At, 0)
+	}
+	return sum
+}
+
+// waitTotal waits until the committed offsets add up to at least total.
+func (e *env) waitTotal(total int64, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := e.committedTotal()
+		if got >= total {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("committed offsets add up to %d, want %d, after %v", got, total, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// check runs the history checker and fails the test on any violation.
+func check(t *testing.T, h *streamtest.History, ends map[streamtest.TopicPartition]int64) streamtest.Report {
+	t.Helper()
+	dump(t, h)
+	r := h.Check(ends)
+	for i, v := range r.Violations {
+		if i == 20 {
+			t.Errorf("... and %d more violations", len(r.Violations)-20)
+			break
+		}
+		t.Error(v)
+	}
+	if r.Lost != 0 {
+		t.Errorf("%d records lost", r.Lost)
+	}
+	return r
+}
+
+func figures(r streamtest.Report, faults int64) Figures {
+	return Figures{Records: r.Records, Faults: faults, Lost: r.Lost, MaxPerRec: r.MaxDeliveries, MeanPerRec: r.MeanPerRecord}
+}
+
+// faultsScenario: 10^4 records, two consumers, a handler that fails or
+// panics on half of its deliveries.
+func faultsScenario(t *testing.T, e *env) Figures {
+	const parts, n = 4, 2500
+	e.createTopic(parts)
+	for p := range int32(parts) {
+		e.produce(p, 0, n)
+	}
+	var (
+		hist   streamtest.History
+		faults atomic.Int64
+	)
+	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 5*time.Millisecond)}
+	h := faultyHandler(0.35, 0.15, &faults)
+	for _, name := range []string{"a", "b"} {
+		e.start(name, spec{handler: h, policy: policy, maxBatch: 8, hooks: hist.Hooks(name)})
+	}
+	e.waitTotal(parts*n, longWait)
+	e.stopAll()
+	r := check(t, &hist, e.ends(parts, n))
+	if faults.Load() < 1000 {
+		t.Errorf("only %d faults injected, want at least 1000", faults.Load())
+	}
+	for tp, batches := range hist.Deliveries() {
+		for first, k := range batches {
+			if k > policy.MaxRetries+1 {
+				t.Errorf("%v: batch at %d delivered %d times, want at most %d", tp, first, k, policy.MaxRetries+1)
+			}
+		}
+	}
+	return figures(r, faults.Load())
+}
+
+// membersScenario: consumers join and leave while batches are being
+// retried.
+func membersScenario(t *testing.T, e *env) Figures {
+	const parts, n = 6, 800
+	e.createTopic(parts)
+	for p := range int32(parts) {
+		e.produce(p, 0, n)
+	}
+	var (
+		hist   streamtest.History
+		faults atomic.Int64
+	)
+	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(5*time.Millisecond, 50*time.Millisecond)}
+	h := faultyHandler(0.3, 0.05, &faults)
+	// A slow handler keeps the run long enough for the membership changes.
+	slow := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		time.Sleep(5 * time.Millisecond)
+		return h.Handle(ctx, b)
+	})
+	run := func(name string) *member {
+		return e.start(name, spec{handler: slow, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true})
+	}
+	total := int64(parts * n)
+	a := run("a")
+	e.waitTotal(total/5, longWait)
+	b := run("b")
+	e.waitTotal(2*total/5, longWait)
+	if err := a.stop(); err != nil {
+		t.Error(err)
+	}
+	c := run("c")
+	e.waitTotal(3*total/5, longWait)
+	if err := b.stop(); err != nil {
+		t.Error(err)
+	}
+	e.waitTotal(total, longWait)
+	if err := c.stop(); err != nil {
+		t.Error(err)
+	}
+	r := check(t, &hist, e.ends(parts, n))
+	return figures(r, faults.Load())
+}
+
+// EnvHistory names a file each scenario's history is written to, one
+// event a line, for a failure's post-mortem.
+const EnvHistory = "REDELIVER_HISTORY"
+
+func dump(t *testing.T, h *streamtest.History) {
+	path := os.Getenv(EnvHistory)
+	if path == "" {
+		return
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		t.Errorf("history file: %v", err)
+		return
+	}
+	defer f.Close()
+	for _, e := range h.Events() {
+		fmt.Fprintf(f, "%s %s p%d first=%d last=%d retry=%d outcome=%v handled=%d off=%d md=%q\n", e.Member, e.Kind, e.Partition, e.First, e.Last, e.Retry, e.Outcome, e.Handled, e.Offset, e.Metadata)
+	}
+}
+
+// stopAll stops every member.
+func (e *env) stopAll() {
+	e.t.Helper()
+	for _, m := range e.members {
+		if err := m.stop(); err != nil {
+			e.t.Error(err)
+		}
+	}
+}
+
+// budgetScenario: a batch set to 10 retries that never succeeds loses its
+// consumer after its 4th delivery, by a rebalance (the consumer leaves) or,
+// with child set, by SIGKILL of the consumer's process; another consumer
+// takes over. With durable retry state the batch gets at most 11
+// deliveries in all (plus one per crash, for a delivery in flight); in
+// memory the count starts over and overruns, as seed 004 warns.
+func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
+	const retries, n = 10, 40
+	poison := int64(17)
+	e.createTopic(2)
+	e.produce(0, 0, n)
+	e.produce(1, 0, n)
+	cfg := ChildConfig{
+		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, Memory: memory,
+		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
+	}
+	var hist streamtest.History
+	fourth := newSignal()
+	watch := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
+		if ev.Partition == 0 && ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Attempt.Retry == 3 {
+			fourth.fire()
+		}
+	}}
+	var (
+		kill     func() error
+		killedAt time.Time
+	)
+	if child != "" {
+		cfg.Adapter, cfg.Member = child, "a"
+		kill = e.startChild(&hist, cfg, watch)
+	} else {
+		a := e.start("a", cfg.spec(streamtest.MergeHooks(hist.Hooks("a"), watch)))
+		kill = a.stop
+	}
+	e.await(fourth.ch, "the poison batch's 4th delivery")
+	if child == "" {
+		time.Sleep(50 * time.Millisecond) // inside the 200ms backoff: the state is written
+	}
+	// A child is killed at once: the retry state of its 4th failure may not
+	// be written yet; that is the delivery in flight the bound allows.
+	if err := kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt = time.Now()
+	resumed := newSignal()
+	var recovery time.Duration
+	var once sync.Once
+	after := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
+		if ev.Partition == 0 {
+			once.Do(func() { recovery = time.Since(killedAt) })
+			resumed.fire()
+		}
+	}}
+	b := e.start("b", cfg.spec(streamtest.MergeHooks(hist.Hooks("b"), after)))
+	e.await(resumed.ch, "the new owner's first delivery")
+	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
+	if err := b.stop(); err != nil {
+		t.Error(err)
+	}
+	r := check(t, &hist, e.ends(2, n))
+
+	got := 0
+	for first, k := range hist.Deliveries()[streamtest.TopicPartition{Topic: e.topic, Partition: 0}] {
+		if first <= poison && (first+5 > poison) {
+			got += k
+		}
+	}
+	bound := retries + 1
+	if child != "" {
+		bound++ // one delivery in flight when the process died
+	}
+	switch {
+	case !memory && got > bound:
+		t.Errorf("the poison batch was delivered %d times, want at most %d (retryCount %d)", got, bound, retries)
+	case memory && got <= retries+1:
+		t.Errorf("in-memory state: the poison batch was delivered %d times; the count should have started over past %d", got, retries+1)
+	}
+	f := figures(r, 1)
+	f.Recovery = recovery
+	f.Note = fmt.Sprintf("poison-batch-deliveries=%d (retryCount %d)", got, retries)
+	return f
+}
+
+// waitCommittedWithin is waitCommitted with a longer bound.
+func (e *env) waitCommittedWithin(want map[int32]int64, within time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		got := e.committed()
+		ok := true
+		for p, w := range want {
+			if got[p].At != w {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("committed offsets %v, want %v, after %v", got, want, within)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// commitFailuresScenario: one offset commit request in three fails, on
+// kfake, which lets a test answer a request in the broker's place. A real
+// broker's commits fail for real in the broker-restart scenario.
+func commitFailuresScenario(t *testing.T, e *env) Figures {
+	if e.control == nil {
+		t.Skip("commit failures are injected through kfake's request control; see BrokerRestart for a real broker's")
+	}
+	var faults atomic.Int64
+	var n int64
+	e.control.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		e.control.KeepControl()
+		if n++; n%3 != 0 {
+			return nil, nil, false
+		}
+		faults.Add(1)
+		req := kr.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		code := kerr.UnknownServerError.Code
+		if n%2 == 0 {
+			code = kerr.RequestTimedOut.Code
+		}
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	const parts, n0 = 3, 500
+	e.createTopic(parts)
+	for p := range int32(parts) {
+		e.produce(p, 0, n0)
+	}
+	var hist streamtest.History
+	var handlerFaults atomic.Int64
+	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 10*time.Millisecond)}
+	e.start("a", spec{handler: faultyHandler(0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.waitTotal(parts*n0, longWait)
+	e.stopAll()
+	r := check(t, &hist, e.ends(parts, n0))
+	if faults.Load() < 50 {
+		t.Errorf("only %d commit requests failed, want at least 50", faults.Load())
+	}
+	f := figures(r, faults.Load()+handlerFaults.Load())
+	f.Note = fmt.Sprintf("failed-commit-requests=%d", faults.Load())
+	return f
+}
+
+// restartScenario: the broker restarts (keeping its data) while consumers
+// retry failing batches.
+func restartScenario(t *testing.T, e *env) Figures {
+	cmd := os.Getenv(EnvRestart)
+	if cmd == "" || strings.Join(e.b.Addrs, ",") != os.Getenv("REDELIVER_KAFKA_BROKERS") {
+		t.Skipf("needs an external broker and %s, a command that restarts it (integration/kafka.sh restart)", EnvRestart)
+	}
+	const parts, n = 3, 1000
+	e.createTopic(parts)
+	for p := range int32(parts) {
+		e.produce(p, 0, n)
+	}
+	var (
+		hist   streamtest.History
+		faults atomic.Int64
+	)
+	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(10*time.Millisecond, 100*time.Millisecond)}
+	h := faultyHandler(0.2, 0.05, &faults)
+	slow := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		time.Sleep(5 * time.Millisecond)
+		return h.Handle(ctx, b)
+	})
+	e.start("a", spec{handler: slow, policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.waitTotal(parts*n/4, longWait)
+	out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
+	if err != nil {
+		t.Fatalf("restart the broker: %v\n%s", err, out)
+	}
+	restarted := time.Now()
+	before := e.committedTotal()
+	for e.committedTotal() == before && time.Since(restarted) < longWait {
+		time.Sleep(20 * time.Millisecond)
+	}
+	recovery := time.Since(restarted)
+	e.waitTotal(parts*n, longWait)
+	e.stopAll()
+	r := check(t, &hist, e.ends(parts, n))
+	f := figures(r, faults.Load()+1)
+	f.Recovery = recovery
+	f.Note = "recovery = from the restarted broker's readiness to the next commit"
+	return f
+}
