@@ -75,6 +75,7 @@ func BenchmarkSuccessPath(b *testing.B) {
 					b.StopTimer()
 					b.ReportMetric(float64(b.N)/d.Seconds(), "records/s")
 					b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/record")
+					b.ReportMetric(float64(commitCount.Swap(0)), "commits")
 					benchDelete(b, addrs, topic)
 				})
 			}
@@ -93,11 +94,13 @@ func cpuTime() int64 {
 }
 
 // benchProduce creates topic and spreads n records of 100 bytes over its
-// partitions, record i to partition i % partitions.
+// partitions, record i to partition i % partitions. The batches are not
+// compressed: 100 zero bytes compress so well that one fetch answer of 1MB
+// would hold a whole partition.
 func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, n int) {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1<<20))
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,7 +215,12 @@ func (r *rawRun) started() { r.first.Do(func() { r.start = time.Now() }) }
 
 // commit commits next for the partition under the generation, as the
 // adapter does.
+// commitCount counts the commits of the running leaf, for its "commits"
+// metric: every loop should commit about b.N / benchBatch times.
+var commitCount atomic.Int64
+
 func (r *rawRun) commit(ctx context.Context, topic string, partition int, next int64) error {
+	commitCount.Add(1)
 	resp, err := r.client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
 		GroupID: r.gen.GroupID, GenerationID: int(r.gen.ID), MemberID: r.gen.MemberID,
 		Topics: map[string][]kafka.OffsetCommit{topic: {{Partition: partition, Offset: next}}},
@@ -338,6 +346,7 @@ func redeliverLoop(b *testing.B, addrs []string, topic string, _ int32) time.Dur
 	hooks := stream.Hooks{Checkpointed: func(e stream.CheckpointEvent) {
 		mu.Lock()
 		defer mu.Unlock()
+		commitCount.Add(1)
 		total += e.Next - next[e.Partition]
 		next[e.Partition] = e.Next
 		if total == int64(b.N) {
