@@ -303,18 +303,19 @@ func rawConnLoop(b *testing.B, addrs []string, topic string, partitions int32) t
 			if err := batch.Close(); err != nil {
 				return err
 			}
-			for len(msgs) > 0 {
-				n := min(benchBatch, len(msgs))
+			for i := 0; i < len(msgs); {
+				n := min(benchBatch, len(msgs)-i)
 				r.started()
-				for _, m := range msgs[:n] {
+				for _, m := range msgs[i : i+n] {
 					sink += len(m.Value)
 				}
-				if err := r.commit(ctx, topic, partition, msgs[n-1].Offset+1); err != nil {
+				if err := r.commit(ctx, topic, partition, msgs[i+n-1].Offset+1); err != nil {
 					return err
 				}
-				msgs = msgs[n:]
+				i += n
 				seen += n
 			}
+			clear(msgs)
 		}
 		r.sink.Add(int64(sink))
 		return nil
