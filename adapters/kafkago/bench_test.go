@@ -3,6 +3,8 @@ package kafkago_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -40,6 +42,9 @@ const benchMaxWait = 500 * time.Millisecond
 //   - redeliver: the adapter and the Processor with a handler that touches
 //     each record.
 //
+// The broker is an in-process kfake cluster, or the external broker named by
+// REDELIVER_KAFKA_BROKERS (integration/kafka.sh starts one).
+//
 // b.N is the number of records: run it with -benchtime=1000000x or so. The
 // records/s metric counts from the first record handed to a handler (or
 // read by a raw loop) to the commit of the last one, so the group join is
@@ -48,12 +53,15 @@ const benchMaxWait = 500 * time.Millisecond
 // not) per record: on a machine shared with other work it varies less than
 // the wall-clock figures.
 func BenchmarkSuccessPath(b *testing.B) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		b.Fatal(err)
+	addrs := strings.Split(os.Getenv("REDELIVER_KAFKA_BROKERS"), ",")
+	if addrs[0] == "" {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer cluster.Close()
+		addrs = cluster.ListenAddrs()
 	}
-	defer cluster.Close()
-	addrs := cluster.ListenAddrs()
 	var run atomic.Int64
 	for _, loop := range []struct {
 		name string
