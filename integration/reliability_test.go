@@ -4,9 +4,11 @@ import (
 	"os"
 	"testing"
 
+	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/integration/conformance"
 	"github.com/redeliver-go/redeliver/integration/provider"
 )
@@ -14,12 +16,18 @@ import (
 // TestMain lets the reliability suite run this binary again as a consumer
 // process, to kill it with SIGKILL.
 func TestMain(m *testing.M) {
-	conformance.ChildMain(map[string]conformance.Adapter{
-		"franz":       franzAdapter{},
-		"franz-eager": franzEager{},
-		"franz-848":   franzAdapter{kip848: true},
-	})
+	conformance.ChildMain(reliabilityAdapters)
 	os.Exit(m.Run())
+}
+
+// reliabilityAdapters are the adapters and balancers of the reliability
+// suite, by the names its child processes know them by.
+var reliabilityAdapters = map[string]conformance.Adapter{
+	"franz":       franzAdapter{},
+	"franz-eager": franzEager{},
+	"franz-848":   franzAdapter{kip848: true},
+	"kafkago":     kafkagoAdapter{},
+	"kafkago-rr":  kafkagoRoundRobin{},
 }
 
 // franzEager is the franz-go adapter with the eager range balancer, for
@@ -39,16 +47,30 @@ func (a franzEager) NewConsumer(t *testing.T, cfg conformance.Config) (conforman
 	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch))
 }
 
-func TestReliabilityFranz(t *testing.T) {
+// kafkagoRoundRobin is the kafka-go adapter with the round-robin balancer
+// only.
+type kafkagoRoundRobin struct{ kafkagoAdapter }
+
+func (kafkagoRoundRobin) Name() string { return "kafkago (round robin)" }
+
+func (a kafkagoRoundRobin) NewConsumer(t *testing.T, cfg conformance.Config) (conformance.Consumer, error) {
+	gc := kafka.ConsumerGroupConfig{
+		ID: cfg.Group, Brokers: cfg.Brokers, Topics: []string{cfg.Topic}, StartOffset: kafka.FirstOffset,
+		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		GroupBalancers: []kafka.GroupBalancer{kafka.RoundRobinGroupBalancer{}},
+	}
+	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
+}
+
+// TestReliability runs the reliability suite for every adapter and
+// balancer, on kfake and on the external broker.
+func TestReliability(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the reliability suite is long")
 	}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for name, a := range map[string]conformance.Adapter{
-			"franz":       franzAdapter{},
-			"franz-eager": franzEager{},
-			"franz-848":   franzAdapter{kip848: true},
-		} {
+		for _, name := range []string{"franz", "franz-eager", "franz-848", "kafkago", "kafkago-rr"} {
+			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunReliability(t, p, a, name)
 			})
