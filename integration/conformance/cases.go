@@ -32,6 +32,8 @@ var cases = []struct {
 	{"BackoffLongerThanSessionTimeout", backoffLongerThanSession},
 	{"GracefulShutdownDuringBackoff", gracefulShutdownDuringBackoff},
 	{"ConsumerJoinsDuringRetry", consumerJoinsDuringRetry},
+	{"DeadLetterAfterExhaustion", deadLetterAfterExhaustion},
+	{"PartialSuccess", partialSuccess},
 }
 
 func succeed(context.Context, *stream.Batch) error { return nil }

@@ -44,6 +44,7 @@ func newEnv(t *testing.T, b Broker, a Adapter) *env {
 	}
 	e := &env{t: t, b: b, a: a, topic: "rd-" + name + "-" + suffix, group: "rd-g-" + name + "-" + suffix,
 		cl: cl, adm: kadm.NewClient(cl), control: b.Control}
+	e.hist.topic = e.topic
 	t.Cleanup(func() {
 		for _, m := range e.members {
 			m.stop()

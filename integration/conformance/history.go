@@ -2,7 +2,6 @@ package conformance
 
 import (
 	"fmt"
-	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -36,6 +35,8 @@ type event struct {
 type history struct {
 	mu     sync.Mutex
 	events []event
+	topic  string
+	rec    streamtest.History // the same events, for the checker
 }
 
 func (h *history) add(e event) {
@@ -62,7 +63,7 @@ func (h *history) hooks(member string, next stream.Hooks) stream.Hooks {
 			h.add(event{member: member, partition: e.Partition, abandoned: true, first: e.FirstOffset, last: e.LastOffset})
 		},
 	}
-	return streamtest.MergeHooks(own, next)
+	return streamtest.MergeHooks(own, h.rec.Hooks(member), next)
 }
 
 func (h *history) all() []event {
@@ -93,70 +94,21 @@ func (h *history) count(f func(event) bool) int {
 	return n
 }
 
-// check checks the invariants of every case, for partitions holding
-// end[partition] records:
-//
-//   - no loss: every record reached a handler in a delivery that succeeded,
-//     asked for a retry, or was given up;
-//   - order: a member's deliveries of a partition each repeat the batch
-//     before (a retry), start right after it, or rewind to an offset that
-//     was checkpointed (a new assignment starts at the committed offset);
-//   - commits never ahead: a checkpoint is never beyond the last record the
-//     member delivered on that partition.
+// check verifies the contract over the whole history with
+// [streamtest.History.Check], for the case's topic whose partitions hold
+// end[partition] records: no loss, every delivery at the checkpoint (order,
+// no gaps, rewinds only to the batch being retried), no checkpoint ahead of
+// handled records or going back, none by a consumer that no longer owns the
+// partition, and each partition checkpointed to its end.
 func (h *history) check(t *testing.T, end map[int32]int64) {
 	t.Helper()
-	events := h.all()
-	type key struct {
-		member    string
-		partition int32
-	}
-	type batch struct{ first, last int64 }
-	cur := map[key]batch{}
-	checkpointed := map[int32]map[int64]bool{}
-	handled := map[int32][]batch{}
-	for i, e := range events {
-		k := key{e.member, e.partition}
-		switch {
-		case e.delivery:
-			b, seen := cur[k]
-			switch {
-			case !seen:
-			case e.first == b.first && e.last == b.last:
-			case e.first == b.last+1:
-			case e.first == 0 || checkpointed[e.partition][e.first]: // a new assignment, at the committed offset
-			default:
-				t.Errorf("event %d: %s delivered %d/%d-%d after batch %d-%d: out of order", i, e.member, e.partition, e.first, e.last, b.first, b.last)
-			}
-			cur[k] = batch{e.first, e.last}
-			if e.outcome == stream.Succeeded || e.outcome == stream.RetryRequested {
-				handled[e.partition] = append(handled[e.partition], batch{e.first, e.last})
-			}
-		case e.exhausted:
-			handled[e.partition] = append(handled[e.partition], batch{e.first, e.last})
-		case e.abandoned:
-		default: // a checkpoint
-			if b, seen := cur[k]; !seen || e.next > b.last+1 {
-				t.Errorf("event %d: %s checkpointed %d at %d beyond its last delivered record (batch %v, seen %t)", i, e.member, e.partition, e.next, b, seen)
-			}
-			if checkpointed[e.partition] == nil {
-				checkpointed[e.partition] = map[int64]bool{}
-			}
-			checkpointed[e.partition][e.next] = true
-		}
-	}
+	ends := make(map[streamtest.TopicPartition]int64, len(end))
 	for p, n := range end {
-		bs := handled[p]
-		sort.Slice(bs, func(i, j int) bool { return bs[i].first < bs[j].first })
-		var covered int64
-		for _, b := range bs {
-			if b.first > covered {
-				break
-			}
-			covered = max(covered, b.last+1)
-		}
-		if covered < n {
-			t.Errorf("partition %d: records %d-%d never handled: lost", p, covered, n-1)
-		}
+		ends[streamtest.TopicPartition{Topic: h.topic, Partition: p}] = n
+	}
+	r := h.rec.Check(ends)
+	for _, v := range r.Violations {
+		t.Error(v)
 	}
 	if t.Failed() {
 		t.Log(h.dump())
