@@ -91,4 +91,6 @@
 // [WithGroupConfig] gives the group (ID, brokers, topics, and kafka-go's
 // group settings, its Dialer included, which is also used for the fetch
 // connections and for the commits); [WithFetchConfig] the fetch requests.
+// [NewPublisher] turns a [kafka.Writer] into the [stream.Publisher] of a
+// [stream.DeadLetter] exhaustion action.
 package kafkago

@@ -3,37 +3,43 @@ package kafkago
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/segmentio/kafka-go"
 
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// Publisher produces records through a kafka-go Writer, for
+// Publisher produces records through a kafka-go [kafka.Writer], for
 // [stream.DeadLetter]. It is safe for concurrent use.
 type Publisher struct {
 	w *kafka.Writer
 }
 
-// NewPublisher returns a Publisher that writes through w. w must not name a
-// topic of its own (the dead-letter topic is given per call) and should wait
-// for acknowledgement (its RequiredAcks other than RequireNone), so that
-// Publish returns only once the broker has the records.
+// NewPublisher returns a Publisher that produces through w. A dead letter
+// must be acknowledged before the checkpoint moves past its batch, so w
+// must write synchronously (Async false) with acknowledgements
+// (RequiredAcks kafka.RequireOne or kafka.RequireAll: the Writer's default,
+// kafka.RequireNone, is refused), and it must not name a Topic of its own
+// (the Publisher names the topic of each record). The Publisher does not
+// close w.
 func NewPublisher(w *kafka.Writer) (*Publisher, error) {
 	switch {
 	case w == nil:
 		return nil, errors.New("kafkago: nil writer for the publisher")
-	case w.Topic != "":
-		return nil, errors.New("kafkago: the publisher's writer must not set Topic: the topic comes with each call")
 	case w.Async:
-		return nil, errors.New("kafkago: the publisher's writer must not be Async: a dead-letter produce must be acknowledged")
+		return nil, errors.New("kafkago: the publisher's writer is Async: it must return once the records are acknowledged")
+	case w.RequiredAcks == kafka.RequireNone:
+		return nil, errors.New("kafkago: the publisher's writer has RequiredAcks RequireNone: set RequireAll or RequireOne")
+	case w.Topic != "":
+		return nil, fmt.Errorf("kafkago: the publisher's writer has Topic %q: leave it empty, the publisher names the topic", w.Topic)
 	}
 	return &Publisher{w: w}, nil
 }
 
-// Publish writes recs to topic and returns once they are acknowledged, or
-// the first error. Records keep their keys, values, headers and
-// timestamps.
+// Publish produces recs to topic and returns once every record is
+// acknowledged, or an error. Records keep their keys, values, headers and
+// timestamps; the partition is the writer's balancer's.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {
@@ -46,5 +52,8 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		}
 		msgs[i] = m
 	}
-	return p.w.WriteMessages(ctx, msgs...)
+	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
+		return fmt.Errorf("kafkago: publish %d records to %s: %v", len(msgs), topic, err)
+	}
+	return nil
 }
