@@ -61,9 +61,9 @@ func WithFetchConfig(cfg kafka.ReadBatchConfig) Option {
 // WithClient sets the client the consumer sends offset fetches and commits
 // with. Its Addr must reach the group's cluster; the requests go to the
 // group's coordinator. The default is a client on the group's brokers whose
-// transport takes TLS, SASL and the client ID from the group's dialer; the
-// consumer closes its idle connections when Run returns. A client given here
-// is not closed.
+// transport takes DialFunc, Timeout, TLS, SASL and the client ID from the
+// group's dialer; the consumer closes its idle connections when Run
+// returns. A client given here is not closed.
 func WithClient(cl *kafka.Client) Option {
 	return optionFunc(func(c *config) { c.client = cl })
 }
@@ -122,7 +122,7 @@ type Consumer struct {
 // New returns a Consumer that runs proc over the partitions of the consumer
 // group given by [WithGroupConfig]. It returns an error, and never panics,
 // when proc is nil, the group is not given, an option is out of range, or
-// the group or reader configuration is one kafka-go would reject.
+// the group or fetch configuration is one kafka-go would reject.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("kafkago: nil processor")
