@@ -87,23 +87,33 @@ func (e *env) produce(partition int32, first, n int) {
 // broker's offset fetch answers them; -1 for none.
 func (e *env) committed() map[int32]kadm.Offset {
 	e.t.Helper()
+	m, err := e.tryCommitted()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// tryCommitted is committed that returns its error, for polls that go on
+// through a broker restart.
+func (e *env) tryCommitted() (map[int32]kadm.Offset, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	offs, err := e.adm.FetchOffsets(ctx, e.group)
 	if errors.Is(err, kerr.GroupIDNotFound) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		e.t.Fatalf("fetch offsets of %s: %v", e.group, err)
+		return nil, fmt.Errorf("fetch offsets of %s: %w", e.group, err)
 	}
 	m := make(map[int32]kadm.Offset)
 	for p, o := range offs[e.topic] {
 		if o.Err != nil {
-			e.t.Fatalf("fetch offsets of %s: partition %d: %v", e.group, p, o.Err)
+			return nil, fmt.Errorf("fetch offsets of %s: partition %d: %w", e.group, p, o.Err)
 		}
 		m[p] = o.Offset
 	}
-	return m
+	return m, nil
 }
 
 // waitCommitted waits until the broker has each partition's committed

@@ -152,10 +152,16 @@ func (e *env) ends(partitions int32, n int64) map[streamtest.TopicPartition]int6
 	return m
 }
 
-// committedTotal returns the sum of the group's committed offsets.
+// committedTotal returns the sum of the group's committed offsets, or -1
+// when the broker does not answer (it may be restarting).
 func (e *env) committedTotal() int64 {
+	offs, err := e.tryCommitted()
+	if err != nil {
+		e.t.Logf("%v (polling on)", err)
+		return -1
+	}
 	var sum int64
-	for _, o := range e.committed() {
+	for _, o := range offs {
 		sum += max(o.At, 0)
 	}
 	return sum
@@ -492,8 +498,11 @@ func restartScenario(t *testing.T, e *env) Figures {
 		t.Fatalf("restart the broker: %v\n%s", err, out)
 	}
 	restarted := time.Now()
-	before := e.committedTotal()
-	for e.committedTotal() == before && time.Since(restarted) < longWait {
+	before := int64(-1)
+	for before < 0 && time.Since(restarted) < longWait {
+		before = e.committedTotal()
+	}
+	for now := before; now <= before && time.Since(restarted) < longWait; now = e.committedTotal() {
 		time.Sleep(20 * time.Millisecond)
 	}
 	recovery := time.Since(restarted)
