@@ -373,13 +373,15 @@ func gracefulShutdownDuringBackoff(t *testing.T, e *env) {
 		return nil
 	})
 	policy := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(1500 * time.Millisecond)}
-	hooks := stream.Hooks{RetryScheduled: func(ev stream.RetryEvent) {
-		if ev.FirstOffset == 10 {
+	// Stop once the retry state is written with the checkpoint (the commit
+	// follows the RetryScheduled hook; a stop before it is a crash's case).
+	hooks := stream.Hooks{Checkpointed: func(ev stream.CheckpointEvent) {
+		if ev.Next == 10 && ev.Metadata != "" {
 			scheduled.fire()
 		}
 	}}
 	a := e.start("a", spec{handler: h, maxBatch: 10, policy: policy, hooks: hooks})
-	e.await(scheduled.ch, "the retry of batch 10 to be scheduled")
+	e.await(scheduled.ch, "the retry state of batch 10 to be committed")
 	if err := a.stop(); err != nil {
 		t.Fatal(err)
 	}

@@ -106,6 +106,11 @@ func (h *history) check(t *testing.T, end map[int32]int64) {
 	for p, n := range end {
 		ends[streamtest.TopicPartition{Topic: h.topic, Partition: p}] = n
 	}
+	// The broker can have a commit before its Checkpointed hook has run:
+	// give the history a moment to catch up with what the case waited for.
+	for deadline := time.Now().Add(wait); !h.reached(ends) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+	}
 	r := h.rec.Check(ends)
 	for _, v := range r.Violations {
 		t.Error(v)
@@ -113,6 +118,24 @@ func (h *history) check(t *testing.T, end map[int32]int64) {
 	if t.Failed() {
 		t.Log(h.dump())
 	}
+}
+
+// reached reports whether the history has each partition checkpointed to
+// its end.
+func (h *history) reached(ends map[streamtest.TopicPartition]int64) bool {
+	at := map[streamtest.TopicPartition]int64{}
+	for _, ev := range h.rec.Events() {
+		if ev.Kind == streamtest.Committed && ev.Metadata == "" {
+			tp := streamtest.TopicPartition{Topic: ev.Topic, Partition: ev.Partition}
+			at[tp] = max(at[tp], ev.Offset)
+		}
+	}
+	for tp, end := range ends {
+		if at[tp] < end {
+			return false
+		}
+	}
+	return true
 }
 
 func (h *history) dump() string {
