@@ -262,8 +262,8 @@ func (w *worker) run(ctx context.Context) error {
 		var (
 			d       checkpoint.Decision
 			outcome = Succeeded
+			partial *BatchError // a partial success: records before its index are done
 		)
-		var partial *BatchError
 		if err != nil {
 			if rr := asRetryResult(err); rr != nil {
 				outcome = RetryRequested
