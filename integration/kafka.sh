@@ -23,7 +23,7 @@
 #   REDELIVER_KAFKA_VERSION          Kafka release (default 4.3.1; 3.9.x works too)
 #   REDELIVER_KAFKA_CACHE            jar cache (default ${XDG_CACHE_HOME:-$HOME/.cache}/redeliver/kafka-<version>)
 #   REDELIVER_KAFKA_DIR              run directory: pid, log, config, data (default /tmp/redeliver-kafka)
-#   REDELIVER_KAFKA_PORT             client port (default: first free of 39092, 39094, ...)
+#   REDELIVER_KAFKA_PORT             client port (default: first free of 29092, 29094, ...: below the ephemeral port range, so that no client connection holds it)
 #   REDELIVER_KAFKA_CONTROLLER_PORT  controller port (default: client port + 1)
 #   REDELIVER_KAFKA_HEAP             JVM heap (default 512m)
 #   REDELIVER_KAFKA_JVM_OPTS         extra JVM flags for the broker (split on spaces)
@@ -166,14 +166,14 @@ pick_ports() {
     return 0
   fi
   local p
-  for ((p = 39092; p < 39192; p += 2)); do
+  for ((p = 29092; p < 29192; p += 2)); do
     if ! port_in_use "$p" && ! port_in_use $((p + 1)); then
       PORT=$p
       CPORT=${REDELIVER_KAFKA_CONTROLLER_PORT:-$((p + 1))}
       return 0
     fi
   done
-  die "no free port pair in 39092-39191; set REDELIVER_KAFKA_PORT"
+  die "no free port pair in 29092-29191; set REDELIVER_KAFKA_PORT"
 }
 
 broker_addr() { sed -n 's/^REDELIVER_KAFKA_BROKERS=//p' "$RUN/brokers" 2>/dev/null; }
