@@ -58,7 +58,9 @@ func TestHistoryCleanRun(t *testing.T) {
 		if len(r.Violations) > 0 || r.Lost != 0 || r.Records != 200 {
 			t.Fatalf("report %+v", r)
 		}
-		if r.MaxDeliveries != 3 || r.MeanPerRecord <= 1 {
+		// 3 deliveries of a failing batch, plus at most one more when the
+		// move caught a delivery whose retry state was not yet written.
+		if r.MaxDeliveries < 3 || r.MaxDeliveries > 4 || r.MeanPerRecord <= 1 {
 			t.Fatalf("max %d, mean %.2f deliveries per record", r.MaxDeliveries, r.MeanPerRecord)
 		}
 	})
