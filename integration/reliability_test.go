@@ -3,6 +3,7 @@ package integration_test
 import (
 	"os"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -23,11 +24,12 @@ func TestMain(m *testing.M) {
 // reliabilityAdapters are the adapters and balancers of the reliability
 // suite, by the names its child processes know them by.
 var reliabilityAdapters = map[string]conformance.Adapter{
-	"franz":       franzAdapter{},
-	"franz-eager": franzEager{},
-	"franz-848":   franzAdapter{kip848: true},
-	"kafkago":     kafkagoAdapter{},
-	"kafkago-rr":  kafkagoRoundRobin{},
+	"franz":                franzAdapter{},
+	"franz-eager":          franzEager{},
+	"franz-848":            franzAdapter{kip848: true},
+	"kafkago":              kafkagoAdapter{},
+	"kafkago-rr":           kafkagoRoundRobin{},
+	"kafkago-rebalance-5s": kafkagoShortRebalance{},
 }
 
 // franzEager is the franz-go adapter with the eager range balancer, for
@@ -62,6 +64,22 @@ func (a kafkagoRoundRobin) NewConsumer(t *testing.T, cfg conformance.Config) (co
 	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
 }
 
+// kafkagoShortRebalance is the kafka-go adapter with a 5s rebalance
+// timeout instead of kafka-go's 30s: after a broker restart the group
+// rejoins within it.
+type kafkagoShortRebalance struct{ kafkagoAdapter }
+
+func (kafkagoShortRebalance) Name() string { return "kafkago (rebalance 5s)" }
+
+func (a kafkagoShortRebalance) NewConsumer(t *testing.T, cfg conformance.Config) (conformance.Consumer, error) {
+	gc := kafka.ConsumerGroupConfig{
+		ID: cfg.Group, Brokers: cfg.Brokers, Topics: []string{cfg.Topic}, StartOffset: kafka.FirstOffset,
+		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
+		RebalanceTimeout: 5 * time.Second,
+	}
+	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
+}
+
 // TestReliability runs the reliability suite for every adapter and
 // balancer, on kfake and on the external broker.
 func TestReliability(t *testing.T) {
@@ -69,7 +87,7 @@ func TestReliability(t *testing.T) {
 		t.Skip("the reliability suite is long")
 	}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for _, name := range []string{"franz", "franz-eager", "franz-848", "kafkago", "kafkago-rr"} {
+		for _, name := range []string{"franz", "franz-eager", "franz-848", "kafkago", "kafkago-rr", "kafkago-rebalance-5s"} {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunReliability(t, p, a, name)

@@ -81,6 +81,12 @@
 // the shutdown up. Leaving the group during a rebalance waits for kafka-go's
 // JoinGroup to return, up to the group's RebalanceTimeout.
 //
+// Broker restarts. After the group coordinator restarts, a kafka-go
+// member takes about its RebalanceTimeout (30s by default) to join the
+// group again and resume: about 30s in the reliability suite's broker
+// restart, 7s with RebalanceTimeout set to 5s (docs/RELIABILITY.md). Set
+// it well above the time a handler and a commit take, and no higher.
+//
 // Metadata size. kafka-go does not check the size of commit metadata; the
 // broker does (offset.metadata.max.bytes, 4096 by default; 1024 on the
 // Event Hubs Kafka endpoint). The retry state redeliver writes is a few
