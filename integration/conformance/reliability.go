@@ -126,10 +126,15 @@ func unit(partition int32, first int64, retry int) float64 {
 
 var errInjected = errors.New("injected handler failure")
 
-// faultyHandler fails a delivery with probability pErr, panics with
-// probability pPanic, and counts the faults it injects.
-func faultyHandler(pErr, pPanic float64, faults *atomic.Int64) stream.Handler {
+// faultyHandler takes delay over each delivery (a slow handler keeps a run
+// long enough for what a scenario does meanwhile), then fails it with
+// probability pErr or panics with probability pPanic, and counts the faults
+// it injects.
+func faultyHandler(delay time.Duration, pErr, pPanic float64, faults *atomic.Int64) stream.Handler {
 	return stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if delay > 0 {
+			time.Sleep(delay)
+		}
 		u := unit(b.Partition, b.FirstOffset(), b.Attempt.Retry)
 		switch {
 		case u < pErr:
@@ -141,6 +146,16 @@ func faultyHandler(pErr, pPanic float64, faults *atomic.Int64) stream.Handler {
 		}
 		return nil
 	})
+}
+
+// fill creates the case's topic with the given partitions and produces n
+// records to each.
+func (e *env) fill(partitions int32, n int) {
+	e.t.Helper()
+	e.createTopic(partitions)
+	for p := range partitions {
+		e.produce(p, 0, n)
+	}
 }
 
 // ends returns each partition's end offset as a History check wants them.
@@ -209,16 +224,13 @@ func figures(r streamtest.Report, faults int64) Figures {
 // panics on half of its deliveries.
 func faultsScenario(t *testing.T, e *env) Figures {
 	const parts, n = 4, 2500
-	e.createTopic(parts)
-	for p := range int32(parts) {
-		e.produce(p, 0, n)
-	}
+	e.fill(parts, n)
 	var (
 		hist   streamtest.History
 		faults atomic.Int64
 	)
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 5*time.Millisecond)}
-	h := faultyHandler(0.35, 0.15, &faults)
+	h := faultyHandler(0, 0.35, 0.15, &faults)
 	for _, name := range []string{"a", "b"} {
 		e.start(name, spec{handler: h, policy: policy, maxBatch: 8, hooks: hist.Hooks(name)})
 	}
@@ -242,23 +254,15 @@ func faultsScenario(t *testing.T, e *env) Figures {
 // retried.
 func membersScenario(t *testing.T, e *env) Figures {
 	const parts, n = 6, 800
-	e.createTopic(parts)
-	for p := range int32(parts) {
-		e.produce(p, 0, n)
-	}
+	e.fill(parts, n)
 	var (
 		hist   streamtest.History
 		faults atomic.Int64
 	)
 	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(5*time.Millisecond, 50*time.Millisecond)}
-	h := faultyHandler(0.3, 0.05, &faults)
-	// A slow handler keeps the run long enough for the membership changes.
-	slow := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		time.Sleep(5 * time.Millisecond)
-		return h.Handle(ctx, b)
-	})
+	h := faultyHandler(5*time.Millisecond, 0.3, 0.05, &faults)
 	run := func(name string) *member {
-		return e.start(name, spec{handler: slow, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true})
+		return e.start(name, spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true})
 	}
 	total := int64(parts * n)
 	a := run("a")
@@ -450,14 +454,11 @@ func commitFailuresScenario(t *testing.T, e *env) Figures {
 		return resp, nil, true
 	})
 	const parts, n0 = 3, 500
-	e.createTopic(parts)
-	for p := range int32(parts) {
-		e.produce(p, 0, n0)
-	}
+	e.fill(parts, n0)
 	var hist streamtest.History
 	var handlerFaults atomic.Int64
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 10*time.Millisecond)}
-	e.start("a", spec{handler: faultyHandler(0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.start("a", spec{handler: faultyHandler(0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n0, longWait)
 	e.stopAll()
 	r := check(t, &hist, e.ends(parts, n0))
@@ -477,21 +478,14 @@ func restartScenario(t *testing.T, e *env) Figures {
 		t.Skipf("needs an external broker and %s, a command that restarts it (integration/kafka.sh restart)", EnvRestart)
 	}
 	const parts, n = 3, 1000
-	e.createTopic(parts)
-	for p := range int32(parts) {
-		e.produce(p, 0, n)
-	}
+	e.fill(parts, n)
 	var (
 		hist   streamtest.History
 		faults atomic.Int64
 	)
 	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(10*time.Millisecond, 100*time.Millisecond)}
-	h := faultyHandler(0.2, 0.05, &faults)
-	slow := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		time.Sleep(5 * time.Millisecond)
-		return h.Handle(ctx, b)
-	})
-	e.start("a", spec{handler: slow, policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	h := faultyHandler(5*time.Millisecond, 0.2, 0.05, &faults)
+	e.start("a", spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n/4, longWait)
 	out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
 	if err != nil {
