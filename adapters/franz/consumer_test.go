@@ -18,26 +18,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-// checkHistory checks one partition's deliveries: every delivery either
-// repeats the batch before it (a retry) or starts right after it, the first
-// starts at offset 0, and the last succeeded batch ends at end-1.
-func checkHistory(t *testing.T, ds []streamtest.Delivery, end int64) {
-	t.Helper()
-	var first, last int64 = -1, -1
-	for i, d := range ds {
-		switch {
-		case d.FirstOffset == first && d.LastOffset == last: // redelivery
-		case d.FirstOffset == last+1:
-			first, last = d.FirstOffset, d.LastOffset
-		default:
-			t.Fatalf("delivery %d: offsets %d-%d after batch %d-%d: out of order or a gap", i, d.FirstOffset, d.LastOffset, first, last)
-		}
-	}
-	if last != end-1 {
-		t.Fatalf("last batch ends at %d, want %d", last, end-1)
-	}
-}
-
 func newProcessor(t *testing.T, h stream.Handler, opts ...stream.Option) *stream.Processor {
 	t.Helper()
 	p, err := stream.NewProcessor(h, opts...)

@@ -11,104 +11,23 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/stream"
-	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-// wait bounds every wait of these tests.
-const wait = 20 * time.Second
+// The shared helpers, under the names these tests use.
+const wait = kafkatest.Wait
 
-// newCluster starts an in-process kfake cluster with one topic of the given
-// partitions and returns it with its addresses.
-func newCluster(t testing.TB, topic string, partitions int32, opts ...kfake.Opt) (*kfake.Cluster, []string) {
-	t.Helper()
-	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)
-	c, err := kfake.NewCluster(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c, c.ListenAddrs()
-}
-
-// produce writes n records to the partition, with values "<partition>-<i>"
-// for i from first, and waits for them to be acknowledged.
-func produce(t testing.TB, addrs []string, topic string, partition int32, first, n int) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	recs := make([]*kgo.Record, n)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: topic, Partition: partition, Value: []byte(fmt.Sprintf("%d-%d", partition, first+i))}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// committed reads the group's committed offsets through the broker; a group
-// that does not exist yet has none.
-func committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return offs
-}
-
-// waitCommitted waits until every partition's committed offset is at least
-// want[partition].
-func waitCommitted(t testing.TB, addrs []string, group, topic string, want map[int32]int64) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		offs := committed(t, addrs, group)
-		ok := true
-		for p, w := range want {
-			o, found := offs.Lookup(topic, p)
-			if !found || o.Err != nil || o.At < w {
-				ok = false
-			}
-		}
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("committed offsets %v, waiting for %v", offsetsOf(offs, topic), want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func offsetsOf(offs kadm.OffsetResponses, topic string) map[int32]int64 {
-	m := make(map[int32]int64)
-	for p, o := range offs[topic] {
-		m[p] = o.At
-	}
-	return m
-}
+var (
+	newCluster    = kafkatest.NewCluster
+	produce       = kafkatest.Produce
+	committed     = kafkatest.Committed
+	waitCommitted = kafkatest.WaitCommitted
+	offsetsOf     = kafkatest.OffsetsOf
+	checkHistory  = kafkatest.CheckHistory
+)
 
 // groupConfig is the group configuration of these tests: fast heartbeats
 // and a short session, so that rebalances take little time.
@@ -181,26 +100,6 @@ func newProcessor(t testing.TB, h stream.Handler, opts ...stream.Option) *stream
 		t.Fatal(err)
 	}
 	return p
-}
-
-// checkHistory checks one partition's deliveries: every delivery either
-// repeats the batch before it (a retry) or starts right after it, the first
-// starts at offset 0, and the last succeeded batch ends at end-1.
-func checkHistory(t *testing.T, ds []streamtest.Delivery, end int64) {
-	t.Helper()
-	var first, last int64 = -1, -1
-	for i, d := range ds {
-		switch {
-		case d.FirstOffset == first && d.LastOffset == last: // redelivery
-		case d.FirstOffset == last+1:
-			first, last = d.FirstOffset, d.LastOffset
-		default:
-			t.Fatalf("delivery %d: offsets %d-%d after batch %d-%d: out of order or a gap", i, d.FirstOffset, d.LastOffset, first, last)
-		}
-	}
-	if last != end-1 {
-		t.Fatalf("last batch ends at %d, want %d", last, end-1)
-	}
 }
 
 // logRecorder is a slog handler that keeps the messages it is given, with

@@ -1,0 +1,130 @@
+// Package kafkatest holds what the adapters' tests share: an in-process
+// kfake cluster, producing records, reading committed offsets back through
+// the broker, and checking a partition's deliveries.
+package kafkatest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// Wait bounds every wait of the adapters' tests.
+const Wait = 20 * time.Second
+
+// NewCluster starts an in-process kfake cluster with one topic of the given
+// partitions, closed at the end of the test, and returns it with its
+// addresses.
+func NewCluster(t testing.TB, topic string, partitions int32, opts ...kfake.Opt) (*kfake.Cluster, []string) {
+	t.Helper()
+	opts = append([]kfake.Opt{kfake.NumBrokers(1), kfake.SeedTopics(partitions, topic), kfake.GroupMinSessionTimeout(100 * time.Millisecond)}, opts...)
+	c, err := kfake.NewCluster(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, c.ListenAddrs()
+}
+
+// Produce writes n records to the partition, with values "<partition>-<i>"
+// for i from first, and waits for them to be acknowledged.
+func Produce(t testing.TB, addrs []string, topic string, partition int32, first, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: topic, Partition: partition, Value: fmt.Appendf(nil, "%d-%d", partition, first+i)}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Committed reads the group's committed offsets through the broker; a group
+// that does not exist yet has none.
+func Committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return offs
+}
+
+// WaitCommitted waits until every partition's committed offset is at least
+// want[partition].
+func WaitCommitted(t testing.TB, addrs []string, group, topic string, want map[int32]int64) {
+	t.Helper()
+	deadline := time.Now().Add(Wait)
+	for {
+		offs := Committed(t, addrs, group)
+		ok := true
+		for p, w := range want {
+			o, found := offs.Lookup(topic, p)
+			if !found || o.Err != nil || o.At < w {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed offsets %v, waiting for %v", OffsetsOf(offs, topic), want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// OffsetsOf returns the committed offsets of topic by partition.
+func OffsetsOf(offs kadm.OffsetResponses, topic string) map[int32]int64 {
+	m := make(map[int32]int64)
+	for p, o := range offs[topic] {
+		m[p] = o.At
+	}
+	return m
+}
+
+// CheckHistory checks one partition's deliveries: every delivery either
+// repeats the batch before it (a retry) or starts right after it, the first
+// starts at offset 0, and the last succeeded batch ends at end-1.
+func CheckHistory(t testing.TB, ds []streamtest.Delivery, end int64) {
+	t.Helper()
+	var first, last int64 = -1, -1
+	for i, d := range ds {
+		switch {
+		case d.FirstOffset == first && d.LastOffset == last: // redelivery
+		case d.FirstOffset == last+1:
+			first, last = d.FirstOffset, d.LastOffset
+		default:
+			t.Fatalf("delivery %d: offsets %d-%d after batch %d-%d: out of order or a gap", i, d.FirstOffset, d.LastOffset, first, last)
+		}
+	}
+	if last != end-1 {
+		t.Fatalf("last batch ends at %d, want %d", last, end-1)
+	}
+}
