@@ -89,11 +89,18 @@ func (o Outcome) String() string {
 }
 
 // DeliveredEvent reports one handler call.
+//
+// Start and Duration are read from the processor's clock in the worker
+// that ran the handler: Start is when the handler was called, and
+// Start.Add(Duration) when it returned, the instant the retry decision is
+// measured from (a retry's backoff runs from there to the next delivery's
+// Start).
 type DeliveredEvent struct {
 	BatchInfo
 	Attempt  Attempt
 	Outcome  Outcome
-	Err      error // the handler's error; a *RetryResult for RetryRequested
+	Err      error     // the handler's error; a *RetryResult for RetryRequested
+	Start    time.Time // when the handler was called
 	Duration time.Duration
 }
 

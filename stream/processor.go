@@ -279,7 +279,7 @@ func (w *worker) run(ctx context.Context) error {
 			}
 		}
 		if hooks.Delivered != nil {
-			hooks.Delivered(DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Duration: now.Sub(start)})
+			hooks.Delivered(DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start)})
 		}
 		if partial != nil {
 			// The records before partial.Index are done: move the checkpoint

@@ -680,3 +680,45 @@ func TestNewProcessorRejectsBadInput(t *testing.T) {
 		t.Fatal("retryCount -5 accepted")
 	}
 }
+
+// The Delivered event says when the handler ran: a retry's Start comes
+// exactly its backoff after the failed delivery returned (Start +
+// Duration), however long the handler took.
+func TestDeliveredEventTimes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("t", 0, 10)
+		p.AppendN(time.Now(), 10)
+		const took, backoff = 700 * time.Millisecond, 5 * time.Second
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			time.Sleep(took)
+			if b.Attempt.Retry < 2 {
+				return errTransient
+			}
+			return nil
+		})
+		begin := time.Now()
+		hs := start(t, h, []*streamtest.Partition{p}, fixed(3, backoff))
+		hs.waitAll()
+		hs.stop()
+
+		ds := hs.ev.delivered
+		if len(ds) != 3 {
+			t.Fatalf("%d deliveries, want 3", len(ds))
+		}
+		if !ds[0].Start.Equal(begin) {
+			t.Errorf("first delivery started at +%v, want +0", ds[0].Start.Sub(begin))
+		}
+		for i, d := range ds {
+			if d.Duration != took {
+				t.Errorf("delivery %d: duration %v, want %v", i+1, d.Duration, took)
+			}
+			if i == 0 {
+				continue
+			}
+			failed := ds[i-1].Start.Add(ds[i-1].Duration)
+			if gap := d.Start.Sub(failed); gap != backoff {
+				t.Errorf("delivery %d started %v after delivery %d returned, want the %v backoff", i+1, gap, i, backoff)
+			}
+		}
+	})
+}

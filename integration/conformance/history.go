@@ -11,10 +11,19 @@ import (
 )
 
 // event is one delivery or checkpoint seen by a member's hooks.
+//
+// Times come from where the event happened, never from when the recorder
+// got it: a delivery carries the handler's start and return as its worker
+// read them from the processor's clock (DeliveredEvent.Start and
+// Duration), so that a gap between two deliveries is the time the engine
+// waited, not that plus the scheduling delays of the hooks. Other events
+// are stamped by the hook itself, which the worker calls right after the
+// event.
 type event struct {
 	member    string
 	partition int32
-	at        time.Time
+	at        time.Time // a delivery: when the handler was called; otherwise: when the hook ran
+	end       time.Time // a delivery: when the handler returned (the failure a backoff is measured from)
 
 	// A delivery.
 	delivery bool
@@ -40,7 +49,9 @@ type history struct {
 }
 
 func (h *history) add(e event) {
-	e.at = time.Now()
+	if e.at.IsZero() {
+		e.at = time.Now()
+	}
 	h.mu.Lock()
 	h.events = append(h.events, e)
 	h.mu.Unlock()
@@ -51,7 +62,7 @@ func (h *history) hooks(member string, next stream.Hooks) stream.Hooks {
 	own := stream.Hooks{
 		Delivered: func(e stream.DeliveredEvent) {
 			h.add(event{member: member, partition: e.Partition, delivery: true, first: e.FirstOffset, last: e.LastOffset,
-				attempt: e.Attempt, outcome: e.Outcome})
+				attempt: e.Attempt, outcome: e.Outcome, at: e.Start, end: e.Start.Add(e.Duration)})
 		},
 		Exhausted: func(e stream.ExhaustedEvent) {
 			h.add(event{member: member, partition: e.Partition, exhausted: true, first: e.FirstOffset, last: e.LastOffset})

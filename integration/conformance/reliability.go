@@ -332,12 +332,23 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
 		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
 	}
 	var hist streamtest.History
-	fourth := newSignal()
-	watch := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
-		if ev.Partition == 0 && ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Attempt.Retry == 3 {
-			fourth.fire()
-		}
-	}}
+	fourth, stateWritten := newSignal(), newSignal()
+	var fourthSeen atomic.Bool
+	watch := stream.Hooks{
+		Delivered: func(ev stream.DeliveredEvent) {
+			if ev.Partition == 0 && ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Attempt.Retry == 3 {
+				fourthSeen.Store(true)
+				fourth.fire()
+			}
+		},
+		// The worker writes the retry state of the 4th failure after its
+		// Delivered hook: the first state checkpoint of partition 0 after it.
+		Checkpointed: func(ev stream.CheckpointEvent) {
+			if ev.Partition == 0 && ev.Metadata != "" && fourthSeen.Load() {
+				stateWritten.fire()
+			}
+		},
+	}
 	var (
 		kill     func() error
 		killedAt time.Time
@@ -350,8 +361,10 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
 		kill = a.stop
 	}
 	e.await(fourth.ch, "the poison batch's 4th delivery")
-	if child == "" {
-		time.Sleep(50 * time.Millisecond) // inside the 200ms backoff: the state is written
+	if child == "" && !memory {
+		// A consumer that leaves does so inside the 200ms backoff, once
+		// the state of the 4th failure is committed.
+		e.await(stateWritten.ch, "the retry state of the 4th failure to be committed")
 	}
 	// A child is killed at once: the retry state of its 4th failure may not
 	// be written yet; that is the delivery in flight the bound allows.
