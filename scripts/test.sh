@@ -19,6 +19,9 @@ go vet ./...
 step "go test -race (root module)"
 go test -race -count=1 ./...
 
+step "benchmarks, once each (that they run; scripts/bench.sh measures)"
+go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream ./adapters/...
+
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue
