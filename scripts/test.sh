@@ -26,6 +26,9 @@ for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration
   (cd "$mod" && go vet ./... && go test -race -count=1 ./...)
 done
 
+step "benchmarks, once each (that they run; scripts/bench.sh measures)"
+go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream ./adapters/...
+
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue
