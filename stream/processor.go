@@ -14,9 +14,9 @@ import (
 )
 
 // ExhaustionAction runs when a failed batch is given up, before its
-// checkpoint advances. If it returns an error, the checkpoint stays where it
-// is and the action is tried again after a backoff, until it succeeds or the
-// claim ends. The default action only logs (the Exhausted hook has already
+// checkpoint advances. If it returns an error (any error, one that wraps
+// [ErrRevoked] included), the checkpoint stays where it is and the action is
+// tried again after a backoff, until it succeeds or the claim ends. The default action only logs (the Exhausted hook has already
 // fired): the stream skips the batch.
 type ExhaustionAction func(ctx context.Context, b *Batch, err *checkpoint.ExhaustedError) error
 
@@ -403,7 +403,6 @@ func (w *worker) wait(ctx context.Context, at time.Time) error {
 }
 
 // exhausted reports the given-up batch and runs the exhaustion action until
-// it succeeds. It returns an error only when ctx ends first.
 // it succeeds. It reports whether the batch is to be delivered again (a
 // stopped partition resumed with Processor.Resume), and returns an error only
 // when ctx ends first.
@@ -420,7 +419,9 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 		return false, nil
 	}
 	stop := false
-	err = w.repeat(ctx, "exhaustion action", func() error {
+	// The action's errors are its own: one that wraps ErrRevoked is a
+	// failed try like any other (the claim's end shows in ctx).
+	err = w.repeat(ctx, "exhaustion action", false, func() error {
 		err := action(ctx, b, xerr)
 		if errors.Is(err, errStop) {
 			stop = true
@@ -474,7 +475,7 @@ func (w *worker) commit(ctx context.Context, b *Batch) error {
 func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) error {
 	err := w.c.Commit(ctx, next, md)
 	if err != nil && !errors.Is(err, ErrRevoked) {
-		err = w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, md) })
+		err = w.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
 	}
 	switch {
 	case errors.Is(err, ErrRevoked):
@@ -488,13 +489,13 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 	return nil
 }
 
-// repeat calls op until it succeeds, returns ErrRevoked, or ctx ends, waiting
-// the operation backoff between tries.
-func (w *worker) repeat(ctx context.Context, what string, op func() error) error {
+// repeat calls op until it succeeds, or returns ErrRevoked when revoked is
+// set, or ctx ends, waiting the operation backoff between tries.
+func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func() error) error {
 	var prev time.Duration
 	for n := 1; ; n++ {
 		err := op()
-		if err == nil || errors.Is(err, ErrRevoked) {
+		if err == nil || revoked && errors.Is(err, ErrRevoked) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -508,12 +509,21 @@ func (w *worker) repeat(ctx context.Context, what string, op func() error) error
 	}
 }
 
+// errAbandoned is why a worker stops when it abandons a batch for no other
+// reason it knows of.
+var errAbandoned = errors.New("stream: batch abandoned")
+
 // abandon reports the batch in flight and returns why the worker stops.
 func (w *worker) abandon(ctx context.Context) error {
 	return w.abandonWith(context.Cause(ctx))
 }
 
 func (w *worker) abandonWith(cause error) error {
+	if cause == nil {
+		// Never nil: the caller stops, and a nil would let the worker go
+		// on as if the batch were done.
+		cause = errAbandoned
+	}
 	b := &w.batch
 	if h := w.p.cfg.hooks.Abandoned; h != nil {
 		h(AbandonedEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Cause: cause})
