@@ -85,8 +85,8 @@ func (r *RetryResult) Error() string {
 	return fmt.Sprintf("retry requested (max %d retries, delay %v)", r.MaxRetries, r.Delay)
 }
 
-func (r *RetryResult) policy() checkpoint.Policy {
-	return checkpoint.Policy{MaxRetries: r.MaxRetries, Backoff: checkpoint.Fixed(r.Delay)}
+func (r *RetryResult) request() checkpoint.Request {
+	return checkpoint.Request{MaxRetries: r.MaxRetries, Delay: r.Delay}
 }
 
 // Permanent marks err as not retryable: the batch is not delivered again and

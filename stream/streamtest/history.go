@@ -277,6 +277,7 @@ func MergeHooks(hs ...stream.Hooks) stream.Hooks {
 		m.Delivered = chain(m.Delivered, h.Delivered)
 		m.RetryScheduled = chain(m.RetryScheduled, h.RetryScheduled)
 		m.Exhausted = chain(m.Exhausted, h.Exhausted)
+		m.ActionTried = chain(m.ActionTried, h.ActionTried)
 		m.Stopped = chain(m.Stopped, h.Stopped)
 		m.Checkpointed = chain(m.Checkpointed, h.Checkpointed)
 		m.Abandoned = chain(m.Abandoned, h.Abandoned)
