@@ -107,7 +107,9 @@ func runChild(raw string, adapters map[string]Adapter) error {
 		Released:     func(stream.ReleaseEvent) { flush() },
 		Delivered:    func(stream.DeliveredEvent) { flush() },
 		Exhausted:    func(stream.ExhaustedEvent) { flush() },
+		ActionTried:  func(stream.ActionEvent) { flush() },
 		Checkpointed: func(stream.CheckpointEvent) { flush() },
+		Abandoned:    func(stream.AbandonedEvent) { flush() },
 	}
 	s := cfg.spec(streamtest.MergeHooks(hist.Hooks(cfg.Member), relay))
 	proc, err := stream.NewProcessor(s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(s.hooks)}, s.opts...)...)
