@@ -67,7 +67,9 @@ func Chain(h Handler, mw ...Middleware) Handler {
 //
 // A RetryResult replaces the configured policy for the rest of its batch's
 // deliveries (error filter and time limits included); the retries already
-// made still count. Return it with [Retry] or as &RetryResult{...}.
+// made still count. Its count and delay are stored with the batch's retry
+// state, so a next owner keeps them. Return it with [Retry] or as
+// &RetryResult{...}, alone or as the error of [FailedAt].
 type RetryResult struct {
 	// MaxRetries limits the batch's retries; [checkpoint.Infinite] (-1)
 	// never stops.
