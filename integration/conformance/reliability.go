@@ -94,6 +94,7 @@ func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
 		{"RetryBudgetAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, "") }},
 		{"InMemoryOverrunAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, "") }},
 		{"SIGKILLDuringBackoff", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, childName) }},
+		{"SIGKILLDuringDelivery", func(t *testing.T, e *env) Figures { return killDuringDelivery(t, e, childName) }},
 		{"SIGKILLInMemoryOverrun", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, childName) }},
 		{"BrokerRestart", restartScenario},
 		{"CommitFailures", commitFailuresScenario},
@@ -381,7 +382,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
 	)
 	if child != "" {
 		cfg.Adapter, cfg.Member = child, "a"
-		kill = e.startChild(&hist, cfg, watch)
+		kill = e.startChild(&hist, cfg, watch, nil)
 	} else {
 		a := e.start("a", cfg.spec(streamtest.MergeHooks(hist.Hooks("a"), watch)))
 		kill = a.stop
@@ -432,6 +433,70 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
 	f := figures(r, 1)
 	f.Recovery = recovery
 	f.Note = fmt.Sprintf("poison-batch-deliveries=%d (retryCount %d)", got, retries)
+	return f
+}
+
+// killDuringDelivery: the consumer process of a batch set to 10 retries
+// that never succeeds is killed with SIGKILL during the batch's 4th
+// delivery (retry 3), while its handler runs; another consumer takes over.
+// The retry was committed as started before it ran, so the next owner goes
+// on with retry 4: 11 handler calls in all, the one the kill cut short
+// included (before each retry was committed as started, the next owner
+// repeated retry 3: 12).
+func killDuringDelivery(t *testing.T, e *env, child string) Figures {
+	const retries, n = 10, 40
+	poison := int64(17)
+	e.createTopic(2)
+	e.produce(0, 0, n)
+	e.produce(1, 0, n)
+	cfg := ChildConfig{
+		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, SlowRetry: 3,
+		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
+		Adapter: child, Member: "a",
+	}
+	var hist streamtest.History
+	var calls atomic.Int64 // the child's handler calls on the poison batch
+	inFourth := newSignal()
+	kill := e.startChild(&hist, cfg, stream.Hooks{}, func(_ int64, retry int) {
+		calls.Add(1)
+		if retry == 3 {
+			inFourth.fire()
+		}
+	})
+	e.await(inFourth.ch, "the poison batch's 4th delivery to start")
+	if err := kill(); err != nil {
+		t.Fatal(err)
+	}
+	killedAt := time.Now()
+	var recovery time.Duration
+	var once sync.Once
+	resumed := newSignal()
+	after := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
+		if ev.Partition == 0 {
+			once.Do(func() { recovery = time.Since(killedAt) })
+			resumed.fire()
+		}
+	}}
+	cfg.SlowRetry = 0
+	b := e.start("b", cfg.spec(streamtest.MergeHooks(hist.Hooks("b"), after)))
+	e.await(resumed.ch, "the new owner's first delivery")
+	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
+	if err := b.stop(); err != nil {
+		t.Error(err)
+	}
+	r := check(t, &hist, e.ends(2, n))
+	got := int(calls.Load())
+	for _, ev := range hist.Events() {
+		if ev.Member == "b" && ev.Kind == streamtest.Delivered && ev.Partition == 0 && ev.First <= poison && poison <= ev.Last {
+			got++
+		}
+	}
+	if got > retries+1 {
+		t.Errorf("the poison batch's handler was called %d times, want at most %d (retryCount %d, a crash during a delivery included)", got, retries+1, retries)
+	}
+	f := figures(r, 1)
+	f.Recovery = recovery
+	f.Note = fmt.Sprintf("poison-batch-handler-calls=%d (retryCount %d)", got, retries)
 	return f
 }
 
