@@ -177,10 +177,10 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 //     and the answer is that of a failure at now with [ErrInterrupted],
 //     without the error filter: a retry later, or StopRetrying once the
 //     limits are reached;
-//   - a scheduled State: RetryLater at its NextAt, or RetryNow once due. A
-//     NextAt further than now plus the delay the policy in force gives that
-//     retry with the largest random draw (a skewed clock, a foreign writer)
-//     is brought back to that;
+//   - a scheduled State: RetryLater at its NextAt, or RetryNow once due (or
+//     when it has no NextAt). A NextAt further than now plus the delay the
+//     policy in force gives that retry with the largest random draw (a
+//     skewed clock, a foreign writer) is brought back to that;
 //   - a State with no retry (the zero State): the zero Decision.
 //
 // A State without a first failure time is taken to have first failed at
@@ -203,7 +203,10 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		return m.fail(now, ErrInterrupted, rnd, false)
 	}
 	limit := now.Add(m.policyRef().Delay(m.state.Retries, m.state.LastDelay, topDraw{}))
-	if m.state.NextAt.IsZero() || m.state.NextAt.After(limit) {
+	switch {
+	case m.state.NextAt.IsZero(): // a scheduled retry with no due time: due now
+		m.state.NextAt = now
+	case m.state.NextAt.After(limit):
 		m.state.NextAt = limit
 	}
 	return m.Decide(now)

@@ -91,12 +91,17 @@ func TestMachineResumeCapsTheWait(t *testing.T) {
 		// Retry 2's full jitter window is [0, 2s]: the longest draw.
 		{"jitter, far", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.FullJitter(time.Second, time.Hour)}, t0.Add(time.Hour), t0.Add(2 * time.Second)},
 		{"max delay", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Hour), MaxDelay: time.Minute}, t0.Add(time.Hour), t0.Add(time.Minute)},
+		{"no due time: due now", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, time.Time{}, t0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := checkpoint.NewMachine(tc.p)
 			m.Begin(time.Time{})
 			d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: tc.next}, t0, nil)
-			if d.Action != checkpoint.RetryLater || d.At.Sub(tc.wantAt).Abs() > time.Microsecond {
+			want := checkpoint.RetryLater
+			if tc.wantAt.Equal(t0) {
+				want = checkpoint.RetryNow
+			}
+			if d.Action != want || d.At.Sub(tc.wantAt).Abs() > time.Microsecond {
 				t.Fatalf("%+v, want a retry at +%v", d, tc.wantAt.Sub(t0))
 			}
 		})
