@@ -19,6 +19,13 @@ go vet ./...
 step "go test -race (root module)"
 go test -race -count=1 ./...
 
+# The modules of their own (each heavy dependency lives in one, so that a
+# user pulls only what they use), except the integration module below.
+for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration$' | sort); do
+  step "module $mod: go vet, go test -race"
+  (cd "$mod" && go vet ./... && go test -race -count=1 ./...)
+done
+
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue

@@ -239,6 +239,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return err
 }
 
+// roundTrip sends req through the client's transport to the client's
+// cluster, as kafka.Client's own methods do.
+func (c *Consumer) roundTrip(ctx context.Context, req kafka.Request) (kafka.Response, error) {
+	rt := c.client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	if c.client.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.client.Timeout)
+		defer cancel()
+	}
+	return rt.RoundTrip(ctx, c.client.Addr, req)
+}
+
 // Close stops [Consumer.Run] if it runs and waits for it to return. Close is
 // idempotent.
 func (c *Consumer) Close() {

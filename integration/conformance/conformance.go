@@ -18,6 +18,7 @@ package conformance
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -86,6 +87,10 @@ type Config struct {
 	// for; 0 means the adapter's default.
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
+	// Dial, when not nil, makes every connection the consumer opens, to
+	// any broker address (the network-fault scenarios pass connections
+	// through a proxy).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 }
 
 // Consumer is a consumer an adapter built.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -151,6 +152,7 @@ type spec struct {
 	hooks    stream.Hooks // called after the history's own
 	session  bool         // ask for the broker's short session timeout
 	opts     []stream.Option
+	dial     func(ctx context.Context, network, address string) (net.Conn, error) // Config.Dial
 }
 
 // member is a running consumer.
@@ -171,7 +173,7 @@ func (e *env) start(name string, s spec) *member {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1)}
+	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1), Dial: s.dial}
 	if s.session {
 		cfg.SessionTimeout = e.b.SessionTimeout
 		cfg.HeartbeatInterval = e.b.SessionTimeout / 10
