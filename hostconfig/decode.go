@@ -296,8 +296,20 @@ func (d *decoder) policy(n *node, f map[string]*member, inherit string) RetryPol
 	return p
 }
 
-func (d *decoder) retryCount(n *node) int {
-	v, ok := d.integer(n)
+func (d *decoder) retryCount(n *node) int { return d.retryCountOf(n, false) }
+
+// retryCountOf decodes a retry count; text says whether a string holding
+// an integer is read too.
+func (d *decoder) retryCountOf(n *node, text bool) int {
+	var (
+		v  int
+		ok bool
+	)
+	if text && n.kind == '"' {
+		v, ok = d.parseInteger(n)
+	} else {
+		v, ok = d.integer(n)
+	}
 	if ok && v < -1 {
 		d.add(n, "%d is below -1: want -1 (retry forever), 0 (never) or a number of retries", v)
 		return 0
@@ -489,7 +501,9 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 	}
 	p := RetryPolicy{Origin: n.path + " (" + d.pos(n) + ")"}
 	if m := f["maxRetryCount"]; m != nil {
-		p.RetryCount = d.retryCount(m.val)
+		// The Functions host binds this section with .NET's configuration
+		// binder, which reads the string "3" as 3.
+		p.RetryCount = d.retryCountOf(m.val, true)
 	} else {
 		d.add(n, "maxRetryCount is missing: want -1 (retry forever), 0 (never) or a number of retries")
 	}
@@ -529,6 +543,12 @@ func (d *decoder) integer(n *node) (int, bool) {
 		d.add(n, "want an integer, got %s", describe(n))
 		return 0, false
 	}
+	return d.parseInteger(n)
+}
+
+// parseInteger decodes n's text as a whole number in decimal, with an
+// optional sign and surrounding spaces.
+func (d *decoder) parseInteger(n *node) (int, bool) {
 	v, err := strconv.ParseInt(strings.TrimSpace(n.text), 10, 0)
 	switch {
 	case errors.Is(err, strconv.ErrRange):
