@@ -25,8 +25,9 @@
 //	messaging.process.duration          histogram  seconds per handler call; redeliver.attempt, error.type
 //	redeliver.retries.scheduled         counter    batches withheld for another delivery; error.type
 //	redeliver.batches.given_up          counter    batches given up; redeliver.reason (retries spent, time budget, ...)
-//	redeliver.exhaustion.actions        counter    exhaustion actions by redeliver.action.outcome
-//	                                               (succeeded, failed, stopped)
+//	redeliver.exhaustion.actions        counter    tries of the exhaustion action, by redeliver.action
+//	                                               (WithExhaustionAction) and redeliver.action.outcome
+//	                                               (succeeded, failed, stopped, skipped)
 //	redeliver.redelivery.lateness       histogram  seconds from a retry's due time to its delivery's start
 //	redeliver.partitions.backoff        gauge      partitions waiting out a backoff
 //	redeliver.partitions.stopped        gauge      partitions stopped after exhaustion (StopPartition)

@@ -26,6 +26,7 @@ const (
 	attemptKey = attribute.Key("redeliver.attempt")
 	reasonKey  = attribute.Key("redeliver.reason")
 	outcomeKey = attribute.Key("redeliver.action.outcome")
+	actionKey  = attribute.Key("redeliver.action")
 )
 
 type meter struct {
@@ -57,7 +58,7 @@ type part struct {
 	baseOpt  metric.MeasurementOption // base alone
 	topicSet attribute.Set            // system, topic, group: the per-topic gauges'
 
-	owners   atomic.Int32 // claims of the partition not yet released
+	claim    atomic.Uint64 // the latest claim of the partition
 	dirty    atomic.Bool
 	mu       sync.Mutex
 	due      time.Time // when the coming retry is due
@@ -183,6 +184,7 @@ func (m *meter) hooks() stream.Hooks {
 		RetryScheduled: m.retryScheduled,
 		Exhausted:      m.exhausted,
 		Stopped:        m.stopped,
+		ActionTried:    m.actionTried,
 		Checkpointed:   m.checkpointed,
 	}
 }
@@ -192,7 +194,7 @@ func (m *meter) hooks() stream.Hooks {
 // withheld, since its first failure.
 func (m *meter) claimed(e stream.ClaimEvent) {
 	p := m.part(e.Topic, e.Partition)
-	p.owners.Add(1)
+	p.claim.Store(e.ClaimID)
 	s, err := checkpoint.DecodeState(e.Metadata)
 	if e.Metadata == "" || err != nil {
 		return
@@ -204,13 +206,27 @@ func (m *meter) claimed(e stream.ClaimEvent) {
 	p.dirty.Store(true)
 }
 
-// released forgets the partition once no claim of this process holds it
-// (a partition can be claimed again before the old claim's worker is done).
+// released forgets the partition, unless a later claim of it already
+// took over (a partition can be claimed again before the old claim's
+// worker is done).
 func (m *meter) released(e stream.ReleaseEvent) {
 	k := partKey{e.Topic, e.Partition}
-	if v, ok := m.parts.Load(k); ok && v.(*part).owners.Add(-1) <= 0 {
+	if v, ok := m.parts.Load(k); ok && v.(*part).claim.Load() == e.ClaimID {
 		m.parts.CompareAndDelete(k, v)
 	}
+}
+
+// actionTried counts the exhaustion action's tries by outcome.
+func (m *meter) actionTried(e stream.ActionEvent) {
+	p := m.part(e.Topic, e.Partition)
+	outcome := "succeeded"
+	switch {
+	case e.Skipped:
+		outcome = "skipped"
+	case e.Err != nil:
+		outcome = "failed"
+	}
+	m.actions.Add(context.Background(), 1, p.with(actionKey.String(m.cfg.action), outcomeKey.String(outcome)))
 }
 
 func (m *meter) delivered(e stream.DeliveredEvent) {
@@ -266,7 +282,7 @@ func (m *meter) exhausted(e stream.ExhaustedEvent) {
 
 func (m *meter) stopped(e stream.StoppedEvent) {
 	p := m.part(e.Topic, e.Partition)
-	m.actions.Add(context.Background(), 1, p.with(outcomeKey.String("stopped")))
+	m.actions.Add(context.Background(), 1, p.with(actionKey.String(m.cfg.action), outcomeKey.String("stopped")))
 	p.mu.Lock()
 	p.stopped, p.backoff = true, false
 	p.mu.Unlock()

@@ -29,6 +29,7 @@ type config struct {
 	system     string
 	group      string
 	maxLinks   int
+	action     string
 	now        func() time.Time
 }
 
@@ -68,6 +69,13 @@ func WithMaxLinks(n int) Option {
 	return optionFunc(func(c *config) { c.maxLinks = n })
 }
 
+// WithExhaustionAction names the processor's exhaustion action in the
+// redeliver.action attribute of redeliver.exhaustion.actions: "skip" (the
+// default), "dead_letter", "park" or "stop".
+func WithExhaustionAction(name string) Option {
+	return optionFunc(func(c *config) { c.action = name })
+}
+
 // withClock sets the clock of the gauges that measure ages (tests only).
 func withClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) { c.now = now })
@@ -84,7 +92,7 @@ type Telemetry struct {
 // New returns a Telemetry. It returns an error when an instrument cannot be
 // created.
 func New(opts ...Option) (*Telemetry, error) {
-	cfg := config{system: "kafka", maxLinks: 32, now: time.Now}
+	cfg := config{system: "kafka", maxLinks: 32, action: "skip", now: time.Now}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}

@@ -169,7 +169,7 @@ func TestMetrics(t *testing.T) {
 		synctest.Wait()
 		m = collect(t, reader)
 		for _, name := range []string{"messaging.client.consumed.messages", "messaging.process.duration", "redeliver.retries.scheduled",
-			"redeliver.batches.given_up", "redeliver.redelivery.lateness", "redeliver.partitions.backoff",
+			"redeliver.batches.given_up", "redeliver.exhaustion.actions", "redeliver.redelivery.lateness", "redeliver.partitions.backoff",
 			"redeliver.partitions.stopped", "redeliver.checkpoint.withheld.age"} {
 			if _, ok := m[name]; !ok {
 				t.Errorf("no metric %s", name)
@@ -192,6 +192,10 @@ func TestMetrics(t *testing.T) {
 		}
 		if got := sum(t, m["redeliver.batches.given_up"], onP1, attribute.String("redeliver.reason", "retries_spent")); got != 1 {
 			t.Errorf("batches given up on partition 1 for retries spent: %d, want 1", got)
+		}
+		if got := sum(t, m["redeliver.exhaustion.actions"], onP1, attribute.String("redeliver.action", "skip"),
+			attribute.String("redeliver.action.outcome", "succeeded")); got != 1 {
+			t.Errorf("exhaustion actions on partition 1 that succeeded: %d, want 1", got)
 		}
 		if got := count(t, m["redeliver.redelivery.lateness"]); got != 4 {
 			t.Errorf("lateness measured for %d redeliveries, want 4", got)
