@@ -202,6 +202,19 @@ var pageTmpl = template.Must(template.New("page").Funcs(template.FuncMap{
 		}
 		return strconv.Itoa(max)
 	},
+	"since": func(now, t time.Time) string { return now.Sub(t).Round(time.Second).String() },
+	"plural": func(n int, one, many string) string {
+		if n == 1 {
+			return one
+		}
+		return many
+	},
+	"offsets": func(first, last int64) string {
+		if first == last {
+			return fmt.Sprintf("offset %d", first)
+		}
+		return fmt.Sprintf("offsets %d–%d", first, last)
+	},
 	"refreshMs": func(d time.Duration) int64 { return d.Milliseconds() },
 	"refreshS":  func(d time.Duration) int64 { return max(1, int64(d.Round(time.Second)/time.Second)) },
 }).Parse(pageHTML))
