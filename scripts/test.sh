@@ -19,11 +19,45 @@ go vet ./...
 step "go test -race (root module)"
 go test -race -count=1 ./...
 
+# Modules of their own (each with its own go.mod and heavy dependencies):
+# vet and race tests in each.
+for mod in host cmd/redeliver; do
+  [ -f "$mod/go.mod" ] || continue
+  step "module $mod: go vet, go test -race"
+  (cd "$mod" && go vet ./... && go test -race -count=1 ./...)
+done
+
+# The status page in a real browser: Debian's chromium, installed where
+# missing (REDELIVER_NO_BROWSER=1 installs nothing: the test then skips
+# unless a Chromium is there; REDELIVER_CHROMIUM names another browser).
+if [ -f host/browser/go.mod ]; then
+  step "module host/browser: the status page in headless Chromium"
+  if [ "${REDELIVER_NO_BROWSER:-}" != 1 ] && [ -z "${REDELIVER_CHROMIUM:-}" ] &&
+     ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    echo "installing Debian's chromium"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    # apt may be locked for a moment by another install: try again.
+    for try in 1 2 3 4 5 6; do
+      if $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/tmp/redeliver-apt.log 2>&1; then
+        break
+      fi
+      [ "$try" = 6 ] && { cat /tmp/redeliver-apt.log; echo "could not install chromium"; exit 1; }
+      sleep 10
+    done
+  fi
+  (cd host/browser && go vet ./... && go test -count=1 -v ./...)
+fi
+
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue
   echo "-- go run ./$dir"
-  timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  if [ -f "$dir/go.mod" ]; then
+    # An example with its own module (it imports one, such as host).
+    (cd "$dir" && go vet . && timeout 120 go run .) >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  else
+    timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  fi
   tail -n 1 /tmp/redeliver-example.out
 done
 
