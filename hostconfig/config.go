@@ -33,6 +33,13 @@ type Config struct {
 	// section that checkpointRetryPolicy overrides, or a section name that
 	// looks like a misspelt one of ours.
 	Warnings []string
+
+	// Triggers holds the triggers section: what starts each function of a
+	// host, by function name (see [Trigger]).
+	Triggers map[string]Trigger
+
+	keys     []functionKey        // where the file names functions, for CheckFunctions
+	settings map[string][]Setting // by function name, "" for the host-wide policy
 }
 
 // Function returns the policy in force for the function called name: its

@@ -19,7 +19,7 @@ const (
 // sectionOf returns the canonical name of the section called key, or "" when
 // the section is not ours.
 func sectionOf(key string) string {
-	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry} {
+	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers} {
 		if strings.EqualFold(s, key) {
 			return s
 		}
@@ -75,6 +75,9 @@ func (d *decoder) config(root *node) *Config {
 	if m := found[sectionRetry]; m != nil {
 		retry = d.azureRetry(m.val)
 	}
+	if m := found[sectionTriggers]; m != nil {
+		cfg.Triggers = d.triggers(m.val)
+	}
 	switch {
 	case host != nil:
 		cfg.Host = host
@@ -83,8 +86,10 @@ func (d *decoder) config(root *node) *Config {
 		}
 	case retry != nil:
 		cfg.Host = retry
+		d.retrySettings()
 	}
 	cfg.Warnings = d.warnings
+	cfg.keys, cfg.settings = d.keys, d.settings
 	return cfg
 }
 
@@ -102,6 +107,8 @@ func (d *decoder) nearSection(m *member) {
 		name = sectionRetry
 	case distance(key, strings.ToLower(sectionPolicy)) <= 3:
 		name = sectionPolicy
+	case distance(key, sectionTriggers) <= 2:
+		name = sectionTriggers
 	default:
 		return
 	}
@@ -222,6 +229,7 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 	if len(f) > 0 || fm == nil {
 		p := d.policy(n, f, "")
 		host = &p
+		d.setSettings("", d.settingsOf(f, policyFields, nil))
 	}
 	if fm == nil {
 		return host, nil
@@ -257,6 +265,12 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 			eff[k] = v
 		}
 		fns[m.key] = d.policy(m.val, eff, " (set it here or in "+sectionPolicy+")")
+		d.keys = append(d.keys, functionKey{name: m.key, policy: true, at: d.keyAt(m, m.val.path)})
+		inherited := map[*member]bool{}
+		for k, v := range eff {
+			inherited[v] = own[k] == nil
+		}
+		d.setSettings(m.key, d.settingsOf(eff, policyFields, inherited))
 	}
 	return host, fns
 }
@@ -500,6 +514,7 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 		return nil
 	}
 	p := RetryPolicy{Origin: n.path + " (" + d.pos(n) + ")"}
+	d.retryFields = d.settingsOf(f, retryFields, nil)
 	if m := f["maxRetryCount"]; m != nil {
 		// The Functions host binds this section with .NET's configuration
 		// binder, which reads the string "3" as 3.

@@ -4,7 +4,8 @@
 //
 // A host.json is JSON with // and /* */ comments and trailing commas. Of its
 // sections, hostconfig reads three and ignores the others (logging,
-// extensions, functionTimeout, ...):
+// extensions, functionTimeout, ...); a fourth, triggers, binds the
+// functions of a host (see [Trigger]):
 //
 //   - version: "2.0" when present.
 //   - checkpointRetryPolicy: the design proposal's retryCount and
@@ -16,6 +17,13 @@
 //   - retry: Azure Functions' own policy (fixedDelay or exponentialBackoff).
 //     When checkpointRetryPolicy also sets a host-wide policy, it wins and
 //     [Config.Warnings] says so.
+//   - triggers: by function name, what starts each function of a host: a
+//     Kafka topic and consumer group, the adapter (franz or kafkago) and
+//     the most records a batch holds. [Config.CheckFunctions] checks the
+//     names against the functions a host runs.
+//
+// [Config.Settings] and [Trigger.Settings] say where each value in force
+// was written: the file's line:column or the environment variable.
 //
 // Keys match case-insensitively, as in Azure Functions. Intervals are .NET
 // TimeSpan text or Go durations (see [ParseDuration]). Environment variables

@@ -20,8 +20,9 @@ step "go test -race (root module)"
 go test -race -count=1 ./...
 
 # The modules of their own (each heavy dependency lives in one, so that a
-# user pulls only what they use), except the integration module below.
-for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration$' | sort); do
+# user pulls only what they use), except the integration module, the
+# browser test and the examples, which run below.
+for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration$\|^host/browser$\|^examples/' | sort); do
   step "module $mod: go vet, go test -race"
   (cd "$mod" && go vet ./... && go test -race -count=1 ./...)
 done
@@ -29,11 +30,37 @@ done
 step "benchmarks, once each (that they run; scripts/bench.sh measures)"
 go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream ./adapters/...
 
+# The status page in a real browser: Debian's chromium, installed where
+# missing (REDELIVER_NO_BROWSER=1 installs nothing: the test then skips
+# unless a Chromium is there; REDELIVER_CHROMIUM names another browser).
+if [ -f host/browser/go.mod ]; then
+  step "module host/browser: the status page in headless Chromium"
+  if [ "${REDELIVER_NO_BROWSER:-}" != 1 ] && [ -z "${REDELIVER_CHROMIUM:-}" ] &&
+     ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    echo "installing Debian's chromium"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    # apt may be locked for a moment by another install: try again.
+    for try in 1 2 3 4 5 6; do
+      if $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/tmp/redeliver-apt.log 2>&1; then
+        break
+      fi
+      [ "$try" = 6 ] && { cat /tmp/redeliver-apt.log; echo "could not install chromium"; exit 1; }
+      sleep 10
+    done
+  fi
+  (cd host/browser && go vet ./... && go test -count=1 -v ./...)
+fi
+
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue
   echo "-- go run ./$dir"
-  timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  if [ -f "$dir/go.mod" ]; then
+    # An example with its own module (it imports one, such as host).
+    (cd "$dir" && go vet . && timeout 120 go run .) >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  else
+    timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  fi
   tail -n 1 /tmp/redeliver-example.out
 done
 

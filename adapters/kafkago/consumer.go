@@ -37,6 +37,7 @@ type config struct {
 	maxWait       time.Duration
 	commitTimeout time.Duration
 	logger        *slog.Logger
+	onAssigned    func(map[string][]int32) // WithOnAssigned
 }
 
 // WithGroupConfig sets the kafka-go consumer group: its ID, brokers and

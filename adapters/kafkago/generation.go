@@ -48,6 +48,7 @@ func (c *Consumer) serve(ctx context.Context, fail context.CancelCauseFunc, gen 
 	}
 	c.log.Info("redeliver: generation started", "group", gen.GroupID, "generation", gen.ID,
 		"member", gen.MemberID, "partitions", n)
+	c.assigned(gen)
 	c.wg.Add(1)
 	gen.Start(func(gctx context.Context) {
 		defer c.wg.Done()
