@@ -495,7 +495,7 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	status := newFnStatus(f, h.c.now)
 	hooks := append([]stream.Hooks{status.hooks()}, h.c.hooks...)
 	hooks = append(hooks, f.hooks...)
-	opts = append(opts, stream.WithLogger(log), stream.WithHooks(joinHooks(hooks)))
+	opts = append(opts, stream.WithLogger(log), stream.WithHooks(stream.MergeHooks(hooks...)))
 	opts = append(opts, h.c.procOpts...)
 	opts = append(opts, f.procOpts...)
 	mw := append(slices.Clone(h.c.mw), f.mw...)

@@ -355,29 +355,6 @@ func (h *History) Deliveries() map[TopicPartition]map[int64]int {
 	return out
 }
 
-// MergeHooks returns hooks that call each of hs in turn.
-func MergeHooks(hs ...stream.Hooks) stream.Hooks {
-	var m stream.Hooks
-	for _, h := range hs {
-		m.Claimed = chain(m.Claimed, h.Claimed)
-		m.Released = chain(m.Released, h.Released)
-		m.Delivered = chain(m.Delivered, h.Delivered)
-		m.RetryScheduled = chain(m.RetryScheduled, h.RetryScheduled)
-		m.Exhausted = chain(m.Exhausted, h.Exhausted)
-		m.ActionTried = chain(m.ActionTried, h.ActionTried)
-		m.Stopped = chain(m.Stopped, h.Stopped)
-		m.Checkpointed = chain(m.Checkpointed, h.Checkpointed)
-		m.Abandoned = chain(m.Abandoned, h.Abandoned)
-	}
-	return m
-}
-
-func chain[E any](a, b func(E)) func(E) {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return func(e E) { a(e); b(e) }
-}
+// MergeHooks returns hooks that call each of hs in turn: it is
+// [stream.MergeHooks].
+func MergeHooks(hs ...stream.Hooks) stream.Hooks { return stream.MergeHooks(hs...) }
