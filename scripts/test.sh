@@ -13,6 +13,14 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+step "go.work names every module"
+# go.work ties the modules together for development (go run ./cmd/redeliver
+# from the top works); a module it does not name cannot be built in place.
+for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname); do
+  go work edit -json | grep -qF "\"DiskPath\": \"./$mod\"" ||
+    { echo "go.work does not use ./$mod: run go work use ./$mod"; exit 1; }
+done
+
 step "go vet"
 go vet ./...
 
