@@ -15,27 +15,27 @@
 // _TIMEOUT forms; redeliver adds _DONE, and names its own parked entries
 // REDELIVER_PARKED):
 //
-//	                 Park / Await
-//	                      |
-//	                      v
-//	              +---------------+   Complete
-//	              |    parked     |------------------------+
-//	              |  <state>      |                        |
-//	              +---------------+                        v
-//	                      | expiry passed:          +-------------+
-//	                      | re-publish              |    done     |
-//	                      v                         | <state>_DONE|
-//	              +---------------+   Complete      +-------------+
-//	        +---->|   retrying    |------------------------^
-//	        |     | <state>_RETRY |
-//	        |     +---------------+
-//	        |       |           | retry timeout since creation passed,
-//	        +-------+           | or maximum re-drives made: report
-//	   expiry passed again:     v
-//	   re-publish        +-----------------+
-//	                     |    timed out    |
-//	                     | <state>_TIMEOUT |
-//	                     +-----------------+
+//	              Park / Await
+//	                   |
+//	                   v
+//	           +---------------+   Complete
+//	           |    parked     |------------------------+
+//	           |  <state>      |                        |
+//	           +---------------+                        v
+//	                   | expiry passed:          +-------------+
+//	                   | re-publish              |    done     |
+//	                   v                         | <state>_DONE|
+//	           +---------------+   Complete      +-------------+
+//	     +---->|   retrying    |------------------------^
+//	     |     | <state>_RETRY |
+//	     |     +---------------+
+//	     |       |           | retry timeout since creation passed,
+//	     +-------+           | or maximum re-drives made: report
+//	expiry passed again:     v
+//	re-publish        +-----------------+
+//	                  |    timed out    |
+//	                  | <state>_TIMEOUT |
+//	                  +-----------------+
 //
 // The expiry counts from the time an entry entered its state, the retry
 // timeout from its creation, as the seed measures them. A re-driven record
