@@ -127,7 +127,7 @@ type Entry struct {
 
 // State returns the entry's state name, e.g. NONCE_PUBLISHED_RETRY (see
 // [StateName]).
-func (e *Entry) State() string { return StateName(e.Base, e.Status) }
+func (e Entry) State() string { return StateName(e.Base, e.Status) }
 
 // Change is a compare-and-set of one entry, which a [Store] applies only if
 // the entry still has the status and version the sweep read.
