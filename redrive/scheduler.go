@@ -259,10 +259,12 @@ func (s *Scheduler) timeoutReason(e Entry, now time.Time) string {
 }
 
 // retrying is the change of a re-published entry: due again after its
-// expiry, or at the retry timeout if that comes first.
+// expiry, or at the retry timeout if that comes first. An entry re-driven
+// after its retry timeout (parked for longer) gets its expiry: the
+// consumer has that long to complete it before it times out.
 func (s *Scheduler) retrying(e Entry, now time.Time) Change {
 	due := now.Add(e.Expiry)
-	if t := e.Created.Add(s.cfg.retryTimeout); t.Before(due) {
+	if t := e.Created.Add(s.cfg.retryTimeout); t.After(now) && t.Before(due) {
 		due = t
 	}
 	return Change{ID: e.ID, Status: e.Status, Version: e.Version,

@@ -296,8 +296,8 @@ func testIntervalRespected(t *testing.T, s redrive.Store) {
 		t.Fatalf("%d records published by 7m, want 1", n)
 	}
 	h.advance(3 * time.Minute)
-	if ev := h.next(); !ev.At.Equal(t0.Add(10*time.Minute)) || ev.Redriven != 1 {
-		t.Fatalf("sweep %+v, want at 10m with b re-driven", ev)
+	if ev := h.next(); !ev.At.Equal(t0.Add(10*time.Minute)) || ev.Redriven != 2 {
+		t.Fatalf("sweep %+v, want at 10m with b re-driven and a re-driven again (5m after its first)", ev)
 	}
 	if b := mustGet(t, s, "b"); !b.StateTime.Equal(t0.Add(10 * time.Minute)) {
 		t.Fatalf("b re-driven at %v, want 10m", b.StateTime)
@@ -447,5 +447,14 @@ func testBigSweep(t *testing.T, s redrive.Store) {
 	}
 	if ev := sch.Sweep(ctxFor(t)); ev.Claimed != 0 {
 		t.Fatalf("a second sweep at the same time claimed %d", ev.Claimed)
+	}
+	// Parked for an hour, past the 20m retry timeout: each re-driven entry
+	// still gets its expiry to be completed before it times out.
+	if e := mustGet(t, s, es[0].Key); !e.DueAt.Equal(h.clock.Now().Add(e.Expiry)) {
+		t.Fatalf("due at %v after a re-drive past the retry timeout, want now+expiry %v", e.DueAt, h.clock.Now().Add(e.Expiry))
+	}
+	h.clock.Advance(5 * time.Minute)
+	if ev := sch.Sweep(ctxFor(t)); ev.TimedOut != n {
+		t.Fatalf("sweep after the expiry: %+v, want all %d timed out", ev, n)
 	}
 }
