@@ -328,7 +328,7 @@ func testClaimCompareAndSet(t *testing.T, s redrive.Store) {
 	_, applied, err := s.Claim(ctxFor(t), now, 10, func(_ context.Context, due []redrive.Entry) []redrive.Change {
 		e := due[0]
 		return []redrive.Change{
-			{ID: e.ID, Status: e.Status, Version: e.Version - 1, To: redrive.TimedOut, StateTime: now}, // stale version
+			{ID: e.ID, Status: e.Status, Version: e.Version - 1, To: redrive.TimedOut, StateTime: now},     // stale version
 			{ID: e.ID, Status: redrive.Retrying, Version: e.Version, To: redrive.TimedOut, StateTime: now}, // wrong status
 		}
 	})
