@@ -31,7 +31,7 @@ import (
 // use within one process.
 type Store struct {
 	db      *sql.DB
-	claimMu sync.Mutex // makes claims exclusive within the process
+	claimMu sync.Mutex // makes claims exclusive within the process, and completions wait for them
 }
 
 var _ redrive.Store = (*Store)(nil)
@@ -201,7 +201,12 @@ func (s *Store) Get(ctx context.Context, key string) (redrive.Entry, error) {
 }
 
 // Complete moves the entry called key to done; see [redrive.Store.Complete].
+// It waits for a claim in progress to apply its changes, as pgstore waits
+// for a sweep's row locks: a completion never lands between a re-drive's
+// publish and its mark.
 func (s *Store) Complete(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
 	e, err := scan(s.db.QueryRowContext(ctx, `UPDATE redrive_entries
 		SET status = 'done', state = base || ?, state_time = ?, due_at = NULL, version = version + 1
 		WHERE key = ? AND status IN ('parked', 'retrying')
