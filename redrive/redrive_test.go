@@ -49,7 +49,10 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 			_, err := redrive.NewScheduler(fakeStore{}, pub, redrive.WithRetryTimeout(-time.Second))
 			return err
 		}(), "retry timeout"},
-		{"negative max", func() error { _, err := redrive.NewScheduler(fakeStore{}, pub, redrive.WithMaxRedrives(-1)); return err }(), "maximum re-drives"},
+		{"negative max", func() error {
+			_, err := redrive.NewScheduler(fakeStore{}, pub, redrive.WithMaxRedrives(-1))
+			return err
+		}(), "maximum re-drives"},
 		{"zero batch", func() error { _, err := redrive.NewScheduler(fakeStore{}, pub, redrive.WithBatchSize(0)); return err }(), "batch size"},
 		{"park nil store", func() error { _, err := redrive.Park(nil, time.Minute); return err }(), "nil store"},
 		{"park zero expiry", func() error { _, err := redrive.Park(fakeStore{}, 0); return err }(), "expiry"},
