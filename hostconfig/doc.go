@@ -3,19 +3,22 @@
 // [stream.Processor] options.
 //
 // A host.json is JSON with // and /* */ comments and trailing commas. Of its
-// sections, hostconfig reads three and ignores the others (logging,
+// sections, hostconfig reads four and ignores the others (logging,
 // extensions, functionTimeout, ...):
 //
 //   - version: "2.0" when present.
 //   - checkpointRetryPolicy: the design proposal's retryCount and
 //     sleepDuration, and redeliver's extensions: a strategy naming any delay
 //     algorithm with its parameters, maxDelay, maxRetryTime, maxRecordAge,
-//     onExhausted (skip, deadLetter with a topic, or stop), and functions,
+//     onExhausted (skip, deadLetter with a topic, stop, or park), and functions,
 //     one policy per function name, each inheriting the settings it does not
 //     set.
 //   - retry: Azure Functions' own policy (fixedDelay or exponentialBackoff).
 //     When checkpointRetryPolicy also sets a host-wide policy, it wins and
 //     [Config.Warnings] says so.
+//   - redrive: the scheduled re-drive of parked records ([Redrive]); its
+//     store names the environment variable holding the database's
+//     connection string, which is never written in the file.
 //
 // Keys match case-insensitively, as in Azure Functions. Intervals are .NET
 // TimeSpan text or Go durations (see [ParseDuration]). Environment variables
