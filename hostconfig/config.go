@@ -29,6 +29,10 @@ type Config struct {
 	// already filled in.
 	Functions map[string]RetryPolicy
 
+	// Redrive is the re-drive section, with every default filled in; nil
+	// when the file has none.
+	Redrive *Redrive
+
 	// Warnings lists what was read but is not in force, such as a retry
 	// section that checkpointRetryPolicy overrides, or a section name that
 	// looks like a misspelt one of ours.
@@ -168,7 +172,7 @@ func (s Strategy) Backoff() (checkpoint.Backoff, error) {
 
 // Exhaustion is what happens to a batch whose retries are spent.
 type Exhaustion struct {
-	// Action is skip (the zero value), deadLetter or stop.
+	// Action is skip (the zero value), deadLetter, stop or park.
 	Action Action
 	// Topic is where DeadLetter sends the batch; empty for the others.
 	Topic string
@@ -187,6 +191,9 @@ const (
 	// Stop leaves the checkpoint where it is and stops the partition's
 	// processing.
 	Stop
+	// Park parks the batch's records for a re-drive (package redrive),
+	// then advances the checkpoint. Its expiry is the redrive section's.
+	Park
 )
 
 // String returns the action's host.json spelling.
@@ -198,6 +205,8 @@ func (a Action) String() string {
 		return "deadLetter"
 	case Stop:
 		return "stop"
+	case Park:
+		return "park"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }

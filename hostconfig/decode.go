@@ -14,12 +14,13 @@ const (
 	sectionVersion = "version"
 	sectionPolicy  = "checkpointRetryPolicy"
 	sectionRetry   = "retry"
+	sectionRedrive = "redrive"
 )
 
 // sectionOf returns the canonical name of the section called key, or "" when
 // the section is not ours.
 func sectionOf(key string) string {
-	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers} {
+	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers, sectionRedrive} {
 		if strings.EqualFold(s, key) {
 			return s
 		}
@@ -88,6 +89,9 @@ func (d *decoder) config(root *node) *Config {
 		cfg.Host = retry
 		d.retrySettings()
 	}
+	if m := found[sectionRedrive]; m != nil {
+		cfg.Redrive = d.redrive(m.val)
+	}
 	cfg.Warnings = d.warnings
 	cfg.keys, cfg.settings = d.keys, d.settings
 	return cfg
@@ -105,6 +109,8 @@ func (d *decoder) nearSection(m *member) {
 	switch {
 	case distance(key, sectionRetry) == 1:
 		name = sectionRetry
+	case distance(key, sectionRedrive) <= 2:
+		name = sectionRedrive
 	case distance(key, strings.ToLower(sectionPolicy)) <= 3:
 		name = sectionPolicy
 	case distance(key, sectionTriggers) <= 2:
@@ -456,7 +462,7 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 	case n.kind == '{':
 		f := d.fields(n, []string{"action", "topic"})
 		if f["action"] == nil {
-			d.add(n, "action is missing: want skip, deadLetter or stop")
+			d.add(n, "action is missing: want skip, deadLetter, stop or park")
 			return Exhaustion{}
 		}
 		action = f["action"].val
@@ -470,7 +476,7 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		return Exhaustion{}
 	}
 	if !action.isText() {
-		d.add(action, "want skip, deadLetter or stop, got %s", describe(action))
+		d.add(action, "want skip, deadLetter, stop or park, got %s", describe(action))
 		return Exhaustion{}
 	}
 	var e Exhaustion
@@ -481,12 +487,14 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		e.Action = DeadLetter
 	case strings.EqualFold(action.text, "stop"):
 		e.Action = Stop
+	case strings.EqualFold(action.text, "park"):
+		e.Action = Park
 	default:
 		hint := ""
-		if s := suggest(action.text, []string{"skip", "deadLetter", "stop"}); s != "" {
+		if s := suggest(action.text, []string{"skip", "deadLetter", "stop", "park"}); s != "" {
 			hint = ": did you mean " + s + "?"
 		}
-		d.add(action, "unknown action %q%s: want skip, deadLetter or stop", action.text, hint)
+		d.add(action, "unknown action %q%s: want skip, deadLetter, stop or park", action.text, hint)
 		return Exhaustion{}
 	}
 	switch {

@@ -7,6 +7,12 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
+# Servers started below are stopped on exit, whatever happens: each start
+# adds its stop command here.
+on_exit=()
+cleanup() { local c; for c in "${on_exit[@]}"; do eval "$c" >/dev/null 2>&1 || true; done; }
+trap cleanup EXIT
+
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
 if [ -n "$unformatted" ]; then
@@ -29,8 +35,8 @@ go test -race -count=1 ./...
 
 # The modules of their own (each heavy dependency lives in one, so that a
 # user pulls only what they use), except the integration module, the
-# browser test and the examples, which run below.
-for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration$\|^host/browser$\|^examples/' | sort); do
+# browser test, the examples and the re-drive's stores, which run below.
+for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration$\|^host/browser$\|^examples/\|^redrive/' | sort); do
   step "module $mod: go vet, go test -race"
   (cd "$mod" && go vet ./... && go test -race -count=1 ./...)
 done
@@ -62,11 +68,13 @@ fi
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue
-  echo "-- go run ./$dir"
   if [ -f "$dir/go.mod" ]; then
-    # An example with its own module (it imports one, such as host).
+    # An example with a module of its own (its driver stays out of the
+    # root module) runs from its directory.
+    echo "-- (cd $dir && go vet . && go run .)"
     (cd "$dir" && go vet . && timeout 120 go run .) >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
   else
+    echo "-- go run ./$dir"
     timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
   fi
   tail -n 1 /tmp/redeliver-example.out
@@ -79,7 +87,7 @@ if [ -f integration/go.mod ]; then
   # instead; REDELIVER_NO_BROKER=1 runs on kfake only.
   if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
     step "real Kafka broker"
-    trap 'bash integration/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+    on_exit+=("bash '$PWD/integration/kafka.sh' stop")
     line=$(bash integration/kafka.sh start)
     export "${line?}"
     # kafka.sh allows 1s session timeouts and runs KIP-848 groups with 3s.
@@ -96,3 +104,24 @@ if [ -f integration/go.mod ]; then
   step "reliability figures (docs/RELIABILITY.md explains them)"
   cat "$REDELIVER_FIGURES"
 fi
+
+# The re-drive's modules: both stores (the conformance suite, migrations,
+# the database away at start and mid-run) and the end-to-end tests
+# (through kfake and, when it runs, the real broker; several schedulers on
+# one PostgreSQL; a scheduler killed mid-sweep). A real PostgreSQL server
+# is started by integration/postgres.sh (installing Debian's postgresql
+# package where it is missing); REDELIVER_POSTGRES_URL set beforehand names
+# another server instead; REDELIVER_NO_POSTGRES=1 skips the tests that need
+# one (they say so).
+if [ -z "${REDELIVER_POSTGRES_URL:-}" ] && [ "${REDELIVER_NO_POSTGRES:-}" != 1 ]; then
+  step "PostgreSQL server"
+  export REDELIVER_POSTGRES_DIR=${REDELIVER_POSTGRES_DIR:-$(mktemp -d /tmp/redeliver-postgres.XXXXXX)}
+  on_exit+=("bash '$PWD/integration/postgres.sh' stop")
+  line=$(bash integration/postgres.sh start)
+  export "${line?}"
+  echo "$line"
+fi
+for mod in redrive/sqlitestore redrive/pgstore redrive/e2e; do
+  step "$mod module${REDELIVER_POSTGRES_URL:+ (PostgreSQL at ${REDELIVER_POSTGRES_URL#*@})}"
+  (cd "$mod" && go vet ./... && go test -race -count=1 -timeout 15m ./...)
+done
