@@ -319,7 +319,10 @@ func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision
 		return m.stop(RetriesSpent)
 	}
 	n := m.state.Retries + 1
-	d := p.Delay(n, m.state.LastDelay, rnd)
+	d, ok := p.next(n, m.state.LastDelay, err, rnd)
+	if !ok {
+		return m.stop(NotRetryable)
+	}
 	at := now.Add(d)
 	if p.MaxRetryTime > 0 && at.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
 		return m.stop(TimeBudgetSpent)

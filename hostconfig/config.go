@@ -99,6 +99,11 @@ type RetryPolicy struct {
 	// oldest record is this old; 0 means no limit.
 	MaxRecordAge time.Duration
 
+	// IgnoreRetryAfter is set by "honorRetryAfter": false. By default a
+	// retry waits at least the retry-after hint an error carries (see
+	// [checkpoint.RetryAfter]).
+	IgnoreRetryAfter bool
+
 	// OnExhausted is what happens to a batch whose retries are spent.
 	OnExhausted Exhaustion
 }
@@ -122,6 +127,8 @@ func (p *RetryPolicy) Policy() (checkpoint.Policy, error) {
 		MaxDelay:     p.MaxDelay,
 		MaxRetryTime: p.MaxRetryTime,
 		MaxRecordAge: p.MaxRecordAge,
+
+		IgnoreRetryAfter: p.IgnoreRetryAfter,
 	}
 	if err := cp.Validate(); err != nil {
 		return checkpoint.Policy{}, fmt.Errorf("hostconfig: %s: %w", p.Origin, err)

@@ -40,7 +40,7 @@ var azureSections = []string{
 }
 
 // The fields of a checkpointRetryPolicy object and of each of its functions.
-var policyFields = []string{"retryCount", "sleepDuration", "strategy", "maxRetryTime", "maxDelay", "maxRecordAge", "onExhausted"}
+var policyFields = []string{"retryCount", "sleepDuration", "strategy", "maxRetryTime", "maxDelay", "maxRecordAge", "honorRetryAfter", "onExhausted"}
 
 // The fields of Azure Functions' retry section.
 var retryFields = []string{"strategy", "maxRetryCount", "delayInterval", "minimumInterval", "maximumInterval"}
@@ -310,6 +310,9 @@ func (d *decoder) policy(n *node, f map[string]*member, inherit string) RetryPol
 	p.MaxDelay = d.optDuration(f["maxDelay"])
 	p.MaxRetryTime = d.optDuration(f["maxRetryTime"])
 	p.MaxRecordAge = d.optDuration(f["maxRecordAge"])
+	if m := f["honorRetryAfter"]; m != nil {
+		p.IgnoreRetryAfter = !d.flag(m.val)
+	}
 	if m := f["onExhausted"]; m != nil {
 		p.OnExhausted = d.exhaustion(m.val)
 	}

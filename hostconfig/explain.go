@@ -89,6 +89,9 @@ func (p *RetryPolicy) Explain() string {
 		if p.MaxRecordAge > 0 {
 			fmt.Fprintf(&b, "No retry starts once the batch's oldest record is %v old.\n", show(p.MaxRecordAge))
 		}
+		if p.IgnoreRetryAfter {
+			b.WriteString("Retry-after hints of errors are ignored (honorRetryAfter: false).\n")
+		}
 		hi := cp
 		if def.upper != nil {
 			hi.Backoff = def.upper(p.Strategy)

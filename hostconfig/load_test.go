@@ -226,7 +226,7 @@ func TestInvalid(t *testing.T) {
 			`host.json:1:27: checkpointRetryPolicy: the delay is missing`,
 			`host.json:3:3: checkpointRetryPolicy: unknown field "sleepDuraton": did you mean sleepDuration?`}},
 		{"unknown field without suggestion", `{"checkpointRetryPolicy": {"retryCount": 0, "colour": 1}}`, []string{
-			`host.json:1:45: checkpointRetryPolicy: unknown field "colour": want one of retryCount, sleepDuration, strategy, maxRetryTime, maxDelay, maxRecordAge, onExhausted, functions`}},
+			`host.json:1:45: checkpointRetryPolicy: unknown field "colour": want one of retryCount, sleepDuration, strategy, maxRetryTime, maxDelay, maxRecordAge, honorRetryAfter, onExhausted, functions`}},
 		{"strategy parameter at the policy level", `{"checkpointRetryPolicy": {"retryCount": 0, "initialDelay": "1s"}}`, []string{
 			`host.json:1:45: checkpointRetryPolicy: unknown field "initialDelay": initialDelay is a parameter of a strategy, e.g. "strategy": {"name": "linear", "initialDelay": ...}`}},
 		{"duplicate field", `{"checkpointRetryPolicy": {"retryCount": 1, "retrycount": 2, "sleepDuration": "1s"}}`, []string{
