@@ -80,7 +80,7 @@ type CheckpointStore struct {
 	now    func() time.Time
 
 	mu     sync.Mutex
-	hub    hubKey // the consumer group the processor last named
+	hub    hubKey                                       // the consumer group the processor last named
 	listed map[hubKey]map[string]azeventhubs.Checkpoint // the last ListCheckpoints answer
 	gates  map[partKey]map[*gate]struct{}               // live claims
 }

@@ -22,15 +22,15 @@ import (
 type Store struct {
 	mu          sync.Mutex
 	etag        int64
-	checkpoints map[string]azeventhubs.Checkpoint
-	ownerships  map[string]azeventhubs.Ownership
+	checkpoints map[key]azeventhubs.Checkpoint
+	ownerships  map[key]azeventhubs.Ownership
 	fault       func(op string, partitionID string) error
 	writes      int
 }
 
 // NewStore returns an empty Store.
 func NewStore() *Store {
-	return &Store{checkpoints: map[string]azeventhubs.Checkpoint{}, ownerships: map[string]azeventhubs.Ownership{}}
+	return &Store{checkpoints: map[key]azeventhubs.Checkpoint{}, ownerships: map[key]azeventhubs.Ownership{}}
 }
 
 // Operation names given to a fault function.
@@ -64,9 +64,9 @@ func (s *Store) failed(op, id string) error {
 	return s.fault(op, id)
 }
 
-func key(ns, hub, group, id string) string { return ns + "/" + hub + "/" + group + "/" + id }
-
-func prefix(ns, hub, group string) string { return ns + "/" + hub + "/" + group + "/" }
+// key names a partition of a consumer group; a group is matched exactly
+// (the blob store's names keep "<group>" and "<group>/x" apart too).
+type key struct{ ns, hub, group, id string }
 
 // ClaimOwnership claims each ownership whose ETag matches the stored one
 // (or, with no ETag, that does not exist yet), and returns those it
@@ -82,7 +82,7 @@ func (s *Store) ClaimOwnership(ctx context.Context, req []azeventhubs.Ownership,
 		if o.FullyQualifiedNamespace == "" || o.EventHubName == "" || o.ConsumerGroup == "" || o.PartitionID == "" {
 			return nil, fmt.Errorf("memhub: ownership with missing fields: %+v", o)
 		}
-		k := key(o.FullyQualifiedNamespace, o.EventHubName, o.ConsumerGroup, o.PartitionID)
+		k := key{o.FullyQualifiedNamespace, o.EventHubName, o.ConsumerGroup, o.PartitionID}
 		cur, exists := s.ownerships[k]
 		switch {
 		case o.ETag == nil && exists:
@@ -108,9 +108,8 @@ func (s *Store) ListOwnership(ctx context.Context, ns, hub, group string, _ *aze
 		return nil, err
 	}
 	var out []azeventhubs.Ownership
-	p := prefix(ns, hub, group)
 	for k, o := range s.ownerships {
-		if len(k) > len(p) && k[:len(p)] == p {
+		if k.ns == ns && k.hub == hub && k.group == group {
 			out = append(out, o)
 		}
 	}
@@ -126,9 +125,8 @@ func (s *Store) ListCheckpoints(ctx context.Context, ns, hub, group string, _ *a
 		return nil, err
 	}
 	var out []azeventhubs.Checkpoint
-	p := prefix(ns, hub, group)
 	for k, c := range s.checkpoints {
-		if len(k) > len(p) && k[:len(p)] == p {
+		if k.ns == ns && k.hub == hub && k.group == group {
 			out = append(out, c)
 		}
 	}
@@ -152,7 +150,7 @@ func (s *Store) SetCheckpoint(ctx context.Context, cp azeventhubs.Checkpoint, _ 
 	c := cp
 	seq, off := *cp.SequenceNumber, *cp.Offset
 	c.SequenceNumber, c.Offset = &seq, &off
-	s.checkpoints[key(cp.FullyQualifiedNamespace, cp.EventHubName, cp.ConsumerGroup, cp.PartitionID)] = c
+	s.checkpoints[key{cp.FullyQualifiedNamespace, cp.EventHubName, cp.ConsumerGroup, cp.PartitionID}] = c
 	s.writes++
 	return nil
 }
@@ -162,7 +160,7 @@ func (s *Store) SetCheckpoint(ctx context.Context, cp azeventhubs.Checkpoint, _ 
 func (s *Store) Expire(ns, hub, group, id string, d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := key(ns, hub, group, id)
+	k := key{ns, hub, group, id}
 	if o, ok := s.ownerships[k]; ok {
 		o.LastModifiedTime = o.LastModifiedTime.Add(-d)
 		s.ownerships[k] = o
