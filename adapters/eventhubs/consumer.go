@@ -232,13 +232,6 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 	defer cancel(nil)
 	g := c.store.register(k, cancel)
 	defer c.store.unregister(g)
-	// The processor may hand out a partition that another processor has
-	// taken since (it learns that at its next round): start no claim that
-	// is lost already.
-	if err := c.store.verify(cctx, k); err != nil {
-		log.Info("redeliver: partition lost before its claim started", "cause", err)
-		return
-	}
 	start, err := c.store.position(cctx, k)
 	if err != nil {
 		log.Error("redeliver: reading the checkpoint failed; the processor will open the partition again", "error", err)
@@ -251,6 +244,13 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 	}
 	if start.Metadata != "" {
 		cl.stateAt = start.Next
+	}
+	// The processor may hand out a partition that another processor has
+	// taken since (it learns that at its next round): start no claim that
+	// is lost already.
+	if err := c.store.verify(cctx, k); err != nil {
+		log.Info("redeliver: partition lost before its claim started", "cause", err)
+		return
 	}
 	err = c.proc.Process(cctx, cl)
 	log.Debug("redeliver: claim ended", "cause", err)

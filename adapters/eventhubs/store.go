@@ -41,7 +41,10 @@ const DefaultPartitionExpiration = 60 * time.Second
 type StoreOptions struct {
 	// PartitionExpirationDuration is the processor's: an ownership older
 	// than this is treated as lost. The default is
-	// [DefaultPartitionExpiration].
+	// [DefaultPartitionExpiration]. Blob storage keeps modification times
+	// in whole seconds, so it must exceed the processor's UpdateInterval
+	// (x1.3, its jitter) by more than a second, as it must for the SDK's
+	// own load balancing.
 	PartitionExpirationDuration time.Duration
 }
 
