@@ -77,8 +77,8 @@ func TestCommittedReadsStateBesideCheckpoint(t *testing.T) {
 	for _, c := range []azeventhubs.Checkpoint{
 		cp("0", 9), state("0", 10, "rd1;r=2"), // withheld batch at 10
 		cp("1", 19), state("1", 10, "rd1;r=1"), // stale state: the checkpoint moved past it
-		state("2", 0, "rd1;r=4"), // a withheld first batch, no checkpoint yet
-		cp("3", 4), // no state
+		state("2", 0, "rd1;r=4"),       // a withheld first batch, no checkpoint yet
+		cp("3", 4),                     // no state
 		cp("4", 9), state("4", 10, ""), // a cleared state
 	} {
 		if err := ms.SetCheckpoint(ctx, c, nil); err != nil {
