@@ -30,6 +30,8 @@ type claim struct {
 	start     Position
 	maxBatch  int
 	wait      time.Duration
+	// commitTimeout bounds one Commit.
+	commitTimeout time.Duration
 
 	cpSeq   int64
 	stateAt int64
@@ -130,6 +132,10 @@ func (c *claim) Commit(ctx context.Context, next int64, md string) error {
 	if c.store.lost(c.gate) {
 		return fmt.Errorf("%w: %s: this claim lost it earlier", ErrOwnershipLost, c.key)
 	}
+	// A write once begun is seen through (within the commit timeout), even
+	// if the claim ends meanwhile: cut off, it could land unreported.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.commitTimeout)
+	defer cancel()
 	ctx = context.WithValue(ctx, gateCtxKey{}, c.gate)
 	if md != "" || c.stateAt == next {
 		// The state first: a state ahead of the checkpoint is ignored, so

@@ -23,11 +23,12 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	maxBatch     int
-	wait         time.Duration
-	closeTimeout time.Duration
-	logger       *slog.Logger
-	procOpts     *azeventhubs.ProcessorOptions
+	maxBatch      int
+	wait          time.Duration
+	commitTimeout time.Duration
+	closeTimeout  time.Duration
+	logger        *slog.Logger
+	procOpts      *azeventhubs.ProcessorOptions
 }
 
 // WithMaxBatch sets the most events a batch holds (the count given to
@@ -42,6 +43,14 @@ func WithMaxBatch(n int) Option {
 // wait.
 func WithReceiveWait(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.wait = d })
+}
+
+// WithCommitTimeout bounds one checkpoint write (the ownership read of the
+// fence, the retry state, the checkpoint), overriding the default 10s. A
+// write that has begun is seen through within this bound even when its
+// claim ends meanwhile, so that it never lands unreported.
+func WithCommitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.commitTimeout = d })
 }
 
 // WithCloseTimeout bounds the Close of a partition client when its claim
@@ -125,7 +134,7 @@ func NewWith(proc *stream.Processor, p Processor, store *CheckpointStore, opts .
 }
 
 func newConfig(opts []Option) (config, error) {
-	cfg := config{maxBatch: 100, wait: 500 * time.Millisecond, closeTimeout: 10 * time.Second}
+	cfg := config{maxBatch: 100, wait: 500 * time.Millisecond, commitTimeout: 10 * time.Second, closeTimeout: 10 * time.Second}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}
@@ -134,6 +143,8 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, fmt.Errorf("eventhubs: max batch %d, want at least 1", cfg.maxBatch)
 	case cfg.wait <= 0:
 		return cfg, fmt.Errorf("eventhubs: receive wait %v, want more than 0", cfg.wait)
+	case cfg.commitTimeout <= 0:
+		return cfg, fmt.Errorf("eventhubs: commit timeout %v, want more than 0", cfg.commitTimeout)
 	case cfg.closeTimeout <= 0:
 		return cfg, fmt.Errorf("eventhubs: close timeout %v, want more than 0", cfg.closeTimeout)
 	}
@@ -238,7 +249,7 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		return
 	}
 	cl := &claim{pc: pc, store: c.store, key: k, partition: int32(n), gate: g, start: start,
-		maxBatch: c.cfg.maxBatch, wait: c.cfg.wait, cpSeq: -1, stateAt: -1}
+		maxBatch: c.cfg.maxBatch, wait: c.cfg.wait, commitTimeout: c.cfg.commitTimeout, cpSeq: -1, stateAt: -1}
 	if start.Next >= 0 {
 		cl.cpSeq = start.Next - 1
 	}
