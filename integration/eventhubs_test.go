@@ -25,6 +25,9 @@ func (a eventhubsAdapter) Name() string { return "eventhubs (" + string(a.strate
 func (eventhubsAdapter) NeedsKIP848() bool { return false }
 
 func (a eventhubsAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conformance.Consumer, error) {
+	if em, ok := cfg.Backend.(*provider.EmulatorBackend); ok {
+		return em.NewConsumer(cfg.Processor, cfg.Topic, cfg.MaxBatch, a.strategy)
+	}
 	b, ok := cfg.Backend.(*provider.EventHubsBackend)
 	if !ok {
 		return nil, errors.New("the Event Hubs adapter runs on the Event Hubs providers only")
@@ -51,7 +54,7 @@ func (a eventhubsAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (con
 var eventhubsAdapters = []eventhubsAdapter{{azeventhubs.ProcessorStrategyBalanced}, {azeventhubs.ProcessorStrategyGreedy}}
 
 func TestEventHubs(t *testing.T) {
-	for _, p := range []conformance.Provider{provider.EventHubs(), provider.EventHubsAzurite()} {
+	for _, p := range []conformance.Provider{provider.EventHubs(), provider.EventHubsAzurite(), provider.EventHubsEmulator()} {
 		for _, a := range eventhubsAdapters {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.Run(t, p, a)
@@ -67,7 +70,7 @@ func TestEventHubsReliability(t *testing.T) {
 	// On Azurite every checkpoint is two HTTP calls (the fence's ownership
 	// read, the write): the greedy strategy runs on the in-memory store
 	// only, to keep the suite's time down.
-	for _, p := range []conformance.Provider{provider.EventHubs(), provider.EventHubsAzurite()} {
+	for _, p := range []conformance.Provider{provider.EventHubs(), provider.EventHubsAzurite(), provider.EventHubsEmulator()} {
 		for _, a := range eventhubsAdapters {
 			if p.Name() != provider.EventHubs().Name() && a.strategy == azeventhubs.ProcessorStrategyGreedy {
 				continue
