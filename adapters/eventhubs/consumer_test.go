@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
@@ -108,38 +109,40 @@ func waitPositions(t *testing.T, store azeventhubs.CheckpointStore, want map[str
 }
 
 func TestConsumerRetriesAndCheckpoints(t *testing.T) {
-	h := newHub(t, 2, 30)
-	store := memhub.NewStore()
-	var hist streamtest.History
-	var mu sync.Mutex
-	tries := map[int64]int{}
-	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.Partition != 0 || b.FirstOffset() != 10 {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 2, 30)
+		store := memhub.NewStore()
+		var hist streamtest.History
+		var mu sync.Mutex
+		tries := map[int64]int{}
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.Partition != 0 || b.FirstOffset() != 10 {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			tries[b.FirstOffset()]++
+			if tries[b.FirstOffset()] <= 2 {
+				return errors.New("not yet")
+			}
 			return nil
+		})
+		proc, err := stream.NewProcessor(handler, stream.WithHooks(hist.Hooks("a")),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(10 * time.Millisecond)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := start(t, h, store, "a", proc)
+		waitPositions(t, store, map[string]int64{"0": 30, "1": 30})
+		m.stop(t)
+		r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 30, {Topic: "orders", Partition: 1}: 30})
+		for _, v := range r.Violations {
+			t.Error(v)
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		tries[b.FirstOffset()]++
-		if tries[b.FirstOffset()] <= 2 {
-			return errors.New("not yet")
+		if tries[10] != 3 {
+			t.Errorf("batch 10 of partition 0 delivered %d times, want 3", tries[10])
 		}
-		return nil
 	})
-	proc, err := stream.NewProcessor(handler, stream.WithHooks(hist.Hooks("a")),
-		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(10 * time.Millisecond)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m := start(t, h, store, "a", proc)
-	waitPositions(t, store, map[string]int64{"0": 30, "1": 30})
-	m.stop(t)
-	r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 30, {Topic: "orders", Partition: 1}: 30})
-	for _, v := range r.Violations {
-		t.Error(v)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if tries[10] != 3 {
-		t.Errorf("batch 10 of partition 0 delivered %d times, want 3", tries[10])
-	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
@@ -110,120 +111,124 @@ func TestCommittedReadsStateBesideCheckpoint(t *testing.T) {
 // cancelled when the processor's next round sees the new owner (no
 // ReceiveEvents runs during a backoff), and writes nothing after.
 func TestLeaseLossDuringBackoffCancelsClaim(t *testing.T) {
-	h := newHub(t, 1, 30)
-	ms := memhub.NewStore()
-	var (
-		mu        sync.Mutex
-		abandoned []error
-		commits   []stream.CheckpointEvent
-	)
-	waiting := make(chan struct{}, 1)
-	hooks := stream.Hooks{
-		Checkpointed: func(e stream.CheckpointEvent) {
-			mu.Lock()
-			commits = append(commits, e)
-			mu.Unlock()
-			if e.Metadata != "" {
-				select {
-				case waiting <- struct{}{}:
-				default:
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 30)
+		ms := memhub.NewStore()
+		var (
+			mu        sync.Mutex
+			abandoned []error
+			commits   []stream.CheckpointEvent
+		)
+		waiting := make(chan struct{}, 1)
+		hooks := stream.Hooks{
+			Checkpointed: func(e stream.CheckpointEvent) {
+				mu.Lock()
+				commits = append(commits, e)
+				mu.Unlock()
+				if e.Metadata != "" {
+					select {
+					case waiting <- struct{}{}:
+					default:
+					}
 				}
+			},
+			Abandoned: func(e stream.AbandonedEvent) {
+				mu.Lock()
+				abandoned = append(abandoned, e.Cause)
+				mu.Unlock()
+			},
+		}
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.FirstOffset() == 10 {
+				return errors.New("fails")
 			}
-		},
-		Abandoned: func(e stream.AbandonedEvent) {
-			mu.Lock()
-			abandoned = append(abandoned, e.Cause)
-			mu.Unlock()
-		},
-	}
-	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.FirstOffset() == 10 {
-			return errors.New("fails")
+			return nil
+		})
+		proc, _ := stream.NewProcessor(handler, stream.WithHooks(hooks),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Hour)}))
+		a := start(t, h, ms, "a", proc)
+		select {
+		case <-waiting:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the batch was not withheld")
 		}
-		return nil
-	})
-	proc, _ := stream.NewProcessor(handler, stream.WithHooks(hooks),
-		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Hour)}))
-	a := start(t, h, ms, "a", proc)
-	select {
-	case <-waiting:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the batch was not withheld")
-	}
-	mu.Lock()
-	before := len(commits)
-	mu.Unlock()
-	writes := ms.CheckpointWrites()
-	// Another processor steals the partition with the ETag it read.
-	os, err := ms.ListOwnership(context.Background(), memhub.Namespace, "orders", "cg", nil)
-	if err != nil || len(os) != 1 {
-		t.Fatalf("ownership: %v %v", os, err)
-	}
-	o := os[0]
-	if got, err := ms.ClaimOwnership(context.Background(), []azeventhubs.Ownership{{FullyQualifiedNamespace: o.FullyQualifiedNamespace,
-		EventHubName: o.EventHubName, ConsumerGroup: o.ConsumerGroup, PartitionID: "0", OwnerID: "thief", ETag: o.ETag}}, nil); err != nil || len(got) != 1 {
-		t.Fatalf("steal: %v %v", got, err)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
 		mu.Lock()
-		n := len(abandoned)
+		before := len(commits)
 		mu.Unlock()
-		if n > 0 {
-			break
+		writes := ms.CheckpointWrites()
+		// Another processor steals the partition with the ETag it read.
+		os, err := ms.ListOwnership(context.Background(), memhub.Namespace, "orders", "cg", nil)
+		if err != nil || len(os) != 1 {
+			t.Fatalf("ownership: %v %v", os, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the claim was not cancelled within 5s of the steal (the processor's rounds are 20ms)")
+		o := os[0]
+		if got, err := ms.ClaimOwnership(context.Background(), []azeventhubs.Ownership{{FullyQualifiedNamespace: o.FullyQualifiedNamespace,
+			EventHubName: o.EventHubName, ConsumerGroup: o.ConsumerGroup, PartitionID: "0", OwnerID: "thief", ETag: o.ETag}}, nil); err != nil || len(got) != 1 {
+			t.Fatalf("steal: %v %v", got, err)
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	a.stop(t)
-	mu.Lock()
-	defer mu.Unlock()
-	if !errors.Is(abandoned[0], eventhubs.ErrOwnershipLost) {
-		t.Errorf("abandoned with %v, want ErrOwnershipLost", abandoned[0])
-	}
-	if len(commits) != before || ms.CheckpointWrites() != writes {
-		t.Errorf("checkpoints written after the steal: %v", commits[before:])
-	}
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			mu.Lock()
+			n := len(abandoned)
+			mu.Unlock()
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the claim was not cancelled within 5s of the steal (the processor's rounds are 20ms)")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		a.stop(t)
+		mu.Lock()
+		defer mu.Unlock()
+		if !errors.Is(abandoned[0], eventhubs.ErrOwnershipLost) {
+			t.Errorf("abandoned with %v, want ErrOwnershipLost", abandoned[0])
+		}
+		if len(commits) != before || ms.CheckpointWrites() != writes {
+			t.Errorf("checkpoints written after the steal: %v", commits[before:])
+		}
+	})
 }
 
 // A partition another processor opens is lost by the first at its next
 // ReceiveEvents (the new reader's link detaches the old one).
 func TestOwnershipLostOnReceiveEndsClaim(t *testing.T) {
-	h := newHub(t, 1, 0)
-	ms := memhub.NewStore()
-	released := make(chan error, 4)
-	claimed := make(chan struct{}, 4)
-	proc, _ := stream.NewProcessor(stream.HandlerFunc(succeed), stream.WithHooks(stream.Hooks{
-		Claimed:  func(stream.ClaimEvent) { claimed <- struct{}{} },
-		Released: func(e stream.ReleaseEvent) { released <- e.Cause },
-	}))
-	start(t, h, ms, "a", proc)
-	select {
-	case <-claimed:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no claim")
-	}
-	// Another processor of the same consumer group takes the partition,
-	// whose ownership looks expired to it, and opens it: its reader
-	// detaches the first one's, which is waiting in ReceiveEvents.
-	ms.Expire(memhub.Namespace, "orders", "cg", "0", time.Minute)
-	other, _ := h.NewProcessor(ms, "cg", "other", fastOpts())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { _ = other.Run(ctx) }()
-	if pc := other.NextPartitionClient(ctxTimeout(t, 10*time.Second)); pc == nil {
-		t.Fatal("the other processor got no partition")
-	}
-	select {
-	case err := <-released:
-		if !eventhubs.IsOwnershipLost(err) {
-			t.Fatalf("released with %v, want ownership lost", err)
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 0)
+		ms := memhub.NewStore()
+		released := make(chan error, 4)
+		claimed := make(chan struct{}, 4)
+		proc, _ := stream.NewProcessor(stream.HandlerFunc(succeed), stream.WithHooks(stream.Hooks{
+			Claimed:  func(stream.ClaimEvent) { claimed <- struct{}{} },
+			Released: func(e stream.ReleaseEvent) { released <- e.Cause },
+		}))
+		start(t, h, ms, "a", proc)
+		select {
+		case <-claimed:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no claim")
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the first claim did not end")
-	}
+		// Another processor of the same consumer group takes the partition,
+		// whose ownership looks expired to it, and opens it: its reader
+		// detaches the first one's, which is waiting in ReceiveEvents.
+		ms.Expire(memhub.Namespace, "orders", "cg", "0", time.Minute)
+		other, _ := h.NewProcessor(ms, "cg", "other", fastOpts())
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { _ = other.Run(ctx) }()
+		if pc := other.NextPartitionClient(ctxTimeout(t, 10*time.Second)); pc == nil {
+			t.Fatal("the other processor got no partition")
+		}
+		select {
+		case err := <-released:
+			if !eventhubs.IsOwnershipLost(err) {
+				t.Fatalf("released with %v, want ownership lost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the first claim did not end")
+		}
+	})
 }
 
 func succeed(context.Context, *stream.Batch) error { return nil }
