@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
 	"github.com/redeliver-go/redeliver/stream"
@@ -55,10 +56,13 @@ type StoreOptions struct {
 //   - A fence. The SDK's blob store claims ownership by ETag but writes a
 //     checkpoint unconditionally, so a processor whose partition was stolen
 //     can still move the new owner's checkpoint. SetCheckpoint here first
-//     reads the partition's ownership and refuses, with [ErrOwnershipLost],
-//     unless this processor (ownerID) owns it and the ownership has not
-//     expired; and a claim whose ownership was seen lost can write nothing
-//     more, even if this processor owns the partition again later. Any
+//     renews the partition's ownership with the ETag this processor holds
+//     (a conditional write, which fails once another processor has claimed
+//     the partition, and makes a steal based on an earlier read fail) and
+//     refuses, with [ErrOwnershipLost], unless it succeeds for this
+//     processor (ownerID) with an unexpired ownership; and a claim whose
+//     ownership was seen lost can write nothing more, even if this
+//     processor owns the partition again later. Any
 //     ownership this store sees going to another owner (in the processor's
 //     own ListOwnership and ClaimOwnership calls) cancels the claims on
 //     that partition at once, also while they wait out a backoff.
@@ -71,9 +75,11 @@ type StoreOptions struct {
 //     it and continues the count.
 //
 // The fence narrows the stale-owner window to the time between the
-// ownership read and the write (one storage round trip); a steal that
-// lists, claims and reads the checkpoint inside that window is not seen.
-// Storage offers no conditional write across two blobs to close it.
+// renewal and the write: a processor that reads the ownership after the
+// renewal, steals the partition and starts from the checkpoint before the
+// write lands is not seen. Storage offers no conditional write across two
+// blobs to close it. Each checkpoint write so costs one more storage write
+// (the renewal), which also keeps the ownership fresh.
 //
 // One CheckpointStore serves one processor. It is safe for concurrent use.
 type CheckpointStore struct {
@@ -86,6 +92,7 @@ type CheckpointStore struct {
 	hub    hubKey                                       // the consumer group the processor last named
 	listed map[hubKey]map[string]azeventhubs.Checkpoint // the last ListCheckpoints answer
 	gates  map[partKey]map[*gate]struct{}               // live claims
+	etags  map[partKey]*azcore.ETag                     // of our ownership records, as last seen
 }
 
 // hubKey names a consumer group of an event hub.
@@ -119,7 +126,8 @@ func NewCheckpointStore(inner azeventhubs.CheckpointStore, ownerID string, opts 
 		return nil, errors.New("eventhubs: empty owner ID for the checkpoint store (the ConsumerClient's InstanceID)")
 	}
 	s := &CheckpointStore{inner: inner, owner: ownerID, expiry: DefaultPartitionExpiration, now: time.Now,
-		listed: map[hubKey]map[string]azeventhubs.Checkpoint{}, gates: map[partKey]map[*gate]struct{}{}}
+		listed: map[hubKey]map[string]azeventhubs.Checkpoint{}, gates: map[partKey]map[*gate]struct{}{},
+		etags: map[partKey]*azcore.ETag{}}
 	if opts != nil && opts.PartitionExpirationDuration != 0 {
 		if opts.PartitionExpirationDuration < 0 {
 			return nil, fmt.Errorf("eventhubs: negative PartitionExpirationDuration %v", opts.PartitionExpirationDuration)
@@ -145,12 +153,23 @@ func (s *CheckpointStore) ClaimOwnership(ctx context.Context, req []azeventhubs.
 	}
 	ok := make(map[partKey]bool, len(got))
 	for _, o := range got {
-		ok[ownershipKey(o)] = o.OwnerID == s.owner
+		k := ownershipKey(o)
+		ok[k] = o.OwnerID == s.owner
+		if ok[k] {
+			s.setETag(k, o)
+		}
 	}
 	for _, o := range req {
-		if k := ownershipKey(o); !ok[k] {
-			s.lose(k, fmt.Errorf("%w: %s: renewal refused (claimed by another processor)", ErrOwnershipLost, k))
+		k := ownershipKey(o)
+		if ok[k] || !s.live(k) {
+			continue
 		}
+		// Our own fence may have renewed the record between the
+		// processor's read and its claim: lost only if not ours now.
+		if cur, err := s.read(ctx, k); err == nil && s.notOurs(cur) == "" {
+			continue
+		}
+		s.lose(k, fmt.Errorf("%w: %s: renewal refused (claimed by another processor)", ErrOwnershipLost, k))
 	}
 	return got, nil
 }
@@ -165,9 +184,11 @@ func (s *CheckpointStore) ListOwnership(ctx context.Context, ns, hub, group stri
 		return nil, err
 	}
 	for _, o := range os {
+		k := ownershipKey(o)
 		if why := s.notOurs(o); why != "" {
-			k := ownershipKey(o)
 			s.lose(k, fmt.Errorf("%w: %s: %s", ErrOwnershipLost, k, why))
+		} else {
+			s.setETag(k, o)
 		}
 	}
 	return os, nil
@@ -217,33 +238,86 @@ func (s *CheckpointStore) setState(ctx context.Context, k partKey, next int64, m
 }
 
 // verify returns nil when this processor owns the partition now and the
-// gate in ctx, if any, is open.
+// gate in ctx, if any, is open. It renews the ownership with the ETag this
+// processor holds, a conditional write: a steal based on any earlier read
+// of the ownership then fails, and a steal that already happened makes the
+// renewal fail.
 func (s *CheckpointStore) verify(ctx context.Context, k partKey) error {
-	os, err := s.inner.ListOwnership(ctx, k.ns, k.hub, k.group, nil)
-	if err != nil {
-		return fmt.Errorf("eventhubs: read ownership of %s before a checkpoint: %w", k, err)
-	}
-	why := "no ownership record"
-	for _, o := range os {
-		if o.PartitionID == k.id {
-			why = s.notOurs(o)
-			break
-		}
-	}
-	if why != "" {
-		err := fmt.Errorf("%w: %s: %s", ErrOwnershipLost, k, why)
-		s.lose(k, err)
+	if err := s.gateErr(ctx, k); err != nil {
 		return err
 	}
-	if g, _ := ctx.Value(gateCtxKey{}).(*gate); g != nil {
-		s.mu.Lock()
-		lost := g.lost
-		s.mu.Unlock()
-		if lost {
-			return fmt.Errorf("%w: %s: this claim lost it earlier", ErrOwnershipLost, k)
+	s.mu.Lock()
+	etag := s.etags[k]
+	s.mu.Unlock()
+	for range 3 {
+		if etag == nil {
+			cur, err := s.read(ctx, k)
+			if err != nil {
+				return err
+			}
+			if why := s.notOurs(cur); why != "" {
+				err := fmt.Errorf("%w: %s: %s", ErrOwnershipLost, k, why)
+				s.lose(k, err)
+				return err
+			}
+			etag = cur.ETag
+		}
+		got, err := s.inner.ClaimOwnership(ctx, []azeventhubs.Ownership{{FullyQualifiedNamespace: k.ns, EventHubName: k.hub,
+			ConsumerGroup: k.group, PartitionID: k.id, OwnerID: s.owner, ETag: etag}}, nil)
+		if err != nil {
+			return fmt.Errorf("eventhubs: renew ownership of %s before a checkpoint: %w", k, err)
+		}
+		if len(got) == 1 {
+			s.setETag(k, got[0])
+			return s.gateErr(ctx, k)
+		}
+		etag = nil // changed since we read it: read it again
+	}
+	return fmt.Errorf("eventhubs: renew ownership of %s before a checkpoint: the record kept changing", k)
+}
+
+// read returns the partition's ownership record as the store has it now.
+func (s *CheckpointStore) read(ctx context.Context, k partKey) (azeventhubs.Ownership, error) {
+	os, err := s.inner.ListOwnership(ctx, k.ns, k.hub, k.group, nil)
+	if err != nil {
+		return azeventhubs.Ownership{}, fmt.Errorf("eventhubs: read ownership of %s: %w", k, err)
+	}
+	for _, o := range os {
+		if o.PartitionID == k.id {
+			return o, nil
 		}
 	}
+	return azeventhubs.Ownership{PartitionID: k.id}, nil // no record: nobody's
+}
+
+// gateErr returns ErrOwnershipLost when the claim writing (its gate in
+// ctx) has seen its ownership lost.
+func (s *CheckpointStore) gateErr(ctx context.Context, k partKey) error {
+	g, _ := ctx.Value(gateCtxKey{}).(*gate)
+	if g == nil {
+		return nil
+	}
+	s.mu.Lock()
+	lost := g.lost
+	s.mu.Unlock()
+	if lost {
+		return fmt.Errorf("%w: %s: this claim lost it earlier", ErrOwnershipLost, k)
+	}
 	return nil
+}
+
+// setETag remembers the ETag of our own ownership record o.
+func (s *CheckpointStore) setETag(k partKey, o azeventhubs.Ownership) {
+	s.mu.Lock()
+	s.etags[k] = o.ETag
+	s.mu.Unlock()
+}
+
+// live reports whether a claim on k runs.
+func (s *CheckpointStore) live(k partKey) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.gates[k]) > 0
 }
 
 // notOurs says why o is not a live ownership of this processor; "" if it

@@ -49,9 +49,22 @@ func TestCheckpointStoreRefusesWithoutOwnership(t *testing.T) {
 	if err := a.SetCheckpoint(ctx, cp("0", 1), nil); err != nil {
 		t.Fatalf("write by the owner: %v", err)
 	}
+	// Expired but claimed by nobody since: the fence's conditional renewal
+	// takes it back, and the write goes through.
 	ms.Expire(ns, hubName, group, "0", 2*time.Minute)
+	if err := a.SetCheckpoint(ctx, cp("0", 1), nil); err != nil {
+		t.Fatalf("write after the ownership expired, unclaimed: %v", err)
+	}
+	// Expired and claimed by another processor: refused.
+	ms.Expire(ns, hubName, group, "0", 2*time.Minute)
+	if got, err := ms.ClaimOwnership(ctx, []azeventhubs.Ownership{ownership("B", "0", listed(t, ms, "0"))}, nil); err != nil || len(got) != 1 {
+		t.Fatalf("B's claim of the expired partition: %v %v", got, err)
+	}
 	if err := a.SetCheckpoint(ctx, cp("0", 2), nil); !errors.Is(err, eventhubs.ErrOwnershipLost) {
-		t.Fatalf("write after the ownership expired: %v, want ErrOwnershipLost", err)
+		t.Fatalf("write after another processor claimed the expired partition: %v, want ErrOwnershipLost", err)
+	}
+	if _, err := ms.ClaimOwnership(ctx, []azeventhubs.Ownership{ownership("A", "0", listed(t, ms, "0"))}, nil); err != nil {
+		t.Fatal(err)
 	}
 	cur := listed(t, ms, "0")
 	o := ownership("", "0", cur) // relinquished, as a stopping processor does
