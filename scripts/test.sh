@@ -33,6 +33,23 @@ go vet ./...
 step "go test -race (root module)"
 go test -race -count=1 ./...
 
+step "no Azure SDK in the root module's graph (a Kafka-only program pulls none)"
+if go mod graph | grep -i 'github.com/Azure/azure-sdk-for-go'; then
+  echo "the root module's graph has the Azure SDK"; exit 1
+fi
+
+# Azurite, the Azure Storage emulator (installed with npm where missing),
+# for the Event Hubs checkpoint-store tests and reliability scenarios.
+# REDELIVER_AZURE_STORAGE set beforehand names another storage account;
+# REDELIVER_NO_AZURITE=1 skips those tests.
+if [ -z "${REDELIVER_AZURE_STORAGE:-}" ] && [ "${REDELIVER_NO_AZURITE:-}" != 1 ]; then
+  step "Azurite (blob storage emulator)"
+  on_exit+=("bash '$PWD/integration/azurite.sh' stop")
+  line=$(bash integration/azurite.sh start)
+  export "${line?}"
+  echo "REDELIVER_AZURE_STORAGE=<Azurite on ${line##*BlobEndpoint=}>"
+fi
+
 # The modules of their own (each heavy dependency lives in one, so that a
 # user pulls only what they use), except the integration module, the
 # browser test, the examples and the re-drive's stores, which run below.

@@ -349,6 +349,9 @@ func (e *env) stopAll() {
 // before it runs, so a retry in flight when the process died counts; in
 // memory the count starts over and overruns, as seed 004 warns.
 func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
+	if child != "" && e.backend != nil {
+		t.Skip("the backend's events live in this test process; a child process cannot share them")
+	}
 	const retries, n = 10, 40
 	poison := int64(17)
 	e.createTopic(2)
@@ -526,6 +529,9 @@ func (e *env) waitCommittedWithin(want map[int32]int64, within time.Duration) {
 // kfake, which lets a test answer a request in the broker's place. A real
 // broker's commits fail for real in the broker-restart scenario.
 func commitFailuresScenario(t *testing.T, e *env) Figures {
+	if e.backend != nil {
+		return commitFailuresBackend(t, e)
+	}
 	if e.control == nil {
 		t.Skip("commit failures are injected through kfake's request control; see BrokerRestart for a real broker's")
 	}
