@@ -40,7 +40,8 @@ bin=$out/integration.test
 
 say() { printf 'flaky.sh: %s\n' "$*" >&2; }
 
-say "building the integration tests with -race into $bin"
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo "+changes")
+say "building the integration tests at $commit with -race into $bin"
 (cd integration && go test -c -race -o "$bin" .)
 
 # run <provider> <n> <-test.run pattern>: n runs, logs in $out/<provider>-<i>.log
@@ -63,6 +64,8 @@ fi
 
 if (( broker_runs > 0 )); then
   if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ]; then
+    # A broker of its own, apart from one scripts/test.sh may run meanwhile.
+    export REDELIVER_KAFKA_DIR=${REDELIVER_KAFKA_DIR:-/tmp/redeliver-kafka-flaky}
     trap 'bash integration/kafka.sh stop >/dev/null 2>&1 || true' EXIT
     line=$(bash integration/kafka.sh start)
     export "${line?}"
@@ -77,7 +80,7 @@ fi
 # leaves (the cases) only.
 summary=$out/summary.txt
 {
-  printf 'commit %s, %s\n' "$(git rev-parse --short HEAD)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+  printf 'commit %s, %s\n' "$commit" "$(date -u +%Y-%m-%dT%H:%MZ)"
   printf 'runs: %d on kfake (-race), %d on the real broker; tests: %s\n\n' "$kfake_runs" "$broker_runs" "$tests"
   for provider in kfake external; do
     ls "$out/$provider"-*.log >/dev/null 2>&1 || continue
