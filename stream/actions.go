@@ -14,21 +14,31 @@ import (
 
 // BatchError is what a handler returns when the records before Index were
 // processed and the record at Index failed with Err (as Spring's
-// BatchListenerFailedException or Lambda's batch item failures do). The
-// checkpoint advances to the record at Index, and the rest of the batch,
-// from Index on, is retried with the batch's retry count going on: under
-// the policy when Err is an error, under the RetryResult when Err is a
-// [*RetryResult]. An Index of 0 or out of range fails the whole batch.
+// BatchListenerFailedException or Lambda's batch item failures do); Index
+// counts from 0 in the batch as delivered. The checkpoint advances to the
+// record at Index, and the rest of the batch, from Index on, is retried
+// with the batch's retry count going on: under the policy when Err is an
+// error, under the RetryResult when Err is a [*RetryResult].
+//
+// When such a batch is given up (its retries spent, or Err not retryable),
+// the record that failed goes to the exhaustion action alone, with Err as
+// its last error, and the records after it are delivered as the next
+// batch, with a fresh count: one poison record costs one record, not the
+// batch. [PerRecord] returns a BatchError for the record that failed.
+//
+// An Index out of range fails the whole batch, as a plain error does.
 type BatchError struct {
-	Index int
-	Err   error
+	Index int   // the failed record's index in the delivered batch
+	Err   error // why it failed
 }
 
 // FailedAt returns a [*BatchError]: records before index succeeded, the one
 // at index failed with err.
 func FailedAt(index int, err error) error { return &BatchError{Index: index, Err: err} }
 
-func (e *BatchError) Error() string { return fmt.Sprintf("record %d of the batch: %v", e.Index, e.Err) }
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("record at index %d of the batch: %v", e.Index, e.Err)
+}
 
 // Unwrap returns Err.
 func (e *BatchError) Unwrap() error { return e.Err }

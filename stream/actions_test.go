@@ -44,7 +44,8 @@ func TestPartialSuccessAdvancesToFailedRecord(t *testing.T) {
 	})
 }
 
-// An index of 0 or out of range fails the whole batch.
+// An index of 0 (the first record failed) or out of range: the whole batch
+// is delivered again.
 func TestPartialSuccessBadIndexFailsWholeBatch(t *testing.T) {
 	for _, idx := range []int{0, -1, 5, 99} {
 		t.Run(fmt.Sprint(idx), func(t *testing.T) {

@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -31,19 +32,39 @@ func (f HandlerFunc) Handle(ctx context.Context, b *Batch) error { return f(ctx,
 type RecordFunc func(ctx context.Context, r *Record) error
 
 // PerRecord adapts a per-record function to a batch [Handler]. It calls fn for
-// each record in order and stops at the first record that returns an error or
-// a RetryResult: that outcome becomes the batch's, so the whole batch is
-// delivered again (seed 004: if any record asks for a retry, the entire batch
-// is retried).
+// each record in order and stops at the first record that does not return
+// nil:
+//
+//   - an error (or a panic, as a [*PanicError]) becomes [FailedAt] that
+//     record: the records before it are done, the batch from that record on
+//     is retried under the policy, and if it is given up, that record alone
+//     goes to the exhaustion action and the records after it are delivered
+//     as the next batch;
+//   - a retry request ([Retry]) is returned as it is: the whole batch is
+//     delivered again (seed 004: if any record asks for a retry, the entire
+//     batch is retried).
 func PerRecord(fn RecordFunc) Handler {
 	return HandlerFunc(func(ctx context.Context, b *Batch) error {
 		for i := range b.Records {
-			if err := fn(ctx, &b.Records[i]); err != nil {
-				return err
+			if err := callRecord(ctx, fn, &b.Records[i]); err != nil {
+				if retryRequest(err) != nil {
+					return err
+				}
+				return FailedAt(i, err)
 			}
 		}
 		return nil
 	})
+}
+
+// callRecord calls fn and turns a panic into a *PanicError.
+func callRecord(ctx context.Context, fn RecordFunc, r *Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, r)
 }
 
 // Middleware wraps a Handler with behaviour of its own.

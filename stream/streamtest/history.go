@@ -184,6 +184,10 @@ type Report struct {
 //     starts the batch's count over (Processor.Resume of a stopped
 //     partition). First deliveries may repeat: they commit nothing before
 //     they run;
+//   - a batch that failed at a known record (stream.FailedAt,
+//     stream.PerRecord) is given up as that record alone: the checkpoint
+//     moves past it once its action succeeded, and the next batch starts
+//     after it, like any other;
 //   - the final checkpoint of each partition is its end.
 //
 // Handled means the handler returned nil or a RetryResult for the record's
