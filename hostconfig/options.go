@@ -43,7 +43,11 @@ func (p *RetryPolicy) options(pub stream.Publisher) ([]stream.Option, error) {
 		if p.OnExhausted.Topic == "" {
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter has no topic", p.Origin)
 		}
-		opts = append(opts, stream.WithExhaustionAction(stream.DeadLetter(pub, p.OnExhausted.Topic)))
+		dl, err := stream.DeadLetter(pub, p.OnExhausted.Topic)
+		if err != nil {
+			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter: %w", p.Origin, err)
+		}
+		opts = append(opts, stream.WithExhaustionAction(dl))
 	default:
 		return nil, fmt.Errorf("hostconfig: %s: unknown exhaustion action %v", p.Origin, p.OnExhausted.Action)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -140,11 +141,29 @@ const (
 	HeaderError        = "redeliver-last-error"
 )
 
-// DeadLetter returns an [ExhaustionAction] that produces the batch's records
-// to topic, with their keys, values and headers and the Header* headers
-// added, and returns once pub has them acknowledged. Until it has, the
-// checkpoint does not move: a failed produce is tried again after a backoff.
-func DeadLetter(pub Publisher, topic string) ExhaustionAction {
+// DeadLetter returns an [ExhaustionAction] that produces the given-up
+// records to topic, with their keys, values and headers and the Header*
+// headers added, and returns once pub has them acknowledged. Until it has,
+// the checkpoint does not move: a failed produce is tried again after a
+// backoff (the ActionTried hook reports each try), and the partition waits.
+// A dead-letter that succeeds is logged at Info level.
+//
+// The topic must exist (or the broker must create topics on first use),
+// and pub's client must be allowed to write to it: a missing topic holds
+// the partition until it is created.
+//
+// DeadLetter returns an error when pub is nil (a nil interface or a nil
+// pointer in it) or topic is empty.
+func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
+	switch {
+	case isNil(pub):
+		if pub == nil {
+			return nil, errors.New("stream: DeadLetter: nil publisher")
+		}
+		return nil, fmt.Errorf("stream: DeadLetter: nil %T publisher", pub)
+	case topic == "":
+		return nil, errors.New("stream: DeadLetter: no topic")
+	}
 	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
 		recs := make([]Record, len(b.Records))
 		deliveries := strconv.Itoa(xerr.Retries + 1)
@@ -167,8 +186,30 @@ func DeadLetter(pub Publisher, topic string) ExhaustionAction {
 			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
 		}
 		if err := pub.Publish(ctx, topic, recs); err != nil {
-			return fmt.Errorf("dead-letter to %s: %w", topic, err)
+			return fmt.Errorf("dead-letter of %s to topic %q failed, tried again after a backoff while the partition waits "+
+				"(check that the topic exists and that the publisher's client may write to it): %w", records(len(recs)), topic, err)
 		}
+		loggerFrom(ctx).Info("redeliver: dead-lettered", "offset", b.FirstOffset(), "records", len(recs), "dead_letter_topic", topic)
 		return nil
+	}, nil
+}
+
+func records(n int) string {
+	if n == 1 {
+		return "1 record"
 	}
+	return strconv.Itoa(n) + " records"
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, slice,
+// channel or function.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

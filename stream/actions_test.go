@@ -201,8 +201,12 @@ func TestDeadLetterHeadersAndAck(t *testing.T) {
 			}
 			return nil
 		})
+		dl, err := stream.DeadLetter(pub, "orders.dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
 		hs := start(t, h, []*streamtest.Partition{p}, fixed(2, time.Second),
-			stream.WithExhaustionAction(stream.DeadLetter(pub, "orders.dlq")), stream.WithHooks(hooks))
+			stream.WithExhaustionAction(dl), stream.WithHooks(hooks))
 		hs.waitAll()
 		hs.stop()
 		if pub.calls != 3 {

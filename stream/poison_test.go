@@ -117,7 +117,10 @@ func TestPoisonRecordDeadLettered(t *testing.T) {
 			}
 			return nil
 		})
-		dl := stream.DeadLetter(pub, "orders.dlq")
+		dl, err := stream.DeadLetter(pub, "orders.dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
 		hs := start(t, h, []*streamtest.Partition{p}, fixed(1, time.Second), stream.WithExhaustionAction(dl))
 		hs.waitAll()
 		hs.stop()

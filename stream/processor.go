@@ -378,7 +378,13 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		if partial = asBatchError(err, len(b.Records)); partial != nil {
 			cause = partial.Err
 		}
-		if rr := retryRequest(cause); rr != nil {
+		rr := retryRequest(cause)
+		if rr != nil {
+			if invalid := rr.validate(); invalid != nil {
+				rr, cause = nil, invalid
+			}
+		}
+		if rr != nil {
 			outcome = RetryRequested
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
 		} else {
@@ -430,14 +436,6 @@ func asBatchError(err error, n int) *BatchError {
 	var be *BatchError
 	if errors.As(err, &be) && be.Index >= 0 && be.Index < n {
 		return be
-	}
-	return nil
-}
-
-func retryRequest(err error) *RetryResult {
-	var rr *RetryResult
-	if errors.As(err, &rr) {
-		return rr
 	}
 	return nil
 }
@@ -522,9 +520,10 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 	stop, try := false, 0
 	// The action's errors are its own: one that wraps ErrRevoked is a
 	// failed try like any other (the claim's end shows in ctx).
+	actx := context.WithValue(ctx, loggerKey{}, w.log)
 	err = w.repeat(ctx, "exhaustion action", false, func() error {
 		try++
-		err := action(ctx, b, xerr)
+		err := callAction(actx, action, b, xerr)
 		if errors.Is(err, errStop) {
 			stop = true
 			return nil
@@ -536,6 +535,28 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 		return false, err
 	}
 	return w.halt(ctx, b, xerr)
+}
+
+// callAction runs the exhaustion action and turns a panic into a
+// *PanicError.
+func callAction(ctx context.Context, action ExhaustionAction, b *Batch, xerr *checkpoint.ExhaustedError) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack(), in: "exhaustion action"}
+		}
+	}()
+	return action(ctx, b, xerr)
+}
+
+// loggerKey is the context key of the partition worker's logger, in the
+// context of an exhaustion action, for the actions of this package.
+type loggerKey struct{}
+
+func loggerFrom(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 func (w *worker) actionTried(b *Batch, try int, err error, skipped bool) {

@@ -29,6 +29,10 @@ func poisonRecordDeadLettered(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dl, err := stream.DeadLetter(pub, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
 		if r.Offset == poison {
 			return errHandler
@@ -37,7 +41,7 @@ func poisonRecordDeadLettered(t *testing.T, e *env) {
 	})
 	e.start("a", spec{handler: h, maxBatch: 10,
 		policy: checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(short)},
-		opts:   []stream.Option{stream.WithExhaustionAction(stream.DeadLetter(pub, dlq))},
+		opts:   []stream.Option{stream.WithExhaustionAction(dl)},
 	})
 	e.waitCommitted(map[int32]int64{0: n})
 	e.hist.check(t, map[int32]int64{0: n})
