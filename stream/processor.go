@@ -147,6 +147,10 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 // Policy returns the processor's retry policy.
 func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
 
+// Logger returns the processor's logger (one that discards when none was
+// given): adapters log to it unless they are given a logger of their own.
+func (p *Processor) Logger() *slog.Logger { return p.log }
+
 // Process runs the claim's partition until ctx is done or the claim fails:
 // it fetches a batch, delivers it until it succeeds or is given up, writes the
 // checkpoint, and goes on with the next. While a batch waits out a backoff the

@@ -114,7 +114,7 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 	members.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if err != nil { // nil after a clean shutdown
 			return err
 		}
 	}

@@ -142,7 +142,8 @@ func run(ctx context.Context, brokers, hostJSON string, partitions, records, bat
 	go func() { done <- consumer.Run(runCtx) }()
 	waitErr := waitCommitted(ctx, adm, group, topic, want)
 	stop()
-	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+	if err := <-done; err != nil { // nil after a clean shutdown
+
 		return fmt.Errorf("consumer: %w", err)
 	}
 	if waitErr != nil {

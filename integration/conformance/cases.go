@@ -389,6 +389,9 @@ func gracefulShutdownDuringBackoff(t *testing.T, e *env) {
 	if a.stopped > time.Second {
 		t.Errorf("shutdown during a backoff took %v, want at most 1s", a.stopped)
 	}
+	if a.err != nil {
+		t.Errorf("Run returned %v after its context was cancelled, want nil: a clean shutdown", a.err)
+	}
 	o, ok := e.committed()[0]
 	if !ok || o.At != 10 {
 		t.Fatalf("after the shutdown the broker has %+v committed (found %t), want offset 10: the handled batch 0-9 and nothing of the withheld 10-19", o, ok)
