@@ -1,7 +1,10 @@
 package hostconfig
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -30,24 +33,96 @@ type Config struct {
 	Functions map[string]RetryPolicy
 
 	// Warnings lists what was read but is not in force, such as a retry
-	// section that checkpointRetryPolicy overrides, or a section name that
-	// looks like a misspelt one of ours.
+	// section that checkpointRetryPolicy overrides, a section name that
+	// looks like a misspelt one of ours, or an environment variable that
+	// looks like an override but is not one. Print or log them: nothing
+	// else reports them (see [Load]).
 	Warnings []string
+
+	// Sources says where each value in force was read, by JSON path:
+	// "host.json:4:22" (file:line:column) or "environment NAME" (the
+	// variable that overrode the file). The paths are those of the
+	// policies' fields, e.g. "checkpointRetryPolicy.retryCount",
+	// "checkpointRetryPolicy.strategy.initialDelay",
+	// "checkpointRetryPolicy.functions.orders.maxDelay" (a function's
+	// inherited value has the place of the host-wide one),
+	// "retry.maxRetryCount", and of each function's entry,
+	// "checkpointRetryPolicy.functions.orders". A field that is not listed
+	// holds its default.
+	Sources map[string]string
+
+	fnPaths map[string]string // the JSON path of each function, by name
 }
+
+// ErrUnknownFunction is matched by the error of [Config.FunctionPolicy] and
+// [Config.FunctionOptions] for a function that has no policy of its own.
+var ErrUnknownFunction = errors.New("no policy for function")
 
 // Function returns the policy in force for the function called name: its
 // own from checkpointRetryPolicy.functions (names match case-insensitively),
-// else the host-wide one. Nil means no retries.
+// else the host-wide one. Nil means no retries. [Config.FunctionPolicy]
+// tells a misspelt name apart from a function without a policy of its own.
 func (c *Config) Function(name string) *RetryPolicy {
+	if p, ok := c.function(name); ok {
+		return p
+	}
+	return c.Host
+}
+
+// function returns the function's own policy.
+func (c *Config) function(name string) (*RetryPolicy, bool) {
 	if p, ok := c.Functions[name]; ok {
-		return &p
+		return &p, true
 	}
 	for n, p := range c.Functions {
 		if strings.EqualFold(n, name) {
-			return &p
+			return &p, true
 		}
 	}
-	return c.Host
+	return nil, false
+}
+
+// ownFunction returns the function's own policy, or an error wrapping
+// ErrUnknownFunction that suggests a name.
+func (c *Config) ownFunction(name string) (*RetryPolicy, error) {
+	if p, ok := c.function(name); ok {
+		return p, nil
+	}
+	names := slices.Sorted(maps.Keys(c.Functions))
+	hint := ": the file gives no function a policy of its own"
+	if len(names) > 0 {
+		hint = ": the functions with a policy of their own are " + strings.Join(names, ", ")
+		if s := suggest(name, names); s != "" {
+			hint = ": did you mean " + s + "?"
+		}
+	}
+	return nil, fmt.Errorf("hostconfig: %s: %w %q in checkpointRetryPolicy.functions%s (Config.Policy and Config.Options give the host-wide policy)",
+		c.File, ErrUnknownFunction, name, hint)
+}
+
+// CheckFunctions returns an error naming every function of
+// checkpointRetryPolicy.functions that is none of names, the functions the
+// program has (names match case-insensitively): a policy nobody uses is
+// most likely a misspelt name. It returns nil when every entry is used.
+func (c *Config) CheckFunctions(names ...string) error {
+	sorted := slices.Sorted(slices.Values(names))
+	var lines []string
+	for _, fn := range slices.Sorted(maps.Keys(c.Functions)) {
+		if slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(n, fn) }) {
+			continue
+		}
+		path := c.fnPaths[fn]
+		hint := ""
+		if s := suggest(fn, names); s != "" {
+			hint = ": did you mean " + s + "?"
+		}
+		lines = append(lines, fmt.Sprintf("hostconfig: %s: %s: no function %q in this program%s (its functions: %s)",
+			strings.TrimPrefix(c.Sources[path], "environment "), path, fn, hint, strings.Join(sorted, ", ")))
+	}
+	if len(lines) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(lines, "\n"))
 }
 
 // Policy converts the host-wide policy into a [checkpoint.Policy]; the zero
@@ -56,10 +131,18 @@ func (c *Config) Policy() (checkpoint.Policy, error) {
 	return c.Host.Policy()
 }
 
-// FunctionPolicy converts the policy in force for the function called name
-// (see [Config.Function]) into a [checkpoint.Policy].
+// FunctionPolicy converts the policy of the function called name, its own
+// from checkpointRetryPolicy.functions with the host-wide settings it does
+// not set, into a [checkpoint.Policy]. For a name that has no policy of its
+// own, it returns an error that matches [ErrUnknownFunction] and suggests
+// the name meant: use [Config.Policy] for a function that follows the
+// host-wide policy.
 func (c *Config) FunctionPolicy(name string) (checkpoint.Policy, error) {
-	return c.Function(name).Policy()
+	p, err := c.ownFunction(name)
+	if err != nil {
+		return checkpoint.Policy{}, err
+	}
+	return p.Policy()
 }
 
 // RetryPolicy is one retry policy of a host.json: checkpointRetryPolicy, one

@@ -31,6 +31,8 @@ func (c *Config) Explain() string {
 		b.WriteString("No host-wide retry policy: a failed batch is not retried and the stream moves on.\n")
 	} else {
 		b.WriteString(c.Host.Explain())
+		path, _, _ := strings.Cut(c.Host.Origin, " (")
+		b.WriteString(c.explainSources(path))
 	}
 	names := make([]string, 0, len(c.Functions))
 	for n := range c.Functions {
@@ -40,11 +42,34 @@ func (c *Config) Explain() string {
 	for _, n := range names {
 		p := c.Functions[n]
 		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, p.Explain())
+		b.WriteString(c.explainSources(c.fnPaths[n]))
 	}
 	for _, w := range c.Warnings {
 		fmt.Fprintf(&b, "\nWarning: %s\n", w)
 	}
 	return b.String()
+}
+
+// explainSources says where the fields of the policy at path were read.
+func (c *Config) explainSources(path string) string {
+	if path == "" {
+		return ""
+	}
+	var fields []string
+	for k := range c.Sources {
+		if f, ok := strings.CutPrefix(k, path+"."); ok && !strings.HasPrefix(f, "functions") {
+			fields = append(fields, f)
+		}
+	}
+	if len(fields) == 0 {
+		return ""
+	}
+	sort.Strings(fields)
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = f + " from " + c.Sources[path+"."+f]
+	}
+	return "Values: " + strings.Join(parts, "; ") + "; anything else is a default.\n"
 }
 
 // Explain describes the policy in words: its limits, its delays, the delays

@@ -16,11 +16,15 @@ func (c *Config) Options(pub stream.Publisher) ([]stream.Option, error) {
 	return c.Host.options(pub)
 }
 
-// FunctionOptions converts the policy in force for the function called
-// name (see [Config.Function]) into [stream.Processor] options, as
-// [Config.Options] does.
+// FunctionOptions converts the policy of the function called name (see
+// [Config.FunctionPolicy], whose errors it shares) into [stream.Processor]
+// options, as [Config.Options] does.
 func (c *Config) FunctionOptions(name string, pub stream.Publisher) ([]stream.Option, error) {
-	return c.Function(name).options(pub)
+	p, err := c.ownFunction(name)
+	if err != nil {
+		return nil, err
+	}
+	return p.options(pub)
 }
 
 func (p *RetryPolicy) options(pub stream.Publisher) ([]stream.Option, error) {

@@ -73,6 +73,12 @@ func run(ctx context.Context, brokers, hostJSON string, partitions, records, bat
 	if err != nil {
 		return err
 	}
+	// Warnings name what the file or the environment says that is not in
+	// force (a misspelt section, a near-miss override): nothing else
+	// reports them.
+	for _, w := range cfg.Warnings {
+		fmt.Fprintln(os.Stderr, "host.json: warning:", w)
+	}
 	fmt.Println(cfg.Explain())
 
 	var seeds []string
