@@ -244,35 +244,37 @@ func (s Strategy) Backoff() (checkpoint.Backoff, error) {
 
 // Exhaustion is what happens to a batch whose retries are spent.
 type Exhaustion struct {
-	// Action is skip (the zero value), deadLetter or stop.
+	// Action is ActionSkip (the zero value), ActionDeadLetter or ActionStop.
 	Action Action
-	// Topic is where DeadLetter sends the batch; empty for the others.
+	// Topic is where ActionDeadLetter sends the records; empty for the
+	// others.
 	Topic string
 }
 
-// Action is an exhaustion action.
+// Action is an exhaustion action, as host.json's onExhausted names it.
+// [Config.Options] turns it into the stream package's action.
 type Action uint8
 
 const (
-	// Skip advances the checkpoint past the batch, as the design proposal's
-	// scenario 3 does: the stream moves on.
-	Skip Action = iota
-	// DeadLetter publishes the batch to [Exhaustion.Topic], then advances
-	// the checkpoint.
-	DeadLetter
-	// Stop leaves the checkpoint where it is and stops the partition's
-	// processing.
-	Stop
+	// ActionSkip ("skip") advances the checkpoint past the given-up
+	// records: the stream moves on (the Processor's default action).
+	ActionSkip Action = iota
+	// ActionDeadLetter ("deadLetter") publishes the given-up records to
+	// [Exhaustion.Topic], then advances the checkpoint ([stream.DeadLetter]).
+	ActionDeadLetter
+	// ActionStop ("stop") leaves the checkpoint where it is and stops the
+	// partition until it is resumed or skipped ([stream.StopPartition]).
+	ActionStop
 )
 
 // String returns the action's host.json spelling.
 func (a Action) String() string {
 	switch a {
-	case Skip:
+	case ActionSkip:
 		return "skip"
-	case DeadLetter:
+	case ActionDeadLetter:
 		return "deadLetter"
-	case Stop:
+	case ActionStop:
 		return "stop"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))

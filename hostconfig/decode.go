@@ -496,11 +496,11 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 	var e Exhaustion
 	switch {
 	case strings.EqualFold(action.text, "skip"):
-		e.Action = Skip
+		e.Action = ActionSkip
 	case strings.EqualFold(action.text, "deadLetter"):
-		e.Action = DeadLetter
+		e.Action = ActionDeadLetter
 	case strings.EqualFold(action.text, "stop"):
-		e.Action = Stop
+		e.Action = ActionStop
 	default:
 		hint := ""
 		if s := suggest(action.text, []string{"skip", "deadLetter", "stop"}); s != "" {
@@ -510,9 +510,9 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		return Exhaustion{}
 	}
 	switch {
-	case e.Action == DeadLetter && topic == nil:
+	case e.Action == ActionDeadLetter && topic == nil:
 		d.add(n, `deadLetter needs a topic: write {"action": "deadLetter", "topic": "orders-dlq"}`)
-	case e.Action != DeadLetter && topic != nil:
+	case e.Action != ActionDeadLetter && topic != nil:
 		d.add(topic, "a topic only applies to deadLetter, not %v", e.Action)
 	case topic != nil:
 		switch {

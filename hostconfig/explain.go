@@ -119,9 +119,9 @@ func (p *RetryPolicy) Explain() string {
 		b.WriteString(worstCase(hi, def.random).String())
 	}
 	switch p.OnExhausted.Action {
-	case DeadLetter:
+	case ActionDeadLetter:
 		fmt.Fprintf(&b, "Then the batch is sent to topic %q and the checkpoint advances past it.\n", p.OnExhausted.Topic)
-	case Stop:
+	case ActionStop:
 		b.WriteString("Then the partition stops, its checkpoint before the batch.\n")
 	default:
 		b.WriteString("Then the batch is skipped: the checkpoint advances past it.\n")

@@ -37,10 +37,10 @@ func (p *RetryPolicy) options(pub stream.Publisher) ([]stream.Option, error) {
 		return opts, nil
 	}
 	switch p.OnExhausted.Action {
-	case Skip:
-	case Stop:
+	case ActionSkip:
+	case ActionStop:
 		opts = append(opts, stream.WithExhaustionAction(stream.StopPartition))
-	case DeadLetter:
+	case ActionDeadLetter:
 		if pub == nil {
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter needs a stream.Publisher to send the batch to topic %q", p.Origin, p.OnExhausted.Topic)
 		}

@@ -56,7 +56,7 @@ type Event struct {
 	// First and Last are the batch's offsets (Delivered, GivenUp,
 	// ActionTried, Abandoned).
 	First, Last int64
-	Retry       int            // Delivered, Abandoned: retries before this delivery
+	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retry), 0 for a first delivery
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
 	Handled     int            // Delivered: how many records, from First, the handler finished
