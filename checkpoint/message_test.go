@@ -58,3 +58,30 @@ func TestExhaustedErrorCountsDeliveredRetries(t *testing.T) {
 		t.Fatalf("Error() = %q, want %q", xerr.Error(), want)
 	}
 }
+
+// Retry state reads as words, not as metadata.
+func TestDescribeState(t *testing.T) {
+	at := time.Date(2026, 1, 1, 12, 0, 1, 500e6, time.UTC)
+	for _, tt := range []struct {
+		s    checkpoint.State
+		max  int
+		want string
+	}{
+		{checkpoint.State{}, 5, "no retry"},
+		{checkpoint.State{Retries: 2, NextAt: at, FirstFailure: at}, 5, "retry 2 of 5, due at 12:00:01.5 UTC"},
+		{checkpoint.State{Retries: 2, Started: true}, 5, "retry 2 of 5, started"},
+		{checkpoint.State{Retries: 1, NextAt: at}, checkpoint.Infinite, "retry 1 (no limit), due at 12:00:01.5 UTC"},
+		{checkpoint.State{Retries: 1, NextAt: at, Request: checkpoint.Request{MaxRetries: 3, Delay: 10 * time.Second}}, 5,
+			"retry 1 of 3, due at 12:00:01.5 UTC (RetryResult: 3 retries, 10s apart)"},
+	} {
+		if got := checkpoint.Describe(checkpoint.EncodeState(tt.s), tt.max); got != tt.want {
+			t.Errorf("Describe(%+v) = %q, want %q", tt.s, got, tt.want)
+		}
+	}
+	if got := checkpoint.Describe("offset=3", 5); got != `not redeliver's metadata ("offset=3")` {
+		t.Errorf("Describe of foreign metadata = %q", got)
+	}
+	if got := (checkpoint.State{Retries: 2, NextAt: at}).String(); got != "retry 2 due at 12:00:01.5 UTC" {
+		t.Errorf("String() = %q", got)
+	}
+}
