@@ -61,6 +61,9 @@ func (r Reason) String() string {
 // Decision is the answer of a [Machine]: retry now, retry later at a time, or
 // stop retrying for a reason.
 type Decision struct {
+	// Action is what the caller does next: RetryNow, RetryLater or
+	// StopRetrying. The zero Action (its String is "none") is no decision:
+	// the batch has not failed, or nothing is scheduled.
 	Action Action
 	// At is when the retry is due (RetryNow and RetryLater).
 	At time.Time

@@ -158,7 +158,12 @@ type Report struct {
 	Lost          int64   // records never handled nor given up
 	MaxDeliveries int     // the most deliveries of one record
 	MeanPerRecord float64 // deliveries per record, on average
-	Violations    []string
+	// Violations lists every breach of the contract Check found, one
+	// sentence each, naming the event's index in the history, the member,
+	// the claim and the partition, e.g. "event 12: b (claim 3) t/0: commit
+	// of 40 while a owns the partition". Empty means the history keeps the
+	// contract.
+	Violations []string
 }
 
 // Check verifies the history against the contract, for partitions whose
