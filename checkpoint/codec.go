@@ -205,7 +205,11 @@ func (s State) describe(maxRetries int, withMax bool) string {
 		fmt.Fprintf(&b, " due at %s UTC", s.NextAt.UTC().Format("15:04:05.999"))
 	}
 	if s.Request != (Request{}) {
-		fmt.Fprintf(&b, " (RetryResult: %d retries, %v apart)", s.Request.MaxRetries, s.Request.Delay)
+		n := "no limit of retries"
+		if s.Request.MaxRetries != Infinite {
+			n = count(s.Request.MaxRetries, "retry", "retries")
+		}
+		fmt.Fprintf(&b, " (RetryResult: %s, %v apart)", n, s.Request.Delay)
 	}
 	return b.String()
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -120,7 +121,11 @@ func run(ctx context.Context, brokers, hostJSON string, partitions, records, bat
 	if err != nil {
 		return err
 	}
-	tl := &timeline{begin: time.Now(), handled: map[int32]map[int64]bool{}, givenUp: map[int32]map[int64]bool{}}
+	policy, err := cfg.Policy()
+	if err != nil {
+		return err
+	}
+	tl := &timeline{begin: time.Now(), handled: map[int32]map[int64]bool{}, givenUp: map[int32]map[int64]bool{}, maxRetries: policy.MaxRetries}
 	proc, err := stream.NewProcessor(handler(), append(opts, stream.WithHooks(tl.hooks()))...)
 	if err != nil {
 		return err
@@ -251,12 +256,13 @@ func reached(got, want map[int32]int64) bool {
 // timeline prints every event and remembers which records were handled
 // and which were given up.
 type timeline struct {
-	begin     time.Time
-	mu        sync.Mutex
-	handled   map[int32]map[int64]bool
-	givenUp   map[int32]map[int64]bool
-	retries   int
-	delivered int
+	begin      time.Time
+	mu         sync.Mutex
+	handled    map[int32]map[int64]bool
+	givenUp    map[int32]map[int64]bool
+	maxRetries int // the policy's, to describe retry state
+	retries    int
+	delivered  int
 }
 
 func (tl *timeline) printf(format string, args ...any) {
@@ -314,7 +320,7 @@ func (tl *timeline) hooks() stream.Hooks {
 			tl.mu.Lock()
 			defer tl.mu.Unlock()
 			if e.Metadata != "" {
-				tl.printf("p%d  checkpoint stays at %d, retry state %q", e.Partition, e.Next, e.Metadata)
+				tl.printf("p%d  checkpoint stays at %d, retry state written: %s", e.Partition, e.Next, checkpoint.Describe(e.Metadata, tl.maxRetries))
 				return
 			}
 			tl.printf("p%d  checkpoint -> %d", e.Partition, e.Next)
