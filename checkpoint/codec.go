@@ -148,3 +148,68 @@ func decodeRequest(v string) (Request, error) {
 	}
 	return Request{MaxRetries: int(n), Delay: time.Duration(ms) * time.Millisecond}, nil
 }
+
+// String describes s for people, times in UTC to the millisecond:
+//
+//	no retry
+//	retry 2 due at 12:00:01.5 UTC
+//	retry 2 started
+//
+// followed, for a handler's own request, by "(RetryResult: 3 retries, 10s
+// apart)". [Describe] adds the policy's limit and reads metadata.
+func (s State) String() string { return s.describe(0, false) }
+
+// Describe reads the durable form of a retry state (a Kafka offset
+// commit's metadata) and describes it for people, with the limit of the
+// policy in force, maxRetries ([Infinite] for none; a handler's own request
+// in the state replaces it):
+//
+//	retry 2 of 5, due at 12:00:01.5 UTC
+//
+// Empty metadata reads "no retry"; metadata of another tool or damaged
+// metadata says so.
+func Describe(md string, maxRetries int) string {
+	s, err := DecodeState(md)
+	switch {
+	case errors.Is(err, ErrForeignMetadata):
+		return fmt.Sprintf("not redeliver's metadata (%q)", md)
+	case err != nil:
+		return err.Error()
+	}
+	return s.describe(maxRetries, true)
+}
+
+func (s State) describe(maxRetries int, withMax bool) string {
+	if s.Retries == 0 {
+		return "no retry"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "retry %d", s.Retries)
+	if s.Request != (Request{}) {
+		maxRetries = s.Request.MaxRetries
+	}
+	if withMax {
+		if maxRetries == Infinite {
+			b.WriteString(" (no limit)")
+		} else {
+			fmt.Fprintf(&b, " of %d", maxRetries)
+		}
+		b.WriteString(",")
+	}
+	switch {
+	case s.Started:
+		b.WriteString(" started")
+	case s.NextAt.IsZero():
+		b.WriteString(" due now")
+	default:
+		fmt.Fprintf(&b, " due at %s UTC", s.NextAt.UTC().Format("15:04:05.999"))
+	}
+	if s.Request != (Request{}) {
+		n := "no limit of retries"
+		if s.Request.MaxRetries != Infinite {
+			n = count(s.Request.MaxRetries, "retry", "retries")
+		}
+		fmt.Fprintf(&b, " (RetryResult: %s, %v apart)", n, s.Request.Delay)
+	}
+	return b.String()
+}

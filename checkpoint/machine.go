@@ -61,6 +61,9 @@ func (r Reason) String() string {
 // Decision is the answer of a [Machine]: retry now, retry later at a time, or
 // stop retrying for a reason.
 type Decision struct {
+	// Action is what the caller does next: RetryNow, RetryLater or
+	// StopRetrying. The zero Action (its String is "none") is no decision:
+	// the batch has not failed, or nothing is scheduled.
 	Action Action
 	// At is when the retry is due (RetryNow and RetryLater).
 	At time.Time
@@ -136,6 +139,7 @@ type Machine struct {
 	oldest   time.Time
 	last     error
 	stopped  Reason
+	refused  bool // Start refused the scheduled retry: it was never delivered
 }
 
 // NewMachine returns a Machine that applies p.
@@ -150,7 +154,7 @@ func (m *Machine) Begin(oldest time.Time) {
 	if m.hasOver {
 		m.override, m.hasOver = Policy{}, false
 	}
-	m.state, m.oldest, m.last, m.stopped = State{}, oldest, nil, 0
+	m.state, m.oldest, m.last, m.stopped, m.refused = State{}, oldest, nil, 0, false
 }
 
 // Restore sets the state of the current batch, as read back from a durable
@@ -232,9 +236,11 @@ func (m *Machine) Start(now time.Time) Decision {
 	}
 	p := m.policyRef()
 	if p.MaxRetryTime > 0 && !m.state.FirstFailure.IsZero() && now.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
+		m.refused = true
 		return m.stop(TimeBudgetSpent)
 	}
 	if p.MaxRecordAge > 0 && !m.oldest.IsZero() && now.Sub(m.oldest) >= p.MaxRecordAge {
+		m.refused = true
 		return m.stop(RecordTooOld)
 	}
 	m.state.Started, m.state.NextAt = true, time.Time{}
@@ -309,7 +315,7 @@ func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision
 	if m.state.FirstFailure.IsZero() {
 		m.state.FirstFailure = now
 	}
-	m.last = err
+	m.last, m.refused = err, false
 	m.state.NextAt, m.state.Started = time.Time{}, false
 	p := m.policyRef()
 	if filter && !p.retryable(err) {
@@ -367,26 +373,66 @@ func (m *Machine) Err() error {
 	if m.stopped == 0 {
 		return nil
 	}
-	return &ExhaustedError{Reason: m.stopped, Retries: m.state.Retries, FirstFailure: m.state.FirstFailure, Last: m.last}
+	retries := m.state.Retries
+	if m.refused {
+		retries-- // the scheduled retry was refused when due
+	}
+	return &ExhaustedError{Reason: m.stopped, Retries: retries, FirstFailure: m.state.FirstFailure, Last: m.last}
 }
 
 // ErrExhausted is matched by every [*ExhaustedError] with errors.Is.
-var ErrExhausted = errors.New("retries exhausted")
+var ErrExhausted = errors.New("given up")
 
-// ExhaustedError says that a batch was given up: why, after how many
-// retries, and the error of its last delivery.
+// ExhaustedError says that a batch (or a record, see stream.FailedAt) was
+// given up: why, after how many retries, and the error of its last
+// delivery. Its message reads
+//
+//	given up after 4 deliveries (the retry limit, 3 retries, is reached): inventory service timed out
 type ExhaustedError struct {
-	Reason       Reason
-	Retries      int
+	// Reason says why retrying stopped.
+	Reason Reason
+	// Retries is how many retries were delivered: the batch was delivered
+	// Retries+1 times.
+	Retries int
+	// FirstFailure is when the batch first failed (or first asked for a
+	// retry).
 	FirstFailure time.Time
-	Last         error
+	// Last is the error of the last delivery; nil when it asked for a
+	// retry without failing, or when that delivery was cut short under a
+	// previous owner.
+	Last error
 }
 
 func (e *ExhaustedError) Error() string {
-	if e.Last == nil {
-		return fmt.Sprintf("retries exhausted after %d retries: %v", e.Retries, e.Reason)
+	var why string
+	switch e.Reason {
+	case RetriesSpent:
+		if e.Retries == 0 {
+			why = "no retry allowed"
+		} else {
+			why = fmt.Sprintf("the retry limit, %s, is reached", count(e.Retries, "retry", "retries"))
+		}
+	case TimeBudgetSpent:
+		why = "the retry time budget is spent"
+	case RecordTooOld:
+		why = "the record is too old to retry"
+	case NotRetryable:
+		why = "the error is not retryable"
+	default:
+		why = e.Reason.String()
 	}
-	return fmt.Sprintf("retries exhausted after %d retries: %v: %v", e.Retries, e.Reason, e.Last)
+	msg := fmt.Sprintf("given up after %s (%s)", count(e.Retries+1, "delivery", "deliveries"), why)
+	if e.Last == nil {
+		return msg
+	}
+	return msg + ": " + e.Last.Error()
+}
+
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 // Unwrap returns the last error.

@@ -414,7 +414,7 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 			problems = append(problems, err.Error())
 			continue
 		}
-		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.DeadLetter {
+		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionDeadLetter {
 			needPub = true
 		}
 	}
@@ -487,7 +487,13 @@ func (h *Host) bind(f *function) error {
 
 // build makes f's processor and consumer.
 func (h *Host) build(f *function, pub stream.Publisher) error {
+	// The function's own policy, or the host-wide one when the file gives
+	// it none (CheckFunctions has already refused policies of functions the
+	// host does not run).
 	opts, err := h.cfg.FunctionOptions(f.name, pub)
+	if errors.Is(err, hostconfig.ErrUnknownFunction) {
+		opts, err = h.cfg.Options(pub)
+	}
 	if err != nil {
 		return fmt.Errorf("host: function %s: %w", f.name, err)
 	}

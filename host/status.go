@@ -347,7 +347,7 @@ func describePolicy(p *hostconfig.RetryPolicy) string {
 		s += fmt.Sprintf(", within %v", p.MaxRetryTime)
 	}
 	then := p.OnExhausted.Action.String()
-	if p.OnExhausted.Action == hostconfig.DeadLetter {
+	if p.OnExhausted.Action == hostconfig.ActionDeadLetter {
 		then += " to " + p.OnExhausted.Topic
 	}
 	return s + ", then " + then

@@ -1,7 +1,10 @@
 package hostconfig
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,8 +37,10 @@ type Config struct {
 	Redrive *Redrive
 
 	// Warnings lists what was read but is not in force, such as a retry
-	// section that checkpointRetryPolicy overrides, or a section name that
-	// looks like a misspelt one of ours.
+	// section that checkpointRetryPolicy overrides, a section name that
+	// looks like a misspelt one of ours, or an environment variable that
+	// looks like an override but is not one. Print or log them: nothing
+	// else reports them (see [Load]).
 	Warnings []string
 
 	// Triggers holds the triggers section: what starts each function of a
@@ -44,21 +49,66 @@ type Config struct {
 
 	keys     []functionKey        // where the file names functions, for CheckFunctions
 	settings map[string][]Setting // by function name, "" for the host-wide policy
+
+	// Sources says where each value in force was read, by JSON path:
+	// "host.json:4:22" (file:line:column) or "environment NAME" (the
+	// variable that overrode the file). The paths are those of the
+	// policies' fields, e.g. "checkpointRetryPolicy.retryCount",
+	// "checkpointRetryPolicy.strategy.initialDelay",
+	// "checkpointRetryPolicy.functions.orders.maxDelay" (a function's
+	// inherited value has the place of the host-wide one),
+	// "retry.maxRetryCount", and of each function's entry,
+	// "checkpointRetryPolicy.functions.orders". A field that is not listed
+	// holds its default.
+	Sources map[string]string
+
+	fnPaths map[string]string // the JSON path of each function, by name
 }
+
+// ErrUnknownFunction is matched by the error of [Config.FunctionPolicy] and
+// [Config.FunctionOptions] for a function that has no policy of its own.
+var ErrUnknownFunction = errors.New("no policy for function")
 
 // Function returns the policy in force for the function called name: its
 // own from checkpointRetryPolicy.functions (names match case-insensitively),
-// else the host-wide one. Nil means no retries.
+// else the host-wide one. Nil means no retries. [Config.FunctionPolicy]
+// tells a misspelt name apart from a function without a policy of its own.
 func (c *Config) Function(name string) *RetryPolicy {
+	if p, ok := c.function(name); ok {
+		return p
+	}
+	return c.Host
+}
+
+// function returns the function's own policy.
+func (c *Config) function(name string) (*RetryPolicy, bool) {
 	if p, ok := c.Functions[name]; ok {
-		return &p
+		return &p, true
 	}
 	for n, p := range c.Functions {
 		if strings.EqualFold(n, name) {
-			return &p
+			return &p, true
 		}
 	}
-	return c.Host
+	return nil, false
+}
+
+// ownFunction returns the function's own policy, or an error wrapping
+// ErrUnknownFunction that suggests a name.
+func (c *Config) ownFunction(name string) (*RetryPolicy, error) {
+	if p, ok := c.function(name); ok {
+		return p, nil
+	}
+	names := slices.Sorted(maps.Keys(c.Functions))
+	hint := ": the file gives no function a policy of its own"
+	if len(names) > 0 {
+		hint = ": the functions with a policy of their own are " + strings.Join(names, ", ")
+		if s := suggest(name, names); s != "" {
+			hint = ": did you mean " + s + "?"
+		}
+	}
+	return nil, fmt.Errorf("hostconfig: %s: %w %q in checkpointRetryPolicy.functions%s (Config.Policy and Config.Options give the host-wide policy)",
+		c.File, ErrUnknownFunction, name, hint)
 }
 
 // Policy converts the host-wide policy into a [checkpoint.Policy]; the zero
@@ -67,10 +117,18 @@ func (c *Config) Policy() (checkpoint.Policy, error) {
 	return c.Host.Policy()
 }
 
-// FunctionPolicy converts the policy in force for the function called name
-// (see [Config.Function]) into a [checkpoint.Policy].
+// FunctionPolicy converts the policy of the function called name, its own
+// from checkpointRetryPolicy.functions with the host-wide settings it does
+// not set, into a [checkpoint.Policy]. For a name that has no policy of its
+// own, it returns an error that matches [ErrUnknownFunction] and suggests
+// the name meant: use [Config.Policy] for a function that follows the
+// host-wide policy.
 func (c *Config) FunctionPolicy(name string) (checkpoint.Policy, error) {
-	return c.Function(name).Policy()
+	p, err := c.ownFunction(name)
+	if err != nil {
+		return checkpoint.Policy{}, err
+	}
+	return p.Policy()
 }
 
 // RetryPolicy is one retry policy of a host.json: checkpointRetryPolicy, one
@@ -179,40 +237,44 @@ func (s Strategy) Backoff() (checkpoint.Backoff, error) {
 
 // Exhaustion is what happens to a batch whose retries are spent.
 type Exhaustion struct {
-	// Action is skip (the zero value), deadLetter, stop or park.
+	// Action is ActionSkip (the zero value), ActionDeadLetter, ActionStop or
+	// ActionPark.
 	Action Action
-	// Topic is where DeadLetter sends the batch; empty for the others.
+	// Topic is where ActionDeadLetter sends the records; empty for the
+	// others.
 	Topic string
 }
 
-// Action is an exhaustion action.
+// Action is an exhaustion action, as host.json's onExhausted names it.
+// [Config.Options] turns it into the stream package's action.
 type Action uint8
 
 const (
-	// Skip advances the checkpoint past the batch, as the design proposal's
-	// scenario 3 does: the stream moves on.
-	Skip Action = iota
-	// DeadLetter publishes the batch to [Exhaustion.Topic], then advances
-	// the checkpoint.
-	DeadLetter
-	// Stop leaves the checkpoint where it is and stops the partition's
-	// processing.
-	Stop
-	// Park parks the batch's records for a re-drive (package redrive),
-	// then advances the checkpoint. Its expiry is the redrive section's.
-	Park
+	// ActionSkip ("skip") advances the checkpoint past the given-up
+	// records: the stream moves on (the Processor's default action).
+	ActionSkip Action = iota
+	// ActionDeadLetter ("deadLetter") publishes the given-up records to
+	// [Exhaustion.Topic], then advances the checkpoint ([stream.DeadLetter]).
+	ActionDeadLetter
+	// ActionStop ("stop") leaves the checkpoint where it is and stops the
+	// partition until it is resumed or skipped ([stream.StopPartition]).
+	ActionStop
+	// ActionPark ("park") parks the given-up records for a re-drive
+	// (package redrive), then advances the checkpoint. Its expiry is the
+	// redrive section's.
+	ActionPark
 )
 
 // String returns the action's host.json spelling.
 func (a Action) String() string {
 	switch a {
-	case Skip:
+	case ActionSkip:
 		return "skip"
-	case DeadLetter:
+	case ActionDeadLetter:
 		return "deadLetter"
-	case Stop:
+	case ActionStop:
 		return "stop"
-	case Park:
+	case ActionPark:
 		return "park"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))

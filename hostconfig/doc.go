@@ -30,7 +30,14 @@
 // Keys match case-insensitively, as in Azure Functions. Intervals are .NET
 // TimeSpan text or Go durations (see [ParseDuration]). Environment variables
 // named AzureFunctionsJobHost__section__key override the file (see
-// [EnvPrefix]; [Loader.Environ] injects the environment in tests).
+// [DefaultEnvPrefix]; [Loader.EnvPrefix] sets another prefix,
+// [Loader.Environ] injects the environment in tests). A variable that looks
+// like an override but is not one is named in a warning.
+//
+// Print [Config.Warnings] at start-up: they are the only report of what
+// was read but is not in force, such as a misspelt section name.
+// [Config.Sources] says where each value came from (file:line:column or
+// environment variable), and [Config.Explain] says it in words.
 //
 // retryCount counts retries, not attempts: 10 delivers a batch at most 11
 // times; -1 retries forever, 0 never.

@@ -45,7 +45,7 @@ func TestEnvOverrides(t *testing.T) {
 			"AzureFunctionsJobHost__checkpointRetryPolicy__maxRetryTime=1h",
 		}, `{"version": "2.0"}`,
 			hostconfig.RetryPolicy{RetryCount: 4, Strategy: hostconfig.Strategy{Name: "fixed", Delay: 7 * time.Second},
-				MaxRetryTime: time.Hour, OnExhausted: hostconfig.Exhaustion{Action: hostconfig.DeadLetter, Topic: "dlq"}}},
+				MaxRetryTime: time.Hour, OnExhausted: hostconfig.Exhaustion{Action: hostconfig.ActionDeadLetter, Topic: "dlq"}}},
 		{"numbers and flags from text", []string{
 			"AzureFunctionsJobHost__checkpointRetryPolicy__strategy__name=azureIotJava",
 			"AzureFunctionsJobHost__checkpointRetryPolicy__strategy__firstFastRetry=False",

@@ -84,17 +84,29 @@ func ExampleConfig_Function() {
 		fmt.Println(err)
 		return
 	}
-	for _, name := range []string{"orders", "payments"} {
-		p, err := cfg.FunctionPolicy(name)
-		if err != nil {
-			fmt.Println(err)
-			return
-		}
-		fmt.Println(name, p.MaxRetries, p.Schedule(8, nil))
+	// A function without a policy of its own follows the host-wide one.
+	orders, err := cfg.Policy()
+	if err != nil {
+		fmt.Println(err)
+		return
 	}
+	fmt.Println("orders", orders.MaxRetries, orders.Schedule(8, nil))
+	payments, err := cfg.FunctionPolicy("payments")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("payments", payments.MaxRetries, payments.Schedule(8, nil))
+	// A misspelt name is an error, not the host-wide policy.
+	_, err = cfg.FunctionPolicy("paymnets")
+	fmt.Println(err)
+	// An entry that names none of the program's functions is flagged.
+	fmt.Println(cfg.CheckFunctions([]string{"orders", "payment"}))
 	// Output:
 	// orders 10 [5s 5s 5s 5s 5s 5s 5s 5s]
 	// payments -1 [1s 2s 4s 8s 16s 32s 1m0s 1m0s]
+	// hostconfig: host.json: no policy for function "paymnets" in checkpointRetryPolicy.functions: did you mean payments? (Config.Policy and Config.Options give the host-wide policy)
+	// hostconfig: host.json:6:7: checkpointRetryPolicy.functions.payments: a policy for function "payments", which the host does not run: did you mean payment?
 }
 
 func ExampleConfig_Explain() {
@@ -118,6 +130,7 @@ func ExampleConfig_Explain() {
 	// First retry delays: 0s..1s, 0s..2s, 0s..4s, 0s..8s, 0s..10s, 0s..10s (random within each range).
 	// Worst case, every random draw at its upper end: 25s of waiting over 5 retries, when the retry time budget of 30s ends them (the handler's run time not included).
 	// Then the batch is sent to topic "orders-dlq" and the checkpoint advances past it.
+	// Values: maxRetryTime from host.json:5:21; onExhausted.action from host.json:6:31; onExhausted.topic from host.json:6:54; retryCount from host.json:3:19; strategy.initialDelay from host.json:4:56; strategy.maxDelay from host.json:4:74; strategy.name from host.json:4:26; anything else is a default.
 }
 
 // Options configures a Processor from host.json.

@@ -31,6 +31,8 @@ func (c *Config) Explain() string {
 		b.WriteString("No host-wide retry policy: a failed batch is not retried and the stream moves on.\n")
 	} else {
 		b.WriteString(c.Host.Explain())
+		path, _, _ := strings.Cut(c.Host.Origin, " (")
+		b.WriteString(c.explainSources(path))
 	}
 	names := make([]string, 0, len(c.Functions))
 	for n := range c.Functions {
@@ -40,6 +42,7 @@ func (c *Config) Explain() string {
 	for _, n := range names {
 		p := c.Functions[n]
 		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, p.Explain())
+		b.WriteString(c.explainSources(c.fnPaths[n]))
 	}
 	if c.Redrive != nil {
 		b.WriteString("\n" + c.Redrive.Explain())
@@ -48,6 +51,28 @@ func (c *Config) Explain() string {
 		fmt.Fprintf(&b, "\nWarning: %s\n", w)
 	}
 	return b.String()
+}
+
+// explainSources says where the fields of the policy at path were read.
+func (c *Config) explainSources(path string) string {
+	if path == "" {
+		return ""
+	}
+	var fields []string
+	for k := range c.Sources {
+		if f, ok := strings.CutPrefix(k, path+"."); ok && !strings.HasPrefix(f, "functions") {
+			fields = append(fields, f)
+		}
+	}
+	if len(fields) == 0 {
+		return ""
+	}
+	sort.Strings(fields)
+	parts := make([]string, len(fields))
+	for i, f := range fields {
+		parts[i] = f + " from " + c.Sources[path+"."+f]
+	}
+	return "Values: " + strings.Join(parts, "; ") + "; anything else is a default.\n"
 }
 
 // Explain describes the policy in words: its limits, its delays, the delays
@@ -100,11 +125,11 @@ func (p *RetryPolicy) Explain() string {
 		b.WriteString(worstCase(hi, def.random).String())
 	}
 	switch p.OnExhausted.Action {
-	case DeadLetter:
+	case ActionDeadLetter:
 		fmt.Fprintf(&b, "Then the batch is sent to topic %q and the checkpoint advances past it.\n", p.OnExhausted.Topic)
-	case Stop:
+	case ActionStop:
 		b.WriteString("Then the partition stops, its checkpoint before the batch.\n")
-	case Park:
+	case ActionPark:
 		b.WriteString("Then the batch's records are parked for a re-drive (see the redrive section) and the checkpoint advances past it.\n")
 	default:
 		b.WriteString("Then the batch is skipped: the checkpoint advances past it.\n")

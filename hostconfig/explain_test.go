@@ -21,6 +21,7 @@ It waits 5s before each retry (strategy fixed).
 First retry delays: 5s, 5s, 5s, 5s, 5s, 5s, 5s, 5s, 5s, 5s.
 Worst case: 50s of waiting over 10 retries (the handler's run time not included).
 Then the batch is skipped: the checkpoint advances past it.
+Values: retryCount from host.json:1:42; sleepDuration from host.json:1:63; anything else is a default.
 `
 	if got != want {
 		t.Errorf("Explain =\n%s\nwant\n%s", got, want)
@@ -45,6 +46,7 @@ No retry starts 5m0s or more after the batch's first failure.
 First retry delays: 1s..1.1s, 2s..2.2s, 4s..4.4s, 8s..8.8s, 16s..17.6s, 32s..35.2s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s, ... (random within each range).
 Worst case, every random draw at its upper end: 4m9.3s of waiting over 9 retries, when the retry time budget of 5m0s ends them (the handler's run time not included).
 Then the batch is skipped: the checkpoint advances past it.
+Values: maxDelay from host.json:5:17; maxRetryTime from host.json:6:21; retryCount from host.json:3:19; strategy.initialDelay from host.json:4:63; strategy.jitterPercent from host.json:4:86; strategy.name from host.json:4:26; anything else is a default.
 
 Function a:
 checkpointRetryPolicy.functions.a (host.json:7:71): retries a failed batch once (at most 2 deliveries).
@@ -54,10 +56,12 @@ No retry starts 5m0s or more after the batch's first failure.
 First retry delays: 1s..1.1s (random within each range).
 Worst case, every random draw at its upper end: 1.1s of waiting over 1 retry (the handler's run time not included).
 Then the batch is sent to topic "dlq" and the checkpoint advances past it.
+Values: maxDelay from host.json:5:17; maxRetryTime from host.json:6:21; onExhausted.action from host.json:7:115; onExhausted.topic from host.json:7:138; retryCount from host.json:7:86; strategy.initialDelay from host.json:4:63; strategy.jitterPercent from host.json:4:86; strategy.name from host.json:4:26; anything else is a default.
 
 Function b:
 checkpointRetryPolicy.functions.b (host.json:7:24): never retries a failed batch.
 Then the partition stops, its checkpoint before the batch.
+Values: maxDelay from host.json:5:17; maxRetryTime from host.json:6:21; onExhausted from host.json:7:57; retryCount from host.json:7:39; strategy.initialDelay from host.json:4:63; strategy.jitterPercent from host.json:4:86; strategy.name from host.json:4:26; anything else is a default.
 
 Warning: host.json:9:12: retry is ignored: checkpointRetryPolicy (host.json:2:28) takes precedence
 `

@@ -14,23 +14,54 @@ import (
 	"github.com/tailscale/hujson"
 )
 
-// EnvPrefix starts the names of the environment variables that override a
-// host.json, as Azure Functions app settings do:
+// DefaultEnvPrefix starts the names of the environment variables that
+// override a host.json, unless [Loader.EnvPrefix] names another, as Azure
+// Functions app settings do:
 // AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=3. A double
-// underscore separates the keys of the path; names match case-insensitively.
-const EnvPrefix = "AzureFunctionsJobHost__"
+// underscore separates the prefix and the keys of the path; names match
+// case-insensitively.
+const DefaultEnvPrefix = "AzureFunctionsJobHost"
 
 // Loader reads host.json files. The zero Loader reads the process
-// environment for overrides. A Loader is safe for concurrent use if its
-// Environ is.
+// environment for overrides named with [DefaultEnvPrefix]. A Loader is safe
+// for concurrent use if its Environ is.
 type Loader struct {
 	// Environ returns the environment as "key=value" strings, as
 	// [os.Environ] does; nil means os.Environ. Return nil to ignore the
 	// environment.
 	Environ func() []string
+
+	// EnvPrefix starts the names of the overriding environment variables,
+	// e.g. "ORDERS" for ORDERS__checkpointRetryPolicy__retryCount; ""
+	// means [DefaultEnvPrefix]. A trailing "__" is optional.
+	EnvPrefix string
 }
 
-// Load reads the host.json at path with the zero [Loader].
+// prefix returns the environment prefix with its "__".
+func (l Loader) prefix() string {
+	p := strings.TrimSuffix(l.EnvPrefix, "__")
+	if p == "" {
+		p = DefaultEnvPrefix
+	}
+	return p + "__"
+}
+
+// Load reads the host.json at path with the zero [Loader]: overrides come
+// from environment variables named AzureFunctionsJobHost__... (use a
+// Loader with EnvPrefix for another prefix).
+//
+// Check the Config's Warnings: they name what was read but is not in force,
+// such as a section name spelt almost like one of ours or an environment
+// variable that looks like an override but is not one. Print them or log
+// them at start-up:
+//
+//	cfg, err := hostconfig.Load("host.json")
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	for _, w := range cfg.Warnings {
+//		log.Print("host.json: warning: ", w)
+//	}
 func Load(path string) (*Config, error) { return Loader{}.Load(path) }
 
 // Parse reads a host.json held in data with the zero [Loader]; name is the
@@ -66,7 +97,7 @@ func (l Loader) Parse(name string, data []byte) (*Config, error) {
 	if environ == nil {
 		environ = os.Environ
 	}
-	d := &decoder{file: name, src: data}
+	d := &decoder{file: name, src: data, prefix: l.prefix(), sources: map[string]string{}}
 	root := d.parse(data)
 	if root != nil {
 		d.overlay(root, environ())
@@ -202,6 +233,9 @@ type decoder struct {
 	keys        []functionKey        // where the file names functions
 	settings    map[string][]Setting // by function name, "" for the host-wide policy
 	retryFields []Setting            // the retry section's, in force when checkpointRetryPolicy sets no host-wide policy
+	prefix   string            // of the environment overrides, with its "__"
+	sources  map[string]string // where each value was read, by JSON path
+	fnPaths  map[string]string // the JSON path of each function, by name
 }
 
 // setSettings records the settings of the policy of function ("" for the
@@ -342,18 +376,21 @@ func (d *decoder) overlay(root *node, environ []string) {
 		keys        []string
 	}
 	var overrides []override
+	prefix := d.prefix
 	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
-		if len(name) < len(EnvPrefix) || !strings.EqualFold(name[:len(EnvPrefix)], EnvPrefix) {
+		if len(name) < len(prefix) || !strings.EqualFold(name[:len(prefix)], prefix) {
+			d.nearEnv(name)
 			continue
 		}
-		keys := strings.Split(name[len(EnvPrefix):], "__")
+		keys := strings.Split(name[len(prefix):], "__")
 		if sectionOf(keys[0]) == "" {
+			d.nearEnv(name)
 			continue // not ours
 		}
 		o := override{name: name, value: value, keys: keys}
 		if slices.Contains(keys, "") {
-			d.addEnv(o.name, "", "empty key in the name: want %sSECTION__KEY with keys separated by a double underscore", EnvPrefix)
+			d.addEnv(o.name, "", "empty key in the name: want %sSECTION__KEY with keys separated by a double underscore", prefix)
 			continue
 		}
 		overrides = append(overrides, o)
@@ -382,6 +419,63 @@ func (d *decoder) overlay(root *node, environ []string) {
 			setEnv(root, o.keys, o.value, o.name)
 		}
 	}
+}
+
+// nearEnv warns about an environment variable that is not an override but
+// looks like one meant for a section of ours: a misspelt prefix or
+// section, or keys separated by a single underscore or a colon (the
+// separator of .NET's configuration keys, which environment variables
+// cannot hold on every system).
+func (d *decoder) nearEnv(name string) {
+	prefix := strings.TrimSuffix(d.prefix, "__")
+	var rest string
+	switch {
+	case len(name) > len(prefix) && strings.EqualFold(name[:len(prefix)], prefix):
+		rest = name[len(prefix):]
+	default:
+		word, after, ok := cutSeparator(name)
+		if !ok {
+			return
+		}
+		w := strings.ToLower(word)
+		if distance(w, strings.ToLower(prefix)) > 2 && distance(w, strings.ToLower(DefaultEnvPrefix)) > 2 {
+			return
+		}
+		rest = after
+	}
+	keys := strings.FieldsFunc(rest, func(r rune) bool { return r == '_' || r == ':' })
+	if len(keys) < 2 {
+		return
+	}
+	sec := sectionOf(keys[0])
+	if sec == "" && distance(strings.ToLower(keys[0]), strings.ToLower(sectionPolicy)) <= 3 {
+		sec = sectionPolicy
+	}
+	if sec == "" {
+		return
+	}
+	want := prefix + "__" + sec + "__" + strings.Join(keys[1:], "__")
+	if strings.EqualFold(want, name) {
+		return
+	}
+	why := ""
+	if strings.ReplaceAll(strings.ReplaceAll(name, "__", ""), "_", "") != strings.ReplaceAll(name, "__", "") || strings.Contains(name, ":") {
+		why = "keys are separated by a double underscore: "
+	}
+	d.warnings = append(d.warnings, fmt.Sprintf("environment %s: ignored: %sdid you mean %s?", name, why, want))
+}
+
+// cutSeparator cuts name at its first run of underscores or colons.
+func cutSeparator(name string) (before, after string, ok bool) {
+	i := strings.IndexAny(name, "_:")
+	if i <= 0 {
+		return "", "", false
+	}
+	j := i
+	for j < len(name) && (name[j] == '_' || name[j] == ':') {
+		j++
+	}
+	return name[:i], name[j:], j < len(name)
 }
 
 // isPrefix reports whether a is a prefix of b or equal to it, ignoring case.

@@ -31,7 +31,7 @@ func TestLoadRealWorldFile(t *testing.T) {
 		RetryCount:   10,
 		Strategy:     hostconfig.Strategy{Name: "fixed", Delay: 5 * time.Second},
 		MaxRetryTime: 30 * time.Minute,
-		OnExhausted:  hostconfig.Exhaustion{Action: hostconfig.DeadLetter, Topic: "orders-dlq"},
+		OnExhausted:  hostconfig.Exhaustion{Action: hostconfig.ActionDeadLetter, Topic: "orders-dlq"},
 	}
 	if !reflect.DeepEqual(cfg.Host, want) {
 		t.Errorf("Host = %+v\nwant %+v", cfg.Host, want)
@@ -45,7 +45,7 @@ func TestLoadRealWorldFile(t *testing.T) {
 		Strategy:     hostconfig.Strategy{Name: "exponential", InitialDelay: time.Second},
 		MaxDelay:     5 * time.Minute,
 		MaxRetryTime: 30 * time.Minute, // inherited
-		OnExhausted:  hostconfig.Exhaustion{Action: hostconfig.Stop},
+		OnExhausted:  hostconfig.Exhaustion{Action: hostconfig.ActionStop},
 	}
 	if got := cfg.Functions["Payments"]; !reflect.DeepEqual(got, payments) {
 		t.Errorf("Functions[Payments] = %+v\nwant %+v", got, payments)
@@ -55,7 +55,7 @@ func TestLoadRealWorldFile(t *testing.T) {
 		RetryCount:   0,
 		Strategy:     hostconfig.Strategy{Name: "fixed", Delay: 5 * time.Second}, // inherited
 		MaxRetryTime: 30 * time.Minute,
-		OnExhausted:  hostconfig.Exhaustion{Action: hostconfig.DeadLetter, Topic: "orders-dlq"},
+		OnExhausted:  hostconfig.Exhaustion{Action: hostconfig.ActionDeadLetter, Topic: "orders-dlq"},
 	}
 	if got := cfg.Functions["Audit"]; !reflect.DeepEqual(got, audit) {
 		t.Errorf("Functions[Audit] = %+v\nwant %+v", got, audit)
@@ -156,10 +156,10 @@ func TestValid(t *testing.T) {
 			&hostconfig.RetryPolicy{RetryCount: 5, Strategy: hostconfig.Strategy{Name: "backoffAlgorithm", InitialDelay: 500 * time.Millisecond, MaxDelay: 5 * time.Second}}},
 		{"dead letter", `{"checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "onExhausted": {"action": "deadLetter", "topic": "dlq"}}}`,
 			&hostconfig.RetryPolicy{RetryCount: 1, Strategy: hostconfig.Strategy{Name: "fixed", Delay: time.Second},
-				OnExhausted: hostconfig.Exhaustion{Action: hostconfig.DeadLetter, Topic: "dlq"}}},
+				OnExhausted: hostconfig.Exhaustion{Action: hostconfig.ActionDeadLetter, Topic: "dlq"}}},
 		{"stop", `{"checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "onExhausted": {"action": "stop"}}}`,
 			&hostconfig.RetryPolicy{RetryCount: 1, Strategy: hostconfig.Strategy{Name: "fixed", Delay: time.Second},
-				OnExhausted: hostconfig.Exhaustion{Action: hostconfig.Stop}}},
+				OnExhausted: hostconfig.Exhaustion{Action: hostconfig.ActionStop}}},
 		{"azure fixedDelay", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": 2, "delayInterval": "00:00:03"}}`,
 			&hostconfig.RetryPolicy{RetryCount: 2, Strategy: hostconfig.Strategy{Name: "fixedDelay", Delay: 3 * time.Second}}},
 		{"azure exponentialBackoff", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": -1, "minimumInterval": "00:00:10", "maximumInterval": "00:15:00"}}`,

@@ -16,11 +16,15 @@ func (c *Config) Options(pub stream.Publisher) ([]stream.Option, error) {
 	return c.Host.options(pub, nil)
 }
 
-// FunctionOptions converts the policy in force for the function called
-// name (see [Config.Function]) into [stream.Processor] options, as
-// [Config.Options] does.
+// FunctionOptions converts the policy of the function called name (see
+// [Config.FunctionPolicy], whose errors it shares) into [stream.Processor]
+// options, as [Config.Options] does.
 func (c *Config) FunctionOptions(name string, pub stream.Publisher) ([]stream.Option, error) {
-	return c.Function(name).options(pub, nil)
+	p, err := c.ownFunction(name)
+	if err != nil {
+		return nil, err
+	}
+	return p.options(pub, nil)
 }
 
 // OptionsWithPark is [Config.Options] for a policy whose onExhausted may be
@@ -33,7 +37,11 @@ func (c *Config) OptionsWithPark(pub stream.Publisher, park stream.ExhaustionAct
 // FunctionOptionsWithPark is [Config.FunctionOptions] for a policy whose
 // onExhausted may be park; see [Config.OptionsWithPark].
 func (c *Config) FunctionOptionsWithPark(name string, pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
-	return c.Function(name).options(pub, park)
+	p, err := c.ownFunction(name)
+	if err != nil {
+		return nil, err
+	}
+	return p.options(pub, park)
 }
 
 func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
@@ -46,18 +54,22 @@ func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction
 		return opts, nil
 	}
 	switch p.OnExhausted.Action {
-	case Skip:
-	case Stop:
+	case ActionSkip:
+	case ActionStop:
 		opts = append(opts, stream.WithExhaustionAction(stream.StopPartition))
-	case DeadLetter:
+	case ActionDeadLetter:
 		if pub == nil {
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter needs a stream.Publisher to send the batch to topic %q", p.Origin, p.OnExhausted.Topic)
 		}
 		if p.OnExhausted.Topic == "" {
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter has no topic", p.Origin)
 		}
-		opts = append(opts, stream.WithExhaustionAction(stream.DeadLetter(pub, p.OnExhausted.Topic)))
-	case Park:
+		dl, err := stream.DeadLetter(pub, p.OnExhausted.Topic)
+		if err != nil {
+			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter: %w", p.Origin, err)
+		}
+		opts = append(opts, stream.WithExhaustionAction(dl))
+	case ActionPark:
 		if park == nil {
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted park needs a re-drive store: build the options with redrive.HostOptions, or Config.OptionsWithPark and redrive.Park", p.Origin)
 		}

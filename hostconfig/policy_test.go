@@ -127,8 +127,11 @@ func TestPolicyOfNothing(t *testing.T) {
 	if err != nil || p.MaxRetries != 0 || p.Backoff != nil {
 		t.Errorf("Policy = %+v, %v; want the zero Policy", p, err)
 	}
-	if p, err := cfg.FunctionPolicy("any"); err != nil || p.MaxRetries != 0 {
-		t.Errorf("FunctionPolicy = %+v, %v; want the zero Policy", p, err)
+	if p := cfg.Function("any"); p != nil {
+		t.Errorf("Function = %+v, want nil (the host-wide policy: none)", p)
+	}
+	if _, err := cfg.FunctionPolicy("any"); !errors.Is(err, hostconfig.ErrUnknownFunction) {
+		t.Errorf("FunctionPolicy of a function without a policy: %v, want ErrUnknownFunction", err)
 	}
 }
 

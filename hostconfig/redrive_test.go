@@ -37,7 +37,7 @@ func TestRedriveSection(t *testing.T) {
 	if !strings.Contains(r.Origin, "host.json:4:") || !strings.Contains(r.Store.Origin, "host.json:7:") {
 		t.Fatalf("origins %q %q", r.Origin, r.Store.Origin)
 	}
-	if cfg.Host.OnExhausted.Action != hostconfig.Park || cfg.Host.OnExhausted.Action.String() != "park" {
+	if cfg.Host.OnExhausted.Action != hostconfig.ActionPark || cfg.Host.OnExhausted.Action.String() != "park" {
 		t.Fatalf("onExhausted = %v", cfg.Host.OnExhausted.Action)
 	}
 	if got := cfg.Explain(); !strings.Contains(got, "parked for a re-drive") || !strings.Contains(got, "REDRIVE_DATABASE_URL") || !strings.Contains(got, `"orders-retry"`) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"time"
@@ -14,21 +15,31 @@ import (
 
 // BatchError is what a handler returns when the records before Index were
 // processed and the record at Index failed with Err (as Spring's
-// BatchListenerFailedException or Lambda's batch item failures do). The
-// checkpoint advances to the record at Index, and the rest of the batch,
-// from Index on, is retried with the batch's retry count going on: under
-// the policy when Err is an error, under the RetryResult when Err is a
-// [*RetryResult]. An Index of 0 or out of range fails the whole batch.
+// BatchListenerFailedException or Lambda's batch item failures do); Index
+// counts from 0 in the batch as delivered. The checkpoint advances to the
+// record at Index, and the rest of the batch, from Index on, is retried
+// with the batch's retry count going on: under the policy when Err is an
+// error, under the RetryResult when Err is a [*RetryResult].
+//
+// When such a batch is given up (its retries spent, or Err not retryable),
+// the record that failed goes to the exhaustion action alone, with Err as
+// its last error, and the records after it are delivered as the next
+// batch, with a fresh count: one poison record costs one record, not the
+// batch. [PerRecord] returns a BatchError for the record that failed.
+//
+// An Index out of range fails the whole batch, as a plain error does.
 type BatchError struct {
-	Index int
-	Err   error
+	Index int   // the failed record's index in the delivered batch
+	Err   error // why it failed
 }
 
 // FailedAt returns a [*BatchError]: records before index succeeded, the one
 // at index failed with err.
 func FailedAt(index int, err error) error { return &BatchError{Index: index, Err: err} }
 
-func (e *BatchError) Error() string { return fmt.Sprintf("record %d of the batch: %v", e.Index, e.Err) }
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("record at index %d of the batch: %v", e.Index, e.Err)
+}
 
 // Unwrap returns Err.
 func (e *BatchError) Unwrap() error { return e.Err }
@@ -130,11 +141,29 @@ const (
 	HeaderError        = "redeliver-last-error"
 )
 
-// DeadLetter returns an [ExhaustionAction] that produces the batch's records
-// to topic, with their keys, values and headers and the Header* headers
-// added, and returns once pub has them acknowledged. Until it has, the
-// checkpoint does not move: a failed produce is tried again after a backoff.
-func DeadLetter(pub Publisher, topic string) ExhaustionAction {
+// DeadLetter returns an [ExhaustionAction] that produces the given-up
+// records to topic, with their keys, values and headers and the Header*
+// headers added, and returns once pub has them acknowledged. Until it has,
+// the checkpoint does not move: a failed produce is tried again after a
+// backoff (the ActionTried hook reports each try), and the partition waits.
+// A dead-letter that succeeds is logged at Info level.
+//
+// The topic must exist (or the broker must create topics on first use),
+// and pub's client must be allowed to write to it: a missing topic holds
+// the partition until it is created.
+//
+// DeadLetter returns an error when pub is nil (a nil interface or a nil
+// pointer in it) or topic is empty.
+func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
+	switch {
+	case isNil(pub):
+		if pub == nil {
+			return nil, errors.New("stream: DeadLetter: nil publisher")
+		}
+		return nil, fmt.Errorf("stream: DeadLetter: nil %T publisher", pub)
+	case topic == "":
+		return nil, errors.New("stream: DeadLetter: no topic")
+	}
 	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
 		recs := make([]Record, len(b.Records))
 		deliveries := strconv.Itoa(xerr.Retries + 1)
@@ -157,8 +186,30 @@ func DeadLetter(pub Publisher, topic string) ExhaustionAction {
 			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
 		}
 		if err := pub.Publish(ctx, topic, recs); err != nil {
-			return fmt.Errorf("dead-letter to %s: %w", topic, err)
+			return fmt.Errorf("dead-letter of %s to topic %q failed, tried again after a backoff while the partition waits "+
+				"(check that the topic exists and that the publisher's client may write to it): %w", records(len(recs)), topic, err)
 		}
+		loggerFrom(ctx).Info("redeliver: dead-lettered", "offset", b.FirstOffset(), "records", len(recs), "dead_letter_topic", topic)
 		return nil
+	}, nil
+}
+
+func records(n int) string {
+	if n == 1 {
+		return "1 record"
 	}
+	return strconv.Itoa(n) + " records"
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, slice,
+// channel or function.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

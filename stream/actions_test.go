@@ -44,7 +44,8 @@ func TestPartialSuccessAdvancesToFailedRecord(t *testing.T) {
 	})
 }
 
-// An index of 0 or out of range fails the whole batch.
+// An index of 0 (the first record failed) or out of range: the whole batch
+// is delivered again.
 func TestPartialSuccessBadIndexFailsWholeBatch(t *testing.T) {
 	for _, idx := range []int{0, -1, 5, 99} {
 		t.Run(fmt.Sprint(idx), func(t *testing.T) {
@@ -200,8 +201,12 @@ func TestDeadLetterHeadersAndAck(t *testing.T) {
 			}
 			return nil
 		})
+		dl, err := stream.DeadLetter(pub, "orders.dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
 		hs := start(t, h, []*streamtest.Partition{p}, fixed(2, time.Second),
-			stream.WithExhaustionAction(stream.DeadLetter(pub, "orders.dlq")), stream.WithHooks(hooks))
+			stream.WithExhaustionAction(dl), stream.WithHooks(hooks))
 		hs.waitAll()
 		hs.stop()
 		if pub.calls != 3 {

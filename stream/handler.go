@@ -3,6 +3,7 @@ package stream
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -31,19 +32,39 @@ func (f HandlerFunc) Handle(ctx context.Context, b *Batch) error { return f(ctx,
 type RecordFunc func(ctx context.Context, r *Record) error
 
 // PerRecord adapts a per-record function to a batch [Handler]. It calls fn for
-// each record in order and stops at the first record that returns an error or
-// a RetryResult: that outcome becomes the batch's, so the whole batch is
-// delivered again (seed 004: if any record asks for a retry, the entire batch
-// is retried).
+// each record in order and stops at the first record that does not return
+// nil:
+//
+//   - an error (or a panic, as a [*PanicError]) becomes [FailedAt] that
+//     record: the records before it are done, the batch from that record on
+//     is retried under the policy, and if it is given up, that record alone
+//     goes to the exhaustion action and the records after it are delivered
+//     as the next batch;
+//   - a retry request ([Retry]) is returned as it is: the whole batch is
+//     delivered again (seed 004: if any record asks for a retry, the entire
+//     batch is retried).
 func PerRecord(fn RecordFunc) Handler {
 	return HandlerFunc(func(ctx context.Context, b *Batch) error {
 		for i := range b.Records {
-			if err := fn(ctx, &b.Records[i]); err != nil {
-				return err
+			if err := callRecord(ctx, fn, &b.Records[i]); err != nil {
+				if retryRequest(err) != nil {
+					return err
+				}
+				return FailedAt(i, err)
 			}
 		}
 		return nil
 	})
+}
+
+// callRecord calls fn and turns a panic into a *PanicError.
+func callRecord(ctx context.Context, fn RecordFunc, r *Record) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return fn(ctx, r)
 }
 
 // Middleware wraps a Handler with behaviour of its own.
@@ -70,11 +91,32 @@ func Chain(h Handler, mw ...Middleware) Handler {
 // made still count. Its count and delay are stored with the batch's retry
 // state, so a next owner keeps them. Return it with [Retry] or as
 // &RetryResult{...}, alone or as the error of [FailedAt].
+//
+// # How a handler's result is read
+//
+// The processor reads what a handler returns in this order:
+//
+//  1. nil: the batch succeeded.
+//  2. a [*BatchError] ([FailedAt]), found with errors.As: the records before
+//     its index are done; its Err is read on by the rules below, for the
+//     rest of the batch.
+//  3. an error marked [Permanent] anywhere in its tree: a failure that is
+//     not retried, even when it wraps a RetryResult
+//     (Permanent(Retry(...)) gives the batch up).
+//  4. a retry request: a *RetryResult, alone or wrapped with %w, or an
+//     errors.Join whose every branch is a retry request (the first one
+//     applies). A failure beside a RetryResult wins:
+//     errors.Join(err, Retry(...)) is a failure with that error, under the
+//     policy, never a silent retry or a commit.
+//  5. anything else: a failure, under the policy.
+//
+// A RetryResult with MaxRetries below -1 or a negative Delay is invalid: it
+// is a failure (under the policy) whose error says what is wrong.
 type RetryResult struct {
 	// MaxRetries limits the batch's retries; [checkpoint.Infinite] (-1)
 	// never stops.
 	MaxRetries int
-	// Delay is the wait before each retry.
+	// Delay is the wait before each retry, 0 or more.
 	Delay time.Duration
 }
 
@@ -91,18 +133,72 @@ func (r *RetryResult) request() checkpoint.Request {
 	return checkpoint.Request{MaxRetries: r.MaxRetries, Delay: r.Delay}
 }
 
+// validate returns why r is invalid, or nil.
+func (r *RetryResult) validate() error {
+	switch {
+	case r.MaxRetries < checkpoint.Infinite:
+		return fmt.Errorf("stream: invalid RetryResult: MaxRetries %d, want %d (no limit) or more", r.MaxRetries, checkpoint.Infinite)
+	case r.Delay < 0:
+		return fmt.Errorf("stream: invalid RetryResult: Delay %v, want 0 or more", r.Delay)
+	}
+	return nil
+}
+
+// retryRequest returns the RetryResult that err asks for, or nil when err is
+// not a retry request (see [RetryResult] for the rules).
+func retryRequest(err error) *RetryResult {
+	if err == nil || checkpoint.IsPermanent(err) {
+		return nil
+	}
+	return retryRequestIn(err)
+}
+
+func retryRequestIn(err error) *RetryResult {
+	switch e := err.(type) {
+	case *RetryResult:
+		return e
+	case interface{ Unwrap() []error }:
+		var first *RetryResult
+		for _, x := range e.Unwrap() {
+			rr := retryRequestIn(x)
+			if rr == nil {
+				return nil // a failure beside a retry request wins
+			}
+			if first == nil {
+				first = rr
+			}
+		}
+		return first
+	case interface{ Unwrap() error }:
+		if inner := e.Unwrap(); inner != nil {
+			return retryRequestIn(inner)
+		}
+	}
+	return nil
+}
+
 // Permanent marks err as not retryable: the batch is not delivered again and
 // goes to the exhaustion action. It is [checkpoint.Permanent].
 func Permanent(err error) error { return checkpoint.Permanent(err) }
 
-// PanicError is the error a handler's panic becomes. A panic is treated as a
-// retryable failure and the process survives it.
+// PanicError is the error a panic of a handler or of an exhaustion action
+// becomes. A handler's panic is treated as a retryable failure, an
+// exhaustion action's as a failed try of the action; the process survives
+// both.
 type PanicError struct {
-	Value any
-	Stack []byte
+	Value any    // what was passed to panic
+	Stack []byte // the panicking goroutine's stack, as debug.Stack gives it
+
+	in string // what panicked; "" for a handler
 }
 
-func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+func (e *PanicError) Error() string {
+	in := e.in
+	if in == "" {
+		in = "handler"
+	}
+	return fmt.Sprintf("%s panicked: %v", in, e.Value)
+}
 
 // Unwrap returns the panic value when it is an error.
 func (e *PanicError) Unwrap() error {

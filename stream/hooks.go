@@ -62,12 +62,17 @@ type ReleaseEvent struct {
 
 // BatchInfo identifies a batch in events.
 type BatchInfo struct {
-	Topic       string
-	Partition   int32
-	ClaimID     uint64 // the claim whose worker reports the batch
+	Topic     string
+	Partition int32
+	ClaimID   uint64 // the claim whose worker reports the batch
+	// FirstOffset and LastOffset are the offsets of the batch's first and
+	// last records, as the records carry them (a batch cut by FailedAt
+	// starts at the failed record).
 	FirstOffset int64
 	LastOffset  int64
-	Records     int
+	// Records is how many records the batch holds: 1 for a record given
+	// up alone (see BatchError).
+	Records int
 }
 
 // Outcome is the result of one delivery.
@@ -108,25 +113,37 @@ func (o Outcome) String() string {
 // Start).
 type DeliveredEvent struct {
 	BatchInfo
-	Attempt  Attempt
-	Outcome  Outcome
-	Err      error     // the handler's error; a *RetryResult for RetryRequested
-	Start    time.Time // when the handler was called
+	// Attempt is what the handler was told about this delivery.
+	Attempt Attempt
+	// Outcome is how the processor read what the handler returned (see
+	// RetryResult for the rules).
+	Outcome Outcome
+	// Err is what the handler returned: nil, its error (a *BatchError when
+	// it named the failed record), or a *RetryResult for RetryRequested.
+	Err error
+	// Start is when the handler was called, by the processor's clock.
+	Start time.Time
+	// Duration is how long the handler ran: the time from Start until it
+	// returned (or panicked), by the processor's clock.
 	Duration time.Duration
 }
 
 // RetryEvent reports that a batch will be delivered again.
 type RetryEvent struct {
 	BatchInfo
-	Retry int           // the number of the coming retry, from 1
+	Retry int           // the retry number of the delivery scheduled, from 1: its Attempt.Retry
 	Delay time.Duration // the backoff before it
 	At    time.Time     // when it is due
 	Err   error         // the error that caused it; nil for a RetryResult
 }
 
-// ExhaustedEvent reports that a failed batch is given up.
+// ExhaustedEvent reports that a failed batch is given up (or only the
+// record that failed in it, when the handler named it: see BatchError).
 type ExhaustedEvent struct {
 	BatchInfo
+	// Err says why it was given up, after how many retries, and the last
+	// delivery's error (the failed record's own error for a record given
+	// up alone).
 	Err *checkpoint.ExhaustedError
 }
 

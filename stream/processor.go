@@ -147,6 +147,10 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 // Policy returns the processor's retry policy.
 func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
 
+// Logger returns the processor's logger (one that discards when none was
+// given): adapters log to it unless they are given a logger of their own.
+func (p *Processor) Logger() *slog.Logger { return p.log }
+
 // Process runs the claim's partition until ctx is done or the claim fails:
 // it fetches a batch, delivers it until it succeeds or is given up, writes the
 // checkpoint, and goes on with the next. While a batch waits out a backoff the
@@ -195,15 +199,19 @@ func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
 		w.readState(off, md)
 	}
 	for {
-		recs, err := c.Fetch(ctx)
-		if err != nil {
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-			return fmt.Errorf("stream: fetch %s/%d: %w", c.Topic(), c.Partition(), err)
-		}
+		recs := w.rest
+		w.rest = nil
 		if len(recs) == 0 {
-			continue
+			recs, err = c.Fetch(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					return context.Cause(ctx)
+				}
+				return fmt.Errorf("stream: fetch %s/%d: %w", c.Topic(), c.Partition(), err)
+			}
+			if len(recs) == 0 {
+				continue
+			}
 		}
 		w.batch.Records = recs
 		if err := w.run(ctx); err != nil {
@@ -226,6 +234,14 @@ type worker struct {
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
 	restored checkpoint.State
+
+	// poison reports that the latest delivery failed at a known record,
+	// the batch's first (FailedAt cut the batch there): if the batch is
+	// given up, that record alone is.
+	poison bool
+	// rest holds the records after a record given up alone, fetched
+	// already: they are delivered as the next batch.
+	rest []Record
 }
 
 func (w *worker) infoOf(b *Batch) BatchInfo {
@@ -259,6 +275,7 @@ func (w *worker) readState(off int64, md string) {
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
+	w.poison = false
 	var (
 		d       checkpoint.Decision
 		outcome Outcome // of the latest delivery
@@ -311,13 +328,23 @@ func (w *worker) run(ctx context.Context) error {
 			outcome = Failed // a retry refused when due: the budget ran out
 		}
 		if d.Action == checkpoint.StopRetrying && outcome == Failed {
-			again, err := w.exhausted(ctx, b)
+			// A batch that failed at a known record gives up that record
+			// only; the records after it are delivered as the next batch.
+			given := b
+			if w.poison && len(b.Records) > 1 {
+				given = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:1], Attempt: b.Attempt}
+			}
+			again, err := w.exhausted(ctx, given)
 			if err != nil {
 				return w.abandon(ctx)
 			}
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
 				continue
+			}
+			if given != b {
+				w.rest = b.Records[1:]
+				return w.commit(ctx, given)
 			}
 		}
 		return w.commit(ctx, b)
@@ -348,13 +375,20 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		return d, Cancelled, err, w.abandon(ctx)
 	}
 	outcome = Succeeded
-	var partial *BatchError // a partial success: records before its index are done
+	w.poison = false
+	var partial *BatchError // the failed record is known: records before its index are done
 	if err != nil {
 		cause = err
 		if partial = asBatchError(err, len(b.Records)); partial != nil {
 			cause = partial.Err
 		}
-		if rr := asRetryResult(cause); rr != nil {
+		rr := retryRequest(cause)
+		if rr != nil {
+			if invalid := rr.validate(); invalid != nil {
+				rr, cause = nil, invalid
+			}
+		}
+		if rr != nil {
 			outcome = RetryRequested
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
 		} else {
@@ -365,7 +399,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	if hooks.Delivered != nil {
 		hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start)})
 	}
-	if partial != nil {
+	if partial != nil && partial.Index > 0 {
 		// The records before partial.Index are done: move the checkpoint
 		// to the failed record and go on with the rest of the batch.
 		if err := w.write(ctx, b, b.Records[partial.Index].Offset, ""); err != nil {
@@ -373,6 +407,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		}
 		b.Records = b.Records[partial.Index:]
 	}
+	w.poison = partial != nil && outcome == Failed
 	if outcome == RetryRequested {
 		cause = nil
 	}
@@ -386,28 +421,25 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 	if h := w.p.cfg.hooks.RetryScheduled; h != nil {
 		h(RetryEvent{BatchInfo: w.infoOf(b), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
 	}
-	w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
-		"retry", d.Retry, "delay", d.Delay, "error", err)
+	if w.poison {
+		w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
+			"failed_offset", b.FirstOffset(), "retry", d.Retry, "delay", d.Delay, "error", err)
+	} else {
+		w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
+			"retry", d.Retry, "delay", d.Delay, "error", err)
+	}
 	if d.Delay > 0 && !w.paused {
 		w.c.Pause()
 		w.paused = true
 	}
 }
 
-// asBatchError returns err's *BatchError when its index splits a batch of n
-// records: an index of 0 or out of range fails the whole batch.
+// asBatchError returns err's *BatchError when its index names one of the n
+// records of the batch: an index out of range fails the whole batch.
 func asBatchError(err error, n int) *BatchError {
 	var be *BatchError
-	if errors.As(err, &be) && be.Index > 0 && be.Index < n {
+	if errors.As(err, &be) && be.Index >= 0 && be.Index < n {
 		return be
-	}
-	return nil
-}
-
-func asRetryResult(err error) *RetryResult {
-	var rr *RetryResult
-	if errors.As(err, &rr) {
-		return rr
 	}
 	return nil
 }
@@ -478,7 +510,11 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 	if h := w.p.cfg.hooks.Exhausted; h != nil {
 		h(ExhaustedEvent{BatchInfo: w.infoOf(b), Err: xerr})
 	}
-	w.log.Error("redeliver: batch given up", "offset", b.FirstOffset(), "records", len(b.Records),
+	what := "redeliver: batch given up"
+	if len(b.Records) == 1 {
+		what = "redeliver: record given up"
+	}
+	w.log.Error(what, "offset", b.FirstOffset(), "records", len(b.Records),
 		"retries", xerr.Retries, "reason", xerr.Reason.String(), "error", xerr.Last)
 	action := w.p.cfg.exhaustion
 	if action == nil {
@@ -488,9 +524,10 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 	stop, try := false, 0
 	// The action's errors are its own: one that wraps ErrRevoked is a
 	// failed try like any other (the claim's end shows in ctx).
+	actx := context.WithValue(ctx, loggerKey{}, w.log)
 	err = w.repeat(ctx, "exhaustion action", false, func() error {
 		try++
-		err := action(ctx, b, xerr)
+		err := callAction(actx, action, b, xerr)
 		if errors.Is(err, errStop) {
 			stop = true
 			return nil
@@ -502,6 +539,28 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 		return false, err
 	}
 	return w.halt(ctx, b, xerr)
+}
+
+// callAction runs the exhaustion action and turns a panic into a
+// *PanicError.
+func callAction(ctx context.Context, action ExhaustionAction, b *Batch, xerr *checkpoint.ExhaustedError) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack(), in: "exhaustion action"}
+		}
+	}()
+	return action(ctx, b, xerr)
+}
+
+// loggerKey is the context key of the partition worker's logger, in the
+// context of an exhaustion action, for the actions of this package.
+type loggerKey struct{}
+
+func loggerFrom(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
+		return l
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 func (w *worker) actionTried(b *Batch, try int, err error, skipped bool) {

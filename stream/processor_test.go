@@ -40,6 +40,7 @@ func (e *events) hooks() stream.Hooks {
 // bubble.
 type harness struct {
 	t      *testing.T
+	proc   *stream.Processor
 	rec    *streamtest.Recorder
 	ev     *events
 	parts  []*streamtest.Partition
@@ -57,6 +58,7 @@ func start(t *testing.T, h stream.Handler, parts []*streamtest.Partition, opts .
 	if err != nil {
 		t.Fatal(err)
 	}
+	hs.proc = proc
 	ctx, cancel := context.WithCancel(t.Context())
 	hs.cancel = cancel
 	go func() { hs.done <- streamtest.Run(ctx, proc, parts...) }()
@@ -254,8 +256,10 @@ func TestScenario4RetryResultOverridesPolicy(t *testing.T) {
 	})
 }
 
-// A per-record handler that fails on one record retries the whole batch.
-func TestPerRecordFailureRetriesWholeBatch(t *testing.T) {
+// A per-record handler that fails on one record reports it (FailedAt): the
+// records before it are done, and the batch from that record on is
+// delivered again whole.
+func TestPerRecordFailureRetriesFromTheFailedRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := streamtest.NewPartition("orders", 0, 5)
 		p.AppendN(time.Now(), 5)
@@ -278,13 +282,16 @@ func TestPerRecordFailureRetriesWholeBatch(t *testing.T) {
 		hs.waitAll()
 		hs.stop()
 
-		want := map[int64]int{0: 2, 1: 2, 2: 2, 3: 2, 4: 1}
+		want := map[int64]int{0: 1, 1: 1, 2: 1, 3: 2, 4: 1}
 		if fmt.Sprint(calls) != fmt.Sprint(want) {
 			t.Fatalf("calls per record %v, want %v", calls, want)
 		}
 		ds := hs.rec.Deliveries()
-		if len(ds) != 2 || ds[0].FirstOffset != 0 || ds[1].FirstOffset != 0 || ds[1].LastOffset != 4 {
-			t.Fatalf("deliveries %+v: want the whole batch 0-4 twice", ds)
+		if len(ds) != 2 || ds[0].FirstOffset != 0 || ds[1].FirstOffset != 3 || ds[1].LastOffset != 4 {
+			t.Fatalf("deliveries %+v: want 0-4, then 3-4", ds)
+		}
+		if got := advancing(p.Commits()); fmt.Sprint(got) != "[3 5]" {
+			t.Fatalf("advancing commits %v, want [3 5]", got)
 		}
 	})
 }

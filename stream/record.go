@@ -44,8 +44,10 @@ func (b *Batch) LastOffset() int64 { return b.Records[len(b.Records)-1].Offset }
 // Attempt describes one delivery of a batch, as Azure Functions' RetryContext
 // does for one execution.
 type Attempt struct {
-	// Retry is the number of retries before this delivery: 0 on the first
-	// delivery, n on the n-th redelivery.
+	// Retry is this delivery's retry number: 0 for the first delivery, n
+	// for the n-th retry (the n-th redelivery). It is the number the
+	// RetryScheduled hook announced for it ([RetryEvent.Retry]);
+	// [Attempt.Number] counts deliveries from 1 instead.
 	Retry int
 	// MaxRetries is the limit of the policy in force, [checkpoint.Infinite]
 	// (-1) when there is none.
@@ -60,7 +62,7 @@ type Attempt struct {
 	LastError error
 }
 
-// Number returns the 1-based number of this delivery.
+// Number returns the 1-based number of this delivery: Retry+1.
 func (a Attempt) Number() int { return a.Retry + 1 }
 
 func attemptOf(m *checkpoint.Machine) Attempt {

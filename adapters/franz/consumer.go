@@ -48,6 +48,7 @@ type config struct {
 	bufferBytes   int
 	commitTimeout time.Duration
 	logger        *slog.Logger
+	publishers    []*Publisher
 }
 
 // WithClient makes the consumer use cl, a group consuming client that was
@@ -107,9 +108,18 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.commitTimeout = d })
 }
 
-// WithLogger sets the logger. The default, like a nil logger, discards.
+// WithLogger sets the logger. The default is the processor's logger
+// ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithPublisher binds pub, an unbound [Publisher] (new(franz.Publisher)),
+// to the consumer's client, so that a dead-letter action made before the
+// consumer produces through it. New returns an error when pub is nil or
+// bound to another client.
+func WithPublisher(pub *Publisher) Option {
+	return optionFunc(func(c *config) { c.publishers = append(c.publishers, pub) })
 }
 
 // Consumer runs a [stream.Processor] over the partitions a franz-go group
@@ -163,9 +173,14 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	case cfg.client == nil && !cfg.kset:
 		return nil, errors.New("franz: no client: give WithClient or WithKgoOptions")
 	}
+	for _, pub := range cfg.publishers {
+		if pub == nil {
+			return nil, errors.New("franz: WithPublisher: nil publisher")
+		}
+	}
 	log := cfg.logger
 	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+		log = proc.Logger()
 	}
 	c := &Consumer{proc: proc, cfg: cfg, log: log, runDone: make(chan struct{})}
 	if cfg.client != nil {
@@ -175,6 +190,9 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		c.cl = cfg.client
 	} else {
 		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait)}, cfg.kopts...)
+		if err := checkOpts(kopts); err != nil {
+			return nil, err
+		}
 		kopts = append(kopts, ClientOptions()...)
 		cl, err := kgo.NewClient(kopts...)
 		if err != nil {
@@ -186,12 +204,20 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		c.cl, c.owned = cl, true
 	}
-	c.g = groupFor(c.cl)
-	if err := c.g.bind(c); err != nil {
+	fail := func(err error) (*Consumer, error) {
 		if c.owned {
 			c.cl.Close()
 		}
 		return nil, err
+	}
+	for _, pub := range cfg.publishers {
+		if err := pub.bind(c.cl); err != nil {
+			return fail(err)
+		}
+	}
+	c.g = groupFor(c.cl)
+	if err := c.g.bind(c); err != nil {
+		return fail(err)
 	}
 	c.commit = newCommitter(c.cl, cfg.commitTimeout)
 	return c, nil
@@ -206,13 +232,17 @@ func (c *Consumer) Client() *kgo.Client { return c.cl }
 // On return, every worker has stopped, its batch in flight abandoned without
 // a commit, and a client the consumer owns is closed (leaving the group).
 //
-// Run always returns a non-nil error that says why it stopped: ctx's cause,
-// [ErrClosed], or the failure. It may be called once.
+// Run returns nil after a clean shutdown: ctx done (cancelled or past its
+// deadline) or [Consumer.Close] called. Otherwise it returns the error that
+// stopped it: the client closed under it, or a worker's failure. It
+// returns [ErrClosed] when Close was called before it. It may be called
+// once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("franz: Run called more than once")
 	}
 	defer close(c.runDone)
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c.mu.Lock()
@@ -234,6 +264,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.closeClient()
 	}
 	c.log.Info("redeliver: consumer stopped", "cause", err)
+	if parent.Err() != nil || errors.Is(err, ErrClosed) {
+		return nil // a clean shutdown
+	}
 	return err
 }
 

@@ -37,6 +37,25 @@
 // # Building the client
 //
 // Give the adapter kgo options with [WithKgoOptions] and it builds the
-// client and owns it. To use a client you build yourself, build it with
+// client and owns it; the options must name a consumer group
+// (kgo.ConsumerGroup) and what to consume (kgo.ConsumeTopics), or [New]
+// says which is missing. To use a client you build yourself, build it with
 // [ClientOptions] added last and pass it with [WithClient].
+//
+// A dead-letter action ([stream.DeadLetter]) needs its publisher before the
+// processor, which comes before the consumer: make it new(Publisher) and
+// give it to [New] with [WithPublisher], which binds it to the consumer's
+// client (see the WithPublisher example).
+//
+// # Stopping
+//
+// [Consumer.Run] returns nil when it stopped because its context ended or
+// [Consumer.Close] was called, and the error that stopped it otherwise, so
+// that
+//
+//	if err := consumer.Run(ctx); err != nil {
+//		log.Fatal(err)
+//	}
+//
+// exits 0 on Ctrl-C.
 package franz

@@ -77,13 +77,13 @@ func Example() {
 		panic(err)
 	}
 	defer consumer.Close()
-	err = consumer.Run(ctx)
-	fmt.Println("stopped:", err)
+	err = consumer.Run(ctx) // nil after a clean shutdown
+	fmt.Println("stopped, error:", err)
 	// Output:
 	// offsets 0-2, delivery 1: apple pear plum
 	// checkpoint: next offset 0, retry state: true
 	// checkpoint: next offset 0, retry state: true
 	// offsets 0-2, delivery 2: apple pear plum
 	// checkpoint: next offset 3, retry state: false
-	// stopped: context canceled
+	// stopped, error: <nil>
 }

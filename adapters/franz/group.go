@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log/slog"
 	"reflect"
+	"regexp"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,10 +36,33 @@ func ClientOptions() []kgo.Opt {
 	}
 }
 
-// checkClient reports whether cl was built with ClientOptions.
+// checkOpts checks the caller's options (WithKgoOptions) before a client
+// is built from them with ClientOptions, so that a missing consumer group
+// is reported in the adapter's words rather than as kgo's "invalid
+// autocommit options".
+func checkOpts(opts []kgo.Opt) error {
+	if err := kgo.ValidateOpts(opts...); err != nil {
+		return fmt.Errorf("franz: %w", err)
+	}
+	withOurs := append(slices.Clip(opts), ClientOptions()...)
+	if kgo.ValidateOpts(withOurs...) == nil {
+		return nil
+	}
+	probe := append(append(slices.Clip(opts), kgo.ConsumerGroup("probe")), ClientOptions()...)
+	if kgo.ValidateOpts(probe...) == nil {
+		return errors.New("franz: no consumer group: add kgo.ConsumerGroup(name) to WithKgoOptions (the adapter consumes as a group member and commits the group's offsets)")
+	}
+	return fmt.Errorf("franz: %w (an option conflicts with franz.ClientOptions: no autocommit, BlockRebalanceOnPoll, the adapter's partition callbacks)", kgo.ValidateOpts(withOurs...))
+}
+
+// checkClient reports whether cl was built with ClientOptions and has
+// something to consume.
 func checkClient(cl *kgo.Client) error {
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
-		return errors.New("franz: the client has no consumer group (kgo.ConsumerGroup)")
+		return errors.New("franz: no consumer group: add kgo.ConsumerGroup(name) to the client's options")
+	}
+	if topics, _ := cl.OptValue(kgo.ConsumeTopics).(map[string]*regexp.Regexp); len(topics) == 0 {
+		return errors.New("franz: the client consumes no topic: add kgo.ConsumeTopics(topic, ...) to its options (Run would wait for an assignment that never comes)")
 	}
 	if off, _ := cl.OptValue(kgo.DisableAutoCommit).(bool); !off {
 		return errors.New("franz: the client autocommits: build it with franz.ClientOptions() last")

@@ -3,7 +3,10 @@ package franz
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync/atomic"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/stream"
@@ -11,23 +14,46 @@ import (
 
 // Publisher produces records through a franz-go client, for
 // [stream.DeadLetter]. It is safe for concurrent use.
+//
+// A Publisher is made with [NewPublisher] for a client of its own, or as
+// new(Publisher), unbound, to produce through a consumer's client: give it
+// to [New] with [WithPublisher], which binds it to the consumer's client.
+// That allows the natural order of construction: the publisher, the
+// processor's options and the processor, then the consumer (see the
+// package's examples).
 type Publisher struct {
-	cl *kgo.Client
+	cl atomic.Pointer[kgo.Client]
 }
 
-// NewPublisher returns a Publisher that produces through cl, which may be
-// the consumer's own client ([Consumer.Client]) or another one.
+// NewPublisher returns a Publisher that produces through cl.
 func NewPublisher(cl *kgo.Client) (*Publisher, error) {
 	if cl == nil {
 		return nil, errors.New("franz: nil client for the publisher")
 	}
-	return &Publisher{cl: cl}, nil
+	p := &Publisher{}
+	p.cl.Store(cl)
+	return p, nil
+}
+
+// bind makes p produce through cl, unless p is bound to another client.
+func (p *Publisher) bind(cl *kgo.Client) error {
+	if p == nil {
+		return errors.New("franz: WithPublisher: nil publisher")
+	}
+	if !p.cl.CompareAndSwap(nil, cl) && p.cl.Load() != cl {
+		return errors.New("franz: WithPublisher: the publisher is bound to another client already")
+	}
+	return nil
 }
 
 // Publish produces recs to topic and returns once every record is
 // acknowledged, or the first error. Records keep their keys, values,
 // headers and timestamps; the partition is the client's partitioner's.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	cl := p.cl.Load()
+	if cl == nil {
+		return errors.New("franz: the publisher has no client: build it with NewPublisher(client), or give it to franz.New with WithPublisher")
+	}
 	out := make([]*kgo.Record, len(recs))
 	for i, r := range recs {
 		kr := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
@@ -39,5 +65,12 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		}
 		out[i] = kr
 	}
-	return p.cl.ProduceSync(ctx, out...).FirstErr()
+	err := cl.ProduceSync(ctx, out...).FirstErr()
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, kerr.UnknownTopicOrPartition):
+		return fmt.Errorf("franz: topic %q does not exist (create it): %w", topic, err)
+	}
+	return fmt.Errorf("franz: produce to topic %q: %w", topic, err)
 }

@@ -39,10 +39,14 @@ func TestDeadLetterThroughKafka(t *testing.T) {
 		}
 		return nil
 	})
+	dl, err := stream.DeadLetter(pub, "orders.dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
 	given := make(chan stream.BatchInfo, 1)
 	proc := newProcessor(t, h,
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(10 * time.Millisecond)}),
-		stream.WithExhaustionAction(stream.DeadLetter(pub, "orders.dlq")),
+		stream.WithExhaustionAction(dl),
 		stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) { given <- e.BatchInfo }}))
 	r := start(t, addrs, "g", "orders", proc, franz.WithMaxBatch(3))
 	waitCommitted(t, addrs, "g", "orders", map[int32]int64{0: 6})

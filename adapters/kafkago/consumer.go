@@ -89,7 +89,8 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.commitTimeout = d })
 }
 
-// WithLogger sets the logger. The default, like a nil logger, discards.
+// WithLogger sets the logger. The default is the processor's logger
+// ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
@@ -148,7 +149,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	}
 	c := &Consumer{proc: proc, cfg: cfg, log: cfg.logger, runDone: make(chan struct{}), start: group.StartOffset}
 	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
+		c.log = proc.Logger()
 	}
 	c.brokers, c.dialer = group.Brokers, group.Dialer // kafka.DefaultDialer when the group has none
 	if err := c.setFetch(cfg.fetch); err != nil {
@@ -195,13 +196,16 @@ func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
 // worker fails. On return, every worker has stopped, its batch in flight
 // abandoned without a commit, and the consumer has left the group.
 //
-// Run always returns a non-nil error that says why it stopped: ctx's cause,
-// [ErrClosed], or the failure. It may be called once.
+// Run returns nil after a clean shutdown: ctx done (cancelled or past its
+// deadline) or [Consumer.Close] called. Otherwise it returns the error that
+// stopped it, a worker's failure. It returns [ErrClosed] when Close was
+// called before it. It may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("kafkago: Run called more than once")
 	}
 	defer close(c.runDone)
+	parent := ctx
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	c.mu.Lock()
@@ -237,6 +241,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.transport.CloseIdleConnections()
 	}
 	c.log.Info("redeliver: consumer stopped", "group", c.cfg.group.ID, "cause", err)
+	if parent.Err() != nil || errors.Is(err, ErrClosed) {
+		return nil // a clean shutdown
+	}
 	return err
 }
 

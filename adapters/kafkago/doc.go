@@ -110,7 +110,8 @@
 // loop.
 //
 // Shutdown. [Consumer.Run] returns once every worker has stopped and the
-// member has left the group. Fetch connections are closed at once, so a
+// member has left the group; it returns nil when it stopped because its
+// context ended or [Consumer.Close] was called. Fetch connections are closed at once, so a
 // fetch waiting for data (up to its MaxWait, 10s by default) does not hold
 // the shutdown up. Leaving the group during a rebalance waits for kafka-go's
 // JoinGroup to return, up to the group's RebalanceTimeout.

@@ -70,13 +70,13 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	err = consumer.Run(runCtx) // until the checkpoint reaches 10
-	fmt.Println("stopped:", err)
+	err = consumer.Run(runCtx) // until the checkpoint reaches 10; nil after a clean shutdown
+	fmt.Println("stopped, error:", err)
 	// Output:
 	// offsets 0-4, attempt 1
 	// checkpoint 5
 	// offsets 5-9, attempt 1
 	// offsets 5-9, attempt 2
 	// checkpoint 10
-	// stopped: context canceled
+	// stopped, error: <nil>
 }

@@ -116,8 +116,8 @@ func TestCommitsLeaderEpoch(t *testing.T) {
 
 	r := start(t, addrs, "g", "t", newProcessor(t, newValueLog("").handler()), kafkago.WithMaxBatch(30))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 100})
-	if err := r.stop(t); err == nil {
-		t.Fatal("Run returned nil")
+	if err := r.stop(t); err != nil {
+		t.Fatalf("Run returned %v, want nil: a clean shutdown", err)
 	}
 	o, _ := committed(t, addrs, "g").Lookup("t", 0)
 	if o.LeaderEpoch != 1 {

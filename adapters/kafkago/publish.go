@@ -53,7 +53,25 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		msgs[i] = m
 	}
 	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
-		return fmt.Errorf("kafkago: publish %d records to %s: %v", len(msgs), topic, err)
+		if unknownTopic(err) {
+			return fmt.Errorf("kafkago: topic %q does not exist (create it): publish %d records: %v", topic, len(msgs), err)
+		}
+		return fmt.Errorf("kafkago: publish %d records to topic %q: %v", len(msgs), topic, err)
 	}
 	return nil
+}
+
+// unknownTopic reports whether err, or one of the errors of a
+// kafka.WriteErrors, is kafka.UnknownTopicOrPartition.
+func unknownTopic(err error) bool {
+	var we kafka.WriteErrors
+	if errors.As(err, &we) {
+		for _, e := range we {
+			if e != nil && unknownTopic(e) {
+				return true
+			}
+		}
+		return false
+	}
+	return errors.Is(err, kafka.UnknownTopicOrPartition)
 }

@@ -71,7 +71,11 @@ func TestDeadLetterThroughPublisher(t *testing.T) {
 		}
 		return nil
 	})
-	proc := newProcessor(t, h, stream.WithExhaustionAction(stream.DeadLetter(pub, "dlq")),
+	dl, err := stream.DeadLetter(pub, "dlq")
+	if err != nil {
+		t.Fatal(err)
+	}
+	proc := newProcessor(t, h, stream.WithExhaustionAction(dl),
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(10 * time.Millisecond)}))
 	start(t, addrs, "g", "t", proc, kafkago.WithMaxBatch(3))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 6})

@@ -81,6 +81,9 @@ func runOffsets(args []string, e env) int {
 			return exitProblems
 		}
 		p, err := cfg.FunctionPolicy(*function)
+		if errors.Is(err, hostconfig.ErrUnknownFunction) {
+			p, err = cfg.Policy() // the function runs under the host-wide policy
+		}
 		if err != nil {
 			fmt.Fprintf(e.stderr, "redeliver offsets: %v\n", err)
 			return exitProblems

@@ -218,8 +218,12 @@ func processor(ctx context.Context, name string, hub *memhub.Hub, store azeventh
 	if err != nil {
 		return err
 	}
+	dl, err := stream.DeadLetter(pub, dlqName)
+	if err != nil {
+		return err
+	}
 	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks),
-		stream.WithExhaustionAction(stream.DeadLetter(pub, dlqName)))
+		stream.WithExhaustionAction(dl))
 	if err != nil {
 		return err
 	}

@@ -87,6 +87,12 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 			print("p%d  offsets %3d-%3d  given up: %v", e.Partition, e.FirstOffset, e.LastOffset, e.Err)
 		},
 		Checkpointed: func(e stream.CheckpointEvent) {
+			if e.Metadata != "" {
+				// The checkpoint stays at the withheld batch; the write
+				// stores its retry state, for a next owner.
+				print("p%d  retry state written (checkpoint stays at %d): %s", e.Partition, e.Next, checkpoint.Describe(e.Metadata, retries))
+				return
+			}
 			print("p%d  checkpoint -> %d", e.Partition, e.Next)
 		},
 	}

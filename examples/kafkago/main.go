@@ -114,7 +114,7 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 	members.Wait()
 	close(errs)
 	for err := range errs {
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if err != nil { // nil after a clean shutdown
 			return err
 		}
 	}
@@ -285,7 +285,7 @@ func (tl *timeline) hooks(member string) stream.Hooks {
 			defer tl.mu.Unlock()
 			state := ""
 			if e.Metadata != "" {
-				state = fmt.Sprintf(", retry state %q", e.Metadata)
+				state = ", retry state: " + checkpoint.Describe(e.Metadata, policy.MaxRetries)
 			}
 			tl.printf("%s  p%d claimed, committed offset %d%s", member, e.Partition, e.Committed, state)
 		},

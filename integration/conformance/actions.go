@@ -35,6 +35,10 @@ func deadLetterAfterExhaustion(t *testing.T, e *env) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	dl, err := stream.DeadLetter(pub, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
 	given := make(chan stream.BatchInfo, 1)
 	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 		if b.FirstOffset() <= poison && poison <= b.LastOffset() {
@@ -44,7 +48,7 @@ func deadLetterAfterExhaustion(t *testing.T, e *env) {
 	})
 	e.start("a", spec{handler: h, maxBatch: 4,
 		policy: checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(short)},
-		opts:   []stream.Option{stream.WithExhaustionAction(stream.DeadLetter(pub, dlq))},
+		opts:   []stream.Option{stream.WithExhaustionAction(dl)},
 		hooks:  stream.Hooks{Exhausted: func(ev stream.ExhaustedEvent) { given <- ev.BatchInfo }},
 	})
 	e.waitCommitted(map[int32]int64{0: n})

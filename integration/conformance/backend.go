@@ -95,9 +95,13 @@ func deadLetterBackend(t *testing.T, e *env) {
 		}
 		return nil
 	})
+	dl, err := stream.DeadLetter(pub, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.start("a", spec{handler: h, maxBatch: 4,
 		policy: checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(short)},
-		opts:   []stream.Option{stream.WithExhaustionAction(stream.DeadLetter(pub, dlq))},
+		opts:   []stream.Option{stream.WithExhaustionAction(dl)},
 		hooks:  stream.Hooks{Exhausted: func(ev stream.ExhaustedEvent) { given <- ev.BatchInfo }},
 	})
 	e.waitCommitted(map[int32]int64{0: n})

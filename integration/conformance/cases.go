@@ -34,6 +34,7 @@ var cases = []struct {
 	{"ConsumerJoinsDuringRetry", consumerJoinsDuringRetry},
 	{"DeadLetterAfterExhaustion", deadLetterAfterExhaustion},
 	{"PartialSuccess", partialSuccess},
+	{"PoisonRecordDeadLettered", poisonRecordDeadLettered},
 }
 
 func succeed(context.Context, *stream.Batch) error { return nil }
@@ -191,8 +192,9 @@ func scenario4RetryResult(t *testing.T, e *env) {
 	}
 }
 
-// A per-record handler that fails one record gets the whole batch again,
-// the same records in the same order.
+// A batch handler that fails on one record (without saying which, so not
+// with FailedAt) gets the whole batch again, the same records in the same
+// order.
 func wholeBatchRedelivery(t *testing.T, e *env) {
 	e.createTopic(1)
 	e.produce(0, 0, 20)
@@ -201,24 +203,21 @@ func wholeBatchRedelivery(t *testing.T, e *env) {
 		failed     bool
 		deliveries [][]string
 	)
-	perRecord := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if r.Offset == 5 && !failed {
-			failed = true
-			return errHandler
-		}
-		return nil
-	})
 	capture := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		vs := make([]string, len(b.Records))
 		for i, r := range b.Records {
 			vs[i] = fmt.Sprintf("%d=%s", r.Offset, r.Value)
 		}
 		mu.Lock()
+		defer mu.Unlock()
 		deliveries = append(deliveries, vs)
-		mu.Unlock()
-		return perRecord.Handle(ctx, b)
+		for _, r := range b.Records {
+			if r.Offset == 5 && !failed {
+				failed = true
+				return errHandler
+			}
+		}
+		return nil
 	})
 	e.start("a", spec{handler: capture, maxBatch: 10,
 		policy: checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(short)}})
@@ -389,6 +388,9 @@ func gracefulShutdownDuringBackoff(t *testing.T, e *env) {
 	}
 	if a.stopped > time.Second {
 		t.Errorf("shutdown during a backoff took %v, want at most 1s", a.stopped)
+	}
+	if a.err != nil {
+		t.Errorf("Run returned %v after its context was cancelled, want nil: a clean shutdown", a.err)
 	}
 	o, ok := e.committed()[0]
 	if !ok || o.At != 10 {

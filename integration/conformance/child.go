@@ -93,7 +93,7 @@ func ChildMain(adapters map[string]Adapter) {
 	if raw == "" {
 		return
 	}
-	if err := runChild(raw, adapters); err != nil && !errors.Is(err, context.Canceled) {
+	if err := runChild(raw, adapters); err != nil { // Run returns nil when stdin closes (a clean shutdown)
 		fmt.Fprintln(os.Stderr, "child:", err)
 		os.Exit(1)
 	}

@@ -56,7 +56,7 @@ type Event struct {
 	// First and Last are the batch's offsets (Delivered, GivenUp,
 	// ActionTried, Abandoned).
 	First, Last int64
-	Retry       int            // Delivered, Abandoned: retries before this delivery
+	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retry), 0 for a first delivery
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
 	Handled     int            // Delivered: how many records, from First, the handler finished
@@ -158,7 +158,12 @@ type Report struct {
 	Lost          int64   // records never handled nor given up
 	MaxDeliveries int     // the most deliveries of one record
 	MeanPerRecord float64 // deliveries per record, on average
-	Violations    []string
+	// Violations lists every breach of the contract Check found, one
+	// sentence each, naming the event's index in the history, the member,
+	// the claim and the partition, e.g. "event 12: b (claim 3) t/0: commit
+	// of 40 while a owns the partition". Empty means the history keeps the
+	// contract.
+	Violations []string
 }
 
 // Check verifies the history against the contract, for partitions whose
@@ -184,6 +189,10 @@ type Report struct {
 //     starts the batch's count over (Processor.Resume of a stopped
 //     partition). First deliveries may repeat: they commit nothing before
 //     they run;
+//   - a batch that failed at a known record (stream.FailedAt,
+//     stream.PerRecord) is given up as that record alone: the checkpoint
+//     moves past it once its action succeeded, and the next batch starts
+//     after it, like any other;
 //   - the final checkpoint of each partition is its end.
 //
 // Handled means the handler returned nil or a RetryResult for the record's

@@ -15,8 +15,10 @@ type Delivery struct {
 	Partition   int32
 	FirstOffset int64
 	LastOffset  int64
-	Attempt     stream.Attempt
-	Err         error // what the wrapped handler returned
+	// Attempt is what the handler was told about this delivery
+	// (Attempt.Retry is 0 on a first delivery, n on the n-th retry).
+	Attempt stream.Attempt
+	Err     error // what the wrapped handler returned
 }
 
 // Recorder is a middleware that records every delivery. It is safe for

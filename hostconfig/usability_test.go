@@ -1,0 +1,152 @@
+package hostconfig_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/redeliver-go/redeliver/hostconfig"
+)
+
+// An environment variable that looks like an override but is not one
+// (a misspelt section, a single underscore, ':' as separator) is named in
+// a warning with the name it should have had.
+func TestEnvNearMisses(t *testing.T) {
+	const right = "AzureFunctionsJobHost__checkpointRetryPolicy__retryCount"
+	for _, tc := range []struct {
+		name string
+		env  string
+		want string
+	}{
+		{"misspelt section", "AzureFunctionsJobHost__checkpointRetryPolcy__retryCount=3",
+			"environment AzureFunctionsJobHost__checkpointRetryPolcy__retryCount: ignored: did you mean " + right + "?"},
+		{"single underscore", "AzureFunctionsJobHost_checkpointRetryPolicy_retryCount=3",
+			"environment AzureFunctionsJobHost_checkpointRetryPolicy_retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?"},
+		{"single underscore after the prefix", "AzureFunctionsJobHost__checkpointRetryPolicy_retryCount=3",
+			"environment AzureFunctionsJobHost__checkpointRetryPolicy_retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?"},
+		{"colon", "AzureFunctionsJobHost:checkpointRetryPolicy:retryCount=3",
+			"environment AzureFunctionsJobHost:checkpointRetryPolicy:retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?"},
+		{"misspelt prefix", "AzureFunctionJobHost__checkpointRetryPolicy__retryCount=3",
+			"environment AzureFunctionJobHost__checkpointRetryPolicy__retryCount: ignored: did you mean " + right + "?"},
+		{"retry section", "AzureFunctionsJobHost_retry_maxRetryCount=3",
+			"environment AzureFunctionsJobHost_retry_maxRetryCount: ignored: keys are separated by a double underscore: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := withEnv(tc.env).Parse("host.json", []byte(envBase))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Host.RetryCount != 10 {
+				t.Errorf("retryCount %d: the near miss was applied", cfg.Host.RetryCount)
+			}
+			if !reflect.DeepEqual(cfg.Warnings, []string{tc.want}) {
+				t.Errorf("Warnings = %q\nwant %q", cfg.Warnings, []string{tc.want})
+			}
+		})
+	}
+	// Variables of other sections and of other programs stay quiet.
+	cfg, err := withEnv("AzureFunctionsJobHost__logging__logLevel__default=Trace", "PATH=/usr/bin", "HOME=/root",
+		"AzureWebJobsStorage=x", "retry_count=3", "AzureFunctionsJobHost__extensions__kafka__maxRetries=2").Parse("host.json", []byte(envBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Warnings) != 0 {
+		t.Errorf("Warnings = %q, want none", cfg.Warnings)
+	}
+}
+
+// The environment prefix can be set: a service that is not an Azure
+// Function names its own.
+func TestEnvPrefix(t *testing.T) {
+	l := hostconfig.Loader{EnvPrefix: "ORDERS", Environ: func() []string {
+		return []string{"ORDERS__checkpointRetryPolicy__retryCount=4", "AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=7"}
+	}}
+	cfg, err := l.Parse("host.json", []byte(envBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Host.RetryCount != 4 {
+		t.Errorf("retryCount %d, want 4 from ORDERS__checkpointRetryPolicy__retryCount", cfg.Host.RetryCount)
+	}
+	// Under another prefix, the Azure Functions name is a near miss.
+	if len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "did you mean ORDERS__checkpointRetryPolicy__retryCount?") {
+		t.Errorf("Warnings = %q", cfg.Warnings)
+	}
+}
+
+// FunctionPolicy and FunctionOptions of a function that has no policy of
+// its own are an error, with a suggestion, not the host-wide policy.
+func TestUnknownFunction(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(envBase))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.FunctionPolicy("orders"); err != nil {
+		t.Fatalf("FunctionPolicy(orders): %v", err)
+	}
+	_, err = cfg.FunctionPolicy("ordres")
+	if !errors.Is(err, hostconfig.ErrUnknownFunction) || !strings.Contains(err.Error(), `"ordres"`) || !strings.Contains(err.Error(), "did you mean orders?") {
+		t.Fatalf("FunctionPolicy(ordres): %v", err)
+	}
+	if _, err := cfg.FunctionOptions("ordres", nil); !errors.Is(err, hostconfig.ErrUnknownFunction) {
+		t.Fatalf("FunctionOptions(ordres): %v", err)
+	}
+}
+
+// CheckFunctions flags a function entry that names none of the program's
+// functions.
+func TestCheckFunctionsSuggests(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {
+    "retryCount": 1, "sleepDuration": "1s",
+    "functions": {"ordres": {"retryCount": 2}, "payments": {"retryCount": 3}},
+  },
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = cfg.CheckFunctions([]string{"orders", "payments", "audit"})
+	if err == nil || !strings.Contains(err.Error(), "host.json:4:19") || !strings.Contains(err.Error(), `"ordres"`) ||
+		!strings.Contains(err.Error(), "did you mean orders?") {
+		t.Fatalf("CheckFunctions: %v, want host.json:4:19 naming ordres with a suggestion", err)
+	}
+	if err := cfg.CheckFunctions([]string{"ordres", "payments"}); err != nil {
+		t.Fatalf("CheckFunctions of the right names: %v", err)
+	}
+}
+
+// Explain says where each value came from: the file's line and column, or
+// the environment variable.
+func TestExplainSources(t *testing.T) {
+	cfg, err := withEnv("AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=3").Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {
+    "retryCount": 10,
+    "sleepDuration": "00:00:05",
+    "functions": {"orders": {"maxDelay": "1m"}},
+  },
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{
+		"checkpointRetryPolicy.retryCount":                  "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount",
+		"checkpointRetryPolicy.sleepDuration":               "host.json:4:22",
+		"checkpointRetryPolicy.functions.orders.retryCount": "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount",
+		"checkpointRetryPolicy.functions.orders.maxDelay":   "host.json:5:42",
+	} {
+		if got := cfg.Sources[path]; got != want {
+			t.Errorf("Sources[%s] = %q, want %q", path, got, want)
+		}
+	}
+	out := cfg.Explain()
+	for _, want := range []string{
+		"retryCount from environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount",
+		"sleepDuration from host.json:4:22",
+		"maxDelay from host.json:5:42",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Explain lacks %q:\n%s", want, out)
+		}
+	}
+}
