@@ -233,9 +233,9 @@ type decoder struct {
 	keys        []functionKey        // where the file names functions
 	settings    map[string][]Setting // by function name, "" for the host-wide policy
 	retryFields []Setting            // the retry section's, in force when checkpointRetryPolicy sets no host-wide policy
-	prefix   string            // of the environment overrides, with its "__"
-	sources  map[string]string // where each value was read, by JSON path
-	fnPaths  map[string]string // the JSON path of each function, by name
+	prefix      string               // of the environment overrides, with its "__"
+	sources     map[string]string    // where each value was read, by JSON path
+	fnPaths     map[string]string    // the JSON path of each function, by name
 }
 
 // setSettings records the settings of the policy of function ("" for the
