@@ -171,8 +171,8 @@ func (c *Consumer) Store() *CheckpointStore { return c.store }
 // checkpoint), then the processor, which gives up its ownerships so that
 // other processors take the partitions at once.
 //
-// Run returns a non-nil error that says why it stopped: ctx's cause, or the
-// processor's error.
+// Run returns nil when it stopped because ctx was done (a clean shutdown,
+// as the Kafka adapters do), or the processor's error.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("eventhubs: Run called more than once")
@@ -213,7 +213,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if err != nil && procCtx.Err() == nil {
 		return fmt.Errorf("eventhubs: processor: %w", err)
 	}
-	return context.Cause(ctx)
+	return nil
 }
 
 // serve runs the engine over one partition client until its claim ends,

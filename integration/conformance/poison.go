@@ -16,6 +16,9 @@ import (
 // once its retries are spent, that record alone goes to the dead-letter
 // topic, with its own offset and error, and every other record is handled.
 func poisonRecordDeadLettered(t *testing.T, e *env) {
+	if e.backend != nil {
+		t.Skip("reads the dead-letter topic through Kafka; on other backends DeadLetterAfterExhaustion covers the dead-letter path, and the engine's record isolation is the same for every adapter")
+	}
 	const n, poison = 30, 13
 	e.createTopic(1)
 	dlq := e.topic + ".dlq"
