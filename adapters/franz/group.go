@@ -52,10 +52,6 @@ func checkClient(cl *kgo.Client) error {
 	if fn == nil || reflect.ValueOf(fn).Pointer() != reflect.ValueOf(onFetched).Pointer() {
 		return errors.New("franz: the client has another OnOffsetsFetched: build it with franz.ClientOptions() last")
 	}
-	fn = cl.OptValue(kgo.OnPartitionsAssigned)
-	if fn == nil || reflect.ValueOf(fn).Pointer() != reflect.ValueOf(onAssigned).Pointer() {
-		return errors.New("franz: the client has another OnPartitionsAssigned: build it with franz.ClientOptions() last")
-	}
 	return nil
 }
 
