@@ -2,6 +2,7 @@ package franz
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
@@ -79,6 +80,16 @@ type claim struct {
 	ownMu sync.Mutex // held across a commit; the revocation takes it too
 	owned bool
 
+	// The group session the partition is known to be assigned to this
+	// member in: the member ID and generation (member epoch under
+	// KIP-848) when the claim was made, and again at the end of every
+	// later session's assignment that kept it (group.assigned). A commit
+	// is sent only under that session; see confirmedFor.
+	confMu     sync.Mutex
+	confMember string
+	confGen    int32
+	confWake   chan struct{} // closed and replaced at each confirmation
+
 	// The worker's own.
 	taken     []*kgo.Record
 	out       []stream.Record
@@ -92,7 +103,56 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 		g: g, key: key, committed: committed, metadata: metadata,
 		done: make(chan struct{}), last: -1, lastOff: -1, hwm: -1,
 		wake: make(chan struct{}, 1), aheadWake: make(chan struct{}, 1), owned: true,
+		confGen: -1, confWake: make(chan struct{}),
 	}
+}
+
+// confirm records that the partition is assigned to member in generation
+// gen, and wakes a commit waiting for it.
+func (cl *claim) confirm(member string, gen int32) {
+	cl.confMu.Lock()
+	cl.confMember, cl.confGen = member, gen
+	close(cl.confWake)
+	cl.confWake = make(chan struct{})
+	cl.confMu.Unlock()
+}
+
+// confirmation returns a channel closed at the claim's next confirmation.
+func (cl *claim) confirmation() <-chan struct{} {
+	cl.confMu.Lock()
+	defer cl.confMu.Unlock()
+	return cl.confWake
+}
+
+// confirmedFor reports whether a commit made by member in generation gen
+// may carry the claim's partition: the claim was confirmed in that very
+// session. Under KIP-848 (kip848) the member epoch also moves on without
+// any change of assignment, and the broker hands a new epoch only once the
+// member has acknowledged every revocation (which ends its claims first),
+// so a later epoch of the same member is accepted too and becomes the
+// claim's own.
+//
+// Under the classic protocol a new generation is stored as soon as the
+// member's SyncGroup returns, before the partitions it lost are revoked:
+// a commit sent then would carry the new generation for a partition that
+// is no longer this member's, which the broker accepts (it checks the
+// member and generation, not the assignment). After the session expired
+// and the member joined again under a new member ID, that partition is
+// another member's already, and such a commit moves its checkpoint back.
+func (cl *claim) confirmedFor(member string, gen int32, kip848 bool) bool {
+	cl.confMu.Lock()
+	defer cl.confMu.Unlock()
+	if member != cl.confMember {
+		return false
+	}
+	if gen == cl.confGen {
+		return true
+	}
+	if kip848 && gen > cl.confGen {
+		cl.confGen = gen
+		return true
+	}
+	return false
 }
 
 // begin prepares the claim for its worker; g.mu is held.
@@ -348,15 +408,36 @@ func (cl *claim) Resume() {
 // (its context is done: revocation, loss or shutdown). A commit that was
 // sent is not cancelled: the revocation waits for it (up to the commit
 // timeout) rather than leave its outcome unknown.
+//
+// A commit is sent only under the group session the claim was confirmed
+// in (see confirmedFor). When the client has moved on to a new session
+// whose assignment the consumer has not yet seen through, the commit waits
+// for it: the claim is confirmed in the new session (the partition was
+// kept) and the commit is sent again, or it ends (the partition was lost)
+// and Commit returns [stream.ErrRevoked].
 func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	cl.ownMu.Lock()
 	defer cl.ownMu.Unlock()
-	if !cl.owned || cl.ctx != nil && cl.ctx.Err() != nil {
-		return stream.ErrRevoked
+	var ended <-chan struct{}
+	if cl.ctx != nil {
+		ended = cl.ctx.Done()
 	}
 	epoch := int32(-1)
 	if next == cl.lastOff+1 {
 		epoch = cl.lastEpoch
 	}
-	return cl.c.commit.commit(cl.key, kgo.EpochOffset{Epoch: epoch, Offset: next}, metadata)
+	for {
+		if !cl.owned || cl.ctx != nil && cl.ctx.Err() != nil {
+			return stream.ErrRevoked
+		}
+		confirmed := cl.confirmation()
+		err := cl.c.commit.commit(cl, kgo.EpochOffset{Epoch: epoch, Offset: next}, metadata)
+		if !errors.Is(err, errUnconfirmed) {
+			return err
+		}
+		select {
+		case <-confirmed:
+		case <-ended:
+		}
+	}
 }

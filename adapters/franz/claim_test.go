@@ -241,7 +241,9 @@ func TestCommitsCoalesce(t *testing.T) {
 	errs := make(chan error, 4)
 	for p := range int32(4) {
 		go func() {
-			errs <- m.commit(tp{"t", p}, kgo.EpochOffset{Epoch: -1, Offset: int64(p) + 1}, "m"+string(rune('0'+p)))
+			c := newClaim(&group{}, tp{"t", p}, -1, "")
+			c.confirm(cl.GroupMetadata())
+			errs <- m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: int64(p) + 1}, "m"+string(rune('0'+p)))
 		}()
 		if p == 0 {
 			<-reqs // the first is in flight; the others queue behind it

@@ -15,8 +15,14 @@ import (
 // workers have all ended by then, so it is never seen in practice.
 var errCommitterStopped = errors.New("franz: consumer stopped")
 
+// errUnconfirmed answers a partition left out of a commit because the
+// request would have gone out under a group session its claim is not
+// confirmed in (see claim.confirmedFor); claim.Commit waits and retries.
+var errUnconfirmed = errors.New("franz: the partition's assignment in the group's new session is not known yet")
+
 // commitReq is one partition's commit, waiting for its answer on done.
 type commitReq struct {
+	cl       *claim
 	key      tp
 	at       kgo.EpochOffset
 	metadata string
@@ -30,13 +36,15 @@ type commitReq struct {
 type committer struct {
 	cl      *kgo.Client
 	timeout time.Duration
+	kip848  bool // the client asks for KIP-848 groups (see claim.confirmedFor)
 	reqs    chan *commitReq
 	quit    chan struct{}
 	done    chan struct{}
 }
 
 func newCommitter(cl *kgo.Client, timeout time.Duration) *committer {
-	return &committer{cl: cl, timeout: timeout, reqs: make(chan *commitReq), quit: make(chan struct{}), done: make(chan struct{})}
+	kip848, _ := cl.OptValue(kgo.ServerSideBalancer).(bool)
+	return &committer{cl: cl, timeout: timeout, kip848: kip848, reqs: make(chan *commitReq), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
 func (m *committer) start() { go m.loop() }
@@ -48,9 +56,11 @@ func (m *committer) stop() {
 	<-m.done
 }
 
-// commit commits at with metadata for key and waits for the answer.
-func (m *committer) commit(key tp, at kgo.EpochOffset, metadata string) error {
-	r := &commitReq{key: key, at: at, metadata: metadata, done: make(chan error, 1)}
+// commit commits at with metadata for cl's partition and waits for the
+// answer: errUnconfirmed when the request went out under a group session
+// cl is not confirmed in, so that the partition was left out of it.
+func (m *committer) commit(cl *claim, at kgo.EpochOffset, metadata string) error {
+	r := &commitReq{cl: cl, key: cl.key, at: at, metadata: metadata, done: make(chan error, 1)}
 	select {
 	case m.reqs <- r:
 	case <-m.quit:
@@ -111,24 +121,47 @@ func (m *committer) send(round, next []*commitReq) ([]*commitReq, []*commitReq) 
 
 	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
 	defer cancel()
+	answered := make(map[tp]bool, len(round))
+	// The request's member ID and generation are those of the client's
+	// group session when franz-go builds it, which can be a session newer
+	// than the one a claim was confirmed in: those partitions are left
+	// out of the request and answered errUnconfirmed.
 	ctx = kgo.PreCommitFnContext(ctx, func(req *kmsg.OffsetCommitRequest) error {
-		for i := range req.Topics {
-			t := &req.Topics[i]
-			for j := range t.Partitions {
-				p := &t.Partitions[j]
-				if r := byKey[tp{t.Topic, p.Partition}]; r != nil {
-					md := r.metadata
-					p.Metadata = &md
+		topics := req.Topics[:0]
+		for _, t := range req.Topics {
+			parts := t.Partitions[:0]
+			for _, p := range t.Partitions {
+				key := tp{t.Topic, p.Partition}
+				r := byKey[key]
+				if r == nil {
+					parts = append(parts, p)
+					continue
 				}
+				if r.cl != nil && !r.cl.confirmedFor(req.MemberID, req.Generation, m.kip848) {
+					r.done <- errUnconfirmed
+					answered[key] = true
+					continue
+				}
+				md := r.metadata
+				p.Metadata = &md
+				parts = append(parts, p)
+			}
+			if len(parts) > 0 {
+				t.Partitions = parts
+				topics = append(topics, t)
 			}
 		}
+		clear(req.Topics[len(topics):])
+		req.Topics = topics
 		return nil
 	})
-	answered := make(map[tp]bool, len(round))
 	m.cl.CommitOffsetsSync(ctx, offsets, func(_ *kgo.Client, req *kmsg.OffsetCommitRequest, resp *kmsg.OffsetCommitResponse, err error) {
 		if err != nil {
 			err = fmt.Errorf("franz: offset commit: %v", err)
 			for _, r := range round {
+				if answered[r.key] {
+					continue
+				}
 				r.done <- err
 				answered[r.key] = true
 			}

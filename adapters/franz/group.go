@@ -19,7 +19,9 @@ import (
 // ClientOptions returns the kgo options a client needs to serve a
 // [Consumer]: autocommit off, rebalances blocked while a poll's records are
 // handed out (BlockRebalanceOnPoll), and the callbacks that turn assignments
-// into claims (OnOffsetsFetched) and end them (OnPartitionsRevoked,
+// into claims (OnOffsetsFetched), confirm the claims a new group session
+// keeps (OnPartitionsAssigned, which franz-go calls at the end of every
+// session's assignment) and end them (OnPartitionsRevoked,
 // OnPartitionsLost). Add them after your own options, so that they win:
 //
 //	cl, err := kgo.NewClient(append(opts, franz.ClientOptions()...)...)
@@ -31,6 +33,7 @@ func ClientOptions() []kgo.Opt {
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
 		kgo.OnOffsetsFetched(onFetched),
+		kgo.OnPartitionsAssigned(onAssigned),
 		kgo.OnPartitionsRevoked(onRevoked),
 		kgo.OnPartitionsLost(onLost),
 	}
@@ -103,6 +106,12 @@ func forgetGroup(cl *kgo.Client) { groups.Delete(cl) }
 func onFetched(_ context.Context, cl *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
 	groupFor(cl).fetched(resp)
 	return nil
+}
+
+func onAssigned(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
+	if g := lookupGroup(cl); g != nil {
+		g.assigned()
+	}
 }
 
 func onRevoked(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
@@ -193,10 +202,12 @@ func (g *group) fetched(resp *kmsg.OffsetFetchResponse) {
 		g.end(replace, nil)
 	}
 
+	member, gen := g.cl.GroupMetadata()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, f := range add {
 		cl := newClaim(g, f.key, f.offset, f.metadata)
+		cl.confirm(member, gen)
 		g.claims[f.key] = cl
 		if g.running {
 			g.startLocked(cl)
@@ -207,6 +218,22 @@ func (g *group) fetched(resp *kmsg.OffsetFetchResponse) {
 			g.c.log.Info("redeliver: partition assigned", "topic", f.key.topic, "partition", f.key.partition,
 				"committed", f.offset, "metadata", f.metadata)
 		}
+	}
+}
+
+// assigned confirms every claim in the client's current group session:
+// franz-go calls OnPartitionsAssigned at the end of each session's
+// assignment, once the partitions the session took away are revoked (and
+// their claims ended), so the claims left are of partitions the session
+// kept. Their commits waiting for the session go out now (claim.Commit).
+// The member ID and generation cannot change meanwhile: the next session
+// begins only after this callback returns.
+func (g *group) assigned() {
+	member, gen := g.cl.GroupMetadata()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, cl := range g.claims {
+		cl.confirm(member, gen)
 	}
 }
 

@@ -1,0 +1,206 @@
+package franz
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// joinedClient returns a client built with ClientOptions that has joined
+// group "g" on kc, consuming topic "t", and never polls.
+func joinedClient(t *testing.T, kc *kfake.Cluster) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.HeartbeatInterval(100 * time.Millisecond)}, ClientOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { forgetGroup(cl) })
+	t.Cleanup(cl.Close)
+	waitFor(t, "the client joins the group", func() bool { _, gen := cl.GroupMetadata(); return gen > 0 })
+	return cl
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(testWait); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// commitSpy counts the OffsetCommit requests kfake receives for each
+// partition of "t".
+type commitSpy struct {
+	mu    sync.Mutex
+	parts map[int32]int
+}
+
+func spyCommits(kc *kfake.Cluster) *commitSpy {
+	s := &commitSpy{parts: map[int32]int{}}
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, t := range r.(*kmsg.OffsetCommitRequest).Topics {
+			for _, p := range t.Partitions {
+				s.parts[p.Partition]++
+			}
+		}
+		return nil, nil, false
+	})
+	return s
+}
+
+func (s *commitSpy) count(p int32) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.parts[p]
+}
+
+// TestCommitWaitsForTheSessionsAssignment reproduces the window found by
+// the network-fault scenario NetPartitionBeyondSession: franz-go stores a
+// new generation when SyncGroup returns, and a commit it builds before the
+// consumer has revoked what the new session took away carries the new
+// generation, which the broker accepts for any partition. Here the client
+// moves to a new generation (a second member joins) while a claim stays
+// confirmed in the old one only, as a lost partition's claim is until its
+// revocation: its commit must not reach the broker. Once the claim is
+// confirmed in the new generation (a partition the session kept), the
+// same commit goes out.
+func TestCommitWaitsForTheSessionsAssignment(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	member, gen := cl.GroupMetadata()
+	spy := spyCommits(kc)
+
+	m := newCommitter(cl, testWait)
+	m.start()
+	defer m.stop()
+	c := newClaim(groupFor(cl), tp{"t", 0}, -1, "")
+	c.confirm(member, gen)
+	if err := m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 5}, ""); err != nil {
+		t.Fatalf("commit in the claim's own session: %v", err)
+	}
+	if n := spy.count(0); n != 1 {
+		t.Fatalf("the broker got %d commits of partition 0, want 1", n)
+	}
+
+	// A second member joins: the client rejoins under a new generation.
+	other, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	waitFor(t, "the client moves to a new generation", func() bool { _, g := cl.GroupMetadata(); return g != gen })
+
+	err = m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 3}, "")
+	if !errors.Is(err, errUnconfirmed) {
+		t.Fatalf("commit under a generation the claim is not confirmed in: %v, want errUnconfirmed", err)
+	}
+	if n := spy.count(0); n != 1 {
+		t.Fatalf("the broker got %d commits of partition 0, want still 1: a commit went out under a generation the claim was not confirmed in", n)
+	}
+	offs, err := kadm.NewClient(cl).FetchOffsets(context.Background(), "g")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := offs.Lookup("t", 0); o.At != 5 {
+		t.Fatalf("the group's checkpoint of t/0 is %d, want 5 (the unconfirmed commit of 3 moved it)", o.At)
+	}
+
+	// Confirmed in the new session (the partition was kept): it goes out.
+	// A cooperative rebalance takes two generations; one confirmed too
+	// early is left out again.
+	for deadline := time.Now().Add(testWait); ; {
+		c.confirm(cl.GroupMetadata())
+		err := m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 7}, "")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errUnconfirmed) || time.Now().After(deadline) {
+			t.Fatalf("commit once confirmed in the new generation: %v", err)
+		}
+	}
+	if n := spy.count(0); n != 2 {
+		t.Fatalf("the broker got %d commits of partition 0, want 2", n)
+	}
+}
+
+// TestClaimCommitWaitsForConfirmationOrEnd checks what claim.Commit does
+// with a commit the committer left out: it waits, and sends it again once
+// the claim is confirmed in the client's session (the partition was kept
+// across the rebalance: its commits must not stall), or returns
+// stream.ErrRevoked once the claim ends (the partition was lost).
+func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	spy := spyCommits(kc)
+	m := newCommitter(cl, testWait)
+	m.start()
+	defer m.stop()
+	c := &Consumer{commit: m}
+	stale := func(p int32) *claim {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		t.Cleanup(func() { cancel(nil) })
+		k := newClaim(groupFor(cl), tp{"t", p}, -1, "")
+		k.begin(ctx, cancel, c)
+		k.confirm("gone-member", 1) // an older session's
+		return k
+	}
+
+	kept, lost := stale(0), stale(1)
+	keptErr, lostErr := make(chan error, 1), make(chan error, 1)
+	go func() { keptErr <- kept.Commit(context.Background(), 4, "") }()
+	go func() { lostErr <- lost.Commit(context.Background(), 4, "") }()
+	time.Sleep(200 * time.Millisecond) // both go to the committer and are left out
+	select {
+	case err := <-keptErr:
+		t.Fatalf("Commit of an unconfirmed claim returned %v before its confirmation", err)
+	case err := <-lostErr:
+		t.Fatalf("Commit of an unconfirmed claim returned %v before its end", err)
+	default:
+	}
+	if n, k := spy.count(0), spy.count(1); n+k != 0 {
+		t.Fatalf("the broker got %d and %d commits, want none", n, k)
+	}
+
+	kept.confirm(cl.GroupMetadata())
+	lost.revoke(errRevoked)
+	for _, w := range []struct {
+		name string
+		ch   chan error
+		want error
+	}{{"kept", keptErr, nil}, {"lost", lostErr, stream.ErrRevoked}} {
+		select {
+		case err := <-w.ch:
+			if !errors.Is(err, w.want) && err != w.want {
+				t.Errorf("%s: Commit returned %v, want %v", w.name, err, w.want)
+			}
+		case <-time.After(testWait):
+			t.Fatalf("%s: Commit did not return", w.name)
+		}
+	}
+	if n, k := spy.count(0), spy.count(1); n != 1 || k != 0 {
+		t.Fatalf("the broker got %d commits of the kept partition and %d of the lost one, want 1 and 0", n, k)
+	}
+}
