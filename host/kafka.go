@@ -12,9 +12,9 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// franzConsumer builds f's consumer on the franz adapter. The client's
-// OnPartitionsAssigned, which franz-go calls after every join, even with
-// nothing assigned, is the readiness signal.
+// franzConsumer builds f's consumer on the franz adapter. The end of each
+// session's assignment (franz.WithOnAssigned), even with nothing assigned,
+// is the readiness signal.
 func (h *Host) franzConsumer(f *function, proc *stream.Processor, log *slog.Logger) (func(context.Context) error, error) {
 	kopts := []kgo.Opt{
 		kgo.SeedBrokers(h.c.brokers...),
@@ -22,10 +22,8 @@ func (h *Host) franzConsumer(f *function, proc *stream.Processor, log *slog.Logg
 		kgo.ConsumeTopics(f.trigger.Topic),
 	}
 	kopts = append(kopts, h.c.kgoOpts...)
-	kopts = append(kopts, kgo.OnPartitionsAssigned(func(context.Context, *kgo.Client, map[string][]int32) {
-		f.assigned.Store(true)
-	}))
-	opts := []franz.Option{franz.WithKgoOptions(kopts...), franz.WithLogger(log)}
+	opts := []franz.Option{franz.WithKgoOptions(kopts...), franz.WithLogger(log),
+		franz.WithOnAssigned(func(map[string][]int32) { f.assigned.Store(true) })}
 	if f.trigger.MaxBatch > 0 {
 		opts = append(opts, franz.WithMaxBatch(f.trigger.MaxBatch))
 	}

@@ -49,6 +49,17 @@ type config struct {
 	commitTimeout time.Duration
 	logger        *slog.Logger
 	publishers    []*Publisher
+	onAssigned    func(map[string][]int32)
+}
+
+// WithOnAssigned calls fn at the end of each group session's assignment
+// with the partitions it newly assigned (empty when it assigned none, as
+// after a rebalance that kept them all): a readiness signal. The consumer
+// needs the client's own OnPartitionsAssigned (see [ClientOptions]), so a
+// kgo.OnPartitionsAssigned among the caller's options is replaced; use
+// this instead. fn runs in the client's group goroutine and must be quick.
+func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
+	return optionFunc(func(c *config) { c.onAssigned = fn })
 }
 
 // WithClient makes the consumer use cl, a group consuming client that was

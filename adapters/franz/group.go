@@ -108,9 +108,15 @@ func onFetched(_ context.Context, cl *kgo.Client, resp *kmsg.OffsetFetchResponse
 	return nil
 }
 
-func onAssigned(_ context.Context, cl *kgo.Client, _ map[string][]int32) {
+func onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
 	if g := lookupGroup(cl); g != nil {
 		g.assigned()
+		g.mu.Lock()
+		c := g.c
+		g.mu.Unlock()
+		if c != nil && c.cfg.onAssigned != nil {
+			c.cfg.onAssigned(assigned)
+		}
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // New says in its own words what the options lack, before a client runs:
@@ -220,4 +221,22 @@ func TestPublisherBoundToTheConsumer(t *testing.T) {
 		t.Fatal("WithPublisher(nil) accepted")
 	}
 	_ = r
+}
+
+// WithOnAssigned reports each session's assignment, where a
+// kgo.OnPartitionsAssigned of the caller's would be replaced by the
+// adapter's own.
+func TestWithOnAssigned(t *testing.T) {
+	addrs := newCluster(t, "t", 3)
+	got := make(chan map[string][]int32, 10)
+	start(t, addrs, "g", "t", newProcessor(t, streamtest.Succeed),
+		franz.WithOnAssigned(func(a map[string][]int32) { got <- a }))
+	select {
+	case a := <-got:
+		if len(a["t"]) != 3 {
+			t.Errorf("assigned %v, want the topic's 3 partitions", a)
+		}
+	case <-time.After(wait):
+		t.Fatal("no assignment reported")
+	}
 }
