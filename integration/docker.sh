@@ -205,6 +205,8 @@ stop() {
     # shellcheck disable=SC2086 # one id per word
     dk rm -f $ids >/dev/null 2>&1 || true
   fi
+  # Likewise its networks (a bridge one would hold a private-range address).
+  dk network prune -f >/dev/null 2>&1 || true
   kill -TERM "$pid" 2>/dev/null || true
   if ! wait_gone "$pid" 30; then
     say "dockerd (pid $pid) still up after 30 s: killing it"
