@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/modules/redpanda"
@@ -161,7 +162,11 @@ func (s *shared[V]) start(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), tcStartTimeout)
 	defer cancel()
 	if err := localImage(ctx, img); err != nil {
-		s.skip = fmt.Sprintf("%s: image %s is not in the Docker engine (%v): %s", s.name, img, err, s.missing)
+		why := "is not in the Docker engine"
+		if !errdefs.IsNotFound(err) {
+			why = fmt.Sprintf("could not be inspected (%v)", err)
+		}
+		s.skip = fmt.Sprintf("%s: image %s %s: %s", s.name, img, why, s.missing)
 		return
 	}
 	begin := time.Now()
