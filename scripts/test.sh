@@ -7,15 +7,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-# Exit actions: a block that starts something adds the command that stops
-# it with on_exit; they run at exit, the last added first.
-exit_actions=()
-on_exit() { exit_actions=("$1" "${exit_actions[@]}"); }
-run_exit_actions() {
-  local a
-  for a in "${exit_actions[@]}"; do eval "$a" || true; done
-}
-trap run_exit_actions EXIT
+# Services started below are stopped on exit, whatever happens.
+cleanups=()
+cleanup() { for c in "${cleanups[@]}"; do eval "$c" || true; done; }
+trap cleanup EXIT
 
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -44,7 +39,7 @@ if [ -f integration/go.mod ]; then
   # instead; REDELIVER_NO_BROKER=1 runs on kfake only.
   if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
     step "real Kafka broker"
-    on_exit 'bash integration/kafka.sh stop >/dev/null 2>&1'
+    cleanups+=("bash integration/kafka.sh stop >/dev/null 2>&1")
     line=$(bash integration/kafka.sh start)
     export "${line?}"
     # kafka.sh allows 1s session timeouts and runs KIP-848 groups with 3s.
@@ -66,7 +61,7 @@ if [ -f integration/go.mod ]; then
     docker_log=$(mktemp)
     if [ -z "${DOCKER_HOST:-}" ]; then
       # An engine that ran before this script is not ours to stop.
-      bash integration/docker.sh status >/dev/null 2>&1 || on_exit 'bash integration/docker.sh stop >/dev/null 2>&1'
+      bash integration/docker.sh status >/dev/null 2>&1 || cleanups+=("bash integration/docker.sh stop >/dev/null 2>&1")
       if line=$(bash integration/docker.sh start 2>"$docker_log"); then
         export "${line?}"
       else

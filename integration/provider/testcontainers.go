@@ -484,3 +484,17 @@ func Terminate() error {
 	live = nil
 	return errors.Join(errs...)
 }
+
+// dockerOnce, dockerErr and checkDocker are the engine check as an error,
+// for providers that skip on it: checkDocker sets dockerErr when
+// [engineUnavailable] gives a reason.
+var (
+	dockerOnce sync.Once
+	dockerErr  error
+)
+
+func checkDocker() {
+	if reason := engineUnavailable(); reason != "" {
+		dockerErr = errors.New(reason)
+	}
+}
