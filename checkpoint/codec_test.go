@@ -48,10 +48,75 @@ func TestDecodeStateForeignAndDamaged(t *testing.T) {
 	if err != nil || s.Retries != 2 {
 		t.Fatalf("unknown fields: %+v %v", s, err)
 	}
+	for _, md := range []string{"rd1;s=2", "rd1;s=x", "rd1;rr=3", "rd1;rr=-2:5", "rd1;rr=a:5", "rd1;rr=1:-5", "rd1;rr", "rd1;s", "rd1;n"} {
+		_, err := checkpoint.DecodeState(md)
+		if err == nil || errors.Is(err, checkpoint.ErrForeignMetadata) || !strings.Contains(err.Error(), "checkpoint: metadata") {
+			t.Errorf("%q: %v, want a damage error", md, err)
+		}
+	}
+}
+
+// Fields this version does not know are skipped, whatever they look like:
+// one-letter keys with any value, fields without a value, empty fields
+// (issue 10, defect 10: the first two were taken for damage).
+func TestDecodeStateSkipsUnknownFields(t *testing.T) {
+	want := checkpoint.State{Retries: 2, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second}
+	for _, md := range []string{
+		"rd1;r=2;x=abc;f=1732262400000;d=5000",
+		"rd1;r=2;x;f=1732262400000;d=5000",
+		"rd1;r=2;f=1732262400000;zz;d=5000;q=-1",
+		"rd1;r=2;f=1732262400000;d=5000;;;y=1:2:3;w=",
+		"rd1;k;r=2;f=1732262400000;d=5000;future=a=b",
+	} {
+		got, err := checkpoint.DecodeState(md)
+		if err != nil || got != want {
+			t.Errorf("%q: %+v, %v; want %+v", md, got, err, want)
+		}
+	}
+}
+
+// A started retry and a handler's own request survive the round trip; what
+// an rd1 reader of the previous version wrote still reads.
+func TestStateRoundTripStartedAndRequest(t *testing.T) {
+	for _, tc := range []struct {
+		s  checkpoint.State
+		md string
+	}{
+		{checkpoint.State{Retries: 3, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second, Started: true},
+			"rd1;r=3;f=1732262400000;d=5000;s=1"},
+		{checkpoint.State{Retries: 1, FirstFailure: time.UnixMilli(1), LastDelay: 2 * time.Second, NextAt: time.UnixMilli(2001),
+			Request: checkpoint.Request{MaxRetries: 5, Delay: 2 * time.Second}},
+			"rd1;r=1;f=1;d=2000;n=2001;rr=5:2000"},
+		{checkpoint.State{Retries: 7, Started: true, Request: checkpoint.Request{MaxRetries: checkpoint.Infinite}},
+			"rd1;r=7;s=1;rr=-1:0"},
+	} {
+		if md := checkpoint.EncodeState(tc.s); md != tc.md {
+			t.Errorf("EncodeState(%+v) = %q, want %q", tc.s, md, tc.md)
+		}
+		got, err := checkpoint.DecodeState(tc.md)
+		if err != nil || got != tc.s {
+			t.Errorf("DecodeState(%q) = %+v, %v; want %+v", tc.md, got, err, tc.s)
+		}
+	}
+	// A delay below a millisecond is rounded up, never down to nothing.
+	md := checkpoint.EncodeState(checkpoint.State{Retries: 1, Request: checkpoint.Request{MaxRetries: 2, Delay: 1500 * time.Microsecond}})
+	if md != "rd1;r=1;rr=2:2" {
+		t.Errorf("sub-millisecond request delay encoded as %q", md)
+	}
+	longest := checkpoint.State{Retries: 1<<31 - 1, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
+		Started: true, Request: checkpoint.Request{MaxRetries: 1<<31 - 1, Delay: 1<<63 - 1}}
+	if md := checkpoint.EncodeState(longest); len(md) >= 120 {
+		t.Errorf("longest encoding %q is %d bytes", md, len(md))
+	}
+	// What the previous rd1 writer wrote.
+	got, err := checkpoint.DecodeState("rd1;r=3;f=1732262400000;d=5000;n=1732262405000")
+	if err != nil || got.Retries != 3 || got.Started || got.Request != (checkpoint.Request{}) || !got.NextAt.Equal(time.UnixMilli(1732262405000)) {
+		t.Errorf("previous format: %+v, %v", got, err)
+	}
 }
 
 func FuzzDecodeState(f *testing.F) {
-	for _, s := range []string{"", "rd1;r=3;f=1732262400000", "rd1;r=1;d=5000;n=1", "rd1;;", "rd1;r=", "other"} {
+	for _, s := range []string{"", "rd1;r=3;f=1732262400000", "rd1;r=1;d=5000;n=1", "rd1;;", "rd1;r=", "other", "rd1;r=2;s=1;rr=-1:5", "rd1;x;y=z"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, md string) {
@@ -60,7 +125,8 @@ func FuzzDecodeState(f *testing.F) {
 			return
 		}
 		again, err := checkpoint.DecodeState(checkpoint.EncodeState(s))
-		if err != nil || again != s && !(again.FirstFailure.Equal(s.FirstFailure) && again.NextAt.Equal(s.NextAt) && again.Retries == s.Retries && again.LastDelay == s.LastDelay) {
+		if err != nil || again != s && !(again.FirstFailure.Equal(s.FirstFailure) && again.NextAt.Equal(s.NextAt) && again.Retries == s.Retries &&
+			again.LastDelay == s.LastDelay && again.Started == s.Started && again.Request == s.Request) {
 			t.Fatalf("%q -> %+v -> %+v (%v)", md, s, again, err)
 		}
 	})

@@ -75,6 +75,13 @@ type Decision struct {
 // State is the retry state of one pending batch: what must survive a
 // rebalance or a crash for the next owner to continue the count. The zero
 // State is a batch that has not failed.
+//
+// A batch's State goes through two forms per retry: scheduled (Retries
+// counts the retry to come, NextAt says when it is due) and, once that
+// retry is due and about to be delivered, started (see [Machine.Start]). A
+// caller that stores both before acting on them keeps the retry bound
+// across any move: a next owner that reads a started State counts that
+// retry as made, whatever became of it.
 type State struct {
 	// Retries is the number of retries scheduled so far. While the batch is
 	// being delivered, it has been delivered Retries+1 times.
@@ -83,8 +90,34 @@ type State struct {
 	FirstFailure time.Time
 	// LastDelay is the backoff before the latest retry.
 	LastDelay time.Duration
-	// NextAt is when the scheduled retry is due; zero when none is.
+	// NextAt is when the scheduled retry is due; zero when none is (before
+	// the first failure, and once the retry has started).
 	NextAt time.Time
+	// Started reports that the retry counted by Retries has started. Its
+	// outcome is not part of the State: a next owner counts it as made and
+	// decides as after a failure (see [Machine.Resume]).
+	Started bool
+	// Request is the handler's own request for retries in force for the
+	// batch (stream's RetryResult), which replaces the policy; the zero
+	// Request is none.
+	Request Request
+}
+
+// Request is a handler's own request for retries, MaxRetries of them
+// ([Infinite] for no limit) Delay apart: stream's RetryResult. While it is
+// in force it replaces the policy of its batch, error filter and time
+// limits included ([Request.Policy]). It is part of the [State], so that a
+// next owner keeps it. The zero Request stands for none: it asks for no
+// retry, so no State that schedules one holds it.
+type Request struct {
+	MaxRetries int
+	Delay      time.Duration
+}
+
+// Policy returns the policy r puts in force: MaxRetries retries, a fixed
+// Delay before each, no time limit and no error filter beyond the default.
+func (r Request) Policy() Policy {
+	return Policy{MaxRetries: r.MaxRetries, Backoff: Fixed(r.Delay)}
 }
 
 // Machine is the retry state machine of one partition: it follows one batch
@@ -121,8 +154,92 @@ func (m *Machine) Begin(oldest time.Time) {
 }
 
 // Restore sets the state of the current batch, as read back from a durable
-// checkpoint.
-func (m *Machine) Restore(s State) { m.state = s }
+// checkpoint, and puts its Request in force. [Machine.Resume] does more: a
+// next owner uses it.
+func (m *Machine) Restore(s State) {
+	m.state = s
+	if s.Request != (Request{}) {
+		m.override, m.hasOver = s.Request.Policy(), true
+	}
+}
+
+// ErrInterrupted is the last error of a batch whose retry started under a
+// previous owner and never reported its outcome (a revocation or a crash
+// during the delivery): [Machine.Resume] counts that retry as failed with
+// it.
+var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner never reported its outcome")
+
+// Resume continues at now, as the batch's next owner, a State read back
+// from a durable checkpoint, and answers what follows:
+//
+//   - a started State (its retry began under the previous owner, which may
+//     have been interrupted at any point of it): that retry counts as made,
+//     and the answer is that of a failure at now with [ErrInterrupted],
+//     without the error filter: a retry later, or StopRetrying once the
+//     limits are reached;
+//   - a scheduled State: RetryLater at its NextAt, or RetryNow once due (or
+//     when it has no NextAt). A NextAt further than now plus the delay the
+//     policy in force gives that retry with the largest random draw (a
+//     skewed clock, a foreign writer) is brought back to that;
+//   - a State with no retry (the zero State): the zero Decision.
+//
+// A State without a first failure time is taken to have first failed at
+// now.
+func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
+	m.Restore(s)
+	if m.state.Retries <= 0 {
+		if m.state.Started || !m.state.NextAt.IsZero() {
+			m.state.Started, m.state.NextAt = false, time.Time{}
+		}
+		return Decision{}
+	}
+	if m.state.FirstFailure.IsZero() {
+		m.state.FirstFailure = now
+	}
+	if m.state.Started {
+		if m.hasOver {
+			return m.fail(now, nil, rnd, false)
+		}
+		return m.fail(now, ErrInterrupted, rnd, false)
+	}
+	limit := now.Add(m.policyRef().Delay(m.state.Retries, m.state.LastDelay, topDraw{}))
+	switch {
+	case m.state.NextAt.IsZero(): // a scheduled retry with no due time: due now
+		m.state.NextAt = now
+	case m.state.NextAt.After(limit):
+		m.state.NextAt = limit
+	}
+	return m.Decide(now)
+}
+
+// topDraw is the largest random draw: with it a Backoff gives the longest
+// delay its jitter allows.
+type topDraw struct{}
+
+func (topDraw) Float64() float64 { return 1 - 1.0/(1<<53) }
+
+// Start is called when the scheduled retry is due, just before it is
+// delivered, and answers whether it may start at now. The policy's time
+// limits are checked again, as the Azure IoT C SDK does when a retry is
+// due: a retry that would start MaxRetryTime or more after the first
+// failure, or when the oldest record is MaxRecordAge old or older, is not
+// started (StopRetrying; a retry restored from a previous owner late, say).
+// Otherwise the State becomes started and the answer is RetryNow. With no
+// retry scheduled, Start returns the zero Decision.
+func (m *Machine) Start(now time.Time) Decision {
+	if m.state.Retries <= 0 || m.stopped != 0 {
+		return Decision{}
+	}
+	p := m.policyRef()
+	if p.MaxRetryTime > 0 && !m.state.FirstFailure.IsZero() && now.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
+		return m.stop(TimeBudgetSpent)
+	}
+	if p.MaxRecordAge > 0 && !m.oldest.IsZero() && now.Sub(m.oldest) >= p.MaxRecordAge {
+		return m.stop(RecordTooOld)
+	}
+	m.state.Started, m.state.NextAt = true, time.Time{}
+	return Decision{Action: RetryNow, At: now, Delay: m.state.LastDelay, Retry: m.state.Retries}
+}
 
 // State returns the state of the current batch.
 func (m *Machine) State() State { return m.state }
@@ -170,9 +287,21 @@ func (m *Machine) Fail(now time.Time, err error, rnd Rand) Decision {
 	return m.fail(now, err, rnd, true)
 }
 
-// Request records that the handler asked for a retry at now without failing
-// (a RetryResult): like [Machine.Fail], but the error filter does not apply.
+// Request records that the handler asked for a retry at now without failing:
+// like [Machine.Fail], but the error filter does not apply. The policy in
+// force decides; see [Machine.RequestRetries] for a request that brings its
+// own.
 func (m *Machine) Request(now time.Time, rnd Rand) Decision {
+	return m.fail(now, nil, rnd, false)
+}
+
+// RequestRetries records that the handler asked at now for r (a
+// RetryResult): r replaces the policy for the rest of the batch, as
+// [Machine.Override] does, and becomes part of the State; then it decides
+// as [Machine.Request]. The retries already made still count.
+func (m *Machine) RequestRetries(now time.Time, r Request, rnd Rand) Decision {
+	m.override, m.hasOver = r.Policy(), true
+	m.state.Request = r
 	return m.fail(now, nil, rnd, false)
 }
 
@@ -181,7 +310,7 @@ func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision
 		m.state.FirstFailure = now
 	}
 	m.last = err
-	m.state.NextAt = time.Time{}
+	m.state.NextAt, m.state.Started = time.Time{}, false
 	p := m.policyRef()
 	if filter && !p.retryable(err) {
 		return m.stop(NotRetryable)
@@ -190,7 +319,10 @@ func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision
 		return m.stop(RetriesSpent)
 	}
 	n := m.state.Retries + 1
-	d := p.Delay(n, m.state.LastDelay, rnd)
+	d, ok := p.next(n, m.state.LastDelay, err, rnd)
+	if !ok {
+		return m.stop(NotRetryable)
+	}
 	at := now.Add(d)
 	if p.MaxRetryTime > 0 && at.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
 		return m.stop(TimeBudgetSpent)

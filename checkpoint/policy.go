@@ -43,6 +43,20 @@ type Policy struct {
 	// Retryable reports whether an error may be retried. Nil means
 	// [DefaultRetryable].
 	Retryable func(error) bool
+
+	// Decide, when set, decides a failure's retry from the retry's number
+	// and the error together, as the Azure IoT Java SDK's
+	// RetryPolicy.getRetryDecision does: whether to retry, and after how
+	// long. It runs after Retryable accepted the error, and its delay
+	// replaces Backoff's. The retry count, MaxDelay, MaxRetryTime,
+	// MaxRecordAge and a retry-after hint still apply on top. A retry a
+	// handler asks for (a RetryResult, which carries no error) takes
+	// Backoff's delay.
+	Decide DecideFunc
+
+	// IgnoreRetryAfter turns off the retry-after hints of errors (see
+	// [RetryAfter]). By default a retry waits at least the hint.
+	IgnoreRetryAfter bool
 }
 
 // Validate reports what is wrong with p, or nil.
@@ -92,6 +106,43 @@ func (p Policy) Schedule(n int, rnd Rand) []time.Duration {
 		out = append(out, prev)
 	}
 	return out
+}
+
+// DecideFunc decides a retry from n, the number of the retry about to
+// happen (from 1), err, the error that failed the delivery, and prev, the
+// delay before the previous retry (0 before the first). It returns the
+// delay before the retry, and false to give the batch up instead. It must
+// be a pure function of its inputs and rnd (its only random source), so
+// that a policy can be shared by goroutines and tested exactly.
+type DecideFunc func(n int, err error, prev time.Duration, rnd Rand) (delay time.Duration, retry bool)
+
+// next returns the delay before retry n after err (nil for a retry a
+// handler asked for), or false when Decide declines the retry: Decide's or
+// Backoff's delay, raised to err's retry-after hint unless IgnoreRetryAfter,
+// then capped by MaxDelay.
+func (p *Policy) next(n int, prev time.Duration, err error, rnd Rand) (time.Duration, bool) {
+	var d time.Duration
+	switch {
+	case p.Decide != nil && err != nil:
+		var ok bool
+		if d, ok = p.Decide(n, err, prev, rnd); !ok {
+			return 0, false
+		}
+	case p.Backoff != nil:
+		d = p.Backoff(n, prev, rnd)
+	}
+	if !p.IgnoreRetryAfter {
+		if h, ok := RetryAfterOf(err); ok && h > d {
+			d = h
+		}
+	}
+	if d < 0 {
+		d = 0
+	}
+	if p.MaxDelay > 0 && d > p.MaxDelay {
+		d = p.MaxDelay
+	}
+	return d, true
 }
 
 func (p *Policy) retryable(err error) bool {

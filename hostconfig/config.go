@@ -29,10 +29,21 @@ type Config struct {
 	// already filled in.
 	Functions map[string]RetryPolicy
 
+	// Redrive is the re-drive section, with every default filled in; nil
+	// when the file has none.
+	Redrive *Redrive
+
 	// Warnings lists what was read but is not in force, such as a retry
 	// section that checkpointRetryPolicy overrides, or a section name that
 	// looks like a misspelt one of ours.
 	Warnings []string
+
+	// Triggers holds the triggers section: what starts each function of a
+	// host, by function name (see [Trigger]).
+	Triggers map[string]Trigger
+
+	keys     []functionKey        // where the file names functions, for CheckFunctions
+	settings map[string][]Setting // by function name, "" for the host-wide policy
 }
 
 // Function returns the policy in force for the function called name: its
@@ -88,6 +99,11 @@ type RetryPolicy struct {
 	// oldest record is this old; 0 means no limit.
 	MaxRecordAge time.Duration
 
+	// IgnoreRetryAfter is set by "honorRetryAfter": false. By default a
+	// retry waits at least the retry-after hint an error carries (see
+	// [checkpoint.RetryAfter]).
+	IgnoreRetryAfter bool
+
 	// OnExhausted is what happens to a batch whose retries are spent.
 	OnExhausted Exhaustion
 }
@@ -111,6 +127,8 @@ func (p *RetryPolicy) Policy() (checkpoint.Policy, error) {
 		MaxDelay:     p.MaxDelay,
 		MaxRetryTime: p.MaxRetryTime,
 		MaxRecordAge: p.MaxRecordAge,
+
+		IgnoreRetryAfter: p.IgnoreRetryAfter,
 	}
 	if err := cp.Validate(); err != nil {
 		return checkpoint.Policy{}, fmt.Errorf("hostconfig: %s: %w", p.Origin, err)
@@ -161,7 +179,7 @@ func (s Strategy) Backoff() (checkpoint.Backoff, error) {
 
 // Exhaustion is what happens to a batch whose retries are spent.
 type Exhaustion struct {
-	// Action is skip (the zero value), deadLetter or stop.
+	// Action is skip (the zero value), deadLetter, stop or park.
 	Action Action
 	// Topic is where DeadLetter sends the batch; empty for the others.
 	Topic string
@@ -180,6 +198,9 @@ const (
 	// Stop leaves the checkpoint where it is and stops the partition's
 	// processing.
 	Stop
+	// Park parks the batch's records for a re-drive (package redrive),
+	// then advances the checkpoint. Its expiry is the redrive section's.
+	Park
 )
 
 // String returns the action's host.json spelling.
@@ -191,6 +212,8 @@ func (a Action) String() string {
 		return "deadLetter"
 	case Stop:
 		return "stop"
+	case Park:
+		return "park"
 	}
 	return fmt.Sprintf("Action(%d)", uint8(a))
 }

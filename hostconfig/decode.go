@@ -14,12 +14,13 @@ const (
 	sectionVersion = "version"
 	sectionPolicy  = "checkpointRetryPolicy"
 	sectionRetry   = "retry"
+	sectionRedrive = "redrive"
 )
 
 // sectionOf returns the canonical name of the section called key, or "" when
 // the section is not ours.
 func sectionOf(key string) string {
-	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry} {
+	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers, sectionRedrive} {
 		if strings.EqualFold(s, key) {
 			return s
 		}
@@ -39,7 +40,7 @@ var azureSections = []string{
 }
 
 // The fields of a checkpointRetryPolicy object and of each of its functions.
-var policyFields = []string{"retryCount", "sleepDuration", "strategy", "maxRetryTime", "maxDelay", "maxRecordAge", "onExhausted"}
+var policyFields = []string{"retryCount", "sleepDuration", "strategy", "maxRetryTime", "maxDelay", "maxRecordAge", "honorRetryAfter", "onExhausted"}
 
 // The fields of Azure Functions' retry section.
 var retryFields = []string{"strategy", "maxRetryCount", "delayInterval", "minimumInterval", "maximumInterval"}
@@ -75,6 +76,9 @@ func (d *decoder) config(root *node) *Config {
 	if m := found[sectionRetry]; m != nil {
 		retry = d.azureRetry(m.val)
 	}
+	if m := found[sectionTriggers]; m != nil {
+		cfg.Triggers = d.triggers(m.val)
+	}
 	switch {
 	case host != nil:
 		cfg.Host = host
@@ -83,8 +87,13 @@ func (d *decoder) config(root *node) *Config {
 		}
 	case retry != nil:
 		cfg.Host = retry
+		d.retrySettings()
+	}
+	if m := found[sectionRedrive]; m != nil {
+		cfg.Redrive = d.redrive(m.val)
 	}
 	cfg.Warnings = d.warnings
+	cfg.keys, cfg.settings = d.keys, d.settings
 	return cfg
 }
 
@@ -100,8 +109,12 @@ func (d *decoder) nearSection(m *member) {
 	switch {
 	case distance(key, sectionRetry) == 1:
 		name = sectionRetry
+	case distance(key, sectionRedrive) <= 2:
+		name = sectionRedrive
 	case distance(key, strings.ToLower(sectionPolicy)) <= 3:
 		name = sectionPolicy
+	case distance(key, sectionTriggers) <= 2:
+		name = sectionTriggers
 	default:
 		return
 	}
@@ -222,6 +235,7 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 	if len(f) > 0 || fm == nil {
 		p := d.policy(n, f, "")
 		host = &p
+		d.setSettings("", d.settingsOf(f, policyFields, nil))
 	}
 	if fm == nil {
 		return host, nil
@@ -257,6 +271,12 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 			eff[k] = v
 		}
 		fns[m.key] = d.policy(m.val, eff, " (set it here or in "+sectionPolicy+")")
+		d.keys = append(d.keys, functionKey{name: m.key, policy: true, at: d.keyAt(m, m.val.path)})
+		inherited := map[*member]bool{}
+		for k, v := range eff {
+			inherited[v] = own[k] == nil
+		}
+		d.setSettings(m.key, d.settingsOf(eff, policyFields, inherited))
 	}
 	return host, fns
 }
@@ -290,14 +310,29 @@ func (d *decoder) policy(n *node, f map[string]*member, inherit string) RetryPol
 	p.MaxDelay = d.optDuration(f["maxDelay"])
 	p.MaxRetryTime = d.optDuration(f["maxRetryTime"])
 	p.MaxRecordAge = d.optDuration(f["maxRecordAge"])
+	if m := f["honorRetryAfter"]; m != nil {
+		p.IgnoreRetryAfter = !d.flag(m.val)
+	}
 	if m := f["onExhausted"]; m != nil {
 		p.OnExhausted = d.exhaustion(m.val)
 	}
 	return p
 }
 
-func (d *decoder) retryCount(n *node) int {
-	v, ok := d.integer(n)
+func (d *decoder) retryCount(n *node) int { return d.retryCountOf(n, false) }
+
+// retryCountOf decodes a retry count; text says whether a string holding
+// an integer is read too.
+func (d *decoder) retryCountOf(n *node, text bool) int {
+	var (
+		v  int
+		ok bool
+	)
+	if text && n.kind == '"' {
+		v, ok = d.parseInteger(n)
+	} else {
+		v, ok = d.integer(n)
+	}
 	if ok && v < -1 {
 		d.add(n, "%d is below -1: want -1 (retry forever), 0 (never) or a number of retries", v)
 		return 0
@@ -430,7 +465,7 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 	case n.kind == '{':
 		f := d.fields(n, []string{"action", "topic"})
 		if f["action"] == nil {
-			d.add(n, "action is missing: want skip, deadLetter or stop")
+			d.add(n, "action is missing: want skip, deadLetter, stop or park")
 			return Exhaustion{}
 		}
 		action = f["action"].val
@@ -444,7 +479,7 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		return Exhaustion{}
 	}
 	if !action.isText() {
-		d.add(action, "want skip, deadLetter or stop, got %s", describe(action))
+		d.add(action, "want skip, deadLetter, stop or park, got %s", describe(action))
 		return Exhaustion{}
 	}
 	var e Exhaustion
@@ -455,12 +490,14 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		e.Action = DeadLetter
 	case strings.EqualFold(action.text, "stop"):
 		e.Action = Stop
+	case strings.EqualFold(action.text, "park"):
+		e.Action = Park
 	default:
 		hint := ""
-		if s := suggest(action.text, []string{"skip", "deadLetter", "stop"}); s != "" {
+		if s := suggest(action.text, []string{"skip", "deadLetter", "stop", "park"}); s != "" {
 			hint = ": did you mean " + s + "?"
 		}
-		d.add(action, "unknown action %q%s: want skip, deadLetter or stop", action.text, hint)
+		d.add(action, "unknown action %q%s: want skip, deadLetter, stop or park", action.text, hint)
 		return Exhaustion{}
 	}
 	switch {
@@ -488,8 +525,11 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 		return nil
 	}
 	p := RetryPolicy{Origin: n.path + " (" + d.pos(n) + ")"}
+	d.retryFields = d.settingsOf(f, retryFields, nil)
 	if m := f["maxRetryCount"]; m != nil {
-		p.RetryCount = d.retryCount(m.val)
+		// The Functions host binds this section with .NET's configuration
+		// binder, which reads the string "3" as 3.
+		p.RetryCount = d.retryCountOf(m.val, true)
 	} else {
 		d.add(n, "maxRetryCount is missing: want -1 (retry forever), 0 (never) or a number of retries")
 	}
@@ -529,6 +569,12 @@ func (d *decoder) integer(n *node) (int, bool) {
 		d.add(n, "want an integer, got %s", describe(n))
 		return 0, false
 	}
+	return d.parseInteger(n)
+}
+
+// parseInteger decodes n's text as a whole number in decimal, with an
+// optional sign and surrounding spaces.
+func (d *decoder) parseInteger(n *node) (int, bool) {
 	v, err := strconv.ParseInt(strings.TrimSpace(n.text), 10, 0)
 	switch {
 	case errors.Is(err, strconv.ErrRange):

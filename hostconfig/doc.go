@@ -3,19 +3,29 @@
 // [stream.Processor] options.
 //
 // A host.json is JSON with // and /* */ comments and trailing commas. Of its
-// sections, hostconfig reads three and ignores the others (logging,
+// sections, hostconfig reads these and ignores the others (logging,
 // extensions, functionTimeout, ...):
 //
 //   - version: "2.0" when present.
 //   - checkpointRetryPolicy: the design proposal's retryCount and
 //     sleepDuration, and redeliver's extensions: a strategy naming any delay
 //     algorithm with its parameters, maxDelay, maxRetryTime, maxRecordAge,
-//     onExhausted (skip, deadLetter with a topic, or stop), and functions,
+//     onExhausted (skip, deadLetter with a topic, stop, or park), and functions,
 //     one policy per function name, each inheriting the settings it does not
 //     set.
 //   - retry: Azure Functions' own policy (fixedDelay or exponentialBackoff).
 //     When checkpointRetryPolicy also sets a host-wide policy, it wins and
 //     [Config.Warnings] says so.
+//   - triggers: by function name, what starts each function of a host: a
+//     Kafka topic and consumer group, the adapter (franz or kafkago) and
+//     the most records a batch holds. [Config.CheckFunctions] checks the
+//     names against the functions a host runs.
+//   - redrive: the scheduled re-drive of parked records ([Redrive]); its
+//     store names the environment variable holding the database's
+//     connection string, which is never written in the file.
+//
+// [Config.Settings] and [Trigger.Settings] say where each value in force
+// was written: the file's line:column or the environment variable.
 //
 // Keys match case-insensitively, as in Azure Functions. Intervals are .NET
 // TimeSpan text or Go durations (see [ParseDuration]). Environment variables

@@ -41,6 +41,9 @@ func (c *Config) Explain() string {
 		p := c.Functions[n]
 		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, p.Explain())
 	}
+	if c.Redrive != nil {
+		b.WriteString("\n" + c.Redrive.Explain())
+	}
 	for _, w := range c.Warnings {
 		fmt.Fprintf(&b, "\nWarning: %s\n", w)
 	}
@@ -86,6 +89,9 @@ func (p *RetryPolicy) Explain() string {
 		if p.MaxRecordAge > 0 {
 			fmt.Fprintf(&b, "No retry starts once the batch's oldest record is %v old.\n", show(p.MaxRecordAge))
 		}
+		if p.IgnoreRetryAfter {
+			b.WriteString("Retry-after hints of errors are ignored (honorRetryAfter: false).\n")
+		}
 		hi := cp
 		if def.upper != nil {
 			hi.Backoff = def.upper(p.Strategy)
@@ -98,6 +104,8 @@ func (p *RetryPolicy) Explain() string {
 		fmt.Fprintf(&b, "Then the batch is sent to topic %q and the checkpoint advances past it.\n", p.OnExhausted.Topic)
 	case Stop:
 		b.WriteString("Then the partition stops, its checkpoint before the batch.\n")
+	case Park:
+		b.WriteString("Then the batch's records are parked for a re-drive (see the redrive section) and the checkpoint advances past it.\n")
 	default:
 		b.WriteString("Then the batch is skipped: the checkpoint advances past it.\n")
 	}

@@ -63,7 +63,7 @@ func FuzzLoad(f *testing.F) {
 // reads back to the same value.
 func FuzzTimeSpan(f *testing.F) {
 	for _, s := range []string{"00:00:05", "1.02:03:04.5", "1:02:03:04", "-00:01", "24:00", "00:00:00.1234567",
-		"106751.23:47:16.8547758", "1m30s", "5", "", "0", " 00:00:01 ", "10675199.02:48:05.4775807"} {
+		"106751.23:47:16.8547758", "1m30s", "5", "", "0", " 00:00:01 ", "10675199.02:48:05.4775807", "1:1:.1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -97,12 +97,12 @@ var timeSpanForms = []struct {
 }{
 	{regexp.MustCompile(`^(-?)(\d{1,2}):(\d{1,2})$`), []time.Duration{time.Hour, time.Minute}},
 	{regexp.MustCompile(`^(-?)(\d{1,2}):(\d{1,2}):(\d{1,2})$`), []time.Duration{time.Hour, time.Minute, time.Second}},
-	{regexp.MustCompile(`^(-?)(\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,7})$`), []time.Duration{time.Hour, time.Minute, time.Second, 0}},
+	{regexp.MustCompile(`^(-?)(\d{1,2}):(\d{1,2}):(\d{0,2})\.(\d{1,7})$`), []time.Duration{time.Hour, time.Minute, time.Second, 0}},
 	{regexp.MustCompile(`^(-?)(\d{1,8})\.(\d{1,2}):(\d{1,2})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute}},
 	{regexp.MustCompile(`^(-?)(\d{1,8})\.(\d{1,2}):(\d{1,2}):(\d{1,2})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second}},
-	{regexp.MustCompile(`^(-?)(\d{1,8})\.(\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,7})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second, 0}},
+	{regexp.MustCompile(`^(-?)(\d{1,8})\.(\d{1,2}):(\d{1,2}):(\d{0,2})\.(\d{1,7})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second, 0}},
 	{regexp.MustCompile(`^(-?)(\d{1,8}):(\d{1,2}):(\d{1,2}):(\d{1,2})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second}},
-	{regexp.MustCompile(`^(-?)(\d{1,8}):(\d{1,2}):(\d{1,2}):(\d{1,2})\.(\d{1,7})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second, 0}},
+	{regexp.MustCompile(`^(-?)(\d{1,8}):(\d{1,2}):(\d{1,2}):(\d{0,2})\.(\d{1,7})$`), []time.Duration{24 * time.Hour, time.Hour, time.Minute, time.Second, 0}},
 }
 
 // referenceTimeSpan reads s with regular expressions and big integers.
@@ -114,7 +114,7 @@ func referenceTimeSpan(s string) (time.Duration, bool) {
 		}
 		total := new(big.Int)
 		for i, unit := range form.units {
-			v, _ := new(big.Int).SetString(m[i+2], 10)
+			v, _ := new(big.Int).SetString("0"+m[i+2], 10) // empty seconds before a fraction are 0
 			switch unit {
 			case 0: // the fraction, in 100ns ticks
 				v.SetString(m[i+2]+strings.Repeat("0", 7-len(m[i+2])), 10)

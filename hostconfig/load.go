@@ -198,7 +198,23 @@ type decoder struct {
 	problems []*Problem
 	seen     map[string]bool // problems already reported
 	warnings []string
+
+	keys        []functionKey        // where the file names functions
+	settings    map[string][]Setting // by function name, "" for the host-wide policy
+	retryFields []Setting            // the retry section's, in force when checkpointRetryPolicy sets no host-wide policy
 }
+
+// setSettings records the settings of the policy of function ("" for the
+// host-wide one).
+func (d *decoder) setSettings(function string, s []Setting) {
+	if d.settings == nil {
+		d.settings = map[string][]Setting{}
+	}
+	d.settings[function] = s
+}
+
+// retrySettings makes the retry section's settings the host-wide ones.
+func (d *decoder) retrySettings() { d.setSettings("", d.retryFields) }
 
 // parse parses src and converts the document to nodes: the whole tree of
 // our sections, only the names of the others.

@@ -164,6 +164,12 @@ func TestValid(t *testing.T) {
 			&hostconfig.RetryPolicy{RetryCount: 2, Strategy: hostconfig.Strategy{Name: "fixedDelay", Delay: 3 * time.Second}}},
 		{"azure exponentialBackoff", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": -1, "minimumInterval": "00:00:10", "maximumInterval": "00:15:00"}}`,
 			&hostconfig.RetryPolicy{RetryCount: -1, Strategy: hostconfig.Strategy{Name: "exponentialBackoff", MinDelay: 10 * time.Second, MaxDelay: 15 * time.Minute}}},
+		// The Functions host binds the retry section through .NET's
+		// configuration binder, which reads numbers written as strings.
+		{"azure maxRetryCount as a string", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": "3", "delayInterval": "00:00:03"}}`,
+			&hostconfig.RetryPolicy{RetryCount: 3, Strategy: hostconfig.Strategy{Name: "fixedDelay", Delay: 3 * time.Second}}},
+		{"azure maxRetryCount as a string, -1", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": " -1 ", "delayInterval": "00:00:03"}}`,
+			&hostconfig.RetryPolicy{RetryCount: -1, Strategy: hostconfig.Strategy{Name: "fixedDelay", Delay: 3 * time.Second}}},
 		{"functions only: the retry section is host-wide", `{"checkpointRetryPolicy": {"functions": {"a": {"retryCount": 0}}},
 			"retry": {"strategy": "fixedDelay", "maxRetryCount": 2, "delayInterval": "00:00:03"}}`,
 			&hostconfig.RetryPolicy{RetryCount: 2, Strategy: hostconfig.Strategy{Name: "fixedDelay", Delay: 3 * time.Second}}},
@@ -220,7 +226,7 @@ func TestInvalid(t *testing.T) {
 			`host.json:1:27: checkpointRetryPolicy: the delay is missing`,
 			`host.json:3:3: checkpointRetryPolicy: unknown field "sleepDuraton": did you mean sleepDuration?`}},
 		{"unknown field without suggestion", `{"checkpointRetryPolicy": {"retryCount": 0, "colour": 1}}`, []string{
-			`host.json:1:45: checkpointRetryPolicy: unknown field "colour": want one of retryCount, sleepDuration, strategy, maxRetryTime, maxDelay, maxRecordAge, onExhausted, functions`}},
+			`host.json:1:45: checkpointRetryPolicy: unknown field "colour": want one of retryCount, sleepDuration, strategy, maxRetryTime, maxDelay, maxRecordAge, honorRetryAfter, onExhausted, functions`}},
 		{"strategy parameter at the policy level", `{"checkpointRetryPolicy": {"retryCount": 0, "initialDelay": "1s"}}`, []string{
 			`host.json:1:45: checkpointRetryPolicy: unknown field "initialDelay": initialDelay is a parameter of a strategy, e.g. "strategy": {"name": "linear", "initialDelay": ...}`}},
 		{"duplicate field", `{"checkpointRetryPolicy": {"retryCount": 1, "retrycount": 2, "sleepDuration": "1s"}}`, []string{
@@ -231,6 +237,10 @@ func TestInvalid(t *testing.T) {
 			`host.json:1:42: checkpointRetryPolicy.retryCount: want an integer, got the number 1.5`}},
 		{"retryCount a string", `{"checkpointRetryPolicy": {"retryCount": "3"}}`, []string{
 			`host.json:1:42: checkpointRetryPolicy.retryCount: want an integer, got the string "3"`}},
+		{"azure maxRetryCount a string that is not a number", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": "three", "delayInterval": "1s"}}`, []string{
+			`host.json:1:55: retry.maxRetryCount: want an integer, got the string "three"`}},
+		{"azure maxRetryCount a string below -1", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": "-2", "delayInterval": "1s"}}`, []string{
+			`host.json:1:55: retry.maxRetryCount: -2 is below -1`}},
 		{"retryCount overflow", `{"checkpointRetryPolicy": {"retryCount": 99999999999999999999}}`, []string{
 			`host.json:1:42: checkpointRetryPolicy.retryCount: 99999999999999999999 is out of range`}},
 		{"retryCount missing", `{"checkpointRetryPolicy": {"sleepDuration": "1s"}}`, []string{

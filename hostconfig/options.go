@@ -13,17 +13,30 @@ import (
 // pub is only used by deadLetter, for which it must not be nil; skip keeps
 // the Processor's default, which moves past the batch.
 func (c *Config) Options(pub stream.Publisher) ([]stream.Option, error) {
-	return c.Host.options(pub)
+	return c.Host.options(pub, nil)
 }
 
 // FunctionOptions converts the policy in force for the function called
 // name (see [Config.Function]) into [stream.Processor] options, as
 // [Config.Options] does.
 func (c *Config) FunctionOptions(name string, pub stream.Publisher) ([]stream.Option, error) {
-	return c.Function(name).options(pub)
+	return c.Function(name).options(pub, nil)
 }
 
-func (p *RetryPolicy) options(pub stream.Publisher) ([]stream.Option, error) {
+// OptionsWithPark is [Config.Options] for a policy whose onExhausted may be
+// park: park is the exhaustion action it then uses, typically
+// redrive.Park(store, cfg.Redrive.Expiry) (redrive.HostOptions builds both).
+func (c *Config) OptionsWithPark(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
+	return c.Host.options(pub, park)
+}
+
+// FunctionOptionsWithPark is [Config.FunctionOptions] for a policy whose
+// onExhausted may be park; see [Config.OptionsWithPark].
+func (c *Config) FunctionOptionsWithPark(name string, pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
+	return c.Function(name).options(pub, park)
+}
+
+func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
 	cp, err := p.Policy()
 	if err != nil {
 		return nil, err
@@ -44,6 +57,11 @@ func (p *RetryPolicy) options(pub stream.Publisher) ([]stream.Option, error) {
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted deadLetter has no topic", p.Origin)
 		}
 		opts = append(opts, stream.WithExhaustionAction(stream.DeadLetter(pub, p.OnExhausted.Topic)))
+	case Park:
+		if park == nil {
+			return nil, fmt.Errorf("hostconfig: %s: onExhausted park needs a re-drive store: build the options with redrive.HostOptions, or Config.OptionsWithPark and redrive.Park", p.Origin)
+		}
+		opts = append(opts, stream.WithExhaustionAction(park))
 	default:
 		return nil, fmt.Errorf("hostconfig: %s: unknown exhaustion action %v", p.Origin, p.OnExhausted.Action)
 	}

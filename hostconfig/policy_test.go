@@ -83,6 +83,41 @@ func TestPolicyLimits(t *testing.T) {
 	}
 }
 
+// Retry-after hints are honoured unless honorRetryAfter is false, in the
+// file or from the environment; a value that is not a boolean is an error.
+func TestHonorRetryAfter(t *testing.T) {
+	hinted := checkpoint.RetryAfter(errors.New("throttled"), time.Minute)
+	for _, tc := range []struct {
+		name, json string
+		env        []string
+		want       time.Duration
+	}{
+		{"default", `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "1s"}}`, nil, time.Minute},
+		{"off", `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "1s", "honorRetryAfter": false}}`, nil, time.Second},
+		{"off by environment", `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "1s"}}`,
+			[]string{"AzureFunctionsJobHost__checkpointRetryPolicy__honorRetryAfter=false"}, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := (&hostconfig.Loader{Environ: func() []string { return tc.env }}).Parse("host.json", []byte(tc.json))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, err := cfg.Policy()
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := checkpoint.NewMachine(p)
+			if d := m.Fail(time.Unix(0, 0), hinted, nil); d.Delay != tc.want {
+				t.Errorf("delay %v, want %v", d.Delay, tc.want)
+			}
+		})
+	}
+	_, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "1s", "honorRetryAfter": "no"}}`))
+	if err == nil || !strings.Contains(err.Error(), "host.json:1:87: checkpointRetryPolicy.honorRetryAfter: want true or false") {
+		t.Errorf("error %v, want one naming honorRetryAfter at 1:87", err)
+	}
+}
+
 func TestPolicyOfNothing(t *testing.T) {
 	cfg, err := noEnv.Parse("host.json", []byte(`{}`))
 	if err != nil {

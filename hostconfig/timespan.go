@@ -16,7 +16,8 @@ import (
 // format and its short forms, "00:00:05", "1.02:03:04.5") and the general
 // [-]d:hh:mm:ss[.fffffff] ("1:02:03:04"). Hours run 0 to 23, minutes and
 // seconds 0 to 59, each in one or two digits; the fraction has one to seven
-// digits (.NET ticks are 100ns). Go durations are what [time.ParseDuration]
+// digits (.NET ticks are 100ns); as in .NET, the seconds may be left empty
+// before a fraction ("1:1:.1" is 1h1m0.1s). Go durations are what [time.ParseDuration]
 // reads ("1m30s", "500ms"). Leading and trailing spaces and tabs are ignored.
 //
 // A bare number other than "0" is rejected: .NET reads "5" as five days,
@@ -128,6 +129,10 @@ func parseTimeSpan(s string) (time.Duration, error) {
 			unit = 100 // ns per tick
 		} else {
 			f := fields[i]
+			if g == "" && f == secondsField && i == len(groups)-2 {
+				// "1:1:.1": .NET reads empty seconds before a fraction as 0.
+				continue
+			}
 			if g == "" {
 				return 0, fmt.Errorf("%s: missing: %s", f.name, timeSpanHint)
 			}

@@ -39,6 +39,11 @@ func TestParseDuration(t *testing.T) {
 		{"1h", time.Hour},
 		{"-5s", -5 * time.Second},
 		{"1.5h", 90 * time.Minute},
+		// .NET reads an empty seconds group before a fraction as 0 seconds.
+		{"1:1:.1", time.Hour + time.Minute + 100*time.Millisecond},
+		{"00:00:.5", 500 * time.Millisecond},
+		{"1.02:03:.0000001", 26*time.Hour + 3*time.Minute + 100},
+		{"1:02:03:.25", 26*time.Hour + 3*time.Minute + 250*time.Millisecond},
 	} {
 		got, err := hostconfig.ParseDuration(tc.in)
 		if err != nil || got != tc.want {
@@ -72,6 +77,8 @@ func TestParseDurationErrors(t *testing.T) {
 		{"soon", "not an interval"},
 		{"1d", "not an interval"},
 		{"00:00:", "seconds: missing"},
+		{"00:00:.", "fraction of a second: want one to seven digits"},
+		{"00::.5", "minutes: missing"},
 		{":00", "hours: missing"},
 		{"00::05", "minutes: missing"},
 		{"1.2.3:00", "not a TimeSpan"},

@@ -36,6 +36,9 @@ func (a franzAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 	if a.kip848 {
 		opts = append(opts, kgo.Balancers(kgo.StickyBalancer()), kgo.ServerSideBalancer())
 	}
+	if cfg.Dial != nil {
+		opts = append(opts, kgo.Dialer(cfg.Dial))
+	}
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
 	}

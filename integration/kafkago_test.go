@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -29,6 +30,9 @@ func (kafkagoAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 		StartOffset:       kafka.FirstOffset,
 		SessionTimeout:    cfg.SessionTimeout,
 		HeartbeatInterval: cfg.HeartbeatInterval,
+	}
+	if cfg.Dial != nil {
+		gc.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: cfg.Dial}
 	}
 	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
 }

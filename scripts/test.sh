@@ -7,9 +7,10 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n== %s\n' "$*"; }
 
-# Services started below are stopped on exit, whatever happens.
-cleanups=()
-cleanup() { for c in "${cleanups[@]}"; do eval "$c" || true; done; }
+# Servers started below are stopped on exit, whatever happens: each start
+# adds its stop command here.
+on_exit=()
+cleanup() { local c; for c in "${on_exit[@]}"; do eval "$c" >/dev/null 2>&1 || true; done; }
 trap cleanup EXIT
 
 step "gofmt"
@@ -18,17 +19,81 @@ if [ -n "$unformatted" ]; then
   echo "gofmt would change:"; echo "$unformatted"; exit 1
 fi
 
+step "go.work names every module"
+# go.work ties the modules together for development (go run ./cmd/redeliver
+# from the top works); a module it does not name cannot be built in place.
+for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname); do
+  go work edit -json | grep -qF "\"DiskPath\": \"./$mod\"" ||
+    { echo "go.work does not use ./$mod: run go work use ./$mod"; exit 1; }
+done
+
 step "go vet"
 go vet ./...
 
 step "go test -race (root module)"
 go test -race -count=1 ./...
 
+step "no Azure SDK in the root module's graph (a Kafka-only program pulls none)"
+if go mod graph | grep -i 'github.com/Azure/azure-sdk-for-go'; then
+  echo "the root module's graph has the Azure SDK"; exit 1
+fi
+
+# Azurite, the Azure Storage emulator (installed with npm where missing),
+# for the Event Hubs checkpoint-store tests and reliability scenarios.
+# REDELIVER_AZURE_STORAGE set beforehand names another storage account;
+# REDELIVER_NO_AZURITE=1 skips those tests.
+if [ -z "${REDELIVER_AZURE_STORAGE:-}" ] && [ "${REDELIVER_NO_AZURITE:-}" != 1 ]; then
+  step "Azurite (blob storage emulator)"
+  on_exit+=("bash '$PWD/integration/azurite.sh' stop")
+  line=$(bash integration/azurite.sh start)
+  export "${line?}"
+  echo "REDELIVER_AZURE_STORAGE=<Azurite on ${line##*BlobEndpoint=}>"
+fi
+
+# The modules of their own (each heavy dependency lives in one, so that a
+# user pulls only what they use), except the integration module, the
+# browser test, the examples and the re-drive's stores, which run below.
+for mod in $(git ls-files '*/go.mod' | xargs -n1 dirname | grep -v '^integration$\|^host/browser$\|^examples/\|^redrive/' | sort); do
+  step "module $mod: go vet, go test -race"
+  (cd "$mod" && go vet ./... && go test -race -count=1 ./...)
+done
+
+step "benchmarks, once each (that they run; scripts/bench.sh measures)"
+go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream ./adapters/...
+
+# The status page in a real browser: Debian's chromium, installed where
+# missing (REDELIVER_NO_BROWSER=1 installs nothing: the test then skips
+# unless a Chromium is there; REDELIVER_CHROMIUM names another browser).
+if [ -f host/browser/go.mod ]; then
+  step "module host/browser: the status page in headless Chromium"
+  if [ "${REDELIVER_NO_BROWSER:-}" != 1 ] && [ -z "${REDELIVER_CHROMIUM:-}" ] &&
+     ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
+    echo "installing Debian's chromium"
+    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
+    # apt may be locked for a moment by another install: try again.
+    for try in 1 2 3 4 5 6; do
+      if $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/tmp/redeliver-apt.log 2>&1; then
+        break
+      fi
+      [ "$try" = 6 ] && { cat /tmp/redeliver-apt.log; echo "could not install chromium"; exit 1; }
+      sleep 10
+    done
+  fi
+  (cd host/browser && go vet ./... && go test -count=1 -v ./...)
+fi
+
 step "examples"
 for dir in examples/*/; do
   [ -f "$dir/main.go" ] || continue
-  echo "-- go run ./$dir"
-  timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  if [ -f "$dir/go.mod" ]; then
+    # An example with a module of its own (its driver stays out of the
+    # root module) runs from its directory.
+    echo "-- (cd $dir && go vet . && go run .)"
+    (cd "$dir" && go vet . && timeout 120 go run .) >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  else
+    echo "-- go run ./$dir"
+    timeout 120 go run "./$dir" >/tmp/redeliver-example.out 2>&1 || { cat /tmp/redeliver-example.out; exit 1; }
+  fi
   tail -n 1 /tmp/redeliver-example.out
 done
 
@@ -39,7 +104,7 @@ if [ -f integration/go.mod ]; then
   # instead; REDELIVER_NO_BROKER=1 runs on kfake only.
   if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
     step "real Kafka broker"
-    cleanups+=("bash integration/kafka.sh stop >/dev/null 2>&1")
+    on_exit+=("bash '$PWD/integration/kafka.sh' stop")
     line=$(bash integration/kafka.sh start)
     export "${line?}"
     # kafka.sh allows 1s session timeouts and runs KIP-848 groups with 3s.
@@ -61,7 +126,7 @@ if [ -f integration/go.mod ]; then
     docker_log=$(mktemp)
     if [ -z "${DOCKER_HOST:-}" ]; then
       # An engine that ran before this script is not ours to stop.
-      bash integration/docker.sh status >/dev/null 2>&1 || cleanups+=("bash integration/docker.sh stop >/dev/null 2>&1")
+      bash integration/docker.sh status >/dev/null 2>&1 || on_exit+=("bash '$PWD/integration/docker.sh' stop")
       if line=$(bash integration/docker.sh start 2>"$docker_log"); then
         export "${line?}"
       else
@@ -93,3 +158,24 @@ if [ -f integration/go.mod ]; then
   step "reliability figures (docs/RELIABILITY.md explains them)"
   cat "$REDELIVER_FIGURES"
 fi
+
+# The re-drive's modules: both stores (the conformance suite, migrations,
+# the database away at start and mid-run) and the end-to-end tests
+# (through kfake and, when it runs, the real broker; several schedulers on
+# one PostgreSQL; a scheduler killed mid-sweep). A real PostgreSQL server
+# is started by integration/postgres.sh (installing Debian's postgresql
+# package where it is missing); REDELIVER_POSTGRES_URL set beforehand names
+# another server instead; REDELIVER_NO_POSTGRES=1 skips the tests that need
+# one (they say so).
+if [ -z "${REDELIVER_POSTGRES_URL:-}" ] && [ "${REDELIVER_NO_POSTGRES:-}" != 1 ]; then
+  step "PostgreSQL server"
+  export REDELIVER_POSTGRES_DIR=${REDELIVER_POSTGRES_DIR:-$(mktemp -d /tmp/redeliver-postgres.XXXXXX)}
+  on_exit+=("bash '$PWD/integration/postgres.sh' stop")
+  line=$(bash integration/postgres.sh start)
+  export "${line?}"
+  echo "$line"
+fi
+for mod in redrive/sqlitestore redrive/pgstore redrive/e2e; do
+  step "$mod module${REDELIVER_POSTGRES_URL:+ (PostgreSQL at ${REDELIVER_POSTGRES_URL#*@})}"
+  (cd "$mod" && go vet ./... && go test -race -count=1 -timeout 15m ./...)
+done

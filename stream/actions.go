@@ -16,8 +16,9 @@ import (
 // processed and the record at Index failed with Err (as Spring's
 // BatchListenerFailedException or Lambda's batch item failures do). The
 // checkpoint advances to the record at Index, and the rest of the batch,
-// from Index on, is retried with the batch's retry count going on. An Index
-// of 0 or out of range fails the whole batch.
+// from Index on, is retried with the batch's retry count going on: under
+// the policy when Err is an error, under the RetryResult when Err is a
+// [*RetryResult]. An Index of 0 or out of range fails the whole batch.
 type BatchError struct {
 	Index int
 	Err   error

@@ -26,6 +26,15 @@
 // owner delivers it again. A partition never delivers batch N+1 while batch N
 // is pending, and other partitions are never held up by it.
 //
+// # Retry bound
+//
+// A batch is delivered at most retryCount + 1 times, across moves and
+// crashes too (unless [WithInMemoryState]): its retry state is committed
+// with the checkpoint, and each retry is committed as started before it is
+// delivered, so a retry that a revocation or a crash interrupts counts. A
+// first delivery commits nothing before it runs: one that is interrupted is
+// delivered again as a first delivery.
+//
 // # Pieces
 //
 // A [Processor] holds the handler and the options; adapters (for franz-go,

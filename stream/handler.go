@@ -67,7 +67,9 @@ func Chain(h Handler, mw ...Middleware) Handler {
 //
 // A RetryResult replaces the configured policy for the rest of its batch's
 // deliveries (error filter and time limits included); the retries already
-// made still count. Return it with [Retry] or as &RetryResult{...}.
+// made still count. Its count and delay are stored with the batch's retry
+// state, so a next owner keeps them. Return it with [Retry] or as
+// &RetryResult{...}, alone or as the error of [FailedAt].
 type RetryResult struct {
 	// MaxRetries limits the batch's retries; [checkpoint.Infinite] (-1)
 	// never stops.
@@ -85,8 +87,8 @@ func (r *RetryResult) Error() string {
 	return fmt.Sprintf("retry requested (max %d retries, delay %v)", r.MaxRetries, r.Delay)
 }
 
-func (r *RetryResult) policy() checkpoint.Policy {
-	return checkpoint.Policy{MaxRetries: r.MaxRetries, Backoff: checkpoint.Fixed(r.Delay)}
+func (r *RetryResult) request() checkpoint.Request {
+	return checkpoint.Request{MaxRetries: r.MaxRetries, Delay: r.Delay}
 }
 
 // Permanent marks err as not retryable: the batch is not delivered again and

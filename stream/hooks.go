@@ -22,6 +22,14 @@ type Hooks struct {
 	// Exhausted is called when a failed batch is given up, before the
 	// exhaustion action runs.
 	Exhausted func(ExhaustedEvent)
+	// ActionTried is called after each try of the exhaustion action on a
+	// given-up batch: with the error and the try's number when it failed
+	// (it is tried again after a backoff), with a nil error when it
+	// succeeded (the checkpoint may now pass the batch). With no action
+	// configured (skip), it is called once, succeeded. It is also called,
+	// succeeded and Skipped, when Processor.Skip releases a partition that
+	// StopPartition stopped.
+	ActionTried func(ActionEvent)
 	// Checkpointed is called after a checkpoint was written.
 	Checkpointed func(CheckpointEvent)
 	// Stopped is called when StopPartition stops a partition.
@@ -36,6 +44,10 @@ type Hooks struct {
 type ClaimEvent struct {
 	Topic     string
 	Partition int32
+	// ClaimID names this claim in every event of its worker: it is unique
+	// among the Processor's calls of Process, so that a stale claim stands
+	// apart from a later claim of the same partition by the same consumer.
+	ClaimID   uint64
 	Committed int64 // -1 when nothing was committed
 	Metadata  string
 }
@@ -44,6 +56,7 @@ type ClaimEvent struct {
 type ReleaseEvent struct {
 	Topic     string
 	Partition int32
+	ClaimID   uint64
 	Cause     error
 }
 
@@ -51,13 +64,10 @@ type ReleaseEvent struct {
 type BatchInfo struct {
 	Topic       string
 	Partition   int32
+	ClaimID     uint64 // the claim whose worker reports the batch
 	FirstOffset int64
 	LastOffset  int64
 	Records     int
-}
-
-func infoOf(b *Batch) BatchInfo {
-	return BatchInfo{Topic: b.Topic, Partition: b.Partition, FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
 }
 
 // Outcome is the result of one delivery.
@@ -70,7 +80,8 @@ const (
 	RetryRequested
 	// Failed: the handler returned an error or panicked.
 	Failed
-	// Cancelled: the claim's context ended during the delivery.
+	// Cancelled: the claim's context ended during the delivery: it is
+	// abandoned, its checkpoint left in place.
 	Cancelled
 )
 
@@ -125,10 +136,22 @@ type StoppedEvent struct {
 	Err *checkpoint.ExhaustedError
 }
 
+// ActionEvent reports one try of the exhaustion action on a given-up batch.
+type ActionEvent struct {
+	BatchInfo
+	Try int   // the try's number, from 1
+	Err error // why the try failed; nil when the action succeeded
+	// Skipped reports a stopped partition released past the batch by
+	// Processor.Skip, which resolves the batch as a success of the action
+	// would.
+	Skipped bool
+}
+
 // CheckpointEvent reports a written checkpoint.
 type CheckpointEvent struct {
 	Topic     string
 	Partition int32
+	ClaimID   uint64
 	Next      int64 // the offset of the next record to consume
 	Metadata  string
 }

@@ -8,15 +8,16 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 // ExhaustionAction runs when a failed batch is given up, before its
-// checkpoint advances. If it returns an error, the checkpoint stays where it
-// is and the action is tried again after a backoff, until it succeeds or the
-// claim ends. The default action only logs (the Exhausted hook has already
+// checkpoint advances. If it returns an error (any error, one that wraps
+// [ErrRevoked] included), the checkpoint stays where it is and the action is
+// tried again after a backoff, until it succeeds or the claim ends. The default action only logs (the Exhausted hook has already
 // fired): the stream skips the batch.
 type ExhaustionAction func(ctx context.Context, b *Batch, err *checkpoint.ExhaustedError) error
 
@@ -98,6 +99,8 @@ type Processor struct {
 	cfg config
 	log *slog.Logger
 
+	claims atomic.Uint64 // the latest ClaimID
+
 	mu      sync.Mutex
 	stopped map[partitionKey]*stoppedEntry
 }
@@ -154,22 +157,32 @@ func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
 // failure. A batch in flight when ctx ends is abandoned without a checkpoint.
 //
 // Unless [WithInMemoryState] is given, the retry state of a withheld batch
-// (retries so far, first failure, when the next retry is due) is committed
-// as the checkpoint's metadata, with the checkpoint at the batch's first
-// record; a success clears it. When Process starts, it reads the claim's
-// committed metadata, and a batch that starts at the committed offset
-// continues from that state: it waits out what is left of its backoff and
-// counts its retries from where the previous owner stopped. Metadata written
-// by other tools is ignored.
+// is committed as the checkpoint's metadata, with the checkpoint at the
+// batch's first record, at two points of each retry: after the failure, when
+// a backoff follows (retries so far, first failure, when the next retry is
+// due, a RetryResult's own count and delay), and just before the retry is
+// delivered (marked started). A first delivery commits nothing before it
+// runs; a success clears the state. When Process starts, it reads the
+// claim's committed metadata, and a batch that starts at the committed
+// offset continues from that state: it waits out what is left of its
+// backoff (never longer than the policy allows for that retry) and counts
+// its retries from where the previous owner stopped. A retry the previous
+// owner had started counts as made even if it never ended (a revocation or
+// a crash during it): it is not repeated, and the next one follows after
+// the policy's backoff, or the batch is given up once the retries are
+// spent. A retry whose time budget ran out by the time it is due is not
+// delivered. Metadata written by other tools is ignored.
 func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
 	off, md := c.Committed()
+	id := p.claims.Add(1)
 	if h := p.cfg.hooks.Claimed; h != nil {
-		h(ClaimEvent{Topic: c.Topic(), Partition: c.Partition(), Committed: off, Metadata: md})
+		h(ClaimEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: id, Committed: off, Metadata: md})
 	}
 	if h := p.cfg.hooks.Released; h != nil {
-		defer func() { h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), Cause: err}) }()
+		defer func() { h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: id, Cause: err}) }()
 	}
 	w := worker{
+		claim: id,
 		p:     p,
 		c:     c,
 		m:     checkpoint.NewMachine(p.cfg.policy),
@@ -208,10 +221,16 @@ type worker struct {
 	batch  Batch
 	paused bool
 	log    *slog.Logger
+	claim  uint64 // the ClaimID of the events
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
 	restored checkpoint.State
+}
+
+func (w *worker) infoOf(b *Batch) BatchInfo {
+	return BatchInfo{Topic: b.Topic, Partition: b.Partition, ClaimID: w.claim,
+		FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
 }
 
 // readState reads the retry state committed by a previous owner.
@@ -232,88 +251,132 @@ func (w *worker) readState(off int64, md string) {
 
 // run delivers w.batch until it is resolved and checkpointed. It returns nil
 // when the checkpoint was written, an error when the worker must stop.
+//
+// Each turn of the loop delivers the batch once and acts on the decision:
+// a retry is scheduled (its state committed when there is a backoff to wait
+// out), waited for, checked again when due, and marked started in a commit
+// before it is delivered; a first delivery commits nothing before it runs.
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
-	hooks := &w.p.cfg.hooks
-	clock := w.p.cfg.clock
+	var (
+		d       checkpoint.Decision
+		outcome Outcome // of the latest delivery
+		cause   error   // the error behind d, for the hooks
+		fresh   bool    // d was just made, not restored
+		deliver = true
+	)
 	if w.from >= 0 {
 		if w.from == b.FirstOffset() {
-			if err := w.resume(ctx, b); err != nil {
-				return err
-			}
+			d, outcome, cause, fresh = w.resume(b)
+			deliver = d.Action == 0
 		}
 		w.from = -1
 	}
 	for {
-		b.Attempt = attemptOf(&w.m)
-		var start, now time.Time
-		if hooks.Delivered != nil {
-			start = clock.Now()
+		if deliver {
+			var err error
+			if d, outcome, cause, err = w.deliver(ctx, b); err != nil {
+				return err
+			}
+			fresh = true
 		}
-		err := w.call(ctx, b)
-		if err != nil || hooks.Delivered != nil {
-			now = clock.Now()
-		}
-		if ctx.Err() != nil {
-			return w.abandon(ctx)
-		}
-
-		var (
-			d       checkpoint.Decision
-			outcome = Succeeded
-			partial *BatchError // a partial success: records before its index are done
-		)
-		if err != nil {
-			if rr := asRetryResult(err); rr != nil {
-				outcome = RetryRequested
-				w.m.Override(rr.policy())
-				d = w.m.Request(now, w.rnd)
-			} else {
-				outcome = Failed
-				cause := err
-				if partial = asBatchError(err, len(b.Records)); partial != nil {
-					cause = partial.Err
+		deliver = true
+		if d.Action == checkpoint.RetryNow || d.Action == checkpoint.RetryLater {
+			if fresh {
+				w.scheduled(b, d, cause, outcome)
+				if d.Delay > 0 {
+					// The failure is counted for a next owner before the
+					// backoff; with none, the started mark below counts it.
+					if err := w.saveState(ctx, b); err != nil {
+						return err
+					}
 				}
-				d = w.m.Fail(now, cause, w.rnd)
 			}
-		}
-		if hooks.Delivered != nil {
-			hooks.Delivered(DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start)})
-		}
-		if partial != nil {
-			// The records before partial.Index are done: move the checkpoint
-			// to the failed record and go on with the rest of the batch.
-			if err := w.write(ctx, b, b.Records[partial.Index].Offset, ""); err != nil {
-				return err
-			}
-			b.Records = b.Records[partial.Index:]
-		}
-
-		switch d.Action {
-		case checkpoint.RetryNow, checkpoint.RetryLater:
-			w.scheduled(b, d, err, outcome)
-			if err := w.saveState(ctx, b); err != nil {
-				return err
+			if d.At.After(w.p.cfg.clock.Now()) && !w.paused {
+				w.c.Pause()
+				w.paused = true
 			}
 			if err := w.wait(ctx, d.At); err != nil {
 				return w.abandon(ctx)
 			}
-			continue
-		case checkpoint.StopRetrying:
-			if outcome == Failed {
-				again, err := w.exhausted(ctx, b)
-				if err != nil {
-					return w.abandon(ctx)
+			if d = w.m.Start(w.p.cfg.clock.Now()); d.Action != checkpoint.StopRetrying {
+				// The retry counts before it starts: a move or a crash
+				// during it cannot make a next owner repeat it.
+				if err := w.saveState(ctx, b); err != nil {
+					return err
 				}
-				if again {
-					w.m.Begin(b.Records[0].Timestamp)
-					continue
-				}
+				continue
+			}
+			outcome = Failed // a retry refused when due: the budget ran out
+		}
+		if d.Action == checkpoint.StopRetrying && outcome == Failed {
+			again, err := w.exhausted(ctx, b)
+			if err != nil {
+				return w.abandon(ctx)
+			}
+			if again {
+				w.m.Begin(b.Records[0].Timestamp)
+				continue
 			}
 		}
 		return w.commit(ctx, b)
 	}
+}
+
+// deliver calls the handler once and returns the machine's decision on
+// what it returned (the zero Decision for a success), the delivery's
+// outcome and its error. After a partial success it has moved the
+// checkpoint to the failed record and cut the batch there. It returns an
+// error when the worker must stop.
+func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, outcome Outcome, cause error, stop error) {
+	hooks := &w.p.cfg.hooks
+	clock := w.p.cfg.clock
+	b.Attempt = attemptOf(&w.m)
+	var start, now time.Time
+	if hooks.Delivered != nil {
+		start = clock.Now()
+	}
+	err := w.call(ctx, b)
+	if err != nil || hooks.Delivered != nil {
+		now = clock.Now()
+	}
+	if ctx.Err() != nil {
+		if hooks.Delivered != nil {
+			hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: Cancelled, Err: err, Start: start, Duration: now.Sub(start)})
+		}
+		return d, Cancelled, err, w.abandon(ctx)
+	}
+	outcome = Succeeded
+	var partial *BatchError // a partial success: records before its index are done
+	if err != nil {
+		cause = err
+		if partial = asBatchError(err, len(b.Records)); partial != nil {
+			cause = partial.Err
+		}
+		if rr := asRetryResult(cause); rr != nil {
+			outcome = RetryRequested
+			d = w.m.RequestRetries(now, rr.request(), w.rnd)
+		} else {
+			outcome = Failed
+			d = w.m.Fail(now, cause, w.rnd)
+		}
+	}
+	if hooks.Delivered != nil {
+		hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start)})
+	}
+	if partial != nil {
+		// The records before partial.Index are done: move the checkpoint
+		// to the failed record and go on with the rest of the batch.
+		if err := w.write(ctx, b, b.Records[partial.Index].Offset, ""); err != nil {
+			return d, outcome, cause, err
+		}
+		b.Records = b.Records[partial.Index:]
+	}
+	if outcome == RetryRequested {
+		cause = nil
+	}
+	return d, outcome, cause, nil
 }
 
 func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome Outcome) {
@@ -321,7 +384,7 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 		err = nil
 	}
 	if h := w.p.cfg.hooks.RetryScheduled; h != nil {
-		h(RetryEvent{BatchInfo: infoOf(b), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
+		h(RetryEvent{BatchInfo: w.infoOf(b), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
 	}
 	w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
 		"retry", d.Retry, "delay", d.Delay, "error", err)
@@ -349,22 +412,25 @@ func asRetryResult(err error) *RetryResult {
 	return nil
 }
 
-// resume continues the retry state a previous owner committed for b.
-func (w *worker) resume(ctx context.Context, b *Batch) error {
+// resume continues the retry state a previous owner committed for b, and
+// returns what follows as run takes it: the restored retry to wait for, or,
+// when the previous owner had started a retry that never reported its
+// outcome, the decision that counts that retry as made (fresh: to be
+// scheduled and committed anew). The zero Decision means that b is to be
+// delivered as if nothing had been restored.
+func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause error, fresh bool) {
 	s := w.restored
-	w.m.Restore(s)
+	d = w.m.Resume(s, w.p.cfg.clock.Now(), w.rnd)
 	w.log.Info("redeliver: continuing retry state of a previous owner", "offset", b.FirstOffset(),
-		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt)
-	if s.NextAt.After(w.p.cfg.clock.Now()) {
-		if !w.paused {
-			w.c.Pause()
-			w.paused = true
-		}
-		if err := w.wait(ctx, s.NextAt); err != nil {
-			return w.abandon(ctx)
-		}
+		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started,
+		"next", d.Action.String())
+	outcome = Failed
+	if s.Request != (checkpoint.Request{}) {
+		outcome = RetryRequested
+	} else if s.Started {
+		cause = checkpoint.ErrInterrupted
 	}
-	return nil
+	return d, outcome, cause, s.Started
 }
 
 // saveState commits the retry state of the withheld batch b, with the
@@ -403,7 +469,6 @@ func (w *worker) wait(ctx context.Context, at time.Time) error {
 }
 
 // exhausted reports the given-up batch and runs the exhaustion action until
-// it succeeds. It returns an error only when ctx ends first.
 // it succeeds. It reports whether the batch is to be delivered again (a
 // stopped partition resumed with Processor.Resume), and returns an error only
 // when ctx ends first.
@@ -411,27 +476,38 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 	var xerr *checkpoint.ExhaustedError
 	errors.As(w.m.Err(), &xerr)
 	if h := w.p.cfg.hooks.Exhausted; h != nil {
-		h(ExhaustedEvent{BatchInfo: infoOf(b), Err: xerr})
+		h(ExhaustedEvent{BatchInfo: w.infoOf(b), Err: xerr})
 	}
 	w.log.Error("redeliver: batch given up", "offset", b.FirstOffset(), "records", len(b.Records),
 		"retries", xerr.Retries, "reason", xerr.Reason.String(), "error", xerr.Last)
 	action := w.p.cfg.exhaustion
 	if action == nil {
+		w.actionTried(b, 1, nil, false)
 		return false, nil
 	}
-	stop := false
-	err = w.repeat(ctx, "exhaustion action", func() error {
+	stop, try := false, 0
+	// The action's errors are its own: one that wraps ErrRevoked is a
+	// failed try like any other (the claim's end shows in ctx).
+	err = w.repeat(ctx, "exhaustion action", false, func() error {
+		try++
 		err := action(ctx, b, xerr)
 		if errors.Is(err, errStop) {
 			stop = true
 			return nil
 		}
+		w.actionTried(b, try, err, false)
 		return err
 	})
 	if err != nil || !stop {
 		return false, err
 	}
 	return w.halt(ctx, b, xerr)
+}
+
+func (w *worker) actionTried(b *Batch, try int, err error, skipped bool) {
+	if h := w.p.cfg.hooks.ActionTried; h != nil {
+		h(ActionEvent{BatchInfo: w.infoOf(b), Try: try, Err: err, Skipped: skipped})
+	}
 }
 
 // halt keeps the partition stopped, paused, until Processor.Resume or
@@ -441,7 +517,7 @@ func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedE
 		w.c.Pause()
 		w.paused = true
 	}
-	sp := StoppedPartition{BatchInfo: infoOf(b), Err: xerr}
+	sp := StoppedPartition{BatchInfo: w.infoOf(b), Err: xerr}
 	cmd := w.p.register(sp)
 	defer w.p.unregister(sp.Topic, sp.Partition, cmd)
 	if h := w.p.cfg.hooks.Stopped; h != nil {
@@ -451,6 +527,9 @@ func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedE
 	select {
 	case redeliver := <-cmd:
 		w.log.Info("redeliver: stopped partition released", "offset", b.FirstOffset(), "redeliver", redeliver)
+		if !redeliver {
+			w.actionTried(b, 1, nil, true)
+		}
 		return redeliver, nil
 	case <-ctx.Done():
 		return false, ctx.Err()
@@ -474,7 +553,7 @@ func (w *worker) commit(ctx context.Context, b *Batch) error {
 func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) error {
 	err := w.c.Commit(ctx, next, md)
 	if err != nil && !errors.Is(err, ErrRevoked) {
-		err = w.repeat(ctx, "commit", func() error { return w.c.Commit(ctx, next, md) })
+		err = w.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
 	}
 	switch {
 	case errors.Is(err, ErrRevoked):
@@ -483,18 +562,18 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 		return w.abandon(ctx)
 	}
 	if h := w.p.cfg.hooks.Checkpointed; h != nil {
-		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, Next: next, Metadata: md})
+		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.claim, Next: next, Metadata: md})
 	}
 	return nil
 }
 
-// repeat calls op until it succeeds, returns ErrRevoked, or ctx ends, waiting
-// the operation backoff between tries.
-func (w *worker) repeat(ctx context.Context, what string, op func() error) error {
+// repeat calls op until it succeeds, or returns ErrRevoked when revoked is
+// set, or ctx ends, waiting the operation backoff between tries.
+func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func() error) error {
 	var prev time.Duration
 	for n := 1; ; n++ {
 		err := op()
-		if err == nil || errors.Is(err, ErrRevoked) {
+		if err == nil || revoked && errors.Is(err, ErrRevoked) {
 			return err
 		}
 		if ctx.Err() != nil {
@@ -508,15 +587,24 @@ func (w *worker) repeat(ctx context.Context, what string, op func() error) error
 	}
 }
 
+// errAbandoned is why a worker stops when it abandons a batch for no other
+// reason it knows of.
+var errAbandoned = errors.New("stream: batch abandoned")
+
 // abandon reports the batch in flight and returns why the worker stops.
 func (w *worker) abandon(ctx context.Context) error {
 	return w.abandonWith(context.Cause(ctx))
 }
 
 func (w *worker) abandonWith(cause error) error {
+	if cause == nil {
+		// Never nil: the caller stops, and a nil would let the worker go
+		// on as if the batch were done.
+		cause = errAbandoned
+	}
 	b := &w.batch
 	if h := w.p.cfg.hooks.Abandoned; h != nil {
-		h(AbandonedEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Cause: cause})
+		h(AbandonedEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Cause: cause})
 	}
 	w.log.Info("redeliver: batch abandoned, checkpoint left in place", "offset", b.FirstOffset(),
 		"records", len(b.Records), "retry", b.Attempt.Retry, "cause", cause)

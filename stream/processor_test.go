@@ -722,3 +722,40 @@ func TestDeliveredEventTimes(t *testing.T) {
 		}
 	})
 }
+
+// An error's retry-after hint and a policy's own decision reach the
+// Processor's schedule: the retry starts the hint after the failure, and an
+// error the decision declines is given up at once.
+func TestRetryAfterAndDecideThroughProcessor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("t", 0, 5)
+		p.AppendN(time.Now(), 10)
+		errThrottled := errors.New("throttled")
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			switch {
+			case b.FirstOffset() == 0 && b.Attempt.Retry == 0:
+				return checkpoint.RetryAfter(errThrottled, 7*time.Second)
+			case b.FirstOffset() == 5:
+				return errors.New("unknown")
+			}
+			return nil
+		})
+		decide := func(n int, err error, _ time.Duration, _ checkpoint.Rand) (time.Duration, bool) {
+			return time.Second, errors.Is(err, errThrottled)
+		}
+		hs := start(t, h, []*streamtest.Partition{p},
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Decide: decide}))
+		hs.waitAll()
+		hs.stop()
+		ds := hs.ev.delivered
+		if len(ds) != 3 {
+			t.Fatalf("%d deliveries, want 3 (batch 0 twice, batch 5 once)", len(ds))
+		}
+		if gap := ds[1].Start.Sub(ds[0].Start.Add(ds[0].Duration)); gap != 7*time.Second {
+			t.Errorf("retry started %v after the failure, want the 7s hint", gap)
+		}
+		if len(hs.ev.exhausted) != 1 || hs.ev.exhausted[0].FirstOffset != 5 || hs.ev.exhausted[0].Err.Reason != checkpoint.NotRetryable {
+			t.Errorf("exhausted %+v, want batch 5 given up as not retryable", hs.ev.exhausted)
+		}
+	})
+}

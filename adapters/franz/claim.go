@@ -2,6 +2,7 @@ package franz
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -10,11 +11,10 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// Reasons a claim's partition is paused in the client.
-const (
-	pauseBackoff uint8 = 1 << iota // the Processor waits out a backoff
-	pauseFull                      // the claim's buffer is full while others starve
-)
+// pauseFull is why a claim's partition is paused in the client: its buffer
+// is full and it is in a backoff, or it holds twice its limit while another
+// partition starves.
+const pauseFull uint8 = 1
 
 // claim is one assignment of one partition: a [stream.Claim] fed by the poll
 // loop through a buffer of polled records.
@@ -31,7 +31,19 @@ const (
 // anything. When another partition starves meanwhile (nothing buffered,
 // more at the broker), the loop polls anyway, and a partition that holds
 // twice its limit is paused in the client, which drops what the client had
-// fetched for it.
+// fetched for it. A full partition whose worker waits out a backoff is
+// paused in the client at once.
+//
+// A backoff alone does not pause the partition in the client: its records
+// go on being buffered, up to the same bound, so that they are there when
+// the backoff ends. Pausing is kept for a full buffer because franz-go
+// fetches from a broker one request at a time and a resumed partition is
+// left out of the request in flight: when that request is a long poll (its
+// partitions are all caught up), the resumed partition would wait up to the
+// fetch max wait. So a partition resumed in the client fetches its next
+// records in requests of its own, with no wait, until the client's fetches
+// include it again (fetchAhead); those repeat the records, and push drops
+// them.
 type claim struct {
 	g         *group
 	key       tp
@@ -45,16 +57,24 @@ type claim struct {
 	started bool
 	done    chan struct{}
 
-	mu    sync.Mutex
-	buf   []*kgo.Record // buf[head:] are the records not yet fetched
-	head  int
-	bytes int   // the size of buf[head:], as recordSize counts it
-	full  bool  // bytes reached the limit and have not yet come down to half
-	hwm   int64 // the partition's high watermark in the last fetch; -1 unknown
-	last  int64 // offset of the last record pushed; -1 before any
-	pause uint8 // why the partition is paused in the client
-	dead  bool  // the worker ended: push drops, nothing pauses
-	wake  chan struct{}
+	mu      sync.Mutex
+	buf     []*kgo.Record // buf[head:] are the records not yet fetched
+	head    int
+	bytes   int   // the size of buf[head:], as recordSize counts it
+	full    bool  // bytes reached the limit and have not yet come down to half
+	hwm     int64 // the partition's high watermark in the last fetch; -1 unknown
+	last    int64 // offset of the last record pushed; -1 before any
+	pause   uint8 // why the partition is paused in the client
+	backoff bool  // the worker waits out a backoff (Pause); it takes nothing
+	dead    bool  // the worker ended: push drops, nothing pauses
+	wake    chan struct{}
+	topicID [16]byte // from the client's fetches, for fetchAhead
+
+	// fetchAhead's state: ahead while it runs; polled once a poll handed
+	// over the partition since it was resumed in the client.
+	ahead     bool
+	polled    bool
+	aheadWake chan struct{}
 
 	ownMu sync.Mutex // held across a commit; the revocation takes it too
 	owned bool
@@ -71,7 +91,7 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
 		done: make(chan struct{}), last: -1, lastOff: -1, hwm: -1,
-		wake: make(chan struct{}, 1), owned: true,
+		wake: make(chan struct{}, 1), aheadWake: make(chan struct{}, 1), owned: true,
 	}
 }
 
@@ -120,20 +140,24 @@ func (cl *claim) finish() {
 // key and value, and an allowance for the rest.
 func recordSize(r *kgo.Record) int { return len(r.Key) + len(r.Value) + 256 }
 
-// push appends polled records, dropping any at or before the last one
-// appended (franz-go never repeats one; this only guards the order), and
-// notes the partition's high watermark.
-func (cl *claim) push(recs []*kgo.Record, hwm int64) {
+// push appends fetched records, dropping any at or before the last one
+// appended (a poll repeats those that fetchAhead got), and notes the
+// partition's high watermark. polled says whether they come from a poll.
+func (cl *claim) push(recs []*kgo.Record, hwm int64, polled bool) {
 	cl.mu.Lock()
 	if cl.dead {
 		cl.mu.Unlock()
 		return
 	}
-	cl.hwm = hwm
+	cl.hwm = max(cl.hwm, hwm)
+	if polled {
+		cl.polled = true
+	}
 	if len(recs) == 0 {
 		cl.mu.Unlock()
 		return
 	}
+	cl.buf = slices.Grow(cl.buf, len(recs))
 	for _, r := range recs {
 		if r.Offset <= cl.last {
 			continue
@@ -170,8 +194,15 @@ func (cl *claim) setPauseLocked(reasons uint8, on bool) {
 		m := map[string][]int32{cl.key.topic: {cl.key.partition}}
 		if now {
 			cl.g.cl.PauseFetchPartitions(m)
-		} else {
-			cl.g.cl.ResumeFetchPartitions(m)
+			return
+		}
+		cl.g.cl.ResumeFetchPartitions(m)
+		cl.polled = false
+		if !cl.dead && !cl.ahead && cl.last >= 0 {
+			// The worker's goroutine (takeLocked) holds g.wg here.
+			cl.ahead = true
+			cl.g.wg.Add(1)
+			go cl.fetchAhead()
 		}
 	}
 }
@@ -241,6 +272,12 @@ func (cl *claim) takeLocked(n int) {
 		cl.buf = cl.buf[:copy(cl.buf, cl.buf[cl.head:])]
 		cl.head = 0
 	}
+	if cl.ahead {
+		select {
+		case cl.aheadWake <- struct{}{}:
+		default:
+		}
+	}
 	if cl.full && cl.bytes <= cl.c.cfg.bufferBytes/2 {
 		cl.full = false
 		cl.g.nfull.Add(-1)
@@ -280,22 +317,30 @@ func (cl *claim) convert() []stream.Record {
 // partition has more records than it got; cl.mu is held. A partition whose
 // high watermark is not known yet counts as starving.
 func (cl *claim) starvingLocked() bool {
-	return !cl.full && cl.pause == 0 && cl.bytes == 0 && (cl.hwm < 0 || cl.last+1 < cl.hwm)
+	return !cl.full && cl.pause == 0 && !cl.backoff && cl.bytes == 0 && (cl.hwm < 0 || cl.last+1 < cl.hwm)
 }
 
-// Pause pauses the partition in the client while the Processor waits out a
-// backoff; records already polled stay buffered.
+// Pause notes that the Processor waits out a backoff. The partition stays in
+// the client's fetches: its records are buffered up to the buffer's bound,
+// and a full buffer pauses it in the client (see claim).
 func (cl *claim) Pause() {
 	cl.mu.Lock()
-	cl.setPauseLocked(pauseBackoff, true)
+	cl.backoff = true
 	cl.mu.Unlock()
+	if cl.g.nfull.Load() > 0 {
+		cl.g.notify() // a full claim in a backoff is paused in the client at once
+	}
 }
 
 // Resume undoes Pause.
 func (cl *claim) Resume() {
 	cl.mu.Lock()
-	cl.setPauseLocked(pauseBackoff, false)
+	cl.backoff = false
+	starving := cl.g.nfull.Load() > 0 && cl.starvingLocked()
 	cl.mu.Unlock()
+	if starving {
+		cl.g.notify()
+	}
 }
 
 // Commit commits next with metadata for the partition and waits for the

@@ -63,11 +63,9 @@ func WithClient(cl *kgo.Client) Option {
 // must name a consumer group and what to consume. [ClientOptions] are added
 // after opts and override any of them they touch (autocommit, the partition
 // callbacks, BlockRebalanceOnPoll). Before opts comes
-// kgo.FetchMaxWait(500ms), Kafka's own default, which opts may override:
-// franz-go's 5s default would let a partition resumed after a pause wait up
-// to 5s for a fetch in flight (a long poll on idle partitions) to return.
-// The consumer owns this client and closes it when [Consumer.Run] returns or
-// at [Consumer.Close].
+// kgo.FetchMaxWait(500ms), Kafka's own default (franz-go's is 5s), which
+// opts may override. The consumer owns this client and closes it when
+// [Consumer.Run] returns or at [Consumer.Close].
 func WithKgoOptions(opts ...kgo.Opt) Option {
 	return optionFunc(func(c *config) { c.kopts = append(c.kopts, opts...); c.kset = true })
 }
@@ -87,12 +85,17 @@ func WithMaxWait(d time.Duration) Option {
 
 // WithBufferBytes sets how much polled data a partition holds ahead of its
 // worker, overriding the default 16 MiB; each record counts its key and value
-// plus 256 bytes. A full partition holds the poll loop back until its worker
-// has taken it down to half. When another partition starves meanwhile, the
-// loop polls anyway, up to twice the limit; beyond that the partition is
-// paused in the client (which drops what franz-go had fetched for it and
-// fetches it again on resume). So a partition holds at most about twice
-// this plus one fetch.
+// plus 256 bytes. A partition waiting out a backoff goes on buffering, so
+// that its next records are there when the backoff ends. A full partition
+// holds the poll loop back until its worker has taken it down to half. When
+// another partition starves meanwhile, the loop polls anyway, up to twice
+// the limit; beyond that, or at once when its worker waits out a backoff,
+// the partition is paused in the client (which drops what franz-go had
+// fetched for it). So a partition holds at most about twice this plus one
+// fetch. A partition resumed in the client fetches its next records with
+// requests of its own, through a second client the consumer makes for this,
+// until the client's fetches include it again: franz-go would leave it out
+// of the fetch in flight, which can wait up to the fetch max wait.
 func WithBufferBytes(n int) Option {
 	return optionFunc(func(c *config) { c.bufferBytes = n })
 }

@@ -53,7 +53,8 @@ func Example() {
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(50 * time.Millisecond)}),
 		stream.WithHooks(stream.Hooks{Checkpointed: func(e stream.CheckpointEvent) {
 			// While the batch waits, its retry state is committed
-			// with the checkpoint left at its first record.
+			// with the checkpoint left at its first record, and again,
+			// marked started, just before the retry is delivered.
 			fmt.Printf("checkpoint: next offset %d, retry state: %t\n", e.Next, e.Metadata != "")
 			if e.Next == 3 {
 				stop() // done with the example
@@ -80,6 +81,7 @@ func Example() {
 	fmt.Println("stopped:", err)
 	// Output:
 	// offsets 0-2, delivery 1: apple pear plum
+	// checkpoint: next offset 0, retry state: true
 	// checkpoint: next offset 0, retry state: true
 	// offsets 0-2, delivery 2: apple pear plum
 	// checkpoint: next offset 3, retry state: false

@@ -113,6 +113,9 @@ type group struct {
 
 	nfull  atomic.Int32  // claims whose buffer is full
 	wakeup chan struct{} // a full claim drained or a claim starves
+
+	sideOnce sync.Once
+	side     *kgo.Client // fetchAhead's client, made when first needed
 }
 
 func (g *group) bind(c *Consumer) error {
@@ -239,6 +242,7 @@ func (g *group) stop(cause error) {
 	g.mu.Unlock()
 	endClaims(ending, cause)
 	g.wg.Wait()
+	g.closeSide()
 }
 
 func endClaims(ending []*claim, cause error) {
@@ -281,22 +285,29 @@ func (g *group) logger() *slog.Logger {
 func (g *group) dispatch(fs kgo.Fetches) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	fs.EachPartition(func(p kgo.FetchTopicPartition) {
-		cl := g.claims[tp{p.Topic, p.Partition}]
-		if len(p.Records) == 0 {
-			if cl != nil && cl.started && p.Err == nil {
-				cl.push(nil, p.HighWatermark)
+	fs.EachTopic(func(t kgo.FetchTopic) {
+		for _, p := range t.Partitions {
+			cl := g.claims[tp{t.Topic, p.Partition}]
+			if cl != nil && cl.topicID != t.TopicID {
+				cl.mu.Lock()
+				cl.topicID = t.TopicID
+				cl.mu.Unlock()
 			}
-			return
+			if len(p.Records) == 0 {
+				if cl != nil && cl.started && p.Err == nil {
+					cl.push(nil, p.HighWatermark, true)
+				}
+				continue
+			}
+			if cl == nil || !cl.started {
+				// Cannot happen: claims are made before their
+				// partitions are fetched and ended between polls.
+				g.c.log.Error("redeliver: records for a partition without a claim dropped", "topic", t.Topic,
+					"partition", p.Partition, "first_offset", p.Records[0].Offset, "records", len(p.Records))
+				continue
+			}
+			cl.push(p.Records, p.HighWatermark, true)
 		}
-		if cl == nil || !cl.started {
-			// Cannot happen: claims are made before their
-			// partitions are fetched and ended between polls.
-			g.c.log.Error("redeliver: records for a partition without a claim dropped", "topic", p.Topic,
-				"partition", p.Partition, "first_offset", p.Records[0].Offset, "records", len(p.Records))
-			return
-		}
-		cl.push(p.Records, p.HighWatermark)
 	})
 }
 
@@ -341,7 +352,8 @@ func (g *group) throttle(ctx context.Context) {
 // pressure reports whether a claim is full and not paused in the client,
 // and whether another running claim starves: it has nothing buffered though
 // its partition has more (an idle partition, caught up with its end, does
-// not starve).
+// not starve). A full claim whose worker waits out a backoff will not drain
+// soon: it is paused in the client instead of holding the poll loop back.
 func (g *group) pressure() (wait, starving bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -351,6 +363,8 @@ func (g *group) pressure() (wait, starving bool) {
 		}
 		cl.mu.Lock()
 		switch {
+		case cl.full && cl.pause == 0 && cl.backoff:
+			cl.setPauseLocked(pauseFull, true)
 		case cl.full && cl.pause == 0:
 			wait = true
 		case cl.starvingLocked():

@@ -38,7 +38,9 @@ const benchMaxWait = 500 * time.Millisecond
 //   - raw: a kafka.Reader per partition (Partition set, no GroupID), read
 //     with FetchMessage, the way kafka-go's docs read one partition;
 //   - rawconn: a kafka.Conn per partition, read a fetch answer at a time
-//     with ReadBatchWith: the adapter's own fetch path, without the engine;
+//     with ReadBatchWith (the adapter's fetch path until it read record
+//     batches itself, for their control flags, aborted transactions and
+//     leader epochs, which kafka.Conn drops);
 //   - redeliver: the adapter and the Processor with a handler that touches
 //     each record.
 //

@@ -5,8 +5,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -39,16 +37,19 @@ type claim struct {
 	pumped chan struct{} // closed when the pump has returned
 
 	mu          sync.Mutex
-	chunks      [][]kafka.Message // fetch answers; chunks[0][head:] and the rest are not yet in a batch
+	chunks      [][]record // fetch answers; chunks[0][head:] and the rest are not yet in a batch
 	head        int
-	buffered    int               // records not yet in a batch
-	spare       [][]kafka.Message // spent answers' slices, emptied, for the fetcher to reuse
-	last        int64             // offset of the last record buffered; -1 before any
+	buffered    int        // records not yet in a batch
+	spare       [][]record // spent answers' slices, emptied, for the fetcher to reuse
+	last        int64      // offset of the last record buffered; -1 before any
 	paused      bool
 	waiting     bool // the worker waits on wake
 	pumpWaiting bool // the pump waits on more
 	wake        chan struct{}
 	more        chan struct{}
+
+	lastOff   int64 // the offset of the last record of the last batch; -1 before any
+	lastEpoch int32 // and its leader epoch
 
 	// The worker's own.
 	out  []stream.Record
@@ -61,10 +62,10 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
 		ctx: ctx, cancel: cancel, pumped: make(chan struct{}),
-		last: -1, wake: make(chan struct{}, 1), more: make(chan struct{}, 1),
+		last: -1, wake: make(chan struct{}, 1), more: make(chan struct{}, 1), lastOff: -1, lastEpoch: -1,
 		f: fetcher{
 			dialer: c.dialer, brokers: c.brokers, topic: key.topic, partition: int(key.partition),
-			fetch: c.fetch, log: c.log,
+			fetch: c.fetch, start: c.start, log: c.log,
 		},
 	}
 }
@@ -121,11 +122,11 @@ func (cl *claim) waitRoom() bool {
 // the last one buffered (kafka-go never repeats one; this only guards the
 // order), and wakes a waiting worker. The buffer keeps msgs: the caller
 // gives it up.
-func (cl *claim) push(msgs []kafka.Message) {
+func (cl *claim) push(msgs []record) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	i := 0
-	for i < len(msgs) && msgs[i].Offset <= cl.last {
+	for i < len(msgs) && msgs[i].offset <= cl.last {
 		i++
 	}
 	if i == len(msgs) {
@@ -135,7 +136,7 @@ func (cl *claim) push(msgs []kafka.Message) {
 	msgs = msgs[i:]
 	cl.chunks = append(cl.chunks, msgs)
 	cl.buffered += len(msgs)
-	cl.last = msgs[len(msgs)-1].Offset
+	cl.last = msgs[len(msgs)-1].offset
 	if cl.waiting {
 		cl.waiting = false
 		cl.signal(cl.wake)
@@ -146,7 +147,7 @@ func (cl *claim) push(msgs []kafka.Message) {
 const maxSpare = 1 << 16
 
 // spareLocked keeps a spent answer's slice for the fetcher; cl.mu is held.
-func (cl *claim) spareLocked(msgs []kafka.Message) {
+func (cl *claim) spareLocked(msgs []record) {
 	clear(msgs)
 	if len(cl.spare) < 2 && cap(msgs) <= maxSpare {
 		cl.spare = append(cl.spare, msgs[:0])
@@ -154,7 +155,7 @@ func (cl *claim) spareLocked(msgs []kafka.Message) {
 }
 
 // slice returns an empty slice for the fetcher to read an answer into.
-func (cl *claim) slice() []kafka.Message {
+func (cl *claim) slice() []record {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	if n := len(cl.spare); n > 0 {
@@ -237,17 +238,18 @@ func (cl *claim) takeLocked(n int) []stream.Record {
 		for i := range chunk[cl.head : cl.head+k] {
 			m := &chunk[cl.head+i]
 			var hs []stream.Header
-			if len(m.Headers) > 0 {
+			if len(m.headers) > 0 {
 				h0 := len(hdrs)
-				for _, h := range m.Headers {
+				for _, h := range m.headers {
 					hdrs = append(hdrs, stream.Header{Key: h.Key, Value: h.Value})
 				}
 				hs = hdrs[h0:len(hdrs):len(hdrs)]
 			}
 			out = append(out, stream.Record{
-				Topic: m.Topic, Partition: int32(m.Partition), Offset: m.Offset,
-				Key: m.Key, Value: m.Value, Headers: hs, Timestamp: m.Time,
+				Topic: cl.key.topic, Partition: cl.key.partition, Offset: m.offset,
+				Key: m.key, Value: m.value, Headers: hs, Timestamp: m.time,
 			})
+			cl.lastOff, cl.lastEpoch = m.offset, m.epoch
 		}
 		clear(chunk[cl.head : cl.head+k]) // the batch holds the keys and values now
 		cl.head += k
@@ -298,8 +300,21 @@ func (cl *claim) Resume() {
 // [stream.ErrRevoked] once the claim is ending or its generation has ended.
 // A commit that was sent is not cancelled: the generation's end waits for it
 // (up to the commit timeout) rather than leave its outcome unknown.
+//
+// The commit carries the leader epoch of the record before next when that
+// record ended the last batch (a batch handled), and -1 (unknown)
+// otherwise (a withheld batch's retry state, a partial success), as Kafka's
+// Java consumer and franz-go do: a later consumer of the group checks the
+// epoch against the log to detect truncation, and a wrong epoch makes it
+// read committed records again.
 func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
-	return cl.g.commit(cl, next, metadata)
+	epoch := int32(-1)
+	cl.mu.Lock()
+	if next == cl.lastOff+1 {
+		epoch = cl.lastEpoch
+	}
+	cl.mu.Unlock()
+	return cl.g.commit(cl, next, epoch, metadata)
 }
 
 // sleep waits d or until ctx is done; it reports whether d passed.

@@ -37,6 +37,7 @@ type config struct {
 	maxWait       time.Duration
 	commitTimeout time.Duration
 	logger        *slog.Logger
+	onAssigned    func(map[string][]int32) // WithOnAssigned
 }
 
 // WithGroupConfig sets the kafka-go consumer group: its ID, brokers and
@@ -237,6 +238,21 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.log.Info("redeliver: consumer stopped", "group", c.cfg.group.ID, "cause", err)
 	return err
+}
+
+// roundTrip sends req through the client's transport to the client's
+// cluster, as kafka.Client's own methods do.
+func (c *Consumer) roundTrip(ctx context.Context, req kafka.Request) (kafka.Response, error) {
+	rt := c.client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	if c.client.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.client.Timeout)
+		defer cancel()
+	}
+	return rt.RoundTrip(ctx, c.client.Addr, req)
 }
 
 // Close stops [Consumer.Run] if it runs and waits for it to return. Close is

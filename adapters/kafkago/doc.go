@@ -9,10 +9,13 @@
 //     and [kafka.Generation]), not the [kafka.Reader]'s GroupID mode, which
 //     reads every assigned partition through one queue and can hold none of
 //     them back. Each assigned partition is read from its leader through a
-//     [kafka.Conn] of its own, a fetch answer at a time, starting at the
-//     partition's committed offset. The fetch loop is the one a kafka.Reader
-//     without a group runs (the same errors are retried, the same way), less
-//     the reader's queue and goroutine.
+//     connection of its own, a fetch answer at a time, starting at the
+//     partition's committed offset. The fetch requests and answers are
+//     kafka-go's own (its protocol package), read record batch by record
+//     batch, so that what kafka.Conn and kafka.Reader drop is kept (see
+//     Transactions and Leader epochs below). The connection is made as the
+//     group's Dialer would make it (its DialFunc or network settings, TLS,
+//     SASL, client ID).
 //   - Batches are formed per partition from what was fetched: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill. With the default maximum wait of 0 a batch is whatever has been
@@ -70,10 +73,41 @@
 // again. Cooperative rebalancing, static membership and the KIP-848
 // protocol are not available in kafka-go.
 //
+// Transactions. kafka.Conn and kafka.Reader hand a transaction's marker
+// (a control record) to the program as a record, and under
+// kafka.ReadCommitted also the records of aborted transactions: they ignore
+// the batches' control flag and the fetch answer's list of aborted
+// transactions. The adapter reads both: a handler never sees a control
+// record, and with IsolationLevel kafka.ReadCommitted in [WithFetchConfig]
+// it never sees a record of an aborted transaction, as Kafka's own
+// consumer. With kafka.ReadUncommitted (the default) it sees the records of
+// open and aborted transactions, as any read_uncommitted consumer does.
+//
+// Leader epochs. Every commit carries the leader epoch of the record
+// before the committed offset when that record ended the batch handled,
+// and -1 (unknown) otherwise, as Kafka's Java consumer and franz-go commit.
+// kafka.Client.OffsetCommit commits epoch 0 every time: after the
+// partition's leader epoch has moved on (a broker restart, a leader
+// change), a later consumer of the group that checks epochs (franz-go, the
+// Java consumer) would take such a commit for one from before a truncation
+// and read committed records again.
+//
 // Start offsets. A partition without a committed offset starts at the
 // group's StartOffset (kafka.FirstOffset unless set). A committed offset
-// that is no longer in the log (deleted by retention) makes the fetch skip
-// to the first offset still there, with a warning, as a kafka.Reader does.
+// outside the partition is reset as Kafka's auto.offset.reset resets it,
+// per StartOffset: to the partition's first offset for kafka.FirstOffset,
+// to its end for kafka.LastOffset. That is a committed offset past the end
+// (the topic was deleted and created again, or an unclean leader election
+// truncated the log) or before the start (retention deleted the records).
+// The reset is logged at Error with the offsets it skips or reads again.
+//
+// Fetch errors. After any error of a fetch (a moved leader, an unknown
+// partition, a broken connection, any error the broker gives for the
+// partition), the connection is dropped and made again to the partition's
+// leader after kafka.Reader's backoff (100ms x failures², at most 1s); the
+// backoff starts over only once a fetch has succeeded, so a leader that
+// answers every fetch with an error is asked about once a second, not in a
+// loop.
 //
 // Shutdown. [Consumer.Run] returns once every worker has stopped and the
 // member has left the group. Fetch connections are closed at once, so a

@@ -1,48 +1,87 @@
 package kafkago
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol"
+	"github.com/segmentio/kafka-go/protocol/apiversions"
+	"github.com/segmentio/kafka-go/protocol/fetch"
+	"github.com/segmentio/kafka-go/protocol/listoffsets"
+	"github.com/segmentio/kafka-go/protocol/saslauthenticate"
+	"github.com/segmentio/kafka-go/protocol/saslhandshake"
+	"github.com/segmentio/kafka-go/sasl"
 )
 
 // How a fetcher backs off and waits, as a kafka.Reader does by default.
 const (
 	fetchBackoffMin  = 100 * time.Millisecond
 	fetchBackoffMax  = time.Second
-	readBatchTimeout = 10 * time.Second // for each record of a fetch answer, and for the answer beyond MaxWait
+	readBatchTimeout = 10 * time.Second // for a fetch answer beyond MaxWait
 	offsetsTimeout   = 10 * time.Second
 )
 
 // errFetcherClosed answers a connect after the fetcher was closed.
 var errFetcherClosed = errors.New("kafkago: fetcher closed")
 
-// fetcher reads one partition from its leader through a [kafka.Conn], one
-// fetch answer at a time. It does what a [kafka.Reader] without a group
-// does (and handles the same errors the same way), without the reader's
-// queue and goroutine: a batch can be what one fetch returned, pausing is
-// not fetching, and closing the fetcher closes its connection at once,
-// where a reader waiting for a fetch answer holds Reader.Close up for the
-// fetch's MaxWait.
+// record is a fetched record, with the leader epoch of its record batch
+// (-1 when unknown), which the commit after it carries.
+type record struct {
+	offset  int64
+	epoch   int32
+	time    time.Time
+	key     []byte
+	value   []byte
+	headers []protocol.Header
+}
+
+// fetcher reads one partition from its leader through a connection of its
+// own, one fetch answer at a time, with kafka-go's protocol package: the
+// fetch request and its answer as Kafka defines them, record batch by
+// record batch. kafka-go's [kafka.Conn] and [kafka.Reader] read the
+// records of an answer but drop what the batches say about them: they hand
+// out transaction markers (control records) as records, hand out the
+// records of aborted transactions under kafka.ReadCommitted (the answer's
+// list of aborted transactions is ignored), and lose the batches' leader
+// epochs. The fetcher keeps all three: control batches are never records,
+// aborted transactions are dropped under kafka.ReadCommitted as Kafka's own
+// consumer drops them, and every record carries its batch's leader epoch.
 //
-// One goroutine (the claim's pump) calls connect, read and offsets; close
-// may be called from any.
+// Errors are handled as a kafka.Reader handles them, plus what it lacks:
+// after any error the connection is dropped (the next read connects to the
+// partition's leader again, as it may have moved) and the reconnect backs
+// off as kafka.Reader's reads do, the backoff reset only by a successful
+// read, not by a successful connect. A fetch offset outside the partition
+// (past its end: the topic was deleted and created again, or an unclean
+// leader election truncated the log; or before its start: retention deleted
+// the records) is reset to the partition's start or end, per the group's
+// start offset, as Kafka's auto.offset.reset does, and logged at Error with
+// the offsets skipped or read again.
+//
+// One goroutine (the claim's pump) calls connect and read; close may be
+// called from any.
 type fetcher struct {
 	dialer    *kafka.Dialer
 	brokers   []string
 	topic     string
 	partition int
-	fetch     kafka.ReadBatchConfig // MaxWait is the wait of the fetch request; the rest as given
+	fetch     kafka.ReadBatchConfig
+	start     int64 // kafka.FirstOffset or kafka.LastOffset: where a reset goes
 	log       *slog.Logger
 
 	mu     sync.Mutex
-	conn   *kafka.Conn
+	conn   *protocol.Conn
 	closed bool
 }
 
@@ -54,91 +93,375 @@ func (f *fetcher) connected() bool {
 }
 
 // connect connects to the partition's leader and returns the absolute
-// offset reading starts at: offset, or the partition's first or last
-// offset for kafka.FirstOffset and kafka.LastOffset, or its first offset
-// when offset is before it (the records were deleted). An offset past the
-// partition's end is an error (kafka.OffsetOutOfRange): the caller tries
-// again later.
+// offset reading starts at: offset, or the partition's first or last offset
+// for kafka.FirstOffset and kafka.LastOffset, or, when offset is outside the
+// partition, its first or last offset per the start offset (logged at
+// Error).
 func (f *fetcher) connect(ctx context.Context, offset int64) (int64, error) {
+	leader, err := f.lookupLeader(ctx)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := f.dial(ctx, leader)
+	if err != nil {
+		return 0, err
+	}
+	first, last, err := f.offsets(conn)
+	if err != nil {
+		conn.Close()
+		return 0, err
+	}
+	switch {
+	case offset == kafka.FirstOffset:
+		offset = first
+	case offset == kafka.LastOffset:
+		offset = last
+	case offset < first || offset > last:
+		offset = f.reset(offset, first, last)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		conn.Close()
+		return 0, errFetcherClosed
+	}
+	f.conn = conn
+	return offset, nil
+}
+
+// reset returns where reading goes on from offset, outside the partition's
+// [first, last], per the start offset, and logs at Error what that skips or
+// reads again.
+func (f *fetcher) reset(offset, first, last int64) int64 {
+	to := first
+	if f.start == kafka.LastOffset {
+		to = last
+	}
+	what := "nothing skipped or read again: the partition is empty"
+	switch {
+	case offset > last && to < last:
+		what = fmt.Sprintf("re-reading offsets %d to %d", to, last-1)
+	case offset > last && first < last:
+		what = fmt.Sprintf("skipping offsets %d to %d", first, last-1)
+	case offset < first && offset < to:
+		what = fmt.Sprintf("skipping offsets %d to %d", offset, to-1)
+	}
+	where := "past the end"
+	if offset < first {
+		where = "before the start (deleted by retention)"
+	}
+	startName := "FirstOffset"
+	if f.start == kafka.LastOffset {
+		startName = "LastOffset"
+	}
+	f.log.Error("redeliver: offset "+where+" of the partition, resetting it per the start offset", "topic", f.topic,
+		"partition", f.partition, "offset", offset, "first", first, "end", last, "start", startName, "to", to, "reset", what)
+	return to
+}
+
+// lookupLeader returns the address of the partition's leader, asking the
+// brokers in turn.
+func (f *fetcher) lookupLeader(ctx context.Context) (string, error) {
 	var err error
 	for _, broker := range f.brokers {
-		var conn *kafka.Conn
-		conn, err = f.dialer.DialLeader(ctx, "tcp", broker, f.topic, f.partition)
-		if err != nil {
-			continue
+		var leader kafka.Broker
+		leader, err = f.dialer.LookupLeader(ctx, "tcp", broker, f.topic, f.partition)
+		if err == nil && leader.Host == "" {
+			err = fmt.Errorf("no leader for %s/%d: %w", f.topic, f.partition, kafka.LeaderNotAvailable)
 		}
-		var first, last int64
-		_ = conn.SetDeadline(time.Now().Add(offsetsTimeout))
-		if first, last, err = conn.ReadOffsets(); err != nil {
-			conn.Close()
-			return 0, err
+		if err == nil {
+			return net.JoinHostPort(leader.Host, strconv.Itoa(leader.Port)), nil
 		}
-		switch {
-		case offset == kafka.FirstOffset:
-			offset = first
-		case offset == kafka.LastOffset:
-			offset = last
-		case offset < first:
-			f.log.Warn("redeliver: offset no longer in the log, skipping to the first offset there", "topic", f.topic,
-				"partition", f.partition, "offset", offset, "first", first)
-			offset = first
-		case offset > last:
-			conn.Close()
-			return 0, fmt.Errorf("offset %d past the end %d of the partition: %w", offset, last, kafka.OffsetOutOfRange)
-		}
-		_, _ = conn.Seek(offset, kafka.SeekAbsolute|kafka.SeekDontCheck)
-		_ = conn.SetDeadline(time.Time{})
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		if f.closed {
-			conn.Close()
-			return 0, errFetcherClosed
-		}
-		f.conn = conn
-		return offset, nil
-	}
-	return 0, err
-}
-
-// read fetches once at offset and appends the records of the answer to
-// msgs. It returns them, the offset to fetch next, and the error that ended
-// the answer: io.EOF when the whole answer was read.
-func (f *fetcher) read(offset int64, msgs []kafka.Message) ([]kafka.Message, int64, error) {
-	f.mu.Lock()
-	conn := f.conn
-	f.mu.Unlock()
-	if conn == nil {
-		return msgs, offset, errFetcherClosed
-	}
-	// One deadline for the answer, not one per record as kafka.Reader
-	// sets: the answer is read in one go.
-	_ = conn.SetReadDeadline(time.Now().Add(f.fetch.MaxWait + readBatchTimeout))
-	batch := conn.ReadBatchWith(f.fetch)
-	var err error
-	for {
-		var m kafka.Message
-		if m, err = batch.ReadMessage(); err != nil {
-			batch.Close()
+		if ctx.Err() != nil {
 			break
 		}
-		msgs = append(msgs, m)
-		offset = m.Offset + 1
 	}
-	_ = conn.SetReadDeadline(time.Time{})
-	return msgs, offset, err
+	return "", err
 }
 
-// offsets returns the partition's first and last offsets.
-func (f *fetcher) offsets() (first, last int64, err error) {
+// dial opens a connection to addr as the dialer would (its DialFunc or its
+// network settings, TLS, SASL) and agrees on API versions with the broker.
+func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, error) {
+	d := f.dialer
+	if d.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.Timeout)
+		defer cancel()
+	}
+	dial := d.DialFunc
+	if dial == nil {
+		dial = (&net.Dialer{LocalAddr: d.LocalAddr, FallbackDelay: d.FallbackDelay, KeepAlive: d.KeepAlive}).DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	if d.TLS != nil {
+		cfg := d.TLS
+		if cfg.ServerName == "" {
+			host, _, _ := net.SplitHostPort(addr)
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tc := tls.Client(nc, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+		}
+		nc = tc
+	}
+	pc := protocol.NewConn(nc, d.ClientID)
+	if dl, ok := ctx.Deadline(); ok {
+		_ = pc.SetDeadline(dl)
+	} else {
+		_ = pc.SetDeadline(time.Now().Add(offsetsTimeout))
+	}
+	if err := handshake(ctx, pc, addr, d.SASLMechanism); err != nil {
+		pc.Close()
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+	}
+	_ = pc.SetDeadline(time.Time{})
+	return pc, nil
+}
+
+// handshake agrees on API versions with the broker and authenticates with
+// mechanism, if any, as kafka-go's Transport does.
+func handshake(ctx context.Context, pc *protocol.Conn, addr string, mechanism sasl.Mechanism) error {
+	m, err := pc.RoundTrip(new(apiversions.Request))
+	if err != nil {
+		return err
+	}
+	res := m.(*apiversions.Response)
+	if res.ErrorCode != 0 {
+		return fmt.Errorf("API versions: %w", kafka.Error(res.ErrorCode))
+	}
+	versions := make(map[protocol.ApiKey]int16, len(res.ApiKeys))
+	for _, k := range res.ApiKeys {
+		key := protocol.ApiKey(k.ApiKey)
+		versions[key] = key.SelectVersion(k.MinVersion, k.MaxVersion)
+	}
+	// Fetch v4 is the first with isolation levels and aborted
+	// transactions; Kafka 0.11 and later have it.
+	if v, ok := versions[protocol.Fetch]; !ok || v < 4 {
+		return fmt.Errorf("the broker's fetch requests are older than version 4 (Kafka 0.11)")
+	}
+	pc.SetVersions(versions)
+	if mechanism == nil {
+		return nil
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	p, _ := strconv.Atoi(port)
+	ctx = sasl.WithMetadata(ctx, &sasl.Metadata{Host: host, Port: p})
+	m, err = pc.RoundTrip(&saslhandshake.Request{Mechanism: mechanism.Name()})
+	if err != nil {
+		return err
+	}
+	if code := m.(*saslhandshake.Response).ErrorCode; code != 0 {
+		return fmt.Errorf("SASL handshake: %w", kafka.Error(code))
+	}
+	sess, state, err := mechanism.Start(ctx)
+	if err != nil {
+		return err
+	}
+	for done := false; !done; {
+		m, err := pc.RoundTrip(&saslauthenticate.Request{AuthBytes: state})
+		if err != nil {
+			return fmt.Errorf("SASL authentication: %w", err)
+		}
+		res := m.(*saslauthenticate.Response)
+		if res.ErrorCode != 0 {
+			return fmt.Errorf("SASL authentication: %w: %s", kafka.Error(res.ErrorCode), res.ErrorMessage)
+		}
+		if done, state, err = sess.Next(ctx, res.AuthBytes); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// offsets returns the partition's first offset and its end (the offset the
+// next record will get), whatever the isolation level.
+func (f *fetcher) offsets(conn *protocol.Conn) (first, end int64, err error) {
+	_ = conn.SetDeadline(time.Now().Add(offsetsTimeout))
+	defer conn.SetDeadline(time.Time{})
+	var out [2]int64
+	for i, ts := range []int64{kafka.FirstOffset, kafka.LastOffset} {
+		m, err := conn.RoundTrip(&listoffsets.Request{
+			ReplicaID: -1,
+			Topics: []listoffsets.RequestTopic{{Topic: f.topic, Partitions: []listoffsets.RequestPartition{{
+				Partition: int32(f.partition), CurrentLeaderEpoch: -1, Timestamp: ts,
+			}}}},
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		found := false
+		for _, t := range m.(*listoffsets.Response).Topics {
+			for _, p := range t.Partitions {
+				if t.Topic != f.topic || p.Partition != int32(f.partition) {
+					continue
+				}
+				if p.ErrorCode != 0 {
+					return 0, 0, fmt.Errorf("listing offsets of %s/%d: %w", f.topic, f.partition, kafka.Error(p.ErrorCode))
+				}
+				out[i], found = p.Offset, true
+			}
+		}
+		if !found {
+			return 0, 0, fmt.Errorf("listing offsets of %s/%d: no answer for the partition", f.topic, f.partition)
+		}
+	}
+	return out[0], out[1], nil
+}
+
+// read fetches once at offset and appends the answer's records to recs,
+// less control records, records before offset, and, under
+// kafka.ReadCommitted, records of aborted transactions. It returns them,
+// the offset to fetch next (past every batch of the answer, skipped ones
+// included) and the error of the request, of the answer or of the
+// partition (a [kafka.Error]).
+func (f *fetcher) read(offset int64, recs []record) ([]record, int64, error) {
 	f.mu.Lock()
 	conn := f.conn
 	f.mu.Unlock()
 	if conn == nil {
-		return 0, 0, errFetcherClosed
+		return recs, offset, errFetcherClosed
 	}
-	_ = conn.SetDeadline(time.Now().Add(offsetsTimeout))
+	_ = conn.SetDeadline(time.Now().Add(f.fetch.MaxWait + readBatchTimeout))
 	defer conn.SetDeadline(time.Time{})
-	return conn.ReadOffsets()
+	m, err := conn.RoundTrip(&fetch.Request{
+		ReplicaID:      -1,
+		MaxWaitTime:    int32(f.fetch.MaxWait / time.Millisecond),
+		MinBytes:       int32(f.fetch.MinBytes),
+		MaxBytes:       int32(f.fetch.MaxBytes),
+		IsolationLevel: int8(f.fetch.IsolationLevel),
+		SessionID:      0,
+		SessionEpoch:   -1, // no fetch session: every request is a full fetch
+		Topics: []fetch.RequestTopic{{Topic: f.topic, Partitions: []fetch.RequestPartition{{
+			Partition: int32(f.partition), CurrentLeaderEpoch: -1, FetchOffset: offset,
+			LogStartOffset: -1, PartitionMaxBytes: int32(f.fetch.MaxBytes),
+		}}}},
+	})
+	if err != nil {
+		return recs, offset, err
+	}
+	res := m.(*fetch.Response)
+	if res.ErrorCode != 0 {
+		return recs, offset, kafka.Error(res.ErrorCode)
+	}
+	for i := range res.Topics {
+		t := &res.Topics[i]
+		for j := range t.Partitions {
+			p := &t.Partitions[j]
+			if t.Topic != f.topic || p.Partition != int32(f.partition) {
+				continue
+			}
+			if p.ErrorCode != 0 {
+				return recs, offset, kafka.Error(p.ErrorCode)
+			}
+			return f.records(p, offset, recs)
+		}
+	}
+	return recs, offset, fmt.Errorf("fetch of %s/%d: no answer for the partition", f.topic, f.partition)
+}
+
+// records appends the records of a partition's fetch answer to recs; see
+// [fetcher.read].
+func (f *fetcher) records(p *fetch.ResponsePartition, offset int64, recs []record) ([]record, int64, error) {
+	var batches []protocol.RecordReader
+	switch rs := p.RecordSet.Records.(type) {
+	case nil:
+		return recs, offset, nil
+	case *protocol.RecordStream:
+		batches = rs.Records
+	default:
+		batches = []protocol.RecordReader{rs}
+	}
+	// Under read_committed the broker sends the records of aborted
+	// transactions up to the last stable offset, with the list of those
+	// transactions: a transactional batch of a producer is aborted from
+	// the transaction's first offset until that producer's abort marker.
+	var (
+		aborted []fetch.ResponseTransaction // not yet reached, by first offset
+		open    map[int64]bool              // producers in an aborted transaction
+	)
+	if f.fetch.IsolationLevel == kafka.ReadCommitted && len(p.AbortedTransactions) > 0 {
+		aborted = slices.SortedFunc(slices.Values(p.AbortedTransactions), func(a, b fetch.ResponseTransaction) int {
+			return cmp.Compare(a.FirstOffset, b.FirstOffset)
+		})
+		open = make(map[int64]bool)
+	}
+	next := offset
+	for _, b := range batches {
+		var (
+			epoch = int32(-1)
+			skip  bool
+		)
+		switch b := b.(type) {
+		case *protocol.ControlBatch:
+			for {
+				r, err := b.ReadRecord()
+				if err != nil {
+					break
+				}
+				next = max(next, r.Offset+1)
+				if cr, err := protocol.ReadControlRecord(r); err == nil && cr.Type == 0 { // 0: abort marker
+					delete(open, b.ProducerID)
+				}
+			}
+			continue
+		case *protocol.RecordBatch:
+			epoch = b.PartitionLeaderEpoch
+			for len(aborted) > 0 && aborted[0].FirstOffset <= b.BaseOffset {
+				open[aborted[0].ProducerID] = true
+				aborted = aborted[1:]
+			}
+			skip = b.Attributes.Transactional() && open[b.ProducerID]
+		}
+		for {
+			r, err := b.ReadRecord()
+			if err != nil {
+				break
+			}
+			if r.Offset < offset || skip {
+				next = max(next, r.Offset+1)
+				closeRecord(r)
+				continue
+			}
+			key, kerr := protocol.ReadAll(r.Key)
+			value, verr := protocol.ReadAll(r.Value)
+			closeRecord(r)
+			if err := errors.Join(kerr, verr); err != nil {
+				return recs, next, fmt.Errorf("reading record %d of %s/%d: %w", r.Offset, f.topic, f.partition, err)
+			}
+			var hs []protocol.Header
+			if len(r.Headers) > 0 {
+				hs = slices.Clone(r.Headers)
+			}
+			recs = append(recs, record{offset: r.Offset, epoch: epoch, time: r.Time, key: key, value: value, headers: hs})
+			next = max(next, r.Offset+1)
+		}
+	}
+	if next == offset && len(batches) > 0 {
+		// Batches, but none past offset: an empty batch left by
+		// compaction, whose end kafka-go does not read.
+		return recs, next, fmt.Errorf("fetch of %s/%d at offset %d: %w", f.topic, f.partition, offset, io.ErrNoProgress)
+	}
+	return recs, next, nil
+}
+
+func closeRecord(r *protocol.Record) {
+	if r.Key != nil {
+		r.Key.Close()
+	}
+	if r.Value != nil {
+		r.Value.Close()
+	}
 }
 
 // drop closes the connection; the next read needs a connect.
@@ -167,24 +490,24 @@ func backoff(attempt int) time.Duration {
 }
 
 // fetchLoop reads the partition from offset into the claim's buffer until
-// the claim ends, waiting while the claim is paused or its buffer full, and
-// trying again after errors as a kafka.Reader does.
+// the claim ends, waiting while the claim is paused or its buffer full.
+// After any error it drops the connection and connects again after a
+// backoff that grows with the failures since the last successful read.
 func (cl *claim) fetchLoop(offset int64) {
 	var (
 		f       = &cl.f
 		ctx     = cl.ctx
-		attempt int             // failed connects in a row
-		errs    int             // failed reads in a row
-		msgs    []kafka.Message // the slice the next answer is read into
+		attempt int      // failures since the last successful read
+		recs    []record // the slice the next answer is read into
 	)
 	for {
 		if !cl.waitRoom() {
 			return
 		}
+		if attempt > 0 && !sleep(ctx, backoff(attempt)) {
+			return
+		}
 		if !f.connected() {
-			if attempt > 0 && !sleep(ctx, backoff(attempt)) {
-				return
-			}
 			start, err := f.connect(ctx, offset)
 			if ctx.Err() != nil {
 				return
@@ -192,56 +515,35 @@ func (cl *claim) fetchLoop(offset int64) {
 			if err != nil {
 				attempt++
 				f.log.Warn("redeliver: connecting to the partition leader failed, will try again", "topic", f.topic,
-					"partition", f.partition, "offset", offset, "try", attempt, "error", err)
+					"partition", f.partition, "offset", offset, "try", attempt, "delay", backoff(attempt), "error", err)
 				continue
 			}
-			attempt, errs, offset = 0, 0, start
+			offset = start
 		}
-		if errs > 0 && !sleep(ctx, backoff(errs)) {
-			return
-		}
-		if msgs == nil {
-			msgs = cl.slice()
+		if recs == nil {
+			recs = cl.slice()
 		}
 		var err error
-		msgs, offset, err = f.read(offset, msgs[:0])
-		if len(msgs) > 0 {
-			cl.push(msgs) // the buffer keeps the slice
-			msgs = nil
+		recs, offset, err = f.read(offset, recs[:0])
+		if len(recs) > 0 {
+			cl.push(recs) // the buffer keeps the slice
+			recs = nil
 		}
 		if ctx.Err() != nil {
 			return
 		}
-		switch {
-		case err == nil, errors.Is(err, io.EOF), errors.Is(err, kafka.RequestTimedOut):
-			errs = 0
-		case errors.Is(err, io.ErrNoProgress), errors.Is(err, kafka.UnknownTopicOrPartition),
-			errors.Is(err, kafka.NotLeaderForPartition), errors.Is(err, errFetcherClosed):
-			f.log.Info("redeliver: reconnecting to the partition leader", "topic", f.topic, "partition", f.partition, "error", err)
-			f.drop()
-		case errors.Is(err, kafka.OffsetOutOfRange):
-			first, last, oerr := f.offsets()
-			switch {
-			case oerr != nil:
-				f.drop()
-			case offset < first:
-				f.log.Warn("redeliver: offset no longer in the log, skipping to the first offset there", "topic", f.topic,
-					"partition", f.partition, "offset", offset, "first", first)
-				offset, errs = first, 0
-			case offset < last:
-				errs = 0
-			default:
-				errs++
-			}
-		default:
-			f.log.Warn("redeliver: fetch error", "topic", f.topic, "partition", f.partition, "offset", offset, "error", err)
-			var kerr kafka.Error
-			if errors.As(err, &kerr) {
-				errs++
-			} else {
-				f.drop()
-				attempt = 1
-			}
+		if err == nil {
+			attempt = 0
+			continue
 		}
+		attempt++
+		level := slog.LevelWarn
+		var kerr kafka.Error
+		if errors.As(err, &kerr) && kerr.Temporary() {
+			level = slog.LevelInfo // the leader moved, the topic is being created, ...
+		}
+		f.log.Log(ctx, level, "redeliver: fetch failed, reconnecting to the partition leader", "topic", f.topic,
+			"partition", f.partition, "offset", offset, "try", attempt, "delay", backoff(attempt), "error", err)
+		f.drop()
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
+	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -47,6 +48,7 @@ func (c *Consumer) serve(ctx context.Context, fail context.CancelCauseFunc, gen 
 	}
 	c.log.Info("redeliver: generation started", "group", gen.GroupID, "generation", gen.ID,
 		"member", gen.MemberID, "partitions", n)
+	c.assigned(gen)
 	c.wg.Add(1)
 	gen.Start(func(gctx context.Context) {
 		defer c.wg.Done()
@@ -251,7 +253,7 @@ func (g *generation) markStale() {
 // [stream.ErrRevoked] once the generation has ended (kafka-go ended it or
 // the manager did) or the claim is ending, and when the coordinator says the
 // generation is stale.
-func (g *generation) commit(cl *claim, next int64, metadata string) error {
+func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
@@ -259,30 +261,42 @@ func (g *generation) commit(cl *claim, next int64, metadata string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), g.c.cfg.commitTimeout)
 	defer cancel()
-	resp, err := g.c.client.OffsetCommit(ctx, &kafka.OffsetCommitRequest{
-		GroupID:      g.gen.GroupID,
-		GenerationID: int(g.gen.ID),
-		MemberID:     g.gen.MemberID,
-		Topics: map[string][]kafka.OffsetCommit{
-			cl.key.topic: {{Partition: int(cl.key.partition), Offset: next, Metadata: metadata}},
-		},
+	// kafka.Client.OffsetCommit sends leader epoch 0 with every commit
+	// (its OffsetCommit has no epoch), so the request is sent as Kafka
+	// defines it, through the client's transport, which routes it to the
+	// group's coordinator.
+	m, err := g.c.roundTrip(ctx, &offsetcommit.Request{
+		GroupID:         g.gen.GroupID,
+		GenerationID:    g.gen.ID,
+		MemberID:        g.gen.MemberID,
+		RetentionTimeMs: -1, // the broker's retention
+		Topics: []offsetcommit.RequestTopic{{Name: cl.key.topic, Partitions: []offsetcommit.RequestPartition{{
+			PartitionIndex: cl.key.partition, CommittedOffset: next, CommittedLeaderEpoch: epoch,
+			CommitTimestamp: -1, CommittedMetadata: metadata,
+		}}}},
 	})
 	if err != nil {
 		return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, err)
 	}
-	for _, p := range resp.Topics[cl.key.topic] {
-		if p.Partition != int(cl.key.partition) {
-			continue
-		}
-		switch {
-		case p.Error == nil:
-			return nil
-		case staleGeneration(p.Error):
-			g.markStale()
-			return fmt.Errorf("kafkago: commit of %s/%d at offset %d refused (%v): %w",
-				cl.key.topic, cl.key.partition, next, p.Error, stream.ErrRevoked)
-		default:
-			return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, p.Error)
+	res, ok := m.(*offsetcommit.Response)
+	if !ok {
+		return fmt.Errorf("kafkago: commit of %s/%d at offset %d: unexpected answer %T", cl.key.topic, cl.key.partition, next, m)
+	}
+	for _, t := range res.Topics {
+		for _, p := range t.Partitions {
+			if t.Name != cl.key.topic || p.PartitionIndex != cl.key.partition {
+				continue
+			}
+			if p.ErrorCode == 0 {
+				return nil
+			}
+			perr := kafka.Error(p.ErrorCode)
+			if staleGeneration(perr) {
+				g.markStale()
+				return fmt.Errorf("kafkago: commit of %s/%d at offset %d refused (%v): %w",
+					cl.key.topic, cl.key.partition, next, perr, stream.ErrRevoked)
+			}
+			return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, perr)
 		}
 	}
 	return fmt.Errorf("kafkago: commit of %s/%d at offset %d: no answer for the partition", cl.key.topic, cl.key.partition, next)

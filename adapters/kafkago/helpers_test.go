@@ -116,6 +116,8 @@ func (l *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *logRecorder) WithGroup(string) slog.Handler            { return l }
 func (l *logRecorder) Handle(_ context.Context, r slog.Record) error {
 	var b strings.Builder
+	b.WriteString(r.Level.String())
+	b.WriteString(" ")
 	b.WriteString(r.Message)
 	r.Attrs(func(a slog.Attr) bool {
 		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)

@@ -18,6 +18,10 @@ import (
 // origin in headers, read back by consuming that topic; the checkpoint
 // passes the batch only after the produce.
 func deadLetterAfterExhaustion(t *testing.T, e *env) {
+	if e.backend != nil {
+		deadLetterBackend(t, e)
+		return
+	}
 	const n, poison = 12, 5
 	e.createTopic(1)
 	dlq := e.topic + ".dlq"

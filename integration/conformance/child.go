@@ -35,15 +35,39 @@ type ChildConfig struct {
 	MaxBatch       int
 	Poison         int64
 	Memory         bool // in-memory retry state
+	// SlowRetry, when above 0, makes the poison batch's delivery with that
+	// retry number last until its context ends (or a minute), so that a
+	// kill lands during it.
+	SlowRetry int
+}
+
+func (c ChildConfig) poison(b *stream.Batch) bool {
+	return b.Partition == 0 && b.FirstOffset() <= c.Poison && c.Poison <= b.LastOffset()
 }
 
 func (c ChildConfig) handler() stream.Handler {
-	return stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.Partition == 0 && b.FirstOffset() <= c.Poison && c.Poison <= b.LastOffset() {
+	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if c.poison(b) {
+			if c.SlowRetry > 0 && b.Attempt.Retry == c.SlowRetry {
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Minute):
+				}
+			}
 			return errInjected
 		}
 		return nil
 	})
+}
+
+// began is the line a child writes when it calls the handler on the poison
+// batch, before the call: a delivery the kill cuts short reports nothing
+// else.
+type began struct {
+	Began struct {
+		First int64
+		Retry int
+	}
 }
 
 func (c ChildConfig) spec(hooks stream.Hooks) spec {
@@ -107,9 +131,25 @@ func runChild(raw string, adapters map[string]Adapter) error {
 		Released:     func(stream.ReleaseEvent) { flush() },
 		Delivered:    func(stream.DeliveredEvent) { flush() },
 		Exhausted:    func(stream.ExhaustedEvent) { flush() },
+		ActionTried:  func(stream.ActionEvent) { flush() },
 		Checkpointed: func(stream.CheckpointEvent) { flush() },
+		Abandoned:    func(stream.AbandonedEvent) { flush() },
 	}
 	s := cfg.spec(streamtest.MergeHooks(hist.Hooks(cfg.Member), relay))
+	h := s.handler
+	s.handler = stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if cfg.poison(b) {
+			var line began
+			line.Began.First, line.Began.Retry = b.FirstOffset(), b.Attempt.Retry
+			raw, _ := json.Marshal(line)
+			flush()
+			mu.Lock()
+			out.Write(append(raw, '\n'))
+			out.Flush()
+			mu.Unlock()
+		}
+		return h.Handle(ctx, b)
+	})
 	proc, err := stream.NewProcessor(s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(s.hooks)}, s.opts...)...)
 	if err != nil {
 		return err
@@ -129,9 +169,10 @@ func runChild(raw string, adapters map[string]Adapter) error {
 }
 
 // startChild runs a consumer in a child process (this test binary again),
-// relays its history events into hist (and to watch's Delivered), and
-// returns a function that kills it with SIGKILL.
-func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream.Hooks) (kill func() error) {
+// relays its history events into hist (and to watch's Delivered and
+// Checkpointed), calls onBegan before each handler call on the poison
+// batch, and returns a function that kills it with SIGKILL.
+func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream.Hooks, onBegan func(first int64, retry int)) (kill func() error) {
 	e.t.Helper()
 	raw, err := json.Marshal(cfg)
 	if err != nil {
@@ -157,11 +198,21 @@ func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream
 		defer close(relayed)
 		sc := bufio.NewScanner(stdout)
 		for sc.Scan() {
+			var b began
+			if bytes.HasPrefix(sc.Bytes(), []byte(`{"Began"`)) {
+				if json.Unmarshal(sc.Bytes(), &b) == nil && onBegan != nil {
+					onBegan(b.Began.First, b.Began.Retry)
+				}
+				continue
+			}
 			var ev streamtest.Event
 			if json.Unmarshal(sc.Bytes(), &ev) != nil {
 				continue // a line cut short by the kill
 			}
 			hist.Add(ev)
+			if ev.Kind == streamtest.Committed && watch.Checkpointed != nil {
+				watch.Checkpointed(stream.CheckpointEvent{Topic: ev.Topic, Partition: ev.Partition, ClaimID: ev.Claim, Next: ev.Offset, Metadata: ev.Metadata})
+			}
 			if ev.Kind == streamtest.Delivered && watch.Delivered != nil {
 				watch.Delivered(stream.DeliveredEvent{
 					BatchInfo: stream.BatchInfo{Topic: ev.Topic, Partition: ev.Partition, FirstOffset: ev.First, LastOffset: ev.Last, Records: int(ev.Last - ev.First + 1)},

@@ -18,6 +18,7 @@ package conformance
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
@@ -52,6 +53,9 @@ type Broker struct {
 	// Control, when not nil, answers requests in the broker's place (an
 	// in-process kfake cluster); fault-injection scenarios need it.
 	Control Controller
+	// Backend, when not nil, is a service other than Kafka (an in-memory
+	// Event Hubs) that the suite drives instead of a broker at Addrs.
+	Backend Backend
 }
 
 // Controller lets a test answer a broker's requests itself, as
@@ -86,6 +90,12 @@ type Config struct {
 	// for; 0 means the adapter's default.
 	SessionTimeout    time.Duration
 	HeartbeatInterval time.Duration
+	// Dial, when not nil, makes every connection the consumer opens, to
+	// any broker address (the network-fault scenarios pass connections
+	// through a proxy).
+	Dial func(ctx context.Context, network, address string) (net.Conn, error)
+	// Backend is the Broker's, for adapters of a non-Kafka service.
+	Backend Backend
 }
 
 // Consumer is a consumer an adapter built.

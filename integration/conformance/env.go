@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -33,11 +34,22 @@ type env struct {
 	hist    history
 	members []*member
 	control Controller
+	backend Backend // instead of cl and adm
 }
 
 func newEnv(t *testing.T, b Broker, a Adapter) *env {
 	name := strings.NewReplacer("/", "-", " ", "-", "(", "", ")", "").Replace(t.Name())
 	suffix := fmt.Sprintf("%08x", rand.Uint32())
+	if b.Backend != nil {
+		e := &env{t: t, b: b, a: a, topic: "rd-" + name + "-" + suffix, group: "rd-g-" + name + "-" + suffix, backend: b.Backend}
+		e.hist.topic = e.topic
+		t.Cleanup(func() {
+			for _, m := range e.members {
+				m.stop()
+			}
+		})
+		return e
+	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
@@ -59,6 +71,12 @@ func (e *env) createTopic(partitions int32) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	if e.backend != nil {
+		if err := e.backend.CreateTopic(ctx, e.topic, partitions); err != nil {
+			e.t.Fatalf("create topic %s: %v", e.topic, err)
+		}
+		return
+	}
 	resp, err := e.adm.CreateTopic(ctx, partitions, 1, nil, e.topic)
 	if err == nil {
 		err = resp.Err
@@ -74,6 +92,16 @@ func (e *env) produce(partition int32, first, n int) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
+	if e.backend != nil {
+		vs := make([][]byte, n)
+		for i := range vs {
+			vs[i] = fmt.Appendf(nil, "%d:%d", partition, first+i)
+		}
+		if err := e.backend.Produce(ctx, e.topic, partition, vs); err != nil {
+			e.t.Fatalf("produce: %v", err)
+		}
+		return
+	}
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
 		recs[i] = &kgo.Record{Topic: e.topic, Partition: partition, Value: fmt.Appendf(nil, "%d:%d", partition, first+i)}
@@ -97,6 +125,9 @@ func (e *env) committed() map[int32]kadm.Offset {
 // tryCommitted is committed that returns its error, for polls that go on
 // through a broker restart.
 func (e *env) tryCommitted() (map[int32]kadm.Offset, error) {
+	if e.backend != nil {
+		return e.backendCommitted()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	offs, err := e.adm.FetchOffsets(ctx, e.group)
@@ -151,6 +182,7 @@ type spec struct {
 	hooks    stream.Hooks // called after the history's own
 	session  bool         // ask for the broker's short session timeout
 	opts     []stream.Option
+	dial     func(ctx context.Context, network, address string) (net.Conn, error) // Config.Dial
 }
 
 // member is a running consumer.
@@ -171,7 +203,7 @@ func (e *env) start(name string, s spec) *member {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1)}
+	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1), Dial: s.dial, Backend: e.backend}
 	if s.session {
 		cfg.SessionTimeout = e.b.SessionTimeout
 		cfg.HeartbeatInterval = e.b.SessionTimeout / 10

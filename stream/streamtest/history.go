@@ -19,6 +19,11 @@ const (
 	GivenUp
 	Committed
 	Released
+	// ActionTried: a try of the exhaustion action on a given-up batch;
+	// Error is empty when it succeeded.
+	ActionTried
+	// Abandoned: the worker stopped with the batch in flight.
+	Abandoned
 )
 
 func (k EventKind) String() string {
@@ -33,6 +38,10 @@ func (k EventKind) String() string {
 		return "committed"
 	case Released:
 		return "released"
+	case ActionTried:
+		return "action tried"
+	case Abandoned:
+		return "abandoned"
 	}
 	return "unknown"
 }
@@ -41,25 +50,37 @@ func (k EventKind) String() string {
 type Event struct {
 	Kind      EventKind
 	Member    string // the consumer that did it
+	Claim     uint64 // the claim whose worker did it (stream.ClaimEvent.ClaimID); 0 when unknown
 	Topic     string
 	Partition int32
-	// First and Last are the batch's offsets (Delivered, GivenUp).
+	// First and Last are the batch's offsets (Delivered, GivenUp,
+	// ActionTried, Abandoned).
 	First, Last int64
-	Retry       int            // Delivered: retries before this delivery
-	Outcome     stream.Outcome // Delivered
+	Retry       int            // Delivered, Abandoned: retries before this delivery
+	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
+	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
 	Handled     int            // Delivered: how many records, from First, the handler finished
 	// Offset is the committed offset: the claim's starting checkpoint
 	// (Claimed, -1 for none) or the new checkpoint (Committed).
 	Offset   int64
 	Metadata string
+	// Error is why a try of the exhaustion action failed (ActionTried);
+	// empty when it succeeded.
+	Error string
 }
 
 // History records, in one global order, what the consumers of a test do:
-// the partitions they claim and release, every delivery, every batch given
-// up and every checkpoint. [History.Check] then verifies the delivery
-// contract over it, as a Jepsen-style checker does over a history. It is
-// safe for concurrent use.
+// the partitions they claim and release, every delivery (those a
+// revocation cut short included), every batch given up, every try of the
+// exhaustion action and every checkpoint. [History.Check] then verifies the
+// delivery contract over it, as a Jepsen-style checker does over a history.
+// It is safe for concurrent use; set MemoryOnly before recording.
 type History struct {
+	// MemoryOnly says that the consumers keep their retry state in memory
+	// only (stream.WithInMemoryState): a move starts a batch's count over,
+	// so Check does not verify the retry bound.
+	MemoryOnly bool
+
 	mu     sync.Mutex
 	events []Event
 }
@@ -69,28 +90,39 @@ type History struct {
 func (h *History) Hooks(member string) stream.Hooks {
 	return stream.Hooks{
 		Claimed: func(e stream.ClaimEvent) {
-			h.add(Event{Kind: Claimed, Member: member, Topic: e.Topic, Partition: e.Partition, Offset: e.Committed, Metadata: e.Metadata})
+			h.add(Event{Kind: Claimed, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, Offset: e.Committed, Metadata: e.Metadata})
 		},
 		Released: func(e stream.ReleaseEvent) {
-			h.add(Event{Kind: Released, Member: member, Topic: e.Topic, Partition: e.Partition})
+			h.add(Event{Kind: Released, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition})
 		},
 		Delivered: func(e stream.DeliveredEvent) {
-			ev := Event{Kind: Delivered, Member: member, Topic: e.Topic, Partition: e.Partition,
-				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, Outcome: e.Outcome}
+			ev := Event{Kind: Delivered, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition,
+				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome}
 			var be *stream.BatchError
 			switch {
 			case e.Outcome == stream.Succeeded || e.Outcome == stream.RetryRequested:
 				ev.Handled = e.Records
+			case e.Outcome == stream.Cancelled:
 			case errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records:
 				ev.Handled = be.Index
 			}
 			h.add(ev)
 		},
 		Exhausted: func(e stream.ExhaustedEvent) {
-			h.add(Event{Kind: GivenUp, Member: member, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset})
+			h.add(Event{Kind: GivenUp, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset})
+		},
+		ActionTried: func(e stream.ActionEvent) {
+			ev := Event{Kind: ActionTried, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset}
+			if e.Err != nil {
+				ev.Error = e.Err.Error()
+			}
+			h.add(ev)
 		},
 		Checkpointed: func(e stream.CheckpointEvent) {
-			h.add(Event{Kind: Committed, Member: member, Topic: e.Topic, Partition: e.Partition, Offset: e.Next, Metadata: e.Metadata})
+			h.add(Event{Kind: Committed, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, Offset: e.Next, Metadata: e.Metadata})
+		},
+		Abandoned: func(e stream.AbandonedEvent) {
+			h.add(Event{Kind: Abandoned, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry})
 		},
 	}
 }
@@ -122,6 +154,7 @@ type TopicPartition struct {
 type Report struct {
 	Records       int64   // records in the checked partitions
 	Deliveries    int     // handler calls
+	Interrupted   int     // handler calls a revocation or shutdown cut short
 	Lost          int64   // records never handled nor given up
 	MaxDeliveries int     // the most deliveries of one record
 	MeanPerRecord float64 // deliveries per record, on average
@@ -131,15 +164,26 @@ type Report struct {
 // Check verifies the history against the contract, for partitions whose
 // records run from offset 0 to ends[tp] (exclusive):
 //
-//   - no record lost: every record was handled or given up;
+//   - no record lost: every record was handled, or given up and its
+//     exhaustion action succeeded;
 //   - every delivery starts at the partition's checkpoint (the claim's
 //     starting offset, or the latest commit of that claim): so order is
 //     kept, nothing is skipped, and every rewind lands on the start of the
 //     batch being retried;
-//   - no checkpoint ahead of the records handled or given up, and none that
-//     goes backwards;
-//   - no checkpoint written by a consumer that no longer owns the partition:
-//     after it released it, or after another consumer claimed it;
+//   - no checkpoint ahead of the records handled or resolved by the
+//     exhaustion action (given up is not enough: the action must have
+//     succeeded first), and none that goes backwards;
+//   - no checkpoint written by a claim that no longer owns the partition:
+//     after it was released, or after another claim took the partition, by
+//     another consumer or by the same one again (claims are told apart by
+//     their ClaimID);
+//   - the retry bound, unless MemoryOnly: a batch (by its first offset)
+//     never gets the same retry number twice, interrupted deliveries
+//     included, so that a move or a crash never buys it another delivery,
+//     and no retry goes past the limit of the policy in force. A give-up
+//     starts the batch's count over (Processor.Resume of a stopped
+//     partition). First deliveries may repeat: they commit nothing before
+//     they run;
 //   - the final checkpoint of each partition is its end.
 //
 // Handled means the handler returned nil or a RetryResult for the record's
@@ -148,14 +192,20 @@ type Report struct {
 // report's figures and [History.Deliveries].
 func (h *History) Check(ends map[TopicPartition]int64) Report {
 	events := h.Events()
+	type claimKey struct {
+		member string
+		claim  uint64
+	}
 	type session struct{ next int64 }
 	type part struct {
-		sessions  map[string]*session
-		owner     string
+		sessions  map[claimKey]*session
+		owner     claimKey
 		handled   []bool
-		commit    int64 // latest checkpoint, -1 for none
-		verified  int64 // every offset below is known handled
-		delivered []int // deliveries per offset
+		givenUp   []bool // given up, the exhaustion action not yet succeeded
+		commit    int64  // latest checkpoint, -1 for none
+		verified  int64  // every offset below is known handled
+		delivered []int  // deliveries per offset
+		retries   map[int64]map[int]bool
 	}
 	parts := map[TopicPartition]*part{}
 	var r Report
@@ -164,7 +214,8 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		p := parts[tp]
 		if p == nil {
 			end := ends[tp]
-			p = &part{sessions: map[string]*session{}, handled: make([]bool, end), delivered: make([]int, end), commit: -1}
+			p = &part{sessions: map[claimKey]*session{}, handled: make([]bool, end), givenUp: make([]bool, end),
+				delivered: make([]int, end), commit: -1, retries: map[int64]map[int]bool{}}
 			parts[tp] = p
 		}
 		return p
@@ -175,16 +226,25 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			continue
 		}
 		p := get(tp)
-		s := p.sessions[e.Member]
-		where := func() string { return fmt.Sprintf("event %d: %s %s/%d", i, e.Member, e.Topic, e.Partition) }
+		key := claimKey{e.Member, e.Claim}
+		s := p.sessions[key]
+		where := func() string {
+			if e.Claim != 0 {
+				return fmt.Sprintf("event %d: %s (claim %d) %s/%d", i, e.Member, e.Claim, e.Topic, e.Partition)
+			}
+			return fmt.Sprintf("event %d: %s %s/%d", i, e.Member, e.Topic, e.Partition)
+		}
 		switch e.Kind {
 		case Claimed:
-			p.sessions[e.Member] = &session{next: max(e.Offset, 0)}
-			p.owner = e.Member
+			p.sessions[key] = &session{next: max(e.Offset, 0)}
+			p.owner = key
 		case Released:
-			delete(p.sessions, e.Member)
+			delete(p.sessions, key)
 		case Delivered:
 			r.Deliveries++
+			if e.Outcome == stream.Cancelled {
+				r.Interrupted++
+			}
 			if s == nil {
 				bad("%s: delivery of %d-%d without a claim", where(), e.First, e.Last)
 				continue
@@ -196,20 +256,47 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				p.delivered[o]++
 			}
 			mark(p.handled, e.First, e.First+int64(e.Handled)-1)
+			if !h.MemoryOnly && e.Retry > 0 {
+				seen := p.retries[e.First]
+				if seen == nil {
+					seen = map[int]bool{}
+					p.retries[e.First] = seen
+				}
+				if seen[e.Retry] {
+					bad("%s: retry %d of the batch at %d delivered again (an interrupted delivery or a move repeated it)", where(), e.Retry, e.First)
+				}
+				seen[e.Retry] = true
+				if e.MaxRetries >= 0 && e.Retry > e.MaxRetries {
+					bad("%s: retry %d of the batch at %d, past the limit of %d", where(), e.Retry, e.First, e.MaxRetries)
+				}
+			}
 		case GivenUp:
-			mark(p.handled, e.First, e.Last)
+			mark(p.givenUp, e.First, e.Last)
+			delete(p.retries, e.First)
+		case ActionTried:
+			if e.Error == "" {
+				mark(p.handled, e.First, e.Last)
+			}
 		case Committed:
-			if s == nil {
+			switch {
+			case s == nil:
 				bad("%s: commit of %d after its claim ended", where(), e.Offset)
-			} else if p.owner != e.Member {
-				bad("%s: commit of %d while %s owns the partition", where(), e.Offset, p.owner)
+			case p.owner != key && p.owner.member == e.Member:
+				bad("%s: commit of %d by a stale claim: claim %d of the same consumer owns the partition", where(), e.Offset, p.owner.claim)
+			case p.owner != key:
+				bad("%s: commit of %d while %s owns the partition", where(), e.Offset, p.owner.member)
 			}
 			if e.Offset < p.commit {
 				bad("%s: checkpoint went back from %d to %d", where(), p.commit, e.Offset)
 			}
 			for ; p.verified < e.Offset; p.verified++ {
-				if p.verified >= int64(len(p.handled)) || !p.handled[p.verified] {
-					bad("%s: checkpoint %d ahead of record %d, which was not handled", where(), e.Offset, p.verified)
+				o := p.verified
+				if o >= int64(len(p.handled)) || !p.handled[o] {
+					if o < int64(len(p.givenUp)) && p.givenUp[o] {
+						bad("%s: checkpoint %d passes record %d, given up but its exhaustion action has not succeeded", where(), e.Offset, o)
+					} else {
+						bad("%s: checkpoint %d ahead of record %d, which was not handled", where(), e.Offset, o)
+					}
 					break
 				}
 			}
@@ -227,7 +314,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if !ok {
 				r.Lost++
 				if r.Lost <= 10 {
-					bad("%s/%d: record %d lost: never handled nor given up", tp.Topic, tp.Partition, o)
+					bad("%s/%d: record %d lost: never handled nor resolved by the exhaustion action", tp.Topic, tp.Partition, o)
 				}
 			}
 		}
@@ -268,28 +355,6 @@ func (h *History) Deliveries() map[TopicPartition]map[int64]int {
 	return out
 }
 
-// MergeHooks returns hooks that call each of hs in turn.
-func MergeHooks(hs ...stream.Hooks) stream.Hooks {
-	var m stream.Hooks
-	for _, h := range hs {
-		m.Claimed = chain(m.Claimed, h.Claimed)
-		m.Released = chain(m.Released, h.Released)
-		m.Delivered = chain(m.Delivered, h.Delivered)
-		m.RetryScheduled = chain(m.RetryScheduled, h.RetryScheduled)
-		m.Exhausted = chain(m.Exhausted, h.Exhausted)
-		m.Stopped = chain(m.Stopped, h.Stopped)
-		m.Checkpointed = chain(m.Checkpointed, h.Checkpointed)
-		m.Abandoned = chain(m.Abandoned, h.Abandoned)
-	}
-	return m
-}
-
-func chain[E any](a, b func(E)) func(E) {
-	switch {
-	case a == nil:
-		return b
-	case b == nil:
-		return a
-	}
-	return func(e E) { a(e); b(e) }
-}
+// MergeHooks returns hooks that call each of hs in turn: it is
+// [stream.MergeHooks].
+func MergeHooks(hs ...stream.Hooks) stream.Hooks { return stream.MergeHooks(hs...) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -59,7 +60,8 @@ func TestHistoryCleanRun(t *testing.T) {
 			t.Fatalf("report %+v", r)
 		}
 		// 3 deliveries of a failing batch, plus at most one more when the
-		// move caught a delivery whose retry state was not yet written.
+		// move caught a first delivery, which commits nothing before it
+		// runs.
 		if r.MaxDeliveries < 3 || r.MaxDeliveries > 4 || r.MeanPerRecord <= 1 {
 			t.Fatalf("max %d, mean %.2f deliveries per record", r.MaxDeliveries, r.MeanPerRecord)
 		}
@@ -80,6 +82,11 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		hk.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: next})
 	}
 	claim := func(hk stream.Hooks, at int64) { hk.Claimed(stream.ClaimEvent{Topic: "t", Committed: at}) }
+	// retry delivers the whole partition as retry n of a policy allowing 2.
+	retry := func(hk stream.Hooks, n int, o stream.Outcome) {
+		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: o})
+	}
+	claimed := func(bi stream.BatchInfo, id uint64) stream.BatchInfo { bi.ClaimID = id; return bi }
 	tests := []struct {
 		name string
 		run  func(a, b stream.Hooks)
@@ -114,8 +121,73 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
 			commit(a, 3)
 			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 9)})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(3, 9), Try: 1})
 			commit(a, 10)
 		}, ""},
+		// Blind spots of the first checker (issue 10).
+		{"given up, the action failed, commit passes", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Outcome: stream.Failed, Err: errors.New("x")})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4)})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
+			ok(a, 5, 9)
+			commit(a, 10)
+		}, "checkpoint 10 passes record 0, given up but its exhaustion action has not succeeded"},
+		{"given up, the action succeeded", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Outcome: stream.Failed, Err: errors.New("x")})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4)})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 2})
+			commit(a, 5)
+			ok(a, 5, 9)
+			commit(a, 10)
+		}, ""},
+		{"interrupted retry repeated by the next owner", func(a, b stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			commit(a, 0)
+			retry(a, 1, stream.Cancelled)
+			a.Abandoned(stream.AbandonedEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: 1}})
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			claim(b, 0)
+			retry(b, 1, stream.Succeeded)
+			commit(b, 10)
+		}, "retry 1 of the batch at 0 delivered again"},
+		{"retry repeated after a crash", func(a, b stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			retry(a, 1, stream.Failed)
+			claim(b, 0)
+			retry(b, 1, stream.Succeeded)
+			commit(b, 10)
+		}, "retry 1 of the batch at 0 delivered again"},
+		{"retry past the limit", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			for n := range 3 {
+				retry(a, n, stream.Failed)
+			}
+			retry(a, 3, stream.Succeeded)
+			commit(a, 10)
+		}, "retry 3 of the batch at 0, past the limit of 2"},
+		{"interrupted first delivery repeated, a given-up batch resumed", func(a, b stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Cancelled)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			claim(b, -1)
+			retry(b, 0, stream.Failed)
+			retry(b, 1, stream.Failed)
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9)})
+			retry(b, 0, stream.Failed) // Processor.Resume: a fresh count
+			retry(b, 1, stream.Succeeded)
+			commit(b, 10)
+		}, ""},
+		{"stale claim of a consumer that claimed the partition again", func(a, _ stream.Hooks) {
+			a.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: 1, Committed: -1})
+			a.Delivered(stream.DeliveredEvent{BatchInfo: claimed(batch(0, 9), 1), Outcome: stream.Succeeded})
+			a.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: 2, Committed: -1})
+			a.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: 1, Next: 10})
+		}, "commit of 10 by a stale claim: claim 2 of the same consumer owns the partition"},
 		{"partial ahead", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
@@ -133,4 +205,70 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			}
 		})
 	}
+}
+
+// An engine run whose partition moves during retries, stale workers
+// included, passes the check: no retry number repeats, interrupted
+// deliveries counted.
+func TestHistoryRunWithInterruptedRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 5)
+		p.AppendN(time.Now(), 20)
+		var (
+			mu  sync.Mutex
+			cut = map[[2]int64]bool{}
+		)
+		handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			k := [2]int64{b.FirstOffset(), int64(b.Attempt.Retry)}
+			mu.Lock()
+			first := !cut[k]
+			cut[k] = true
+			mu.Unlock()
+			switch {
+			case b.Attempt.Retry > 0 && b.Attempt.Retry%2 == 1 && first:
+				p.Revoke()
+				<-ctx.Done()
+				return ctx.Err()
+			case b.FirstOffset() == 5:
+				return errors.New("poison")
+			case b.Attempt.Retry < 2:
+				return errors.New("transient")
+			}
+			return nil
+		})
+		for i := 0; ; i++ {
+			if i == 20 {
+				t.Fatal("20 owners and not done")
+			}
+			member := string(rune('a' + i))
+			proc, err := stream.NewProcessor(handler, stream.WithHooks(h.Hooks(member)),
+				stream.WithPolicy(checkpoint.Policy{MaxRetries: 4, Backoff: checkpoint.Fixed(time.Second)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(t.Context())
+			go func() {
+				if p.WaitCommitted(ctx, 20) == nil {
+					cancel()
+				}
+			}()
+			err = streamtest.Run(ctx, proc, p)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c, _ := p.Checkpoint(); c == 20 {
+				break
+			}
+		}
+		r := h.Check(map[streamtest.TopicPartition]int64{{Topic: "t", Partition: 0}: 20})
+		if len(r.Violations) > 0 || r.Lost != 0 || r.Interrupted == 0 {
+			t.Fatalf("report %+v", r)
+		}
+		// The poison batch: retries 0 to 4, 1 and 3 interrupted, none repeated.
+		if n := h.Deliveries()[streamtest.TopicPartition{Topic: "t", Partition: 0}][5]; n != 5 {
+			t.Fatalf("the poison batch was delivered %d times, want 5 (retryCount 4)", n)
+		}
+	})
 }

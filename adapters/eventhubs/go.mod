@@ -1,0 +1,19 @@
+module github.com/redeliver-go/redeliver/adapters/eventhubs
+
+go 1.26.0
+
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2 v2.0.2
+	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.6.3
+)
+
+require (
+	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.20.0
+	github.com/Azure/azure-sdk-for-go/sdk/internal v1.11.2 // indirect
+	github.com/Azure/go-amqp v1.5.0 // indirect
+	github.com/redeliver-go/redeliver v0.0.0
+	golang.org/x/net v0.47.0 // indirect
+	golang.org/x/text v0.31.0 // indirect
+)
+
+replace github.com/redeliver-go/redeliver => ../../

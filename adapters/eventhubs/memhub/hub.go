@@ -1,0 +1,237 @@
+// Package memhub is an in-memory Azure Event Hubs for tests and examples:
+// hubs whose partitions hold events with sequence numbers, partition
+// clients that read them from a fixed start (no seek) and lose their
+// partition when another client opens it for the same consumer group (as
+// the service does for owner level 0 readers), a [Processor] that balances
+// partitions between processors through a checkpoint store exactly as the
+// SDK's Processor does (and so steals from a processor that owns more than
+// its share), and a [Store] with the SDK blob store's semantics.
+//
+// It implements the narrow interfaces of package eventhubs
+// ([eventhubs.Processor], [eventhubs.PartitionClient],
+// [eventhubs.EventSender]), and any [azeventhubs.CheckpointStore] works
+// with it: the SDK's blob store on Azurite, say. It does not speak AMQP;
+// nothing of the SDK's networking is exercised.
+package memhub
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
+)
+
+// Namespace is the fully qualified namespace of every in-memory hub, as
+// checkpoint stores see it.
+const Namespace = "memhub.invalid"
+
+// Hub is one in-memory event hub. It is safe for concurrent use.
+type Hub struct {
+	name  string
+	parts []*partition
+}
+
+type partition struct {
+	mu     sync.Mutex
+	id     string
+	events []*azeventhubs.ReceivedEventData
+	links  map[string]int64 // the current reader per consumer group
+	notify chan struct{}    // closed and replaced on every change
+}
+
+func (p *partition) changed() {
+	close(p.notify)
+	p.notify = make(chan struct{})
+}
+
+// New returns an event hub named name with partitions "0" to
+// "partitions-1", empty.
+func New(name string, partitions int) (*Hub, error) {
+	if name == "" || partitions < 1 {
+		return nil, fmt.Errorf("memhub: hub %q with %d partitions: want a name and at least 1 partition", name, partitions)
+	}
+	h := &Hub{name: name}
+	for i := range partitions {
+		h.parts = append(h.parts, &partition{id: strconv.Itoa(i), links: map[string]int64{}, notify: make(chan struct{})})
+	}
+	return h, nil
+}
+
+// Name returns the hub's name.
+func (h *Hub) Name() string { return h.name }
+
+// PartitionIDs returns the IDs of the hub's partitions.
+func (h *Hub) PartitionIDs() []string {
+	ids := make([]string, len(h.parts))
+	for i, p := range h.parts {
+		ids[i] = p.id
+	}
+	return ids
+}
+
+func (h *Hub) partition(id string) (*partition, error) {
+	n, err := strconv.Atoi(id)
+	if err != nil || n < 0 || n >= len(h.parts) {
+		return nil, fmt.Errorf("memhub: hub %s has no partition %q", h.name, id)
+	}
+	return h.parts[n], nil
+}
+
+// Send appends events to a partition: each gets the next sequence number
+// (from 0), an offset (its sequence number as text) and the time as its
+// enqueued time.
+func (h *Hub) Send(partitionID string, events ...*azeventhubs.EventData) error {
+	return h.send(partitionID, nil, events)
+}
+
+func (h *Hub) send(partitionID string, key *string, events []*azeventhubs.EventData) error {
+	p, err := h.partition(partitionID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now().UTC()
+	for _, ev := range events {
+		seq := int64(len(p.events))
+		at := now
+		p.events = append(p.events, &azeventhubs.ReceivedEventData{
+			EventData: *ev, SequenceNumber: seq, Offset: strconv.FormatInt(seq, 10), EnqueuedTime: &at, PartitionKey: key,
+		})
+	}
+	p.changed()
+	return nil
+}
+
+// SendEvents sends events to the partition their partition key hashes to
+// (partition "0" without a key): the hub as an [eventhubs.EventSender].
+func (h *Hub) SendEvents(ctx context.Context, partitionKey *string, events []*azeventhubs.EventData) error {
+	id := "0"
+	if partitionKey != nil {
+		f := fnv.New32a()
+		f.Write([]byte(*partitionKey))
+		id = strconv.Itoa(int(f.Sum32() % uint32(len(h.parts))))
+		k := *partitionKey
+		partitionKey = &k
+	}
+	return h.send(id, partitionKey, events)
+}
+
+// Events returns a partition's events, in order.
+func (h *Hub) Events(partitionID string) ([]*azeventhubs.ReceivedEventData, error) {
+	p, err := h.partition(partitionID)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]*azeventhubs.ReceivedEventData(nil), p.events...), nil
+}
+
+// ErrClosed is returned by a closed partition client's ReceiveEvents.
+var ErrClosed = errors.New("memhub: partition client closed")
+
+// open makes a reader of the partition for group from sequence number
+// start, and takes the partition from the group's previous reader.
+func (h *Hub) open(group, id string, start int64) (*PartitionClient, error) {
+	p, err := h.partition(id)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.links[group]++
+	p.changed()
+	return &PartitionClient{hub: h, p: p, group: group, link: p.links[group], pos: start}, nil
+}
+
+// PartitionClient reads one partition for one consumer group from a
+// position fixed when it was opened, as [azeventhubs.PartitionClient] does.
+// It is safe for concurrent use.
+type PartitionClient struct {
+	hub     *Hub
+	p       *partition
+	group   string
+	link    int64
+	store   azeventhubs.CheckpointStore
+	cleanup func()
+
+	mu     sync.Mutex
+	pos    int64
+	closed bool
+}
+
+// PartitionID returns the partition's ID.
+func (c *PartitionClient) PartitionID() string { return c.p.id }
+
+// ReceiveEvents returns up to count events, waiting until there are count
+// or ctx is done (then it returns what it has, or ctx's error if nothing).
+// Once another client opened the partition for the same consumer group it
+// fails with an [*azeventhubs.Error] whose code is
+// [azeventhubs.ErrorCodeOwnershipLost].
+func (c *PartitionClient) ReceiveEvents(ctx context.Context, count int, _ *azeventhubs.ReceiveEventsOptions) ([]*azeventhubs.ReceivedEventData, error) {
+	if count <= 0 {
+		return nil, errors.New("memhub: count should be greater than 0")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []*azeventhubs.ReceivedEventData
+	for {
+		c.p.mu.Lock()
+		if c.closed {
+			c.p.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if c.p.links[c.group] != c.link {
+			c.p.mu.Unlock()
+			return nil, &azeventhubs.Error{Code: azeventhubs.ErrorCodeOwnershipLost}
+		}
+		for c.pos < int64(len(c.p.events)) && len(out) < count {
+			out = append(out, c.p.events[c.pos])
+			c.pos++
+		}
+		ch := c.p.notify
+		c.p.mu.Unlock()
+		if len(out) == count {
+			return out, nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			if len(out) > 0 {
+				return out, nil
+			}
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// UpdateCheckpoint writes latest as the partition's checkpoint through the
+// processor's checkpoint store.
+func (c *PartitionClient) UpdateCheckpoint(ctx context.Context, latest *azeventhubs.ReceivedEventData, _ *azeventhubs.UpdateCheckpointOptions) error {
+	if c.store == nil {
+		return errors.New("memhub: partition client without a checkpoint store")
+	}
+	seq, off := latest.SequenceNumber, latest.Offset
+	return c.store.SetCheckpoint(ctx, azeventhubs.Checkpoint{
+		FullyQualifiedNamespace: Namespace, EventHubName: c.hub.name, ConsumerGroup: c.group,
+		PartitionID: c.p.id, SequenceNumber: &seq, Offset: &off,
+	}, nil)
+}
+
+// Close closes the client; a ReceiveEvents waiting returns [ErrClosed].
+func (c *PartitionClient) Close(context.Context) error {
+	c.p.mu.Lock()
+	c.closed = true
+	c.p.changed()
+	c.p.mu.Unlock()
+	if c.cleanup != nil {
+		c.cleanup()
+	}
+	return nil
+}

@@ -1,0 +1,145 @@
+package checkpoint_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// A retry that started under a previous owner counts as made: the next owner
+// decides as after a failure, so a move during a delivery never repeats a
+// retry number (issue 10, defect 6).
+func TestMachineResumeCountsAStartedRetry(t *testing.T) {
+	p := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(5 * time.Second), Retryable: func(error) bool { return false }}
+	first := t0.Add(-time.Minute)
+
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: first, LastDelay: 5 * time.Second, Started: true}, t0, nil)
+	if d.Action != checkpoint.RetryLater || d.Retry != 3 || !d.At.Equal(t0.Add(5*time.Second)) {
+		t.Fatalf("after a started retry 2 of 3: %+v, want retry 3 at +5s (the filter does not apply)", d)
+	}
+	if s := m.State(); s.Retries != 3 || s.Started || !s.FirstFailure.Equal(first) || !errors.Is(m.LastError(), checkpoint.ErrInterrupted) {
+		t.Fatalf("state %+v, last error %v", s, m.LastError())
+	}
+
+	m.Begin(time.Time{})
+	d = m.Resume(checkpoint.State{Retries: 3, FirstFailure: first, Started: true}, t0, nil)
+	if d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RetriesSpent {
+		t.Fatalf("after a started last retry: %+v, want retries spent", d)
+	}
+	var xerr *checkpoint.ExhaustedError
+	if !errors.As(m.Err(), &xerr) || xerr.Retries != 3 || !errors.Is(xerr, checkpoint.ErrInterrupted) {
+		t.Fatalf("exhausted error %v", m.Err())
+	}
+}
+
+// Start checks the time limits again when the retry is due: a retry restored
+// late, after its budget ran out while nobody owned the partition, is not
+// delivered (issue 10, defect 7).
+func TestMachineStartRechecksTimeLimits(t *testing.T) {
+	p := checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(5 * time.Second), MaxRetryTime: 12 * time.Second}
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	d := m.Fail(t0, errBoom, nil)
+	if d.Action != checkpoint.RetryLater {
+		t.Fatalf("first failure: %+v", d)
+	}
+	if d := m.Start(d.At); d.Action != checkpoint.RetryNow || d.Retry != 1 || !m.State().Started || !m.State().NextAt.IsZero() {
+		t.Fatalf("start when due: %+v, state %+v", d, m.State())
+	}
+
+	// The same scheduled state, restored by a next owner 20s after the
+	// first failure.
+	s := checkpoint.State{Retries: 1, FirstFailure: t0, LastDelay: 5 * time.Second, NextAt: t0.Add(5 * time.Second)}
+	m = checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	late := t0.Add(20 * time.Second)
+	if d := m.Resume(s, late, nil); d.Action != checkpoint.RetryNow {
+		t.Fatalf("resume late: %+v", d)
+	}
+	if d := m.Start(late); d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.TimeBudgetSpent {
+		t.Fatalf("start past the budget: %+v, want the time budget spent", d)
+	}
+	if m.State().Started {
+		t.Fatal("a refused retry marked started")
+	}
+
+	// The record age too.
+	m = checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(time.Second), MaxRecordAge: time.Hour})
+	m.Begin(t0.Add(-59 * time.Minute))
+	d = m.Fail(t0, errBoom, nil)
+	if d := m.Start(t0.Add(time.Minute)); d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RecordTooOld {
+		t.Fatalf("start with the record an hour old: %+v", d)
+	}
+}
+
+// A restored due time further than the policy allows (a skewed clock, a
+// foreign writer) is brought back to what the policy allows; a nearer one
+// is kept (issue 10, defect 10).
+func TestMachineResumeCapsTheWait(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		p      checkpoint.Policy
+		next   time.Time
+		wantAt time.Time
+	}{
+		{"fixed, far", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, t0.Add(90 * 24 * time.Hour), t0.Add(5 * time.Second)},
+		{"fixed, near", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, t0.Add(3 * time.Second), t0.Add(3 * time.Second)},
+		// Retry 2's full jitter window is [0, 2s]: the longest draw.
+		{"jitter, far", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.FullJitter(time.Second, time.Hour)}, t0.Add(time.Hour), t0.Add(2 * time.Second)},
+		{"max delay", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Hour), MaxDelay: time.Minute}, t0.Add(time.Hour), t0.Add(time.Minute)},
+		{"no due time: due now", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, time.Time{}, t0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := checkpoint.NewMachine(tc.p)
+			m.Begin(time.Time{})
+			d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: tc.next}, t0, nil)
+			want := checkpoint.RetryLater
+			if tc.wantAt.Equal(t0) {
+				want = checkpoint.RetryNow
+			}
+			if d.Action != want || d.At.Sub(tc.wantAt).Abs() > time.Microsecond {
+				t.Fatalf("%+v, want a retry at +%v", d, tc.wantAt.Sub(t0))
+			}
+		})
+	}
+}
+
+// A handler's own request is part of the State: a next owner keeps its count
+// and delay instead of the configured policy (issue 10, defect 8).
+func TestMachineRequestSurvivesResume(t *testing.T) {
+	never := checkpoint.Policy{} // retries nothing
+	m := checkpoint.NewMachine(never)
+	m.Begin(time.Time{})
+	d := m.RequestRetries(t0, checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}, nil)
+	if d.Action != checkpoint.RetryLater || d.Retry != 1 {
+		t.Fatalf("request: %+v", d)
+	}
+	s := m.State()
+	if s.Request != (checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}) {
+		t.Fatalf("state %+v holds no request", s)
+	}
+	back, err := checkpoint.DecodeState(checkpoint.EncodeState(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := checkpoint.NewMachine(never)
+	next.Begin(time.Time{})
+	now := t0.Add(2 * time.Second)
+	next.Resume(back, now, nil)
+	if next.MaxRetries() != 3 {
+		t.Fatalf("next owner's limit %d, want the request's 3", next.MaxRetries())
+	}
+	next.Start(now)
+	d = next.Request(now, nil)
+	if d.Action != checkpoint.RetryLater || d.Retry != 2 || d.Delay != 2*time.Second {
+		t.Fatalf("next owner's decision %+v, want retry 2 after the request's 2s", d)
+	}
+	next.Begin(time.Time{})
+	if next.MaxRetries() != 0 || next.State().Request != (checkpoint.Request{}) {
+		t.Fatal("the request outlived its batch")
+	}
+}

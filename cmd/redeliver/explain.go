@@ -1,0 +1,277 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/redeliver-go/redeliver/hostconfig"
+)
+
+// The policy fields of checkpointRetryPolicy, with what an unset one means.
+var policyDefaults = []struct{ field, meaning string }{
+	{"retryCount", "0: no retries"},
+	{"maxDelay", "no cap on a delay"},
+	{"maxRetryTime", "no time budget"},
+	{"maxRecordAge", "no record age limit"},
+	{"onExhausted", "skip: the checkpoint moves past a batch that is given up"},
+}
+
+// explained is the JSON form of one policy.
+type explained struct {
+	Function string               `json:"function,omitempty"`
+	Own      bool                 `json:"ownPolicy"` // the function has a policy of its own
+	Origin   string               `json:"origin,omitempty"`
+	Text     string               `json:"explanation"`
+	Settings []hostconfig.Setting `json:"settings"`
+	Defaults map[string]string    `json:"defaults"`
+	Trigger  *hostconfig.Trigger  `json:"trigger,omitempty"`
+}
+
+func runExplain(args []string, e env) int {
+	fs := newFlags("explain", e)
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, code := parseArgs(fs, args, e)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) == 0 || len(pos) > 2 {
+		return usageError(fs, "want a host.json and at most one function name")
+	}
+	file := pos[0]
+	data, err := os.ReadFile(file)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "redeliver explain: %v\n", err)
+		return exitProblems
+	}
+	cfg, err := hostconfig.Loader{Environ: e.environ}.Parse(file, data)
+	if err != nil {
+		var herr *hostconfig.Error
+		if errors.As(err, &herr) {
+			for _, p := range herr.Problems {
+				fmt.Fprintln(e.stderr, strings.TrimPrefix(p.Error(), "hostconfig: "))
+			}
+		} else {
+			fmt.Fprintln(e.stderr, err)
+		}
+		fmt.Fprintf(e.stderr, "%s has problems: run 'redeliver check %s'\n", file, file)
+		return exitProblems
+	}
+
+	var out []explained
+	var notes []string
+	if len(pos) == 2 {
+		name := pos[1]
+		x := explainFunction(cfg, name)
+		if !x.Own && x.Trigger == nil {
+			note := fmt.Sprintf("%s names no function %q: it gets the host-wide policy", file, name)
+			if s := nearest(name, knownFunctions(cfg)); s != "" {
+				note += fmt.Sprintf(" (did you mean %s?)", s)
+			}
+			notes = append(notes, note)
+		}
+		out = append(out, x)
+	} else {
+		out = append(out, explainHost(cfg))
+		for _, n := range knownFunctions(cfg) {
+			out = append(out, explainFunction(cfg, n))
+		}
+	}
+	if *asJSON {
+		printJSON(e.stdout, map[string]any{"file": file, "policies": out, "warnings": append(slices.Clone(cfg.Warnings), notes...)})
+		return exitOK
+	}
+	for i, x := range out {
+		if i > 0 {
+			fmt.Fprintln(e.stdout)
+		}
+		writeExplained(e.stdout, x)
+	}
+	for _, n := range notes {
+		fmt.Fprintf(e.stdout, "\nNote: %s.\n", n)
+	}
+	for _, w := range cfg.Warnings {
+		fmt.Fprintf(e.stdout, "\nWarning: %s\n", w)
+	}
+	return exitOK
+}
+
+func explainHost(cfg *hostconfig.Config) explained {
+	x := explained{Own: cfg.Host != nil, Settings: cfg.Settings(""), Text: cfg.Host.Explain()}
+	if cfg.Host != nil {
+		x.Origin = cfg.Host.Origin
+	}
+	x.Defaults = defaultsOf(x.Settings)
+	return x
+}
+
+func explainFunction(cfg *hostconfig.Config, name string) explained {
+	x := explained{Function: name}
+	p := cfg.Function(name)
+	_, x.Own = lookupFold(cfg.Functions, name)
+	if p != nil {
+		x.Origin = p.Origin
+	}
+	x.Text = p.Explain()
+	x.Settings = cfg.Settings(name)
+	if !x.Own {
+		x.Settings = inherited(x.Settings)
+	}
+	x.Defaults = defaultsOf(x.Settings)
+	if t, ok := cfg.Trigger(name); ok {
+		x.Trigger = &t
+	}
+	return x
+}
+
+// inherited marks settings as the host-wide policy's.
+func inherited(s []hostconfig.Setting) []hostconfig.Setting {
+	out := slices.Clone(s)
+	for i := range out {
+		out[i].Inherited = true
+	}
+	return out
+}
+
+// defaultsOf lists the policy fields that no setting gives, with what that
+// means.
+func defaultsOf(s []hostconfig.Setting) map[string]string {
+	out := map[string]string{}
+	for _, d := range policyDefaults {
+		set := false
+		for _, v := range s {
+			set = set || v.Field == d.field || strings.HasPrefix(v.Field, d.field+".") ||
+				d.field == "retryCount" && v.Field == "maxRetryCount"
+		}
+		if !set {
+			out[d.field] = d.meaning
+		}
+	}
+	return out
+}
+
+func writeExplained(w io.Writer, x explained) {
+	switch {
+	case x.Function == "":
+		fmt.Fprintln(w, "Host-wide policy")
+	case x.Own:
+		fmt.Fprintf(w, "Function %s: a policy of its own\n", x.Function)
+	default:
+		fmt.Fprintf(w, "Function %s: the host-wide policy\n", x.Function)
+	}
+	fmt.Fprintln(w, indent(x.Text))
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  Where each value comes from:")
+	for _, s := range x.Settings {
+		src := s.Source
+		if s.Inherited {
+			src += " (host-wide)"
+		}
+		fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Field, s.Value, src)
+	}
+	for _, d := range policyDefaults {
+		if m, ok := x.Defaults[d.field]; ok {
+			fmt.Fprintf(tw, "    %s\t-\tdefault: %s\n", d.field, m)
+		}
+	}
+	if t := x.Trigger; t != nil {
+		fmt.Fprintf(tw, "  Trigger %s: %s topic %s, group %s, through %s\n", t.Origin, t.Type, t.Topic, t.ConsumerGroup, t.Adapter)
+		for _, s := range t.Settings {
+			fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Field, s.Value, s.Source)
+		}
+		if !hasField(t.Settings, "adapter") {
+			fmt.Fprintf(tw, "    adapter\t-\tdefault: franz\n")
+		}
+		if !hasField(t.Settings, "maxBatchSize") {
+			fmt.Fprintf(tw, "    maxBatchSize\t-\tdefault: the adapter's (500)\n")
+		}
+	} else if x.Function != "" {
+		fmt.Fprintf(tw, "  Trigger: none in the file; the host's code must give one\n")
+	}
+	tw.Flush()
+}
+
+func hasField(s []hostconfig.Setting, field string) bool {
+	for _, v := range s {
+		if v.Field == field {
+			return true
+		}
+	}
+	return false
+}
+
+func indent(s string) string {
+	s = strings.TrimRight(s, "\n")
+	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
+}
+
+// knownFunctions lists the functions the file names, in a policy or a
+// trigger, sorted.
+func knownFunctions(cfg *hostconfig.Config) []string {
+	var names []string
+	add := func(n string) {
+		for _, m := range names {
+			if strings.EqualFold(m, n) {
+				return
+			}
+		}
+		names = append(names, n)
+	}
+	for n := range cfg.Functions {
+		add(n)
+	}
+	for n := range cfg.Triggers {
+		add(n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	return names
+}
+
+func lookupFold[V any](m map[string]V, key string) (V, bool) {
+	if v, ok := m[key]; ok {
+		return v, true
+	}
+	for k, v := range m {
+		if strings.EqualFold(k, key) {
+			return v, true
+		}
+	}
+	var zero V
+	return zero, false
+}
+
+// nearest returns the name of names closest to name when it is close
+// enough to be a misspelling.
+func nearest(name string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := distance(strings.ToLower(name), strings.ToLower(n)); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
+}
+
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// newFlags returns the flag set of the command called name.
+func newFlags(name string, e env) *flag.FlagSet {
+	var c command
+	for _, c = range commands {
+		if c.name == name {
+			break
+		}
+	}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: redeliver %s %s\n\n%s.\n", c.name, c.args, strings.ToUpper(c.short[:1])+c.short[1:])
+		if doc := docs[name]; doc != "" {
+			fmt.Fprintf(fs.Output(), "\n%s\n", doc)
+		}
+		hasFlags := false
+		fs.VisitAll(func(*flag.Flag) { hasFlags = true })
+		if hasFlags {
+			fmt.Fprintf(fs.Output(), "\nFlags:\n")
+			fs.PrintDefaults()
+		}
+	}
+	return fs
+}
+
+// docs completes each command's usage.
+var docs = map[string]string{
+	"check": `Each file is read as the host reads it, environment overrides
+(AzureFunctionsJobHost__...) included. Problems are printed one a line as
+file:line:col: path: message; warnings (what is read but not in force) are
+printed too and do not fail the check. The exit status is 0 when every file
+is valid, 1 when one has problems, 2 on a usage error.`,
+	"explain": `Prints the policy in force (host-wide, or the function's), what it does in
+words with the delays of its first retries and its worst case, each value in
+force with where it was written (file:line:col, an environment variable, or
+a default), and the function's trigger.`,
+	"state": `The metadata is what redeliver commits with the checkpoint of a batch it
+retries, e.g. rd1;r=3;f=1732262400000;d=5000;n=1732262405000 (retries so
+far, first failure, last delay, next retry due). The exit status is 1 for
+metadata another tool wrote or damaged metadata.`,
+	"offsets": `Reads the group's committed offsets and the partitions' end offsets, and
+decodes the retry state committed with each: a partition whose checkpoint is
+withheld shows its retry number, when the retry is due and since when the
+batch fails. With -config (and -function), the retry limit of the policy in
+force is shown too ("retry 3 of 10").`,
+}
+
+// parseArgs parses flags and positional arguments, which may be mixed. It
+// returns the positional arguments, and an exit status to return at once
+// (-1 when the command goes on): 0 after -h, 2 after a bad flag.
+func parseArgs(fs *flag.FlagSet, args []string, e env) ([]string, int) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.SetOutput(e.stdout)
+				fs.Usage()
+				return nil, exitOK
+			}
+			return nil, exitUsage
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, -1
+		}
+		if args[0] == "--" {
+			return append(pos, args[1:]...), -1
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// usageError reports a usage error of the command and returns exitUsage.
+func usageError(fs *flag.FlagSet, format string, a ...any) int {
+	fmt.Fprintf(fs.Output(), "redeliver %s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fmt.Fprintf(fs.Output(), "Run 'redeliver %s -h' for usage.\n", fs.Name())
+	return exitUsage
+}
+
+func printJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

@@ -1,0 +1,116 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var update = flag.Bool("update", false, "rewrite the testdata/*.golden files with the commands' output")
+
+// fixedNow is the time the tests run at.
+var fixedNow = time.Date(2026, 11, 23, 10, 0, 0, 0, time.UTC)
+
+// runCLI runs the tool with args and the given environment and returns
+// its output as a golden file holds it.
+func runCLI(args []string, environ ...string) (string, int) {
+	var stdout, stderr bytes.Buffer
+	code := run(args, env{stdout: &stdout, stderr: &stderr, environ: func() []string { return environ }, now: func() time.Time { return fixedNow }})
+	var b strings.Builder
+	quoted := make([]string, len(args))
+	for i, a := range args {
+		quoted[i] = shellQuote(a)
+	}
+	fmt.Fprintf(&b, "$ redeliver %s\n", strings.Join(quoted, " "))
+	for _, kv := range environ {
+		fmt.Fprintf(&b, "# env %s\n", kv)
+	}
+	b.WriteString(stdout.String())
+	if stderr.Len() > 0 {
+		b.WriteString("--- stderr\n" + stderr.String())
+	}
+	fmt.Fprintf(&b, "--- exit %d\n", code)
+	return b.String(), code
+}
+
+// shellQuote quotes a for a shell when it needs it.
+func shellQuote(a string) string {
+	if a != "" && !strings.ContainsAny(a, " ;'\"$&|<>()*?`\\") {
+		return a
+	}
+	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+}
+
+// TestGolden runs the commands on the files of testdata and compares
+// their output and exit status with testdata/<name>.golden. Run
+// "go test -run TestGolden -update" to rewrite those files after a
+// deliberate change, and read the diff.
+func TestGolden(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		environ []string
+		code    int
+	}{
+		{"check_syntax", []string{"check", "testdata/syntax.json"}, nil, 1},
+		{"check_problems", []string{"check", "testdata/problems.json"}, nil, 1},
+		{"check_problems_json", []string{"check", "-json", "testdata/problems.json"}, nil, 1},
+		{"check_warnings", []string{"check", "testdata/warnings.json"}, nil, 0},
+		{"check_env", []string{"check", "testdata/app.json"}, []string{"AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=lots", "AzureFunctionsJobHost__triggers__orders__adapter=sarama"}, 1},
+		{"check_functions", []string{"check", "-functions", "orders,payment", "testdata/app.json"}, nil, 1},
+		{"check_several", []string{"check", "testdata/app.json", "testdata/warnings.json"}, nil, 0},
+		{"check_missing", []string{"check", "testdata/missing.json"}, nil, 1},
+		{"check_no_file", []string{"check"}, nil, 2},
+		{"check_bad_flag", []string{"check", "-jsn", "testdata/app.json"}, nil, 2},
+		{"explain_app", []string{"explain", "testdata/app.json"}, []string{"AzureFunctionsJobHost__triggers__orders__consumerGroup=orders-blue"}, 0},
+		{"explain_function", []string{"explain", "testdata/app.json", "payments"}, []string{"AzureFunctionsJobHost__checkpointRetryPolicy__functions__payments__retryCount=5"}, 0},
+		{"explain_inherited", []string{"explain", "testdata/app.json", "orders"}, nil, 0},
+		{"explain_unknown", []string{"explain", "testdata/app.json", "paymnts"}, nil, 0},
+		{"explain_bad_file", []string{"explain", "testdata/problems.json"}, nil, 1},
+		{"state", []string{"state", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
+		{"state_json", []string{"state", "-json", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
+		{"state_foreign", []string{"state", "checkpointed by kcat"}, nil, 1},
+		{"state_damaged", []string{"state", "rd1;r=x"}, nil, 1},
+		{"state_empty", []string{"state", ""}, nil, 0},
+		{"state_no_arg", []string{"state"}, nil, 2},
+		{"offsets_no_group", []string{"offsets", "-brokers", "127.0.0.1:1"}, nil, 2},
+		{"unknown_command", []string{"parkd"}, nil, 2},
+		{"no_command", nil, nil, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, code := runCLI(tc.args, tc.environ...)
+			if code != tc.code {
+				t.Errorf("exit status %d, want %d\n%s", code, tc.code, got)
+			}
+			file := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatalf("%v (run go test -update to write it)", err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", file, got, want)
+			}
+		})
+	}
+}
+
+// TestHelp checks that each command describes itself on -h, exit status 0.
+func TestHelp(t *testing.T) {
+	for _, c := range commands {
+		got, code := runCLI([]string{c.name, "-h"})
+		if code != 0 || !strings.Contains(got, "usage: redeliver "+c.name) {
+			t.Errorf("%s -h: exit %d\n%s", c.name, code, got)
+		}
+	}
+}

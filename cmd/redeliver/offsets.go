@@ -1,0 +1,252 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/hostconfig"
+)
+
+// overdue is how long past its due time a retry that has not happened is
+// reported as overdue.
+const overdue = time.Minute
+
+// offsetRow is one partition of the offsets command's output.
+type offsetRow struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// Committed is the committed offset, -1 for none; End the partition's
+	// end offset, -1 when unknown.
+	Committed int64  `json:"committed"`
+	End       int64  `json:"end"`
+	Lag       int64  `json:"lag"`
+	Metadata  string `json:"metadata,omitempty"`
+	// Withheld reports a checkpoint withheld at a batch being retried.
+	Withheld     bool      `json:"withheld"`
+	Retries      int       `json:"retries,omitempty"`
+	MaxRetries   *int      `json:"maxRetries,omitempty"`
+	NextAt       time.Time `json:"nextAt,omitzero"`
+	FirstFailure time.Time `json:"firstFailure,omitzero"`
+	Overdue      bool      `json:"overdue,omitempty"`
+	State        string    `json:"state"`
+}
+
+func runOffsets(args []string, e env) int {
+	fs := newFlags("offsets", e)
+	brokers := fs.String("brokers", "", "comma-separated seed `brokers` (host:port)")
+	group := fs.String("group", "", "the consumer `group`")
+	topic := fs.String("topic", "", "show this `topic` only")
+	config := fs.String("config", "", "a `host.json` whose policy gives the retry limit")
+	function := fs.String("function", "", "the `function` of the host.json whose policy is in force for this group (default: the host-wide policy)")
+	timeout := fs.Duration("timeout", 10*time.Second, "how long to wait for the brokers")
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, code := parseArgs(fs, args, e)
+	if code >= 0 {
+		return code
+	}
+	switch {
+	case len(pos) > 0:
+		return usageError(fs, "unexpected argument %q", pos[0])
+	case *brokers == "":
+		return usageError(fs, "-brokers is required")
+	case *group == "":
+		return usageError(fs, "-group is required")
+	case *function != "" && *config == "":
+		return usageError(fs, "-function needs -config")
+	case *timeout <= 0:
+		return usageError(fs, "-timeout must be more than 0")
+	}
+	maxRetries := (*int)(nil)
+	if *config != "" {
+		data, err := os.ReadFile(*config)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "redeliver offsets: %v\n", err)
+			return exitProblems
+		}
+		cfg, err := hostconfig.Loader{Environ: e.environ}.Parse(*config, data)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "%v\n%s has problems: run 'redeliver check %s'\n", err, *config, *config)
+			return exitProblems
+		}
+		p, err := cfg.FunctionPolicy(*function)
+		if err != nil {
+			fmt.Fprintf(e.stderr, "redeliver offsets: %v\n", err)
+			return exitProblems
+		}
+		maxRetries = &p.MaxRetries
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
+	defer cancel()
+	rows, err := offsets(ctx, strings.Split(*brokers, ","), *group, *topic)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "redeliver offsets: %v\n", err)
+		return exitProblems
+	}
+	now := e.now()
+	for i := range rows {
+		describeRow(&rows[i], maxRetries, now)
+	}
+	if *asJSON {
+		printJSON(e.stdout, map[string]any{"group": *group, "partitions": rows})
+		return exitOK
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(e.stdout, "group %s has no committed offsets%s\n", *group, map[bool]string{true: " for topic " + *topic}[*topic != ""])
+		return exitOK
+	}
+	withheld := 0
+	for _, r := range rows {
+		if r.Withheld {
+			withheld++
+		}
+	}
+	fmt.Fprintf(e.stdout, "group %s: %d %s, %d withheld by a retry\n", *group, len(rows), plural(len(rows), "partition"), withheld)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\tSTATE")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Topic, r.Partition, num(r.Committed), num(r.End), num(r.Lag), r.State)
+	}
+	tw.Flush()
+	return exitOK
+}
+
+func num(n int64) string {
+	if n < 0 {
+		return "-"
+	}
+	return fmt.Sprint(n)
+}
+
+// offsets reads the group's committed offsets and the end offsets of the
+// topics it committed to (or of topic alone).
+func offsets(ctx context.Context, brokers []string, group, topic string) ([]offsetRow, error) {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	committed, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		committed, err = kadm.OffsetResponses{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("fetching the committed offsets of group %s: %w", group, err)
+	}
+	if err := committed.Error(); err != nil {
+		return nil, fmt.Errorf("fetching the committed offsets of group %s: %w", group, err)
+	}
+	var topics []string
+	if topic != "" {
+		topics = []string{topic}
+	} else {
+		for t := range committed {
+			topics = append(topics, t)
+		}
+	}
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	ends, err := adm.ListEndOffsets(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("listing the end offsets of %s: %w", strings.Join(topics, ", "), err)
+	}
+	var rows []offsetRow
+	seen := map[offsetKey]bool{}
+	ends.Each(func(o kadm.ListedOffset) {
+		r := offsetRow{Topic: o.Topic, Partition: o.Partition, Committed: -1, End: -1, Lag: -1}
+		if o.Err == nil {
+			r.End = o.Offset
+		}
+		if c, ok := committed.Lookup(o.Topic, o.Partition); ok && c.Err == nil {
+			r.Committed, r.Metadata = c.At, c.Metadata
+		}
+		seen[offsetKey{o.Topic, o.Partition}] = true
+		rows = append(rows, r)
+	})
+	committed.Each(func(c kadm.OffsetResponse) {
+		if (topic == "" || c.Topic == topic) && !seen[offsetKey{c.Topic, c.Partition}] {
+			rows = append(rows, offsetRow{Topic: c.Topic, Partition: c.Partition, Committed: c.At, End: -1, Lag: -1, Metadata: c.Metadata})
+		}
+	})
+	for i := range rows {
+		if r := &rows[i]; r.End >= 0 {
+			r.Lag = r.End - max(r.Committed, 0)
+		}
+	}
+	slices.SortFunc(rows, func(a, b offsetRow) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return rows, nil
+}
+
+type offsetKey struct {
+	topic     string
+	partition int32
+}
+
+// describeRow decodes the row's retry state into words.
+func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
+	switch {
+	case r.Committed < 0:
+		r.State = "nothing committed"
+		return
+	case r.Metadata == "":
+		r.State = "no retry state"
+		return
+	}
+	s, err := checkpoint.DecodeState(r.Metadata)
+	switch {
+	case errors.Is(err, checkpoint.ErrForeignMetadata):
+		r.State = fmt.Sprintf("metadata of another tool (%q), ignored", r.Metadata)
+		return
+	case err != nil:
+		r.State = fmt.Sprintf("damaged retry state, ignored: %v", err)
+		return
+	case s.Retries == 0:
+		r.State = "no retry state"
+		return
+	}
+	r.Withheld, r.Retries, r.MaxRetries = true, s.Retries, maxRetries
+	r.NextAt, r.FirstFailure = s.NextAt.UTC(), s.FirstFailure.UTC()
+	if s.NextAt.IsZero() {
+		r.NextAt = time.Time{}
+	}
+	if s.FirstFailure.IsZero() {
+		r.FirstFailure = time.Time{}
+	}
+	of := ""
+	if maxRetries != nil {
+		if *maxRetries == checkpoint.Infinite {
+			of = " of unlimited"
+		} else {
+			of = fmt.Sprintf(" of %d", *maxRetries)
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "withheld at %d: retry %d%s", r.Committed, s.Retries, of)
+	if !s.NextAt.IsZero() {
+		fmt.Fprintf(&b, ", due %s (%s)", stamp(s.NextAt), relative(now, s.NextAt))
+		if now.Sub(s.NextAt) > overdue {
+			r.Overdue = true
+			b.WriteString(", overdue: its partition is stopped (onExhausted stop) or has no running consumer")
+		}
+	}
+	if !s.FirstFailure.IsZero() {
+		fmt.Fprintf(&b, "; failing since %s (%s)", stamp(s.FirstFailure), relative(now, s.FirstFailure))
+	}
+	r.State = b.String()
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// seedGroup produces 10 records to each of the topic's 3 partitions and
+// commits, for group: partition 0 at 10 with no metadata, partition 1 at 4
+// with the retry state of a batch on its second retry, due in 30s, and
+// partition 2 at 7 with another tool's metadata.
+func seedGroup(t *testing.T, brokers []string, group, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var recs []*kgo.Record
+	for p := range int32(3) {
+		for i := range 10 {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "%d", i)})
+		}
+	}
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	state := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute),
+		LastDelay: 2 * time.Second, NextAt: fixedNow.Add(30 * time.Second)})
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 10, LeaderEpoch: -1})
+	offs.Add(kadm.Offset{Topic: topic, Partition: 1, At: 4, LeaderEpoch: -1, Metadata: state})
+	offs.Add(kadm.Offset{Topic: topic, Partition: 2, At: 7, LeaderEpoch: -1, Metadata: "kcat"})
+	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func kfakeBrokers(t *testing.T, topic string) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c.ListenAddrs()
+}
+
+// TestOffsetsGolden checks the offsets command's output on kfake against
+// testdata/offsets.golden (the broker address replaced by BROKERS).
+func TestOffsetsGolden(t *testing.T) {
+	brokers := kfakeBrokers(t, "orders")
+	seedGroup(t, brokers, "orders-app", "orders")
+	for _, tc := range []struct {
+		name string
+		args []string
+	}{
+		{"offsets", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "orders-app", "-config", "testdata/app.json", "-function", "orders"}},
+		{"offsets_no_config", []string{"offsets", "-group", "orders-app", "-brokers", strings.Join(brokers, ",")}},
+		{"offsets_unknown_group", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "nobody"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, code := runCLI(tc.args)
+			got = strings.ReplaceAll(got, strings.Join(brokers, ","), "BROKERS")
+			if code != 0 {
+				t.Errorf("exit status %d\n%s", code, got)
+			}
+			file := filepath.Join("testdata", tc.name+".golden")
+			if *update {
+				if err := os.WriteFile(file, []byte(got), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != string(want) {
+				t.Errorf("output differs from %s:\n--- got\n%s--- want\n%s", file, got, want)
+			}
+		})
+	}
+}
+
+// TestOffsets runs the offsets command with -json on kfake and, when
+// REDELIVER_KAFKA_BROKERS names one, on a real broker.
+func TestOffsets(t *testing.T) {
+	t.Run("kfake", func(t *testing.T) { testOffsets(t, kfakeBrokers(t, "orders"), "orders") })
+	t.Run("broker", func(t *testing.T) {
+		env := os.Getenv("REDELIVER_KAFKA_BROKERS")
+		if env == "" {
+			t.Skip("REDELIVER_KAFKA_BROKERS is not set: no real broker (integration/kafka.sh starts one)")
+		}
+		brokers := strings.Split(env, ",")
+		topic := fmt.Sprintf("redeliver-cli-%d", time.Now().UnixNano())
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		adm := kadm.NewClient(cl)
+		if _, err := adm.CreateTopic(ctx, 3, 1, nil, topic); err != nil {
+			t.Fatal(err)
+		}
+		defer adm.DeleteTopics(context.Background(), topic)
+		testOffsets(t, brokers, topic)
+	})
+}
+
+func testOffsets(t *testing.T, brokers []string, topic string) {
+	group := topic + "-app"
+	seedGroup(t, brokers, group, topic)
+	got, code := runCLI([]string{"offsets", "-json", "-brokers", strings.Join(brokers, ","), "-group", group, "-config", "testdata/app.json"})
+	if code != 0 {
+		t.Fatalf("exit status %d\n%s", code, got)
+	}
+	body := got[strings.Index(got, "\n")+1 : strings.LastIndex(got, "--- exit")]
+	var out struct {
+		Partitions []offsetRow `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil {
+		t.Fatalf("%v\n%s", err, got)
+	}
+	if len(out.Partitions) != 3 {
+		t.Fatalf("%d partitions, want 3\n%s", len(out.Partitions), got)
+	}
+	p0, p1, p2 := out.Partitions[0], out.Partitions[1], out.Partitions[2]
+	if p0.Committed != 10 || p0.End != 10 || p0.Lag != 0 || p0.Withheld {
+		t.Errorf("partition 0 = %+v, want committed 10 of 10, not withheld", p0)
+	}
+	if p1.Committed != 4 || p1.Lag != 6 || !p1.Withheld || p1.Retries != 2 || p1.MaxRetries == nil || *p1.MaxRetries != 10 ||
+		!p1.NextAt.Equal(fixedNow.Add(30*time.Second)) || !p1.FirstFailure.Equal(fixedNow.Add(-5*time.Minute)) || p1.Overdue {
+		t.Errorf("partition 1 = %+v, want withheld at 4, retry 2 of 10 due in 30s", p1)
+	}
+	if p2.Committed != 7 || p2.Withheld || !strings.Contains(p2.State, "another tool") {
+		t.Errorf("partition 2 = %+v, want another tool's metadata", p2)
+	}
+}

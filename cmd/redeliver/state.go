@@ -1,0 +1,106 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// stateJSON is the JSON form of a decoded retry state.
+type stateJSON struct {
+	Metadata     string    `json:"metadata"`
+	Redeliver    bool      `json:"redeliver"` // written by redeliver
+	Error        string    `json:"error,omitempty"`
+	Retries      int       `json:"retries"`
+	FirstFailure time.Time `json:"firstFailure,omitzero"`
+	LastDelay    string    `json:"lastDelay,omitempty"`
+	NextAt       time.Time `json:"nextAt,omitzero"`
+}
+
+func runState(args []string, e env) int {
+	fs := newFlags("state", e)
+	asJSON := fs.Bool("json", false, "print the result as JSON")
+	pos, code := parseArgs(fs, args, e)
+	if code >= 0 {
+		return code
+	}
+	if len(pos) != 1 {
+		return usageError(fs, "want one metadata string (quote it: it holds semicolons)")
+	}
+	md := pos[0]
+	s, err := checkpoint.DecodeState(md)
+	out := stateJSON{Metadata: md, Redeliver: err == nil, Retries: s.Retries, FirstFailure: s.FirstFailure.UTC(), NextAt: s.NextAt.UTC()}
+	if s.FirstFailure.IsZero() {
+		out.FirstFailure = time.Time{}
+	}
+	if s.NextAt.IsZero() {
+		out.NextAt = time.Time{}
+	}
+	if s.LastDelay > 0 {
+		out.LastDelay = s.LastDelay.String()
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	if *asJSON {
+		printJSON(e.stdout, out)
+		if err != nil {
+			return exitProblems
+		}
+		return exitOK
+	}
+	switch {
+	case errors.Is(err, checkpoint.ErrForeignMetadata):
+		fmt.Fprintf(e.stdout, "%q is not redeliver's retry state: another tool wrote it, and redeliver ignores it\n", md)
+		return exitProblems
+	case err != nil:
+		fmt.Fprintf(e.stdout, "damaged retry state: %v\nredeliver ignores it: the batch at the checkpoint starts its retry count over\n", err)
+		return exitProblems
+	case md == "":
+		fmt.Fprintln(e.stdout, "empty metadata: no retry state; the batch at the checkpoint is delivered as a first delivery")
+		return exitOK
+	}
+	now := e.now()
+	fmt.Fprintf(e.stdout, "retry state written by redeliver (%s)\n", md)
+	fmt.Fprintf(e.stdout, "  retries so far:  %d (the batch at the checkpoint was delivered %d %s)\n", s.Retries, s.Retries, plural(s.Retries, "time"))
+	if !s.FirstFailure.IsZero() {
+		fmt.Fprintf(e.stdout, "  first failure:   %s (%s)\n", stamp(s.FirstFailure), relative(now, s.FirstFailure))
+	}
+	if s.LastDelay > 0 {
+		fmt.Fprintf(e.stdout, "  last backoff:    %v\n", s.LastDelay)
+	}
+	if !s.NextAt.IsZero() {
+		fmt.Fprintf(e.stdout, "  retry %d due:     %s (%s)\n", s.Retries, stamp(s.NextAt), relative(now, s.NextAt))
+	}
+	return exitOK
+}
+
+// stamp formats t in UTC to the millisecond, as the state stores it.
+func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
+
+// relative says how far t is from now: "in 3s" or "5m0s ago".
+func relative(now, t time.Time) string {
+	d := t.Sub(now).Round(time.Second)
+	switch {
+	case d > 0:
+		return "in " + span(d)
+	case d < 0:
+		return span(-d) + " ago"
+	}
+	return "now"
+}
+
+// span formats d for reading: seconds below an hour, minutes below two
+// days, hours beyond.
+func span(d time.Duration) string {
+	switch {
+	case d < time.Hour:
+		return d.String()
+	case d < 48*time.Hour:
+		return d.Round(time.Minute).String()
+	}
+	days := d / (24 * time.Hour)
+	return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour)/time.Hour)
+}

@@ -1,0 +1,278 @@
+package browser_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// wait bounds every wait of the test.
+const wait = 30 * time.Second
+
+// chromium returns the browser to run: $REDELIVER_CHROMIUM, else the first
+// of Debian's and Chrome's names on the PATH.
+func chromium() string {
+	if p := os.Getenv("REDELIVER_CHROMIUM"); p != "" {
+		return p
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "google-chrome-stable"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+const hostJSON = `{
+  "checkpointRetryPolicy": {
+    "retryCount": 5,
+    "strategy": {"name": "exponential", "initialDelay": "00:01:00"},
+    "functions": {
+      "payments": {"retryCount": 2, "sleepDuration": "00:00:00.050", "onExhausted": "stop"},
+    },
+  },
+  "triggers": {
+    "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 1},
+    "payments": {"type": "kafka", "adapter": "kafkago", "topic": "payments", "consumerGroup": "payments-app", "maxBatchSize": 1},
+  },
+}`
+
+// startHost runs two functions on kfake: orders, whose partition 1 fails at
+// offset 3 and waits out a one-minute backoff, and payments, which stops
+// at offset 7 until fixed is set. It returns the page's address.
+func startHost(t *testing.T, fixed *atomic.Bool) string {
+	t.Helper()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "payments"),
+		kfake.GroupMinSessionTimeout(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	brokers := cluster.ListenAddrs()
+	produce(t, brokers)
+
+	cfg, err := hostconfig.Loader{Environ: func() []string { return nil }}.Parse("host.json", []byte(hostJSON))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithToken("s3cret"),
+		host.WithRefresh(700*time.Millisecond), host.WithKafkaGoConfig(func(gc *kafka.ConsumerGroupConfig) {
+			gc.HeartbeatInterval, gc.SessionTimeout, gc.RebalanceTimeout = 100*time.Millisecond, time.Second, 2*time.Second
+			gc.JoinGroupBackoff = 100 * time.Millisecond
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	must(t, h.Register("orders", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.Partition == 1 && b.FirstOffset() == 3 {
+			return errors.New("inventory service timed out")
+		}
+		return nil
+	})))
+	must(t, h.Register("payments", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 7 && !fixed.Load() {
+			return errors.New("payment 7: card processor rejects currency XTS")
+		}
+		return nil
+	})))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(wait):
+			t.Error("host did not stop")
+		}
+	})
+	return "http://" + ln.Addr().String() + "/"
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func produce(t *testing.T, brokers []string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	must(t, err)
+	defer cl.Close()
+	var recs []*kgo.Record
+	for i := range 10 {
+		for p := range int32(2) {
+			recs = append(recs, &kgo.Record{Topic: "orders", Partition: p, Value: fmt.Appendf(nil, "order %d", i)})
+		}
+		recs = append(recs, &kgo.Record{Topic: "payments", Value: fmt.Appendf(nil, "payment %d", i)},
+			&kgo.Record{Topic: "payments", Value: fmt.Appendf(nil, "payment %d", 10+i)})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	must(t, cl.ProduceSync(ctx, recs...).FirstErr())
+}
+
+// TestStatusPageInChromium loads the status page in headless Chromium and
+// uses it as an operator would: it sees a partition in backoff with its
+// retry number and a stopped one, signs in with the token, clicks Resume,
+// and sees the partition flow again and its checkpoint move. The page is
+// never reloaded by the test: what it sees after the first load comes from
+// the page's own refresh. A screenshot is saved in the test's artifact
+// directory (go test -artifacts keeps it) and, when REDELIVER_SCREENSHOT
+// names a file, there too.
+func TestStatusPageInChromium(t *testing.T) {
+	exe := chromium()
+	if exe == "" {
+		t.Skip("no Chromium found (set REDELIVER_CHROMIUM, or install Debian's chromium: apt-get install -y chromium; scripts/test.sh installs it)")
+	}
+	var fixed atomic.Bool
+	page := startHost(t, &fixed)
+
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.Headless,
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.NoFirstRun,
+		chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 900),
+	}
+	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	defer acancel()
+	ctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	ctx, tcancel := context.WithTimeout(ctx, 2*wait)
+	defer tcancel()
+
+	if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
+		t.Fatalf("load %s in %s: %v", page, exe, err)
+	}
+	t.Logf("loaded %s in %s", page, exe)
+
+	// Waits go through the page's own refresh: read the live DOM until the
+	// condition holds (a read during a reload fails and is tried again).
+	waitPage := func(what, js string) string {
+		t.Helper()
+		deadline := time.Now().Add(wait)
+		var last string
+		var lastErr error
+		for time.Now().Before(deadline) {
+			last, lastErr = chromedp.Run(ctx, chromedp.Evaluate[string](js))
+			if lastErr == nil && last != "" {
+				return last
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		t.Fatalf("waiting for %s: last %q, %v", what, last, lastErr)
+		return ""
+	}
+	row := func(fn, topic string, p int) string { return fmt.Sprintf("#p-%s-%s-%d", fn, topic, p) }
+	// rowText returns the text of a row when it is in state, else "".
+	rowText := func(id, state string) string {
+		return fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r && r.dataset.state === %q ? r.innerText : ""; })()`, id, state)
+	}
+
+	backoff := waitPage("orders/1 in backoff", rowText(row("orders", "orders", 1), "backoff"))
+	if !strings.Contains(backoff, "retry 1 of 5") || !strings.Contains(backoff, "inventory service timed out") {
+		t.Errorf("orders/1 row = %q, want retry 1 of 5 with its error", backoff)
+	}
+	stopped := waitPage("payments/0 stopped", rowText(row("payments", "payments", 0), "stopped"))
+	if !strings.Contains(stopped, "stopped after 2 retries") || !strings.Contains(stopped, "currency XTS") {
+		t.Errorf("payments/0 row = %q, want stopped after 2 retries with its error", stopped)
+	}
+	checkpoint := waitPage("payments/0's checkpoint", fmt.Sprintf(`document.querySelector("%s td.checkpoint")?.innerText || ""`, row("payments", "payments", 0)))
+	if checkpoint != "7" {
+		t.Errorf("payments/0 checkpoint %q before Resume, want 7", checkpoint)
+	}
+	shot(t, ctx)
+
+	// Sign in with the token: typing holds the page's refresh back.
+	if err := chromedp.Do(ctx,
+		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), "s3cret"),
+		chromedp.Click(chromedp.CSS(`header form button`)),
+	); err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	waitPage("signed in", `document.body.innerText.includes("signed in for actions") ? "yes" : ""`)
+
+	// Click Resume. The click can land on a page being reloaded; it is
+	// tried again while the partition is still stopped (a second Resume
+	// would only be refused).
+	fixed.Store(true)
+	flowing := ""
+	deadline := time.Now().Add(wait)
+	for flowing == "" && time.Now().Before(deadline) {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		err := chromedp.Do(cctx, chromedp.Click(chromedp.CSS(row("payments", "payments", 0)+" button.resume")))
+		ccancel()
+		if err != nil {
+			t.Logf("click Resume: %v (trying again)", err)
+		}
+		for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+			js := fmt.Sprintf(`(() => { const r = document.querySelector(%q); return r && r.dataset.state === "flowing" && r.querySelector("td.checkpoint").innerText === "20" ? r.innerText : ""; })()`,
+				row("payments", "payments", 0))
+			if s, err := chromedp.Run(ctx, chromedp.Evaluate[string](js)); err == nil && s != "" {
+				flowing = s
+				break
+			}
+		}
+	}
+	if flowing == "" {
+		t.Fatal("payments/0 did not flow to checkpoint 20 after Resume")
+	}
+	if !strings.Contains(flowing, "resumed by an operator") {
+		t.Errorf("payments/0 row after Resume = %q, want it to say it was resumed by an operator", flowing)
+	}
+	if still := waitPage("orders/1 still in backoff", rowText(row("orders", "orders", 1), "backoff")); !strings.Contains(still, "retry 1 of 5") {
+		t.Errorf("orders/1 row = %q", still)
+	}
+}
+
+// shot saves a screenshot of the page.
+func shot(t *testing.T, ctx context.Context) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+		return
+	}
+	dirs := []string{filepath.Join(t.ArtifactDir(), "status-page.png")}
+	if p := os.Getenv("REDELIVER_SCREENSHOT"); p != "" {
+		dirs = append(dirs, p)
+	}
+	for _, p := range dirs {
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Errorf("screenshot: %v", err)
+			continue
+		}
+		t.Logf("screenshot: %s", p)
+	}
+}

@@ -1,0 +1,48 @@
+// Package host runs named functions, each a [stream.Handler] bound to a
+// trigger (a Kafka topic and consumer group, through the franz or kafkago
+// adapter) with its own retry policy, as an Azure Functions host runs the
+// functions of an app; and it serves their health and status over HTTP.
+//
+//	cfg, err := hostconfig.Load("host.json")  // policies and triggers
+//	h, err := host.New(cfg, host.WithBrokers("127.0.0.1:9092"), host.WithHTTP(":8080"))
+//	h.Register("orders", ordersHandler)         // trigger from host.json's triggers section
+//	h.Register("payments", paymentsHandler,     // or from code
+//		host.Kafka{Topic: "payments", Group: "payments-app"})
+//	err = h.Run(ctx)                            // until ctx is done; every worker has stopped
+//
+// Each function gets its own [stream.Processor] (its policy and exhaustion
+// action from host.json's checkpointRetryPolicy.functions, else the
+// host-wide policy) and its own consumer and client, since each consumer
+// group needs a client of its own. The logger, the hooks (and the
+// telemetry that plugs into them), the middleware given to [New] and the
+// dead-letter publisher are shared.
+//
+// Bindings are checked when Run starts, before anything runs: a function
+// without a trigger, and a trigger or a policy in host.json for a function
+// that is not registered, are errors, the latter with the file's
+// line:column and a suggestion for a misspelt name.
+//
+// Middleware given to [New] wraps every function; middleware given to
+// [Host.Register] wraps that function inside it:
+//
+//	batch -> host-wide middleware -> function middleware -> handler
+//	result <- host-wide middleware <- function middleware <- handler
+//
+// # HTTP
+//
+// With [WithHTTP] (off by default; an address without a host listens on
+// 127.0.0.1 only) the host serves /healthz, /readyz, a status page and its
+// JSON, and the Resume and Skip actions for partitions that
+// [stream.StopPartition] stopped; see [Host.Handler]. The page is HTML
+// rendered by the host from the standard library, with no build step, and
+// reloads itself.
+//
+// # Shutdown
+//
+// When ctx is done, /readyz answers 503, every worker's context is
+// cancelled, and Run waits up to the drain time ([WithDrain], default
+// [DefaultDrain]) for the workers to return. A batch in flight is
+// abandoned: its checkpoint is not moved, whatever its handler returns, and
+// the partition's next owner delivers it again. Nothing is checkpointed
+// because of the shutdown.
+package host

@@ -1,0 +1,618 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// DefaultDrain is how long [Host.Run] waits, once it is stopping, for the
+// functions' workers to return: within the 20 to 30 seconds Watermill's
+// router and Redpanda Connect allow.
+const DefaultDrain = 25 * time.Second
+
+// ErrDrainTimeout is wrapped by the error [Host.Run] returns when a
+// function's workers had not returned within the drain time.
+var ErrDrainTimeout = errors.New("host: drain time over")
+
+// Option configures a [Host]. The options that also configure one function
+// ([WithMiddleware], [WithHooks], [WithProcessorOptions]) are
+// [SharedOption]s.
+type Option interface{ applyHost(*config) }
+
+// FunctionOption configures one function given to [Host.Register]: a
+// trigger such as [Kafka], or a [SharedOption].
+type FunctionOption interface{ applyFunction(*function) }
+
+// SharedOption is an option for the whole host (given to [New]) or for one
+// function (given to [Host.Register]).
+type SharedOption interface {
+	Option
+	FunctionOption
+}
+
+type hostOption func(*config)
+
+func (f hostOption) applyHost(c *config) { f(c) }
+
+type sharedOption struct {
+	host func(*config)
+	fn   func(*function)
+}
+
+func (o sharedOption) applyHost(c *config)       { o.host(c) }
+func (o sharedOption) applyFunction(f *function) { o.fn(f) }
+
+type config struct {
+	logger    *slog.Logger
+	hooks     []stream.Hooks
+	mw        []stream.Middleware
+	procOpts  []stream.Option
+	publisher stream.Publisher
+	brokers   []string
+	kgoOpts   []kgo.Opt
+	kafkaGo   []func(*kafka.ConsumerGroupConfig)
+	drain     time.Duration
+	httpAddr  string
+	listener  net.Listener
+	token     string
+	refresh   time.Duration
+	now       func() time.Time
+}
+
+// WithLogger sets the logger the host, every processor and every consumer
+// log to, each function's with a "function" attribute. The default, like a
+// nil logger, discards.
+func WithLogger(l *slog.Logger) Option {
+	return hostOption(func(c *config) { c.logger = l })
+}
+
+// WithBrokers sets the seed brokers of every Kafka trigger. It is required
+// when a function has a Kafka trigger.
+func WithBrokers(addrs ...string) Option {
+	return hostOption(func(c *config) { c.brokers = append(c.brokers, addrs...) })
+}
+
+// WithKgoOptions adds franz-go client options (TLS, SASL, client ID, ...)
+// to every client the host builds for the franz adapter and to the
+// dead-letter producer. The host sets the seed brokers, the group and the
+// topic; the adapter's [franz.ClientOptions] come last.
+func WithKgoOptions(opts ...kgo.Opt) Option {
+	return hostOption(func(c *config) { c.kgoOpts = append(c.kgoOpts, opts...) })
+}
+
+// WithKafkaGoConfig adds a function that edits the consumer group
+// configuration of every function on the kafkago adapter (dialer,
+// timeouts, ...) after the host has set its ID, brokers and topic.
+func WithKafkaGoConfig(fn func(*kafka.ConsumerGroupConfig)) Option {
+	return hostOption(func(c *config) { c.kafkaGo = append(c.kafkaGo, fn) })
+}
+
+// WithPublisher sets the publisher of the dead-letter exhaustion action,
+// shared by every function whose policy says onExhausted deadLetter. The
+// default, when such a function exists, is a franz-go producer on the
+// brokers of [WithBrokers], which the host closes when Run returns.
+func WithPublisher(p stream.Publisher) Option {
+	return hostOption(func(c *config) { c.publisher = p })
+}
+
+// WithDrain sets how long Run waits, once it is stopping, for the workers
+// to return; the default is [DefaultDrain]. Workers see their context
+// cancelled at once: a batch in flight is abandoned without a checkpoint
+// (its handler's result is not used), and the partition's next owner
+// delivers it again.
+func WithDrain(d time.Duration) Option {
+	return hostOption(func(c *config) { c.drain = d })
+}
+
+// WithHTTP serves the HTTP endpoints (see [Host.Handler]) on addr while Run
+// runs. An address without a host (":8080") listens on the loopback
+// interface 127.0.0.1 only; name a host ("0.0.0.0:8080") to serve beyond
+// the machine. The default serves nothing.
+func WithHTTP(addr string) Option {
+	return hostOption(func(c *config) { c.httpAddr = addr })
+}
+
+// WithListener serves the HTTP endpoints on ln while Run runs, for a
+// caller that needs the address before Run starts. Run closes ln.
+func WithListener(ln net.Listener) Option {
+	return hostOption(func(c *config) { c.listener = ln })
+}
+
+// WithToken makes the status page's actions (Resume, Skip) require token:
+// as "Authorization: Bearer <token>", or signed in once on the page. The
+// default requires none; actions are always refused from other origins.
+func WithToken(token string) Option {
+	return hostOption(func(c *config) { c.token = token })
+}
+
+// WithRefresh sets how often the status page reloads itself; the default
+// is 2s.
+func WithRefresh(d time.Duration) Option {
+	return hostOption(func(c *config) { c.refresh = d })
+}
+
+// WithMiddleware adds middleware: given to [New], it wraps every function's
+// handler; given to [Host.Register], that function's only. Host-wide
+// middleware is outermost:
+//
+//	New(cfg, WithMiddleware(a, b)); Register("f", h, WithMiddleware(c))
+//
+//	batch -> a -> b -> c -> h
+//	result <- a <- b <- c <- h
+func WithMiddleware(mw ...stream.Middleware) SharedOption {
+	return sharedOption{
+		host: func(c *config) { c.mw = append(c.mw, mw...) },
+		fn:   func(f *function) { f.mw = append(f.mw, mw...) },
+	}
+}
+
+// WithHooks adds hooks: given to [New], every function's processor calls
+// them (telemetry plugs in here); given to [Host.Register], that function's
+// only. The host's own status hooks run first. Hooks must be fast and safe
+// for concurrent use.
+func WithHooks(h stream.Hooks) SharedOption {
+	return sharedOption{
+		host: func(c *config) { c.hooks = append(c.hooks, h) },
+		fn:   func(f *function) { f.hooks = append(f.hooks, h) },
+	}
+}
+
+// WithProcessorOptions adds [stream.Processor] options, after those the
+// host derives from host.json (policy, exhaustion action), so that they
+// override them: given to [New], for every function; given to
+// [Host.Register], for that one.
+func WithProcessorOptions(opts ...stream.Option) SharedOption {
+	return sharedOption{
+		host: func(c *config) { c.procOpts = append(c.procOpts, opts...) },
+		fn:   func(f *function) { f.procOpts = append(f.procOpts, opts...) },
+	}
+}
+
+// Kafka is a trigger: a Kafka topic read by a consumer group through one of
+// redeliver's Kafka adapters. Give it to [Host.Register]. A trigger in
+// host.json's triggers section for the same function replaces it as a
+// whole, so that an operator can rebind a function without a rebuild.
+type Kafka struct {
+	// Adapter is "franz" (twmb/franz-go; the default when empty) or
+	// "kafkago" (segmentio/kafka-go).
+	Adapter string
+	// Topic is the topic the function consumes.
+	Topic string
+	// Group is the consumer group its consumer joins.
+	Group string
+	// MaxBatch is the most records a batch holds; 0 means the adapter's
+	// default (500).
+	MaxBatch int
+}
+
+func (k Kafka) applyFunction(f *function) { t := k; f.code = &t }
+
+// Host runs named functions, each a handler bound to a trigger with its own
+// retry policy, and serves their health and status over HTTP.
+//
+// Register every function, then call [Host.Run] once. Its methods are safe
+// for concurrent use.
+type Host struct {
+	cfg  *hostconfig.Config
+	c    config
+	log  *slog.Logger
+	http http.Handler
+
+	mu      sync.Mutex
+	fns     []*function
+	started bool
+
+	running  atomic.Bool
+	draining atomic.Bool
+}
+
+// function is one registered function.
+type function struct {
+	name     string
+	handler  stream.Handler
+	code     *Kafka // the trigger given in code
+	mw       []stream.Middleware
+	hooks    []stream.Hooks
+	procOpts []stream.Option
+
+	// Set by Run.
+	trigger  Kafka
+	origin   string // where the trigger comes from: "code" or the file's position
+	policy   *hostconfig.RetryPolicy
+	proc     *stream.Processor
+	run      func(context.Context) error
+	close    func() // closes the consumer when Run does not start
+	assigned atomic.Bool
+	status   *fnStatus
+}
+
+// New returns a Host whose policies and triggers come from cfg (nil means
+// no host.json: no retries, triggers from code only).
+func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
+	if cfg == nil {
+		cfg = &hostconfig.Config{}
+	}
+	h := &Host{cfg: cfg, c: config{drain: DefaultDrain, refresh: 2 * time.Second, now: time.Now}}
+	for _, o := range opts {
+		o.applyHost(&h.c)
+	}
+	switch {
+	case h.c.drain <= 0:
+		return nil, fmt.Errorf("host: drain time %v, want more than 0", h.c.drain)
+	case h.c.refresh <= 0:
+		return nil, fmt.Errorf("host: refresh %v, want more than 0", h.c.refresh)
+	case h.c.httpAddr != "" && h.c.listener != nil:
+		return nil, errors.New("host: both WithHTTP and WithListener given")
+	}
+	h.log = h.c.logger
+	if h.log == nil {
+		h.log = slog.New(slog.DiscardHandler)
+	}
+	h.http = h.newMux()
+	return h, nil
+}
+
+// Register adds a function called name that runs handler. Its trigger is a
+// [Kafka] among opts, or the file's triggers section; one of them is
+// required when Run starts. Names are unique, ignoring case, as host.json's
+// keys are matched.
+func (h *Host) Register(name string, handler stream.Handler, opts ...FunctionOption) error {
+	if strings.TrimSpace(name) == "" {
+		return errors.New("host: empty function name")
+	}
+	if handler == nil {
+		return fmt.Errorf("host: function %q: nil handler", name)
+	}
+	f := &function{name: name, handler: handler}
+	for _, o := range opts {
+		if o == nil {
+			return fmt.Errorf("host: function %q: nil option", name)
+		}
+		o.applyFunction(f)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.started {
+		return fmt.Errorf("host: function %q registered after Run", name)
+	}
+	for _, g := range h.fns {
+		if strings.EqualFold(g.name, name) {
+			return fmt.Errorf("host: function %q registered twice (names ignore case: %q)", name, g.name)
+		}
+	}
+	h.fns = append(h.fns, f)
+	return nil
+}
+
+// Run checks every function's binding, starts a consumer per function and
+// the HTTP endpoints, and runs until ctx is done or a function's consumer
+// fails; then it stops them all. It returns before starting anything when
+// a binding is wrong: a function without a trigger, a trigger or policy in
+// host.json for a function that is not registered, a trigger the adapters
+// refuse.
+//
+// While stopping, /readyz answers 503, every worker's context is cancelled
+// (batches in flight are abandoned without a checkpoint), and Run waits at
+// most the drain time ([WithDrain]) for them; after it, Run returns an
+// error wrapping [ErrDrainTimeout] and the workers still running are left
+// to end by themselves.
+//
+// Run always returns a non-nil error that says why it stopped: ctx's cause,
+// or the failure. It may be called once.
+func (h *Host) Run(ctx context.Context) error {
+	h.mu.Lock()
+	if h.started {
+		h.mu.Unlock()
+		return errors.New("host: Run called more than once")
+	}
+	h.started = true
+	fns := slices.Clone(h.fns)
+	h.mu.Unlock()
+
+	closePub, err := h.prepare(fns)
+	if err != nil {
+		return err
+	}
+	defer closePub()
+
+	srv, err := h.serve()
+	if err != nil {
+		for _, f := range fns {
+			f.close()
+		}
+		return err
+	}
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan *function, len(fns))
+	h.running.Store(true)
+	for _, f := range fns {
+		go func() {
+			err := f.run(runCtx)
+			if runCtx.Err() == nil {
+				h.log.Error("redeliver: function failed", "function", f.name, "error", err)
+				cancel(fmt.Errorf("host: function %s: %w", f.name, err))
+			}
+			done <- f
+		}()
+	}
+	h.log.Info("redeliver: host started", "functions", len(fns))
+	<-runCtx.Done()
+	cause := context.Cause(runCtx)
+	h.draining.Store(true)
+	h.log.Info("redeliver: host stopping", "cause", cause, "drain", h.c.drain)
+
+	timer := time.NewTimer(h.c.drain)
+	defer timer.Stop()
+	left := map[*function]bool{}
+	for _, f := range fns {
+		left[f] = true
+	}
+	for len(left) > 0 {
+		select {
+		case f := <-done:
+			delete(left, f)
+			continue
+		case <-timer.C:
+		}
+		var names []string
+		for _, f := range fns {
+			if left[f] {
+				names = append(names, f.name)
+			}
+		}
+		cause = fmt.Errorf("%w: after %v, still running: %s (stopping because: %w)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), cause)
+		h.log.Error("redeliver: host drain time over", "still_running", names)
+		break
+	}
+	h.running.Store(false)
+	if srv != nil {
+		sctx, scancel := context.WithTimeout(context.Background(), time.Second)
+		_ = srv.Shutdown(sctx)
+		scancel()
+	}
+	h.log.Info("redeliver: host stopped", "cause", cause)
+	return cause
+}
+
+// prepare resolves every function's trigger and policy and builds its
+// processor and consumer. It returns a function that closes the
+// dead-letter publisher the host built, if it built one.
+func (h *Host) prepare(fns []*function) (func(), error) {
+	noop := func() {}
+	if len(fns) == 0 {
+		return noop, errors.New("host: no function registered")
+	}
+	names := make([]string, len(fns))
+	for i, f := range fns {
+		names[i] = f.name
+	}
+	if err := h.cfg.CheckFunctions(names); err != nil {
+		return noop, fmt.Errorf("host: %w", err)
+	}
+	var problems []string
+	needPub := false
+	for _, f := range fns {
+		if err := h.bind(f); err != nil {
+			problems = append(problems, err.Error())
+			continue
+		}
+		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.DeadLetter {
+			needPub = true
+		}
+	}
+	if len(problems) > 0 {
+		return noop, errors.New(strings.Join(problems, "\n"))
+	}
+	if len(h.c.brokers) == 0 {
+		return noop, errors.New("host: no brokers for the Kafka triggers: give host.WithBrokers")
+	}
+	pub, closePub := h.c.publisher, noop
+	if pub == nil && needPub {
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.c.brokers...)}, h.c.kgoOpts...)...)
+		if err != nil {
+			return noop, fmt.Errorf("host: dead-letter producer: %w", err)
+		}
+		p, err := franz.NewPublisher(cl)
+		if err != nil {
+			cl.Close()
+			return noop, fmt.Errorf("host: %w", err)
+		}
+		pub, closePub = p, cl.Close
+	}
+	for i, f := range fns {
+		if err := h.build(f, pub); err != nil {
+			for _, g := range fns[:i] {
+				g.close()
+			}
+			closePub()
+			return noop, err
+		}
+	}
+	return closePub, nil
+}
+
+// bind resolves f's trigger (the file's, else the code's) and policy.
+func (h *Host) bind(f *function) error {
+	if t, ok := h.cfg.Trigger(f.name); ok {
+		if t.Type != "kafka" {
+			return fmt.Errorf("host: function %s: %s: trigger type %q is not supported", f.name, t.Origin, t.Type)
+		}
+		f.trigger = Kafka{Adapter: t.Adapter, Topic: t.Topic, Group: t.ConsumerGroup, MaxBatch: t.MaxBatchSize}
+		f.origin = t.Origin
+	} else if f.code != nil {
+		f.trigger = *f.code
+		f.origin = "code"
+	} else {
+		where := h.cfg.File
+		if where == "" {
+			where = "host.json"
+		}
+		return fmt.Errorf(`host: function %s has no trigger: give host.Kafka{...} to Register, or add "triggers": {%q: {"type": "kafka", "topic": ..., "consumerGroup": ...}} to %s`, f.name, f.name, where)
+	}
+	t := &f.trigger
+	if t.Adapter == "" {
+		t.Adapter = "franz"
+	}
+	switch {
+	case t.Adapter != "franz" && t.Adapter != "kafkago":
+		return fmt.Errorf("host: function %s (trigger from %s): unknown adapter %q: want franz or kafkago", f.name, f.origin, t.Adapter)
+	case strings.TrimSpace(t.Topic) == "":
+		return fmt.Errorf("host: function %s (trigger from %s): no topic", f.name, f.origin)
+	case strings.TrimSpace(t.Group) == "":
+		return fmt.Errorf("host: function %s (trigger from %s): no consumer group", f.name, f.origin)
+	case t.MaxBatch < 0:
+		return fmt.Errorf("host: function %s (trigger from %s): max batch %d, want 0 (the adapter's default) or more", f.name, f.origin, t.MaxBatch)
+	}
+	f.policy = h.cfg.Function(f.name)
+	return nil
+}
+
+// build makes f's processor and consumer.
+func (h *Host) build(f *function, pub stream.Publisher) error {
+	opts, err := h.cfg.FunctionOptions(f.name, pub)
+	if err != nil {
+		return fmt.Errorf("host: function %s: %w", f.name, err)
+	}
+	log := h.log.With("function", f.name)
+	status := newFnStatus(f, h.c.now)
+	hooks := append([]stream.Hooks{status.hooks()}, h.c.hooks...)
+	hooks = append(hooks, f.hooks...)
+	opts = append(opts, stream.WithLogger(log), stream.WithHooks(stream.MergeHooks(hooks...)))
+	opts = append(opts, h.c.procOpts...)
+	opts = append(opts, f.procOpts...)
+	mw := append(slices.Clone(h.c.mw), f.mw...)
+	proc, err := stream.NewProcessor(stream.Chain(f.handler, mw...), opts...)
+	if err != nil {
+		return fmt.Errorf("host: function %s: %w", f.name, err)
+	}
+	status.proc = proc
+	h.mu.Lock() // Status, Resume and Skip read them
+	f.proc, f.status = proc, status
+	h.mu.Unlock()
+	switch f.trigger.Adapter {
+	case "kafkago":
+		f.run, err = h.kafkaGoConsumer(f, proc, log)
+	default:
+		f.run, err = h.franzConsumer(f, proc, log)
+	}
+	if err != nil {
+		return fmt.Errorf("host: function %s: %w", f.name, err)
+	}
+	return nil
+}
+
+// Ready reports whether Run runs, is not stopping, and every function's
+// consumer has joined its group and received its assignment; when not, it
+// says why.
+func (h *Host) Ready() (bool, string) {
+	switch {
+	case h.draining.Load():
+		return false, "stopping"
+	case !h.running.Load():
+		return false, "not running"
+	}
+	h.mu.Lock()
+	fns := slices.Clone(h.fns)
+	h.mu.Unlock()
+	var waiting []string
+	for _, f := range fns {
+		if !f.assigned.Load() {
+			waiting = append(waiting, f.name)
+		}
+	}
+	if len(waiting) > 0 {
+		return false, "waiting for the group assignment of " + strings.Join(waiting, ", ")
+	}
+	return true, "ready"
+}
+
+// lookup returns the function called name, ignoring case, once Run has
+// built it.
+func (h *Host) lookup(name string) *function {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range h.fns {
+		if strings.EqualFold(f.name, name) && f.proc != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// ErrUnknownFunction is returned by [Host.Resume] and [Host.Skip] for a
+// function the host does not run.
+var ErrUnknownFunction = errors.New("host: no such function")
+
+// Resume releases a stopped partition of a function: its batch is
+// delivered again with a fresh retry count ([stream.Processor.Resume]).
+func (h *Host) Resume(function, topic string, partition int32) error {
+	f := h.lookup(function)
+	if f == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
+	}
+	if err := f.proc.Resume(topic, partition); err != nil {
+		return err
+	}
+	f.status.released(topic, partition, "resumed")
+	h.log.Info("redeliver: stopped partition resumed by an operator", "function", f.name, "topic", topic, "partition", partition)
+	return nil
+}
+
+// Skip releases a stopped partition of a function past its batch
+// ([stream.Processor.Skip]).
+func (h *Host) Skip(function, topic string, partition int32) error {
+	f := h.lookup(function)
+	if f == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
+	}
+	if err := f.proc.Skip(topic, partition); err != nil {
+		return err
+	}
+	f.status.released(topic, partition, "skipped")
+	h.log.Info("redeliver: stopped partition skipped by an operator", "function", f.name, "topic", topic, "partition", partition)
+	return nil
+}
+
+// serve starts the HTTP server, when one is configured.
+func (h *Host) serve() (*http.Server, error) {
+	ln := h.c.listener
+	if ln == nil {
+		if h.c.httpAddr == "" {
+			return nil, nil
+		}
+		addr := h.c.httpAddr
+		if host, port, err := net.SplitHostPort(addr); err == nil && host == "" {
+			addr = net.JoinHostPort("127.0.0.1", port)
+		}
+		var err error
+		if ln, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("host: http: %w", err)
+		}
+	}
+	srv := &http.Server{Handler: h.http, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			h.log.Error("redeliver: http server stopped", "error", err)
+		}
+	}()
+	h.log.Info("redeliver: http endpoints", "addr", "http://"+ln.Addr().String()+"/")
+	return srv, nil
+}

@@ -1,0 +1,192 @@
+package host_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// statusHost runs two functions on kfake: "slow", whose batch at offset 2
+// waits out a one-hour backoff, and "stopper", whose batch at offset 2
+// fails until fixed is set and stops its partition once its one retry is
+// spent.
+func statusHost(t *testing.T, opts ...host.Option) (*host.Host, []string, *atomic.Bool) {
+	t.Helper()
+	addrs := newCluster(t, 1, "slow", "stopper")
+	produce(t, addrs, "slow", 0, 5)
+	produce(t, addrs, "stopper", 0, 5)
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {
+    "retryCount": 3, "sleepDuration": "01:00:00",
+    "functions": {"stopper": {"retryCount": 1, "sleepDuration": "10ms", "onExhausted": "stop"}},
+  },
+  "triggers": {
+    "slow": {"type": "kafka", "topic": "slow", "consumerGroup": "slow-app", "maxBatchSize": 1},
+    "stopper": {"type": "kafka", "adapter": "kafkago", "topic": "stopper", "consumerGroup": "stopper-app", "maxBatchSize": 1},
+  },
+}`)
+	h, err := host.New(cfg, append([]host.Option{host.WithBrokers(addrs...), host.WithKafkaGoConfig(fastKafkaGo)}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fixed atomic.Bool
+	failAt2 := func(fixed *atomic.Bool) stream.Handler {
+		return stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.FirstOffset() == 2 && (fixed == nil || !fixed.Load()) {
+				return errBoom
+			}
+			return nil
+		})
+	}
+	if err := h.Register("slow", failAt2(nil)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("stopper", failAt2(&fixed)); err != nil {
+		t.Fatal(err)
+	}
+	return h, addrs, &fixed
+}
+
+func get(t *testing.T, hd http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	hd.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+	return rec.Code, rec.Body.String()
+}
+
+func status(t *testing.T, hd http.Handler) host.Status {
+	t.Helper()
+	code, body := get(t, hd, "/status.json")
+	if code != 200 {
+		t.Fatalf("/status.json: %d %s", code, body)
+	}
+	var st host.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status.json: %v\n%s", err, body)
+	}
+	return st
+}
+
+// partition returns the status of a function's partition 0.
+func partition(st host.Status, function string) (host.PartitionStatus, bool) {
+	for _, f := range st.Functions {
+		if f.Name == function && len(f.Partitions) == 1 {
+			return f.Partitions[0], true
+		}
+	}
+	return host.PartitionStatus{}, false
+}
+
+func post(hd http.Handler, path string, form url.Values, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	hd.ServeHTTP(rec, req)
+	return rec
+}
+
+func TestHealthAndReadiness(t *testing.T) {
+	h, _, _ := statusHost(t)
+	hd := h.Handler()
+	if code, body := get(t, hd, "/healthz"); code != 200 || body != "ok\n" {
+		t.Errorf("/healthz = %d %q", code, body)
+	}
+	if code, body := get(t, hd, "/readyz"); code != 503 || body != "not running\n" {
+		t.Errorf("/readyz before Run = %d %q, want 503", code, body)
+	}
+	r := start(t, h)
+	waitFor(t, "/readyz 200", func() bool { code, _ := get(t, hd, "/readyz"); return code == 200 })
+	r.stop(t)
+	if code, _ := get(t, hd, "/readyz"); code != 503 {
+		t.Errorf("/readyz after Run = %d, want 503", code)
+	}
+}
+
+func TestStatusAndActions(t *testing.T) {
+	h, addrs, fixed := statusHost(t, host.WithToken("s3cret"))
+	hd := h.Handler()
+	start(t, h)
+
+	waitFor(t, "slow in backoff and stopper stopped", func() bool {
+		st := status(t, hd)
+		slow, ok1 := partition(st, "slow")
+		stop, ok2 := partition(st, "stopper")
+		return ok1 && ok2 && slow.State == host.StateBackoff && stop.State == host.StateStopped
+	})
+	st := status(t, hd)
+	slow, _ := partition(st, "slow")
+	if slow.Retry != 1 || slow.MaxRetries != 3 || slow.NextAt.IsZero() || slow.FirstFailure.IsZero() ||
+		slow.LastError != "boom" || slow.FirstOffset != 2 || slow.Checkpoint != 2 || !strings.HasPrefix(slow.Metadata, "rd1;r=1") {
+		t.Errorf("slow = %+v, want retry 1 of 3 of offset 2, due, with its first failure and error", slow)
+	}
+	stop, _ := partition(st, "stopper")
+	if stop.Retry != 1 || stop.Checkpoint != 2 || !strings.Contains(stop.LastError, "boom") {
+		t.Errorf("stopper = %+v, want stopped at 2 after 1 retry", stop)
+	}
+	if f := st.Functions[1]; f.Adapter != "kafkago" || f.Group != "stopper-app" || !strings.HasPrefix(f.TriggerFrom, "triggers.stopper (host.json:") ||
+		f.Policy != "1 retries, 10ms apart, then stop" {
+		t.Errorf("stopper function = %+v", f)
+	}
+
+	code, page := get(t, hd, "/")
+	for _, want := range []string{"retry 1 of 3", "stopped after 1 retries", `action="/actions/resume"`, "token for actions"} {
+		if code != 200 || !strings.Contains(page, want) {
+			t.Errorf("page (%d) lacks %q", code, want)
+		}
+	}
+
+	resume := url.Values{"function": {"stopper"}, "topic": {"stopper"}, "partition": {"0"}}
+	for _, tc := range []struct {
+		name   string
+		header map[string]string
+		code   int
+	}{
+		{"cross-site", map[string]string{"Sec-Fetch-Site": "cross-site", "Authorization": "Bearer s3cret"}, 403},
+		{"other origin", map[string]string{"Origin": "http://evil.example", "Authorization": "Bearer s3cret"}, 403},
+		{"no token", map[string]string{"Accept": "application/json"}, 401},
+		{"wrong token", map[string]string{"Authorization": "Bearer nope"}, 401},
+	} {
+		if rec := post(hd, "/actions/resume", resume, tc.header); rec.Code != tc.code {
+			t.Errorf("%s: resume = %d %s, want %d", tc.name, rec.Code, rec.Body, tc.code)
+		}
+	}
+	if p, _ := partition(status(t, hd), "stopper"); p.State != host.StateStopped {
+		t.Fatalf("a refused resume released the partition: %+v", p)
+	}
+	if rec := post(hd, "/actions/resume", url.Values{"function": {"nope"}, "topic": {"stopper"}, "partition": {"0"}},
+		map[string]string{"Authorization": "Bearer s3cret", "Accept": "application/json"}); rec.Code != 404 {
+		t.Errorf("resume of an unknown function = %d %s, want 404", rec.Code, rec.Body)
+	}
+
+	// A signed-in browser: the cookie of the sign-in authorizes the form.
+	rec := post(hd, "/actions/signin", url.Values{"token": {"s3cret"}}, map[string]string{"Sec-Fetch-Site": "same-origin"})
+	cookies := rec.Result().Cookies()
+	if rec.Code != http.StatusSeeOther || len(cookies) != 1 || !cookies[0].HttpOnly || cookies[0].Value == "s3cret" {
+		t.Fatalf("signin = %d, cookies %v", rec.Code, cookies)
+	}
+	fixed.Store(true)
+	rec = post(hd, "/actions/resume", resume, map[string]string{"Sec-Fetch-Site": "same-origin", "Origin": "http://example.com",
+		"Cookie": cookies[0].Name + "=" + cookies[0].Value})
+	if rec.Code != http.StatusSeeOther || !strings.Contains(rec.Header().Get("Location"), "resumed") {
+		t.Fatalf("resume = %d %s %v", rec.Code, rec.Body, rec.Header())
+	}
+	waitCommitted(t, addrs, "stopper-app", "stopper", 0, 5)
+	waitFor(t, "stopper flowing at 5", func() bool {
+		p, ok := partition(status(t, hd), "stopper")
+		return ok && p.State == host.StateFlowing && p.Checkpoint == 5
+	})
+	if rec := post(hd, "/actions/skip", resume, map[string]string{"Authorization": "Bearer s3cret", "Accept": "application/json"}); rec.Code != 409 {
+		t.Errorf("skip of a flowing partition = %d %s, want 409", rec.Code, rec.Body)
+	}
+}

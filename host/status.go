@@ -1,0 +1,354 @@
+package host
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// Status is what the host shows on its status page and in /status.json.
+type Status struct {
+	// Ready is what /readyz answers; Reason says why not.
+	Ready  bool   `json:"ready"`
+	Reason string `json:"reason"`
+	// Time is when the status was taken.
+	Time      time.Time        `json:"time"`
+	Functions []FunctionStatus `json:"functions"`
+}
+
+// FunctionStatus is one function's part of a [Status].
+type FunctionStatus struct {
+	Name string `json:"name"`
+	// Trigger describes what starts the function and TriggerFrom where
+	// that was set ("code" or host.json's position).
+	Adapter     string `json:"adapter"`
+	Topic       string `json:"topic"`
+	Group       string `json:"group"`
+	MaxBatch    int    `json:"maxBatch,omitempty"`
+	TriggerFrom string `json:"triggerFrom"`
+	// Policy describes the retry policy in force, PolicyFrom where it was
+	// read.
+	Policy     string `json:"policy"`
+	PolicyFrom string `json:"policyFrom"`
+	// Assigned reports whether its consumer has joined its group and
+	// received an assignment.
+	Assigned   bool              `json:"assigned"`
+	Partitions []PartitionStatus `json:"partitions"`
+	// Parked entries of the re-drive store will be listed here once the
+	// re-drive exists.
+}
+
+// The states of a partition.
+const (
+	// StateFlowing: batches are delivered as they come.
+	StateFlowing = "flowing"
+	// StateBackoff: a batch failed and waits out its backoff before the
+	// next retry; its checkpoint is withheld.
+	StateBackoff = "backoff"
+	// StateExhausted: a batch was given up and its exhaustion action runs
+	// (a dead-letter produce being tried again, for one).
+	StateExhausted = "exhausted"
+	// StateStopped: the exhaustion action stopped the partition; it waits
+	// for Resume or Skip.
+	StateStopped = "stopped"
+)
+
+// PartitionStatus is one claimed partition's part of a [FunctionStatus].
+type PartitionStatus struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// State is one of StateFlowing, StateBackoff, StateExhausted,
+	// StateStopped.
+	State string `json:"state"`
+	// Checkpoint is the committed offset: the next record to consume; -1
+	// when nothing was committed.
+	Checkpoint int64 `json:"checkpoint"`
+	// Metadata is the committed metadata: the retry state of a withheld
+	// batch.
+	Metadata string `json:"metadata,omitempty"`
+	// Deliveries counts handler calls on this partition since it was
+	// claimed; Failures those that failed.
+	Deliveries int64 `json:"deliveries"`
+	Failures   int64 `json:"failures"`
+	// The batch that is retried, in backoff, given up or stopped.
+	FirstOffset int64 `json:"firstOffset,omitempty"`
+	LastOffset  int64 `json:"lastOffset,omitempty"`
+	// Retry is the number of the coming retry (backoff) or of retries made
+	// (stopped); MaxRetries the limit, -1 for none.
+	Retry      int `json:"retry,omitempty"`
+	MaxRetries int `json:"maxRetries,omitempty"`
+	// NextAt is when the coming retry is due.
+	NextAt       time.Time `json:"nextAt,omitzero"`
+	FirstFailure time.Time `json:"firstFailure,omitzero"`
+	LastError    string    `json:"lastError,omitempty"`
+	// Note says what happened last that the state does not: "resumed by
+	// an operator", "continuing a previous owner's retries".
+	Note string `json:"note,omitempty"`
+	// Since is when the partition entered its state.
+	Since time.Time `json:"since"`
+}
+
+// fnStatus follows one function's partitions through its processor's
+// hooks. It is safe for concurrent use.
+type fnStatus struct {
+	f    *function
+	now  func() time.Time
+	proc *stream.Processor
+
+	mu    sync.Mutex
+	parts map[partKey]*PartitionStatus
+}
+
+type partKey struct {
+	topic     string
+	partition int32
+}
+
+func newFnStatus(f *function, now func() time.Time) *fnStatus {
+	return &fnStatus{f: f, now: now, parts: map[partKey]*PartitionStatus{}}
+}
+
+// update runs fn on the partition's status, creating it when create is
+// true.
+func (s *fnStatus) update(topic string, partition int32, create bool, fn func(p *PartitionStatus)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := partKey{topic, partition}
+	p := s.parts[k]
+	if p == nil {
+		if !create {
+			return
+		}
+		p = &PartitionStatus{Topic: topic, Partition: partition, State: StateFlowing, Checkpoint: -1, Since: s.now()}
+		s.parts[k] = p
+	}
+	fn(p)
+}
+
+// set moves p to state.
+func (s *fnStatus) set(p *PartitionStatus, state string) {
+	if p.State != state {
+		p.State, p.Since = state, s.now()
+	}
+}
+
+// flowing moves p to StateFlowing and forgets its retried batch.
+func (s *fnStatus) flowing(p *PartitionStatus) {
+	s.set(p, StateFlowing)
+	p.FirstOffset, p.LastOffset, p.Retry, p.MaxRetries = 0, 0, 0, 0
+	p.NextAt, p.FirstFailure, p.LastError = time.Time{}, time.Time{}, ""
+}
+
+func (s *fnStatus) maxRetries() int {
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Policy().MaxRetries
+}
+
+// hooks returns the hooks that keep the status.
+func (s *fnStatus) hooks() stream.Hooks {
+	return stream.Hooks{
+		Claimed: func(e stream.ClaimEvent) {
+			s.mu.Lock()
+			delete(s.parts, partKey{e.Topic, e.Partition}) // a new claim starts afresh
+			s.mu.Unlock()
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				p.Checkpoint, p.Metadata = e.Committed, e.Metadata
+				st, err := checkpoint.DecodeState(e.Metadata)
+				if err != nil || e.Committed < 0 || st.Retries == 0 {
+					return
+				}
+				s.set(p, StateBackoff)
+				p.FirstOffset, p.Retry, p.MaxRetries = e.Committed, st.Retries, s.maxRetries()
+				p.NextAt, p.FirstFailure = st.NextAt, st.FirstFailure
+				p.Note = "continuing a previous owner's retries"
+			})
+		},
+		Released: func(e stream.ReleaseEvent) {
+			s.mu.Lock()
+			delete(s.parts, partKey{e.Topic, e.Partition})
+			s.mu.Unlock()
+		},
+		Delivered: func(e stream.DeliveredEvent) {
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				p.Deliveries++
+				if e.Outcome == stream.Failed {
+					p.Failures++
+					p.LastError = errText(e.Err)
+					if p.FirstFailure.IsZero() {
+						p.FirstFailure = e.Attempt.FirstFailure
+						if p.FirstFailure.IsZero() {
+							p.FirstFailure = s.now()
+						}
+					}
+				}
+				p.MaxRetries = e.Attempt.MaxRetries
+				var rr *stream.RetryResult
+				if errors.As(e.Err, &rr) {
+					p.MaxRetries = rr.MaxRetries
+				}
+				p.FirstOffset, p.LastOffset = e.FirstOffset, e.LastOffset
+			})
+		},
+		RetryScheduled: func(e stream.RetryEvent) {
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				s.set(p, StateBackoff)
+				p.FirstOffset, p.LastOffset = e.FirstOffset, e.LastOffset
+				p.Retry, p.NextAt = e.Retry, e.At
+				if e.Err == nil {
+					p.LastError = "retry requested by the handler"
+				} else {
+					p.LastError = errText(e.Err)
+				}
+				p.Note = ""
+			})
+		},
+		Exhausted: func(e stream.ExhaustedEvent) {
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				s.set(p, StateExhausted)
+				p.FirstOffset, p.LastOffset, p.NextAt = e.FirstOffset, e.LastOffset, time.Time{}
+				if e.Err != nil {
+					p.Retry, p.FirstFailure = e.Err.Retries, e.Err.FirstFailure
+					p.LastError = fmt.Sprintf("given up (%v): %s", e.Err.Reason, errText(e.Err.Last))
+				}
+			})
+		},
+		Stopped: func(e stream.StoppedEvent) {
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				s.set(p, StateStopped)
+				p.FirstOffset, p.LastOffset, p.NextAt = e.FirstOffset, e.LastOffset, time.Time{}
+				if e.Err != nil {
+					p.Retry, p.FirstFailure = e.Err.Retries, e.Err.FirstFailure
+					p.LastError = fmt.Sprintf("given up (%v): %s", e.Err.Reason, errText(e.Err.Last))
+				}
+				p.Note = ""
+			})
+		},
+		Checkpointed: func(e stream.CheckpointEvent) {
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				p.Checkpoint, p.Metadata = e.Next, e.Metadata
+				if e.Metadata == "" && p.State != StateFlowing {
+					s.flowing(p)
+				}
+			})
+		},
+	}
+}
+
+// released records an operator's Resume or Skip of a stopped partition.
+func (s *fnStatus) released(topic string, partition int32, how string) {
+	s.update(topic, partition, false, func(p *PartitionStatus) {
+		if how == "resumed" {
+			s.flowing(p)
+		} else {
+			s.set(p, StateExhausted) // until the checkpoint moves past the batch
+		}
+		p.Note = how + " by an operator at " + s.now().Format(time.TimeOnly)
+	})
+}
+
+// snapshot returns the function's status.
+func (s *fnStatus) snapshot() FunctionStatus {
+	f := s.f
+	fs := FunctionStatus{
+		Name: f.name, Adapter: f.trigger.Adapter, Topic: f.trigger.Topic, Group: f.trigger.Group,
+		MaxBatch: f.trigger.MaxBatch, TriggerFrom: f.origin, Assigned: f.assigned.Load(),
+		Policy: describePolicy(f.policy), PolicyFrom: "no policy: the default",
+	}
+	if f.policy != nil {
+		fs.PolicyFrom = f.policy.Origin
+	}
+	stopped := map[partKey]bool{}
+	if s.proc != nil {
+		for _, sp := range s.proc.Stopped() {
+			stopped[partKey{sp.Topic, sp.Partition}] = true
+		}
+	}
+	s.mu.Lock()
+	for k, p := range s.parts {
+		ps := *p
+		// The processor says which partitions are stopped; a stopped
+		// partition it no longer holds was resumed or skipped.
+		if ps.State == StateStopped && !stopped[k] && s.proc != nil {
+			ps.State = StateFlowing
+		}
+		fs.Partitions = append(fs.Partitions, ps)
+	}
+	s.mu.Unlock()
+	slices.SortFunc(fs.Partitions, func(a, b PartitionStatus) int {
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return fs
+}
+
+// Status returns the host's status: every function with its claimed
+// partitions.
+func (h *Host) Status() Status {
+	ready, reason := h.Ready()
+	st := Status{Ready: ready, Reason: reason, Time: h.c.now(), Functions: []FunctionStatus{}}
+	h.mu.Lock()
+	fns := slices.Clone(h.fns)
+	statuses := make([]*fnStatus, len(fns))
+	for i, f := range fns {
+		statuses[i] = f.status
+	}
+	h.mu.Unlock()
+	for i, f := range fns {
+		if statuses[i] == nil {
+			st.Functions = append(st.Functions, FunctionStatus{Name: f.name, Policy: describePolicy(h.cfg.Function(f.name))})
+			continue
+		}
+		st.Functions = append(st.Functions, statuses[i].snapshot())
+	}
+	return st
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// describePolicy says in a line what a policy does.
+func describePolicy(p *hostconfig.RetryPolicy) string {
+	if p == nil || p.RetryCount == 0 {
+		then := "skip"
+		if p != nil {
+			then = p.OnExhausted.Action.String()
+		}
+		return "no retries, then " + then
+	}
+	s := fmt.Sprintf("%d retries", p.RetryCount)
+	if p.RetryCount == checkpoint.Infinite {
+		s = "retries forever"
+	}
+	switch st := p.Strategy; st.Name {
+	case "fixed", "fixedDelay":
+		s += fmt.Sprintf(", %v apart", st.Delay)
+	case "":
+	default:
+		s += ", " + st.Name
+		if st.InitialDelay > 0 {
+			s += fmt.Sprintf(" from %v", st.InitialDelay)
+		} else if st.MinDelay > 0 {
+			s += fmt.Sprintf(" from %v", st.MinDelay)
+		}
+	}
+	if p.MaxRetryTime > 0 {
+		s += fmt.Sprintf(", within %v", p.MaxRetryTime)
+	}
+	then := p.OnExhausted.Action.String()
+	if p.OnExhausted.Action == hostconfig.DeadLetter {
+		then += " to " + p.OnExhausted.Topic
+	}
+	return s + ", then " + then
+}

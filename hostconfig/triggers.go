@@ -1,0 +1,318 @@
+package hostconfig
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// sectionTriggers is the section that binds functions to what triggers
+// them.
+const sectionTriggers = "triggers"
+
+// The fields of a trigger.
+var triggerFields = []string{"type", "adapter", "topic", "consumerGroup", "maxBatchSize"}
+
+// The trigger types and the adapters of each.
+var (
+	triggerTypes  = []string{"kafka"}
+	kafkaAdapters = []string{"franz", "kafkago"}
+)
+
+// fieldAliases are names other tools give our fields, for the message about
+// an unknown one.
+var fieldAliases = map[string]string{
+	"group": "consumerGroup", "groupid": "consumerGroup", "consumergroupid": "consumerGroup",
+	"batchsize": "maxBatchSize", "maxbatch": "maxBatchSize", "topics": "topic",
+	"client": "adapter", "trigger": "type", "kind": "type",
+}
+
+// Trigger is what starts one function of a host: a Kafka topic read by a
+// consumer group, as the triggers section of a host.json binds it.
+//
+//	"triggers": {
+//	  "orders": {"type": "kafka", "adapter": "franz", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 100}
+//	}
+type Trigger struct {
+	// Function is the function's name as the file writes it.
+	Function string
+	// Origin says where the trigger was read, e.g.
+	// "triggers.orders (host.json:12:15)".
+	Origin string
+	// Type is "kafka".
+	Type string
+	// Adapter is the Kafka client: "franz" (twmb/franz-go, the default) or
+	// "kafkago" (segmentio/kafka-go).
+	Adapter string
+	// Topic is the topic the function consumes.
+	Topic string
+	// ConsumerGroup is the group its consumer joins.
+	ConsumerGroup string
+	// MaxBatchSize is the most records a batch holds; 0 means the
+	// adapter's default.
+	MaxBatchSize int
+	// Settings lists each field in the order of triggerFields, with where
+	// it was written.
+	Settings []Setting
+}
+
+// Setting is one value in force and where it was written.
+type Setting struct {
+	// Field names the setting inside its policy or trigger, e.g.
+	// "retryCount" or "strategy.initialDelay".
+	Field string
+	// Value is the value as written: a string's text, a number's literal.
+	Value string
+	// Source is "host.json:7:21" or "environment NAME".
+	Source string
+	// Inherited reports a function's setting taken from the host-wide
+	// policy.
+	Inherited bool
+}
+
+// Trigger returns the trigger of the function called name (names match
+// case-insensitively) and whether the file has one.
+func (c *Config) Trigger(name string) (Trigger, bool) {
+	if t, ok := c.Triggers[name]; ok {
+		return t, true
+	}
+	for n, t := range c.Triggers {
+		if strings.EqualFold(n, name) {
+			return t, true
+		}
+	}
+	return Trigger{}, false
+}
+
+// Settings returns the settings of the policy in force for the function
+// called name ("" for the host-wide policy), in the order of the file's
+// fields, each with where it was written; nil when the file sets no policy
+// for it (the defaults are in force). A function without a policy of its
+// own has the host-wide settings.
+func (c *Config) Settings(function string) []Setting {
+	if function != "" {
+		for n, s := range c.settings {
+			if n != "" && strings.EqualFold(n, function) {
+				return s
+			}
+		}
+	}
+	return c.settings[""]
+}
+
+// CheckFunctions checks the file's triggers and per-function policies
+// against the functions a host runs: a trigger or a policy for a function
+// not in functions is a [*Problem] at its place in the file, with a
+// suggestion when the name looks like a misspelt one. The error, when not
+// nil, is an [*Error].
+func (c *Config) CheckFunctions(functions []string) error {
+	known := func(name string) bool {
+		for _, f := range functions {
+			if strings.EqualFold(f, name) {
+				return true
+			}
+		}
+		return false
+	}
+	var problems []*Problem
+	for _, k := range c.keys {
+		if known(k.name) {
+			continue
+		}
+		p := k.at
+		what := "a trigger"
+		if k.policy {
+			what = "a policy"
+		}
+		p.Msg = fmt.Sprintf("%s for function %q, which the host does not run", what, k.name)
+		if s := suggest(k.name, functions); s != "" {
+			p.Msg += ": did you mean " + s + "?"
+		} else if len(functions) > 0 {
+			p.Msg += ": its functions are " + strings.Join(functions, ", ")
+		}
+		problems = append(problems, &p)
+	}
+	if len(problems) == 0 {
+		return nil
+	}
+	sort.SliceStable(problems, func(i, j int) bool { return problems[i].before(problems[j]) })
+	return &Error{Problems: problems}
+}
+
+// functionKey is where the file names a function: a trigger's or a
+// per-function policy's key.
+type functionKey struct {
+	name   string
+	policy bool
+	at     Problem // File, Line, Col, Env and Path of the key
+}
+
+// keyAt returns the place of m's key, whose path is path, as a Problem
+// without a message.
+func (d *decoder) keyAt(m *member, path string) Problem {
+	p := Problem{File: d.file, Path: path}
+	if m.val.fromEnv() {
+		p.Env = m.val.env
+	} else {
+		p.Line, p.Col = d.lineCol(m.keyOff)
+	}
+	return p
+}
+
+// triggers decodes the triggers section.
+func (d *decoder) triggers(n *node) map[string]Trigger {
+	if n.kind != '{' {
+		d.add(n, `want an object of triggers by function name, such as {"orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app"}}, got %s`, describe(n))
+		return nil
+	}
+	out := map[string]Trigger{}
+	for i := range n.members {
+		m := &n.members[i]
+		if strings.TrimSpace(m.key) == "" {
+			d.addKey(m, n.path, "empty function name")
+			continue
+		}
+		if first := n.lookup(m.key); first != m {
+			d.addKey(m, m.val.path, "duplicate function (names ignore case): also at %s", d.pos(first.val))
+			continue
+		}
+		d.keys = append(d.keys, functionKey{name: m.key, at: d.keyAt(m, m.val.path)})
+		if t, ok := d.trigger(m.key, m.val); ok {
+			out[m.key] = t
+		}
+	}
+	return out
+}
+
+// trigger decodes the trigger of the function called name.
+func (d *decoder) trigger(name string, n *node) (Trigger, bool) {
+	f := d.triggerFieldsOf(n)
+	if f == nil {
+		return Trigger{}, false
+	}
+	t := Trigger{Function: name, Origin: n.path + " (" + d.pos(n) + ")", Settings: d.settingsOf(f, triggerFields, nil)}
+	before := len(d.problems)
+	if m := f["type"]; m == nil {
+		d.add(n, "type is missing: want %s", strings.Join(triggerTypes, " or "))
+	} else {
+		t.Type = d.choice(m.val, triggerTypes)
+	}
+	t.Adapter = "franz"
+	if m := f["adapter"]; m != nil {
+		t.Adapter = d.choice(m.val, kafkaAdapters)
+	}
+	t.Topic = d.name(n, f, "topic", "the topic the function consumes")
+	t.ConsumerGroup = d.name(n, f, "consumerGroup", "the consumer group its consumer joins")
+	if m := f["maxBatchSize"]; m != nil {
+		if v, ok := d.integer(m.val); ok {
+			if v < 1 {
+				d.add(m.val, "%d: want at least 1 record (leave maxBatchSize out for the adapter's default)", v)
+			} else {
+				t.MaxBatchSize = v
+			}
+		}
+	}
+	return t, len(d.problems) == before
+}
+
+// triggerFieldsOf checks that n is an object of trigger fields and returns
+// its members by canonical key, as fields does, with hints for the names
+// other tools give them; nil when n is not an object.
+func (d *decoder) triggerFieldsOf(n *node) map[string]*member {
+	if n.kind != '{' {
+		d.add(n, `want an object such as {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app"}, got %s`, describe(n))
+		return nil
+	}
+	out := map[string]*member{}
+	for i := range n.members {
+		m := &n.members[i]
+		k := canonical(m.key, triggerFields)
+		if k == "" {
+			hint := ": want one of " + strings.Join(triggerFields, ", ")
+			if alias, ok := fieldAliases[strings.ToLower(m.key)]; ok {
+				hint = ": did you mean " + alias + "?"
+			} else if s := suggest(m.key, triggerFields); s != "" {
+				hint = ": did you mean " + s + "?"
+			}
+			d.addKey(m, n.path, "unknown field %q%s", m.key, hint)
+			continue
+		}
+		if first, dup := out[k]; dup {
+			d.addKey(m, m.val.path, "duplicate field: also at %s", d.pos(first.val))
+			continue
+		}
+		out[k] = m
+	}
+	return out
+}
+
+// choice decodes one of names, case-insensitively, as the name is spelt in
+// names.
+func (d *decoder) choice(n *node, names []string) string {
+	if !n.isText() {
+		d.add(n, "want %s, got %s", strings.Join(names, " or "), describe(n))
+		return ""
+	}
+	if c := canonical(strings.TrimSpace(n.text), names); c != "" {
+		return c
+	}
+	hint := ""
+	if s := suggest(n.text, names); s != "" {
+		hint = ": did you mean " + s + "?"
+	}
+	d.add(n, "unknown value %q%s: want %s", n.text, hint, strings.Join(names, " or "))
+	return ""
+}
+
+// name decodes the required non-empty string field key of n.
+func (d *decoder) name(n *node, f map[string]*member, key, what string) string {
+	m := f[key]
+	switch {
+	case m == nil:
+		d.add(n, "%s is missing: want %s", key, what)
+	case !m.val.isText():
+		d.add(m.val, "want a string, %s, got %s", what, describe(m.val))
+	case strings.TrimSpace(m.val.text) == "":
+		d.add(m.val, "empty %s: want %s", key, what)
+	default:
+		return m.val.text
+	}
+	return ""
+}
+
+// settingsOf lists the members of f in the order of order, objects
+// flattened to their members ("strategy.initialDelay"); inherited names the
+// members taken from the host-wide policy.
+func (d *decoder) settingsOf(f map[string]*member, order []string, inherited map[*member]bool) []Setting {
+	var out []Setting
+	var add func(field string, n *node, inh bool)
+	add = func(field string, n *node, inh bool) {
+		if n.kind == '{' {
+			for i := range n.members {
+				add(field+"."+n.members[i].key, n.members[i].val, inh)
+			}
+			return
+		}
+		v := n.text
+		switch n.kind {
+		case 't':
+			v = "true"
+		case 'f':
+			v = "false"
+		case 'n':
+			v = "null"
+		case '[':
+			v = "[...]"
+		case '"':
+			v = strconv.Quote(n.text)
+		}
+		out = append(out, Setting{Field: field, Value: v, Source: d.pos(n), Inherited: inh})
+	}
+	for _, k := range order {
+		if m := f[k]; m != nil && m.val != nil {
+			add(k, m.val, inherited[m])
+		}
+	}
+	return out
+}

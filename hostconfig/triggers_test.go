@@ -1,0 +1,152 @@
+package hostconfig_test
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/redeliver-go/redeliver/hostconfig"
+)
+
+const triggersDoc = `{
+  "version": "2.0",
+  "checkpointRetryPolicy": {
+    "retryCount": 3,
+    "sleepDuration": "00:00:05",
+    "functions": {
+      "payments": {"retryCount": 1, "onExhausted": "stop"},
+    },
+  },
+  "triggers": {
+    "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 100},
+    "payments": {"type": "Kafka", "adapter": "kafkago", "topic": "payments", "consumerGroup": "payments-app"},
+  },
+}`
+
+func TestTriggers(t *testing.T) {
+	cfg, err := withEnv("AzureFunctionsJobHost__triggers__orders__consumerGroup=orders-blue").Parse("host.json", []byte(triggersDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders, ok := cfg.Trigger("ORDERS")
+	if !ok {
+		t.Fatal("no trigger for orders")
+	}
+	want := hostconfig.Trigger{Function: "orders", Origin: "triggers.orders (host.json:11:15)", Type: "kafka", Adapter: "franz",
+		Topic: "orders", ConsumerGroup: "orders-blue", MaxBatchSize: 100}
+	got := orders
+	got.Settings = nil
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("orders = %+v\nwant %+v", got, want)
+	}
+	wantSettings := []hostconfig.Setting{
+		{Field: "type", Value: `"kafka"`, Source: "host.json:11:24"},
+		{Field: "topic", Value: `"orders"`, Source: "host.json:11:42"},
+		{Field: "consumerGroup", Value: "orders-blue", Source: "environment AzureFunctionsJobHost__triggers__orders__consumerGroup"},
+		{Field: "maxBatchSize", Value: "100", Source: "host.json:11:99"},
+	}
+	if !reflect.DeepEqual(orders.Settings, wantSettings) {
+		t.Errorf("orders settings = %+v\nwant %+v", orders.Settings, wantSettings)
+	}
+	payments, _ := cfg.Trigger("payments")
+	if payments.Type != "kafka" || payments.Adapter != "kafkago" || payments.MaxBatchSize != 0 {
+		t.Errorf("payments = %+v", payments)
+	}
+	if _, ok := cfg.Trigger("audit"); ok {
+		t.Error("a trigger for audit")
+	}
+}
+
+func TestPolicySettings(t *testing.T) {
+	cfg, err := withEnv("AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=7").Parse("host.json", []byte(triggersDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := []hostconfig.Setting{
+		{Field: "retryCount", Value: "7", Source: "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount"},
+		{Field: "sleepDuration", Value: `"00:00:05"`, Source: "host.json:5:22"},
+	}
+	if got := cfg.Settings(""); !reflect.DeepEqual(got, host) {
+		t.Errorf("host settings = %+v\nwant %+v", got, host)
+	}
+	payments := []hostconfig.Setting{
+		{Field: "retryCount", Value: "1", Source: "host.json:7:34"},
+		{Field: "sleepDuration", Value: `"00:00:05"`, Source: "host.json:5:22", Inherited: true},
+		{Field: "onExhausted", Value: `"stop"`, Source: "host.json:7:52"},
+	}
+	if got := cfg.Settings("Payments"); !reflect.DeepEqual(got, payments) {
+		t.Errorf("payments settings = %+v\nwant %+v", got, payments)
+	}
+	if got := cfg.Settings("orders"); !reflect.DeepEqual(got, host) {
+		t.Errorf("orders (no policy of its own) settings = %+v\nwant the host's", got)
+	}
+}
+
+func TestTriggerErrors(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"not an object", `{"triggers": []}`,
+			`host.json:1:14: triggers: want an object of triggers by function name`},
+		{"type missing", `{"triggers": {"a": {"topic": "t", "consumerGroup": "g"}}}`,
+			`host.json:1:20: triggers.a: type is missing: want kafka`},
+		{"unknown type", `{"triggers": {"a": {"type": "kafak", "topic": "t", "consumerGroup": "g"}}}`,
+			`host.json:1:29: triggers.a.type: unknown value "kafak": did you mean kafka?: want kafka`},
+		{"unknown adapter", `{"triggers": {"a": {"type": "kafka", "adapter": "franzgo", "topic": "t", "consumerGroup": "g"}}}`,
+			`host.json:1:49: triggers.a.adapter: unknown value "franzgo": did you mean franz?: want franz or kafkago`},
+		{"group alias", `{"triggers": {"a": {"type": "kafka", "topic": "t", "group": "g"}}}`,
+			"host.json:1:20: triggers.a: consumerGroup is missing: want the consumer group its consumer joins\n" +
+				`hostconfig: host.json:1:52: triggers.a: unknown field "group": did you mean consumerGroup?`},
+		{"misspelt field", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "maxBatchSise": 5}}}`,
+			`host.json:1:74: triggers.a: unknown field "maxBatchSise": did you mean maxBatchSize?`},
+		{"empty topic", `{"triggers": {"a": {"type": "kafka", "topic": " ", "consumerGroup": "g"}}}`,
+			`host.json:1:47: triggers.a.topic: empty topic: want the topic the function consumes`},
+		{"topic not a string", `{"triggers": {"a": {"type": "kafka", "topic": ["t"], "consumerGroup": "g"}}}`,
+			`host.json:1:47: triggers.a.topic: want a string, the topic the function consumes, got an array`},
+		{"batch size 0", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "maxBatchSize": 0}}}`,
+			`host.json:1:90: triggers.a.maxBatchSize: 0: want at least 1 record`},
+		{"duplicate function", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g"}, "A": {}}}`,
+			`host.json:1:75: triggers.A: duplicate function (names ignore case): also at host.json:1:20`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := noEnv.Parse("host.json", []byte(tc.doc))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if !strings.HasPrefix(err.Error(), "hostconfig: "+tc.want) {
+				t.Errorf("error =\n%v\nwant it to start with\nhostconfig: %s", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTriggersSectionNearMiss(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{"trigers": {}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`host.json:1:13: "trigers" is not a section redeliver reads, so it is ignored: did you mean triggers?`}
+	if !reflect.DeepEqual(cfg.Warnings, want) {
+		t.Errorf("Warnings = %q, want %q", cfg.Warnings, want)
+	}
+}
+
+func TestCheckFunctions(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(triggersDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.CheckFunctions([]string{"Orders", "payments"}); err != nil {
+		t.Errorf("CheckFunctions(orders, payments) = %v", err)
+	}
+	err = cfg.CheckFunctions([]string{"order", "audit"})
+	want := `hostconfig: host.json:7:7: checkpointRetryPolicy.functions.payments: a policy for function "payments", which the host does not run: its functions are order, audit
+hostconfig: host.json:11:5: triggers.orders: a trigger for function "orders", which the host does not run: did you mean order?
+hostconfig: host.json:12:5: triggers.payments: a trigger for function "payments", which the host does not run: its functions are order, audit`
+	if err == nil || err.Error() != want {
+		t.Errorf("CheckFunctions(order, audit) =\n%v\nwant\n%s", err, want)
+	}
+	var p *hostconfig.Problem
+	if !errors.As(err, &p) || p.Line != 7 || p.Col != 7 {
+		t.Errorf("errors.As(*Problem) = %+v, want line 7 col 7", p)
+	}
+}

@@ -1,0 +1,51 @@
+// Package redrive re-drives parked records on a schedule: the time-based
+// retry processor of seed 003, joined to the in-stream retries.
+//
+// A record gets into the store in one of two ways:
+//
+//   - the [Park] exhaustion action: a batch whose retries are spent is
+//     parked, record by record, and the partition's checkpoint moves on at
+//     once instead of blocking the partition or dropping the batch;
+//   - [Await]: an application that waits for an outside answer (the seed's
+//     NONCE_PUBLISHED, waiting for a device) parks the record in a state of
+//     its own with an expiry, and calls [Complete] when the answer comes.
+//
+// A [Scheduler] sweeps the store every interval. An entry goes through these
+// states (the seed's names: the application's state, its _RETRY and its
+// _TIMEOUT forms; redeliver adds _DONE, and names its own parked entries
+// REDELIVER_PARKED):
+//
+//	              Park / Await
+//	                   |
+//	                   v
+//	           +---------------+   Complete
+//	           |    parked     |------------------------+
+//	           |  <state>      |                        |
+//	           +---------------+                        v
+//	                   | expiry passed:          +-------------+
+//	                   | re-publish              |    done     |
+//	                   v                         | <state>_DONE|
+//	           +---------------+   Complete      +-------------+
+//	     +---->|   retrying    |------------------------^
+//	     |     | <state>_RETRY |
+//	     |     +---------------+
+//	     |       |           | retry timeout since creation passed,
+//	     +-------+           | or maximum re-drives made: report
+//	expiry passed again:     v
+//	re-publish        +-----------------+
+//	                  |    timed out    |
+//	                  | <state>_TIMEOUT |
+//	                  +-----------------+
+//
+// The expiry counts from the time an entry entered its state, the retry
+// timeout from its creation, as the seed measures them. A re-driven record
+// carries its original key, value and headers plus [HeaderKey],
+// [HeaderNumber], [HeaderState] and the original topic, partition and
+// offset; the [CompleteOnSuccess] middleware on the retry topic's consumer
+// completes the entry once the record was handled.
+//
+// Stores live in modules of their own, so that a program builds only the
+// driver it uses: redrive/pgstore (PostgreSQL, several schedulers on one
+// database) and redrive/sqlitestore (an embedded SQLite file, no server, one
+// process). Both pass the conformance suite in redrive/redrivetest.
+package redrive

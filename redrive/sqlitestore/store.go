@@ -1,0 +1,330 @@
+// Package sqlitestore keeps re-drive entries in an SQLite file, through
+// the pure-Go driver modernc.org/sqlite: no server and no C compiler. It is
+// the embedded default, for one process and for examples.
+//
+// What it does not give: several scheduler instances. Claims are exclusive
+// within one Store (one process) only; two processes sweeping the same file
+// could publish an entry twice for one due time. Use pgstore for several
+// instances.
+//
+// The schema is created and migrated by the package: versioned migrations
+// are embedded (see [Migrations]) and applied by [Open] unless
+// [WithoutMigrate] is given, or by [Store.Migrate].
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/redeliver-go/redeliver/redrive"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Store is a [redrive.Store] in an SQLite file. It is safe for concurrent
+// use within one process.
+type Store struct {
+	db      *sql.DB
+	claimMu sync.Mutex // makes claims exclusive within the process, and completions wait for them
+}
+
+var _ redrive.Store = (*Store)(nil)
+
+// Option configures [Open].
+type Option interface{ apply(*options) }
+
+type options struct{ noMigrate bool }
+
+type optionFunc func(*options)
+
+func (f optionFunc) apply(o *options) { f(o) }
+
+// WithoutMigrate leaves the schema as it is: call [Store.Migrate], or apply
+// [Migrations] yourself. The default migrates on Open.
+func WithoutMigrate() Option { return optionFunc(func(o *options) { o.noMigrate = true }) }
+
+// Open opens (creating it if need be) the SQLite database at path, in WAL
+// mode with a busy timeout of 5 seconds, and migrates its schema to the
+// latest version. ":memory:" gives a database that lives as long as the
+// Store.
+func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
+	var o options
+	for _, opt := range opts {
+		opt.apply(&o)
+	}
+	if path == "" {
+		return nil, errors.New("sqlitestore: empty path")
+	}
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout(5000)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if path != ":memory:" {
+		q.Add("_pragma", "journal_mode(WAL)")
+		q.Add("_pragma", "synchronous(NORMAL)")
+	}
+	q.Set("_txlock", "immediate")
+	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	// One connection: SQLite has one writer at a time anyway, and a
+	// ":memory:" database exists per connection.
+	db.SetMaxOpenConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
+	}
+	s := &Store{db: db}
+	if !o.noMigrate {
+		if err := s.Migrate(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, last_error, version,
+	topic, partition, "offset", msg_key, msg_value, headers, msg_time`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scan(r scanner) (redrive.Entry, error) {
+	var (
+		e                          redrive.Entry
+		status                     string
+		stateTime, created, expiry int64
+		due, msgTime               sql.NullInt64
+		headers                    sql.NullString
+		key, value                 []byte
+	)
+	err := r.Scan(&e.ID, &e.Key, &e.Base, &status, &stateTime, &created, &expiry, &due, &e.Redrives, &e.LastError, &e.Version,
+		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &key, &value, &headers, &msgTime)
+	if err != nil {
+		return e, err
+	}
+	if e.Status, err = redrive.ParseStatus(status); err != nil {
+		return e, err
+	}
+	e.StateTime, e.Created, e.Expiry = fromMicro(stateTime), fromMicro(created), time.Duration(expiry)
+	if due.Valid {
+		e.DueAt = fromMicro(due.Int64)
+	}
+	if msgTime.Valid {
+		e.Message.Timestamp = fromMicro(msgTime.Int64)
+	}
+	e.Message.Key, e.Message.Value = key, value
+	if headers.Valid {
+		if err := json.Unmarshal([]byte(headers.String), &e.Message.Headers); err != nil {
+			return e, fmt.Errorf("entry %d: headers: %w", e.ID, err)
+		}
+	}
+	return e, nil
+}
+
+func micro(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicro(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func nullMicro(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMicro(), Valid: true}
+}
+
+// Park inserts the entries whose key is new; see [redrive.Store.Park].
+func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) {
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: park: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO redrive_entries
+		(key, base, status, state, state_time, created, expiry, due_at, redrives, last_error, version,
+		 topic, partition, "offset", msg_key, msg_value, headers, msg_time)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (key) DO NOTHING`)
+	if err != nil {
+		return 0, fmt.Errorf("sqlitestore: park: %w", err)
+	}
+	defer stmt.Close()
+	n := 0
+	for _, e := range entries {
+		var headers sql.NullString
+		if len(e.Message.Headers) > 0 {
+			b, err := json.Marshal(e.Message.Headers)
+			if err != nil {
+				return 0, fmt.Errorf("sqlitestore: park %q: headers: %w", e.Key, err)
+			}
+			headers = sql.NullString{String: string(b), Valid: true}
+		}
+		res, err := stmt.ExecContext(ctx, e.Key, e.Base, e.Status.String(), e.State(), micro(e.StateTime), micro(e.Created),
+			int64(e.Expiry), nullMicro(e.DueAt), e.Redrives, e.LastError,
+			e.Message.Topic, e.Message.Partition, e.Message.Offset, e.Message.Key, e.Message.Value, headers, nullMicro(e.Message.Timestamp))
+		if err != nil {
+			return 0, fmt.Errorf("sqlitestore: park %q: %w", e.Key, err)
+		}
+		k, _ := res.RowsAffected()
+		n += int(k)
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: park: %w", err)
+	}
+	return n, nil
+}
+
+// Get returns the entry called key.
+func (s *Store) Get(ctx context.Context, key string) (redrive.Entry, error) {
+	e, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM redrive_entries WHERE key = ?`, key))
+	if errors.Is(err, sql.ErrNoRows) {
+		return e, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
+	}
+	if err != nil {
+		return e, fmt.Errorf("sqlitestore: get %q: %w", key, err)
+	}
+	return e, nil
+}
+
+// Complete moves the entry called key to done; see [redrive.Store.Complete].
+// It waits for a claim in progress to apply its changes, as pgstore waits
+// for a sweep's row locks: a completion never lands between a re-drive's
+// publish and its mark.
+func (s *Store) Complete(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	e, err := scan(s.db.QueryRowContext(ctx, `UPDATE redrive_entries
+		SET status = 'done', state = base || ?, state_time = ?, due_at = NULL, version = version + 1
+		WHERE key = ? AND status IN ('parked', 'retrying')
+		RETURNING `+columns, redrive.SuffixDone, micro(at), key))
+	if errors.Is(err, sql.ErrNoRows) {
+		e, err := s.Get(ctx, key)
+		if err != nil {
+			return e, err
+		}
+		return e, fmt.Errorf("%w: %q is %s", redrive.ErrNotPending, key, e.State())
+	}
+	if err != nil {
+		return e, fmt.Errorf("sqlitestore: complete %q: %w", key, err)
+	}
+	return e, nil
+}
+
+// Claim claims due entries; see [redrive.Store.Claim]. The entries are read
+// in one transaction, fn runs outside any transaction (so that parking and
+// completing go on while it publishes), and the changes are applied as
+// compare-and-sets in another. Claims are exclusive within this Store only.
+func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM redrive_entries
+		WHERE due_at IS NOT NULL AND due_at <= ? AND status IN ('parked', 'retrying')
+		ORDER BY due_at, id LIMIT ?`, micro(now), limit)
+	if err != nil {
+		return 0, nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	var due []redrive.Entry
+	for rows.Next() {
+		e, err := scan(rows)
+		if err != nil {
+			rows.Close()
+			return 0, nil, fmt.Errorf("sqlitestore: claim: %w", err)
+		}
+		due = append(due, e)
+	}
+	if err := rows.Close(); err != nil {
+		return 0, nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	if err := rows.Err(); err != nil {
+		return 0, nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	if len(due) == 0 {
+		return 0, nil, nil
+	}
+	changes := fn(ctx, due)
+	if len(changes) == 0 {
+		return len(due), nil, nil
+	}
+	bases := make(map[int64]string, len(due))
+	for _, e := range due {
+		bases[e.ID] = e.Base
+	}
+	// The changes must be recorded even when ctx ended during fn: what was
+	// published is marked, so it is not published again.
+	wctx := context.WithoutCancel(ctx)
+	tx, err := s.db.BeginTx(wctx, nil)
+	if err != nil {
+		return len(due), nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	defer tx.Rollback()
+	stmt, err := tx.PrepareContext(wctx, `UPDATE redrive_entries
+		SET status = ?, state = ?, state_time = ?, due_at = ?, redrives = ?, last_error = ?, version = version + 1
+		WHERE id = ? AND status = ? AND version = ?`)
+	if err != nil {
+		return len(due), nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	defer stmt.Close()
+	var applied []redrive.Change
+	for _, c := range changes {
+		res, err := stmt.ExecContext(wctx, c.To.String(), redrive.StateName(bases[c.ID], c.To), micro(c.StateTime), nullMicro(c.DueAt),
+			c.Redrives, c.LastError, c.ID, c.Status.String(), c.Version)
+		if err != nil {
+			return len(due), nil, fmt.Errorf("sqlitestore: claim: mark entry %d: %w", c.ID, err)
+		}
+		if n, _ := res.RowsAffected(); n == 1 {
+			applied = append(applied, c)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return len(due), nil, fmt.Errorf("sqlitestore: claim: %w", err)
+	}
+	return len(due), applied, nil
+}
+
+// List returns entries by ascending ID; see [redrive.Store.List].
+func (s *Store) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = redrive.DefaultListLimit
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM redrive_entries
+		WHERE (? = '' OR status = ?) AND id > ? ORDER BY id LIMIT ?`, statusArg(f.Status), statusArg(f.Status), f.AfterID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: list: %w", err)
+	}
+	defer rows.Close()
+	var out []redrive.Entry
+	for rows.Next() {
+		e, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: list: %w", err)
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: list: %w", err)
+	}
+	return out, nil
+}
+
+// statusArg is the status a filter selects, "" for all.
+func statusArg(st redrive.Status) string {
+	if st == 0 {
+		return ""
+	}
+	return st.String()
+}

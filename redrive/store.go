@@ -1,0 +1,68 @@
+package redrive
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store keeps parked entries. Two implementations ship in modules of their
+// own, so that a program builds only the driver it uses: pgstore
+// (PostgreSQL through pgx, for several scheduler instances) and sqlitestore
+// (an embedded SQLite file, for one instance and for examples). Both pass
+// the conformance suite in [github.com/redeliver-go/redeliver/redrive/redrivetest].
+//
+// A Store must be safe for concurrent use. Every change it makes to an
+// existing entry is a compare-and-set on the status (and, for a sweep, the
+// version) it expects: a sweep that read an entry never overwrites one that
+// was completed meanwhile.
+type Store interface {
+	// Park inserts the entries whose key is not in the store yet, all in
+	// one transaction, and returns how many it inserted; the others are
+	// left as they are. It sets nothing but ID and Version (1): the caller
+	// fills in the status, times and message.
+	Park(ctx context.Context, entries []Entry) (inserted int, err error)
+
+	// Get returns the entry called key, or an error matching [ErrNotFound].
+	Get(ctx context.Context, key string) (Entry, error)
+
+	// Complete moves the entry called key from parked or retrying to done
+	// at time at, and returns it. For an entry already done or timed out it
+	// changes nothing and returns the entry with an error matching
+	// [ErrNotPending]; for a missing one, an error matching [ErrNotFound].
+	Complete(ctx context.Context, key string, at time.Time) (Entry, error)
+
+	// Claim claims up to limit pending entries due at now (DueAt <= now),
+	// earliest first, so that no other Claim on the same store gets them
+	// while fn runs; fn returns the changes to make, and Claim applies each
+	// as a compare-and-set on the status and version it names. It returns
+	// the number of entries claimed and the changes applied. When it
+	// returns an error, no change was applied. fn is not called when
+	// nothing is due.
+	Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []Entry) []Change) (claimed int, applied []Change, err error)
+
+	// List returns entries by ascending ID, as the filter selects.
+	List(ctx context.Context, f Filter) ([]Entry, error)
+}
+
+// Filter selects the entries [Store.List] returns.
+type Filter struct {
+	// Status selects entries in this status; 0 selects all.
+	Status Status
+	// AfterID selects entries whose ID is greater, for paging.
+	AfterID int64
+	// Limit caps the number of entries; 0 means 1000.
+	Limit int
+}
+
+// DefaultListLimit is the number of entries [Store.List] returns when
+// [Filter.Limit] is 0.
+const DefaultListLimit = 1000
+
+// ErrNotFound is matched by the error a [Store] returns for a key it does
+// not hold.
+var ErrNotFound = errors.New("redrive: no such entry")
+
+// ErrNotPending is matched by the error [Store.Complete] returns for an
+// entry already done or timed out.
+var ErrNotPending = errors.New("redrive: entry is not pending")

@@ -1,0 +1,160 @@
+#!/usr/bin/env bash
+# Runs the benchmarks of the engine (stream) and of both Kafka adapters in
+# alternating rounds, each leaf in a process of its own, and prints one
+# table: per leaf the median, minimum and maximum records/s and the median
+# CPU per record; per comparison the ratio of the medians and the minimum
+# and median of the per-round ratios (redeliver over its baseline in the
+# same round). docs/BENCHMARKS.md is made from its output.
+#
+#   ROUNDS=5        rounds (the order of a comparison's leaves rotates from
+#                   round to round)
+#   RECORDS=1000000 records per adapter leaf
+#   ONLY=regexp     run only the comparisons whose name matches
+#   OUT=file        also keep every benchmark line there (default: a temp file)
+#   REDELIVER_KAFKA_BROKERS=host:port  run the adapters against that broker
+#                   instead of an in-process kfake cluster
+#
+# The figures are only as good as the machine is quiet: the load average is
+# printed before and after.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+ROUNDS=${ROUNDS:-5}
+RECORDS=${RECORDS:-1000000}
+ONLY=${ONLY:-.}
+OUT=${OUT:-$(mktemp)}
+bin=$(mktemp -d)
+trap 'rm -rf "$bin"' EXIT
+
+echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)'), $(go version | cut -d' ' -f3-), $(nproc) cores, ${REDELIVER_KAFKA_BROKERS:-kfake}"
+echo "# ROUNDS=$ROUNDS RECORDS=$RECORDS; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+for pkg in stream adapters/franz adapters/kafkago; do
+  go test -c -o "$bin/$(basename "$pkg").test" "./$pkg"
+done
+
+# Comparisons: name|binary|benchtime|baseline leaf|other leaves...
+# Leaf paths are anchored per level.
+comparisons=(
+  "engine success|stream|1s|BenchmarkSuccessPath/direct|BenchmarkSuccessPath/processor"
+  "engine isolation|stream|1s|BenchmarkIsolation/alone|BenchmarkIsolation/beside-a-partition-in-backoff"
+  "engine lateness|stream|2000x|BenchmarkRedeliveryLateness/timer|BenchmarkRedeliveryLateness/redelivery"
+  "franz success p=1|franz|${RECORDS}x|BenchmarkSuccessPath/plain/raw/partitions=1|BenchmarkSuccessPath/plain/redeliver/partitions=1"
+  "franz success p=8|franz|${RECORDS}x|BenchmarkSuccessPath/plain/raw/partitions=8|BenchmarkSuccessPath/plain/redeliver/partitions=8"
+  "franz success p=8 snappy|franz|${RECORDS}x|BenchmarkSuccessPath/snappy/raw/partitions=8-snappy|BenchmarkSuccessPath/snappy/redeliver/partitions=8-snappy"
+  "franz failure p=1|franz|${RECORDS}x|BenchmarkFailurePath/raw/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
+  "franz failure p=8|franz|${RECORDS}x|BenchmarkFailurePath/raw/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
+  "franz poison p=8|franz|${RECORDS}x|BenchmarkPoison/raw/partitions=8|BenchmarkPoison/redeliver/partitions=8"
+  "kafkago success p=1|kafkago|${RECORDS}x|BenchmarkSuccessPath/rawconn/partitions=1|BenchmarkSuccessPath/redeliver/partitions=1|BenchmarkSuccessPath/raw/partitions=1"
+  "kafkago success p=8|kafkago|${RECORDS}x|BenchmarkSuccessPath/rawconn/partitions=8|BenchmarkSuccessPath/redeliver/partitions=8|BenchmarkSuccessPath/raw/partitions=8"
+  "kafkago failure p=1|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
+  "kafkago failure p=8|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
+  "kafkago poison p=8|kafkago|${RECORDS}x|BenchmarkPoison/rawconn/partitions=8|BenchmarkPoison/redeliver/partitions=8"
+)
+
+anchor() { # BenchmarkX/a/b -> ^BenchmarkX$/^a$/^b$
+  local IFS=/ out="" part
+  for part in $1; do out+="${out:+/}^${part}\$"; done
+  printf '%s' "$out"
+}
+
+: >"$OUT"
+for round in $(seq 1 "$ROUNDS"); do
+  for c in "${comparisons[@]}"; do
+    IFS='|' read -r name binary benchtime leaves <<<"$c"
+    [[ $name =~ $ONLY ]] || continue
+    IFS='|' read -r -a ls <<<"$leaves"
+    n=${#ls[@]}
+    for i in $(seq 0 $((n - 1))); do
+      leaf=${ls[$(((i + round) % n))]}
+      line=$("$bin/$binary.test" -test.run '^$' -test.bench "$(anchor "$leaf")" -test.benchtime "$benchtime" \
+        -test.benchmem 2>&1 | grep '^Benchmark' || true)
+      if [ -z "$line" ]; then
+        echo "FAILED: round $round $leaf" >&2
+        continue
+      fi
+      printf '%s\t%s\t%s\t%s\n' "$name" "$round" "$leaf" "$line" >>"$OUT"
+    done
+  done
+  echo "# round $round done, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+done
+
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg); every line in $OUT"
+# The table. For the engine the figure is records/s (success, isolation) or
+# p99-late-µs (lateness); for the adapters records/s, cpu-ns/record, and for
+# poison others-done-ms.
+awk -F'\t' -v comps="$(printf '%s\n' "${comparisons[@]}")" '
+function metric(line, unit,   n, f, i) {
+  n = split(line, f, /[ \t]+/)
+  for (i = 2; i <= n; i++) if (f[i] == unit) return f[i-1]
+  return ""
+}
+function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t } }
+function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
+function fmt(v, unit) {
+  if (v == "") return "-"
+  if (unit == "records/s") return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : sprintf("%.0f k", v / 1e3)
+  return sprintf("%.0f", v)
+}
+BEGIN {
+  nc = split(comps, cl, "\n")
+  for (i = 1; i <= nc; i++) {
+    np = split(cl[i], p, "|"); order[i] = p[1]; base[p[1]] = p[4]
+    for (j = 4; j <= np; j++) all[p[1]] = all[p[1]] SUBSEP p[j]
+  }
+}
+{
+  name = $1; round = $2; leaf = $3; line = $0
+  sub(/^[^\t]*\t[^\t]*\t[^\t]*\t/, "", line)
+  unit = (name ~ /lateness/) ? "p99-late-µs" : "records/s"
+  v = metric(line, unit)
+  key = name SUBSEP leaf
+  leaves[name] = all[name]
+  cnt[key]++; val[key, cnt[key]] = v; byround[key, round] = v
+  cpu[key, cnt[key]] = metric(line, "cpu-ns/record")
+  od[key, cnt[key]] = metric(line, "others-done-ms")
+  rounds[name, round] = 1
+  if (round > maxround) maxround = round
+}
+END {
+  printf "\n| comparison | leaf | rounds | median | min | max | cpu-ns/record | others-done-ms |\n|---|---|---|---|---|---|---|---|\n"
+  for (i = 1; i <= nc; i++) {
+    name = order[i]; if (!(name in leaves)) continue
+    unit = (name ~ /lateness/) ? "p99-late-µs" : "records/s"
+    nl = split(substr(leaves[name], 2), ls, SUBSEP)
+    for (j = 1; j <= nl; j++) {
+      key = name SUBSEP ls[j]; n = cnt[key]
+      if (n == 0) continue
+      delete a; delete c; delete o
+      mn = ""; mx = ""
+      for (k = 1; k <= n; k++) { a[k] = val[key, k] + 0; c[k] = cpu[key, k] + 0; o[k] = od[key, k] + 0
+        if (mn == "" || a[k] < mn) mn = a[k]; if (mx == "" || a[k] > mx) mx = a[k] }
+      m = med(a, n); medv[key] = m
+      cm = cpu[key, 1] == "" ? "-" : sprintf("%.0f", med(c, n))
+      om = od[key, 1] == "" ? "-" : sprintf("%.0f", med(o, n))
+      sub(/^Benchmark/, "", ls[j])
+      printf "| %s | %s | %d | %s | %s | %s | %s | %s |\n", name, ls[j], n, fmt(m, unit), fmt(mn, unit), fmt(mx, unit), cm, om
+    }
+  }
+  printf "\n| comparison | ratio | of medians | per-round min | per-round median | rounds |\n|---|---|---|---|---|---|\n"
+  for (i = 1; i <= nc; i++) {
+    name = order[i]; if (!(name in leaves)) continue
+    nl = split(substr(leaves[name], 2), ls, SUBSEP)
+    bkey = name SUBSEP base[name]
+    lower = (name ~ /lateness/)  # a lower figure is better: the ratio is baseline / other
+    for (j = 1; j <= nl; j++) {
+      if (ls[j] == base[name]) continue
+      key = name SUBSEP ls[j]
+      delete r; nr = 0
+      for (rd = 1; rd <= maxround; rd++) {
+        if (((key, rd) in byround) && ((bkey, rd) in byround) && byround[bkey, rd] > 0 && byround[key, rd] > 0)
+          r[++nr] = lower ? byround[bkey, rd] / byround[key, rd] : byround[key, rd] / byround[bkey, rd]
+      }
+      if (nr == 0 || medv[bkey] == 0 || medv[key] == 0) continue
+      om = lower ? medv[bkey] / medv[key] : medv[key] / medv[bkey]
+      mn = r[1]; for (k = 2; k <= nr; k++) if (r[k] < mn) mn = r[k]
+      a1 = ls[j]; b1 = base[name]; sub(/^Benchmark[^\/]*\//, "", a1); sub(/^Benchmark[^\/]*\//, "", b1)
+      printf "| %s | %s / %s | %.2f | %.2f | %.2f | %d |\n", name, a1, b1, om, mn, med(r, nr), nr
+    }
+  }
+}' "$OUT"

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Runs the conformance and reliability suites (the integration module's
+# TestFranz, TestKafkago, TestReliability and any other suite named by -r)
+# many times and reports, for every case, how many runs it failed in.
+#
+#   scripts/flaky.sh [-k RUNS] [-b RUNS] [-r REGEX] [-o DIR]
+#
+#   -k RUNS   runs on kfake, in-process, with the race detector (default 20)
+#   -b RUNS   runs on the real Apache Kafka broker (default 5; 0 skips it).
+#             The broker is started with integration/kafka.sh unless
+#             REDELIVER_KAFKA_BROKERS names one already.
+#   -r REGEX  the top-level tests to run (default TestFranz|TestKafkago|TestReliability)
+#   -o DIR    where each run's log and the summary go (default: a new temp dir)
+#
+# Every run is a fresh process of one test binary built with -race, so a
+# case's failures are independent runs, not -count repetitions sharing a
+# process. The summary (DIR/summary.txt) lists each case with its runs and
+# failures, then the runs that died without a test failure (a panic or the
+# timeout), with their logs. It exits 1 when any case failed.
+#
+# This takes long (about 4 minutes a kfake run and 10 a broker run on a
+# 2-core machine), so it is not part of scripts/test.sh; run it by hand and
+# put its summary in docs/RELIABILITY.md with the command and the commit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kfake_runs=20 broker_runs=5 tests='TestFranz|TestKafkago|TestReliability' out=''
+while getopts 'k:b:r:o:h' opt; do
+  case $opt in
+    k) kfake_runs=$OPTARG ;;
+    b) broker_runs=$OPTARG ;;
+    r) tests=$OPTARG ;;
+    o) out=$OPTARG ;;
+    *) sed -n '2,23p' "$0"; exit 2 ;;
+  esac
+done
+out=${out:-$(mktemp -d /tmp/redeliver-flaky.XXXXXX)}
+mkdir -p "$out"
+bin=$out/integration.test
+
+say() { printf 'flaky.sh: %s\n' "$*" >&2; }
+
+say "building the integration tests with -race into $bin"
+(cd integration && go test -c -race -o "$bin" .)
+
+# run <provider> <n> <-test.run pattern>: n runs, logs in $out/<provider>-<i>.log
+run() {
+  local provider=$1 n=$2 pattern=$3 i start rc
+  for ((i = 1; i <= n; i++)); do
+    start=$(date +%s)
+    rc=0
+    (cd integration && "$bin" -test.run "$pattern" -test.v -test.count=1 -test.timeout 40m) \
+      >"$out/$provider-$i.log" 2>&1 || rc=$?
+    say "$provider run $i/$n: exit $rc in $(( $(date +%s) - start ))s"
+  done
+}
+
+if (( kfake_runs > 0 )); then
+  # Only the in-process providers: no external broker, no Docker.
+  ( unset REDELIVER_KAFKA_BROKERS REDELIVER_KAFKA_RESTART; export DOCKER_HOST=unix:///nonexistent
+    run kfake "$kfake_runs" "^($tests)\$/^kfake\$" )
+fi
+
+if (( broker_runs > 0 )); then
+  if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ]; then
+    trap 'bash integration/kafka.sh stop >/dev/null 2>&1 || true' EXIT
+    line=$(bash integration/kafka.sh start)
+    export "${line?}"
+    export REDELIVER_KAFKA_SESSION_TIMEOUT=3s REDELIVER_KAFKA_KIP848=1
+    export REDELIVER_KAFKA_RESTART="bash $PWD/integration/kafka.sh restart"
+  fi
+  say "real broker at $REDELIVER_KAFKA_BROKERS"
+  run external "$broker_runs" "^($tests)\$/^external\$"
+fi
+
+# The summary: every test that passed or failed, per provider, with the
+# leaves (the cases) only.
+summary=$out/summary.txt
+{
+  printf 'commit %s, %s\n' "$(git rev-parse --short HEAD)" "$(date -u +%Y-%m-%dT%H:%MZ)"
+  printf 'runs: %d on kfake (-race), %d on the real broker; tests: %s\n\n' "$kfake_runs" "$broker_runs" "$tests"
+  for provider in kfake external; do
+    ls "$out/$provider"-*.log >/dev/null 2>&1 || continue
+    runs=$(ls "$out/$provider"-*.log | wc -l)
+    cat "$out/$provider"-*.log | awk -v provider="$provider" -v runs="$runs" '
+      /^ *--- (PASS|FAIL): / {
+        name = $3; for (i = 4; i <= NF && $i !~ /^\(/; i++) name = name " " $i
+        seen[name]++; if ($2 == "FAIL:") failed[name]++
+      }
+      END {
+        n = 0; bad = 0
+        for (a in seen) {
+          leaf = 1
+          for (b in seen) if (index(b, a "/") == 1) { leaf = 0; break }
+          if (!leaf) continue
+          n++; f = failed[a] + 0; if (f) bad++
+          printf "%-9s %4d runs %3d failed  %s\n", provider, seen[a], f, a
+        }
+        printf "%-9s %d cases, %d with failures, over %d runs\n\n", provider, n, bad, runs > "/dev/stderr"
+      }' 2>>"$out/totals" | sort -k6
+  done
+  cat "$out/totals" 2>/dev/null
+  for log in "$out"/kfake-*.log "$out"/external-*.log; do
+    [ -f "$log" ] || continue
+    if ! grep -q -- '^--- FAIL\|^ok\|^PASS$' "$log" || grep -q '^panic:\|test timed out' "$log"; then
+      echo "died: $log"
+    fi
+  done
+} >"$summary"
+rm -f "$out/totals"
+cat "$summary"
+! grep -q '[1-9][0-9]* failed\|^died:' "$summary"
