@@ -24,7 +24,10 @@ require (
 	github.com/Azure/go-amqp v1.5.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
 	golang.org/x/net v0.56.0 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )
 
@@ -76,6 +79,7 @@ require (
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/redeliver-go/redeliver/adapters/eventhubs v0.0.0
+	github.com/redeliver-go/redeliver/redrive/pgstore v0.0.0
 	github.com/rs/xid v1.5.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
@@ -99,3 +103,5 @@ require (
 replace github.com/redeliver-go/redeliver => ../
 
 replace github.com/redeliver-go/redeliver/adapters/eventhubs => ../adapters/eventhubs
+
+replace github.com/redeliver-go/redeliver/redrive/pgstore => ../redrive/pgstore
