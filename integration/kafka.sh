@@ -16,6 +16,10 @@
 #   integration/kafka.sh env      print "export REDELIVER_KAFKA_BROKERS=..." if it runs
 #   integration/kafka.sh fetch    only download the jars into the cache
 #   integration/kafka.sh logs     print the broker's log
+#   integration/kafka.sh foreground
+#                                 run the broker in this process (a container's
+#                                 command; see integration/images.sh)
+#   integration/kafka.sh template format the storage template into the cache
 #
 # Typical use:  b=$(integration/kafka.sh start) && export "$b"; ...; integration/kafka.sh stop
 #
@@ -358,13 +362,18 @@ fail_start() {
 
 # launch starts the broker process on the configuration and data in $RUN and
 # writes its pid file.
-launch() {
-  local cp="$CACHE/libs/*"
-  local jvm=(-Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
+# jvm_args sets jvm to the broker's JVM flags.
+jvm_args() {
+  jvm=(-Xms"$HEAP" -Xmx"$HEAP" -XX:+UseG1GC -XX:MaxGCPauseMillis=20
     -XX:InitiatingHeapOccupancyPercent=35 -XX:+ExplicitGCInvokesConcurrent
     -XX:+ExitOnOutOfMemoryError -Djava.awt.headless=true "$LOGPROP")
   # shellcheck disable=SC2206 # word splitting wanted
   jvm+=(${REDELIVER_KAFKA_JVM_OPTS:-})
+}
+
+launch() {
+  local cp="$CACHE/libs/*" jvm
+  jvm_args
 
   # setsid: the broker outlives this script and ignores the caller's
   # terminal; fd 9 (the lock) and stdout are not inherited, so
@@ -473,6 +482,24 @@ stop() {
   say "stopped the broker (pid $pid)"
 }
 
+# foreground runs the broker in this process, as a container's command
+# does (integration/images.sh builds the Kafka image around it): the same
+# configuration as start, on REDELIVER_KAFKA_PORT and its controller port,
+# from the formatted template in the cache, with the log on stdout.
+foreground() {
+  [ -f "$CACHE/.complete" ] || die "no Kafka $VERSION jars in $CACHE (integration/kafka.sh fetch)"
+  mkdir -p "$RUN"
+  pick_ports
+  rm -rf "$RUN/data"
+  write_config "$PROPS" "$RUN/data"
+  ensure_template
+  cp -a "$TEMPLATE" "$RUN/data"
+  local jvm
+  jvm_args
+  say "Kafka $VERSION on 127.0.0.1:$PORT, controller 127.0.0.1:$CPORT"
+  exec "$JAVA" "${jvm[@]}" -cp "$CACHE/libs/*" kafka.Kafka "$PROPS"
+}
+
 status() {
   local pid
   if ! pid=$(running_pid); then
@@ -495,6 +522,8 @@ case ${1:-} in
   status) status ;;
   env) running_pid >/dev/null && cat "$ENVFILE" ;;
   fetch) fetch; say "jars in $CACHE/libs" ;;
+  foreground) foreground ;;
+  template) mkdir -p "$RUN"; pick_ports; write_config "$RUN/template.properties" "$RUN/unused"; ensure_template; say "formatted storage in $TEMPLATE" ;;
   logs) cat "$LOG" ;;
   *)
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2

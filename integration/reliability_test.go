@@ -1,6 +1,7 @@
 package integration_test
 
 import (
+	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -15,10 +16,16 @@ import (
 )
 
 // TestMain lets the reliability suite run this binary again as a consumer
-// process, to kill it with SIGKILL.
+// process, to kill it with SIGKILL, and removes the containers the
+// testcontainers providers started for this binary's tests.
 func TestMain(m *testing.M) {
 	conformance.ChildMain(reliabilityAdapters)
-	os.Exit(m.Run())
+	code := m.Run()
+	if err := provider.Terminate(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 // reliabilityAdapters are the adapters and balancers of the reliability
@@ -81,12 +88,13 @@ func (a kafkagoShortRebalance) NewConsumer(t *testing.T, cfg conformance.Config)
 }
 
 // TestReliability runs the reliability suite for every adapter and
-// balancer, on kfake and on the external broker.
+// balancer, on kfake, on the external broker and on the testcontainers
+// Kafka broker.
 func TestReliability(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the reliability suite is long")
 	}
-	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
+	for _, p := range []conformance.Provider{provider.Kfake(), provider.External(), provider.TestcontainersKafka()} {
 		for _, name := range []string{"franz", "franz-eager", "franz-848", "kafkago", "kafkago-rr", "kafkago-rebalance-5s"} {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {

@@ -112,6 +112,43 @@ if [ -f integration/go.mod ]; then
     export REDELIVER_KAFKA_RESTART="bash $PWD/integration/kafka.sh restart"
     echo "$line"
   fi
+  # A private Docker engine (integration/docker.sh) and the images it runs
+  # (integration/images.sh, built locally and cached) for the testcontainers
+  # providers. DOCKER_HOST set beforehand names another engine instead
+  # (the images are built in it); REDELIVER_NO_DOCKER=1 skips this. Where no
+  # engine can start or the images cannot be built, the providers skip and
+  # say why, and everything else runs.
+  if [ "${REDELIVER_NO_DOCKER:-}" = 1 ]; then
+    export REDELIVER_TC_SKIP="REDELIVER_NO_DOCKER=1: scripts/test.sh started no Docker engine"
+  elif [ -z "${REDELIVER_TC_SKIP:-}" ]; then
+    step "Docker engine and images for the testcontainers providers"
+    docker_t0=$SECONDS
+    docker_log=$(mktemp)
+    if [ -z "${DOCKER_HOST:-}" ]; then
+      # An engine that ran before this script is not ours to stop.
+      bash integration/docker.sh status >/dev/null 2>&1 || on_exit+=("bash '$PWD/integration/docker.sh' stop")
+      if line=$(bash integration/docker.sh start 2>"$docker_log"); then
+        export "${line?}"
+      else
+        export REDELIVER_TC_SKIP="integration/docker.sh could not start a Docker engine: $(tail -n 1 "$docker_log")"
+      fi
+      cat "$docker_log" >&2
+    fi
+    if [ -z "${REDELIVER_TC_SKIP:-}" ]; then
+      # testcontainers' reaper image cannot be pulled: the tests remove
+      # their containers themselves.
+      export TESTCONTAINERS_RYUK_DISABLED=true
+      if images=$(bash integration/images.sh build 2>"$docker_log"); then
+        for line in $images; do export "${line?}"; done
+      else
+        export REDELIVER_TC_SKIP="integration/images.sh could not build the images: $(tail -n 1 "$docker_log")"
+      fi
+      cat "$docker_log" >&2
+    fi
+    rm -f "$docker_log"
+    echo "${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST }${REDELIVER_TC_SKIP:-images ready} ($((SECONDS - docker_t0)) s)"
+  fi
+
   export REDELIVER_FIGURES=${REDELIVER_FIGURES:-$(mktemp)}
   : >"$REDELIVER_FIGURES"
 
