@@ -103,7 +103,13 @@ func (bn *bench) committed() (int64, int32) {
 	bn.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), faultWait)
 	defer cancel()
+	// After a broker restart the admin client's first request can fail on
+	// its old connection (EOF): ask again until the deadline.
 	offs, err := bn.adm.FetchOffsets(ctx, bn.group)
+	for err != nil && !errors.Is(err, kerr.GroupIDNotFound) && ctx.Err() == nil {
+		time.Sleep(50 * time.Millisecond)
+		offs, err = bn.adm.FetchOffsets(ctx, bn.group)
+	}
 	if errors.Is(err, kerr.GroupIDNotFound) {
 		return -1, -1
 	}
