@@ -35,15 +35,21 @@ type RecordFunc func(ctx context.Context, r *Record) error
 // a RetryResult: that outcome becomes the batch's, so the whole batch is
 // delivered again (seed 004: if any record asks for a retry, the entire batch
 // is retried).
-func PerRecord(fn RecordFunc) Handler {
-	return HandlerFunc(func(ctx context.Context, b *Batch) error {
-		for i := range b.Records {
-			if err := fn(ctx, &b.Records[i]); err != nil {
-				return err
-			}
+//
+// A share-group consumer, which acknowledges records one by one, calls fn
+// for every record instead and retries only those that failed (see
+// [RecordFuncOf]).
+func PerRecord(fn RecordFunc) Handler { return perRecord(fn) }
+
+type perRecord RecordFunc
+
+func (fn perRecord) Handle(ctx context.Context, b *Batch) error {
+	for i := range b.Records {
+		if err := fn(ctx, &b.Records[i]); err != nil {
+			return err
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // Middleware wraps a Handler with behaviour of its own.
