@@ -127,8 +127,9 @@ type Consumer struct {
 
 // New returns a Consumer that runs proc's handler under proc's policy,
 // hooks and exhaustion action. It returns an error when proc is nil, when
-// the kgo options are missing or do not name a share group, or when an
-// option is out of range.
+// the kgo options are missing, or when an option is out of range. Options
+// that kgo refuses, or that name no share group, make Run return an error
+// before anything is consumed.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("share: nil processor")
@@ -151,19 +152,10 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	case cfg.limit < 0:
 		return nil, fmt.Errorf("share: WithDeliveryLimit(%d): want a positive count", cfg.limit)
 	}
-	// Validate the options by building a client that is never used to
-	// consume: kgo checks them, and tells the group.
-	probe, err := kgo.NewClient(cfg.kopts...)
-	if err != nil {
-		return nil, fmt.Errorf("share: kgo options: %w", err)
-	}
-	group, _ := probe.OptValue(kgo.ShareGroup).(string)
-	probe.Close()
-	if group == "" {
-		return nil, errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
-	}
+	// A client built here to check the options would join the group, so
+	// Run checks them, before any lane polls.
 	set := proc.Settings()
-	c := &Consumer{set: set, cfg: cfg, log: set.Logger, group: group, done: make(chan struct{})}
+	c := &Consumer{set: set, cfg: cfg, log: set.Logger, done: make(chan struct{})}
 	if cfg.logger != nil {
 		c.log = cfg.logger
 	}
@@ -171,8 +163,6 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	return c, nil
 }
 
-// Group returns the share group's name.
-func (c *Consumer) Group() string { return c.group }
 
 // Run consumes until ctx is done or [Consumer.Close] is called, and returns
 // why it stopped: ctx's cause or [ErrClosed], or the error that kept it from
@@ -195,7 +185,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	lanes := make([]*lane, c.cfg.lanes)
 	for i := range lanes {
-		l := &lane{c: c, id: i, rnd: c.set.NewRand(), log: c.log.With("group", c.group, "lane", i)}
+		l := &lane{c: c, id: i, rnd: c.set.NewRand(), log: c.log.With("lane", i)}
 		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0)}, c.cfg.kopts...)
 		opts = append(opts, kgo.ShareAckCallback(l.acked))
 		cl, err := kgo.NewClient(opts...)
@@ -203,10 +193,20 @@ func (c *Consumer) Run(ctx context.Context) error {
 			for _, o := range lanes[:i] {
 				o.cl.Close()
 			}
-			return fmt.Errorf("share: lane %d: %w", i, err)
+			return fmt.Errorf("share: kgo options: %w", err)
 		}
 		l.cl = cl
 		lanes[i] = l
+	}
+	c.group, _ = lanes[0].cl.OptValue(kgo.ShareGroup).(string)
+	for _, l := range lanes {
+		l.log = l.log.With("group", c.group)
+	}
+	if c.group == "" {
+		for _, l := range lanes {
+			l.cl.Close()
+		}
+		return errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
 	}
 	if err := c.prepare(ctx, lanes[0].cl); err != nil {
 		for _, l := range lanes {

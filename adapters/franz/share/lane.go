@@ -206,9 +206,17 @@ type call struct {
 	cancel context.CancelFunc
 	start  time.Time
 	end    time.Time
-	err    error   // batch result
-	errs   []error // per-record results (a PerRecord handler)
-	cut    bool    // cancelled because a lock ran out
+	err    error // batch result
+	cut    bool  // cancelled because a lock ran out
+}
+
+// result is what a handler call reports: the whole call's (i < 0, last),
+// or, for a per-record handler, one record's, as soon as it is known.
+type result struct {
+	cl   *call
+	i    int
+	err  error
+	last bool
 }
 
 type actionResult struct {
@@ -223,7 +231,7 @@ type settle struct {
 	items   []*item
 	calls   int // handler calls running
 	actions int // exhaustion actions running
-	results chan *call
+	results chan result
 	acted   chan actionResult
 	acked   bool // a final acknowledgement was made since the last flush
 }
@@ -231,7 +239,7 @@ type settle struct {
 func (s *settle) run(ctx context.Context) {
 	c := s.l.c
 	clock := c.set.Clock
-	s.results = make(chan *call)
+	s.results = make(chan result)
 	s.acted = make(chan actionResult)
 	for {
 		now := clock.Now()
@@ -264,9 +272,15 @@ func (s *settle) run(ctx context.Context) {
 			timer, stop = clock.NewTimer(max(wake.Sub(now), 0))
 		}
 		select {
-		case cl := <-s.results:
-			s.calls--
-			s.finish(ctx, cl)
+		case r := <-s.results:
+			if r.last {
+				s.calls--
+			}
+			if r.i >= 0 {
+				s.finishRecord(ctx, r)
+			} else {
+				s.finish(ctx, r.cl)
+			}
 		case r := <-s.acted:
 			s.actions--
 			s.afterAction(r, clock.Now())
@@ -441,15 +455,18 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	go func() {
 		defer cancel()
 		if c.fn != nil {
-			cl.errs = make([]error, len(items))
+			// A per-record handler: each record's result is applied as
+			// soon as it is known, so a record done before a shutdown or
+			// a lost lock is acknowledged.
 			for i := range cl.batch.Records {
-				cl.errs[i] = protect(func() error { return c.fn(hctx, &cl.batch.Records[i]) })
+				err := protect(func() error { return c.fn(hctx, &cl.batch.Records[i]) })
+				s.results <- result{cl: cl, i: i, err: err, last: i == len(cl.batch.Records)-1}
 			}
-		} else {
-			cl.err = protect(func() error { return c.set.Handler.Handle(hctx, &cl.batch) })
+			return
 		}
+		cl.err = protect(func() error { return c.set.Handler.Handle(hctx, &cl.batch) })
 		cl.end = c.set.Clock.Now()
-		s.results <- cl
+		s.results <- result{cl: cl, i: -1, last: true}
 	}()
 }
 
@@ -481,9 +498,6 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 		return
 	}
 	outcome, herr := stream.Succeeded, cl.err
-	if cl.errs != nil {
-		herr = errors.Join(cl.errs...)
-	}
 	if herr != nil {
 		outcome = stream.Failed
 		if asRetryResult(herr) != nil {
@@ -494,12 +508,6 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 		hooks.Delivered(stream.DeliveredEvent{BatchInfo: infoOf(&cl.batch), Attempt: cl.batch.Attempt, Outcome: outcome, Err: herr, Start: cl.start, Duration: cl.end.Sub(cl.start)})
 	}
 	now := cl.end
-	if cl.errs != nil {
-		for i, it := range cl.items {
-			s.result(ctx, it, cl.errs[i], now)
-		}
-		return
-	}
 	var be *stream.BatchError
 	if errors.As(cl.err, &be) && asRetryResult(cl.err) == nil && be.Index > 0 && be.Index < len(cl.items) {
 		for _, it := range cl.items[:be.Index] {
@@ -517,6 +525,39 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 		s.result(ctx, it, cl.err, now)
 	}
 }
+
+// finishRecord applies one record's result of a per-record handler.
+func (s *settle) finishRecord(ctx context.Context, r result) {
+	it, now := r.cl.items[r.i], s.l.c.set.Clock.Now()
+	it.call = nil
+	b := one(it)
+	b.Attempt = r.cl.batch.Attempt
+	outcome, err := stream.Succeeded, r.err
+	if ctx.Err() != nil || r.cl.cut {
+		outcome, err = stream.Cancelled, context.Cause(ctx)
+		if r.cl.cut {
+			err = errLockLost
+		}
+	} else if err != nil {
+		outcome = stream.Failed
+		if asRetryResult(err) != nil {
+			outcome = stream.RetryRequested
+		}
+	}
+	if h := s.l.c.set.Hooks.Delivered; h != nil {
+		h(stream.DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: r.cl.start, Duration: now.Sub(r.cl.start)})
+	}
+	if outcome == stream.Cancelled {
+		if it.state == running {
+			it.state = waiting // deliver again (unless the lane stops)
+		}
+		return
+	}
+	s.result(ctx, it, r.err, now)
+}
+
+// errLockLost is the cause of a delivery cut short by a lost lock.
+var errLockLost = errors.New("share: acquisition lock lost")
 
 func asRetryResult(err error) *stream.RetryResult {
 	var rr *stream.RetryResult
@@ -663,10 +704,16 @@ func (s *settle) shutdown() {
 	}
 	for s.calls > 0 || s.actions > 0 {
 		select {
-		case cl := <-s.results:
-			s.calls--
-			for _, it := range cl.items {
-				it.call = nil
+		case r := <-s.results:
+			if r.last {
+				s.calls--
+			}
+			if r.i >= 0 {
+				r.cl.items[r.i].call = nil
+			} else {
+				for _, it := range r.cl.items {
+					it.call = nil
+				}
 			}
 		case r := <-s.acted:
 			s.actions--

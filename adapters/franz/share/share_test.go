@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/franz/share"
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -23,14 +24,14 @@ const wait = kafkatest.Wait
 
 // cluster starts kfake with one topic and short share-group locks: lock
 // seconds, swept every 50ms.
-func cluster(t *testing.T, topic string, partitions int32, lock time.Duration, limit int) []string {
+func cluster(t *testing.T, topic string, partitions int32, lock time.Duration, limit int, opts ...kfake.Opt) []string {
 	t.Helper()
-	_, addrs := kafkatest.NewCluster(t, topic, partitions, kfake.BrokerConfigs(map[string]string{
+	_, addrs := kafkatest.NewCluster(t, topic, partitions, append(opts, kfake.BrokerConfigs(map[string]string{
 		"group.share.record.lock.duration.ms": fmt.Sprint(lock.Milliseconds()),
 		"share.record.lock.sweep.interval.ms": "50",
 		"group.share.delivery.count.limit":    fmt.Sprint(limit),
 		"group.share.heartbeat.interval.ms":   "100",
-	}))
+	}))...)
 	return addrs
 }
 
@@ -192,5 +193,248 @@ func TestBackoffHeldWithRenewalWhileOthersFlow(t *testing.T) {
 		if off != 3 && c != 1 {
 			t.Errorf("offset %d delivered %d times, want 1", off, c)
 		}
+	}
+}
+
+// consumeAll reads every record of topic from the start with a plain
+// consumer, until it has n or the wait runs out.
+func consumeAll(t *testing.T, addrs []string, topic string, n int) []*kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	var out []*kgo.Record
+	for len(out) < n && ctx.Err() == nil {
+		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) { out = append(out, r) })
+	}
+	return out
+}
+
+// A record the handler rejects for good (Permanent) and one whose retries
+// are spent go to the dead-letter topic with KIP-1191's headers and a
+// reason, once each; the others are accepted at once, and nothing comes
+// back from the broker (the given-up records were rejected after the
+// produce was acknowledged).
+func TestExhaustionToDeadLetterTopic(t *testing.T) {
+	const topic, group, dlq = "orders", "billing", "orders.dlq"
+	addrs := cluster(t, topic, 2, time.Second, 5, kfake.SeedTopics(1, dlq))
+	pubcl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pubcl.Close()
+	fp, err := franz.NewPublisher(pubcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first three produces fail: the given-up records are held, not
+	// rejected, until the produce succeeds.
+	pub := &flaky{p: fp, fail: 3}
+	kafkatest.Produce(t, addrs, topic, 0, 0, 5)
+	kafkatest.Produce(t, addrs, topic, 1, 0, 5)
+
+	var l log
+	proc, err := stream.NewProcessor(stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
+		l.add(delivery{offset: r.Offset, partition: r.Partition, at: time.Now()})
+		switch {
+		case r.Partition == 0 && r.Offset == 2:
+			return stream.Permanent(errors.New("schema mismatch"))
+		case r.Partition == 1 && r.Offset == 4:
+			return errors.New("timeout")
+		}
+		return nil
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(100 * time.Millisecond)}),
+		stream.WithExhaustionAction(stream.DeadLetter(pub, dlq)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, addrs, group, topic, proc)
+	got := consumeAll(t, addrs, dlq, 2)
+	if len(got) != 2 {
+		t.Fatalf("%d dead-lettered records, want 2", len(got))
+	}
+	byOffset := map[string]map[string]string{}
+	for _, r := range got {
+		h := map[string]string{}
+		for _, x := range r.Headers {
+			h[x.Key] = string(x.Value)
+		}
+		byOffset[h[stream.HeaderDLQPartition]+"/"+h[stream.HeaderDLQOffset]] = h
+	}
+	for key, want := range map[string]map[string]string{
+		"0/2": {stream.HeaderDLQTopic: topic, stream.HeaderDLQGroup: group, stream.HeaderDLQDeliveryCount: "1", stream.HeaderDeliveries: "1"},
+		"1/4": {stream.HeaderDLQTopic: topic, stream.HeaderDLQGroup: group, stream.HeaderDLQDeliveryCount: "1", stream.HeaderDeliveries: "3"},
+	} {
+		h, ok := byOffset[key]
+		if !ok {
+			t.Fatalf("no dead-lettered record for %s among %v", key, byOffset)
+		}
+		for k, v := range want {
+			if h[k] != v {
+				t.Errorf("%s: header %s = %q, want %q", key, k, h[k], v)
+			}
+		}
+		if h[stream.HeaderDLQMessage] == "" {
+			t.Errorf("%s: no reason in %s", key, stream.HeaderDLQMessage)
+		}
+	}
+	// Let the broker time out any lock that was not acknowledged: a record
+	// not rejected or accepted would come back with a delivery count of 2.
+	time.Sleep(1500 * time.Millisecond) //nolint:forbidigo // a real broker's lock has to run out
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v, want context.Canceled", err)
+	}
+	n := map[string]int{}
+	for _, d := range l.snapshot() {
+		n[fmt.Sprintf("%d/%d", d.partition, d.offset)]++
+	}
+	for k, c := range n {
+		want := 1
+		if k == "1/4" {
+			want = 3
+		}
+		if c != want {
+			t.Errorf("%s delivered %d times, want %d", k, c, want)
+		}
+	}
+	if len(n) != 10 {
+		t.Errorf("%d records delivered, want 10", len(n))
+	}
+}
+
+// flaky fails its first fail publishes.
+type flaky struct {
+	mu   sync.Mutex
+	p    stream.Publisher
+	fail int
+}
+
+func (f *flaky) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	f.mu.Lock()
+	fail := f.fail > 0
+	f.fail--
+	f.mu.Unlock()
+	if fail {
+		return errors.New("broker unreachable")
+	}
+	return f.p.Publish(ctx, topic, recs)
+}
+
+// FailedAt(i, err): the records before i are accepted, the one at i is
+// retried alone, and the ones after it are delivered again at once.
+func TestFailedAtRetriesOnlyTheFailedRecord(t *testing.T) {
+	const topic, group = "orders", "g"
+	addrs := cluster(t, topic, 1, time.Second, 5)
+	kafkatest.Produce(t, addrs, topic, 0, 0, 6)
+	var l log
+	var mu sync.Mutex
+	failed := false
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		for i, r := range b.Records {
+			l.add(delivery{offset: r.Offset, at: time.Now(), retry: b.Attempt.Retry})
+			mu.Lock()
+			first := r.Offset == 2 && !failed
+			if first {
+				failed = true
+			}
+			mu.Unlock()
+			if first {
+				return stream.FailedAt(i, errors.New("busy"))
+			}
+		}
+		return nil
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(300 * time.Millisecond)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, addrs, group, topic, proc, share.WithLanes(1))
+	waitFor(t, "all six records handled, offset 2 twice", func() bool {
+		n := map[int64]int{}
+		for _, d := range l.snapshot() {
+			n[d.offset]++
+		}
+		return len(n) == 6 && n[2] == 2
+	})
+	n := map[int64]int{}
+	var retry int
+	for _, d := range l.snapshot() {
+		n[d.offset]++
+		if d.offset == 2 && d.retry > 0 {
+			retry = d.retry
+		}
+	}
+	for off, c := range n {
+		if want := map[bool]int{true: 2, false: 1}[off == 2]; c != want {
+			t.Errorf("offset %d delivered %d times, want %d", off, c, want)
+		}
+	}
+	if retry != 1 {
+		t.Errorf("offset 2's second delivery has Attempt.Retry %d, want 1", retry)
+	}
+}
+
+// Shutdown with a record in a handler (offset 2) and one held in backoff
+// (offset 0): neither is
+// accepted; the broker gives both to the next member, with a delivery count
+// of 2, and the first retry counts that delivery.
+func TestShutdownReleasesRecordsInFlight(t *testing.T) {
+	const topic, group = "orders", "g"
+	addrs := cluster(t, topic, 1, 5*time.Second, 5)
+	kafkatest.Produce(t, addrs, topic, 0, 0, 3)
+	entered := make(chan struct{}, 3)
+	var l log
+	proc, err := stream.NewProcessor(stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
+		l.add(delivery{offset: r.Offset, at: time.Now()})
+		switch r.Offset {
+		case 0:
+			return errors.New("later") // held in backoff
+		case 2:
+			entered <- struct{}{}
+			<-ctx.Done() // in the handler at shutdown
+			return nil   // returns nil after cancellation: still not accepted
+		}
+		return nil
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Minute)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := run(t, addrs, group, topic, proc, share.WithLanes(1))
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the handler never got offset 2")
+	}
+	begin := time.Now()
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run returned %v, want context.Canceled", err)
+	}
+	if d := time.Since(begin); d > time.Second {
+		t.Errorf("shutdown took %v, want under 1s", d)
+	}
+
+	// The next member gets offsets 0 and 2 again (1 was accepted).
+	var again log
+	proc2, err := stream.NewProcessor(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		for _, r := range b.Records {
+			again.add(delivery{offset: r.Offset, retry: b.Attempt.Retry})
+		}
+		return nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, addrs, group, topic, proc2, share.WithLanes(1))
+	waitFor(t, "offsets 0 and 2 delivered again", func() bool { return len(again.snapshot()) >= 2 })
+	time.Sleep(300 * time.Millisecond) //nolint:forbidigo // would offset 1 come back too?
+	got := map[int64]int{}
+	for _, d := range again.snapshot() {
+		got[d.offset] = d.retry
+	}
+	if len(got) != 2 || got[0] != 1 || got[2] != 1 {
+		t.Fatalf("redelivered %v (offset -> Attempt.Retry), want 0 and 2 with Retry 1 (broker delivery count 2)", got)
 	}
 }
