@@ -163,7 +163,6 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	return c, nil
 }
 
-
 // Run consumes until ctx is done or [Consumer.Close] is called, and returns
 // why it stopped: ctx's cause or [ErrClosed], or the error that kept it from
 // starting. Records in flight when it stops are released to the broker,
