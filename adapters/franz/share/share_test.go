@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/franz/share"
@@ -436,5 +438,100 @@ func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 	}
 	if len(got) != 2 || got[0] != 1 || got[2] != 1 {
 		t.Fatalf("redelivered %v (offset -> Attempt.Retry), want 0 and 2 with Retry 1 (broker delivery count 2)", got)
+	}
+}
+
+// Renewals refused: a handler that runs past its record's lock has its
+// context cancelled and the record is not acknowledged by this consumer
+// (the broker gives it out again); once the consumer knows renewals are
+// refused, a retry due after the record's lock runs out is released to the
+// broker at once, which delivers it again at once, instead of being held.
+func TestLockLostWhenRenewalRefused(t *testing.T) {
+	const topic, group = "orders", "g"
+	c, addrs := kafkatest.NewCluster(t, topic, 1, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": "1000",
+		"share.record.lock.sweep.interval.ms": "50",
+		"group.share.heartbeat.interval.ms":   "100",
+	}))
+	c.ControlKey(kmsg.ShareAcknowledge.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.ShareAcknowledgeRequest)
+		if !req.IsRenewAck {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.ShareAcknowledgeResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewShareAcknowledgeResponseTopic()
+			st.TopicID = rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewShareAcknowledgeResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.InvalidRequest.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	kafkatest.Produce(t, addrs, topic, 0, 0, 2)
+
+	var l log
+	cancelled := make(chan struct{}, 1)
+	var mu sync.Mutex
+	seen := map[int64]int{}
+	proc, err := stream.NewProcessor(stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
+		mu.Lock()
+		seen[r.Offset]++
+		n := seen[r.Offset]
+		mu.Unlock()
+		l.add(delivery{offset: r.Offset, at: time.Now(), retry: n})
+		if r.Offset != 1 {
+			return nil
+		}
+		switch n {
+		case 1:
+			select {
+			case <-ctx.Done():
+				cancelled <- struct{}{}
+				return nil // too late: not accepted
+			case <-time.After(wait):
+				return nil
+			}
+		case 2:
+			return errors.New("come back in 5s")
+		}
+		return nil
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(5 * time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	run(t, addrs, group, topic, proc, share.WithLanes(1))
+	select {
+	case <-cancelled:
+		if d := time.Since(start); d > 3*time.Second {
+			t.Errorf("the handler was cancelled after %v, want within about the 1s lock", d)
+		}
+	case <-time.After(wait):
+		t.Fatal("the handler's context was never cancelled")
+	}
+	waitFor(t, "offset 1 delivered three times", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[1] == 3
+	})
+	var at [4]time.Time
+	for _, d := range l.snapshot() {
+		if d.offset == 1 {
+			at[d.retry] = d.at
+		}
+	}
+	if gap := at[3].Sub(at[2]); gap >= 5*time.Second {
+		t.Errorf("offset 1 came back %v after its failure: held although its lock could not be renewed", gap)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[0] != 1 {
+		t.Errorf("offset 0 delivered %d times, want 1", seen[0])
 	}
 }
