@@ -45,6 +45,8 @@ type config struct {
 	logger   *slog.Logger
 	lock     time.Duration // 0: read from the broker
 	limit    int           // 0: read from the broker
+	events   func(Event)
+	member   string
 }
 
 // WithKgoOptions gives the options of the franz-go clients the consumer
@@ -90,6 +92,10 @@ func WithResetEarliest() Option { return optionFunc(func(c *config) { c.earliest
 
 // WithLogger sets the logger, overriding the processor's.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithMember names this consumer in [Event]s: a lane's Member is the name
+// followed by the lane's number. The default is empty.
+func WithMember(name string) Option { return optionFunc(func(c *config) { c.member = name }) }
 
 // WithLockDuration tells the consumer the group's acquisition lock duration
 // instead of reading it from the broker at start (the group's
@@ -184,7 +190,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	lanes := make([]*lane, c.cfg.lanes)
 	for i := range lanes {
-		l := &lane{c: c, id: i, rnd: c.set.NewRand(), log: c.log.With("lane", i)}
+		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
 		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0)}, c.cfg.kopts...)
 		opts = append(opts, kgo.ShareAckCallback(l.acked))
 		cl, err := kgo.NewClient(opts...)

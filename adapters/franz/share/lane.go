@@ -25,11 +25,12 @@ func kerrFor(code int16) error { return kerr.ErrorForCode(code) }
 // or its lock is known lost, since franz-go accepts the others at the next
 // poll.
 type lane struct {
-	c   *Consumer
-	id  int
-	cl  *kgo.Client
-	rnd checkpoint.Rand
-	log *slog.Logger
+	c    *Consumer
+	id   int
+	name string
+	cl   *kgo.Client
+	rnd  checkpoint.Rand
+	log  *slog.Logger
 
 	mu      sync.Mutex
 	ackErrs map[tp]ackErr // the latest failed acknowledgement per partition
@@ -97,6 +98,9 @@ func (l *lane) run(ctx context.Context) {
 			continue
 		}
 		s := settle{l: l, items: items}
+		for _, it := range items {
+			s.event(Acquired, it, func(e *Event) { e.DeliveryCount = it.dc })
+		}
 		s.run(ctx)
 		for _, it := range items {
 			if it.state == lost {
@@ -198,6 +202,8 @@ type item struct {
 	tries    int
 	prevOp   time.Duration
 	stopped  bool // the action asked to stop (StopPartition): held until shutdown
+
+	lastStart time.Time // when the latest handler call with it started
 }
 
 type call struct {
@@ -449,6 +455,7 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	for i, it := range items {
 		it.state = running
 		it.call = cl
+		it.lastStart = now
 		cl.batch.Records[i] = it.rec
 	}
 	s.calls++
@@ -492,6 +499,7 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 		}
 		for _, it := range cl.items {
 			if it.state == running {
+				s.event(Handled, it, func(e *Event) { e.Start = cl.start })
 				it.state = waiting // deliver again (unless the lane stops)
 			}
 		}
@@ -549,6 +557,7 @@ func (s *settle) finishRecord(ctx context.Context, r result) {
 	}
 	if outcome == stream.Cancelled {
 		if it.state == running {
+			s.event(Handled, it, func(e *Event) { e.Start = r.cl.start })
 			it.state = waiting // deliver again (unless the lane stops)
 		}
 		return
@@ -580,9 +589,10 @@ func (s *settle) result(ctx context.Context, it *item, err error, now time.Time)
 	if it.state != running {
 		return // lost meanwhile
 	}
+	start := it.lastStart
 	if err == nil {
-		it.kr.Ack(kgo.AckAccept)
-		it.state, s.acked = done, true
+		s.event(Handled, it, func(e *Event) { e.OK, e.Start = true, start })
+		s.accept(it)
 		return
 	}
 	var d checkpoint.Decision
@@ -594,12 +604,12 @@ func (s *settle) result(ctx context.Context, it *item, err error, now time.Time)
 	} else {
 		d = it.m.Fail(now, err, s.l.rnd)
 	}
+	s.event(Handled, it, func(e *Event) { e.OK, e.Start = !failed && d.Action == checkpoint.StopRetrying, start })
 	switch d.Action {
 	case checkpoint.StopRetrying:
 		if !failed {
 			// A RetryResult's retries are spent: the record is done.
-			it.kr.Ack(kgo.AckAccept)
-			it.state, s.acked = done, true
+			s.accept(it)
 			return
 		}
 		var xerr *checkpoint.ExhaustedError
@@ -608,6 +618,24 @@ func (s *settle) result(ctx context.Context, it *item, err error, now time.Time)
 	default:
 		s.schedule(ctx, it, d, err, failed, now)
 	}
+}
+
+func (s *settle) accept(it *item) {
+	it.kr.Ack(kgo.AckAccept)
+	it.state, s.acked = done, true
+	s.event(Accepted, it, nil)
+}
+
+func (s *settle) reject(it *item) {
+	it.kr.Ack(kgo.AckReject)
+	it.state, s.acked = done, true
+	s.event(Rejected, it, nil)
+}
+
+func (s *settle) release(it *item) {
+	it.kr.Ack(kgo.AckRelease)
+	it.state, s.acked = done, true
+	s.event(Released, it, nil)
 }
 
 // schedule holds a record until its retry is due, or releases it to the
@@ -624,6 +652,7 @@ func (s *settle) schedule(ctx context.Context, it *item, d checkpoint.Decision, 
 	holdable := d.At.Sub(now) <= c.cfg.maxHold && (!c.noRenewal.Load() || d.At.Before(it.deadline.Add(-margin)))
 	if holdable {
 		it.state, it.due = held, d.At
+		s.event(Held, it, func(e *Event) { e.At = d.At })
 		s.l.log.Debug("redeliver: retry scheduled, record held", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "retry", d.Retry, "delay", d.Delay, "error", err)
 		return
 	}
@@ -635,8 +664,7 @@ func (s *settle) schedule(ctx context.Context, it *item, d checkpoint.Decision, 
 		return
 	}
 	s.l.log.Info("redeliver: retry due too late to hold, record released to the broker", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "delay", d.Delay, "max_hold", c.cfg.maxHold)
-	it.kr.Ack(kgo.AckRelease)
-	it.state, s.acked = done, true
+	s.release(it)
 }
 
 // exhaust gives a record up: the Exhausted hook, then the exhaustion action;
@@ -651,8 +679,8 @@ func (s *settle) exhaust(ctx context.Context, it *item, xerr *checkpoint.Exhaust
 		"retries", xerr.Retries, "delivery_count", it.dc, "reason", reason, "error", xerr.Last)
 	it.state = acting
 	if c.set.Exhaustion == nil {
-		it.kr.Ack(kgo.AckReject)
-		it.state, s.acked = done, true
+		s.event(ActionDone, it, nil) // skipping always succeeds
+		s.reject(it)
 		return
 	}
 	s.act(ctx, it)
@@ -678,8 +706,8 @@ func (s *settle) afterAction(r actionResult, now time.Time) {
 		return // lost meanwhile: no acknowledgement
 	}
 	if r.err == nil {
-		it.kr.Ack(kgo.AckReject)
-		it.state, s.acked = done, true
+		s.event(ActionDone, it, nil)
+		s.reject(it)
 		return
 	}
 	if stream.IsStop(r.err) {
@@ -719,8 +747,8 @@ func (s *settle) shutdown() {
 			s.actions--
 			r.it.call = nil
 			if r.err == nil && r.it.state == acting {
-				r.it.kr.Ack(kgo.AckReject)
-				r.it.state = done
+				s.event(ActionDone, r.it, nil)
+				s.reject(r.it)
 			}
 		}
 	}
@@ -729,8 +757,7 @@ func (s *settle) shutdown() {
 		if it.state == done || it.state == lost {
 			continue
 		}
-		it.kr.Ack(kgo.AckRelease)
-		it.state = done
+		s.release(it)
 		released = append(released, it.rec.Offset)
 	}
 	if len(released) > 0 {

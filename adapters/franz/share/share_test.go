@@ -20,6 +20,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 const wait = kafkatest.Wait
@@ -96,6 +97,30 @@ func run(t *testing.T, addrs []string, group, topic string, proc *stream.Process
 	return stop
 }
 
+// recordTo feeds the consumer's events to h.
+func recordTo(h *streamtest.ShareHistory, member string) []share.Option {
+	kinds := map[share.EventKind]streamtest.ShareKind{
+		share.Acquired: streamtest.ShareAcquired, share.Handled: streamtest.ShareHandled, share.Held: streamtest.ShareRetryAt,
+		share.ActionDone: streamtest.ShareActionDone, share.Accepted: streamtest.ShareAccepted,
+		share.Rejected: streamtest.ShareRejected, share.Released: streamtest.ShareReleased,
+	}
+	return []share.Option{share.WithMember(member), share.WithEvents(func(e share.Event) {
+		h.Add(streamtest.ShareEvent{Kind: kinds[e.Kind], Member: e.Member, Topic: e.Topic, Partition: e.Partition,
+			Offset: e.Offset, DeliveryCount: e.DeliveryCount, OK: e.OK, Start: e.Start, At: e.At})
+	})}
+}
+
+// checkHistory runs the share-history checker and fails on a violation.
+func checkHistory(t *testing.T, h *streamtest.ShareHistory, ends map[streamtest.TopicPartition]int64) streamtest.ShareReport {
+	t.Helper()
+	r := h.Check(ends)
+	for _, v := range r.Violations {
+		t.Error(v)
+	}
+	t.Logf("history: %d records, %d deliveries, max %d per record, %d lost, %d duplicates", r.Records, r.Deliveries, r.MaxDeliveries, r.Lost, r.Duplicates)
+	return r
+}
+
 // waitFor polls cond until it holds or the test's wait runs out.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
@@ -139,7 +164,8 @@ func TestBackoffHeldWithRenewalWhileOthersFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, addrs, group, topic, proc)
+	var h streamtest.ShareHistory
+	stop := run(t, addrs, group, topic, proc, recordTo(&h, "a")...)
 
 	// Once offset 3 failed for the first time, produce more: they must be
 	// handled before its first retry is due.
@@ -195,6 +221,10 @@ func TestBackoffHeldWithRenewalWhileOthersFlow(t *testing.T) {
 		if off != 3 && c != 1 {
 			t.Errorf("offset %d delivered %d times, want 1", off, c)
 		}
+	}
+	_ = stop()
+	if r := checkHistory(t, &h, map[streamtest.TopicPartition]int64{{Topic: topic, Partition: 0}: 20}); r.MaxDeliveries != 3 {
+		t.Errorf("at most %d deliveries of a record, want 3", r.MaxDeliveries)
 	}
 }
 
@@ -254,7 +284,8 @@ func TestExhaustionToDeadLetterTopic(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, addrs, group, topic, proc)
+	var h streamtest.ShareHistory
+	stop := run(t, addrs, group, topic, proc, recordTo(&h, "a")...)
 	got := consumeAll(t, addrs, dlq, 2)
 	if len(got) != 2 {
 		t.Fatalf("%d dead-lettered records, want 2", len(got))
@@ -306,6 +337,7 @@ func TestExhaustionToDeadLetterTopic(t *testing.T) {
 	if len(n) != 10 {
 		t.Errorf("%d records delivered, want 10", len(n))
 	}
+	checkHistory(t, &h, map[streamtest.TopicPartition]int64{{Topic: topic, Partition: 0}: 5, {Topic: topic, Partition: 1}: 5})
 }
 
 // flaky fails its first fail publishes.
