@@ -17,7 +17,9 @@ func TestShareHistoryCheck(t *testing.T) {
 		}
 		return e
 	}
-	count := func(n int) func(*streamtest.ShareEvent) { return func(e *streamtest.ShareEvent) { e.DeliveryCount = n } }
+	count := func(n int) func(*streamtest.ShareEvent) {
+		return func(e *streamtest.ShareEvent) { e.DeliveryCount = n }
+	}
 	ok := func(e *streamtest.ShareEvent) { e.OK = true }
 	start := func(d time.Duration) func(*streamtest.ShareEvent) {
 		return func(e *streamtest.ShareEvent) { e.Start = t0.Add(d) }
