@@ -25,9 +25,9 @@ import (
 
 var benchRun atomic.Int64
 
-func benchCluster(b *testing.B) []string {
+func benchCluster(b *testing.B, opts ...kfake.Opt) []string {
 	b.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1))
+	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -211,21 +211,36 @@ func shareLoop(b *testing.B, addrs []string, topic string) time.Duration {
 // good record is handled: the share consumer against the checkpoint
 // consumer (adapters/franz), which holds the poison record's partition
 // back while it retries.
+//
+// A share partition hands out at most group.share.partition.max.record.locks
+// records (2000 by default) beyond its oldest unresolved record, so a held
+// record stops its partition once that many behind it are out: the share
+// mode runs with that default and with a window of 200,000.
 func BenchmarkPoisonRecord(b *testing.B) {
 	const records, partitions = 100_000, 4
-	addrs := benchCluster(b)
+	narrow := benchCluster(b)
+	wide := benchCluster(b, kfake.BrokerConfigs(map[string]string{"group.share.partition.max.record.locks": "200000"}))
 	policy := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}
-	for _, mode := range []string{"share", "checkpoint"} {
+	for _, mode := range []string{"share/window=2000", "share/window=200000", "checkpoint"} {
+		addrs := narrow
+		if mode == "share/window=200000" {
+			addrs = wide
+		}
 		b.Run(mode, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				topic := fmt.Sprintf("poison-%d", benchRun.Add(1))
 				benchProduce(b, addrs, topic, partitions, records)
 				var good atomic.Int64
+				var perPart [partitions]atomic.Int64
+				var t0 time.Time
 				done := make(chan time.Time, 1)
 				h := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
 					if r.Partition == 0 && r.Offset == 0 {
 						return errors.New("poison")
+					}
+					if perPart[r.Partition].Add(1) == records/partitions-int64(map[bool]int{true: 1}[r.Partition == 0]) {
+						b.Logf("partition %d done at %v", r.Partition, time.Since(t0))
 					}
 					if good.Add(1) == records-1 {
 						done <- time.Now()
@@ -266,9 +281,10 @@ func BenchmarkPoisonRecord(b *testing.B) {
 				stopped := make(chan error, 1)
 				b.StartTimer()
 				start := time.Now()
-				if mode == "share" {
-					c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(topic+"-g"), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
-						share.WithResetEarliest())
+				t0 = start
+				if mode != "checkpoint" {
+					c, err := share.New(proc, append([]share.Option{share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(topic+"-g"), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
+						share.WithResetEarliest()}, benchShareOpts()...)...)
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -280,6 +296,12 @@ func BenchmarkPoisonRecord(b *testing.B) {
 						b.Fatal(err)
 					}
 					go func() { stopped <- c.Run(ctx) }()
+				}
+				if os.Getenv("REDELIVER_SHARE_BENCH_TRACE") != "" {
+					go func() {
+						time.Sleep(time.Second)
+						b.Logf("at 1s: %d %d %d %d records done per partition", perPart[0].Load(), perPart[1].Load(), perPart[2].Load(), perPart[3].Load())
+					}()
 				}
 				var end time.Time
 				select {

@@ -217,13 +217,18 @@ type call struct {
 }
 
 // result is what a handler call reports: the whole call's (i < 0, last),
-// or, for a per-record handler, one record's, as soon as it is known.
+// or, for a per-record handler, the results of records i to i+len(errs)-1,
+// sent every few milliseconds as they are known.
 type result struct {
 	cl   *call
 	i    int
-	err  error
+	errs []error
 	last bool
 }
+
+// recordResultEvery is how long a per-record handler's results wait to be
+// sent to the lane together.
+const recordResultEvery = 2 * time.Millisecond
 
 type actionResult struct {
 	it  *item
@@ -283,7 +288,9 @@ func (s *settle) run(ctx context.Context) {
 				s.calls--
 			}
 			if r.i >= 0 {
-				s.finishRecord(ctx, r)
+				for j, err := range r.errs {
+					s.finishRecord(ctx, r.cl, r.i+j, err)
+				}
 			} else {
 				s.finish(ctx, r.cl)
 			}
@@ -465,9 +472,14 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 			// A per-record handler: each record's result is applied as
 			// soon as it is known, so a record done before a shutdown or
 			// a lost lock is acknowledged.
+			from, errs, sent := 0, []error(nil), time.Now()
 			for i := range cl.batch.Records {
-				err := protect(func() error { return c.fn(hctx, &cl.batch.Records[i]) })
-				s.results <- result{cl: cl, i: i, err: err, last: i == len(cl.batch.Records)-1}
+				errs = append(errs, protect(func() error { return c.fn(hctx, &cl.batch.Records[i]) }))
+				last := i == len(cl.batch.Records)-1
+				if last || time.Since(sent) >= recordResultEvery || hctx.Err() != nil {
+					s.results <- result{cl: cl, i: from, errs: errs, last: last}
+					from, errs, sent = i+1, nil, time.Now()
+				}
 			}
 			return
 		}
@@ -535,15 +547,15 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 }
 
 // finishRecord applies one record's result of a per-record handler.
-func (s *settle) finishRecord(ctx context.Context, r result) {
-	it, now := r.cl.items[r.i], s.l.c.set.Clock.Now()
+func (s *settle) finishRecord(ctx context.Context, cl *call, i int, rerr error) {
+	it, now := cl.items[i], s.l.c.set.Clock.Now()
 	it.call = nil
 	b := one(it)
-	b.Attempt = r.cl.batch.Attempt
-	outcome, err := stream.Succeeded, r.err
-	if ctx.Err() != nil || r.cl.cut {
+	b.Attempt = cl.batch.Attempt
+	outcome, err := stream.Succeeded, rerr
+	if ctx.Err() != nil || cl.cut {
 		outcome, err = stream.Cancelled, context.Cause(ctx)
-		if r.cl.cut {
+		if cl.cut {
 			err = errLockLost
 		}
 	} else if err != nil {
@@ -553,16 +565,16 @@ func (s *settle) finishRecord(ctx context.Context, r result) {
 		}
 	}
 	if h := s.l.c.set.Hooks.Delivered; h != nil {
-		h(stream.DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: r.cl.start, Duration: now.Sub(r.cl.start)})
+		h(stream.DeliveredEvent{BatchInfo: infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: cl.start, Duration: now.Sub(cl.start)})
 	}
 	if outcome == stream.Cancelled {
 		if it.state == running {
-			s.event(Handled, it, func(e *Event) { e.Start = r.cl.start })
+			s.event(Handled, it, func(e *Event) { e.Start = cl.start })
 			it.state = waiting // deliver again (unless the lane stops)
 		}
 		return
 	}
-	s.result(ctx, it, r.err, now)
+	s.result(ctx, it, rerr, now)
 }
 
 // errLockLost is the cause of a delivery cut short by a lost lock.
@@ -737,7 +749,9 @@ func (s *settle) shutdown() {
 				s.calls--
 			}
 			if r.i >= 0 {
-				r.cl.items[r.i].call = nil
+				for j := range r.errs {
+					r.cl.items[r.i+j].call = nil
+				}
 			} else {
 				for _, it := range r.cl.items {
 					it.call = nil
