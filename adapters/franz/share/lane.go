@@ -207,28 +207,37 @@ type item struct {
 }
 
 type call struct {
-	items  []*item
-	batch  stream.Batch
-	cancel context.CancelFunc
-	start  time.Time
-	end    time.Time
-	err    error // batch result
-	cut    bool  // cancelled because a lock ran out
+	items   []*item
+	batch   stream.Batch
+	cancel  context.CancelFunc
+	start   time.Time
+	end     time.Time
+	err     error // batch result
+	cut     bool  // cancelled because a lock ran out
+	pending pending
 }
 
 // result is what a handler call reports: the whole call's (i < 0, last),
-// or, for a per-record handler, the results of records i to i+len(errs)-1,
-// sent every few milliseconds as they are known.
+// or, for a per-record handler, the results of records i to i+len(errs)-1.
 type result struct {
 	cl   *call
 	i    int
 	errs []error
+	late []bool
 	last bool
 }
 
-// recordResultEvery is how long a per-record handler's results wait to be
-// sent to the lane together.
-const recordResultEvery = 2 * time.Millisecond
+// pending holds a per-record call's results that the lane has not taken
+// yet: the call's goroutine appends, the lane takes them all at once when
+// poked, so that the lane's scans run once per batch of results, not once
+// per record.
+type pending struct {
+	mu   sync.Mutex
+	from int // the index of errs[0]
+	errs []error
+	late []bool // the call's context was done when the record's handler returned
+	last bool
+}
 
 type actionResult struct {
 	it  *item
@@ -243,6 +252,8 @@ type settle struct {
 	calls   int // handler calls running
 	actions int // exhaustion actions running
 	results chan result
+	poke    chan *call // a per-record call has results pending
+	open    map[*call]bool
 	acted   chan actionResult
 	acked   bool // a final acknowledgement was made since the last flush
 }
@@ -251,6 +262,8 @@ func (s *settle) run(ctx context.Context) {
 	c := s.l.c
 	clock := c.set.Clock
 	s.results = make(chan result)
+	s.poke = make(chan *call, 1)
+	s.open = map[*call]bool{}
 	s.acted = make(chan actionResult)
 	for {
 		now := clock.Now()
@@ -284,15 +297,13 @@ func (s *settle) run(ctx context.Context) {
 		}
 		select {
 		case r := <-s.results:
-			if r.last {
-				s.calls--
-			}
-			if r.i >= 0 {
+			s.calls--
+			s.finish(ctx, r.cl)
+		case <-s.poke:
+			for _, r := range s.takePending() {
 				for j, err := range r.errs {
-					s.finishRecord(ctx, r.cl, r.i+j, err)
+					s.finishRecord(ctx, r.cl, r.i+j, err, r.late[j])
 				}
-			} else {
-				s.finish(ctx, r.cl)
 			}
 		case r := <-s.acted:
 			s.actions--
@@ -466,19 +477,26 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 		cl.batch.Records[i] = it.rec
 	}
 	s.calls++
+	if c.fn != nil {
+		s.open[cl] = true
+	}
 	go func() {
 		defer cancel()
 		if c.fn != nil {
 			// A per-record handler: each record's result is applied as
 			// soon as it is known, so a record done before a shutdown or
 			// a lost lock is acknowledged.
-			from, errs, sent := 0, []error(nil), time.Now()
 			for i := range cl.batch.Records {
-				errs = append(errs, protect(func() error { return c.fn(hctx, &cl.batch.Records[i]) }))
-				last := i == len(cl.batch.Records)-1
-				if last || time.Since(sent) >= recordResultEvery || hctx.Err() != nil {
-					s.results <- result{cl: cl, i: from, errs: errs, last: last}
-					from, errs, sent = i+1, nil, time.Now()
+				err := protect(func() error { return c.fn(hctx, &cl.batch.Records[i]) })
+				late := hctx.Err() != nil
+				cl.pending.mu.Lock()
+				cl.pending.errs = append(cl.pending.errs, err)
+				cl.pending.late = append(cl.pending.late, late)
+				cl.pending.last = i == len(cl.batch.Records)-1
+				cl.pending.mu.Unlock()
+				select {
+				case s.poke <- cl:
+				default: // the lane has a poke waiting: it takes these too
 				}
 			}
 			return
@@ -546,14 +564,35 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 	}
 }
 
+// takePending takes the results every open per-record call has pending,
+// and closes the calls that reported their last record.
+func (s *settle) takePending() []result {
+	var out []result
+	for cl := range s.open {
+		cl.pending.mu.Lock()
+		r := result{cl: cl, i: cl.pending.from, errs: cl.pending.errs, late: cl.pending.late, last: cl.pending.last}
+		cl.pending.from += len(cl.pending.errs)
+		cl.pending.errs, cl.pending.late = nil, nil
+		cl.pending.mu.Unlock()
+		if len(r.errs) > 0 {
+			out = append(out, r)
+		}
+		if r.last {
+			delete(s.open, cl)
+			s.calls--
+		}
+	}
+	return out
+}
+
 // finishRecord applies one record's result of a per-record handler.
-func (s *settle) finishRecord(ctx context.Context, cl *call, i int, rerr error) {
+func (s *settle) finishRecord(ctx context.Context, cl *call, i int, rerr error, late bool) {
 	it, now := cl.items[i], s.l.c.set.Clock.Now()
 	it.call = nil
 	b := one(it)
 	b.Attempt = cl.batch.Attempt
 	outcome, err := stream.Succeeded, rerr
-	if ctx.Err() != nil || cl.cut {
+	if late || cl.cut {
 		outcome, err = stream.Cancelled, context.Cause(ctx)
 		if cl.cut {
 			err = errLockLost
@@ -733,10 +772,27 @@ func (s *settle) afterAction(r actionResult, now time.Time) {
 	s.l.log.Warn("redeliver: exhaustion action failed, will try again; the record is held meanwhile", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "try", it.tries, "delay", it.prevOp, "error", r.err)
 }
 
+// drainAtShutdown takes the per-record results pending at shutdown: a
+// record whose handler succeeded before its context was cancelled is
+// accepted; the others are left to be released.
+func (s *settle) drainAtShutdown() {
+	for _, r := range s.takePending() {
+		for j, err := range r.errs {
+			it := r.cl.items[r.i+j]
+			it.call = nil
+			if err == nil && !r.late[j] && it.state == running {
+				s.event(Handled, it, func(e *Event) { e.OK, e.Start = true, it.lastStart })
+				s.accept(it)
+			}
+		}
+	}
+}
+
 // shutdown cancels the handler calls and waits for them and for the
 // actions, then releases every record that is not done or lost. A record
 // whose action succeeded meanwhile is rejected, as it was handed over.
 func (s *settle) shutdown() {
+	s.drainAtShutdown()
 	for _, it := range s.items {
 		if it.call != nil && it.call.cancel != nil {
 			it.call.cancel()
@@ -745,18 +801,12 @@ func (s *settle) shutdown() {
 	for s.calls > 0 || s.actions > 0 {
 		select {
 		case r := <-s.results:
-			if r.last {
-				s.calls--
+			s.calls--
+			for _, it := range r.cl.items {
+				it.call = nil
 			}
-			if r.i >= 0 {
-				for j := range r.errs {
-					r.cl.items[r.i+j].call = nil
-				}
-			} else {
-				for _, it := range r.cl.items {
-					it.call = nil
-				}
-			}
+		case <-s.poke:
+			s.drainAtShutdown()
 		case r := <-s.acted:
 			s.actions--
 			r.it.call = nil
