@@ -301,6 +301,18 @@ func BenchmarkPoisonRecord(b *testing.B) {
 					go func() {
 						time.Sleep(time.Second)
 						b.Logf("at 1s: %d %d %d %d records done per partition", perPart[0].Load(), perPart[1].Load(), perPart[2].Load(), perPart[3].Load())
+						cl, _ := kgo.NewClient(kgo.SeedBrokers(addrs...))
+						defer cl.Close()
+						ds, err := kadm.NewClient(cl).DescribeShareGroups(context.Background(), topic+"-g")
+						if err != nil {
+							b.Logf("describe: %v", err)
+							return
+						}
+						for _, d := range ds {
+							for _, m := range d.Members {
+								b.Logf("member %s: %v", m.MemberID[:6], m.Assignment)
+							}
+						}
 					}()
 				}
 				var end time.Time
