@@ -79,6 +79,12 @@
 // more. Lanes fetch only while they poll (kgo.MaxConcurrentFetches(0)), so
 // a waiting lane holds no fetched records whose locks run out.
 //
+// The broker bounds this too: a share partition hands out at most
+// group.share.partition.max.record.locks records (2000 by default) past its
+// oldest unresolved record, so a record held in backoff stops its partition
+// once that many records after it are out, whatever the number of members.
+// docs/BENCHMARKS.md measures a poison record in both modes.
+//
 // # Locks, shutdown
 //
 //   - A record whose lock ran out (a renewal refused or late) is not
