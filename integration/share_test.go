@@ -346,3 +346,121 @@ func setShareGroupConfigs(t *testing.T, brokers []string, group string, configs 
 		}
 	}
 }
+
+// A retry due after the record's lock runs out is held, its lock renewed
+// (KIP-1222), and delivered again when due and not before; the broker
+// hands the record out once (its delivery count stays 1), and records
+// behind it on the same partition are done meanwhile. On kfake and, when
+// REDELIVER_KAFKA_BROKERS is set, on the real broker.
+func TestShareBackoffPastTheLock(t *testing.T) {
+	type target struct {
+		name  string
+		setup func(t *testing.T, topic, group string) []string
+	}
+	targets := []target{{"kfake", func(t *testing.T, topic, _ string) []string {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topic), kfake.BrokerConfigs(map[string]string{
+			"group.share.record.lock.duration.ms": "1000",
+			"share.record.lock.sweep.interval.ms": "100",
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c.ListenAddrs()
+	}}}
+	if b := os.Getenv("REDELIVER_KAFKA_BROKERS"); b != "" {
+		targets = append(targets, target{"broker", func(t *testing.T, topic, group string) []string {
+			brokers := strings.Split(b, ",")
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, topic); err != nil {
+				t.Fatal(err)
+			}
+			setShareGroupConfigs(t, brokers, group, map[string]string{"share.record.lock.duration.ms": "1000"})
+			return brokers
+		}})
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			topic := fmt.Sprintf("share-backoff-%d", time.Now().UnixNano())
+			group := topic + "-g"
+			brokers := tg.setup(t, topic, group)
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topic))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			for i := range 20 {
+				if err := cl.ProduceSync(ctx, kgo.StringRecord(fmt.Sprint(i))).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			const backoff = 2500 * time.Millisecond
+			var (
+				mu    sync.Mutex
+				times = map[int64][]time.Time{}
+			)
+			proc, err := stream.NewProcessor(stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+				mu.Lock()
+				defer mu.Unlock()
+				times[r.Offset] = append(times[r.Offset], time.Now())
+				if r.Offset == 3 && len(times[r.Offset]) == 1 {
+					return errors.New("later")
+				}
+				return nil
+			}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(backoff)}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hist streamtest.ShareHistory
+			c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(brokers...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
+				share.WithResetEarliest(), share.WithEvents(func(e share.Event) { hist.Add(toShareEvent(e)) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(rctx) }()
+			for {
+				mu.Lock()
+				ok := len(times) == 20 && len(times[3]) == 2
+				mu.Unlock()
+				if ok {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("timed out: %d records handled", len(times))
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			stop()
+			<-done
+			gap := times[3][1].Sub(times[3][0])
+			if gap < backoff {
+				t.Errorf("offset 3 came back after %v, before its backoff of %v", gap, backoff)
+			}
+			t.Logf("offset 3 came back after %v (backoff %v, lateness %v)", gap, backoff, gap-backoff)
+			for off, ts := range times {
+				if off != 3 && ts[0].After(times[3][1]) {
+					t.Errorf("offset %d was handled after offset 3's retry", off)
+				}
+			}
+			r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: topic, Partition: 0}: 20})
+			for _, v := range r.Violations {
+				t.Error(v)
+			}
+			for _, e := range hist.Events() {
+				if e.Kind == streamtest.ShareAcquired && e.DeliveryCount != 1 {
+					t.Errorf("offset %d acquired with delivery count %d: the broker handed it out again (lock not renewed?)", e.Offset, e.DeliveryCount)
+				}
+			}
+		})
+	}
+}
