@@ -264,6 +264,15 @@ EOF
     if [ "$major" -lt 4 ]; then
       # KIP-848 is early access in 3.9 and off by default.
       echo "group.coordinator.rebalance.protocols=classic,consumer"
+    else
+      # Share groups (KIP-932, on by default in 4.2+): let tests set short
+      # record locks, sessions and heartbeats on their groups (the defaults'
+      # floors are 15s, 45s and 5s).
+      echo "group.share.min.record.lock.duration.ms=1000"
+      echo "group.share.min.session.timeout.ms=1000"
+      echo "group.share.min.heartbeat.interval.ms=100"
+      echo "group.share.heartbeat.interval.ms=500"
+      echo "group.share.session.timeout.ms=3000"
     fi
   } >"$1"
 

@@ -141,6 +141,19 @@ const (
 	HeaderError        = "redeliver-last-error"
 )
 
+// The headers of Kafka's own share-group dead-letter queue (KIP-1191), which
+// a dead-lettered record carries too, so that one tool reads both. Group is
+// set when the consumer names its group (see [WithSource]); Message holds
+// the reason the record was given up.
+const (
+	HeaderDLQTopic         = "__dlq.errors.topic"
+	HeaderDLQPartition     = "__dlq.errors.partition"
+	HeaderDLQOffset        = "__dlq.errors.offset"
+	HeaderDLQGroup         = "__dlq.errors.group"
+	HeaderDLQDeliveryCount = "__dlq.errors.delivery.count"
+	HeaderDLQMessage       = "__dlq.errors.message"
+)
+
 // DeadLetter returns an [ExhaustionAction] that produces the given-up
 // records to topic, with their keys, values and headers and the Header*
 // headers added, and returns once pub has them acknowledged. Until it has,
@@ -172,16 +185,37 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 		if xerr.Last != nil {
 			last = xerr.Last.Error()
 		}
+		src, _ := SourceFrom(ctx)
+		count := deliveries
+		if src.DeliveryCount > 0 {
+			count = strconv.Itoa(src.DeliveryCount)
+		}
+		reason := src.Reason
+		if reason == "" {
+			reason = xerr.Error()
+		}
 		for i, r := range b.Records {
-			h := make([]Header, 0, len(r.Headers)+6)
+			h := make([]Header, 0, len(r.Headers)+12)
 			h = append(h, r.Headers...)
+			part := strconv.AppendInt(nil, int64(r.Partition), 10)
+			off := strconv.AppendInt(nil, r.Offset, 10)
 			h = append(h,
 				Header{HeaderTopic, []byte(r.Topic)},
-				Header{HeaderPartition, strconv.AppendInt(nil, int64(r.Partition), 10)},
-				Header{HeaderOffset, strconv.AppendInt(nil, r.Offset, 10)},
+				Header{HeaderPartition, part},
+				Header{HeaderOffset, off},
 				Header{HeaderDeliveries, []byte(deliveries)},
 				Header{HeaderFirstFailure, []byte(first)},
 				Header{HeaderError, []byte(last)},
+				Header{HeaderDLQTopic, []byte(r.Topic)},
+				Header{HeaderDLQPartition, part},
+				Header{HeaderDLQOffset, off},
+			)
+			if src.Group != "" {
+				h = append(h, Header{HeaderDLQGroup, []byte(src.Group)})
+			}
+			h = append(h,
+				Header{HeaderDLQDeliveryCount, []byte(count)},
+				Header{HeaderDLQMessage, []byte(reason)},
 			)
 			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
 		}

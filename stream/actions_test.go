@@ -225,6 +225,10 @@ func TestDeadLetterHeadersAndAck(t *testing.T) {
 				stream.HeaderTopic: "orders", stream.HeaderPartition: "4", stream.HeaderOffset: fmt.Sprint(i),
 				stream.HeaderDeliveries: "3", stream.HeaderError: "schema mismatch",
 				stream.HeaderFirstFailure: begin.UTC().Format(time.RFC3339Nano),
+				// KIP-1191's names, as Kafka's share-group dead-letter queue writes them.
+				stream.HeaderDLQTopic: "orders", stream.HeaderDLQPartition: "4", stream.HeaderDLQOffset: fmt.Sprint(i),
+				stream.HeaderDLQDeliveryCount: "3",
+				stream.HeaderDLQMessage:       "given up after 3 deliveries (the retry limit, 2 retries, is reached): schema mismatch",
 			}
 			if fmt.Sprint(h) != fmt.Sprint(want) || string(r.Value) != string(rune('a'+i)) {
 				t.Fatalf("record %d: value %q headers %v, want %v", i, r.Value, h, want)

@@ -41,20 +41,26 @@ type RecordFunc func(ctx context.Context, r *Record) error
 //     goes to the exhaustion action and the records after it are delivered
 //     as the next batch;
 //   - a retry request ([Retry]) is returned as it is: the whole batch is
-//     delivered again (seed 004: if any record asks for a retry, the entire
-//     batch is retried).
-func PerRecord(fn RecordFunc) Handler {
-	return HandlerFunc(func(ctx context.Context, b *Batch) error {
-		for i := range b.Records {
-			if err := callRecord(ctx, fn, &b.Records[i]); err != nil {
-				if retryRequest(err) != nil {
-					return err
-				}
-				return FailedAt(i, err)
+//     delivered again (if any record asks for a retry, the entire batch is
+//     retried).
+//
+// A share-group consumer, which acknowledges records one by one, calls fn
+// for every record instead and retries only those that failed (see
+// [RecordFuncOf]).
+func PerRecord(fn RecordFunc) Handler { return perRecord(fn) }
+
+type perRecord RecordFunc
+
+func (fn perRecord) Handle(ctx context.Context, b *Batch) error {
+	for i := range b.Records {
+		if err := callRecord(ctx, RecordFunc(fn), &b.Records[i]); err != nil {
+			if retryRequest(err) != nil {
+				return err
 			}
+			return FailedAt(i, err)
 		}
-		return nil
-	})
+	}
+	return nil
 }
 
 // callRecord calls fn and turns a panic into a *PanicError.

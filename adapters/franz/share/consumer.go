@@ -1,0 +1,368 @@
+package share
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// DefaultMaxHold is how far ahead a retry may be due for a lane to hold its
+// record, unless [WithMaxHold] says otherwise.
+const DefaultMaxHold = 5 * time.Minute
+
+// defaultLock is the acquisition lock duration assumed when the broker does
+// not answer the question (Kafka's default, share.record.lock.duration.ms).
+const defaultLock = 30 * time.Second
+
+// ErrClosed is what [Consumer.Run] returns after [Consumer.Close].
+var ErrClosed = errors.New("share: consumer closed")
+
+// Option configures a [Consumer].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+type config struct {
+	kopts    []kgo.Opt
+	lanes    int
+	maxHold  time.Duration
+	maxBatch int
+	earliest bool
+	logger   *slog.Logger
+	lock     time.Duration // 0: read from the broker
+	limit    int           // 0: read from the broker
+	events   func(Event)
+	member   string
+}
+
+// WithKgoOptions gives the options of the franz-go clients the consumer
+// builds, one per lane. They must name a share group ([kgo.ShareGroup]) and
+// what to consume ([kgo.ConsumeTopics]). Before them comes
+// kgo.MaxConcurrentFetches(0), so that a lane holding a record in backoff
+// has no fetched records waiting whose locks run out (opts may override it,
+// at that cost); after them comes the consumer's own kgo.ShareAckCallback,
+// which replaces one given here.
+func WithKgoOptions(opts ...kgo.Opt) Option {
+	return optionFunc(func(c *config) { c.kopts = append(c.kopts, opts...) })
+}
+
+// WithLanes sets how many members of the share group the consumer runs,
+// overriding the default 2. Each lane is one franz-go client with its own
+// poll loop. franz-go accepts every record of a poll that has no final
+// acknowledgement when the next poll starts, so a lane that holds a record
+// in backoff does not poll again until that record is resolved; the other
+// lanes go on. A partition the broker assigns to one lane only waits with
+// that lane: with more lanes than partitions, the broker assigns every
+// partition to two lanes or more (KIP-932's simple assignor), and a held
+// record never holds its partition back.
+func WithLanes(n int) Option { return optionFunc(func(c *config) { c.lanes = n }) }
+
+// WithMaxHold sets how far ahead a retry may be due for its record to be
+// held (its lock renewed until then), overriding [DefaultMaxHold]. A retry
+// due later is released to the broker (AckRelease) at once, which delivers
+// the record again at once and counts a delivery; at the broker's last
+// delivery it goes to the exhaustion action instead, since the broker would
+// archive it.
+func WithMaxHold(d time.Duration) Option { return optionFunc(func(c *config) { c.maxHold = d }) }
+
+// WithMaxBatch sets the most records one handler call gets, overriding the
+// default 500.
+func WithMaxBatch(n int) Option { return optionFunc(func(c *config) { c.maxBatch = n }) }
+
+// WithResetEarliest sets the group's share.auto.offset.reset to earliest
+// before the first poll, so that records produced before the group first
+// consumed a partition are delivered. A share group starts at the latest
+// offset by default. It changes the group's configuration on the broker,
+// for every member, and needs the ALTER_CONFIGS permission on the group.
+func WithResetEarliest() Option { return optionFunc(func(c *config) { c.earliest = true }) }
+
+// WithLogger sets the logger, overriding the processor's.
+func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithMember names this consumer in [Event]s: a lane's Member is the name
+// followed by the lane's number. The default is empty.
+func WithMember(name string) Option { return optionFunc(func(c *config) { c.member = name }) }
+
+// WithLockDuration tells the consumer the group's acquisition lock duration
+// instead of reading it from the broker at start (the group's
+// share.record.lock.duration.ms, else the broker's
+// group.share.record.lock.duration.ms, else 30s).
+func WithLockDuration(d time.Duration) Option { return optionFunc(func(c *config) { c.lock = d }) }
+
+// WithDeliveryLimit tells the consumer the group's delivery count limit
+// instead of reading it from the broker at start (the group's
+// share.delivery.count.limit, else the broker's
+// group.share.delivery.count.limit).
+func WithDeliveryLimit(n int) Option { return optionFunc(func(c *config) { c.limit = n }) }
+
+// Consumer runs a [stream.Processor]'s handler and retry contract over a
+// Kafka share group (KIP-932) through franz-go. See the package doc for what
+// happens to a record. A Consumer is safe for concurrent use; Run may be
+// called once.
+type Consumer struct {
+	set   stream.Settings
+	cfg   config
+	log   *slog.Logger
+	fn    stream.RecordFunc // the handler's per-record function, when it has one
+	group string
+
+	lock      time.Duration
+	limit     atomic.Int64 // the broker's delivery count limit; 0 unknown
+	noRenewal atomic.Bool  // the group refuses lock renewals
+
+	started atomic.Bool
+	mu      sync.Mutex
+	closed  bool
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
+}
+
+// New returns a Consumer that runs proc's handler under proc's policy,
+// hooks and exhaustion action. It returns an error when proc is nil, when
+// the kgo options are missing, or when an option is out of range. Options
+// that kgo refuses, or that name no share group, make Run return an error
+// before anything is consumed.
+func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
+	if proc == nil {
+		return nil, errors.New("share: nil processor")
+	}
+	cfg := config{lanes: 2, maxHold: DefaultMaxHold, maxBatch: 500}
+	for _, o := range opts {
+		o.apply(&cfg)
+	}
+	switch {
+	case len(cfg.kopts) == 0:
+		return nil, errors.New("share: no kgo options: give WithKgoOptions with kgo.ShareGroup and kgo.ConsumeTopics")
+	case cfg.lanes < 1:
+		return nil, fmt.Errorf("share: WithLanes(%d): want 1 or more", cfg.lanes)
+	case cfg.maxHold < 0:
+		return nil, fmt.Errorf("share: WithMaxHold(%v): want 0 or more", cfg.maxHold)
+	case cfg.maxBatch < 1:
+		return nil, fmt.Errorf("share: WithMaxBatch(%d): want 1 or more", cfg.maxBatch)
+	case cfg.lock < 0:
+		return nil, fmt.Errorf("share: WithLockDuration(%v): want a positive duration", cfg.lock)
+	case cfg.limit < 0:
+		return nil, fmt.Errorf("share: WithDeliveryLimit(%d): want a positive count", cfg.limit)
+	}
+	// A client built here to check the options would join the group, so
+	// Run checks them, before any lane polls.
+	set := proc.Settings()
+	c := &Consumer{set: set, cfg: cfg, log: set.Logger, done: make(chan struct{})}
+	if cfg.logger != nil {
+		c.log = cfg.logger
+	}
+	c.fn, _ = stream.RecordFuncOf(set.Handler)
+	return c, nil
+}
+
+// Run consumes until ctx is done or [Consumer.Close] is called, and returns
+// why it stopped: ctx's cause or [ErrClosed], or the error that kept it from
+// starting. Records in flight when it stops are released to the broker,
+// never accepted unhandled. Every lane has left the group when Run returns.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("share: Run called twice")
+	}
+	defer close(c.done)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	c.cancel = cancel
+	c.mu.Unlock()
+	defer cancel(nil)
+
+	lanes := make([]*lane, c.cfg.lanes)
+	for i := range lanes {
+		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
+		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0)}, c.cfg.kopts...)
+		opts = append(opts, kgo.ShareAckCallback(l.acked))
+		cl, err := kgo.NewClient(opts...)
+		if err != nil {
+			for _, o := range lanes[:i] {
+				o.cl.Close()
+			}
+			return fmt.Errorf("share: kgo options: %w", err)
+		}
+		l.cl = cl
+		lanes[i] = l
+	}
+	c.group, _ = lanes[0].cl.OptValue(kgo.ShareGroup).(string)
+	for _, l := range lanes {
+		l.log = l.log.With("group", c.group)
+	}
+	if c.group == "" {
+		for _, l := range lanes {
+			l.cl.Close()
+		}
+		return errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
+	}
+	if err := c.prepare(ctx, lanes[0].cl); err != nil {
+		for _, l := range lanes {
+			l.cl.Close()
+		}
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, l := range lanes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l.run(ctx)
+		}()
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// Close stops Run and waits for it to return.
+func (c *Consumer) Close() {
+	c.mu.Lock()
+	c.closed = true
+	cancel := c.cancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrClosed)
+		<-c.done
+	}
+}
+
+// prepare applies WithResetEarliest and reads the group's lock duration,
+// delivery limit and renewal setting, before any lane polls.
+func (c *Consumer) prepare(ctx context.Context, cl *kgo.Client) error {
+	actx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if c.cfg.earliest {
+		if err := c.setGroupConfig(actx, cl, "share.auto.offset.reset", "earliest"); err != nil {
+			return fmt.Errorf("share: setting share.auto.offset.reset=earliest on group %s: %w", c.group, err)
+		}
+		c.log.Info("redeliver: share group reads from the earliest offset", "group", c.group)
+	}
+	group, broker := c.describe(actx, cl)
+	pick := func(groupKey, brokerKey string) (int, bool) {
+		v, ok := group[groupKey]
+		if !ok {
+			v, ok = broker[brokerKey]
+		}
+		if !ok {
+			return 0, false
+		}
+		n, err := strconv.Atoi(v)
+		return n, err == nil && n > 0
+	}
+	c.lock = c.cfg.lock
+	if c.lock == 0 {
+		c.lock = defaultLock
+		if ms, ok := pick("share.record.lock.duration.ms", "group.share.record.lock.duration.ms"); ok {
+			c.lock = time.Duration(ms) * time.Millisecond
+		}
+	}
+	limit := c.cfg.limit
+	if limit == 0 {
+		limit, _ = pick("share.delivery.count.limit", "group.share.delivery.count.limit")
+	}
+	c.limit.Store(int64(limit))
+	c.log.Debug("redeliver: share group settings", "group", c.group, "lock", c.lock, "delivery_limit", limit)
+	if v := group["share.renew.acknowledge.enable"]; v == "false" {
+		c.noRenewal.Store(true)
+		c.log.Warn("redeliver: the group does not renew acquisition locks (share.renew.acknowledge.enable=false): a retry is held only while the record's lock lasts, a later one releases the record to the broker", "group", c.group, "lock", c.lock)
+	}
+	p := c.set.Policy
+	switch {
+	case limit == 0:
+		c.log.Warn("redeliver: the broker did not tell the share group's delivery count limit; records released to it (lock lost, crash, retry beyond the hold limit) may be archived without an exhaustion action", "group", c.group)
+	case p.MaxRetries == checkpoint.Infinite || p.MaxRetries+1 > limit:
+		c.log.Warn("redeliver: the policy allows more deliveries than the share group's delivery count limit: retries this consumer holds do not count on the broker, but each release (lock lost, crash, retry beyond the hold limit) does, and the broker archives a record at the limit without an exhaustion action",
+			"group", c.group, "retry_count", p.MaxRetries, "delivery_limit", limit)
+	}
+	return nil
+}
+
+// setGroupConfig sets one configuration of the share group.
+func (c *Consumer) setGroupConfig(ctx context.Context, cl *kgo.Client, name, value string) error {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = c.group
+	cfg := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	cfg.Name = name
+	cfg.Op = kmsg.IncrementalAlterConfigOpSet
+	cfg.Value = &value
+	res.Configs = append(res.Configs, cfg)
+	req.Resources = append(req.Resources, res)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return err
+	}
+	for _, r := range resp.Resources {
+		if err := errOf(r.ErrorCode, r.ErrorMessage); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// describe reads the group's configuration and the broker's share-group
+// defaults, as name -> value; what the broker does not answer is missing.
+func (c *Consumer) describe(ctx context.Context, cl *kgo.Client) (group, broker map[string]string) {
+	group, broker = map[string]string{}, map[string]string{}
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	res := kmsg.NewDescribeConfigsRequestResource()
+	res.ResourceType = kmsg.ConfigResourceTypeGroupConfig
+	res.ResourceName = c.group
+	req.Resources = append(req.Resources, res)
+	if resp, err := req.RequestWith(ctx, cl); err == nil {
+		for _, r := range resp.Resources {
+			if errOf(r.ErrorCode, r.ErrorMessage) != nil {
+				continue
+			}
+			for _, e := range r.Configs {
+				if e.Value != nil {
+					group[e.Name] = *e.Value
+				}
+			}
+		}
+	} else {
+		c.log.Debug("redeliver: describing the share group's configuration failed", "error", err)
+	}
+	bc, err := kadm.NewClient(cl).DescribeBrokerConfigs(ctx)
+	if err != nil {
+		c.log.Debug("redeliver: describing the broker's configuration failed", "error", err)
+		return group, broker
+	}
+	for _, r := range bc {
+		for _, e := range r.Configs {
+			if e.Value != nil {
+				broker[e.Key] = *e.Value
+			}
+		}
+	}
+	return group, broker
+}
+
+func errOf(code int16, msg *string) error {
+	if code == 0 {
+		return nil
+	}
+	err := kerrFor(code)
+	if msg != nil && *msg != "" {
+		return fmt.Errorf("%w: %s", err, *msg)
+	}
+	return err
+}

@@ -1,0 +1,105 @@
+// Package share consumes a Kafka share group (KIP-932, "queues for Kafka")
+// through franz-go under redeliver's retry contract: the same
+// [stream.Handler], [checkpoint.Policy] (from code or host.json), hooks and
+// exhaustion actions as the checkpoint adapters, taken from a
+// [stream.Processor] with [stream.Processor.Settings].
+//
+// In a share group the broker hands records to members one by one, with a
+// lock on each (share.record.lock.duration.ms, 30s by default) and a
+// delivery count it keeps across members; several members read one
+// partition at once, and order per key is not kept. What it lacks is a
+// backoff: a released record comes back at once. This package adds it.
+//
+// # What happens to a record
+//
+//   - The handler gets the records one poll acquired, as batches of one
+//     partition. A handler made with [stream.PerRecord] is called record by
+//     record, and each result is applied as soon as it is known.
+//   - nil accepts the record (AckAccept).
+//   - An error, a panic or a [stream.RetryResult] asks for a retry under the
+//     policy (a RetryResult's own count and delay for that record). The
+//     record is held by this consumer: its lock is renewed (AckRenew,
+//     KIP-1222, Kafka 4.2+) until the retry is due, and then it is
+//     delivered again, alone, from memory. The broker's delivery count does
+//     not grow. Other records go on meanwhile.
+//   - [stream.FailedAt](i, err) accepts the records before i, retries the
+//     record at i, and delivers the ones after it again at once.
+//   - A [stream.Permanent] error, one the policy's filter rejects, or a
+//     retry budget spent gives the record up: the Exhausted hook fires and
+//     the exhaustion action runs (skip, [stream.DeadLetter], ...). Only once
+//     the action succeeded is the record rejected (AckReject), which archives
+//     it. While the action fails, it is tried again with the processor's
+//     operation backoff and the record is held, never rejected nor accepted.
+//     With no action, the record is rejected at once.
+//   - Dead-letter records carry the headers of Kafka's own share-group
+//     dead-letter queue (KIP-1191: __dlq.errors.topic, .partition, .offset,
+//     .group, .delivery.count, .message with the reason) beside redeliver's.
+//
+// # Counting
+//
+// A record's retries so far are the broker's delivery count minus one, plus
+// the retries this consumer made of it from memory. The broker counts a
+// delivery each time it hands the record out: after a release, a lost lock
+// or a member's crash. So a record that moves to another member after a
+// crash keeps its count, but the in-memory retries the crashed member had
+// made are not known to the next one: each earlier acquisition counts as
+// one delivery. Deliveries to handlers are thus at most retryCount + 1, plus
+// the in-memory retries lost with each crash. The time budget
+// (MaxRetryTime) runs from the first failure this consumer saw.
+//
+// The broker's delivery count limit (share.delivery.count.limit, 2 to 10,
+// 5 by default) archives a record without any exhaustion action. Retries
+// held here do not count against it; releases do. Run reads the limit at
+// start, with the lock duration, and logs a warning when the policy allows
+// more deliveries than the limit.
+//
+// # Holding, renewal, and long delays
+//
+//   - A retry due within [WithMaxHold] (5 minutes by default) is held.
+//   - Where the broker refuses renewals (a broker before 4.2, or the group's
+//     share.renew.acknowledge.enable set to false), a retry is held only if
+//     it is due before the record's lock runs out, less a margin.
+//   - A retry due later than that is released to the broker (AckRelease):
+//     the broker delivers it again at once, to any member, and counts a
+//     delivery; the backoff is not kept. At the broker's last delivery the
+//     record goes to the exhaustion action instead, since the broker would
+//     archive it. For long delays, prefer the checkpoint mode or an
+//     exhaustion action that parks the record for a later re-drive.
+//
+// # Lanes
+//
+// franz-go accepts, at the next poll, every record of the previous poll
+// that has no final acknowledgement (a renewal is not final). So a member
+// holding a record does not poll until the record is resolved. The
+// consumer runs several members, lanes ([WithLanes], 2 by default), each a
+// franz-go client with its own poll loop: while one waits, the others
+// poll. The broker assigns a partition to one member when members are
+// fewer than partitions, so a partition of a waiting lane waits with it;
+// with more lanes than partitions every partition is shared by two lanes or
+// more. Lanes fetch only while they poll (kgo.MaxConcurrentFetches(0)), so
+// a waiting lane holds no fetched records whose locks run out.
+//
+// The broker bounds this too: a share partition hands out at most
+// group.share.partition.max.record.locks records (2000 by default) past its
+// oldest unresolved record, so a record held in backoff stops its partition
+// once that many records after it are out, whatever the number of members.
+// docs/BENCHMARKS.md measures a poison record in both modes.
+//
+// # Locks, shutdown
+//
+//   - A record whose lock ran out (a renewal refused or late) is not
+//     acknowledged by this consumer: the broker may have given it to another
+//     member. The context of a handler call holding it is cancelled, and its
+//     other records are delivered again.
+//   - On shutdown, handler contexts are cancelled; records in flight or held
+//     are released to the broker (delivered again, with their count), never
+//     accepted unhandled. A record whose exhaustion action succeeded is
+//     rejected.
+//
+// # Starting offset
+//
+// A share group starts at the latest offset (share.auto.offset.reset):
+// records produced before the group first reads a partition are not
+// delivered. [WithResetEarliest] sets the group's share.auto.offset.reset to
+// earliest before the first poll.
+package share

@@ -1,0 +1,76 @@
+package stream
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// Settings are what a [Processor] was built with: its handler and the
+// options that shape the retry contract. A consumer that applies the same
+// contract with an engine of its own (the Kafka share-group consumer, whose
+// unit of acknowledgement is a record, not a checkpoint) reads them with
+// [Processor.Settings], so that one host.json and one set of options serve
+// both.
+type Settings struct {
+	Handler          Handler
+	Policy           checkpoint.Policy
+	Logger           *slog.Logger // never nil
+	Hooks            Hooks
+	Clock            Clock
+	NewRand          func() checkpoint.Rand
+	Exhaustion       ExhaustionAction // nil skips
+	OperationBackoff checkpoint.Backoff
+	InMemoryState    bool
+}
+
+// Settings returns the processor's handler and options.
+func (p *Processor) Settings() Settings {
+	return Settings{
+		Handler:          p.h,
+		Policy:           p.cfg.policy,
+		Logger:           p.log,
+		Hooks:            p.cfg.hooks,
+		Clock:            p.cfg.clock,
+		NewRand:          p.cfg.newRand,
+		Exhaustion:       p.cfg.exhaustion,
+		OperationBackoff: p.cfg.opBackoff,
+		InMemoryState:    p.cfg.memoryOnly,
+	}
+}
+
+// RecordFuncOf returns the function a handler made by [PerRecord] calls for
+// each record, and whether h is such a handler. A consumer that acknowledges
+// records one by one calls it per record, so that only the records that
+// failed are retried.
+func RecordFuncOf(h Handler) (RecordFunc, bool) {
+	pr, ok := h.(perRecord)
+	return RecordFunc(pr), ok
+}
+
+// IsStop reports whether err is what [StopPartition] returns.
+func IsStop(err error) bool { return err == errStop }
+
+// Source describes where a dead-lettered record came from beyond its topic,
+// partition and offset, for [DeadLetter]'s headers: the group that gave up on
+// it and the broker's delivery count (Kafka share groups). A consumer puts it
+// in the exhaustion action's context with [WithSource].
+type Source struct {
+	Group         string
+	DeliveryCount int // 0: unknown; the headers then carry the deliveries the Processor counted
+	Reason        string
+}
+
+type sourceKey struct{}
+
+// WithSource returns ctx carrying s, for an exhaustion action.
+func WithSource(ctx context.Context, s Source) context.Context {
+	return context.WithValue(ctx, sourceKey{}, s)
+}
+
+// SourceFrom returns the Source that ctx carries, if any.
+func SourceFrom(ctx context.Context) (Source, bool) {
+	s, ok := ctx.Value(sourceKey{}).(Source)
+	return s, ok
+}

@@ -1,0 +1,225 @@
+package streamtest
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// ShareKind says what a [ShareEvent] records.
+type ShareKind uint8
+
+// The kinds of share-group history events.
+const (
+	// ShareAcquired: the broker handed the record to the member (a poll), with
+	// its delivery count.
+	ShareAcquired ShareKind = iota + 1
+	// ShareHandled: a handler call of the record returned. OK is whether it
+	// succeeded (nil, or a RetryResult whose retries are spent).
+	ShareHandled
+	// ShareRetryAt: the member holds the record for a retry due at At.
+	ShareRetryAt
+	// ShareActionDone: the record's exhaustion action succeeded.
+	ShareActionDone
+	// ShareAccepted, ShareRejected, ShareReleased: the member's final acknowledgement.
+	ShareAccepted
+	ShareRejected
+	ShareReleased
+	// ShareCrashed: the member died (SIGKILL): it acknowledges nothing more.
+	ShareCrashed
+)
+
+func (k ShareKind) String() string {
+	switch k {
+	case ShareAcquired:
+		return "acquired"
+	case ShareHandled:
+		return "handled"
+	case ShareRetryAt:
+		return "retry at"
+	case ShareActionDone:
+		return "action done"
+	case ShareAccepted:
+		return "accepted"
+	case ShareRejected:
+		return "rejected"
+	case ShareReleased:
+		return "released"
+	case ShareCrashed:
+		return "crashed"
+	}
+	return "unknown"
+}
+
+// ShareEvent is one entry of a [ShareHistory]: something that happened to
+// one record at one member.
+type ShareEvent struct {
+	Kind          ShareKind
+	Member        string
+	Topic         string
+	Partition     int32
+	Offset        int64
+	DeliveryCount int       // ShareAcquired: the broker's count
+	OK            bool      // ShareHandled: the handler succeeded
+	Start         time.Time // ShareHandled: when the handler was called
+	At            time.Time // ShareRetryAt: when the retry is due
+}
+
+// ShareHistory records, in one global order, what the members of a share
+// group do with each record, and [ShareHistory.Check] verifies the share
+// contract over it. Unlike [History], several members may read a
+// partition at once and records are acknowledged one by one. It is safe for
+// concurrent use.
+type ShareHistory struct {
+	mu     sync.Mutex
+	events []ShareEvent
+}
+
+// Add records e.
+func (h *ShareHistory) Add(e ShareEvent) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.events = append(h.events, e)
+}
+
+// Events returns a copy of the events so far.
+func (h *ShareHistory) Events() []ShareEvent {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.events)
+}
+
+// ShareReport is the result of [ShareHistory.Check].
+type ShareReport struct {
+	Records       int64 // records in the checked partitions
+	Deliveries    int   // handler deliveries of records
+	Lost          int64 // records with no accept or reject
+	MaxDeliveries int   // the most handler deliveries of one record
+	// Duplicates counts records delivered again after a member accepted
+	// or rejected them: the acknowledgement did not reach the broker in
+	// time (at least once).
+	Duplicates int
+	Violations []string
+}
+
+// Check verifies the history for partitions whose records run from offset
+// 0 to ends[tp] (exclusive):
+//
+//   - no record lost: each one was accepted or rejected by a member;
+//   - a member acknowledges (accepts, rejects, releases) and handles only
+//     records it holds: acquired by it, not acquired by another member
+//     since, and not after it crashed;
+//   - a record is accepted only after a handler call of it by the same
+//     member, in the same acquisition, succeeded;
+//   - a record is rejected only after its exhaustion action succeeded, at
+//     the same member in the same acquisition;
+//   - a held retry is not delivered before its due time;
+//   - each acquisition of a record has the next delivery count (the
+//     broker's count grows by one per hand-out; a record comes back with
+//     its count after a crash).
+func (h *ShareHistory) Check(ends map[TopicPartition]int64) ShareReport {
+	type key struct {
+		tp  TopicPartition
+		off int64
+	}
+	type rec struct {
+		holder  string // the member holding the current acquisition
+		count   int    // the broker's delivery count of the current acquisition
+		ok      bool   // a handler call succeeded in this acquisition
+		acted   bool   // the action succeeded in this acquisition
+		due     time.Time
+		final   bool // accepted or rejected
+		handled int
+	}
+	recs := map[key]*rec{}
+	crashed := map[string]bool{}
+	var r ShareReport
+	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
+	for i, e := range h.Events() {
+		if e.Kind == ShareCrashed {
+			crashed[e.Member] = true
+			continue
+		}
+		tp := TopicPartition{e.Topic, e.Partition}
+		end, ok := ends[tp]
+		if !ok {
+			continue
+		}
+		where := fmt.Sprintf("event %d: %s %s %s/%d@%d", i, e.Member, e.Kind, e.Topic, e.Partition, e.Offset)
+		if e.Offset < 0 || e.Offset >= end {
+			bad("%s: offset out of the partition's range [0, %d)", where, end)
+			continue
+		}
+		k := key{tp, e.Offset}
+		x := recs[k]
+		if x == nil {
+			x = &rec{}
+			recs[k] = x
+		}
+		if crashed[e.Member] {
+			bad("%s: after the member crashed", where)
+			continue
+		}
+		if e.Kind == ShareAcquired {
+			if e.DeliveryCount != x.count+1 {
+				bad("%s: delivery count %d, want %d (the broker counts each hand-out once)", where, e.DeliveryCount, x.count+1)
+			}
+			if x.final {
+				r.Duplicates++
+			}
+			x.holder, x.count, x.ok, x.acted, x.due = e.Member, e.DeliveryCount, false, false, time.Time{}
+			continue
+		}
+		if x.holder != e.Member {
+			holder := x.holder
+			if holder == "" {
+				holder = "nobody"
+			}
+			bad("%s: the record is held by %s", where, holder)
+			continue
+		}
+		switch e.Kind {
+		case ShareHandled:
+			r.Deliveries++
+			x.handled++
+			if !x.due.IsZero() && e.Start.Before(x.due) {
+				bad("%s: retry delivered at %v, %v before it was due", where, e.Start.Format(time.RFC3339Nano), x.due.Sub(e.Start))
+			}
+			x.due = time.Time{}
+			x.ok = x.ok || e.OK
+		case ShareRetryAt:
+			x.due = e.At
+		case ShareActionDone:
+			x.acted = true
+		case ShareAccepted:
+			if !x.ok {
+				bad("%s: accepted without a successful handler call in this acquisition", where)
+			}
+			x.final, x.holder = true, ""
+		case ShareRejected:
+			if !x.acted {
+				bad("%s: rejected before its exhaustion action succeeded", where)
+			}
+			x.final, x.holder = true, ""
+		case ShareReleased:
+			x.holder = ""
+		}
+	}
+	for tp, end := range ends {
+		r.Records += end
+		for o := range end {
+			x := recs[key{tp, o}]
+			if x != nil {
+				r.MaxDeliveries = max(r.MaxDeliveries, x.handled)
+			}
+			if x == nil || !x.final {
+				r.Lost++
+				if r.Lost <= 10 {
+					bad("%s/%d: record %d lost: never accepted nor rejected", tp.Topic, tp.Partition, o)
+				}
+			}
+		}
+	}
+	return r
+}
