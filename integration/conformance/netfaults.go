@@ -242,7 +242,12 @@ func netResetsScenario(t *testing.T, e *env, soak bool) Figures {
 	e.waitTotal(total, longWait)
 	redials := nets[0].dials.Load() + nets[1].dials.Load() - dials0
 	e.stopAll()
-	if redials < resets {
+	// A window resets a connection only if a byte crosses it within the
+	// 50ms: one in which the consumer's connections are all idle (a fetch
+	// long poll waiting on the broker) resets nothing, and on a loaded
+	// machine a few windows fall there. Most must have cut a connection
+	// that the consumer then opened again.
+	if redials < (resets+1)/2 {
 		t.Errorf("%d connections opened again after %d windows of resets: the resets did not reach the consumers", redials, resets)
 	}
 	r := check(t, &hist, e.ends(parts, int64(n)))
