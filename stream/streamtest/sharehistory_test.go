@@ -81,7 +81,11 @@ func TestShareHistoryCheck(t *testing.T) {
 		{"delivery count going back", []streamtest.ShareEvent{
 			ev(A, "a", 0, count(1)), ev(X, "a", 0), ev(A, "b", 0, count(1)), ev(H, "b", 0, ok), ev(Acc, "b", 0),
 			ev(A, "b", 1, count(1)), ev(H, "b", 1, ok), ev(Acc, "b", 1),
-		}, "delivery count 1, want more than 1"},
+		}, "delivery count 1 again, want more than 1"},
+		{"a late report of an earlier hand-out holds nothing", []streamtest.ShareEvent{
+			ev(A, "b", 0, count(2)), ev(A, "a", 0, count(1)), ev(H, "a", 0, ok), ev(Acc, "a", 0),
+			ev(A, "b", 1, count(1)), ev(H, "b", 1, ok), ev(Acc, "b", 1),
+		}, "held by b"},
 		{"released record acknowledged", []streamtest.ShareEvent{
 			ev(A, "a", 0, count(1)), ev(H, "a", 0, ok), ev(Rel, "a", 0), ev(Acc, "a", 0),
 			ev(A, "a", 1, count(1)), ev(H, "a", 1, ok), ev(Acc, "a", 1),
