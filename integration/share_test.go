@@ -233,13 +233,22 @@ func TestShareGroupMemberKilled(t *testing.T) {
 						"share.delivery.count.limit":    "10",
 					})
 				}
-				const perPartition = 150
+				const perPartition = 300
 				produceShare(t, brokers, topic, perPartition)
 				var hist streamtest.ShareHistory
 				ms := make([]*shareMember, members)
-				for i := range ms {
+				start := func(i int) {
 					ms[i] = startShareMember(t, &hist, shareChild{Brokers: brokers, Group: group, Topic: topic,
-						Member: fmt.Sprintf("m%d-", i), Lanes: 2, SlowMS: 2, BackoffMS: 200})
+						Member: fmt.Sprintf("m%d-", i), Lanes: 2, SlowMS: 20, BackoffMS: 200})
+				}
+				handled := func(prefix string) int {
+					n := 0
+					for _, e := range hist.Events() {
+						if e.Kind == streamtest.ShareHandled && strings.HasPrefix(e.Member, prefix) {
+							n++
+						}
+					}
+					return n
 				}
 				accepted := func() int {
 					seen := map[[2]int64]bool{}
@@ -259,17 +268,18 @@ func TestShareGroupMemberKilled(t *testing.T) {
 						time.Sleep(20 * time.Millisecond)
 					}
 				}
-				// Kill member 0 once it is mid-batch: it has handled
-				// records and holds others.
-				wait("member 0 to handle 40 records", func() bool {
-					n := 0
-					for _, e := range hist.Events() {
-						if e.Kind == streamtest.ShareHandled && strings.HasPrefix(e.Member, "m0-") {
-							n++
-						}
-					}
-					return n >= 40
-				})
+				// Member 0 starts alone, so that it is mid-batch, with
+				// records acquired and in its handler, when it is killed
+				// after the others have joined and handled some.
+				start(0)
+				wait("member 0 to handle 20 records", func() bool { return handled("m0-") >= 20 })
+				for i := 1; i < members; i++ {
+					start(i)
+				}
+				wait("the others to handle 10 records", func() bool { return handled("")-handled("m0-") >= 10 })
+				if n := accepted(); n >= 2*perPartition-50 {
+					t.Fatalf("%d records done before the kill: member 0 was not mid-batch", n)
+				}
 				ms[0].kill()
 				for lane := range 2 {
 					hist.Add(streamtest.ShareEvent{Kind: streamtest.ShareCrashed, Member: fmt.Sprintf("m0-%d", lane)})
@@ -299,16 +309,20 @@ func produceShare(t *testing.T, brokers []string, topic string, perPartition int
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	var recs []*kgo.Record
-	for p := range int32(2) {
-		for i := range perPartition {
-			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "%d-%d", p, i)})
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
+	// In batches of 10 per partition: a broker hands out whole record
+	// batches, so one big batch would go to one member.
+	for i := 0; i < perPartition; i += 10 {
+		var recs []*kgo.Record
+		for p := range int32(2) {
+			for j := i; j < min(i+10, perPartition); j++ {
+				recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "%d-%d", p, j)})
+			}
+		}
+		if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

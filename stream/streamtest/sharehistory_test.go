@@ -42,7 +42,8 @@ func TestShareHistoryCheck(t *testing.T) {
 			ev(H, "b", 2, start(0)), ev(D, "b", 2), ev(Rej, "b", 2),
 			ev(H, "b", 1, start(time.Second), ok), ev(Acc, "b", 1),
 			ev(A, "a", 3, count(1)), ev(H, "a", 3, start(0)), ev(X, "a", 0),
-			ev(A, "b", 3, count(2)), ev(H, "b", 3, start(2*time.Second), ok), ev(Acc, "b", 3),
+			// a was handed offset 3 once more before it died, unreported:
+			ev(A, "b", 3, count(3)), ev(H, "b", 3, start(2*time.Second), ok), ev(Acc, "b", 3),
 		}, ""},
 		{"lost record", []streamtest.ShareEvent{
 			ev(A, "a", 0, count(1)), ev(H, "a", 0, ok), ev(Acc, "a", 0),
@@ -77,6 +78,14 @@ func TestShareHistoryCheck(t *testing.T) {
 			ev(A, "a", 0, count(1)), ev(Rel, "a", 0), ev(A, "b", 0, count(3)), ev(H, "b", 0, ok), ev(Acc, "b", 0),
 			ev(A, "a", 1, count(1)), ev(H, "a", 1, ok), ev(Acc, "a", 1),
 		}, "delivery count 3, want 2"},
+		{"delivery count going back", []streamtest.ShareEvent{
+			ev(A, "a", 0, count(1)), ev(X, "a", 0), ev(A, "b", 0, count(1)), ev(H, "b", 0, ok), ev(Acc, "b", 0),
+			ev(A, "b", 1, count(1)), ev(H, "b", 1, ok), ev(Acc, "b", 1),
+		}, "delivery count 1 again, want more than 1"},
+		{"a late report of an earlier hand-out holds nothing", []streamtest.ShareEvent{
+			ev(A, "b", 0, count(2)), ev(A, "a", 0, count(1)), ev(H, "a", 0, ok), ev(Acc, "a", 0),
+			ev(A, "b", 1, count(1)), ev(H, "b", 1, ok), ev(Acc, "b", 1),
+		}, "held by b"},
 		{"released record acknowledged", []streamtest.ShareEvent{
 			ev(A, "a", 0, count(1)), ev(H, "a", 0, ok), ev(Rel, "a", 0), ev(Acc, "a", 0),
 			ev(A, "a", 1, count(1)), ev(H, "a", 1, ok), ev(Acc, "a", 1),

@@ -85,6 +85,10 @@
 // once that many records after it are out, whatever the number of members.
 // docs/BENCHMARKS.md measures a poison record in both modes.
 //
+// A broker hands out whole record batches (kgo.ShareMaxRecords is a hint
+// unless kgo.ShareMaxRecordsStrict is given): records produced in one big
+// batch go to one member together, and the others get none of them.
+//
 // # Locks, shutdown
 //
 //   - A record whose lock ran out (a renewal refused or late) is not

@@ -117,6 +117,11 @@ func checkHistory(t *testing.T, h *streamtest.ShareHistory, ends map[streamtest.
 	for _, v := range r.Violations {
 		t.Error(v)
 	}
+	if len(r.Violations) > 0 {
+		for i, e := range h.Events() {
+			t.Logf("event %d: %s %v %s/%d@%d count %d ok %v", i, e.Member, e.Kind, e.Topic, e.Partition, e.Offset, e.DeliveryCount, e.OK)
+		}
+	}
 	t.Logf("history: %d records, %d deliveries, max %d per record, %d lost, %d duplicates", r.Records, r.Deliveries, r.MaxDeliveries, r.Lost, r.Duplicates)
 	return r
 }
