@@ -5,12 +5,10 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/redeliver-go/redeliver/redrive"
 )
 
 //go:embed migration/*.sql
@@ -21,57 +19,12 @@ var migrationFS embed.FS
 // their own tool (then open the store with [WithoutMigrate]).
 func Migrations() fs.FS { return migrationFS }
 
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-func migrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migration/*.sql")
+func migrations() ([]redrive.Migration, error) {
+	ms, err := redrive.ReadMigrations(migrationFS, "migration")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("pgstore: %w", err)
 	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		base := path.Base(f)
-		num, rest, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("pgstore: migration %s: want NNN_name.up.sql or .down.sql", base)
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &migration{version: v}
-			byVersion[v] = m
-		}
-		body, err := fs.ReadFile(migrationFS, f)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case strings.HasSuffix(rest, ".up.sql"):
-			m.name, m.up = strings.TrimSuffix(rest, ".up.sql"), string(body)
-		case strings.HasSuffix(rest, ".down.sql"):
-			m.down = string(body)
-		default:
-			return nil, fmt.Errorf("pgstore: migration %s: want NNN_name.up.sql or .down.sql", base)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		if m.up == "" || m.down == "" {
-			return nil, fmt.Errorf("pgstore: migration %d lacks its up or down file", m.version)
-		}
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i, m := range out {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("pgstore: migration %d missing", i+1)
-		}
-	}
-	return out, nil
+	return ms, nil
 }
 
 // migrateLock is the key of the advisory lock that keeps two stores from
@@ -129,19 +82,19 @@ func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	}
 	for ; cur < version; cur++ {
 		m := ms[cur]
-		if _, err := tx.Exec(ctx, m.up); err != nil {
-			return wrap(fmt.Sprintf("migration %d %s up", m.version, m.name), err)
+		if _, err := tx.Exec(ctx, m.Up); err != nil {
+			return wrap(fmt.Sprintf("migration %d %s up", m.Version, m.Name), err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO redrive_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO redrive_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 			return wrap("migrate", err)
 		}
 	}
 	for ; cur > version; cur-- {
 		m := ms[cur-1]
-		if _, err := tx.Exec(ctx, m.down); err != nil {
-			return wrap(fmt.Sprintf("migration %d %s down", m.version, m.name), err)
+		if _, err := tx.Exec(ctx, m.Down); err != nil {
+			return wrap(fmt.Sprintf("migration %d %s down", m.Version, m.Name), err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM redrive_migrations WHERE version = $1`, m.version); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM redrive_migrations WHERE version = $1`, m.Version); err != nil {
 			return wrap("migrate", err)
 		}
 	}

@@ -5,11 +5,9 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
-	"path"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/redeliver-go/redeliver/redrive"
 )
 
 //go:embed migration/*.sql
@@ -20,57 +18,12 @@ var migrationFS embed.FS
 // their own tool.
 func Migrations() fs.FS { return migrationFS }
 
-type migration struct {
-	version  int
-	name     string
-	up, down string
-}
-
-func migrations() ([]migration, error) {
-	files, err := fs.Glob(migrationFS, "migration/*.sql")
+func migrations() ([]redrive.Migration, error) {
+	ms, err := redrive.ReadMigrations(migrationFS, "migration")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
-	byVersion := map[int]*migration{}
-	for _, f := range files {
-		base := path.Base(f)
-		num, rest, ok := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v <= 0 {
-			return nil, fmt.Errorf("sqlitestore: migration %s: want NNN_name.up.sql or .down.sql", base)
-		}
-		m := byVersion[v]
-		if m == nil {
-			m = &migration{version: v}
-			byVersion[v] = m
-		}
-		body, err := fs.ReadFile(migrationFS, f)
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case strings.HasSuffix(rest, ".up.sql"):
-			m.name, m.up = strings.TrimSuffix(rest, ".up.sql"), string(body)
-		case strings.HasSuffix(rest, ".down.sql"):
-			m.down = string(body)
-		default:
-			return nil, fmt.Errorf("sqlitestore: migration %s: want NNN_name.up.sql or .down.sql", base)
-		}
-	}
-	out := make([]migration, 0, len(byVersion))
-	for _, m := range byVersion {
-		if m.up == "" || m.down == "" {
-			return nil, fmt.Errorf("sqlitestore: migration %d lacks its up or down file", m.version)
-		}
-		out = append(out, *m)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	for i, m := range out {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("sqlitestore: migration %d missing", i+1)
-		}
-	}
-	return out, nil
+	return ms, nil
 }
 
 // Migrate brings the schema to the latest version; see [Store.MigrateTo].
@@ -112,20 +65,20 @@ func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	}
 	for ; cur < version; cur++ {
 		m := ms[cur]
-		if _, err := tx.ExecContext(ctx, m.up); err != nil {
-			return fmt.Errorf("sqlitestore: migration %d %s up: %w", m.version, m.name, err)
+		if _, err := tx.ExecContext(ctx, m.Up); err != nil {
+			return fmt.Errorf("sqlitestore: migration %d %s up: %w", m.Version, m.Name, err)
 		}
 		if _, err := tx.ExecContext(ctx, `INSERT INTO redrive_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-			m.version, m.name, time.Now().UnixMicro()); err != nil {
+			m.Version, m.Name, time.Now().UnixMicro()); err != nil {
 			return fmt.Errorf("sqlitestore: migrate: %w", err)
 		}
 	}
 	for ; cur > version; cur-- {
 		m := ms[cur-1]
-		if _, err := tx.ExecContext(ctx, m.down); err != nil {
-			return fmt.Errorf("sqlitestore: migration %d %s down: %w", m.version, m.name, err)
+		if _, err := tx.ExecContext(ctx, m.Down); err != nil {
+			return fmt.Errorf("sqlitestore: migration %d %s down: %w", m.Version, m.Name, err)
 		}
-		if _, err := tx.ExecContext(ctx, `DELETE FROM redrive_migrations WHERE version = ?`, m.version); err != nil {
+		if _, err := tx.ExecContext(ctx, `DELETE FROM redrive_migrations WHERE version = ?`, m.Version); err != nil {
 			return fmt.Errorf("sqlitestore: migrate: %w", err)
 		}
 	}
