@@ -1,17 +1,5 @@
 module github.com/redeliver-go/redeliver
 
-go 1.26.0
+go 1.25.0
 
-require (
-	github.com/segmentio/kafka-go v0.4.51
-	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f
-	github.com/twmb/franz-go v1.22.2
-	github.com/twmb/franz-go/pkg/kadm v1.19.0
-	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
-	github.com/twmb/franz-go/pkg/kmsg v1.15.0
-)
-
-require (
-	github.com/klauspost/compress v1.20.3 // indirect
-	github.com/pierrec/lz4/v4 v4.1.33 // indirect
-)
+require github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a

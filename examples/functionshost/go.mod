@@ -13,6 +13,8 @@ require (
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/redeliver-go/redeliver/adapters/franz v0.0.0-00010101000000-000000000000 // indirect
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0-00010101000000-000000000000 // indirect
 	github.com/segmentio/kafka-go v0.4.51 // indirect
 	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
@@ -22,3 +24,9 @@ replace (
 	github.com/redeliver-go/redeliver => ../..
 	github.com/redeliver-go/redeliver/host => ../../host
 )
+
+replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
+
+replace github.com/redeliver-go/redeliver/adapters/kafkago => ../../adapters/kafkago
+
+replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.0.0-00010101000000-000000000000
 	github.com/redeliver-go/redeliver/redrive/sqlitestore v0.0.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -30,3 +31,7 @@ replace (
 	github.com/redeliver-go/redeliver => ../..
 	github.com/redeliver-go/redeliver/redrive/sqlitestore => ../../redrive/sqlitestore
 )
+
+replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
+
+replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest

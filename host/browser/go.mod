@@ -16,6 +16,8 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/redeliver-go/redeliver/adapters/franz v0.0.0-00010101000000-000000000000 // indirect
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0-00010101000000-000000000000 // indirect
 	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 )
@@ -24,3 +26,9 @@ replace (
 	github.com/redeliver-go/redeliver => ../..
 	github.com/redeliver-go/redeliver/host => ..
 )
+
+replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
+
+replace github.com/redeliver-go/redeliver/adapters/kafkago => ../../adapters/kafkago
+
+replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.0.0-00010101000000-000000000000
 	github.com/redeliver-go/redeliver/redrive/pgstore v0.0.0
 	github.com/redeliver-go/redeliver/redrive/sqlitestore v0.0.0-00010101000000-000000000000
 	github.com/twmb/franz-go v1.22.2
@@ -23,11 +24,12 @@ require (
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
+	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-	golang.org/x/text v0.41.0 // indirect
+	golang.org/x/text v0.43.0 // indirect
 	modernc.org/libc v1.79.0 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
@@ -39,3 +41,7 @@ replace (
 	github.com/redeliver-go/redeliver/redrive/pgstore => ../pgstore
 	github.com/redeliver-go/redeliver/redrive/sqlitestore => ../sqlitestore
 )
+
+replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
+
+replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest

@@ -1,4 +1,4 @@
-package kafkago_test
+package tests
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package kafkago
+package engine
 
 import (
 	"context"
@@ -72,7 +72,7 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 
 // highWater is how many buffered records stop the pump until the worker
 // takes some.
-func (cl *claim) highWater() int { return max(4*cl.g.c.cfg.maxBatch, 2048) }
+func (cl *claim) highWater() int { return max(4*cl.g.c.cfg.MaxBatch, 2048) }
 
 // run runs proc over the claim until it ends. It returns whether the claim
 // had been ended from outside (the generation's end or shutdown) when
@@ -189,8 +189,8 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // were first there, or at once when the maximum wait is 0.
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	var (
-		maxBatch = cl.g.c.cfg.maxBatch
-		maxWait  = cl.g.c.cfg.maxWait
+		maxBatch = cl.g.c.cfg.MaxBatch
+		maxWait  = cl.g.c.cfg.MaxWait
 		timer    *time.Timer
 		timeout  <-chan time.Time
 		waited   bool

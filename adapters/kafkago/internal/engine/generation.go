@@ -1,4 +1,4 @@
-package kafkago
+package engine
 
 import (
 	"context"
@@ -140,7 +140,7 @@ func (g *generation) fetchCommitted(ctx context.Context) (map[tp]committedOffset
 }
 
 func (g *generation) fetchOnce(ctx context.Context, req *kafka.OffsetFetchRequest) (map[tp]committedOffset, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.c.cfg.commitTimeout)
+	ctx, cancel := context.WithTimeout(ctx, g.c.cfg.CommitTimeout)
 	defer cancel()
 	resp, err := g.c.client.OffsetFetch(ctx, req)
 	if err != nil {
@@ -259,7 +259,7 @@ func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string)
 	if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
 		return stream.ErrRevoked
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), g.c.cfg.commitTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), g.c.cfg.CommitTimeout)
 	defer cancel()
 	// kafka.Client.OffsetCommit sends leader epoch 0 with every commit
 	// (its OffsetCommit has no epoch), so the request is sent as Kafka

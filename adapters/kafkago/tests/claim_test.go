@@ -1,4 +1,4 @@
-package kafkago
+package tests
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/kafkago/internal/engine"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -20,10 +21,10 @@ import (
 const testWait = 20 * time.Second
 
 // joined joins a kafka-go group on a new kfake cluster with one topic of
-// one partition and returns the cluster, a consumer (not running) and the
-// generation as the consumer serves it, with a claim for the partition
-// whose worker is not started.
-func joined(t *testing.T) (*kfake.Cluster, *generation, *claim) {
+// one partition and returns the cluster, the group's generation, and the
+// generation as the adapter's engine serves it under gctx, with a claim of
+// the partition whose worker is not started.
+func joined(t *testing.T, gctx context.Context) (*kfake.Cluster, *kafka.Generation, *engine.TestGeneration) {
 	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
@@ -35,7 +36,9 @@ func joined(t *testing.T) (*kfake.Cluster, *generation, *claim) {
 		t.Fatal(err)
 	}
 	gc := kafka.ConsumerGroupConfig{ID: "g", Brokers: kc.ListenAddrs(), Topics: []string{"t"}, HeartbeatInterval: 100 * time.Millisecond}
-	c, err := New(proc, WithGroupConfig(gc))
+	cfg := engine.DefaultConfig()
+	cfg.Group, cfg.GroupSet = gc, true
+	c, err := engine.New(proc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,10 +53,7 @@ func joined(t *testing.T) (*kfake.Cluster, *generation, *claim) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := &generation{c: c, gen: gen, gctx: context.Background(), fail: func(error) {}, stale: make(chan struct{})}
-	cl := newClaim(g, tp{"t", 0}, -1, "", context.Background())
-	g.claims = append(g.claims, cl)
-	return kc, g, cl
+	return kc, gen, engine.NewTestGeneration(c, gen, gctx, "t", 0)
 }
 
 func brokerOffset(t *testing.T, kc *kfake.Cluster) kadm.Offset {
@@ -77,7 +77,8 @@ func brokerOffset(t *testing.T, kc *kfake.Cluster) kadm.Offset {
 // the generation meanwhile, and checks that the end waits for the commit
 // and that commits are refused afterwards, without reaching the broker.
 func TestEndWaitsForCommitInFlight(t *testing.T) {
-	kc, g, cl := joined(t)
+	kc, _, g := joined(t, context.Background())
+	cl := g.Claim()
 	var (
 		inCommit = make(chan struct{})
 		release  = make(chan struct{})
@@ -100,7 +101,7 @@ func TestEndWaitsForCommitInFlight(t *testing.T) {
 	}
 	ended := make(chan struct{})
 	go func() {
-		g.end(errGenerationEnded)
+		g.End()
 		close(ended)
 	}()
 	select {
@@ -131,7 +132,8 @@ func TestEndWaitsForCommitInFlight(t *testing.T) {
 // TestCommitWritesMetadataUnderTheGeneration checks that a commit carries
 // its metadata and the generation's ID and member ID.
 func TestCommitWritesMetadataUnderTheGeneration(t *testing.T) {
-	kc, g, cl := joined(t)
+	kc, gen, g := joined(t, context.Background())
+	cl := g.Claim()
 	reqs := make(chan *kmsg.OffsetCommitRequest, 1)
 	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		reqs <- r.(*kmsg.OffsetCommitRequest)
@@ -141,8 +143,8 @@ func TestCommitWritesMetadataUnderTheGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := <-reqs
-	if req.Generation != g.gen.ID || req.MemberID != g.gen.MemberID {
-		t.Errorf("commit under generation %d member %q, want %d %q", req.Generation, req.MemberID, g.gen.ID, g.gen.MemberID)
+	if req.Generation != gen.ID || req.MemberID != gen.MemberID {
+		t.Errorf("commit under generation %d member %q, want %d %q", req.Generation, req.MemberID, gen.ID, gen.MemberID)
 	}
 	if o := brokerOffset(t, kc); o.At != 7 || o.Metadata != "rd1;r=2" {
 		t.Errorf("broker has offset %d metadata %q, want 7 %q", o.At, o.Metadata, "rd1;r=2")
@@ -152,16 +154,15 @@ func TestCommitWritesMetadataUnderTheGeneration(t *testing.T) {
 // TestStaleCommitIsRevoked answers a commit with ILLEGAL_GENERATION: the
 // claim reports stream.ErrRevoked and the generation is marked stale.
 func TestStaleCommitIsRevoked(t *testing.T) {
-	kc, g, cl := joined(t)
+	kc, _, g := joined(t, context.Background())
+	cl := g.Claim()
 	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		return commitError(r.(*kmsg.OffsetCommitRequest), 22), nil, true // ILLEGAL_GENERATION
 	})
 	if err := cl.Commit(context.Background(), 3, ""); !errors.Is(err, stream.ErrRevoked) {
 		t.Fatalf("commit answered ILLEGAL_GENERATION: %v, want stream.ErrRevoked", err)
 	}
-	select {
-	case <-g.stale:
-	default:
+	if !g.Stale() {
 		t.Error("the generation was not marked stale")
 	}
 }
@@ -187,15 +188,16 @@ func commitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitRe
 // kafka-go does (a failed heartbeat closes its context) before the manager
 // has noticed: commits are refused at once and reach no broker.
 func TestCommitRefusedOnceKafkaGoEndsTheGeneration(t *testing.T) {
-	kc, g, cl := joined(t)
+	gctx, end := context.WithCancel(context.Background())
+	defer end()
+	kc, _, g := joined(t, gctx)
+	cl := g.Claim()
 	var commits atomic.Int32
 	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
 		commits.Add(1)
 		return nil, nil, false
 	})
-	gctx, end := context.WithCancel(context.Background())
-	g.gctx = gctx
 	if err := cl.Commit(context.Background(), 1, ""); err != nil {
 		t.Fatalf("commit in the generation: %v", err)
 	}

@@ -1,0 +1,15 @@
+module github.com/redeliver-go/redeliver/adapters/kafkago
+
+go 1.25.0
+
+require (
+	github.com/redeliver-go/redeliver v0.0.0
+	github.com/segmentio/kafka-go v0.4.51
+)
+
+require (
+	github.com/klauspost/compress v1.15.9 // indirect
+	github.com/pierrec/lz4/v4 v4.1.15 // indirect
+)
+
+replace github.com/redeliver-go/redeliver => ../..

@@ -1,0 +1,217 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
+var ErrClosed = errors.New("kafkago: consumer closed")
+
+// errGenerationEnded is the cause of a claim whose generation ended (a
+// rebalance, a failed heartbeat, a commit the coordinator refused as stale).
+var errGenerationEnded = fmt.Errorf("kafkago: group generation ended: %w", stream.ErrRevoked)
+
+// Config is what the kafkago package's options set; its fields are
+// documented on those options.
+type Config struct {
+	Group         kafka.ConsumerGroupConfig
+	GroupSet      bool
+	Fetch         kafka.ReadBatchConfig
+	Client        *kafka.Client
+	MaxBatch      int
+	MaxWait       time.Duration
+	CommitTimeout time.Duration
+	Logger        *slog.Logger
+	OnAssigned    func(map[string][]int32)
+}
+
+// DefaultConfig returns the configuration before any option.
+func DefaultConfig() Config {
+	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second}
+}
+
+// Consumer runs a [stream.Processor] over the partitions a kafka-go consumer
+// group assigns it: for each generation, one worker goroutine per assigned
+// partition, started once the partition's committed offset and metadata
+// have been fetched, and stopped (its context cancelled, then waited for)
+// when the generation ends or the consumer stops.
+//
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once.
+type Consumer struct {
+	proc      *stream.Processor
+	cfg       Config
+	log       *slog.Logger
+	client    *kafka.Client
+	transport *kafka.Transport // built by New and owned; nil with WithClient
+	dialer    *kafka.Dialer    // the group's dialer, for the fetchers
+	brokers   []string         // the group's brokers
+	fetch     kafka.ReadBatchConfig
+	start     int64 // where a partition without a commit starts
+
+	started   atomic.Bool
+	mu        sync.Mutex
+	closed    bool
+	runCancel context.CancelCauseFunc
+	runDone   chan struct{}
+	wg        sync.WaitGroup // every goroutine Run starts
+}
+
+// New returns a Consumer that runs proc over the partitions of the consumer
+// group given by cfg.Group (kafkago.WithGroupConfig). It returns an error, and never panics,
+// when proc is nil, the group is not given, an option is out of range, or
+// the group or fetch configuration is one kafka-go would reject.
+func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
+	if proc == nil {
+		return nil, errors.New("kafkago: nil processor")
+	}
+	switch {
+	case !cfg.GroupSet:
+		return nil, errors.New("kafkago: no consumer group: give WithGroupConfig")
+	case cfg.MaxBatch < 1:
+		return nil, fmt.Errorf("kafkago: max batch %d, want at least 1", cfg.MaxBatch)
+	case cfg.MaxWait < 0:
+		return nil, fmt.Errorf("kafkago: max wait %v, want 0 or more", cfg.MaxWait)
+	case cfg.CommitTimeout <= 0:
+		return nil, fmt.Errorf("kafkago: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	}
+	group := cfg.Group // Validate fills in defaults: keep the caller's config as given
+	if err := group.Validate(); err != nil {
+		return nil, fmt.Errorf("kafkago: group config: %v", err)
+	}
+	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, runDone: make(chan struct{}), start: group.StartOffset}
+	if c.log == nil {
+		c.log = proc.Logger()
+	}
+	c.brokers, c.dialer = group.Brokers, group.Dialer // kafka.DefaultDialer when the group has none
+	if err := c.setFetch(cfg.Fetch); err != nil {
+		return nil, err
+	}
+	if cfg.Client != nil {
+		c.client = cfg.Client
+	} else {
+		d := group.Dialer
+		c.transport = &kafka.Transport{Dial: d.DialFunc, TLS: d.TLS, SASL: d.SASLMechanism, ClientID: d.ClientID}
+		if d.Timeout > 0 {
+			c.transport.DialTimeout = d.Timeout
+		}
+		c.client = &kafka.Client{Addr: kafka.TCP(group.Brokers...), Transport: c.transport}
+	}
+	return c, nil
+}
+
+// setFetch fills in the fetch configuration's defaults and checks it.
+func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
+	if f.MinBytes == 0 {
+		f.MinBytes = 1
+	}
+	if f.MaxBytes == 0 {
+		f.MaxBytes = 1e6
+	}
+	if f.MaxWait == 0 {
+		f.MaxWait = 10 * time.Second
+	}
+	switch {
+	case f.MinBytes < 0 || f.MaxBytes < 0 || f.MinBytes > f.MaxBytes:
+		return fmt.Errorf("kafkago: fetch config: MinBytes %d and MaxBytes %d, want 0 <= MinBytes <= MaxBytes", f.MinBytes, f.MaxBytes)
+	case f.MaxWait < 0:
+		return fmt.Errorf("kafkago: fetch config: MaxWait %v, want 0 or more", f.MaxWait)
+	case f.IsolationLevel != kafka.ReadUncommitted && f.IsolationLevel != kafka.ReadCommitted:
+		return fmt.Errorf("kafkago: fetch config: unknown IsolationLevel %d", f.IsolationLevel)
+	}
+	c.fetch = f
+	return nil
+}
+
+// Run joins the group and runs a worker per assigned partition, generation
+// after generation, until ctx is done, [Consumer.Close] is called, or a
+// worker fails. On return, every worker has stopped, its batch in flight
+// abandoned without a commit, and the consumer has left the group.
+//
+// Run returns nil after a clean shutdown: ctx done (cancelled or past its
+// deadline) or [Consumer.Close] called. Otherwise it returns the error that
+// stopped it, a worker's failure. It returns [ErrClosed] when Close was
+// called before it. It may be called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if !c.started.CompareAndSwap(false, true) {
+		return errors.New("kafkago: Run called more than once")
+	}
+	defer close(c.runDone)
+	parent := ctx
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	c.runCancel = cancel
+	c.mu.Unlock()
+
+	cg, err := kafka.NewConsumerGroup(c.cfg.Group)
+	if err != nil {
+		return fmt.Errorf("kafkago: %v", err)
+	}
+	for ctx.Err() == nil {
+		gen, err := cg.Next(ctx)
+		if err != nil {
+			if errors.Is(err, kafka.ErrGroupClosed) {
+				cancel(fmt.Errorf("kafkago: %v", err)) // only Run closes it: cannot happen
+			} else if ctx.Err() == nil {
+				c.log.Warn("redeliver: consumer group error, kafka-go joins again", "group", c.cfg.Group.ID, "error", err)
+			}
+			continue
+		}
+		c.serve(ctx, cancel, gen)
+	}
+	err = context.Cause(ctx)
+	// Closing the group ends the generation: its manager ends every claim
+	// and waits for their workers, then the member leaves the group.
+	_ = cg.Close()
+	c.wg.Wait()
+	if c.transport != nil {
+		c.transport.CloseIdleConnections()
+	}
+	c.log.Info("redeliver: consumer stopped", "group", c.cfg.Group.ID, "cause", err)
+	if parent.Err() != nil || errors.Is(err, ErrClosed) {
+		return nil // a clean shutdown
+	}
+	return err
+}
+
+// roundTrip sends req through the client's transport to the client's
+// cluster, as kafka.Client's own methods do.
+func (c *Consumer) roundTrip(ctx context.Context, req kafka.Request) (kafka.Response, error) {
+	rt := c.client.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	if c.client.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.client.Timeout)
+		defer cancel()
+	}
+	return rt.RoundTrip(ctx, c.client.Addr, req)
+}
+
+// Close stops [Consumer.Run] if it runs and waits for it to return. Close is
+// idempotent.
+func (c *Consumer) Close() {
+	c.mu.Lock()
+	c.closed = true
+	cancel := c.runCancel
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel(ErrClosed)
+		<-c.runDone
+	}
+}

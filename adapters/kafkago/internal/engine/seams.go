@@ -1,0 +1,45 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// TestGeneration is a generation of a group with a claim of one partition
+// whose worker is not started, for the adapter's tests of commits and of a
+// generation's end.
+type TestGeneration struct {
+	g  *generation
+	cl *claim
+}
+
+// NewTestGeneration returns the generation c would serve for gen, with gctx
+// as kafka-go's context of the generation, and a claim of the partition
+// with no committed offset.
+func NewTestGeneration(c *Consumer, gen *kafka.Generation, gctx context.Context, topic string, partition int32) *TestGeneration {
+	g := &generation{c: c, gen: gen, gctx: gctx, fail: func(error) {}, stale: make(chan struct{})}
+	cl := newClaim(g, tp{topic, partition}, -1, "", context.Background())
+	g.claims = append(g.claims, cl)
+	return &TestGeneration{g: g, cl: cl}
+}
+
+// Claim returns the partition's claim.
+func (t *TestGeneration) Claim() stream.Claim { return t.cl }
+
+// End ends the generation as a rebalance does, and returns when it has
+// ended.
+func (t *TestGeneration) End() { t.g.end(errGenerationEnded) }
+
+// Stale reports whether the coordinator refused a commit of the generation
+// as stale.
+func (t *TestGeneration) Stale() bool {
+	select {
+	case <-t.g.stale:
+		return true
+	default:
+		return false
+	}
+}

@@ -1,0 +1,28 @@
+module github.com/redeliver-go/redeliver/adapters/kafkago/tests
+
+go 1.26.0
+
+require github.com/redeliver-go/redeliver v0.0.0
+
+replace github.com/redeliver-go/redeliver => ../../..
+
+require (
+	github.com/redeliver-go/redeliver/adapters/internal/kafkatest v0.0.0
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0
+	github.com/segmentio/kafka-go v0.4.51
+	github.com/twmb/franz-go v1.22.2
+	github.com/twmb/franz-go/pkg/kadm v1.19.0
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	golang.org/x/text v0.43.0 // indirect
+)
+
+replace (
+	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../internal/kafkatest
+	github.com/redeliver-go/redeliver/adapters/kafkago => ..
+)
