@@ -30,7 +30,7 @@ import (
 // completes them. On kfake with the SQLite store.
 func TestShareGroupParks(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(map[string]string{
-		"group.share.heartbeat.interval.ms": "100",
+		"group.share.heartbeat.interval.ms":   "100",
 		"group.share.record.lock.duration.ms": "5000",
 	}))
 	if err != nil {
