@@ -44,6 +44,7 @@ comparisons=(
   "franz success p=1|franz|${RECORDS}x|BenchmarkSuccessPath/plain/raw/partitions=1|BenchmarkSuccessPath/plain/redeliver/partitions=1"
   "franz success p=8|franz|${RECORDS}x|BenchmarkSuccessPath/plain/raw/partitions=8|BenchmarkSuccessPath/plain/redeliver/partitions=8"
   "franz success p=8 snappy|franz|${RECORDS}x|BenchmarkSuccessPath/snappy/raw/partitions=8-snappy|BenchmarkSuccessPath/snappy/redeliver/partitions=8-snappy"
+  "franz success p=1000|franz|${RECORDS}x|BenchmarkScale/raw/partitions=1000|BenchmarkScale/redeliver/partitions=1000"
   "franz failure p=1|franz|${RECORDS}x|BenchmarkFailurePath/raw/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
   "franz failure p=8|franz|${RECORDS}x|BenchmarkFailurePath/raw/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "franz poison p=8|franz|${RECORDS}x|BenchmarkPoison/raw/partitions=8|BenchmarkPoison/redeliver/partitions=8"
@@ -160,3 +161,12 @@ END {
     }
   }
 }' "$OUT"
+
+# Memory, measured once (not a ratio of throughputs): the heap and the
+# goroutines per idle partition with 1,000 and 10,000 partitions, and the heap
+# a withheld batch retains against its bytes (franz-go adapter).
+if [[ "franz memory" =~ $ONLY ]]; then
+  echo
+  echo "franz memory, one run each (-benchtime 1x):"
+  "$bin/franz.test" -test.run '^$' -test.bench '^(BenchmarkIdlePartitions|BenchmarkWithheldBatchHeap)$' -test.benchtime 1x 2>&1 | grep '^Benchmark'
+fi

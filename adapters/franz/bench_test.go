@@ -278,6 +278,17 @@ func cpuTime() int64 {
 // partitions, record i to partition i % partitions.
 func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, n int, compressed bool) {
 	b.Helper()
+	produceSized(b, addrs, topic, partitions, n, 100, compressed)
+}
+
+// benchProduceSized is benchProduce with records of size bytes, uncompressed.
+func benchProduceSized(b *testing.B, addrs []string, topic string, partitions int32, n, size int) {
+	b.Helper()
+	produceSized(b, addrs, topic, partitions, n, size, false)
+}
+
+func produceSized(b *testing.B, addrs []string, topic string, partitions int32, n, size int, compressed bool) {
+	b.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1 << 20)}
 	if !compressed {
@@ -293,7 +304,7 @@ func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, 
 	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, nil, topic); err != nil || resp.Err != nil {
 		b.Fatal(err, resp.Err)
 	}
-	value := make([]byte, 100)
+	value := make([]byte, size)
 	var (
 		wg    sync.WaitGroup
 		first atomic.Value
