@@ -11,7 +11,7 @@ import (
 // each reproducing the schedule of that SDK's released code (defaults, caps,
 // integer rounding and where the jitter goes), not the simplified formula of
 // its documentation. Each preset's doc names the file it reproduces and says
-// where the code and the seed's text differ.
+// where the code and its documentation differ.
 //
 // Retry numbers. A preset's Backoff is called with n = 1 for the first
 // redelivery after the first failed attempt; each doc says which counter of
@@ -125,19 +125,19 @@ const cRandMax = 1<<31 - 1
 //	..._WITH_JITTER      (unsigned)(min(2^(k-1)*initial, max) * (1 + pct/100.0 * rand()/(double)RAND_MAX))
 //	RANDOM               (unsigned)(initial * (rand()/(double)RAND_MAX))
 //
-// Where the code differs from the requirements text of seed 000 (and from the
-// simplified formulas of DESIGN.md):
+// Where the code differs from the SDK's requirements text (and from the
+// simplified formulas usually quoted for it):
 //   - The first retry is immediate and retry n waits the formula for n-1:
 //     with the defaults, EXPONENTIAL_BACKOFF_WITH_JITTER waits
 //     0, 1, 2, 4, 8, 16, 30 or 31, 30 or 31 ... seconds, not 1, 2, 4, ...
 //   - Since pull request #1469 the linear and exponential policies are capped
-//     by max_delay_in_secs, 30 seconds by default, which the seed does not
+//     by max_delay_in_secs, 30 seconds by default, which the requirements do not
 //     have. INTERVAL and RANDOM are not capped. The jitter is applied after the
 //     cap, so a jittered wait can exceed the cap by up to pct percent.
 //   - Waits are unsigned int seconds: the product is truncated. 5 % of 1, 2,
 //     4, 8 or 16 s is less than a second, so with the defaults the jitter only
 //     shows at the cap (30 s becomes 31 s when rand() >= RAND_MAX*2/3).
-//   - The seed's formula (max_jitter_percent / 100) * (rand() / RAND_MAX) is
+//   - The requirements' formula (max_jitter_percent / 100) * (rand() / RAND_MAX) is
 //     0 in C integer arithmetic (unless both quotients are 1), and releases
 //     before the fix of issue #143 shipped exactly that: no jitter at all.
 //     The released code divides by 100.0 and (double)RAND_MAX.
@@ -322,7 +322,7 @@ const (
 // mechanism will stop after DefaultOperationTimeoutInMilliseconds", 4
 // minutes, which the SDK counts from the start of the operation, redeliver
 // from the first failure). See [AzureIoTJavaWith] for the arithmetic, the
-// source file and the differences from seed 002. With n = 1 .. 8 and every J
+// source file and the differences from the SDK's retry guide. With n = 1 .. 8 and every J
 // at 100ms: 0s 200ms 400ms 800ms 1.6s 3.2s 6.4s 10s.
 func AzureIoTJava() Policy {
 	return azureIoTJavaPolicy(AzureIoTJavaRetryCount, 100, 10000, 100, true)
@@ -349,19 +349,19 @@ func AzureIoTJava() Policy {
 //	  e  = (int)((Math.pow(2, x) - 1) * (r + lo))
 //	  wait = (int)Math.min(minBackoff + (double)e, maxBackoff) milliseconds
 //
-// with Java's saturating (int) casts. Where the code differs from seed 002:
-//   - The seed gives the jitter as rand(C*(1-Jd), C*(1-Ju)) with Jd = 0.5 and
+// with Java's saturating (int) casts. Where the code differs from the SDK's retry guide:
+//   - The guide gives the jitter as rand(C*(1-Jd), C*(1-Ju)) with Jd = 0.5 and
 //     Ju = 0.25, that is 50ms to 75ms (and a "1-Ju" that should read "1+Ju");
 //     the code draws a whole number of milliseconds in [0.8*delta, 1.2*delta),
 //     80ms to 119ms by default, through nextInt's exclusive bound.
 //   - The first retry is immediate (firstFastRetry, true by default), which
-//     the seed does not mention; without it, the first retry waits minBackoff.
+//     the guide does not mention; without it, the first retry waits minBackoff.
 //   - The exponent is 2^x - 1 of the 0-based retry count: 0, 1, 3, 7, ...
-//     times J, the seed's 2^(x-1) - 1 read with a 1-based x.
+//     times J, the guide's 2^(x-1) - 1 read with a 1-based x.
 //   - Every intermediate is truncated to a Java int of milliseconds, and the
 //     cap applies after minBackoff is added.
 //   - The retry count (Integer.MAX_VALUE by default) and the operation timeout
-//     (4 minutes) bound the retries; the seed names neither.
+//     (4 minutes) bound the retries; the guide names neither.
 //
 // IotHubTransport's message resend path passes the retry number after
 // incrementing it (x = n); to reproduce that path, note that its schedule is
@@ -462,20 +462,20 @@ const BackoffAlgorithmRetryForever = math.MaxUint32
 // where nextJitterMax starts at backOffBase and, after each retry, doubles
 // while it is below maxBackOff/2 (integer division) and otherwise becomes
 // maxBackOff. randomValue is the caller's uint32, drawn as floor(U * 2^32).
-// Where the code differs from the retry utilities of seed 001 (AWS IoT Device
-// SDK C 202009.00) and their formula random_between(0, min(2^n * base, max)):
+// Where the code differs from the retry utilities of the AWS IoT Device
+// SDK for Embedded C (202009.00) and their formula random_between(0, min(2^n * base, max)):
 //   - The unit is milliseconds in uint16 (at most 65.535s), not seconds.
-//   - The first window is exactly backOffBase: the seed's reset adds a random
+//   - The first window is exactly backOffBase: the SDK's reset adds a random
 //     rand() % MAX_JITTER_VALUE_SECONDS to it. It is not capped either: a base
 //     above maxBackOff is used once, then the window becomes maxBackOff.
-//   - The pick includes the window's top (% (J+1), 0 to J); the seed's
+//   - The pick includes the window's top (% (J+1), 0 to J); the SDK's
 //     rand() % nextJitterMax excludes it.
 //   - Once the window reaches maxBackOff/2 it jumps to maxBackOff, where the
-//     seed's code stops doubling and never reaches the cap. This also differs
+//     SDK's code stops doubling and never reaches the cap. This also differs
 //     from min(2^n * base, max): base 5, max 11 gives windows 5, 11, 11 where
 //     the formula gives 5, 10, 11.
 //   - The random number is the caller's uint32, not rand().
-//   - maxAttempts counts retries; 0 means none. In the seed, and in the
+//   - maxAttempts counts retries; 0 means none. In the SDK's utilities, and in the
 //     first backoffAlgorithm (as shipped in the SDK's 202011.00 release),
 //     0 meant forever.
 func BackoffAlgorithm(backOffBase, maxBackOff uint16, maxAttempts uint32) Policy {
@@ -614,8 +614,8 @@ func webJobsBackoff(minTicks, maxTicks, deltaTicks int64) Backoff {
 // attribute keeps one RandomizedExponentialBackoffStrategy(minimumInterval,
 // maximumInterval) in the RetryContext.State of one invocation, and the
 // executor gives retry n RetryCount n, stopping after maxRetryCount retries.
-// Where the code differs from DESIGN.md's "between minimumInterval and
-// maximumInterval, randomized" (no seed describes it):
+// Where the code differs from the common description, "between minimumInterval and
+// maximumInterval, randomized" (Azure Functions documents nothing more precise):
 //   - The first retry waits exactly minimumInterval: nothing is random.
 //   - Only the increment over minimumInterval is randomized, by +-20%, and it
 //     doubles at each retry starting from deltaBackoff = minimumInterval.
