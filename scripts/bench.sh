@@ -170,3 +170,15 @@ if [[ "franz memory" =~ $ONLY ]]; then
   echo "franz memory, one run each (-benchtime 1x):"
   "$bin/franz.test" -test.run '^$' -test.bench '^(BenchmarkIdlePartitions|BenchmarkWithheldBatchHeap)$' -test.benchtime 1x 2>&1 | grep '^Benchmark'
 fi
+
+# Redelivery lateness through each adapter, measured once: from a retry's
+# due time to the handler's call, with 1, 8 and 100 partitions in backoff at
+# once (2,000 redeliveries each).
+if [[ "adapter lateness" =~ $ONLY ]]; then
+  echo
+  echo "adapter lateness, one run each (-benchtime 2000x):"
+  for binary in franz kafkago; do
+    "$bin/$binary.test" -test.run '^$' -test.bench '^BenchmarkRedeliveryLateness$' -test.benchtime 2000x 2>&1 |
+      grep '^Benchmark' | sed "s/^Benchmark/$binary: Benchmark/"
+  done
+fi
