@@ -35,7 +35,9 @@
 // JSON, and the Resume and Skip actions for partitions that
 // [stream.StopPartition] stopped; see [Host.Handler]. The page is HTML
 // rendered by the host from the standard library, with no build step, and
-// reloads itself.
+// reloads itself. With a re-drive store ([WithRedrive]), it also lists each
+// function's parked entries, and a function whose policy says onExhausted
+// park parks there (without a store, it is an error at start).
 //
 // # Shutdown
 //

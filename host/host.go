@@ -18,6 +18,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -73,6 +74,8 @@ type config struct {
 	token     string
 	refresh   time.Duration
 	now       func() time.Time
+	store     redrive.Store
+	parkOpts  []redrive.Option
 }
 
 // WithLogger sets the logger the host, every processor and every consumer
@@ -145,6 +148,19 @@ func WithToken(token string) Option {
 // is 2s.
 func WithRefresh(d time.Duration) Option {
 	return hostOption(func(c *config) { c.refresh = d })
+}
+
+// WithRedrive gives the host a re-drive store: a function whose policy says
+// onExhausted park parks its given-up records there (through [redrive.Park],
+// with the expiry of host.json's redrive section, 5 minutes without one;
+// opts go to Park, such as [redrive.WithClock]), and the status page lists
+// each function's entries (those of records from its trigger's topic). Open
+// the store from the redrive section (sqlitestore.Open, pgstore.Open) and
+// close it after Run returns. The host parks but does not re-drive: run a
+// [redrive.Scheduler] on the same store for that. The default has no store,
+// and Run refuses to start a function whose policy parks.
+func WithRedrive(store redrive.Store, opts ...redrive.Option) Option {
+	return hostOption(func(c *config) { c.store, c.parkOpts = store, opts })
 }
 
 // WithMiddleware adds middleware: given to [New], it wraps every function's
@@ -417,6 +433,10 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionDeadLetter {
 			needPub = true
 		}
+		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionPark && h.c.store == nil {
+			problems = append(problems, fmt.Sprintf("host: function %s: the policy of %s says onExhausted park, which needs a re-drive store: "+
+				"give host.WithRedrive(store), with the store opened from host.json's redrive section (sqlitestore.Open or pgstore.Open)", f.name, f.policy.Origin))
+		}
 	}
 	if len(problems) > 0 {
 		return noop, errors.New(strings.Join(problems, "\n"))
@@ -490,9 +510,20 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	// The function's own policy, or the host-wide one when the file gives
 	// it none (CheckFunctions has already refused policies of functions the
 	// host does not run).
-	opts, err := h.cfg.FunctionOptions(f.name, pub)
-	if errors.Is(err, hostconfig.ErrUnknownFunction) {
-		opts, err = h.cfg.Options(pub)
+	var (
+		opts []stream.Option
+		err  error
+	)
+	if h.c.store != nil {
+		opts, err = redrive.FunctionHostOptions(h.cfg, f.name, pub, h.c.store, h.c.parkOpts...)
+		if errors.Is(err, hostconfig.ErrUnknownFunction) {
+			opts, err = redrive.HostOptions(h.cfg, pub, h.c.store, h.c.parkOpts...)
+		}
+	} else {
+		opts, err = h.cfg.FunctionOptions(f.name, pub)
+		if errors.Is(err, hostconfig.ErrUnknownFunction) {
+			opts, err = h.cfg.Options(pub)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("host: function %s: %w", f.name, err)

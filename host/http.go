@@ -51,7 +51,7 @@ func (h *Host) newMux() http.Handler {
 	})
 	mux.HandleFunc("GET /{$}", h.page)
 	mux.HandleFunc("GET /status.json", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, h.Status())
+		writeJSON(w, http.StatusOK, h.status(r.Context()))
 	})
 	mux.HandleFunc("POST /actions/resume", h.action(h.Resume))
 	mux.HandleFunc("POST /actions/skip", h.action(h.Skip))
@@ -227,12 +227,16 @@ type pageData struct {
 	SignedIn bool
 	Stopped  int
 	Backoff  int
+	Parked   int // entries not done, in every function's part of the store
 }
 
 func (h *Host) page(w http.ResponseWriter, r *http.Request) {
-	d := pageData{Status: h.Status(), Msg: r.URL.Query().Get("msg"), Refresh: h.c.refresh, Token: h.c.token != ""}
+	d := pageData{Status: h.status(r.Context()), Msg: r.URL.Query().Get("msg"), Refresh: h.c.refresh, Token: h.c.token != ""}
 	d.SignedIn = d.Token && h.authorized(r)
 	for _, f := range d.Functions {
+		if f.Parked != nil {
+			d.Parked += f.Parked.Total()
+		}
 		for _, p := range f.Partitions {
 			switch p.State {
 			case StateStopped:

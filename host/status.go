@@ -2,6 +2,7 @@ package host
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -41,9 +43,95 @@ type FunctionStatus struct {
 	// received an assignment.
 	Assigned   bool              `json:"assigned"`
 	Partitions []PartitionStatus `json:"partitions"`
-	// Parked entries of the re-drive store will be listed here once the
-	// re-drive exists.
+	// Parked lists the entries of the re-drive store for records of the
+	// function's topic (see [WithRedrive]); nil when the host has no store.
+	Parked *ParkedStatus `json:"parked,omitempty"`
 }
+
+// ParkedStatus is a function's part of the re-drive store: the entries
+// that are not done, of records from the function's topic. Functions that
+// read the same topic show the same entries.
+type ParkedStatus struct {
+	// Parked, Retrying and TimedOut count the entries in each status, up
+	// to [MaxParkedCount] each; More says a count stopped there.
+	Parked   int  `json:"parked"`
+	Retrying int  `json:"retrying"`
+	TimedOut int  `json:"timedOut"`
+	More     bool `json:"more,omitempty"`
+	// Entries are the first [MaxParkedShown] of them, oldest first.
+	Entries []ParkedEntry `json:"entries"`
+	// Error says why the store could not be read, if it could not.
+	Error string `json:"error,omitempty"`
+}
+
+// ParkedEntry is one entry of a [ParkedStatus].
+type ParkedEntry struct {
+	ID  int64  `json:"id"`
+	Key string `json:"key"`
+	// State is the entry's state name (REDELIVER_PARKED, ..._RETRY,
+	// ..._TIMEOUT, or the application's own); Status its status (parked,
+	// retrying, timed_out).
+	State  string `json:"state"`
+	Status string `json:"status"`
+	// The record's position.
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+	// Redrives counts its re-drives so far.
+	Redrives  int    `json:"redrives"`
+	LastError string `json:"lastError,omitempty"`
+	// Parked is when it was parked; NextAt when the scheduler next re-drives
+	// (or times out) it, zero for a timed-out entry.
+	Parked time.Time `json:"parked"`
+	NextAt time.Time `json:"nextAt,omitzero"`
+}
+
+// The bounds of a [ParkedStatus], which the status page reads on every
+// refresh.
+const (
+	MaxParkedCount = 1000
+	MaxParkedShown = 20
+)
+
+// storeTimeout bounds the reading of the re-drive store for a status.
+const storeTimeout = 2 * time.Second
+
+// parked reads the entries of topic from the store.
+func parked(ctx context.Context, store redrive.Store, topic string) *ParkedStatus {
+	ctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	defer cancel()
+	ps := &ParkedStatus{Entries: []ParkedEntry{}}
+	var all []redrive.Entry
+	for _, st := range []redrive.Status{redrive.Parked, redrive.Retrying, redrive.TimedOut} {
+		es, err := store.List(ctx, redrive.Filter{Status: st, Topic: topic, Limit: MaxParkedCount + 1})
+		if err != nil {
+			ps.Error = err.Error()
+			return ps
+		}
+		if len(es) > MaxParkedCount {
+			es, ps.More = es[:MaxParkedCount], true
+		}
+		switch st {
+		case redrive.Parked:
+			ps.Parked = len(es)
+		case redrive.Retrying:
+			ps.Retrying = len(es)
+		default:
+			ps.TimedOut = len(es)
+		}
+		all = append(all, es...)
+	}
+	slices.SortFunc(all, func(a, b redrive.Entry) int { return cmp.Compare(a.ID, b.ID) })
+	for _, e := range all[:min(len(all), MaxParkedShown)] {
+		ps.Entries = append(ps.Entries, ParkedEntry{ID: e.ID, Key: e.Key, State: e.State(), Status: e.Status.String(),
+			Topic: e.Message.Topic, Partition: e.Message.Partition, Offset: e.Message.Offset, Redrives: e.Redrives,
+			LastError: e.LastError, Parked: e.Created.Local(), NextAt: e.DueAt.Local()})
+	}
+	return ps
+}
+
+// Total is the number of entries counted.
+func (p *ParkedStatus) Total() int { return p.Parked + p.Retrying + p.TimedOut }
 
 // The states of a partition.
 const (
@@ -290,8 +378,11 @@ func (s *fnStatus) snapshot() FunctionStatus {
 }
 
 // Status returns the host's status: every function with its claimed
-// partitions.
-func (h *Host) Status() Status {
+// partitions, and its entries of the re-drive store when the host has one
+// (read with a timeout of 2 seconds).
+func (h *Host) Status() Status { return h.status(context.Background()) }
+
+func (h *Host) status(ctx context.Context) Status {
 	ready, reason := h.Ready()
 	st := Status{Ready: ready, Reason: reason, Time: h.c.now(), Functions: []FunctionStatus{}}
 	h.mu.Lock()
@@ -306,7 +397,11 @@ func (h *Host) Status() Status {
 			st.Functions = append(st.Functions, FunctionStatus{Name: f.name, Policy: describePolicy(h.cfg.Function(f.name))})
 			continue
 		}
-		st.Functions = append(st.Functions, statuses[i].snapshot())
+		fs := statuses[i].snapshot()
+		if h.c.store != nil {
+			fs.Parked = parked(ctx, h.c.store, fs.Topic)
+		}
+		st.Functions = append(st.Functions, fs)
 	}
 	return st
 }

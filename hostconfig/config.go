@@ -49,20 +49,6 @@ type Config struct {
 
 	keys     []functionKey        // where the file names functions, for CheckFunctions
 	settings map[string][]Setting // by function name, "" for the host-wide policy
-
-	// Sources says where each value in force was read, by JSON path:
-	// "host.json:4:22" (file:line:column) or "environment NAME" (the
-	// variable that overrode the file). The paths are those of the
-	// policies' fields, e.g. "checkpointRetryPolicy.retryCount",
-	// "checkpointRetryPolicy.strategy.initialDelay",
-	// "checkpointRetryPolicy.functions.orders.maxDelay" (a function's
-	// inherited value has the place of the host-wide one),
-	// "retry.maxRetryCount", and of each function's entry,
-	// "checkpointRetryPolicy.functions.orders". A field that is not listed
-	// holds its default.
-	Sources map[string]string
-
-	fnPaths map[string]string // the JSON path of each function, by name
 }
 
 // ErrUnknownFunction is matched by the error of [Config.FunctionPolicy] and

@@ -94,27 +94,7 @@ func (d *decoder) config(root *node) *Config {
 	}
 	cfg.Warnings = d.warnings
 	cfg.keys, cfg.settings = d.keys, d.settings
-	cfg.Sources, cfg.fnPaths = d.sources, d.fnPaths
 	return cfg
-}
-
-// source records where the values of the fields f of the policy at path
-// were read, the parameters of a strategy object included.
-func (d *decoder) source(path string, f map[string]*member) {
-	if d.sources == nil {
-		d.sources = map[string]string{}
-	}
-	for k, m := range f {
-		if m.val.kind != '{' {
-			d.sources[path+"."+k] = d.pos(m.val)
-			continue
-		}
-		for _, p := range m.val.members { // an object's own fields
-			if p.val != nil {
-				d.sources[path+"."+k+"."+p.key] = d.pos(p.val)
-			}
-		}
-	}
 }
 
 // nearSection warns about a section that is not ours but is spelt almost
@@ -297,19 +277,6 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 			inherited[v] = own[k] == nil
 		}
 		d.setSettings(m.key, d.settingsOf(eff, policyFields, inherited))
-		if d.fnPaths == nil {
-			d.fnPaths = map[string]string{}
-		}
-		d.fnPaths[m.key] = m.val.path
-		if d.sources == nil {
-			d.sources = map[string]string{}
-		}
-		if m.val.fromEnv() {
-			d.sources[m.val.path] = d.pos(m.val)
-		} else {
-			line, col := d.lineCol(m.keyOff)
-			d.sources[m.val.path] = fmt.Sprintf("%s:%d:%d", d.file, line, col)
-		}
 	}
 	return host, fns
 }
@@ -319,7 +286,6 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 // missing field.
 func (d *decoder) policy(n *node, f map[string]*member, inherit string) RetryPolicy {
 	p := RetryPolicy{Origin: n.path + " (" + d.pos(n) + ")"}
-	d.source(n.path, f)
 	rc := f["retryCount"]
 	if rc == nil {
 		d.add(n, "retryCount is missing%s: want -1 (retry forever), 0 (never) or a number of retries", inherit)
@@ -560,7 +526,6 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 	}
 	p := RetryPolicy{Origin: n.path + " (" + d.pos(n) + ")"}
 	d.retryFields = d.settingsOf(f, retryFields, nil)
-	d.source(n.path, f)
 	if m := f["maxRetryCount"]; m != nil {
 		// The Functions host binds this section with .NET's configuration
 		// binder, which reads the string "3" as 3.

@@ -25,7 +25,8 @@
 //     connection string, which is never written in the file.
 //
 // [Config.Settings] and [Trigger.Settings] say where each value in force
-// was written: the file's line:column or the environment variable.
+// was written: the file's line:column or the environment variable;
+// [Config.Explain] says it in words.
 //
 // Keys match case-insensitively, as in Azure Functions. Intervals are .NET
 // TimeSpan text or Go durations (see [ParseDuration]). Environment variables
@@ -36,8 +37,6 @@
 //
 // Print [Config.Warnings] at start-up: they are the only report of what
 // was read but is not in force, such as a misspelt section name.
-// [Config.Sources] says where each value came from (file:line:column or
-// environment variable), and [Config.Explain] says it in words.
 //
 // retryCount counts retries, not attempts: 10 delivers a batch at most 11
 // times; -1 retries forever, 0 never.

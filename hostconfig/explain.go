@@ -31,8 +31,7 @@ func (c *Config) Explain() string {
 		b.WriteString("No host-wide retry policy: a failed batch is not retried and the stream moves on.\n")
 	} else {
 		b.WriteString(c.Host.Explain())
-		path, _, _ := strings.Cut(c.Host.Origin, " (")
-		b.WriteString(c.explainSources(path))
+		b.WriteString(explainSettings(c.Settings("")))
 	}
 	names := make([]string, 0, len(c.Functions))
 	for n := range c.Functions {
@@ -42,7 +41,7 @@ func (c *Config) Explain() string {
 	for _, n := range names {
 		p := c.Functions[n]
 		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, p.Explain())
-		b.WriteString(c.explainSources(c.fnPaths[n]))
+		b.WriteString(explainSettings(c.Settings(n)))
 	}
 	if c.Redrive != nil {
 		b.WriteString("\n" + c.Redrive.Explain())
@@ -53,25 +52,17 @@ func (c *Config) Explain() string {
 	return b.String()
 }
 
-// explainSources says where the fields of the policy at path were read.
-func (c *Config) explainSources(path string) string {
-	if path == "" {
+// explainSettings says where the values of a policy were written, by
+// field name.
+func explainSettings(settings []Setting) string {
+	if len(settings) == 0 {
 		return ""
 	}
-	var fields []string
-	for k := range c.Sources {
-		if f, ok := strings.CutPrefix(k, path+"."); ok && !strings.HasPrefix(f, "functions") {
-			fields = append(fields, f)
-		}
+	parts := make([]string, len(settings))
+	for i, s := range settings {
+		parts[i] = s.Field + " from " + s.Source
 	}
-	if len(fields) == 0 {
-		return ""
-	}
-	sort.Strings(fields)
-	parts := make([]string, len(fields))
-	for i, f := range fields {
-		parts[i] = f + " from " + c.Sources[path+"."+f]
-	}
+	sort.Strings(parts)
 	return "Values: " + strings.Join(parts, "; ") + "; anything else is a default.\n"
 }
 

@@ -97,7 +97,7 @@ func (l Loader) Parse(name string, data []byte) (*Config, error) {
 	if environ == nil {
 		environ = os.Environ
 	}
-	d := &decoder{file: name, src: data, prefix: l.prefix(), sources: map[string]string{}}
+	d := &decoder{file: name, src: data, prefix: l.prefix()}
 	root := d.parse(data)
 	if root != nil {
 		d.overlay(root, environ())
@@ -234,8 +234,6 @@ type decoder struct {
 	settings    map[string][]Setting // by function name, "" for the host-wide policy
 	retryFields []Setting            // the retry section's, in force when checkpointRetryPolicy sets no host-wide policy
 	prefix      string               // of the environment overrides, with its "__"
-	sources     map[string]string    // where each value was read, by JSON path
-	fnPaths     map[string]string    // the JSON path of each function, by name
 }
 
 // setSettings records the settings of the policy of function ("" for the

@@ -2,6 +2,7 @@ package hostconfig
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,10 +87,13 @@ func (c *Config) Trigger(name string) (Trigger, bool) {
 }
 
 // Settings returns the settings of the policy in force for the function
-// called name ("" for the host-wide policy), in the order of the file's
-// fields, each with where it was written; nil when the file sets no policy
-// for it (the defaults are in force). A function without a policy of its
-// own has the host-wide settings.
+// called name ("" for the host-wide policy), in the order of the policy's
+// fields (a strategy or onExhausted object's own fields as
+// "strategy.initialDelay"), each with where it was written; nil when the
+// file sets no policy for it (the defaults are in force). A function
+// without a policy of its own has the host-wide settings, marked
+// Inherited. A field that is not listed holds its default. This is where
+// [Config.Explain] and the redeliver CLI read the origin of each value.
 func (c *Config) Settings(function string) []Setting {
 	if function != "" {
 		for n, s := range c.settings {
@@ -97,6 +101,11 @@ func (c *Config) Settings(function string) []Setting {
 				return s
 			}
 		}
+		host := slices.Clone(c.settings[""])
+		for i := range host {
+			host[i].Inherited = true
+		}
+		return host
 	}
 	return c.settings[""]
 }

@@ -78,8 +78,15 @@ func TestPolicySettings(t *testing.T) {
 	if got := cfg.Settings("Payments"); !reflect.DeepEqual(got, payments) {
 		t.Errorf("payments settings = %+v\nwant %+v", got, payments)
 	}
-	if got := cfg.Settings("orders"); !reflect.DeepEqual(got, host) {
-		t.Errorf("orders (no policy of its own) settings = %+v\nwant the host's", got)
+	inherited := []hostconfig.Setting{
+		{Field: "retryCount", Value: "7", Source: "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount", Inherited: true},
+		{Field: "sleepDuration", Value: `"00:00:05"`, Source: "host.json:5:22", Inherited: true},
+	}
+	if got := cfg.Settings("orders"); !reflect.DeepEqual(got, inherited) {
+		t.Errorf("orders (no policy of its own) settings = %+v\nwant the host's, inherited", got)
+	}
+	if got := cfg.Settings(""); !reflect.DeepEqual(got, host) {
+		t.Errorf("host settings after a function's = %+v: the host's were changed", got)
 	}
 }
 

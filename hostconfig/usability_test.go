@@ -129,14 +129,26 @@ func TestExplainSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, want := range map[string]string{
-		"checkpointRetryPolicy.retryCount":                  "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount",
-		"checkpointRetryPolicy.sleepDuration":               "host.json:4:22",
-		"checkpointRetryPolicy.functions.orders.retryCount": "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount",
-		"checkpointRetryPolicy.functions.orders.maxDelay":   "host.json:5:42",
+	source := func(function, field string) (string, bool) {
+		for _, s := range cfg.Settings(function) {
+			if s.Field == field {
+				return s.Source, s.Inherited
+			}
+		}
+		return "", false
+	}
+	for _, c := range []struct {
+		function, field, want string
+		inherited             bool
+	}{
+		{"", "retryCount", "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount", false},
+		{"", "sleepDuration", "host.json:4:22", false},
+		{"orders", "retryCount", "environment AzureFunctionsJobHost__checkpointRetryPolicy__retryCount", true},
+		{"orders", "maxDelay", "host.json:5:42", false},
+		{"payments", "sleepDuration", "host.json:4:22", true}, // no policy of its own: the host-wide one's
 	} {
-		if got := cfg.Sources[path]; got != want {
-			t.Errorf("Sources[%s] = %q, want %q", path, got, want)
+		if got, inh := source(c.function, c.field); got != c.want || inh != c.inherited {
+			t.Errorf("Settings(%q) %s from %q (inherited %v), want %q (inherited %v)", c.function, c.field, got, inh, c.want, c.inherited)
 		}
 	}
 	out := cfg.Explain()

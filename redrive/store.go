@@ -41,6 +41,18 @@ type Store interface {
 	// nothing is due.
 	Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []Entry) []Change) (claimed int, applied []Change, err error)
 
+	// Requeue makes the entry called key due at time at, parked again:
+	// the next sweep from at on re-drives it. It is what an operator does
+	// for an entry that waits too long (parked or retrying) or was timed
+	// out: an entry timed out by the retry timeout gets one more re-drive,
+	// and times out again if nothing completes it within its expiry, since
+	// the retry timeout counts from its creation, which Requeue keeps, as
+	// it keeps the number of re-drives and the last error. It returns the
+	// entry as changed. For a done entry it changes nothing and returns the
+	// entry with an error matching [ErrNotPending]; for a missing one, an
+	// error matching [ErrNotFound].
+	Requeue(ctx context.Context, key string, at time.Time) (Entry, error)
+
 	// List returns entries by ascending ID, as the filter selects.
 	List(ctx context.Context, f Filter) ([]Entry, error)
 }
@@ -49,6 +61,9 @@ type Store interface {
 type Filter struct {
 	// Status selects entries in this status; 0 selects all.
 	Status Status
+	// Topic selects entries whose record came from this topic; "" selects
+	// all.
+	Topic string
 	// AfterID selects entries whose ID is greater, for paging.
 	AfterID int64
 	// Limit caps the number of entries; 0 means 1000.
@@ -64,5 +79,5 @@ const DefaultListLimit = 1000
 var ErrNotFound = errors.New("redrive: no such entry")
 
 // ErrNotPending is matched by the error [Store.Complete] returns for an
-// entry already done or timed out.
+// entry already done or timed out, and [Store.Requeue] for a done one.
 var ErrNotPending = errors.New("redrive: entry is not pending")

@@ -112,29 +112,18 @@ func explainHost(cfg *hostconfig.Config) explained {
 func explainFunction(cfg *hostconfig.Config, name string) explained {
 	x := explained{Function: name}
 	p := cfg.Function(name)
-	_, x.Own = lookupFold(cfg.Functions, name)
+	_, err := cfg.FunctionPolicy(name)
+	x.Own = !errors.Is(err, hostconfig.ErrUnknownFunction)
 	if p != nil {
 		x.Origin = p.Origin
 	}
 	x.Text = p.Explain()
-	x.Settings = cfg.Settings(name)
-	if !x.Own {
-		x.Settings = inherited(x.Settings)
-	}
+	x.Settings = cfg.Settings(name) // a function without a policy of its own: the host's, marked inherited
 	x.Defaults = defaultsOf(x.Settings)
 	if t, ok := cfg.Trigger(name); ok {
 		x.Trigger = &t
 	}
 	return x
-}
-
-// inherited marks settings as the host-wide policy's.
-func inherited(s []hostconfig.Setting) []hostconfig.Setting {
-	out := slices.Clone(s)
-	for i := range out {
-		out[i].Inherited = true
-	}
-	return out
 }
 
 // defaultsOf lists the policy fields that no setting gives, with what that
@@ -229,19 +218,6 @@ func knownFunctions(cfg *hostconfig.Config) []string {
 	}
 	slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
 	return names
-}
-
-func lookupFold[V any](m map[string]V, key string) (V, bool) {
-	if v, ok := m[key]; ok {
-		return v, true
-	}
-	for k, v := range m {
-		if strings.EqualFold(k, key) {
-			return v, true
-		}
-	}
-	var zero V
-	return zero, false
 }
 
 // nearest returns the name of names closest to name when it is close

@@ -1,7 +1,7 @@
 // Command redeliver is the operator's tool for redeliver: it checks and
 // explains host.json files, decodes the retry state redeliver commits with
-// a checkpoint, and shows a consumer group's committed offsets with that
-// state decoded.
+// a checkpoint, shows a consumer group's committed offsets with that
+// state decoded, and lists and changes the entries of the re-drive store.
 //
 // Usage:
 //
@@ -13,6 +13,7 @@
 //	explain  the effective policies, their schedules, and where each value came from
 //	state    decode a committed retry-state string (offset commit metadata)
 //	offsets  a consumer group's committed offsets with their decoded retry state
+//	parked   list, requeue and complete entries of the re-drive store
 //
 // "redeliver <command> -h" describes a command's flags. The exit status is
 // 0 on success, 1 when the command found problems or failed, and 2 on a
@@ -51,9 +52,8 @@ type command struct {
 	run               func(args []string, e env) int
 }
 
-// commands lists the verbs. The re-drive store's "parked" (list, requeue,
-// complete) goes here once the re-drive exists. (It is filled in by init:
-// the commands' usage reads it.)
+// commands lists the verbs. (It is filled in by init: the commands' usage
+// reads it.)
 var commands []command
 
 func init() {
@@ -62,6 +62,7 @@ func init() {
 		{"explain", "[-json] host.json [function]", "the effective policies, their schedules, and where each value came from", runExplain},
 		{"state", "[-json] metadata", "decode a committed retry-state string", runState},
 		{"offsets", "-brokers host:port,... -group name [-topic t] [-config host.json [-function f]] [-json]", "a group's committed offsets with their decoded retry state", runOffsets},
+		{"parked", "<list|requeue|complete> [flags] [key...]", "list, requeue and complete entries of the re-drive store", runParked},
 	}
 }
 

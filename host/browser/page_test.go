@@ -20,6 +20,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/redrive/redrivetest"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -46,20 +47,24 @@ const hostJSON = `{
     "strategy": {"name": "exponential", "initialDelay": "00:01:00"},
     "functions": {
       "payments": {"retryCount": 2, "sleepDuration": "00:00:00.050", "onExhausted": "stop"},
+      "refunds": {"retryCount": 1, "sleepDuration": "00:00:00.020", "onExhausted": "park"},
     },
   },
+  "redrive": {"expiry": "00:15:00"},
   "triggers": {
     "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 1},
     "payments": {"type": "kafka", "adapter": "kafkago", "topic": "payments", "consumerGroup": "payments-app", "maxBatchSize": 1},
+    "refunds": {"type": "kafka", "topic": "refunds", "consumerGroup": "refunds-app", "maxBatchSize": 1},
   },
 }`
 
-// startHost runs two functions on kfake: orders, whose partition 1 fails at
-// offset 3 and waits out a one-minute backoff, and payments, which stops
-// at offset 7 until fixed is set. It returns the page's address.
+// startHost runs three functions on kfake: orders, whose partition 1 fails
+// at offset 3 and waits out a one-minute backoff; payments, which stops at
+// offset 7 until fixed is set; and refunds, which parks its offsets 2 and 4
+// in an SQLite re-drive store. It returns the page's address.
 func startHost(t *testing.T, fixed *atomic.Bool) string {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "payments"),
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "payments", "refunds"),
 		kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +81,8 @@ func startHost(t *testing.T, fixed *atomic.Bool) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithToken("s3cret"),
+	store := redrivetest.NewMemStore()
+	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithToken("s3cret"), host.WithRedrive(store),
 		host.WithRefresh(700*time.Millisecond), host.WithKafkaGoConfig(func(gc *kafka.ConsumerGroupConfig) {
 			gc.HeartbeatInterval, gc.SessionTimeout, gc.RebalanceTimeout = 100*time.Millisecond, time.Second, 2*time.Second
 			gc.JoinGroupBackoff = 100 * time.Millisecond
@@ -93,6 +99,12 @@ func startHost(t *testing.T, fixed *atomic.Bool) string {
 	must(t, h.Register("payments", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 		if b.FirstOffset() == 7 && !fixed.Load() {
 			return errors.New("payment 7: card processor rejects currency XTS")
+		}
+		return nil
+	})))
+	must(t, h.Register("refunds", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if o := b.FirstOffset(); o == 2 || o == 4 {
+			return fmt.Errorf("refund %d: order not found in the ledger", o)
 		}
 		return nil
 	})))
@@ -129,6 +141,9 @@ func produce(t *testing.T, brokers []string) {
 		}
 		recs = append(recs, &kgo.Record{Topic: "payments", Value: fmt.Appendf(nil, "payment %d", i)},
 			&kgo.Record{Topic: "payments", Value: fmt.Appendf(nil, "payment %d", 10+i)})
+		if i < 6 {
+			recs = append(recs, &kgo.Record{Topic: "refunds", Value: fmt.Appendf(nil, "refund %d", i)})
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
@@ -137,7 +152,7 @@ func produce(t *testing.T, brokers []string) {
 
 // TestStatusPageInChromium loads the status page in headless Chromium and
 // uses it as an operator would: it sees a partition in backoff with its
-// retry number and a stopped one, signs in with the token, clicks Resume,
+// retry number, a stopped one and a function's parked entries, signs in with the token, clicks Resume,
 // and sees the partition flow again and its checkpoint move. The page is
 // never reloaded by the test: what it sees after the first load comes from
 // the page's own refresh. A screenshot is saved in the test's artifact
@@ -163,7 +178,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1200, 900),
+		chromedp.WindowSize(1200, 1250),
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer acancel()
@@ -207,6 +222,16 @@ func TestStatusPageInChromium(t *testing.T) {
 	stopped := waitPage("payments/0 stopped", rowText(row("payments", "payments", 0), "stopped"))
 	if !strings.Contains(stopped, "stopped after 2 retries") || !strings.Contains(stopped, "currency XTS") {
 		t.Errorf("payments/0 row = %q, want stopped after 2 retries with its error", stopped)
+	}
+	parked := waitPage("refunds' two parked entries", `(() => { const p = document.querySelector("#parked-refunds"); return p && p.dataset.count === "2" ? p.innerText : ""; })()`)
+	if !strings.Contains(parked, "2 parked") {
+		t.Errorf("refunds' re-drive line = %q, want 2 parked", parked)
+	}
+	entries := waitPage("refunds' entry rows", `Array.from(document.querySelectorAll("#fn-refunds tr.entry")).map(r => r.dataset.key + ": " + r.innerText.replace(/\s+/g, " ")).join("\n")`)
+	for _, want := range []string{"refunds/0/2: refunds/0 offset 2 REDELIVER_PARKED 0", "refund 2: order not found", "refunds/0/4: refunds/0 offset 4", "in 15m0s"} {
+		if !strings.Contains(entries, want) {
+			t.Errorf("refunds' entries =\n%s\nwant %q", entries, want)
+		}
 	}
 	checkpoint := waitPage("payments/0's checkpoint", fmt.Sprintf(`document.querySelector("%s td.checkpoint")?.innerText || ""`, row("payments", "payments", 0)))
 	if checkpoint != "7" {

@@ -267,6 +267,30 @@ func (s *Store) Complete(ctx context.Context, key string, at time.Time) (redrive
 	return e, nil
 }
 
+// Requeue makes the entry called key parked and due at at; see
+// [redrive.Store.Requeue]. Like Complete, it waits for a sweep that holds
+// the entry to commit.
+func (s *Store) Requeue(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
+	if err := s.ready(ctx); err != nil {
+		return redrive.Entry{}, err
+	}
+	e, err := scan(s.pool.QueryRow(ctx, `UPDATE redrive_entries
+		SET status = 'parked', state = base, state_time = $1, due_at = $1, version = version + 1
+		WHERE key = $2 AND status IN ('parked', 'retrying', 'timed_out')
+		RETURNING `+columns, at, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		e, err := s.Get(ctx, key)
+		if err != nil {
+			return e, err
+		}
+		return e, fmt.Errorf("%w: %q is %s: a done entry is not re-driven", redrive.ErrNotPending, key, e.State())
+	}
+	if err != nil {
+		return e, wrap(fmt.Sprintf("requeue %q", key), err)
+	}
+	return e, nil
+}
+
 // markTimeout bounds the marking of a claimed batch once fn has run; it
 // goes on after the caller's context ends, so that what was published is
 // recorded.
@@ -379,7 +403,7 @@ func (s *Store) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, er
 		status = f.Status.String()
 	}
 	rows, err := s.pool.Query(ctx, `SELECT `+columns+` FROM redrive_entries
-		WHERE ($1 = '' OR status = $1) AND id > $2 ORDER BY id LIMIT $3`, status, f.AfterID, limit)
+		WHERE ($1 = '' OR status = $1) AND ($2 = '' OR topic = $2) AND id > $3 ORDER BY id LIMIT $4`, status, f.Topic, f.AfterID, limit)
 	if err != nil {
 		return nil, wrap("list", err)
 	}

@@ -50,6 +50,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"CompletionDuringClaimWins", testCompletionDuringClaimWins},
 		{"ConcurrentClaimsDisjoint", testConcurrentClaimsDisjoint},
 		{"List", testList},
+		{"Requeue", testRequeue},
 		{"SeedFlow", testSeedFlow},
 		{"SeedTimeout", testSeedTimeout},
 		{"MaxRedrives", testMaxRedrives},
@@ -468,5 +469,83 @@ func testList(t *testing.T, s redrive.Store) {
 	}
 	if d := diff(all[0], mustGet(t, s, all[0].Key)); d != "" {
 		t.Fatalf("List and Get differ: %s", d)
+	}
+	other := entry("elsewhere", t0)
+	other.Message.Topic = "payments"
+	mustPark(t, s, other)
+	byTopic, err := s.List(ctxFor(t), redrive.Filter{Topic: "payments"})
+	if err != nil || len(byTopic) != 1 || byTopic[0].Key != "elsewhere" {
+		t.Fatalf("List of topic payments: %v, %v; want the one entry elsewhere", byTopic, err)
+	}
+	both, err := s.List(ctxFor(t), redrive.Filter{Topic: "onboarding", Status: redrive.Done})
+	if err != nil || len(both) != 1 || both[0].Key != "l2" {
+		t.Fatalf("List of topic onboarding, done: %v, %v; want l2", both, err)
+	}
+}
+
+// testRequeue requeues a parked, a retrying and a timed-out entry (each
+// becomes parked and due at the time given, keeping its creation, re-drives
+// and last error), and refuses a done and a missing one.
+func testRequeue(t *testing.T, s redrive.Store) {
+	mustPark(t, s, entry("p", t0.Add(time.Hour)), entry("r", t0), entry("x", t0), entry("d", t0))
+	now := t0.Add(time.Minute)
+	_, applied, err := s.Claim(ctxFor(t), now, 10, func(_ context.Context, due []redrive.Entry) []redrive.Change {
+		var cs []redrive.Change
+		for _, e := range due {
+			switch e.Key {
+			case "r":
+				cs = append(cs, redrive.Change{ID: e.ID, Status: e.Status, Version: e.Version, To: redrive.Retrying, StateTime: now, DueAt: now.Add(time.Hour), Redrives: 1, LastError: "r1"})
+			case "x":
+				cs = append(cs, redrive.Change{ID: e.ID, Status: e.Status, Version: e.Version, To: redrive.TimedOut, StateTime: now, Redrives: 2, LastError: "gave up"})
+			}
+		}
+		return cs
+	})
+	if err != nil || len(applied) != 2 {
+		t.Fatalf("Claim: %d applied, %v", len(applied), err)
+	}
+	if _, err := s.Complete(ctxFor(t), "d", now); err != nil {
+		t.Fatal(err)
+	}
+	at := t0.Add(2 * time.Minute)
+	for _, c := range []struct {
+		key       string
+		redrives  int
+		lastError string
+		version   int64
+	}{{"p", 0, "no answer", 2}, {"r", 1, "r1", 3}, {"x", 2, "gave up", 3}} {
+		e, err := s.Requeue(ctxFor(t), c.key, at)
+		if err != nil {
+			t.Fatalf("Requeue(%s): %v", c.key, err)
+		}
+		if e.Status != redrive.Parked || e.State() != "NONCE_PUBLISHED" || !e.StateTime.Equal(at) || !e.DueAt.Equal(at) ||
+			!e.Created.Equal(t0) || e.Redrives != c.redrives || e.LastError != c.lastError || e.Version != c.version {
+			t.Errorf("%s after Requeue: status %v state %s state time %v due %v created %v redrives %d last error %q version %d",
+				c.key, e.Status, e.State(), e.StateTime, e.DueAt, e.Created, e.Redrives, e.LastError, e.Version)
+		}
+		if d := diff(mustGet(t, s, c.key), e); d != "" {
+			t.Errorf("Get after Requeue(%s) differs from what Requeue returned: %s", c.key, d)
+		}
+	}
+	done, err := s.Requeue(ctxFor(t), "d", at)
+	if !errors.Is(err, redrive.ErrNotPending) || done.Status != redrive.Done || done.Version != 2 {
+		t.Fatalf("Requeue of a done entry: %v (%v, version %d), want ErrNotPending and the entry unchanged", err, done.Status, done.Version)
+	}
+	if _, err := s.Requeue(ctxFor(t), "nope", at); !errors.Is(err, redrive.ErrNotFound) {
+		t.Fatalf("Requeue of a missing key: %v, want ErrNotFound", err)
+	}
+	// The requeued entries are due at at, in ID order, and not before.
+	var got []string
+	claimed, _, err := s.Claim(ctxFor(t), at, 10, func(_ context.Context, due []redrive.Entry) []redrive.Change {
+		for _, e := range due {
+			got = append(got, e.Key)
+		}
+		return nil
+	})
+	if err != nil || claimed != 3 || !slices.Equal(got, []string{"p", "r", "x"}) {
+		t.Fatalf("Claim at the requeue time: %d %v, saw %v; want p, r, x", claimed, err, got)
+	}
+	if n, _, err := s.Claim(ctxFor(t), at.Add(-time.Microsecond), 10, func(context.Context, []redrive.Entry) []redrive.Change { return nil }); err != nil || n != 0 {
+		t.Fatalf("Claim before the requeue time: %d claimed, %v", n, err)
 	}
 }

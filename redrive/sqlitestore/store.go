@@ -224,6 +224,28 @@ func (s *Store) Complete(ctx context.Context, key string, at time.Time) (redrive
 	return e, nil
 }
 
+// Requeue makes the entry called key parked and due at at; see
+// [redrive.Store.Requeue]. Like Complete, it waits for a claim in progress.
+func (s *Store) Requeue(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	e, err := scan(s.db.QueryRowContext(ctx, `UPDATE redrive_entries
+		SET status = 'parked', state = base, state_time = ?, due_at = ?, version = version + 1
+		WHERE key = ? AND status IN ('parked', 'retrying', 'timed_out')
+		RETURNING `+columns, micro(at), micro(at), key))
+	if errors.Is(err, sql.ErrNoRows) {
+		e, err := s.Get(ctx, key)
+		if err != nil {
+			return e, err
+		}
+		return e, fmt.Errorf("%w: %q is %s: a done entry is not re-driven", redrive.ErrNotPending, key, e.State())
+	}
+	if err != nil {
+		return e, fmt.Errorf("sqlitestore: requeue %q: %w", key, err)
+	}
+	return e, nil
+}
+
 // Claim claims due entries; see [redrive.Store.Claim]. The entries are read
 // in one transaction, fn runs outside any transaction (so that parking and
 // completing go on while it publishes), and the changes are applied as
@@ -302,7 +324,8 @@ func (s *Store) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, er
 		limit = redrive.DefaultListLimit
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM redrive_entries
-		WHERE (? = '' OR status = ?) AND id > ? ORDER BY id LIMIT ?`, statusArg(f.Status), statusArg(f.Status), f.AfterID, limit)
+		WHERE (? = '' OR status = ?) AND (? = '' OR topic = ?) AND id > ? ORDER BY id LIMIT ?`,
+		statusArg(f.Status), statusArg(f.Status), f.Topic, f.Topic, f.AfterID, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list: %w", err)
 	}

@@ -1,0 +1,128 @@
+package host_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/redrive/redrivetest"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// TestParkedEntries runs a function whose policy parks on a host with an
+// SQLite re-drive store: the record that keeps failing is parked, the
+// partition moves on, and the status (JSON and page) lists the entry with
+// its position, re-drives, last error and next re-drive, counted per
+// function; a function of another topic shows none.
+func TestParkedEntries(t *testing.T) {
+	addrs := newCluster(t, 1, "parker", "calm")
+	produce(t, addrs, "parker", 0, 5)
+	produce(t, addrs, "calm", 0, 3)
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {
+    "functions": {"parker": {"retryCount": 1, "sleepDuration": "10ms", "onExhausted": "park"}},
+  },
+  "redrive": {"expiry": "00:10:00"},
+  "triggers": {
+    "parker": {"type": "kafka", "topic": "parker", "consumerGroup": "parker-app", "maxBatchSize": 1},
+    "calm": {"type": "kafka", "topic": "calm", "consumerGroup": "calm-app"},
+  },
+}`)
+	store := redrivetest.NewMemStore()
+	h, err := host.New(cfg, host.WithBrokers(addrs...), host.WithRedrive(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	if err := h.Register("parker", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 2 {
+			calls.Add(1)
+			return errBoom
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("calm", stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	start(t, h)
+	waitCommitted(t, addrs, "parker-app", "parker", 0, 5) // the parked record does not hold the partition
+	if n := calls.Load(); n != 2 {
+		t.Errorf("offset 2 delivered %d times, want 2 (the first delivery and one retry)", n)
+	}
+
+	st := status(t, h.Handler())
+	var parker, calm *host.FunctionStatus
+	for i := range st.Functions {
+		switch f := &st.Functions[i]; f.Name {
+		case "parker":
+			parker = f
+		case "calm":
+			calm = f
+		}
+	}
+	if parker == nil || parker.Parked == nil || calm == nil || calm.Parked == nil {
+		t.Fatalf("status without the functions' parked entries: %+v", st.Functions)
+	}
+	p := parker.Parked
+	if p.Parked != 1 || p.Retrying != 0 || p.TimedOut != 0 || p.More || p.Error != "" || len(p.Entries) != 1 {
+		t.Fatalf("parker's parked entries = %+v, want one parked", p)
+	}
+	e := p.Entries[0]
+	if e.Key != "parker/0/2" || e.State != redrive.ParkedState || e.Status != "parked" || e.Topic != "parker" || e.Partition != 0 || e.Offset != 2 ||
+		e.Redrives != 0 || !strings.Contains(e.LastError, "boom") || e.Parked.Before(before.Add(-time.Second)) ||
+		e.NextAt.Sub(e.Parked) != 10*time.Minute {
+		t.Errorf("entry = %+v, want parker/0/2 parked with the error, due 10m (the redrive section's expiry) after it was parked", e)
+	}
+	if c := calm.Parked; c.Total() != 0 || len(c.Entries) != 0 || c.Error != "" {
+		t.Errorf("calm's parked entries = %+v, want none", c)
+	}
+
+	code, page := get(t, h.Handler(), "/")
+	for _, want := range []string{`id="parked-parker" data-count="1"`, `data-key="parker/0/2"`, "parker/0 offset 2", "REDELIVER_PARKED", "1 parked entry",
+		`id="parked-calm" data-count="0"`} {
+		if code != 200 || !strings.Contains(page, want) {
+			t.Errorf("page (%d) lacks %q", code, want)
+		}
+	}
+
+	// The operator requeues it (as redeliver parked requeue does): the
+	// page shows it due now.
+	if _, err := store.Requeue(context.Background(), "parker/0/2", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if e := status(t, h.Handler()).Functions[0].Parked.Entries[0]; e.NextAt.Sub(e.Parked) >= 10*time.Minute {
+		t.Errorf("after a requeue the entry is due %v after it was parked, want sooner", e.NextAt.Sub(e.Parked))
+	}
+}
+
+// TestParkWithoutStoreFailsAtStart checks that a function whose policy
+// parks cannot start on a host without a re-drive store.
+func TestParkWithoutStoreFailsAtStart(t *testing.T) {
+	addrs := newCluster(t, 1, "orders")
+	h, err := host.New(parse(t, `{"checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "onExhausted": "park"}}`), host.WithBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	if err := h.Register("orders", stream.HandlerFunc(func(context.Context, *stream.Batch) error { calls.Add(1); return nil }),
+		host.Kafka{Topic: "orders", Group: "g"}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err = h.Run(ctx)
+	want := "host: function orders: the policy of checkpointRetryPolicy (host.json:1:27) says onExhausted park, which needs a re-drive store: give host.WithRedrive(store)"
+	if err == nil || ctx.Err() != nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Run = %v\nwant an error at start containing\n%s", err, want)
+	}
+	if calls.Load() != 0 {
+		t.Error("the handler ran")
+	}
+}

@@ -1,0 +1,1 @@
+DROP INDEX redrive_entries_topic;

@@ -1,0 +1,202 @@
+package redrivetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// MemStore is a [redrive.Store] in memory, for tests of code that parks,
+// completes or lists entries without a database. It keeps the whole
+// contract (idempotent parking, compare-and-set changes, due order,
+// exclusive claims) and runs the conformance suite, but nothing survives
+// the process. Use redrive/sqlitestore or redrive/pgstore in production.
+//
+// The zero MemStore is not ready: use [NewMemStore].
+type MemStore struct {
+	claimMu sync.Mutex // held through a claim, as the stores hold their locks
+	mu      sync.Mutex
+	entries map[string]*redrive.Entry
+	byID    map[int64]*redrive.Entry
+	nextID  int64
+}
+
+// NewMemStore returns an empty MemStore.
+func NewMemStore() *MemStore {
+	return &MemStore{entries: map[string]*redrive.Entry{}, byID: map[int64]*redrive.Entry{}}
+}
+
+// copyEntry returns e with its own copies of the message's slices.
+func copyEntry(e redrive.Entry) redrive.Entry {
+	m := &e.Message
+	m.Key, m.Value = slices.Clone(m.Key), slices.Clone(m.Value)
+	if m.Headers != nil {
+		hs := make([]stream.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			hs[i] = stream.Header{Key: h.Key, Value: slices.Clone(h.Value)}
+		}
+		m.Headers = hs
+	}
+	return e
+}
+
+// Park inserts the entries whose key is new; see [redrive.Store.Park].
+func (s *MemStore) Park(ctx context.Context, entries []redrive.Entry) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, e := range entries {
+		if _, ok := s.entries[e.Key]; ok {
+			continue
+		}
+		s.nextID++
+		c := copyEntry(e)
+		c.ID, c.Version = s.nextID, 1
+		s.entries[c.Key], s.byID[c.ID] = &c, &c
+		n++
+	}
+	return n, nil
+}
+
+// Get returns the entry called key; see [redrive.Store.Get].
+func (s *MemStore) Get(ctx context.Context, key string) (redrive.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return redrive.Entry{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[key]
+	if !ok {
+		return redrive.Entry{}, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
+	}
+	return copyEntry(*e), nil
+}
+
+// Complete moves the entry called key to done; see
+// [redrive.Store.Complete]. It waits for a claim in progress.
+func (s *MemStore) Complete(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	return s.change(ctx, key, func(e *redrive.Entry) error {
+		if !e.Status.Pending() {
+			return fmt.Errorf("%w: %q is %s", redrive.ErrNotPending, key, e.State())
+		}
+		e.Status, e.StateTime, e.DueAt = redrive.Done, at, time.Time{}
+		return nil
+	})
+}
+
+// Requeue makes the entry called key parked and due at at; see
+// [redrive.Store.Requeue]. It waits for a claim in progress.
+func (s *MemStore) Requeue(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	return s.change(ctx, key, func(e *redrive.Entry) error {
+		if e.Status == redrive.Done {
+			return fmt.Errorf("%w: %q is %s: a done entry is not re-driven", redrive.ErrNotPending, key, e.State())
+		}
+		e.Status, e.StateTime, e.DueAt = redrive.Parked, at, at
+		return nil
+	})
+}
+
+// change applies fn to the entry called key and counts a version when fn
+// changed it.
+func (s *MemStore) change(ctx context.Context, key string, fn func(*redrive.Entry) error) (redrive.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return redrive.Entry{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.entries[key]
+	if !ok {
+		return redrive.Entry{}, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
+	}
+	if err := fn(e); err != nil {
+		return copyEntry(*e), err
+	}
+	e.Version++
+	return copyEntry(*e), nil
+}
+
+// Claim claims due entries; see [redrive.Store.Claim]. Claims are
+// exclusive within this MemStore: one runs at a time.
+func (s *MemStore) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	s.claimMu.Lock()
+	defer s.claimMu.Unlock()
+	s.mu.Lock()
+	var due []redrive.Entry
+	for _, e := range s.byID {
+		if e.Status.Pending() && !e.DueAt.IsZero() && !e.DueAt.After(now) {
+			due = append(due, copyEntry(*e))
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(due, func(a, b redrive.Entry) int {
+		if c := a.DueAt.Compare(b.DueAt); c != 0 {
+			return c
+		}
+		return int(a.ID - b.ID)
+	})
+	if limit > 0 && len(due) > limit {
+		due = due[:limit]
+	}
+	if len(due) == 0 {
+		return 0, nil, nil
+	}
+	changes := fn(ctx, due)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var applied []redrive.Change
+	for _, c := range changes {
+		e, ok := s.byID[c.ID]
+		if !ok || e.Status != c.Status || e.Version != c.Version {
+			continue
+		}
+		e.Status, e.StateTime, e.DueAt, e.Redrives, e.LastError = c.To, c.StateTime, c.DueAt, c.Redrives, c.LastError
+		e.Version++
+		applied = append(applied, c)
+	}
+	return len(due), applied, nil
+}
+
+// List returns entries by ascending ID; see [redrive.Store.List].
+func (s *MemStore) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = redrive.DefaultListLimit
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ids := make([]int64, 0, len(s.byID))
+	for id, e := range s.byID {
+		if id > f.AfterID && (f.Status == 0 || e.Status == f.Status) && (f.Topic == "" || e.Message.Topic == f.Topic) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	if len(ids) > limit {
+		ids = ids[:limit]
+	}
+	out := make([]redrive.Entry, len(ids))
+	for i, id := range ids {
+		out[i] = copyEntry(*s.byID[id])
+	}
+	return out, nil
+}
+
+var _ redrive.Store = (*MemStore)(nil)
