@@ -36,6 +36,12 @@ type Config struct {
 	// when the file has none.
 	Redrive *Redrive
 
+	// OutageBudget is the outageBudget section, with every default filled
+	// in; nil when the file has none, which means no outage budget.
+	// [Config.Options] and the other Options methods give each processor
+	// a budget of its own when it is on.
+	OutageBudget *OutageBudget
+
 	// Warnings lists what was read but is not in force, such as a retry
 	// section that checkpointRetryPolicy overrides, a section name that
 	// looks like a misspelt one of ours, or an environment variable that

@@ -20,7 +20,7 @@ const (
 // sectionOf returns the canonical name of the section called key, or "" when
 // the section is not ours.
 func sectionOf(key string) string {
-	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers, sectionRedrive} {
+	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers, sectionRedrive, sectionOutage} {
 		if strings.EqualFold(s, key) {
 			return s
 		}
@@ -92,6 +92,9 @@ func (d *decoder) config(root *node) *Config {
 	if m := found[sectionRedrive]; m != nil {
 		cfg.Redrive = d.redrive(m.val)
 	}
+	if m := found[sectionOutage]; m != nil {
+		cfg.OutageBudget = d.outageBudget(m.val)
+	}
 	cfg.Warnings = d.warnings
 	cfg.keys, cfg.settings = d.keys, d.settings
 	return cfg
@@ -115,6 +118,8 @@ func (d *decoder) nearSection(m *member) {
 		name = sectionPolicy
 	case distance(key, sectionTriggers) <= 2:
 		name = sectionTriggers
+	case distance(key, strings.ToLower(sectionOutage)) <= 3:
+		name = sectionOutage
 	default:
 		return
 	}

@@ -46,6 +46,9 @@ func (c *Config) Explain() string {
 	if c.Redrive != nil {
 		b.WriteString("\n" + c.Redrive.Explain())
 	}
+	if c.OutageBudget != nil {
+		b.WriteString("\n" + c.OutageBudget.Explain())
+	}
 	for _, w := range c.Warnings {
 		fmt.Fprintf(&b, "\nWarning: %s\n", w)
 	}

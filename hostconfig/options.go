@@ -12,8 +12,20 @@ import (
 // [stream.StopPartition] (stop) or [stream.DeadLetter] to pub (deadLetter).
 // pub is only used by deadLetter, for which it must not be nil; skip keeps
 // the Processor's default, which moves past the batch.
+//
+// When the outageBudget section is on, each call adds
+// [stream.WithOutageBudget] with a new budget: one per processor. To share
+// one budget among a host's processors, make it with
+// [OutageBudget.Budget] and give each processor that option yourself.
 func (c *Config) Options(pub stream.Publisher) ([]stream.Option, error) {
-	return c.Host.options(pub, nil)
+	return c.withBudget(c.Host.options(pub, nil))
+}
+
+func (c *Config) withBudget(opts []stream.Option, err error) ([]stream.Option, error) {
+	if err != nil {
+		return nil, err
+	}
+	return c.budgetOption(opts)
 }
 
 // FunctionOptions converts the policy of the function called name (see
@@ -24,14 +36,14 @@ func (c *Config) FunctionOptions(name string, pub stream.Publisher) ([]stream.Op
 	if err != nil {
 		return nil, err
 	}
-	return p.options(pub, nil)
+	return c.withBudget(p.options(pub, nil))
 }
 
 // OptionsWithPark is [Config.Options] for a policy whose onExhausted may be
 // park: park is the exhaustion action it then uses, typically
 // redrive.Park(store, cfg.Redrive.Expiry) (redrive.HostOptions builds both).
 func (c *Config) OptionsWithPark(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
-	return c.Host.options(pub, park)
+	return c.withBudget(c.Host.options(pub, park))
 }
 
 // FunctionOptionsWithPark is [Config.FunctionOptions] for a policy whose
@@ -41,7 +53,7 @@ func (c *Config) FunctionOptionsWithPark(name string, pub stream.Publisher, park
 	if err != nil {
 		return nil, err
 	}
-	return p.options(pub, park)
+	return c.withBudget(p.options(pub, park))
 }
 
 func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {

@@ -34,6 +34,14 @@
 //	redeliver.checkpoint.withheld.age   gauge      per partition, seconds since its checkpoint was first
 //	                                               withheld for the batch it holds (0 when none is)
 //
+// With an outage budget (stream.WithOutageBudget), four more, which carry
+// messaging.system and messaging.consumer.group.name only:
+//
+//	redeliver.outages                   counter    outages begun: the budget ran out
+//	redeliver.outage.active             updown     processors in an outage now (1 per processor)
+//	redeliver.outage.probes             counter    batches delivered to probe the downstream
+//	redeliver.outage.duration           histogram  seconds from an outage's beginning to its end
+//
 // The last one is the number to alert on: how long a partition has been held
 // back by a batch that keeps failing.
 //

@@ -32,14 +32,30 @@ const (
 type meter struct {
 	cfg *config
 
-	consumed metric.Int64Counter
+	consumed metric.Int64ObservableCounter
 	duration metric.Float64Histogram
 	retries  metric.Int64Counter
 	givenUp  metric.Int64Counter
 	actions  metric.Int64Counter
 	lateness metric.Float64Histogram
 
-	parts sync.Map // partKey -> *part
+	outages        metric.Int64Counter
+	outageActive   metric.Int64UpDownCounter
+	outageProbes   metric.Int64Counter
+	outageDuration metric.Float64Histogram
+	procOpt        metric.MeasurementOption // system and group: the processor-wide instruments'
+
+	parts  sync.Map // partKey -> *part
+	totals sync.Map // partKey -> *total: kept across claims, for the cumulative counters
+}
+
+// total is a partition's count of records delivered for the first time,
+// added to with an atomic on the success path and reported by the
+// observable counter messaging.client.consumed.messages, so that a
+// delivery costs no SDK measurement for it.
+type total struct {
+	n   atomic.Int64
+	opt metric.ObserveOption
 }
 
 type partKey struct {
@@ -53,8 +69,9 @@ type partKey struct {
 // the guarded fields is, so that the success path's Checkpointed hook can
 // skip the lock.
 type part struct {
-	base     attribute.Set            // system, topic, partition, group
-	first    metric.MeasurementOption // base plus attempt 1, no error: the success path's
+	base     attribute.Set         // system, topic, partition, group
+	first    []metric.RecordOption // base plus attempt 1, no error: the success path's, as a slice passed on without an allocation
+	consumed *total
 	baseOpt  metric.MeasurementOption // base alone
 	topicSet attribute.Set            // system, topic, group: the per-topic gauges'
 
@@ -73,7 +90,7 @@ func newMeter(cfg *config) (*meter, error) {
 	var errs []error
 	add := func(err error) { errs = append(errs, err) }
 	var err error
-	m.consumed, err = mt.Int64Counter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
+	m.consumed, err = mt.Int64ObservableCounter("messaging.client.consumed.messages", metric.WithUnit("{message}"),
 		metric.WithDescription("Records delivered to the handler for the first time."))
 	add(err)
 	m.duration, err = mt.Float64Histogram("messaging.process.duration", metric.WithUnit("s"),
@@ -92,6 +109,24 @@ func newMeter(cfg *config) (*meter, error) {
 		metric.WithDescription("Time from a retry's due time to the start of its delivery."),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5))
 	add(err)
+	m.outages, err = mt.Int64Counter("redeliver.outages", metric.WithUnit("{outage}"),
+		metric.WithDescription("Outages begun: a processor's outage budget ran out, so failures stopped spending retries."))
+	add(err)
+	m.outageActive, err = mt.Int64UpDownCounter("redeliver.outage.active", metric.WithUnit("{processor}"),
+		metric.WithDescription("Processors in an outage: their failing partitions wait for a probe to succeed."))
+	add(err)
+	m.outageProbes, err = mt.Int64Counter("redeliver.outage.probes", metric.WithUnit("{probe}"),
+		metric.WithDescription("Batches delivered during an outage to probe the downstream."))
+	add(err)
+	m.outageDuration, err = mt.Float64Histogram("redeliver.outage.duration", metric.WithUnit("s"),
+		metric.WithDescription("How long an outage lasted, from the failure that ran the budget out to the success that ended it."),
+		metric.WithExplicitBucketBoundaries(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600))
+	add(err)
+	procAttrs := []attribute.KeyValue{semconv.MessagingSystemKey.String(cfg.system)}
+	if cfg.group != "" {
+		procAttrs = append(procAttrs, semconv.MessagingConsumerGroupName(cfg.group))
+	}
+	m.procOpt = metric.WithAttributeSet(attribute.NewSet(procAttrs...))
 	backoff, err := mt.Int64ObservableGauge("redeliver.partitions.backoff", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions waiting out a backoff."))
 	add(err)
@@ -106,8 +141,13 @@ func newMeter(cfg *config) (*meter, error) {
 	}
 	_, err = mt.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		m.observe(o, backoff, stopped, age)
+		m.totals.Range(func(_, v any) bool {
+			t := v.(*total)
+			o.ObserveInt64(m.consumed, t.n.Load(), t.opt)
+			return true
+		})
 		return nil
-	}, backoff, stopped, age)
+	}, backoff, stopped, age, m.consumed)
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +205,9 @@ func (m *meter) part(topic string, partition int32) *part {
 	attrs := append(topicAttrs[:len(topicAttrs):len(topicAttrs)], semconv.MessagingDestinationPartitionID(strconv.Itoa(int(partition))))
 	p := &part{base: attribute.NewSet(attrs...), topicSet: attribute.NewSet(topicAttrs...)}
 	p.baseOpt = metric.WithAttributeSet(p.base)
-	p.first = metric.WithAttributeSet(attribute.NewSet(append(attrs, attemptKey.Int(1))...))
+	p.first = []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(append(attrs, attemptKey.Int(1))...))}
+	t, _ := m.totals.LoadOrStore(k, &total{opt: p.baseOpt})
+	p.consumed = t.(*total)
 	v, _ := m.parts.LoadOrStore(k, p)
 	return v.(*part)
 }
@@ -186,7 +228,26 @@ func (m *meter) hooks() stream.Hooks {
 		Stopped:        m.stopped,
 		ActionTried:    m.actionTried,
 		Checkpointed:   m.checkpointed,
+		OutageBegan:    m.outageBegan,
+		OutageEnded:    m.outageEnded,
+		Probing:        m.probing,
 	}
+}
+
+func (m *meter) outageBegan(stream.OutageEvent) {
+	ctx := context.Background()
+	m.outages.Add(ctx, 1, m.procOpt)
+	m.outageActive.Add(ctx, 1, m.procOpt)
+}
+
+func (m *meter) outageEnded(e stream.OutageEvent) {
+	ctx := context.Background()
+	m.outageActive.Add(ctx, -1, m.procOpt)
+	m.outageDuration.Record(ctx, e.Duration.Seconds(), m.procOpt)
+}
+
+func (m *meter) probing(stream.ProbeEvent) {
+	m.outageProbes.Add(context.Background(), 1, m.procOpt)
 }
 
 // claimed starts the partition's gauges from the retry state a previous
@@ -233,17 +294,17 @@ func (m *meter) delivered(e stream.DeliveredEvent) {
 	p := m.part(e.Topic, e.Partition)
 	ctx := context.Background()
 	if e.Attempt.Retry == 0 {
-		m.consumed.Add(ctx, int64(e.Records), p.baseOpt)
+		p.consumed.n.Add(int64(e.Records))
 	}
-	opt := p.first
+	opts := p.first
 	if e.Attempt.Retry > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 		extra := []attribute.KeyValue{attemptKey.Int(min(e.Attempt.Number(), maxAttempt))}
 		if e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 			extra = append(extra, semconv.ErrorType(e.Err))
 		}
-		opt = p.with(extra...)
+		opts = []metric.RecordOption{p.with(extra...)}
 	}
-	m.duration.Record(ctx, e.Duration.Seconds(), opt)
+	m.duration.Record(ctx, e.Duration.Seconds(), opts...)
 	if e.Attempt.Retry > 0 && p.dirty.Load() {
 		p.mu.Lock()
 		due := p.due

@@ -37,6 +37,15 @@ type Hooks struct {
 	// Abandoned is called when a worker stops with a batch in flight
 	// (shutdown, revocation, loss); its checkpoint is left where it was.
 	Abandoned func(AbandonedEvent)
+	// OutageBegan is called when the outage budget (see Budget) runs out,
+	// and OutageEnded when a successful delivery ends the outage. With a
+	// budget shared by several processors, each processor's hooks are
+	// called, once per outage.
+	OutageBegan func(OutageEvent)
+	OutageEnded func(OutageEvent)
+	// Probing is called before a waiting partition's batch is delivered as
+	// the probe of an outage.
+	Probing func(ProbeEvent)
 }
 
 // ClaimEvent reports a partition claimed by a worker, with the checkpoint it
@@ -126,6 +135,10 @@ type DeliveredEvent struct {
 	// Duration is how long the handler ran: the time from Start until it
 	// returned (or panicked), by the processor's clock.
 	Duration time.Duration
+	// Uncounted reports a failure during an outage (see Budget): it
+	// spent no retry, and the batch is delivered again, with the same
+	// Attempt, once the outage ends or as its probe.
+	Uncounted bool
 }
 
 // RetryEvent reports that a batch will be delivered again.

@@ -14,6 +14,9 @@ func MergeHooks(hs ...Hooks) Hooks {
 		m.Stopped = chain(m.Stopped, h.Stopped)
 		m.Checkpointed = chain(m.Checkpointed, h.Checkpointed)
 		m.Abandoned = chain(m.Abandoned, h.Abandoned)
+		m.OutageBegan = chain(m.OutageBegan, h.OutageBegan)
+		m.OutageEnded = chain(m.OutageEnded, h.OutageEnded)
+		m.Probing = chain(m.Probing, h.Probing)
 	}
 	return m
 }

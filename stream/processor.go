@@ -37,6 +37,7 @@ type config struct {
 	exhaustion ExhaustionAction
 	opBackoff  checkpoint.Backoff
 	memoryOnly bool
+	budget     *Budget
 }
 
 // WithPolicy sets the retry policy. The default is the zero
@@ -87,6 +88,21 @@ func WithInMemoryState() Option {
 // exhaustion action. The default grows from 100ms to 10s with full jitter.
 func WithOperationBackoff(b checkpoint.Backoff) Option {
 	return optionFunc(func(c *config) { c.opBackoff = b })
+}
+
+// WithOutageBudget makes the processor tell an outage of the downstream
+// from a poison batch with b (see [Budget]): when b runs out, failures
+// spend no retries, nothing is given up because of them, failing
+// partitions wait and one probe at a time tests the downstream until a
+// success ends the outage. Give several processors the same Budget to make
+// it one for all of them (a host's). The default, like a nil Budget, has
+// none: every failure counts toward its batch's give-up, as the policy
+// says, even when every partition fails at once. It is off by default
+// because it holds batches past the policy's limits while an outage
+// lasts, and an upstream fault that makes every record bad looks like an
+// outage: with a budget, it stalls the stream instead of dead-lettering.
+func WithOutageBudget(b *Budget) Option {
+	return optionFunc(func(c *config) { c.budget = b })
 }
 
 // Processor is the retry engine: it runs a [Handler] over [Claim]s and
@@ -140,6 +156,9 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	p := &Processor{h: h, cfg: cfg, log: cfg.logger}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.budget != nil {
+		cfg.budget.listen(&p.cfg.hooks)
 	}
 	return p, nil
 }
@@ -198,6 +217,10 @@ func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
 	if !p.cfg.memoryOnly {
 		w.readState(off, md)
 	}
+	if b := p.cfg.budget; b != nil {
+		w.member = b.join()
+		defer w.member.leave()
+	}
 	for {
 		recs := w.rest
 		w.rest = nil
@@ -242,6 +265,15 @@ type worker struct {
 	// rest holds the records after a record given up alone, fetched
 	// already: they are delivered as the next batch.
 	rest []Record
+
+	// member is the worker's place in the outage budget; nil for none.
+	member *budgetMember
+	// uncounted reports that the latest delivery failed during an
+	// outage: the machine is as it was before it.
+	uncounted bool
+	// probe is the number of the outage's probe that the next delivery
+	// is; 0 for none.
+	probe int
 }
 
 func (w *worker) infoOf(b *Batch) BatchInfo {
@@ -299,6 +331,14 @@ func (w *worker) run(ctx context.Context) error {
 			fresh = true
 		}
 		deliver = true
+		if w.uncounted {
+			// An outage: the failure spent nothing. The batch is
+			// delivered again when the outage ends or as its probe.
+			if err := w.outage(ctx, b); err != nil {
+				return err
+			}
+			continue
+		}
 		if d.Action == checkpoint.RetryNow || d.Action == checkpoint.RetryLater {
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
@@ -316,6 +356,13 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			if err := w.wait(ctx, d.At); err != nil {
 				return w.abandon(ctx)
+			}
+			if w.member != nil && w.member.outage() {
+				// A failing partition waits out the outage before
+				// its retry.
+				if err := w.outage(ctx, b); err != nil {
+					return err
+				}
 			}
 			if d = w.m.Start(w.p.cfg.clock.Now()); d.Action != checkpoint.StopRetrying {
 				// The retry counts before it starts: a move or a crash
@@ -337,6 +384,9 @@ func (w *worker) run(ctx context.Context) error {
 			again, err := w.exhausted(ctx, given)
 			if err != nil {
 				return w.abandon(ctx)
+			}
+			if w.member != nil && !again {
+				w.member.resolved() // the failure is dealt with
 			}
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
@@ -360,6 +410,8 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	hooks := &w.p.cfg.hooks
 	clock := w.p.cfg.clock
 	b.Attempt = attemptOf(&w.m)
+	b.Attempt.Probe = w.probe > 0
+	w.probe, w.uncounted = 0, false
 	var start, now time.Time
 	if hooks.Delivered != nil {
 		start = clock.Now()
@@ -391,13 +443,41 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		if rr != nil {
 			outcome = RetryRequested
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
+			if w.member != nil {
+				w.member.neutral(now)
+			}
 		} else {
 			outcome = Failed
+			var before checkpoint.Machine
+			if w.member != nil {
+				before = w.m
+			}
 			d = w.m.Fail(now, cause, w.rnd)
+			switch {
+			case w.member == nil:
+			case d.Action == checkpoint.StopRetrying && d.Reason == checkpoint.NotRetryable:
+				w.member.neutral(now)
+			default:
+				counts, began := w.member.failed(now, w.infoOf(b))
+				if began {
+					w.log.Error("redeliver: outage: the outage budget ran out, failures spend no retries until a delivery succeeds",
+						"offset", b.FirstOffset(), "error", cause)
+				}
+				if !counts {
+					// An outage, not this batch's failure: it spends
+					// no retry.
+					w.m, d, w.uncounted = before, checkpoint.Decision{}, true
+				}
+			}
+		}
+	} else if w.member != nil {
+		if e, ended := w.member.succeeded(now, w.infoOf(b)); ended {
+			w.log.Warn("redeliver: outage ended: a delivery succeeded", "offset", b.FirstOffset(),
+				"lasted", e.Duration, "probes", e.Probes, "waiting", e.Failing)
 		}
 	}
 	if hooks.Delivered != nil {
-		hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start)})
+		hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start), Uncounted: w.uncounted})
 	}
 	if partial != nil && partial.Index > 0 {
 		// The records before partial.Index are done: move the checkpoint
@@ -432,6 +512,38 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 		w.c.Pause()
 		w.paused = true
 	}
+}
+
+// outage waits, paused, until the outage ends or b is to be delivered as
+// its probe. The time it waits does not count against the policy's time
+// budget: the batch's first failure moves forward by it. It returns an
+// error when the worker must stop.
+func (w *worker) outage(ctx context.Context, b *Batch) error {
+	if !w.paused {
+		w.c.Pause()
+		w.paused = true
+	}
+	clock := w.p.cfg.clock
+	start := clock.Now()
+	w.log.Warn("redeliver: outage: partition waits for the downstream", "offset", b.FirstOffset(), "records", len(b.Records), "retry", b.Attempt.Retry)
+	probe, since, err := w.member.await(ctx, clock)
+	if err != nil {
+		return w.abandon(ctx)
+	}
+	if waited := clock.Now().Sub(start); waited > 0 {
+		if s := w.m.State(); !s.FirstFailure.IsZero() {
+			s.FirstFailure = s.FirstFailure.Add(waited)
+			w.m.Restore(s)
+		}
+	}
+	if probe > 0 {
+		w.probe = probe
+		w.log.Info("redeliver: outage: probing the downstream with this batch", "offset", b.FirstOffset(), "records", len(b.Records), "probe", probe)
+		if h := w.p.cfg.hooks.Probing; h != nil {
+			h(ProbeEvent{BatchInfo: w.infoOf(b), Probe: probe, Since: since})
+		}
+	}
+	return nil
 }
 
 // asBatchError returns err's *BatchError when its index names one of the n

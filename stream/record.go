@@ -60,6 +60,9 @@ type Attempt struct {
 	// LastError is the error of the previous delivery; nil on the first
 	// delivery and after a RetryResult.
 	LastError error
+	// Probe reports a delivery made during an outage to test the
+	// downstream (see Budget): its failure spends no retry.
+	Probe bool
 }
 
 // Number returns the 1-based number of this delivery: Retry+1.

@@ -23,6 +23,7 @@ type Settings struct {
 	Exhaustion       ExhaustionAction // nil skips
 	OperationBackoff checkpoint.Backoff
 	InMemoryState    bool
+	OutageBudget     *Budget // nil for none; the share-group consumer does not apply it
 }
 
 // Settings returns the processor's handler and options.
@@ -37,6 +38,7 @@ func (p *Processor) Settings() Settings {
 		Exhaustion:       p.cfg.exhaustion,
 		OperationBackoff: p.cfg.opBackoff,
 		InMemoryState:    p.cfg.memoryOnly,
+		OutageBudget:     p.cfg.budget,
 	}
 }
 

@@ -60,6 +60,7 @@ type Event struct {
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
 	Handled     int            // Delivered: how many records, from First, the handler finished
+	Uncounted   bool           // Delivered: a failure during an outage, which spent no retry (stream.DeliveredEvent.Uncounted)
 	// Offset is the committed offset: the claim's starting checkpoint
 	// (Claimed, -1 for none) or the new checkpoint (Committed).
 	Offset   int64
@@ -97,7 +98,8 @@ func (h *History) Hooks(member string) stream.Hooks {
 		},
 		Delivered: func(e stream.DeliveredEvent) {
 			ev := Event{Kind: Delivered, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition,
-				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome}
+				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome,
+				Uncounted: e.Uncounted}
 			var be *stream.BatchError
 			switch {
 			case e.Outcome == stream.Succeeded || e.Outcome == stream.RetryRequested:
@@ -185,7 +187,9 @@ type Report struct {
 //   - the retry bound, unless MemoryOnly: a batch (by its first offset)
 //     never gets the same retry number twice, interrupted deliveries
 //     included, so that a move or a crash never buys it another delivery,
-//     and no retry goes past the limit of the policy in force. A give-up
+//     and no retry goes past the limit of the policy in force. A failure
+//     during an outage (Event.Uncounted) spends no retry: the batch is
+//     delivered again with the same retry number. A give-up
 //     starts the batch's count over (Processor.Resume of a stopped
 //     partition). First deliveries may repeat: they commit nothing before
 //     they run;
@@ -265,7 +269,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				p.delivered[o]++
 			}
 			mark(p.handled, e.First, e.First+int64(e.Handled)-1)
-			if !h.MemoryOnly && e.Retry > 0 {
+			if !h.MemoryOnly && e.Retry > 0 && !e.Uncounted {
 				seen := p.retries[e.First]
 				if seen == nil {
 					seen = map[int]bool{}
