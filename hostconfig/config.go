@@ -24,7 +24,7 @@ type Config struct {
 
 	// Host is the host-wide policy: from checkpointRetryPolicy, else from
 	// Azure Functions' retry section. Nil when the file sets neither, which
-	// means no retries (scenario 2 of the design proposal).
+	// means no retries: a failed batch is given up at once.
 	Host *RetryPolicy
 
 	// Functions holds the policies of checkpointRetryPolicy.functions by

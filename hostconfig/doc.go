@@ -7,7 +7,7 @@
 // extensions, functionTimeout, ...):
 //
 //   - version: "2.0" when present.
-//   - checkpointRetryPolicy: the design proposal's retryCount and
+//   - checkpointRetryPolicy: the checkpoint retry proposal's retryCount and
 //     sleepDuration, and redeliver's extensions: a strategy naming any delay
 //     algorithm with its parameters, maxDelay, maxRetryTime, maxRecordAge,
 //     onExhausted (skip, deadLetter with a topic, stop, or park), and functions,

@@ -8,7 +8,8 @@ import (
 )
 
 // Redrive is host.json's redrive section: the scheduled re-drive of parked
-// records (package redrive), after seed 003's retry processor.
+// records (package redrive), after the time-based retry processor
+// design that re-drives stuck records from a database.
 //
 //	"redrive": {
 //	  "interval": "00:05:00",      // a sweep every 5 minutes

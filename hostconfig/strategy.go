@@ -167,7 +167,7 @@ var strategies = append([]*strategyDef{
 		},
 	},
 	{
-		// The formula and defaults of seed 002's text.
+		// The formula and defaults of the Azure IoT Java SDK's retry guide.
 		name: "jitteredExponential",
 		params: []param{
 			pInitial.withDefault(100 * time.Millisecond), pMin.withDefault(100 * time.Millisecond),

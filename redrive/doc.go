@@ -1,17 +1,19 @@
 // Package redrive re-drives parked records on a schedule: the time-based
-// retry processor of seed 003, joined to the in-stream retries.
+// retry processor design (records stuck in a state past an expiry are
+// re-published to a retry topic and marked, those stuck past a timeout are
+// reported), joined to the in-stream retries.
 //
 // A record gets into the store in one of two ways:
 //
 //   - the [Park] exhaustion action: a batch whose retries are spent is
 //     parked, record by record, and the partition's checkpoint moves on at
 //     once instead of blocking the partition or dropping the batch;
-//   - [Await]: an application that waits for an outside answer (the seed's
-//     NONCE_PUBLISHED, waiting for a device) parks the record in a state of
+//   - [Await]: an application that waits for an outside answer (such as a
+//     NONCE_PUBLISHED state, waiting for a device) parks the record in a state of
 //     its own with an expiry, and calls [Complete] when the answer comes.
 //
 // A [Scheduler] sweeps the store every interval. An entry goes through these
-// states (the seed's names: the application's state, its _RETRY and its
+// states (named as that design names them: the application's state, its _RETRY and its
 // _TIMEOUT forms; redeliver adds _DONE, and names its own parked entries
 // REDELIVER_PARKED):
 //
@@ -38,7 +40,7 @@
 //	                  +-----------------+
 //
 // The expiry counts from the time an entry entered its state, the retry
-// timeout from its creation, as the seed measures them. A re-driven record
+// timeout from its creation, as that design measures them. A re-driven record
 // carries its original key, value and headers plus [HeaderKey],
 // [HeaderNumber], [HeaderState] and the original topic, partition and
 // offset; the [CompleteOnSuccess] middleware on the retry topic's consumer

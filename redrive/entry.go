@@ -12,17 +12,17 @@ import (
 type Status uint8
 
 const (
-	// Parked: waiting, in the application's own state (such as the seed's
+	// Parked: waiting, in the application's own state (such as the design's
 	// NONCE_PUBLISHED) or in [ParkedState] for a given-up batch. Due for a
 	// re-drive once its expiry has passed since it entered the state.
 	Parked Status = iota + 1
 	// Retrying: re-published, waiting for the consumer of the retry topic
-	// to complete it (the seed's <state>_RETRY).
+	// to complete it (the design's <state>_RETRY).
 	Retrying
 	// Done: completed. Final.
 	Done
 	// TimedOut: reported as given up, after the retry timeout or the
-	// maximum number of re-drives (the seed's <state>_TIMEOUT). Final.
+	// maximum number of re-drives (the design's <state>_TIMEOUT). Final.
 	TimedOut
 )
 
@@ -61,7 +61,7 @@ func (s Status) Pending() bool { return s == Parked || s == Retrying }
 // REDELIVER_PARKED_DONE and REDELIVER_PARKED_TIMEOUT.
 const ParkedState = "REDELIVER_PARKED"
 
-// The suffixes of the state names, after the seed's <state>_RETRY and
+// The suffixes of the state names, after the design's <state>_RETRY and
 // <state>_TIMEOUT.
 const (
 	SuffixRetry   = "_RETRY"

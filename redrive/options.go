@@ -29,7 +29,7 @@ type config struct {
 	hooks        Hooks
 }
 
-// The defaults, from the seed: a sweep every 5 minutes, and 20 minutes from
+// The defaults, from the time-based retry processor design: a sweep every 5 minutes, and 20 minutes from
 // an entry's creation before it times out.
 const (
 	DefaultInterval     = 5 * time.Minute
@@ -137,7 +137,7 @@ type Hooks struct {
 	// after the mark.
 	Redriven func(EntryEvent)
 	// TimedOut is called for each entry timed out, after it was reported
-	// to the reply topic (when there is one) and marked: the seed's report
+	// to the reply topic (when there is one) and marked: the design's report
 	// back to the device, as a callback.
 	TimedOut func(EntryEvent)
 	// Failed is called for each entry that could not be re-published or

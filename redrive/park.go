@@ -63,7 +63,7 @@ func RecordKey(topic string, partition int32, offset int64) string {
 }
 
 // Awaiting describes a record an application parks while it waits for an
-// outside answer, as the seed's NONCE_PUBLISHED waits for a device.
+// outside answer, as a NONCE_PUBLISHED state waits for a device.
 type Awaiting struct {
 	// Key names the entry, uniquely: the answer will name it to complete
 	// it, and parking the same key twice keeps the first entry.

@@ -27,7 +27,7 @@ const (
 	HeaderErrorCode = "redeliver-error-code"     // on reply records: the scheduler's error code
 )
 
-// Scheduler re-drives due entries every interval (the seed's retry
+// Scheduler re-drives due entries every interval (the design's retry
 // processor):
 //
 //   - a parked entry whose expiry has passed since it entered its state is

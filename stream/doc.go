@@ -7,18 +7,16 @@
 // A [Batch] is consecutive records of one partition; it is the unit of
 // delivery and of checkpointing. For each batch the handler either
 //
-//   - returns nil: the checkpoint advances past the batch (seed 004,
-//     scenario 1);
+//   - returns nil: the checkpoint advances past the batch;
 //   - returns an error: the policy decides. With retries left, the checkpoint
 //     is withheld, the partition is paused, and the same batch is delivered
-//     again after the backoff (scenario 3). Without (retryCount 0, retries
+//     again after the backoff. Without (retryCount 0, retries
 //     spent, time budget spent, or an error the filter rejects, such as one
 //     marked [Permanent]), the batch is given up: the Exhausted hook fires,
-//     the exhaustion action runs, and the checkpoint advances (scenario 2);
+//     the exhaustion action runs, and the checkpoint advances;
 //   - returns a [*RetryResult] ([Retry]): the delivery succeeded but asks to
 //     be repeated; the RetryResult's count and delay replace the policy for
-//     this batch, and once they are spent the checkpoint advances
-//     (scenario 4);
+//     this batch, and once they are spent the checkpoint advances;
 //   - panics: treated as a retryable error; the process survives.
 //
 // When the claim's context ends (shutdown, revocation, loss) the batch in

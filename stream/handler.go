@@ -87,7 +87,7 @@ func Chain(h Handler, mw ...Middleware) Handler {
 }
 
 // RetryResult is what a handler returns to say "processed, but deliver this
-// batch again" without failing: seed 004's RetryResult. The delivery counts as
+// batch again" without failing, as in the Azure Functions checkpoint retry proposal. The delivery counts as
 // succeeded; the checkpoint is withheld and the batch comes back after Delay,
 // until MaxRetries retries are spent, and then the stream moves on without an
 // exhaustion action.

@@ -75,7 +75,8 @@ func WithExhaustionAction(a ExhaustionAction) Option {
 	return optionFunc(func(c *config) { c.exhaustion = a })
 }
 
-// WithInMemoryState keeps retry state in memory only, as seed 004 does: when
+// WithInMemoryState keeps retry state in memory only, as the Azure Functions
+// checkpoint retry proposal does: when
 // a partition moves to another consumer or the process restarts, the batch's
 // retry count starts over. The default stores the state of a withheld batch
 // with its checkpoint (see [Processor.Process]), so that the next owner

@@ -147,7 +147,7 @@ func checkRedriven(t *testing.T, r stream.Record, topic, key string, number int,
 	}
 }
 
-// testSeedFlow is seed 003 with its own figures: a sweep every 5 minutes,
+// testSeedFlow is the time-based retry processor design with its own figures: a sweep every 5 minutes,
 // an expiry of 5 minutes, a retry timeout of 20 minutes. One device answers
 // after the first re-drive, the other never does.
 func testSeedFlow(t *testing.T, s redrive.Store) {

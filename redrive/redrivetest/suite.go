@@ -12,7 +12,7 @@
 //
 // The suite covers the store's contract (idempotent parking, faithful
 // round trips, compare-and-set changes, due order, exclusive claims) and
-// the seed's flow through a [redrive.Scheduler] with a manual clock.
+// the time-based retry processor's flow through a [redrive.Scheduler] with a manual clock.
 package redrivetest
 
 import (
