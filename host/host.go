@@ -210,8 +210,15 @@ type Kafka struct {
 	Adapter string
 	// Topic is the topic the function consumes.
 	Topic string
-	// Group is the consumer group its consumer joins.
+	// Group is the consumer group its consumer joins, or the share group
+	// when Share is set.
 	Group string
+	// Share makes Group a share group (Kafka 4.2 and later, franz adapter
+	// only): the records of a partition are shared among consumers and
+	// retried one by one (package adapters/franz/share). A share group
+	// starts at the latest offset unless its share.auto.offset.reset
+	// configuration says earliest.
+	Share bool
 	// MaxBatch is the most records a batch holds; 0 means the adapter's
 	// default (500).
 	MaxBatch int
@@ -476,6 +483,9 @@ func (h *Host) bind(f *function) error {
 			return fmt.Errorf("host: function %s: %s: trigger type %q is not supported", f.name, t.Origin, t.Type)
 		}
 		f.trigger = Kafka{Adapter: t.Adapter, Topic: t.Topic, Group: t.ConsumerGroup, MaxBatch: t.MaxBatchSize}
+		if t.ShareGroup != "" {
+			f.trigger.Group, f.trigger.Share = t.ShareGroup, true
+		}
 		f.origin = t.Origin
 	} else if f.code != nil {
 		f.trigger = *f.code
@@ -544,8 +554,12 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	h.mu.Lock() // Status, Resume and Skip read them
 	f.proc, f.status = proc, status
 	h.mu.Unlock()
-	switch f.trigger.Adapter {
-	case "kafkago":
+	switch {
+	case f.trigger.Share && f.trigger.Adapter == "kafkago":
+		err = fmt.Errorf("%s: kafka-go has no share-group consumer: a share group needs the franz adapter", f.origin)
+	case f.trigger.Share:
+		f.run, err = h.shareConsumer(f, proc, log)
+	case f.trigger.Adapter == "kafkago":
 		f.run, err = h.kafkaGoConsumer(f, proc, log)
 	default:
 		f.run, err = h.franzConsumer(f, proc, log)

@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/franz/share"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -28,6 +29,29 @@ func (h *Host) franzConsumer(f *function, proc *stream.Processor, log *slog.Logg
 		opts = append(opts, franz.WithMaxBatch(f.trigger.MaxBatch))
 	}
 	c, err := franz.New(proc, opts...)
+	if err != nil {
+		return nil, err
+	}
+	f.close = c.Close
+	return c.Run, nil
+}
+
+// shareConsumer builds f's consumer on the franz adapter's share-group
+// consumer. It is ready once it has reached the broker and its members
+// start polling.
+func (h *Host) shareConsumer(f *function, proc *stream.Processor, log *slog.Logger) (func(context.Context) error, error) {
+	kopts := []kgo.Opt{
+		kgo.SeedBrokers(h.c.brokers...),
+		kgo.ShareGroup(f.trigger.Group),
+		kgo.ConsumeTopics(f.trigger.Topic),
+	}
+	kopts = append(kopts, h.c.kgoOpts...)
+	opts := []share.Option{share.WithKgoOptions(kopts...), share.WithLogger(log),
+		share.WithOnReady(func() { f.assigned.Store(true) })}
+	if f.trigger.MaxBatch > 0 {
+		opts = append(opts, share.WithMaxBatch(f.trigger.MaxBatch))
+	}
+	c, err := share.New(proc, opts...)
 	if err != nil {
 		return nil, err
 	}

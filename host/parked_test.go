@@ -14,7 +14,7 @@ import (
 )
 
 // TestParkedEntries runs a function whose policy parks on a host with an
-// SQLite re-drive store: the record that keeps failing is parked, the
+// in-memory re-drive store: the record that keeps failing is parked, the
 // partition moves on, and the status (JSON and page) lists the entry with
 // its position, re-drives, last error and next re-drive, counted per
 // function; a function of another topic shows none.

@@ -33,6 +33,7 @@ type FunctionStatus struct {
 	Adapter     string `json:"adapter"`
 	Topic       string `json:"topic"`
 	Group       string `json:"group"`
+	Share       bool   `json:"share,omitempty"` // Group is a share group
 	MaxBatch    int    `json:"maxBatch,omitempty"`
 	TriggerFrom string `json:"triggerFrom"`
 	// Policy describes the retry policy in force, PolicyFrom where it was
@@ -347,7 +348,7 @@ func (s *fnStatus) released(topic string, partition int32, how string) {
 func (s *fnStatus) snapshot() FunctionStatus {
 	f := s.f
 	fs := FunctionStatus{
-		Name: f.name, Adapter: f.trigger.Adapter, Topic: f.trigger.Topic, Group: f.trigger.Group,
+		Name: f.name, Adapter: f.trigger.Adapter, Topic: f.trigger.Topic, Group: f.trigger.Group, Share: f.trigger.Share,
 		MaxBatch: f.trigger.MaxBatch, TriggerFrom: f.origin, Assigned: f.assigned.Load(),
 		Policy: describePolicy(f.policy), PolicyFrom: "no policy: the default",
 	}

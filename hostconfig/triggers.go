@@ -13,7 +13,7 @@ import (
 const sectionTriggers = "triggers"
 
 // The fields of a trigger.
-var triggerFields = []string{"type", "adapter", "topic", "consumerGroup", "maxBatchSize"}
+var triggerFields = []string{"type", "adapter", "topic", "consumerGroup", "shareGroup", "maxBatchSize"}
 
 // The trigger types and the adapters of each.
 var (
@@ -24,17 +24,26 @@ var (
 // fieldAliases are names other tools give our fields, for the message about
 // an unknown one.
 var fieldAliases = map[string]string{
-	"group": "consumerGroup", "groupid": "consumerGroup", "consumergroupid": "consumerGroup",
+	"group": "consumerGroup", "groupid": "consumerGroup", "consumergroupid": "consumerGroup", "sharegroupid": "shareGroup", "queue": "shareGroup",
 	"batchsize": "maxBatchSize", "maxbatch": "maxBatchSize", "topics": "topic",
 	"client": "adapter", "trigger": "type", "kind": "type",
 }
 
 // Trigger is what starts one function of a host: a Kafka topic read by a
-// consumer group, as the triggers section of a host.json binds it.
+// consumer group, or by a share group, as the triggers section of a
+// host.json binds it.
 //
 //	"triggers": {
-//	  "orders": {"type": "kafka", "adapter": "franz", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 100}
+//	  "orders": {"type": "kafka", "adapter": "franz", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 100},
+//	  "emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}
 //	}
+//
+// A consumer group keeps each partition's order and retries whole batches
+// with the checkpoint withheld; a share group (Kafka 4.2 and later, franz
+// adapter only) hands records of one partition to several consumers,
+// acknowledged one by one, and retries each failed record on its own (see
+// package adapters/franz/share). A share group starts at the latest offset
+// unless its share.auto.offset.reset configuration says earliest.
 type Trigger struct {
 	// Function is the function's name as the file writes it.
 	Function string
@@ -48,8 +57,12 @@ type Trigger struct {
 	Adapter string
 	// Topic is the topic the function consumes.
 	Topic string
-	// ConsumerGroup is the group its consumer joins.
+	// ConsumerGroup is the consumer group its consumer joins; empty when
+	// the trigger reads through a share group.
 	ConsumerGroup string
+	// ShareGroup is the share group its consumer joins; empty when the
+	// trigger reads through a consumer group.
+	ShareGroup string
 	// MaxBatchSize is the most records a batch holds; 0 means the
 	// adapter's default.
 	MaxBatchSize int
@@ -212,7 +225,17 @@ func (d *decoder) trigger(name string, n *node) (Trigger, bool) {
 		t.Adapter = d.choice(m.val, kafkaAdapters)
 	}
 	t.Topic = d.name(n, f, "topic", "the topic the function consumes")
-	t.ConsumerGroup = d.name(n, f, "consumerGroup", "the consumer group its consumer joins")
+	switch cg, sg := f["consumerGroup"], f["shareGroup"]; {
+	case cg != nil && sg != nil:
+		d.add(sg.val, "a trigger reads through a consumer group or a share group, not both: consumerGroup is also set, at %s", d.pos(cg.val))
+	case sg != nil:
+		t.ShareGroup = d.name(n, f, "shareGroup", "the share group its consumer joins")
+		if m := f["adapter"]; m != nil && t.Adapter == "kafkago" {
+			d.add(m.val, `kafka-go has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`)
+		}
+	default:
+		t.ConsumerGroup = d.name(n, f, "consumerGroup", "the consumer group its consumer joins (or shareGroup, to read through a share group)")
+	}
 	if m := f["maxBatchSize"]; m != nil {
 		if v, ok := d.integer(m.val); ok {
 			if v < 1 {

@@ -56,6 +56,16 @@ func TestTriggers(t *testing.T) {
 	if _, ok := cfg.Trigger("audit"); ok {
 		t.Error("a trigger for audit")
 	}
+
+	// A share group, with the franz adapter by default.
+	cfg, err = noEnv.Parse("host.json", []byte(`{"triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	emails, _ := cfg.Trigger("emails")
+	if emails.ShareGroup != "emails-app" || emails.ConsumerGroup != "" || emails.Adapter != "franz" {
+		t.Errorf("emails = %+v, want share group emails-app on the franz adapter", emails)
+	}
 }
 
 func TestPolicySettings(t *testing.T) {
@@ -101,8 +111,12 @@ func TestTriggerErrors(t *testing.T) {
 		{"unknown adapter", `{"triggers": {"a": {"type": "kafka", "adapter": "franzgo", "topic": "t", "consumerGroup": "g"}}}`,
 			`host.json:1:49: triggers.a.adapter: unknown value "franzgo": did you mean franz?: want franz or kafkago`},
 		{"group alias", `{"triggers": {"a": {"type": "kafka", "topic": "t", "group": "g"}}}`,
-			"host.json:1:20: triggers.a: consumerGroup is missing: want the consumer group its consumer joins\n" +
+			"host.json:1:20: triggers.a: consumerGroup is missing: want the consumer group its consumer joins (or shareGroup, to read through a share group)\n" +
 				`hostconfig: host.json:1:52: triggers.a: unknown field "group": did you mean consumerGroup?`},
+		{"both groups", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "shareGroup": "s"}}}`,
+			`host.json:1:88: triggers.a.shareGroup: a trigger reads through a consumer group or a share group, not both: consumerGroup is also set, at host.json:1:69`},
+		{"share group on kafka-go", `{"triggers": {"a": {"type": "kafka", "adapter": "kafkago", "topic": "t", "shareGroup": "s"}}}`,
+			`host.json:1:49: triggers.a.adapter: kafka-go has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`},
 		{"misspelt field", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "maxBatchSise": 5}}}`,
 			`host.json:1:74: triggers.a: unknown field "maxBatchSise": did you mean maxBatchSize?`},
 		{"empty topic", `{"triggers": {"a": {"type": "kafka", "topic": " ", "consumerGroup": "g"}}}`,

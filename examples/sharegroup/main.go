@@ -136,7 +136,7 @@ func run(ctx context.Context) error {
 		}
 	}
 	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := <-done; err != nil { // nil after a clean shutdown
 		return fmt.Errorf("consumer: %w", err)
 	}
 

@@ -47,6 +47,7 @@ type config struct {
 	limit    int           // 0: read from the broker
 	events   func(Event)
 	member   string
+	onReady  func()
 }
 
 // WithKgoOptions gives the options of the franz-go clients the consumer
@@ -92,6 +93,12 @@ func WithResetEarliest() Option { return optionFunc(func(c *config) { c.earliest
 
 // WithLogger sets the logger, overriding the processor's.
 func WithLogger(l *slog.Logger) Option { return optionFunc(func(c *config) { c.logger = l }) }
+
+// WithOnReady sets a function Run calls once it has reached the broker: the
+// group's settings are read and the members start polling (a share group
+// assigns partitions at a member's first poll). A functions host uses it to
+// report readiness. fn must be quick. The default is none.
+func WithOnReady(fn func()) Option { return optionFunc(func(c *config) { c.onReady = fn }) }
 
 // WithMember names this consumer in [Event]s: a lane's Member is the name
 // followed by the lane's number. The default is empty.
@@ -169,10 +176,13 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	return c, nil
 }
 
-// Run consumes until ctx is done or [Consumer.Close] is called, and returns
-// why it stopped: ctx's cause or [ErrClosed], or the error that kept it from
-// starting. Records in flight when it stops are released to the broker,
-// never accepted unhandled. Every lane has left the group when Run returns.
+// Run consumes until ctx is done or [Consumer.Close] is called. Records in
+// flight when it stops are released to the broker, never accepted
+// unhandled. Every lane has left the group when Run returns.
+//
+// Run returns nil after a clean shutdown (ctx done or Close called), as the
+// checkpoint adapters' Run does, and otherwise the error that kept it from
+// starting. It returns [ErrClosed] when Close was called before it.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.started.CompareAndSwap(false, true) {
 		return errors.New("share: Run called twice")
@@ -227,8 +237,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 			l.run(ctx)
 		}()
 	}
+	if c.cfg.onReady != nil {
+		c.cfg.onReady()
+	}
 	wg.Wait()
-	return context.Cause(ctx)
+	return nil // only ctx or Close stops the lanes: a clean shutdown
 }
 
 // Close stops Run and waits for it to return.

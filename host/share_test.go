@@ -1,0 +1,129 @@
+package host_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// TestShareTrigger binds a function to a share group from host.json: the
+// host becomes ready, every record is handled, the one that fails is
+// retried on its own (the records beside it are not delivered again), and
+// the status says the group is a share group.
+func TestShareTrigger(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	for p := range int32(2) {
+		produce(t, addrs, "emails", p, 10)
+	}
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {"retryCount": 2, "sleepDuration": "00:00:00.05"},
+  "triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}},
+}`)
+	h, err := host.New(cfg, host.WithBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		deliveries = map[string]int{}
+	)
+	if err := h.Register("emails", stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		key := fmt.Sprintf("%d/%d", r.Partition, r.Offset)
+		mu.Lock()
+		deliveries[key]++
+		n := deliveries[key]
+		mu.Unlock()
+		if key == "1/4" && n == 1 {
+			return errBoom
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	waitFor(t, "the host ready", func() bool { ok, _ := h.Ready(); return ok })
+	waitFor(t, "every record handled, 1/4 twice", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(deliveries) == 20 && deliveries["1/4"] == 2
+	})
+	time.Sleep(200 * time.Millisecond) //nolint:forbidigo // a redelivery that should not come
+	mu.Lock()
+	for key, n := range deliveries {
+		if want := map[bool]int{true: 2, false: 1}[key == "1/4"]; n != want {
+			t.Errorf("record %s delivered %d times, want %d", key, n, want)
+		}
+	}
+	mu.Unlock()
+	st := status(t, h.Handler())
+	if len(st.Functions) != 1 || !st.Functions[0].Share || st.Functions[0].Group != "emails-app" {
+		t.Errorf("status %+v, want the function on share group emails-app", st.Functions)
+	}
+}
+
+// TestShareTriggerOnKafkaGo: a share group bound in code to the kafka-go
+// adapter is an error at start, not a silent consumer group.
+func TestShareTriggerOnKafkaGo(t *testing.T) {
+	addrs := newCluster(t, 1, "emails")
+	h, err := host.New(parse(t, `{}`), host.WithBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("emails", stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }),
+		host.Kafka{Adapter: "kafkago", Topic: "emails", Group: "emails-app", Share: true}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err = h.Run(ctx)
+	if err == nil || !strings.Contains(err.Error(), "kafka-go has no share-group consumer") {
+		t.Fatalf("Run = %v, want the share group refused on kafka-go", err)
+	}
+}
+
+// setShareGroupConfig sets one configuration of a share group.
+func setShareGroupConfig(t *testing.T, addrs []string, group, name, value string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	res := kmsg.NewIncrementalAlterConfigsRequestResource()
+	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name, c.Op, c.Value = name, kmsg.IncrementalAlterConfigOpSet, &value
+	res.Configs = append(res.Configs, c)
+	req.Resources = append(req.Resources, res)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range resp.Resources {
+		if r.ErrorCode != 0 {
+			t.Fatalf("set %s=%s on group %s: error code %d", name, value, group, r.ErrorCode)
+		}
+	}
+}
