@@ -37,7 +37,10 @@
 // rendered by the host from the standard library, with no build step, and
 // reloads itself. With a re-drive store ([WithRedrive]), it also lists each
 // function's parked entries, and a function whose policy says onExhausted
-// park parks there (without a store, it is an error at start).
+// park parks there (without a store, it is an error at start); the host
+// runs the re-drive's scheduler on that store and completes an entry when a
+// function handles its re-driven record ([WithoutScheduler] leaves the
+// re-drive to another process).
 //
 // # Shutdown
 //

@@ -76,6 +76,7 @@ type config struct {
 	now       func() time.Time
 	store     redrive.Store
 	parkOpts  []redrive.Option
+	noSweep   bool
 }
 
 // WithLogger sets the logger the host, every processor and every consumer
@@ -159,8 +160,23 @@ func WithRefresh(d time.Duration) Option {
 // close it after Run returns. The host parks but does not re-drive: run a
 // [redrive.Scheduler] on the same store for that. The default has no store,
 // and Run refuses to start a function whose policy parks.
+//
+// The host also runs a [redrive.Scheduler] on the store, configured by
+// host.json's redrive section (its interval, retry topic, retry timeout and
+// the rest), publishing through the host's producer, and completes an
+// entry when a function handles its re-driven record
+// ([redrive.CompleteOnSuccess] around every function). Several hosts may
+// share one PostgreSQL store: their sweeps claim disjoint entries. Give
+// [WithoutScheduler] where the re-drive runs elsewhere.
 func WithRedrive(store redrive.Store, opts ...redrive.Option) Option {
 	return hostOption(func(c *config) { c.store, c.parkOpts = store, opts })
+}
+
+// WithoutScheduler keeps the host from running the re-drive's scheduler on
+// the [WithRedrive] store: functions still park there, and something else
+// (another process, `redeliver parked requeue`) re-drives the entries.
+func WithoutScheduler() Option {
+	return hostOption(func(c *config) { c.noSweep = true })
 }
 
 // WithMiddleware adds middleware: given to [New], it wraps every function's
@@ -243,6 +259,7 @@ type Host struct {
 
 	running  atomic.Bool
 	draining atomic.Bool
+	sched    *redrive.Scheduler // set by Run with WithRedrive
 }
 
 // function is one registered function.
@@ -376,6 +393,11 @@ func (h *Host) Run(ctx context.Context) error {
 			done <- f
 		}()
 	}
+	var swept chan error
+	if h.sched != nil {
+		swept = make(chan error, 1)
+		go func() { swept <- h.sched.Run(runCtx) }()
+	}
 	h.log.Info("redeliver: host started", "functions", len(fns))
 	<-runCtx.Done()
 	cause := context.Cause(runCtx)
@@ -404,6 +426,9 @@ func (h *Host) Run(ctx context.Context) error {
 		cause = fmt.Errorf("%w: after %v, still running: %s (stopping because: %w)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), cause)
 		h.log.Error("redeliver: host drain time over", "still_running", names)
 		break
+	}
+	if swept != nil {
+		<-swept // a sweep in progress finishes its claim and stops
 	}
 	h.running.Store(false)
 	if srv != nil {
@@ -451,6 +476,8 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 	if len(h.c.brokers) == 0 {
 		return noop, errors.New("host: no brokers for the Kafka triggers: give host.WithBrokers")
 	}
+	sweep := h.c.store != nil && !h.c.noSweep
+	needPub = needPub || sweep
 	pub, closePub := h.c.publisher, noop
 	if pub == nil && needPub {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.c.brokers...)}, h.c.kgoOpts...)...)
@@ -463,6 +490,16 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 			return noop, fmt.Errorf("host: %w", err)
 		}
 		pub, closePub = p, cl.Close
+	}
+	if sweep {
+		opts := append(redrive.SchedulerOptions(h.cfg.Redrive), h.c.parkOpts...)
+		opts = append(opts, redrive.WithLogger(h.log.With("component", "redrive")))
+		sch, err := redrive.NewScheduler(h.c.store, pub, opts...)
+		if err != nil {
+			closePub()
+			return noop, fmt.Errorf("host: re-drive scheduler: %w", err)
+		}
+		h.sched = sch
 	}
 	for i, f := range fns {
 		if err := h.build(f, pub); err != nil {
@@ -545,7 +582,14 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	opts = append(opts, stream.WithLogger(log), stream.WithHooks(stream.MergeHooks(hooks...)))
 	opts = append(opts, h.c.procOpts...)
 	opts = append(opts, f.procOpts...)
-	mw := append(slices.Clone(h.c.mw), f.mw...)
+	var mw []stream.Middleware
+	if h.c.store != nil {
+		// Outermost: a re-driven record's entry is done once the whole
+		// chain handled it.
+		mw = append(mw, redrive.CompleteOnSuccess(h.c.store, h.c.parkOpts...))
+	}
+	mw = append(mw, h.c.mw...)
+	mw = append(mw, f.mw...)
 	proc, err := stream.NewProcessor(stream.Chain(f.handler, mw...), opts...)
 	if err != nil {
 		return fmt.Errorf("host: function %s: %w", f.name, err)

@@ -126,3 +126,53 @@ func TestParkWithoutStoreFailsAtStart(t *testing.T) {
 		t.Error("the handler ran")
 	}
 }
+
+// TestParkedEntriesAreRedriven: the host runs the re-drive's scheduler on
+// its store. A record that keeps failing is parked; after the redrive
+// section's expiry the scheduler publishes it back to its topic, the same
+// function handles it (the downstream is back), and its entry is done.
+func TestParkedEntriesAreRedriven(t *testing.T) {
+	addrs := newCluster(t, 1, "parker")
+	produce(t, addrs, "parker", 0, 5)
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "10ms", "onExhausted": "park"},
+  "redrive": {"interval": "100ms", "expiry": "200ms"},
+  "triggers": {"parker": {"type": "kafka", "topic": "parker", "consumerGroup": "parker-app", "maxBatchSize": 1}},
+}`)
+	store := redrivetest.NewMemStore()
+	h, err := host.New(cfg, host.WithBrokers(addrs...), host.WithRedrive(store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var failures, redriven atomic.Int64
+	if err := h.Register("parker", stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		for _, hd := range r.Headers {
+			if hd.Key == redrive.HeaderKey {
+				redriven.Add(1)
+				return nil // the downstream is back
+			}
+		}
+		if r.Offset == 2 {
+			failures.Add(1)
+			return errBoom
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	waitFor(t, "the parked entry done", func() bool {
+		e, err := store.Get(context.Background(), "parker/0/2")
+		return err == nil && e.Status == redrive.Done
+	})
+	if n := failures.Load(); n != 2 {
+		t.Errorf("offset 2 failed %d times, want 2 (the first delivery and one retry)", n)
+	}
+	if n := redriven.Load(); n != 1 {
+		t.Errorf("%d re-driven records handled, want 1", n)
+	}
+	e, _ := store.Get(context.Background(), "parker/0/2")
+	if e.Redrives != 1 {
+		t.Errorf("entry = %+v, want done after 1 re-drive", e)
+	}
+}
