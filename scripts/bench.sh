@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the benchmarks of the engine (stream) and of both Kafka adapters in
+# Runs the benchmarks of the engine (stream), of both Kafka adapters and of
+# the peers (module bench: other consumers on the same failure scenario) in
 # alternating rounds, each leaf in a process of its own, and prints one
 # table: per leaf the median, minimum and maximum records/s and the median
 # CPU per record; per comparison the ratio of the medians and the minimum
@@ -8,7 +9,7 @@
 #
 #   ROUNDS=5        rounds (the order of a comparison's leaves rotates from
 #                   round to round)
-#   RECORDS=1000000 records per adapter leaf
+#   RECORDS=1000000 records per adapter or peer leaf
 #   ONLY=regexp     run only the comparisons whose name matches
 #   OUT=file        also keep every benchmark line there (default: a temp file)
 #   REDELIVER_KAFKA_BROKERS=host:port  run the adapters against that broker
@@ -34,6 +35,9 @@ echo "# ROUNDS=$ROUNDS RECORDS=$RECORDS; load average before: $(cut -d' ' -f1-3 
 go test -c -o "$bin/stream.test" ./stream
 (cd adapters/franz && go test -c -o "$bin/franz.test" .)
 (cd adapters/kafkago/tests && go test -c -o "$bin/kafkago.test" .)
+# The peers (raw loops, kafka.Reader, Watermill) live in the module bench, so
+# that no user of redeliver pulls them.
+(cd bench && go test -c -o "$bin/peers.test" .)
 
 # Comparisons: name|binary|benchtime|baseline leaf|other leaves...
 # Leaf paths are anchored per level.
@@ -53,6 +57,8 @@ comparisons=(
   "kafkago failure p=1|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
   "kafkago failure p=8|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "kafkago poison p=8|kafkago|${RECORDS}x|BenchmarkPoison/rawconn/partitions=8|BenchmarkPoison/redeliver/partitions=8"
+  "peers p=1|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=1|BenchmarkPeersFailure/redeliver-kafkago/partitions=1|BenchmarkPeersFailure/franz-inplace/partitions=1|BenchmarkPeersFailure/kafkago-reader/partitions=1|BenchmarkPeersFailure/watermill/partitions=1"
+  "peers p=8|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=8|BenchmarkPeersFailure/redeliver-kafkago/partitions=8|BenchmarkPeersFailure/franz-inplace/partitions=8|BenchmarkPeersFailure/kafkago-reader/partitions=8|BenchmarkPeersFailure/watermill/partitions=8"
 )
 
 anchor() { # BenchmarkX/a/b -> ^BenchmarkX$/^a$/^b$
