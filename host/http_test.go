@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/stream"
@@ -106,7 +107,15 @@ func TestHealthAndReadiness(t *testing.T) {
 		t.Errorf("/readyz before Run = %d %q, want 503", code, body)
 	}
 	r := start(t, h)
-	waitFor(t, "/readyz 200", func() bool { code, _ := get(t, hd, "/readyz"); return code == 200 })
+	for deadline := time.Now().Add(wait); ; time.Sleep(20 * time.Millisecond) {
+		code, body := get(t, hd, "/readyz")
+		if code == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz still %d %q after %v", code, body, wait)
+		}
+	}
 	r.stop(t)
 	if code, _ := get(t, hd, "/readyz"); code != 503 {
 		t.Errorf("/readyz after Run = %d, want 503", code)

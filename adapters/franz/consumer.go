@@ -58,6 +58,9 @@ type config struct {
 // needs the client's own OnPartitionsAssigned (see [ClientOptions]), so a
 // kgo.OnPartitionsAssigned among the caller's options is replaced; use
 // this instead. fn runs in the client's group goroutine and must be quick.
+// A client joins its group as soon as it is built: an assignment made
+// before the Consumer was bound to it (before New returned) is reported
+// from New.
 func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 	return optionFunc(func(c *config) { c.onAssigned = fn })
 }

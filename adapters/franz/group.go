@@ -109,10 +109,17 @@ func onFetched(_ context.Context, cl *kgo.Client, resp *kmsg.OffsetFetchResponse
 }
 
 func onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	if g := lookupGroup(cl); g != nil {
+	// groupFor, not lookupGroup: franz-go calls this before it fetches the
+	// offsets, and New may not have run yet.
+	if g := groupFor(cl); g != nil {
 		g.assigned()
 		g.mu.Lock()
 		c := g.c
+		if c == nil {
+			// The client joins as soon as it is built, which can be
+			// before its Consumer is bound: keep the assignment for it.
+			g.early, g.hasEarly = assigned, true
+		}
 		g.mu.Unlock()
 		if c != nil && c.cfg.onAssigned != nil {
 			c.cfg.onAssigned(assigned)
@@ -143,13 +150,15 @@ type tp struct {
 type group struct {
 	cl *kgo.Client
 
-	mu      sync.Mutex
-	c       *Consumer
-	claims  map[tp]*claim
-	running bool
-	runCtx  context.Context
-	fail    context.CancelCauseFunc
-	wg      sync.WaitGroup
+	mu       sync.Mutex
+	c        *Consumer
+	early    map[string][]int32 // an assignment made before c was bound
+	hasEarly bool
+	claims   map[tp]*claim
+	running  bool
+	runCtx   context.Context
+	fail     context.CancelCauseFunc
+	wg       sync.WaitGroup
 
 	nfull  atomic.Int32  // claims whose buffer is full
 	wakeup chan struct{} // a full claim drained or a claim starves
@@ -160,11 +169,17 @@ type group struct {
 
 func (g *group) bind(c *Consumer) error {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if g.c != nil {
+		g.mu.Unlock()
 		return errors.New("franz: the client already serves a Consumer")
 	}
 	g.c = c
+	early, hasEarly := g.early, g.hasEarly
+	g.early, g.hasEarly = nil, false
+	g.mu.Unlock()
+	if hasEarly && c.cfg.onAssigned != nil {
+		c.cfg.onAssigned(early) // WithOnAssigned hears of an assignment made before New returned
+	}
 	return nil
 }
 

@@ -204,3 +204,34 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 		t.Fatalf("the broker got %d commits of the kept partition and %d of the lost one, want 1 and 0", n, k)
 	}
 }
+
+// TestOnAssignedBeforeNew: franz-go joins the group as soon as a client is
+// built, so the session's assignment can end before a Consumer is bound to
+// the client; WithOnAssigned still hears of it, from New (a host waiting
+// for readiness otherwise waited for the next rebalance: 1 run in 20 of
+// the host's readiness test).
+func TestOnAssignedBeforeNew(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	g := groupFor(cl)
+	waitFor(t, "the assignment kept for a Consumer not bound yet", func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.hasEarly
+	})
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got map[string][]int32
+	if _, err := New(proc, WithClient(cl), WithOnAssigned(func(a map[string][]int32) { got = a })); err != nil {
+		t.Fatal(err)
+	}
+	if len(got["t"]) != 2 {
+		t.Fatalf("New reported the earlier assignment as %v, want the topic's 2 partitions", got)
+	}
+}
