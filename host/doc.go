@@ -1,7 +1,9 @@
 // Package host runs named functions, each a [stream.Handler] bound to a
-// trigger (a Kafka topic and consumer group, through the franz or kafkago
-// adapter) with its own retry policy, as an Azure Functions host runs the
-// functions of an app; and it serves their health and status over HTTP.
+// trigger (a Kafka topic and consumer or share group, through the franz or
+// kafkago adapter; or, through a [Source], any other consumer of a
+// processor, such as an Event Hub's) with its own retry policy, as an Azure
+// Functions host runs the functions of an app; and it serves their health
+// and status over HTTP.
 //
 //	cfg, err := hostconfig.Load("host.json")  // policies and triggers
 //	h, err := host.New(cfg, host.WithBrokers("127.0.0.1:9092"), host.WithHTTP(":8080"))

@@ -157,9 +157,8 @@ func WithRefresh(d time.Duration) Option {
 // opts go to Park, such as [redrive.WithClock]), and the status page lists
 // each function's entries (those of records from its trigger's topic). Open
 // the store from the redrive section (sqlitestore.Open, pgstore.Open) and
-// close it after Run returns. The host parks but does not re-drive: run a
-// [redrive.Scheduler] on the same store for that. The default has no store,
-// and Run refuses to start a function whose policy parks.
+// close it after Run returns. The default has no store, and Run refuses to
+// start a function whose policy parks.
 //
 // The host also runs a [redrive.Scheduler] on the store, configured by
 // host.json's redrive section (its interval, retry topic, retry timeout and
@@ -240,7 +239,7 @@ type Kafka struct {
 	MaxBatch int
 }
 
-func (k Kafka) applyFunction(f *function) { t := k; f.code = &t }
+func (k Kafka) applyFunction(f *function) { t := k; f.code = &t; f.source = nil }
 
 // Host runs named functions, each a handler bound to a trigger with its own
 // retry policy, and serves their health and status over HTTP.
@@ -266,7 +265,8 @@ type Host struct {
 type function struct {
 	name     string
 	handler  stream.Handler
-	code     *Kafka // the trigger given in code
+	code     *Kafka  // the trigger given in code
+	source   *Source // or a trigger the host does not build
 	mw       []stream.Middleware
 	hooks    []stream.Hooks
 	procOpts []stream.Option
@@ -385,6 +385,9 @@ func (h *Host) Run(ctx context.Context) error {
 	h.running.Store(true)
 	for _, f := range fns {
 		go func() {
+			if f.source != nil && f.origin == "code" {
+				f.assigned.Store(true) // running; Source.Ready says more when set
+			}
 			err := f.run(runCtx)
 			if runCtx.Err() == nil {
 				h.log.Error("redeliver: function failed", "function", f.name, "error", err)
@@ -473,12 +476,19 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 	if len(problems) > 0 {
 		return noop, errors.New(strings.Join(problems, "\n"))
 	}
-	if len(h.c.brokers) == 0 {
+	kafkaFns := false
+	for _, f := range fns {
+		kafkaFns = kafkaFns || f.source == nil || f.origin != "code"
+	}
+	if len(h.c.brokers) == 0 && kafkaFns {
 		return noop, errors.New("host: no brokers for the Kafka triggers: give host.WithBrokers")
 	}
 	sweep := h.c.store != nil && !h.c.noSweep
 	needPub = needPub || sweep
 	pub, closePub := h.c.publisher, noop
+	if pub == nil && needPub && len(h.c.brokers) == 0 {
+		return noop, errors.New("host: a function's policy dead-letters or the re-drive publishes, and there is no producer: give host.WithPublisher or host.WithBrokers")
+	}
 	if pub == nil && needPub {
 		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.c.brokers...)}, h.c.kgoOpts...)...)
 		if err != nil {
@@ -527,6 +537,14 @@ func (h *Host) bind(f *function) error {
 	} else if f.code != nil {
 		f.trigger = *f.code
 		f.origin = "code"
+	} else if f.source != nil {
+		if err := f.source.check(); err != nil {
+			return fmt.Errorf("host: function %s: %w", f.name, err)
+		}
+		f.trigger = Kafka{Topic: f.source.Topic}
+		f.origin = "code"
+		f.policy = h.cfg.Function(f.name)
+		return nil
 	} else {
 		where := h.cfg.File
 		if where == "" {
@@ -599,6 +617,12 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	f.proc, f.status = proc, status
 	h.mu.Unlock()
 	switch {
+	case f.source != nil && f.origin == "code":
+		f.run, err = f.source.New(proc)
+		if err == nil && f.run == nil {
+			err = errors.New("host.Source's New returned no run function")
+		}
+		f.close = func() {}
 	case f.trigger.Share && f.trigger.Adapter == "kafkago":
 		err = fmt.Errorf("%s: kafka-go has no share-group consumer: a share group needs the franz adapter", f.origin)
 	case f.trigger.Share:
@@ -612,6 +636,15 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 		return fmt.Errorf("host: function %s: %w", f.name, err)
 	}
 	return nil
+}
+
+// ready reports whether f's consumer is ready: joined and assigned for a
+// Kafka trigger, as its Source says for one, running otherwise.
+func (f *function) ready() bool {
+	if f.source != nil && f.origin == "code" && f.source.Ready != nil {
+		return f.source.Ready()
+	}
+	return f.assigned.Load()
 }
 
 // Ready reports whether Run runs, is not stopping, and every function's
@@ -629,7 +662,7 @@ func (h *Host) Ready() (bool, string) {
 	h.mu.Unlock()
 	var waiting []string
 	for _, f := range fns {
-		if !f.assigned.Load() {
+		if !f.ready() {
 			waiting = append(waiting, f.name)
 		}
 	}

@@ -33,7 +33,8 @@ type FunctionStatus struct {
 	Adapter     string `json:"adapter"`
 	Topic       string `json:"topic"`
 	Group       string `json:"group"`
-	Share       bool   `json:"share,omitempty"` // Group is a share group
+	Share       bool   `json:"share,omitempty"`  // Group is a share group
+	Source      string `json:"source,omitempty"` // a host.Source's description
 	MaxBatch    int    `json:"maxBatch,omitempty"`
 	TriggerFrom string `json:"triggerFrom"`
 	// Policy describes the retry policy in force, PolicyFrom where it was
@@ -348,7 +349,7 @@ func (s *fnStatus) released(topic string, partition int32, how string) {
 func (s *fnStatus) snapshot() FunctionStatus {
 	f := s.f
 	fs := FunctionStatus{
-		Name: f.name, Adapter: f.trigger.Adapter, Topic: f.trigger.Topic, Group: f.trigger.Group, Share: f.trigger.Share,
+		Name: f.name, Adapter: f.trigger.Adapter, Topic: f.trigger.Topic, Group: f.trigger.Group, Share: f.trigger.Share, Source: f.sourceDescription(),
 		MaxBatch: f.trigger.MaxBatch, TriggerFrom: f.origin, Assigned: f.assigned.Load(),
 		Policy: describePolicy(f.policy), PolicyFrom: "no policy: the default",
 	}
@@ -399,7 +400,7 @@ func (h *Host) status(ctx context.Context) Status {
 			continue
 		}
 		fs := statuses[i].snapshot()
-		if h.c.store != nil {
+		if h.c.store != nil && fs.Topic != "" { // a Source may name no topic
 			fs.Parked = parked(ctx, h.c.store, fs.Topic)
 		}
 		st.Functions = append(st.Functions, fs)
@@ -447,4 +448,12 @@ func describePolicy(p *hostconfig.RetryPolicy) string {
 		then += " to " + p.OnExhausted.Topic
 	}
 	return s + ", then " + then
+}
+
+// sourceDescription is the Describe of f's Source when it runs one.
+func (f *function) sourceDescription() string {
+	if f.source != nil && f.origin == "code" {
+		return f.source.Describe
+	}
+	return ""
 }

@@ -1,0 +1,61 @@
+package host
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// Source is a trigger the host does not build itself, given in code to
+// [Host.Register]: an Event Hub through the adapters/eventhubs module, or
+// any other consumer of a [stream.Processor]. The host builds the
+// function's processor as for a Kafka trigger (its policy from host.json,
+// the host's hooks, middleware, telemetry and status) and gives it to New;
+// Run runs what New returns beside the other functions and stops it with
+// them. The host module stays free of the client New uses:
+//
+//	h.Register("telemetry", handler, host.Source{
+//		Describe: "event hub telemetry, consumer group $Default",
+//		Topic:    "telemetry",
+//		New: func(proc *stream.Processor) (func(context.Context) error, error) {
+//			c, err := eventhubs.New(proc, eventhubs.WithClients(...), eventhubs.WithCheckpointStore(store))
+//			if err != nil {
+//				return nil, err
+//			}
+//			return c.Run, nil
+//		},
+//	})
+//
+// A trigger for the same function in host.json's triggers section
+// replaces the Source, as it replaces a [Kafka] given in code.
+type Source struct {
+	// Describe says what triggers the function, for the status page, e.g.
+	// "event hub telemetry, consumer group $Default". Required.
+	Describe string
+	// Topic is the name the stream's records carry as their topic (the
+	// event hub's name for Event Hubs): the status page lists the parked
+	// entries of that topic. Optional.
+	Topic string
+	// New returns the function that consumes through proc until its
+	// context is done, returning nil after a clean shutdown, as the
+	// adapters' Run methods do. Required.
+	New func(proc *stream.Processor) (run func(context.Context) error, err error)
+	// Ready, when set, reports whether the consumer is ready (joined,
+	// partitions owned), for /readyz. Without it the function counts as
+	// ready once its consumer runs.
+	Ready func() bool
+}
+
+func (s Source) applyFunction(f *function) { t := s; f.source = &t; f.code = nil }
+
+// check reports what is missing in s.
+func (s *Source) check() error {
+	switch {
+	case s.New == nil:
+		return errors.New("host.Source without New")
+	case s.Describe == "":
+		return errors.New("host.Source without Describe")
+	}
+	return nil
+}
