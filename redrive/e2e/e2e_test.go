@@ -99,23 +99,7 @@ func endToEnd(t *testing.T, seeds []string, store redrive.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(name string, f func(context.Context) error) func() {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- f(rctx) }()
-		return func() {
-			cancel()
-			select {
-			case err := <-done:
-				if err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("%s: %v", name, err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Errorf("%s did not stop", name)
-			}
-		}
-	}
-	stopMain := run("main consumer", mainCons.Run)
+	stopMain := runUntilStopped(t, ctx, "main consumer", mainCons.Run)
 	defer stopMain()
 
 	// The partitions move on at once: the group's commits reach the end of
@@ -167,7 +151,7 @@ func endToEnd(t *testing.T, seeds []string, store redrive.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopRetry := run("retry consumer", retryCons.Run)
+	stopRetry := runUntilStopped(t, ctx, "retry consumer", retryCons.Run)
 	defer stopRetry()
 
 	sch, err := redrive.NewScheduler(store, publisher(t, seeds), redrive.WithInterval(100*time.Millisecond), redrive.WithRetryTopic(retryTopic),
@@ -175,7 +159,7 @@ func endToEnd(t *testing.T, seeds []string, store redrive.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stopSch := run("scheduler", sch.Run)
+	stopSch := runUntilStopped(t, ctx, "scheduler", sch.Run)
 	defer stopSch()
 
 	waitUntil(t, ctx, "every parked entry done", func() bool {
