@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"crypto/tls"
@@ -47,9 +48,10 @@ type record struct {
 }
 
 // fetcher reads one partition from its leader through a connection of its
-// own, one fetch answer at a time, with kafka-go's protocol package: the
-// fetch request and its answer as Kafka defines them, record batch by
-// record batch. kafka-go's [kafka.Conn] and [kafka.Reader] read the
+// own, one fetch answer at a time: the fetch request as kafka-go's protocol
+// package writes it, and its answer decoded record batch by record batch
+// (decode.go), the records' keys and values left in the answer's buffer.
+// kafka-go's [kafka.Conn] and [kafka.Reader] read the
 // records of an answer but drop what the batches say about them: they hand
 // out transaction markers (control records) as records, hand out the
 // records of aborted transactions under kafka.ReadCommitted (the answer's
@@ -80,9 +82,12 @@ type fetcher struct {
 	start     int64 // kafka.FirstOffset or kafka.LastOffset: where a reset goes
 	log       *slog.Logger
 
-	mu     sync.Mutex
-	conn   *protocol.Conn
-	closed bool
+	mu      sync.Mutex
+	conn    *protocol.Conn
+	version int16 // of the fetch requests conn's broker and kafka-go agreed on
+	closed  bool
+
+	correlationID int32 // of the last fetch request; the pump's alone
 }
 
 // connected reports whether the fetcher has a connection to read from.
@@ -102,7 +107,7 @@ func (f *fetcher) connect(ctx context.Context, offset int64) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	conn, err := f.dial(ctx, leader)
+	conn, version, err := f.dial(ctx, leader)
 	if err != nil {
 		return 0, err
 	}
@@ -125,7 +130,7 @@ func (f *fetcher) connect(ctx context.Context, offset int64) (int64, error) {
 		conn.Close()
 		return 0, errFetcherClosed
 	}
-	f.conn = conn
+	f.conn, f.version = conn, version
 	return offset, nil
 }
 
@@ -181,7 +186,8 @@ func (f *fetcher) lookupLeader(ctx context.Context) (string, error) {
 
 // dial opens a connection to addr as the dialer would (its DialFunc or its
 // network settings, TLS, SASL) and agrees on API versions with the broker.
-func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, error) {
+// It returns the connection and the version of its fetch requests.
+func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, int16, error) {
 	d := f.dialer
 	if d.Timeout > 0 {
 		var cancel context.CancelFunc
@@ -194,7 +200,7 @@ func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, error)
 	}
 	nc, err := dial(ctx, "tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+		return nil, 0, fmt.Errorf("connecting to %s: %w", addr, err)
 	}
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
@@ -208,7 +214,7 @@ func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, error)
 		tc := tls.Client(nc, cfg)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			nc.Close()
-			return nil, fmt.Errorf("TLS handshake with %s: %w", addr, err)
+			return nil, 0, fmt.Errorf("TLS handshake with %s: %w", addr, err)
 		}
 		nc = tc
 	}
@@ -218,27 +224,29 @@ func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, error)
 	} else {
 		_ = pc.SetDeadline(time.Now().Add(offsetsTimeout))
 	}
-	if err := handshake(ctx, pc, addr, d.SASLMechanism); err != nil {
+	version, err := handshake(ctx, pc, addr, d.SASLMechanism)
+	if err != nil {
 		pc.Close()
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		return nil, fmt.Errorf("connecting to %s: %w", addr, err)
+		return nil, 0, fmt.Errorf("connecting to %s: %w", addr, err)
 	}
 	_ = pc.SetDeadline(time.Time{})
-	return pc, nil
+	return pc, version, nil
 }
 
 // handshake agrees on API versions with the broker and authenticates with
-// mechanism, if any, as kafka-go's Transport does.
-func handshake(ctx context.Context, pc *protocol.Conn, addr string, mechanism sasl.Mechanism) error {
+// mechanism, if any, as kafka-go's Transport does. It returns the version
+// of fetch requests agreed on.
+func handshake(ctx context.Context, pc *protocol.Conn, addr string, mechanism sasl.Mechanism) (int16, error) {
 	m, err := pc.RoundTrip(new(apiversions.Request))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	res := m.(*apiversions.Response)
 	if res.ErrorCode != 0 {
-		return fmt.Errorf("API versions: %w", kafka.Error(res.ErrorCode))
+		return 0, fmt.Errorf("API versions: %w", kafka.Error(res.ErrorCode))
 	}
 	versions := make(map[protocol.ApiKey]int16, len(res.ApiKeys))
 	for _, k := range res.ApiKeys {
@@ -248,40 +256,40 @@ func handshake(ctx context.Context, pc *protocol.Conn, addr string, mechanism sa
 	// Fetch v4 is the first with isolation levels and aborted
 	// transactions; Kafka 0.11 and later have it.
 	if v, ok := versions[protocol.Fetch]; !ok || v < 4 {
-		return fmt.Errorf("the broker's fetch requests are older than version 4 (Kafka 0.11)")
+		return 0, fmt.Errorf("the broker's fetch requests are older than version 4 (Kafka 0.11)")
 	}
 	pc.SetVersions(versions)
 	if mechanism == nil {
-		return nil
+		return versions[protocol.Fetch], nil
 	}
 	host, port, _ := net.SplitHostPort(addr)
 	p, _ := strconv.Atoi(port)
 	ctx = sasl.WithMetadata(ctx, &sasl.Metadata{Host: host, Port: p})
 	m, err = pc.RoundTrip(&saslhandshake.Request{Mechanism: mechanism.Name()})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if code := m.(*saslhandshake.Response).ErrorCode; code != 0 {
-		return fmt.Errorf("SASL handshake: %w", kafka.Error(code))
+		return 0, fmt.Errorf("SASL handshake: %w", kafka.Error(code))
 	}
 	sess, state, err := mechanism.Start(ctx)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	for done := false; !done; {
 		m, err := pc.RoundTrip(&saslauthenticate.Request{AuthBytes: state})
 		if err != nil {
-			return fmt.Errorf("SASL authentication: %w", err)
+			return 0, fmt.Errorf("SASL authentication: %w", err)
 		}
 		res := m.(*saslauthenticate.Response)
 		if res.ErrorCode != 0 {
-			return fmt.Errorf("SASL authentication: %w: %s", kafka.Error(res.ErrorCode), res.ErrorMessage)
+			return 0, fmt.Errorf("SASL authentication: %w: %s", kafka.Error(res.ErrorCode), res.ErrorMessage)
 		}
 		if done, state, err = sess.Next(ctx, res.AuthBytes); err != nil {
-			return err
+			return 0, err
 		}
 	}
-	return nil
+	return versions[protocol.Fetch], nil
 }
 
 // offsets returns the partition's first offset and its end (the offset the
@@ -327,14 +335,15 @@ func (f *fetcher) offsets(conn *protocol.Conn) (first, end int64, err error) {
 // partition (a [kafka.Error]).
 func (f *fetcher) read(offset int64, recs []record) ([]record, int64, error) {
 	f.mu.Lock()
-	conn := f.conn
+	conn, version := f.conn, f.version
 	f.mu.Unlock()
 	if conn == nil {
 		return recs, offset, errFetcherClosed
 	}
 	_ = conn.SetDeadline(time.Now().Add(f.fetch.MaxWait + readBatchTimeout))
 	defer conn.SetDeadline(time.Time{})
-	m, err := conn.RoundTrip(&fetch.Request{
+	f.correlationID++
+	answer, err := roundTrip(conn, version, f.correlationID, f.dialer.ClientID, &fetch.Request{
 		ReplicaID:      -1,
 		MaxWaitTime:    int32(f.fetch.MaxWait / time.Millisecond),
 		MinBytes:       int32(f.fetch.MinBytes),
@@ -350,28 +359,44 @@ func (f *fetcher) read(offset int64, recs []record) ([]record, int64, error) {
 	if err != nil {
 		return recs, offset, err
 	}
-	res := m.(*fetch.Response)
-	if res.ErrorCode != 0 {
-		return recs, offset, kafka.Error(res.ErrorCode)
+	p, err := parseFetch(answer, version, f.correlationID, f.topic, int32(f.partition))
+	if err != nil {
+		return recs, offset, err
 	}
+	out, next, err := decodeBatches(p.records, offset, f.fetch.IsolationLevel == kafka.ReadCommitted, p.aborted, recs)
+	if errors.Is(err, errOldFormat) {
+		return f.legacyRecords(answer, version, offset, recs)
+	}
+	if err != nil {
+		err = fmt.Errorf("fetch of %s/%d: %w", f.topic, f.partition, err)
+	}
+	return out, next, err
+}
+
+// legacyRecords decodes answer, a fetch answer with a record batch older
+// than the v2 message format (written before Kafka 0.11), with kafka-go's
+// protocol package, and appends its records to recs as [fetcher.read]
+// does.
+func (f *fetcher) legacyRecords(answer []byte, version int16, offset int64, recs []record) ([]record, int64, error) {
+	_, m, err := protocol.ReadResponse(bytes.NewReader(answer), protocol.Fetch, version)
+	if err != nil {
+		return recs, offset, err
+	}
+	res := m.(*fetch.Response)
 	for i := range res.Topics {
 		t := &res.Topics[i]
 		for j := range t.Partitions {
 			p := &t.Partitions[j]
-			if t.Topic != f.topic || p.Partition != int32(f.partition) {
-				continue
+			if t.Topic == f.topic && p.Partition == int32(f.partition) {
+				return f.records(p, offset, recs)
 			}
-			if p.ErrorCode != 0 {
-				return recs, offset, kafka.Error(p.ErrorCode)
-			}
-			return f.records(p, offset, recs)
 		}
 	}
 	return recs, offset, fmt.Errorf("fetch of %s/%d: no answer for the partition", f.topic, f.partition)
 }
 
-// records appends the records of a partition's fetch answer to recs; see
-// [fetcher.read].
+// records appends the records of a partition's fetch answer, as kafka-go's
+// protocol package decoded it, to recs; see [fetcher.read].
 func (f *fetcher) records(p *fetch.ResponsePartition, offset int64, recs []record) ([]record, int64, error) {
 	var batches []protocol.RecordReader
 	switch rs := p.RecordSet.Records.(type) {
