@@ -42,6 +42,7 @@ type leaf struct {
 	per        []int64          // records per partition
 	counts     [][]atomic.Int32 // counts[p][offset]: times the record was handled
 	failed     []atomic.Bool    // failed[i]: the i-th failing record has failed once
+	noFail     bool             // no record fails: the success path
 	left       atomic.Int64     // records not handled yet
 	all        chan struct{}    // closed when every record was handled once
 	allAt      time.Time        // when all was closed
@@ -104,6 +105,9 @@ func (l *leaf) elapsed(end time.Time) time.Duration {
 // partition i % partitions), and every failEvery-th of them fails on its
 // first delivery only, so every peer fails the same records once.
 func (l *leaf) failsNow(p int32, off int64) bool {
+	if l.noFail {
+		return false
+	}
 	i := off*int64(l.partitions) + int64(p)
 	if i%failEvery != failEvery-1 {
 		return false
@@ -217,7 +221,10 @@ func cpuTime() int64 {
 func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, n int) {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		// A new topic's partitions can take a while to get leaders on a
+		// real broker: retry until they have (the context bounds it).
+		kgo.UnknownTopicRetries(-1))
 	if err != nil {
 		b.Fatal(err)
 	}

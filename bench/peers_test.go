@@ -305,7 +305,7 @@ func watermillRouter(l *leaf, addrs []string, topic string) time.Time {
 // processorFor returns a Processor whose handler fails a batch holding a
 // failing record, and a channel that gets the time at which the commits
 // reached every partition's end.
-func processorFor(l *leaf) (*stream.Processor, <-chan time.Time) {
+func processorFor(l *leaf, tel ...telemetry) (*stream.Processor, <-chan time.Time) {
 	var (
 		mu    sync.Mutex
 		next  = make(map[int32]int64)
@@ -345,7 +345,14 @@ func processorFor(l *leaf) (*stream.Processor, <-chan time.Time) {
 			l.fail(fmt.Errorf("partition %d: batch %d-%d given up", e.Partition, e.FirstOffset, e.LastOffset))
 		},
 	}
-	proc, err := stream.NewProcessor(h, stream.WithHooks(hooks),
+	var handler stream.Handler = h
+	for _, t := range tel {
+		hooks = stream.MergeHooks(hooks, t.hooks)
+		if t.mw != nil {
+			handler = stream.Chain(handler, t.mw)
+		}
+	}
+	proc, err := stream.NewProcessor(handler, stream.WithHooks(hooks),
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(failDelay)}))
 	if err != nil {
 		l.b.Fatal(err)
@@ -377,7 +384,13 @@ func runConsumer(l *leaf, run func(context.Context) error, done <-chan time.Time
 
 // redeliverFranz runs the Processor through the franz-go adapter.
 func redeliverFranz(l *leaf, addrs []string, topic string) time.Time {
-	proc, done := processorFor(l)
+	return franzWith(l, addrs, topic)
+}
+
+// franzWith runs the Processor through the franz-go adapter, with tel's
+// hooks and middleware, if any.
+func franzWith(l *leaf, addrs []string, topic string, tel ...telemetry) time.Time {
+	proc, done := processorFor(l, tel...)
 	c, err := franz.New(proc, franz.WithMaxBatch(benchBatch), franz.WithKgoOptions(
 		kgo.SeedBrokers(addrs...),
 		kgo.ConsumerGroup(groupOf(topic)),

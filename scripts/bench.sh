@@ -38,6 +38,9 @@ go test -c -o "$bin/stream.test" ./stream
 # The peers (raw loops, kafka.Reader, Watermill) live in the module bench, so
 # that no user of redeliver pulls them.
 (cd bench && go test -c -o "$bin/peers.test" .)
+# What telemetry costs: the engine's loop and the franz-go adapter, with and
+# without rdotel's metrics and spans.
+(cd rdotel && go test -c -o "$bin/rdotel.test" .)
 
 # Comparisons: name|binary|benchtime|baseline leaf|other leaves...
 # Leaf paths are anchored per level.
@@ -45,6 +48,7 @@ comparisons=(
   "engine success|stream|1s|BenchmarkSuccessPath/direct|BenchmarkSuccessPath/processor"
   "engine isolation|stream|1s|BenchmarkIsolation/alone|BenchmarkIsolation/beside-a-partition-in-backoff"
   "engine lateness|stream|2000x|BenchmarkRedeliveryLateness/timer|BenchmarkRedeliveryLateness/redelivery"
+  "engine lateness p=1000|stream|5000x|BenchmarkRedeliveryLatenessMany/timers|BenchmarkRedeliveryLatenessMany/redeliveries"
   "franz success p=1|franz|${RECORDS}x|BenchmarkSuccessPath/plain/raw/partitions=1|BenchmarkSuccessPath/plain/redeliver/partitions=1"
   "franz success p=8|franz|${RECORDS}x|BenchmarkSuccessPath/plain/raw/partitions=8|BenchmarkSuccessPath/plain/redeliver/partitions=8"
   "franz success p=8 snappy|franz|${RECORDS}x|BenchmarkSuccessPath/snappy/raw/partitions=8-snappy|BenchmarkSuccessPath/snappy/redeliver/partitions=8-snappy"
@@ -57,6 +61,8 @@ comparisons=(
   "kafkago failure p=1|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
   "kafkago failure p=8|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "kafkago poison p=8|kafkago|${RECORDS}x|BenchmarkPoison/rawconn/partitions=8|BenchmarkPoison/redeliver/partitions=8"
+  "telemetry engine|rdotel|50000x|BenchmarkSuccessPath/off|BenchmarkSuccessPath/metrics|BenchmarkSuccessPath/traces"
+  "telemetry franz p=8|peers|${RECORDS}x|BenchmarkTelemetry/off/partitions=8|BenchmarkTelemetry/metrics/partitions=8|BenchmarkTelemetry/traces/partitions=8"
   "peers p=1|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=1|BenchmarkPeersFailure/redeliver-kafkago/partitions=1|BenchmarkPeersFailure/franz-inplace/partitions=1|BenchmarkPeersFailure/kafkago-reader/partitions=1|BenchmarkPeersFailure/watermill/partitions=1"
   "peers p=8|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=8|BenchmarkPeersFailure/redeliver-kafkago/partitions=8|BenchmarkPeersFailure/franz-inplace/partitions=8|BenchmarkPeersFailure/kafkago-reader/partitions=8|BenchmarkPeersFailure/watermill/partitions=8"
 )
@@ -76,10 +82,12 @@ for round in $(seq 1 "$ROUNDS"); do
     n=${#ls[@]}
     for i in $(seq 0 $((n - 1))); do
       leaf=${ls[$(((i + round) % n))]}
-      line=$("$bin/$binary.test" -test.run '^$' -test.bench "$(anchor "$leaf")" -test.benchtime "$benchtime" \
-        -test.benchmem 2>&1 | grep '^Benchmark' || true)
-      if [ -z "$line" ]; then
-        echo "FAILED: round $round $leaf" >&2
+      output=$("$bin/$binary.test" -test.run '^$' -test.bench "$(anchor "$leaf")" -test.benchtime "$benchtime" \
+        -test.benchmem 2>&1 || true)
+      line=$(grep '^Benchmark' <<<"$output" || true)
+      if [ -z "$line" ] || grep -q -e '--- FAIL' -e '^FAIL' <<<"$output"; then
+        echo "FAILED: round $round $leaf:" >&2
+        tail -n 15 <<<"$output" | sed 's/^/    /' >&2
         continue
       fi
       printf '%s\t%s\t%s\t%s\n' "$name" "$round" "$leaf" "$line" >>"$OUT"

@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +101,82 @@ func BenchmarkRedeliveryLateness(b *testing.B) {
 		b.ResetTimer()
 		_ = proc.Process(ctx, c)
 		reportPercentiles(b, late)
+	})
+}
+
+// BenchmarkRedeliveryLatenessMany is BenchmarkRedeliveryLateness with
+// 1,000 partitions in backoff at once: every partition's batch fails on
+// every delivery, 20 ms apart, until b.N redeliveries were spread over the
+// partitions. The baseline, "timers", is 1,000 goroutines that each wait a
+// 20 ms timer as many times. Both report how late they start against the
+// due time (p50 and p99, in µs).
+func BenchmarkRedeliveryLatenessMany(b *testing.B) {
+	const (
+		partitions = 1000
+		delay      = 20 * time.Millisecond
+	)
+	b.Run("timers", func(b *testing.B) {
+		rounds := max(1, b.N/partitions)
+		late := make([][]time.Duration, partitions)
+		var wg sync.WaitGroup
+		for p := range partitions {
+			wg.Go(func() {
+				for range rounds {
+					due := time.Now().Add(delay)
+					t := time.NewTimer(delay)
+					<-t.C
+					late[p] = append(late[p], time.Since(due))
+				}
+			})
+		}
+		wg.Wait()
+		reportPercentiles(b, slices.Concat(late...))
+	})
+	b.Run("redeliveries", func(b *testing.B) {
+		rounds := max(1, b.N/partitions)
+		// Indexed by partition: each is written and read by its
+		// partition's worker only (the hook and the handler).
+		due := make([]time.Time, partitions)
+		late := make([][]time.Duration, partitions)
+		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
+			p := bt.Partition
+			if bt.Attempt.Retry > 0 {
+				late[p] = append(late[p], time.Since(due[p]))
+			}
+			if bt.Attempt.Retry < rounds {
+				return errTransient
+			}
+			return nil
+		})
+		proc, err := stream.NewProcessor(h, stream.WithInMemoryState(),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(delay)}),
+			stream.WithHooks(stream.Hooks{RetryScheduled: func(e stream.RetryEvent) { due[e.Partition] = e.At }}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		parts := make([]*streamtest.Partition, partitions)
+		for p := range parts {
+			parts[p] = streamtest.NewPartition("t", int32(p), 10)
+			parts[p].AppendN(time.Now(), 10)
+		}
+		ctx, cancel := context.WithTimeout(b.Context(), 5*time.Minute)
+		defer cancel()
+		stopped := make(chan error, 1)
+		b.ResetTimer()
+		go func() { stopped <- streamtest.Run(ctx, proc, parts...) }()
+		for _, p := range parts {
+			if err := p.WaitCommitted(ctx, 10); err != nil {
+				b.Fatalf("partition %d: %v", p.Partition(), err)
+			}
+		}
+		b.StopTimer()
+		cancel()
+		<-stopped
+		all := slices.Concat(late...)
+		if len(all) != rounds*partitions {
+			b.Fatalf("%d redeliveries, want %d", len(all), rounds*partitions)
+		}
+		reportPercentiles(b, all)
 	})
 }
 

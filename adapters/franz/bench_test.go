@@ -290,7 +290,9 @@ func benchProduceSized(b *testing.B, addrs []string, topic string, partitions in
 func produceSized(b *testing.B, addrs []string, topic string, partitions int32, n, size int, compressed bool) {
 	b.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1 << 20)}
+		// A new topic's partitions can take a while to get leaders on a
+		// real broker: retry until they have (the context bounds it).
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1 << 20), kgo.UnknownTopicRetries(-1)}
 	if !compressed {
 		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
 	}

@@ -110,7 +110,10 @@ func cpuTime() int64 {
 func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, n int) {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
-		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()))
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1<<20), kgo.ProducerBatchCompression(kgo.NoCompression()),
+		// A new topic's partitions can take a while to get leaders on a
+		// real broker: retry until they have (the context bounds it).
+		kgo.UnknownTopicRetries(-1))
 	if err != nil {
 		b.Fatal(err)
 	}
