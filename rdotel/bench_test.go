@@ -14,7 +14,7 @@ import (
 
 // BenchmarkSuccessPath runs the engine's success path (batches of 100
 // records from an in-memory generator, every batch succeeding) without
-// telemetry, with the metrics hooks (OpenTelemetry SDK, manual reader), and
+// telemetry, with hooks that do nothing, with the metrics hooks (OpenTelemetry SDK, manual reader), and
 // with metrics and a span per delivery (SDK tracer, every span sampled and
 // ended into a processor that drops it). Compare records/s across the
 // sub-benchmarks of one run; scripts/bench.sh runs them in alternating
@@ -48,6 +48,12 @@ func BenchmarkSuccessPath(b *testing.B) {
 		b.ReportMetric(float64(b.N*size)/b.Elapsed().Seconds(), "records/s")
 	}
 	b.Run("off", func(b *testing.B) { run(b, h) })
+	// The floor of any telemetry through the hooks: a Delivered hook (the
+	// processor reads the clock before and after the handler for it) and
+	// a Checkpointed hook that do nothing.
+	b.Run("empty-hooks", func(b *testing.B) {
+		run(b, h, stream.WithHooks(stream.Hooks{Delivered: func(stream.DeliveredEvent) {}, Checkpointed: func(stream.CheckpointEvent) {}}))
+	})
 	b.Run("metrics", func(b *testing.B) {
 		tel, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
 		if err != nil {
