@@ -61,7 +61,7 @@ comparisons=(
   "kafkago failure p=1|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
   "kafkago failure p=8|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "kafkago poison p=8|kafkago|${RECORDS}x|BenchmarkPoison/rawconn/partitions=8|BenchmarkPoison/redeliver/partitions=8"
-  "telemetry engine|rdotel|50000x|BenchmarkSuccessPath/off|BenchmarkSuccessPath/metrics|BenchmarkSuccessPath/traces"
+  "telemetry engine|rdotel|50000x|BenchmarkSuccessPath/off|BenchmarkSuccessPath/empty-hooks|BenchmarkSuccessPath/metrics|BenchmarkSuccessPath/traces"
   "telemetry franz p=8|peers|${RECORDS}x|BenchmarkTelemetry/off/partitions=8|BenchmarkTelemetry/metrics/partitions=8|BenchmarkTelemetry/traces/partitions=8"
   "peers p=1|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=1|BenchmarkPeersFailure/redeliver-kafkago/partitions=1|BenchmarkPeersFailure/franz-inplace/partitions=1|BenchmarkPeersFailure/kafkago-reader/partitions=1|BenchmarkPeersFailure/watermill/partitions=1"
   "peers p=8|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=8|BenchmarkPeersFailure/redeliver-kafkago/partitions=8|BenchmarkPeersFailure/franz-inplace/partitions=8|BenchmarkPeersFailure/kafkago-reader/partitions=8|BenchmarkPeersFailure/watermill/partitions=8"
