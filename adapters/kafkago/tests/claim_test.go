@@ -209,3 +209,93 @@ func TestCommitRefusedOnceKafkaGoEndsTheGeneration(t *testing.T) {
 		t.Errorf("%d commits reached the broker, want 1", n)
 	}
 }
+
+// TestConcurrentCommitsShareARequest holds a first commit in the broker
+// while seven other partitions commit: the seven go in one request once it
+// is answered, and each commit gets its own partition's outcome.
+func TestConcurrentCommitsShareARequest(t *testing.T) {
+	kc, _, g := joined(t, context.Background())
+	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 8, 1, nil, "u"); err != nil {
+		t.Fatal(err)
+	}
+	claims := make([]stream.Claim, 8)
+	for p := range claims {
+		claims[p] = g.AddClaim("u", int32(p))
+	}
+	var (
+		inFirst = make(chan struct{})
+		release = make(chan struct{})
+		reqs    = make(chan *kmsg.OffsetCommitRequest, 16)
+	)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := r.(*kmsg.OffsetCommitRequest)
+		reqs <- req
+		if len(reqs) == 1 {
+			close(inFirst)
+			kc.SleepControl(func() { <-release })
+			return nil, nil, false
+		}
+		// The second request: partition 3 refused, the others stored.
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			rtop := kmsg.NewOffsetCommitResponseTopic()
+			rtop.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				p := kmsg.NewOffsetCommitResponseTopicPartition()
+				p.Partition = rp.Partition
+				if rp.Partition == 3 {
+					p.ErrorCode = 29 // TOPIC_AUTHORIZATION_FAILED
+				}
+				rtop.Partitions = append(rtop.Partitions, p)
+			}
+			resp.Topics = append(resp.Topics, rtop)
+		}
+		return resp, nil, true
+	})
+	results := make([]chan error, 8)
+	for p := range results {
+		results[p] = make(chan error, 1)
+	}
+	go func() { results[0] <- claims[0].Commit(ctx, 10, "") }()
+	select {
+	case <-inFirst:
+	case <-time.After(testWait):
+		t.Fatal("no commit reached the broker")
+	}
+	for p := 1; p < 8; p++ {
+		go func() { results[p] <- claims[p].Commit(ctx, int64(10+p), "m") }()
+	}
+	time.Sleep(200 * time.Millisecond) // the seven queue behind the first
+	close(release)
+	for p := range results {
+		select {
+		case err := <-results[p]:
+			if (err != nil) != (p == 3) {
+				t.Errorf("partition %d: commit returned %v", p, err)
+			}
+		case <-time.After(testWait):
+			t.Fatalf("partition %d: commit did not return", p)
+		}
+	}
+	if n := len(reqs); n != 2 {
+		t.Fatalf("%d commit requests, want 2 (the first, then the seven together)", n)
+	}
+	<-reqs
+	second := <-reqs
+	if len(second.Topics) != 1 || len(second.Topics[0].Partitions) != 7 {
+		t.Fatalf("second request: %+v, want the seven partitions of u", second.Topics)
+	}
+	for _, p := range second.Topics[0].Partitions {
+		if p.Offset != int64(10+p.Partition) || *p.Metadata != "m" {
+			t.Errorf("partition %d committed at %d with %q", p.Partition, p.Offset, *p.Metadata)
+		}
+	}
+}

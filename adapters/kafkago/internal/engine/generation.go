@@ -37,7 +37,26 @@ type generation struct {
 
 	stale     chan struct{} // closed when the coordinator refused a commit as stale
 	staleOnce sync.Once
+
+	cmu     sync.Mutex    // guards pending and sending
+	pending []*commitCall // commits waiting for the next request
+	sending bool          // a commit call is sending requests
 }
+
+// commitCall is one claim's commit, waiting to be sent with the others
+// pending.
+type commitCall struct {
+	cl       *claim
+	next     int64
+	epoch    int32
+	metadata string
+	// done gets errLead when the call is to send the pending commits,
+	// its own among them, and then the call's outcome.
+	done chan error
+}
+
+// errLead tells a waiting commit call that it sends the next request.
+var errLead = errors.New("kafkago: send the pending commits")
 
 // serve starts the manager of gen.
 func (c *Consumer) serve(ctx context.Context, fail context.CancelCauseFunc, gen *kafka.Generation) {
@@ -253,53 +272,125 @@ func (g *generation) markStale() {
 // [stream.ErrRevoked] once the generation has ended (kafka-go ended it or
 // the manager did) or the claim is ending, and when the coordinator says the
 // generation is stale.
+//
+// Commits of several partitions made at once share one request: while a
+// request is in flight, the commits made meanwhile wait, and one of them
+// then sends them all in the next (the coordinator answers a request at a
+// time, so a hundred partitions ending their backoffs together would
+// otherwise each wait for the ninety-nine commits before them).
 func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string) error {
 	g.mu.RLock()
 	defer g.mu.RUnlock()
 	if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
 		return stream.ErrRevoked
 	}
+	call := &commitCall{cl: cl, next: next, epoch: epoch, metadata: metadata, done: make(chan error, 1)}
+	g.cmu.Lock()
+	g.pending = append(g.pending, call)
+	lead := !g.sending
+	g.sending = true
+	g.cmu.Unlock()
+	if !lead {
+		if err := <-call.done; err != errLead {
+			return err
+		}
+	}
+	g.cmu.Lock()
+	calls := g.pending
+	g.pending = nil
+	g.cmu.Unlock()
+	g.send(calls)
+	g.cmu.Lock()
+	if len(g.pending) > 0 {
+		g.pending[0].done <- errLead
+	} else {
+		g.sending = false
+	}
+	g.cmu.Unlock()
+	return <-call.done
+}
+
+// send commits calls, in one request unless a partition comes twice, and
+// gives each call its outcome.
+func (g *generation) send(calls []*commitCall) {
+	for len(calls) > 0 {
+		var (
+			req  = &offsetcommit.Request{GroupID: g.gen.GroupID, GenerationID: g.gen.ID, MemberID: g.gen.MemberID, RetentionTimeMs: -1}
+			sent []*commitCall
+			rest []*commitCall
+			seen = make(map[tp]bool, len(calls))
+			at   = make(map[string]int) // topic -> index in req.Topics
+		)
+		for _, c := range calls {
+			if seen[c.cl.key] {
+				rest = append(rest, c) // in the next request, after this one's
+				continue
+			}
+			seen[c.cl.key] = true
+			sent = append(sent, c)
+			i, ok := at[c.cl.key.topic]
+			if !ok {
+				i = len(req.Topics)
+				at[c.cl.key.topic] = i
+				req.Topics = append(req.Topics, offsetcommit.RequestTopic{Name: c.cl.key.topic})
+			}
+			req.Topics[i].Partitions = append(req.Topics[i].Partitions, offsetcommit.RequestPartition{
+				PartitionIndex: c.cl.key.partition, CommittedOffset: c.next, CommittedLeaderEpoch: c.epoch,
+				CommitTimestamp: -1, CommittedMetadata: c.metadata,
+			})
+		}
+		g.sendRequest(req, sent)
+		calls = rest
+	}
+}
+
+// sendRequest sends req, the commits of calls, and gives each call its
+// outcome.
+func (g *generation) sendRequest(req *offsetcommit.Request, calls []*commitCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.c.cfg.CommitTimeout)
 	defer cancel()
 	// kafka.Client.OffsetCommit sends leader epoch 0 with every commit
 	// (its OffsetCommit has no epoch), so the request is sent as Kafka
 	// defines it, through the client's transport, which routes it to the
 	// group's coordinator.
-	m, err := g.c.roundTrip(ctx, &offsetcommit.Request{
-		GroupID:         g.gen.GroupID,
-		GenerationID:    g.gen.ID,
-		MemberID:        g.gen.MemberID,
-		RetentionTimeMs: -1, // the broker's retention
-		Topics: []offsetcommit.RequestTopic{{Name: cl.key.topic, Partitions: []offsetcommit.RequestPartition{{
-			PartitionIndex: cl.key.partition, CommittedOffset: next, CommittedLeaderEpoch: epoch,
-			CommitTimestamp: -1, CommittedMetadata: metadata,
-		}}}},
-	})
-	if err != nil {
-		return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, err)
-	}
+	m, err := g.c.roundTrip(ctx, req)
 	res, ok := m.(*offsetcommit.Response)
-	if !ok {
-		return fmt.Errorf("kafkago: commit of %s/%d at offset %d: unexpected answer %T", cl.key.topic, cl.key.partition, next, m)
+	if err == nil && !ok {
+		err = fmt.Errorf("unexpected answer %T", m)
 	}
-	for _, t := range res.Topics {
-		for _, p := range t.Partitions {
-			if t.Name != cl.key.topic || p.PartitionIndex != cl.key.partition {
-				continue
+	codes := make(map[tp]int16)
+	if err == nil {
+		for _, t := range res.Topics {
+			for _, p := range t.Partitions {
+				codes[tp{t.Name, p.PartitionIndex}] = p.ErrorCode
 			}
-			if p.ErrorCode == 0 {
-				return nil
-			}
-			perr := kafka.Error(p.ErrorCode)
-			if staleGeneration(perr) {
-				g.markStale()
-				return fmt.Errorf("kafkago: commit of %s/%d at offset %d refused (%v): %w",
-					cl.key.topic, cl.key.partition, next, perr, stream.ErrRevoked)
-			}
-			return fmt.Errorf("kafkago: commit of %s/%d at offset %d: %v", cl.key.topic, cl.key.partition, next, perr)
 		}
 	}
-	return fmt.Errorf("kafkago: commit of %s/%d at offset %d: no answer for the partition", cl.key.topic, cl.key.partition, next)
+	for _, c := range calls {
+		c.done <- g.outcome(c, codes, err)
+	}
+}
+
+// outcome is what a commit call returns, given the request's error and the
+// error codes of the partitions in the answer.
+func (g *generation) outcome(c *commitCall, codes map[tp]int16, err error) error {
+	what := fmt.Sprintf("kafkago: commit of %s/%d at offset %d", c.cl.key.topic, c.cl.key.partition, c.next)
+	if err != nil {
+		return fmt.Errorf("%s: %v", what, err)
+	}
+	code, ok := codes[c.cl.key]
+	switch {
+	case !ok:
+		return fmt.Errorf("%s: no answer for the partition", what)
+	case code == 0:
+		return nil
+	}
+	perr := kafka.Error(code)
+	if staleGeneration(perr) {
+		g.markStale()
+		return fmt.Errorf("%s refused (%v): %w", what, perr, stream.ErrRevoked)
+	}
+	return fmt.Errorf("%s: %v", what, perr)
 }
 
 // staleGeneration reports whether a commit error means that this member's

@@ -29,6 +29,14 @@ func NewTestGeneration(c *Consumer, gen *kafka.Generation, gctx context.Context,
 // Claim returns the partition's claim.
 func (t *TestGeneration) Claim() stream.Claim { return t.cl }
 
+// AddClaim adds a claim of another partition to the generation, its worker
+// not started either, and returns it.
+func (t *TestGeneration) AddClaim(topic string, partition int32) stream.Claim {
+	cl := newClaim(t.g, tp{topic, partition}, -1, "", context.Background())
+	t.g.claims = append(t.g.claims, cl)
+	return cl
+}
+
 // End ends the generation as a rebalance does, and returns when it has
 // ended.
 func (t *TestGeneration) End() { t.g.end(errGenerationEnded) }
