@@ -33,7 +33,7 @@ echo "# ROUNDS=$ROUNDS RECORDS=$RECORDS; load average before: $(cut -d' ' -f1-3 
 # Each adapter is a module of its own; kafka-go's tests (and benchmarks)
 # live in adapters/kafkago/tests, apart from the adapter's module.
 go test -c -o "$bin/stream.test" ./stream
-(cd adapters/franz && go test -c -o "$bin/franz.test" .)
+(cd adapters/franz && go test -c -o "$bin/franz.test" . && go test -c -o "$bin/share.test" ./share)
 (cd adapters/kafkago/tests && go test -c -o "$bin/kafkago.test" .)
 # The peers (raw loops, kafka.Reader, Watermill) live in the module bench, so
 # that no user of redeliver pulls them.
@@ -56,6 +56,9 @@ comparisons=(
   "franz failure p=1|franz|${RECORDS}x|BenchmarkFailurePath/raw/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
   "franz failure p=8|franz|${RECORDS}x|BenchmarkFailurePath/raw/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "franz poison p=8|franz|${RECORDS}x|BenchmarkPoison/raw/partitions=8|BenchmarkPoison/redeliver/partitions=8"
+  "share p=1|share|100000x|BenchmarkShareSuccessPath/raw/partitions=1|BenchmarkShareSuccessPath/share/partitions=1"
+  "share p=8|share|100000x|BenchmarkShareSuccessPath/raw/partitions=8|BenchmarkShareSuccessPath/share/partitions=8"
+  "share poison|share|1x|BenchmarkPoisonRecord/checkpoint|BenchmarkPoisonRecord/share/window=2000|BenchmarkPoisonRecord/share/window=200000"
   "kafkago success p=1|kafkago|${RECORDS}x|BenchmarkSuccessPath/rawconn/partitions=1|BenchmarkSuccessPath/redeliver/partitions=1|BenchmarkSuccessPath/raw/partitions=1"
   "kafkago success p=8|kafkago|${RECORDS}x|BenchmarkSuccessPath/rawconn/partitions=8|BenchmarkSuccessPath/redeliver/partitions=8|BenchmarkSuccessPath/raw/partitions=8"
   "kafkago failure p=1|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
@@ -99,7 +102,8 @@ done
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg); every line in $OUT"
 # The table. For the engine the figure is records/s (success, isolation) or
 # p99-late-µs (lateness); for the adapters records/s, cpu-ns/record, and for
-# poison others-done-ms.
+# poison others-done-ms; for the share poison record the seconds until every
+# good record was handled.
 awk -F'\t' -v comps="$(printf '%s\n' "${comparisons[@]}")" '
 function metric(line, unit,   n, f, i) {
   n = split(line, f, /[ \t]+/)
@@ -108,9 +112,11 @@ function metric(line, unit,   n, f, i) {
 }
 function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t } }
 function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
+function unitOf(name) { return name ~ /lateness/ ? "p99-late-µs" : name ~ /poison$/ ? "s-to-all-good" : "records/s" }
 function fmt(v, unit) {
   if (v == "") return "-"
   if (unit == "records/s") return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : sprintf("%.0f k", v / 1e3)
+  if (unit == "s-to-all-good") return sprintf("%.2f s", v)
   return sprintf("%.0f", v)
 }
 BEGIN {
@@ -123,7 +129,7 @@ BEGIN {
 {
   name = $1; round = $2; leaf = $3; line = $0
   sub(/^[^\t]*\t[^\t]*\t[^\t]*\t/, "", line)
-  unit = (name ~ /lateness/) ? "p99-late-µs" : "records/s"
+  unit = unitOf(name)
   v = metric(line, unit)
   key = name SUBSEP leaf
   leaves[name] = all[name]
@@ -137,7 +143,7 @@ END {
   printf "\n| comparison | leaf | rounds | median | min | max | cpu-ns/record | others-done-ms |\n|---|---|---|---|---|---|---|---|\n"
   for (i = 1; i <= nc; i++) {
     name = order[i]; if (!(name in leaves)) continue
-    unit = (name ~ /lateness/) ? "p99-late-µs" : "records/s"
+    unit = unitOf(name)
     nl = split(substr(leaves[name], 2), ls, SUBSEP)
     for (j = 1; j <= nl; j++) {
       key = name SUBSEP ls[j]; n = cnt[key]
@@ -158,7 +164,7 @@ END {
     name = order[i]; if (!(name in leaves)) continue
     nl = split(substr(leaves[name], 2), ls, SUBSEP)
     bkey = name SUBSEP base[name]
-    lower = (name ~ /lateness/)  # a lower figure is better: the ratio is baseline / other
+    lower = (unitOf(name) != "records/s")  # a lower figure is better: the ratio is baseline / other
     for (j = 1; j <= nl; j++) {
       if (ls[j] == base[name]) continue
       key = name SUBSEP ls[j]
