@@ -9,6 +9,8 @@
 #
 #   ROUNDS=5        rounds (the order of a comparison's leaves rotates from
 #                   round to round)
+#   WARMUP=0        rounds run first and not counted (a real broker's JVM is
+#                   slower in its first minute: WARMUP=1 there)
 #   RECORDS=1000000 records per adapter or peer leaf
 #   ONLY=regexp     run only the comparisons whose name matches
 #   OUT=file        also keep every benchmark line there (default: a temp file)
@@ -21,6 +23,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 ROUNDS=${ROUNDS:-5}
+WARMUP=${WARMUP:-0}
 RECORDS=${RECORDS:-1000000}
 ONLY=${ONLY:-.}
 OUT=${OUT:-$(mktemp)}
@@ -77,14 +80,14 @@ anchor() { # BenchmarkX/a/b -> ^BenchmarkX$/^a$/^b$
 }
 
 : >"$OUT"
-for round in $(seq 1 "$ROUNDS"); do
+for round in $(seq $((1 - WARMUP)) "$ROUNDS"); do
   for c in "${comparisons[@]}"; do
     IFS='|' read -r name binary benchtime leaves <<<"$c"
     [[ $name =~ $ONLY ]] || continue
     IFS='|' read -r -a ls <<<"$leaves"
     n=${#ls[@]}
     for i in $(seq 0 $((n - 1))); do
-      leaf=${ls[$(((i + round) % n))]}
+      leaf=${ls[$(((i + round + 100 * n) % n))]}
       output=$("$bin/$binary.test" -test.run '^$' -test.bench "$(anchor "$leaf")" -test.benchtime "$benchtime" \
         -test.benchmem 2>&1 || true)
       line=$(grep '^Benchmark' <<<"$output" || true)
@@ -93,10 +96,12 @@ for round in $(seq 1 "$ROUNDS"); do
         tail -n 15 <<<"$output" | sed 's/^/    /' >&2
         continue
       fi
-      printf '%s\t%s\t%s\t%s\n' "$name" "$round" "$leaf" "$line" >>"$OUT"
+      if ((round >= 1)); then
+        printf '%s\t%s\t%s\t%s\n' "$name" "$round" "$leaf" "$line" >>"$OUT"
+      fi
     done
   done
-  echo "# round $round done, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+  echo "# round $round$( ((round >= 1)) || echo ' (warm-up, not counted)') done, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
 
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg); every line in $OUT"
@@ -188,7 +193,8 @@ END {
 if [[ "franz memory" =~ $ONLY ]]; then
   echo
   echo "franz memory, one run each (-benchtime 1x):"
-  "$bin/franz.test" -test.run '^$' -test.bench '^(BenchmarkIdlePartitions|BenchmarkWithheldBatchHeap)$' -test.benchtime 1x 2>&1 | grep '^Benchmark'
+  "$bin/franz.test" -test.run '^$' -test.bench '^(BenchmarkIdlePartitions|BenchmarkWithheldBatchHeap)$' -test.benchtime 1x 2>&1 |
+    grep -E '^Benchmark|FAIL|_test.go' || echo "FAILED: franz memory"
 fi
 
 # Redelivery lateness through each adapter, measured once: from a retry's
@@ -199,6 +205,6 @@ if [[ "adapter lateness" =~ $ONLY ]]; then
   echo "adapter lateness, one run each (-benchtime 2000x):"
   for binary in franz kafkago; do
     "$bin/$binary.test" -test.run '^$' -test.bench '^BenchmarkRedeliveryLateness$' -test.benchtime 2000x 2>&1 |
-      grep '^Benchmark' | sed "s/^Benchmark/$binary: Benchmark/"
+      grep -E '^Benchmark|FAIL|_test.go' | sed "s/^/$binary: /" || echo "FAILED: $binary lateness"
   done
 fi

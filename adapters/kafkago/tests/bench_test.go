@@ -200,6 +200,25 @@ func rawJoin(b *testing.B, addrs []string, topic string, partitions int32,
 	if err != nil {
 		b.Fatal(err)
 	}
+	// A real broker can still answer "not leader" for a new topic's
+	// partitions for a moment after the records were produced: wait until
+	// each leader answers, as a consumer would retry (the adapter does).
+	for p := range int(partitions) {
+		for {
+			conn, err := kafka.DefaultDialer.DialLeader(ctx, "tcp", addrs[0], topic, p)
+			if err == nil {
+				_, err = conn.ReadLastOffset()
+				conn.Close()
+			}
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				b.Fatalf("partition %d: no leader: %v", p, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	r := &rawRun{b: b, gen: gen, client: &kafka.Client{Addr: kafka.TCP(addrs...)}}
 	per := perPartition(b.N, partitions)
 	var (
