@@ -62,8 +62,10 @@ func WithKgoOptions(opts ...kgo.Opt) Option {
 }
 
 // WithLanes sets how many members of the share group the consumer runs,
-// overriding the default 2. Each lane is one franz-go client with its own
-// poll loop. franz-go accepts every record of a poll that has no final
+// overriding the default 4. Each lane is one franz-go client with its own
+// poll loop; lanes fetch only while they poll, so it takes several of them
+// to keep up with one client that fetches ahead (docs/BENCHMARKS.md: 2
+// lanes ran at 0.79 of such a client with 8 partitions, 4 at 0.96 to 1.08). franz-go accepts every record of a poll that has no final
 // acknowledgement when the next poll starts, so a lane that holds a record
 // in backoff does not poll again until that record is resolved; the other
 // lanes go on. A partition the broker assigns to one lane only waits with
@@ -147,7 +149,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("share: nil processor")
 	}
-	cfg := config{lanes: 2, maxHold: DefaultMaxHold, maxBatch: 500}
+	cfg := config{lanes: 4, maxHold: DefaultMaxHold, maxBatch: 500}
 	for _, o := range opts {
 		o.apply(&cfg)
 	}

@@ -71,7 +71,7 @@
 // franz-go accepts, at the next poll, every record of the previous poll
 // that has no final acknowledgement (a renewal is not final). So a member
 // holding a record does not poll until the record is resolved. The
-// consumer runs several members, lanes ([WithLanes], 2 by default), each a
+// consumer runs several members, lanes ([WithLanes], 4 by default), each a
 // franz-go client with its own poll loop: while one waits, the others
 // poll. The broker assigns a partition to one member when members are
 // fewer than partitions, so a partition of a waiting lane waits with it;
