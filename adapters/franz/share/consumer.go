@@ -64,8 +64,8 @@ func WithKgoOptions(opts ...kgo.Opt) Option {
 // WithLanes sets how many members of the share group the consumer runs,
 // overriding the default 4. Each lane is one franz-go client with its own
 // poll loop; lanes fetch only while they poll, so it takes several of them
-// to keep up with one client that fetches ahead (docs/BENCHMARKS.md: 2
-// lanes ran at 0.79 of such a client with 8 partitions, 4 at 0.96 to 1.08). franz-go accepts every record of a poll that has no final
+// to keep up with one client that fetches ahead (docs/BENCHMARKS.md, "Share
+// groups", measures 2, 4, 8 and 16). franz-go accepts every record of a poll that has no final
 // acknowledgement when the next poll starts, so a lane that holds a record
 // in backoff does not poll again until that record is resolved; the other
 // lanes go on. A partition the broker assigns to one lane only waits with
