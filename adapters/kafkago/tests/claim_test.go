@@ -169,6 +169,11 @@ func TestStaleCommitIsRevoked(t *testing.T) {
 
 // commitError answers req with code for every partition.
 func commitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitResponse {
+	return commitErrors(req, func(int32) int16 { return code })
+}
+
+// commitErrors answers req with codeOf(partition) for every partition.
+func commitErrors(req *kmsg.OffsetCommitRequest, codeOf func(partition int32) int16) *kmsg.OffsetCommitResponse {
 	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
 	for _, rt := range req.Topics {
 		t := kmsg.NewOffsetCommitResponseTopic()
@@ -176,7 +181,7 @@ func commitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitRe
 		for _, rp := range rt.Partitions {
 			p := kmsg.NewOffsetCommitResponseTopicPartition()
 			p.Partition = rp.Partition
-			p.ErrorCode = code
+			p.ErrorCode = codeOf(rp.Partition)
 			t.Partitions = append(t.Partitions, p)
 		}
 		resp.Topics = append(resp.Topics, t)
@@ -244,21 +249,12 @@ func TestConcurrentCommitsShareARequest(t *testing.T) {
 			return nil, nil, false
 		}
 		// The second request: partition 3 refused, the others stored.
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range req.Topics {
-			rtop := kmsg.NewOffsetCommitResponseTopic()
-			rtop.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				p := kmsg.NewOffsetCommitResponseTopicPartition()
-				p.Partition = rp.Partition
-				if rp.Partition == 3 {
-					p.ErrorCode = 29 // TOPIC_AUTHORIZATION_FAILED
-				}
-				rtop.Partitions = append(rtop.Partitions, p)
+		return commitErrors(req, func(p int32) int16 {
+			if p == 3 {
+				return 29 // TOPIC_AUTHORIZATION_FAILED
 			}
-			resp.Topics = append(resp.Topics, rtop)
-		}
-		return resp, nil, true
+			return 0
+		}), nil, true
 	})
 	results := make([]chan error, 8)
 	for p := range results {
