@@ -56,16 +56,22 @@ func joined(t *testing.T, gctx context.Context) (*kfake.Cluster, *kafka.Generati
 	return kc, gen, engine.NewTestGeneration(c, gen, gctx, "t", 0)
 }
 
-func brokerOffset(t *testing.T, kc *kfake.Cluster) kadm.Offset {
+// admin returns an admin client of kc, closed when the test ends.
+func admin(t *testing.T, kc *kfake.Cluster) *kadm.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
+	t.Cleanup(cl.Close)
+	return kadm.NewClient(cl)
+}
+
+func brokerOffset(t *testing.T, kc *kfake.Cluster) kadm.Offset {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, "g")
+	offs, err := admin(t, kc).FetchOffsets(ctx, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,14 +226,9 @@ func TestCommitRefusedOnceKafkaGoEndsTheGeneration(t *testing.T) {
 // is answered, and each commit gets its own partition's outcome.
 func TestConcurrentCommitsShareARequest(t *testing.T) {
 	kc, _, g := joined(t, context.Background())
-	cl, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), testWait)
 	defer cancel()
-	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 8, 1, nil, "u"); err != nil {
+	if _, err := admin(t, kc).CreateTopic(ctx, 8, 1, nil, "u"); err != nil {
 		t.Fatal(err)
 	}
 	claims := make([]stream.Claim, 8)
