@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -25,9 +24,16 @@ import (
 
 var benchRun atomic.Int64
 
-func benchCluster(b *testing.B, opts ...kfake.Opt) []string {
+// benchCluster starts a kfake cluster whose share groups heartbeat every
+// 100ms, so that a group's assignment settles in well under a second (the
+// benchmarks wait for it before the records are made visible).
+func benchCluster(b *testing.B, configs map[string]string) []string {
 	b.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	cfg := map[string]string{"group.share.heartbeat.interval.ms": "100"}
+	for k, v := range configs {
+		cfg[k] = v
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.BrokerConfigs(cfg))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -36,17 +42,23 @@ func benchCluster(b *testing.B, opts ...kfake.Opt) []string {
 }
 
 // benchProduce creates topic with partitions and spreads n records of 100
-// bytes over them.
-func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, n int) {
+// bytes over them, in one transaction that it leaves open: the records are
+// invisible to read-committed consumers until commit is called. So the
+// consumers can join and settle first, and then all get the same records
+// at once.
+func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, n int) (commit func()) {
 	b.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0),
+		kgo.TransactionalID(topic+"-tx"), kgo.TransactionTimeout(2*time.Minute))
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, nil, topic); err != nil {
+		b.Fatal(err)
+	}
+	if err := cl.BeginTransaction(); err != nil {
 		b.Fatal(err)
 	}
 	value := make([]byte, 100)
@@ -60,10 +72,19 @@ func benchProduce(b *testing.B, addrs []string, topic string, partitions int32, 
 			recs = recs[:0]
 		}
 	}
+	return func() {
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
-// earliest sets the share group's share.auto.offset.reset to earliest.
-func earliest(b *testing.B, addrs []string, group string) {
+// shareGroupConfig makes a share group read from the earliest offset and
+// only committed records, before any member joins.
+func shareGroupConfig(b *testing.B, addrs []string, group string) {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
@@ -73,27 +94,75 @@ func earliest(b *testing.B, addrs []string, group string) {
 	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	res := kmsg.NewIncrementalAlterConfigsRequestResource()
 	res.ResourceType, res.ResourceName = kmsg.ConfigResourceTypeGroupConfig, group
-	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
-	v := "earliest"
-	c.Name, c.Op, c.Value = "share.auto.offset.reset", kmsg.IncrementalAlterConfigOpSet, &v
-	res.Configs = append(res.Configs, c)
+	for _, kv := range [][2]string{{"share.auto.offset.reset", "earliest"}, {"share.isolation.level", "read_committed"}} {
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		v := kv[1]
+		c.Name, c.Op, c.Value = kv[0], kmsg.IncrementalAlterConfigOpSet, &v
+		res.Configs = append(res.Configs, c)
+	}
 	req.Resources = append(req.Resources, res)
-	if _, err := req.RequestWith(context.Background(), cl); err != nil {
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
 		b.Fatal(err)
 	}
+	for _, r := range resp.Resources {
+		if r.ErrorCode != 0 {
+			b.Fatalf("configuring share group %s: error code %d", group, r.ErrorCode)
+		}
+	}
+}
+
+// settled waits until the share group has the given number of members,
+// each at the group's epoch (it knows its latest assignment) with a
+// partition or more, and every partition of the topic is assigned: the
+// steady state of a long-running consumer, which a member that joined
+// last reaches one heartbeat after the others.
+func settled(b *testing.B, addrs []string, group, topic string, members int, partitions int32) {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(time.Minute)
+	last := "not described"
+	for time.Now().Before(deadline) {
+		ds, err := adm.DescribeShareGroups(context.Background(), group)
+		if err == nil {
+			d := ds[group]
+			covered := map[int32]bool{}
+			ok := d.Err == nil && len(d.Members) == members
+			for _, m := range d.Members {
+				ok = ok && m.MemberEpoch == d.GroupEpoch && len(m.Assignment[topic]) > 0
+				for p := range m.Assignment[topic] {
+					covered[p] = true
+				}
+			}
+			if ok && len(covered) == int(partitions) {
+				return
+			}
+			last = fmt.Sprintf("%d members, group epoch %d, %d partitions covered", len(d.Members), d.GroupEpoch, len(covered))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.Fatalf("share group %s did not settle within a minute: %s", group, last)
 }
 
 // BenchmarkShareSuccessPath compares the share consumer with a raw
 // franz-go share-group loop (poll, touch and accept every record, poll
 // again) on the same kfake cluster in the same run. b.N is the number of
-// records: run it with -benchtime=100000x or so. records/s counts from the
-// first record handed out to the acceptance of the last one, so the group
-// join is left out of both.
+// records: run it with -benchtime=100000x or so. Each loop joins its group
+// and waits until the group's assignment has settled; then the records
+// become visible at once (a committed transaction, read by read-committed
+// groups). records/s counts from the first record handed out to the
+// acceptance of the last one: the steady state of a long-running
+// consumer, with the join left out of both.
 func BenchmarkShareSuccessPath(b *testing.B) {
-	addrs := benchCluster(b)
+	addrs := benchCluster(b, nil)
 	for _, loop := range []struct {
 		name string
-		fn   func(b *testing.B, addrs []string, topic string) time.Duration
+		fn   func(b *testing.B, addrs []string, topic string, partitions int32, commit func()) time.Duration
 	}{
 		{"raw", rawShareLoop},
 		{"share", shareLoop},
@@ -102,10 +171,10 @@ func BenchmarkShareSuccessPath(b *testing.B) {
 			for _, partitions := range []int32{1, 8} {
 				b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
 					topic := fmt.Sprintf("bench-%d", benchRun.Add(1))
-					benchProduce(b, addrs, topic, partitions, b.N)
+					commit := benchProduce(b, addrs, topic, partitions, b.N)
 					b.ReportAllocs()
 					b.ResetTimer()
-					d := loop.fn(b, addrs, topic)
+					d := loop.fn(b, addrs, topic, partitions, commit)
 					b.StopTimer()
 					b.ReportMetric(float64(b.N)/d.Seconds(), "records/s")
 				})
@@ -114,16 +183,21 @@ func BenchmarkShareSuccessPath(b *testing.B) {
 	}
 }
 
-func rawShareLoop(b *testing.B, addrs []string, topic string) time.Duration {
+func rawShareLoop(b *testing.B, addrs []string, topic string, partitions int32, commit func()) time.Duration {
 	group := topic + "-group"
-	earliest(b, addrs, group)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond))
+	shareGroupConfig(b, addrs, group)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(benchMaxWait()))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	go func() {
+		// The member joins at its first poll: commit once it has.
+		settled(b, addrs, group, topic, 1, partitions)
+		commit()
+	}()
 	var start time.Time
 	seen, sink := 0, 0
 	for seen < b.N {
@@ -147,21 +221,26 @@ func rawShareLoop(b *testing.B, addrs []string, topic string) time.Duration {
 	return time.Since(start)
 }
 
-// benchShareOpts are extra options from REDELIVER_SHARE_BENCH: "lanes=N"
-// or "prefetch" (kgo.MaxConcurrentFetches(-1)), for experiments.
-func benchShareOpts() []share.Option {
-	var opts []share.Option
-	switch v := os.Getenv("REDELIVER_SHARE_BENCH"); {
-	case v == "prefetch":
-		opts = append(opts, share.WithKgoOptions(kgo.MaxConcurrentFetches(-1)))
-	case strings.HasPrefix(v, "lanes="):
-		n, _ := strconv.Atoi(strings.TrimPrefix(v, "lanes="))
-		opts = append(opts, share.WithLanes(n))
+// benchLanes is the number of lanes of the share consumer in the success
+// path: the default, or REDELIVER_SHARE_BENCH_LANES for experiments.
+func benchLanes() int {
+	if n, err := strconv.Atoi(os.Getenv("REDELIVER_SHARE_BENCH_LANES")); err == nil && n > 0 {
+		return n
 	}
-	return opts
+	return 4
 }
 
-func shareLoop(b *testing.B, addrs []string, topic string) time.Duration {
+func benchKgo() []kgo.Opt {
+	if n, err := strconv.Atoi(os.Getenv("REDELIVER_SHARE_BENCH_MAXREC")); err == nil {
+		return []kgo.Opt{kgo.ShareMaxRecords(int32(n))}
+	}
+	if n, err := strconv.Atoi(os.Getenv("REDELIVER_SHARE_BENCH_FETCHES")); err == nil {
+		return []kgo.Opt{kgo.MaxConcurrentFetches(n)}
+	}
+	return nil
+}
+
+func shareLoop(b *testing.B, addrs []string, topic string, partitions int32, commit func()) time.Duration {
 	var (
 		startOnce sync.Once
 		start     time.Time
@@ -188,14 +267,19 @@ func shareLoop(b *testing.B, addrs []string, topic string) time.Duration {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c, err := share.New(proc, append([]share.Option{share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(topic+"-group"), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
-		share.WithResetEarliest()}, benchShareOpts()...)...)
+	group := topic + "-group"
+	shareGroupConfig(b, addrs, group)
+	lanes := benchLanes()
+	c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(benchMaxWait())),
+		share.WithLanes(lanes), share.WithKgoOptions(benchKgo()...))
 	if err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- c.Run(ctx) }()
+	settled(b, addrs, group, topic, lanes, partitions)
+	commit()
 	var end time.Time
 	select {
 	case end = <-done:
@@ -209,30 +293,46 @@ func shareLoop(b *testing.B, addrs []string, topic string) time.Duration {
 
 // BenchmarkPoisonRecord: 100,000 records over 4 partitions, one of which
 // (partition 0, offset 0) always fails, under a policy of 3 retries 1s
-// apart (then skipped). The metric is the time from the start until every
-// good record is handled: the share consumer against the checkpoint
-// consumer (adapters/franz), which holds the poison record's partition
-// back while it retries.
+// apart (then skipped). The metric is the time from the moment the records
+// become visible (the consumer's group has settled first) until every good
+// record is handled: the share consumer against the checkpoint consumer
+// (adapters/franz), which holds the poison record's partition back while
+// it retries.
 //
-// A share partition hands out at most group.share.partition.max.record.locks
-// records (2000 by default) beyond its oldest unresolved record, so a held
-// record stops its partition once that many behind it are out: the share
-// mode runs with that default and with a window of 200,000.
+// Two things hold a poisoned partition back in share mode too, and the
+// leaves show each:
+//   - a lane holding a record does not poll (franz-go would accept the
+//     record at the next poll), so with no more lanes than partitions the
+//     poisoned partition has no other member to read it (lanes=4);
+//   - a share partition hands out at most share.partition.max.record.locks
+//     records (2000 by default) beyond its oldest unresolved record, so a
+//     held record stops its partition once that many after it are out
+//     (lanes=8, the default window, against window=200000).
 func BenchmarkPoisonRecord(b *testing.B) {
 	const records, partitions = 100_000, 4
-	narrow := benchCluster(b)
-	wide := benchCluster(b, kfake.BrokerConfigs(map[string]string{"group.share.partition.max.record.locks": "200000"}))
+	narrow := benchCluster(b, nil)
+	wide := benchCluster(b, map[string]string{"group.share.partition.max.record.locks": "200000"})
 	policy := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}
-	for _, mode := range []string{"share/window=2000", "share/window=200000", "checkpoint"} {
+	for _, mode := range []struct {
+		name  string
+		lanes int // 0: checkpoint mode
+		wide  bool
+	}{
+		{"checkpoint", 0, false},
+		{"share/lanes=4", 4, false},
+		{"share/lanes=8", 8, false},
+		{"share/lanes=8/window=200000", 8, true},
+	} {
 		addrs := narrow
-		if mode == "share/window=200000" {
+		if mode.wide {
 			addrs = wide
 		}
-		b.Run(mode, func(b *testing.B) {
+		b.Run(mode.name, func(b *testing.B) {
 			for range b.N {
 				b.StopTimer()
 				topic := fmt.Sprintf("poison-%d", benchRun.Add(1))
-				benchProduce(b, addrs, topic, partitions, records)
+				group := topic + "-g"
+				commit := benchProduce(b, addrs, topic, partitions, records)
 				var good atomic.Int64
 				var perPart [partitions]atomic.Int64
 				var t0 time.Time
@@ -249,7 +349,7 @@ func BenchmarkPoisonRecord(b *testing.B) {
 					}
 					return nil
 				})
-				if mode == "checkpoint" {
+				if mode.lanes == 0 {
 					// The checkpoint mode redelivers the whole batch:
 					// count each good record once.
 					var mu sync.Mutex
@@ -281,47 +381,44 @@ func BenchmarkPoisonRecord(b *testing.B) {
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				stopped := make(chan error, 1)
+				if mode.lanes > 0 {
+					shareGroupConfig(b, addrs, group)
+					c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(benchMaxWait())),
+						share.WithLanes(mode.lanes))
+					if err != nil {
+						b.Fatal(err)
+					}
+					go func() { stopped <- c.Run(ctx) }()
+					settled(b, addrs, group, topic, mode.lanes, partitions)
+				} else {
+					assigned := make(chan struct{})
+					var once sync.Once
+					c, err := franz.New(proc, franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
+						kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted())),
+						franz.WithOnAssigned(func(a map[string][]int32) {
+							if len(a[topic]) == partitions {
+								once.Do(func() { close(assigned) })
+							}
+						}))
+					if err != nil {
+						b.Fatal(err)
+					}
+					go func() { stopped <- c.Run(ctx) }()
+					select {
+					case <-assigned:
+					case <-time.After(time.Minute):
+						b.Fatal("checkpoint: the group did not assign the partitions within a minute")
+					}
+				}
 				b.StartTimer()
 				start := time.Now()
 				t0 = start
-				if mode != "checkpoint" {
-					c, err := share.New(proc, append([]share.Option{share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(topic+"-g"), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
-						share.WithResetEarliest()}, benchShareOpts()...)...)
-					if err != nil {
-						b.Fatal(err)
-					}
-					go func() { stopped <- c.Run(ctx) }()
-				} else {
-					c, err := franz.New(proc, franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup(topic+"-g"), kgo.ConsumeTopics(topic),
-						kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
-					if err != nil {
-						b.Fatal(err)
-					}
-					go func() { stopped <- c.Run(ctx) }()
-				}
-				if os.Getenv("REDELIVER_SHARE_BENCH_TRACE") != "" {
-					go func() {
-						time.Sleep(time.Second)
-						b.Logf("at 1s: %d %d %d %d records done per partition", perPart[0].Load(), perPart[1].Load(), perPart[2].Load(), perPart[3].Load())
-						cl, _ := kgo.NewClient(kgo.SeedBrokers(addrs...))
-						defer cl.Close()
-						ds, err := kadm.NewClient(cl).DescribeShareGroups(context.Background(), topic+"-g")
-						if err != nil {
-							b.Logf("describe: %v", err)
-							return
-						}
-						for _, d := range ds {
-							for _, m := range d.Members {
-								b.Logf("member %s: %v", m.MemberID[:6], m.Assignment)
-							}
-						}
-					}()
-				}
+				commit()
 				var end time.Time
 				select {
 				case end = <-done:
 				case <-time.After(5 * time.Minute):
-					b.Fatalf("%s: %d of %d good records handled", mode, good.Load(), records-1)
+					b.Fatalf("%s: %d of %d good records handled", mode.name, good.Load(), records-1)
 				}
 				b.StopTimer()
 				b.ReportMetric(end.Sub(start).Seconds(), "s-to-all-good")
@@ -330,4 +427,11 @@ func BenchmarkPoisonRecord(b *testing.B) {
 			}
 		})
 	}
+}
+
+func benchMaxWait() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("REDELIVER_SHARE_BENCH_WAIT")); err == nil {
+		return d
+	}
+	return 100 * time.Millisecond
 }

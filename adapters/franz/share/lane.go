@@ -136,19 +136,24 @@ func (l *lane) forget(ctx context.Context, lost []*item) {
 	_ = l.cl.FlushAcks(fctx)
 }
 
-// items turns a poll's records into items, in offset order per partition.
-// A record whose lock has already run out is not delivered.
+// items turns a poll's records into items, in offset order per partition,
+// in one allocation. A record whose lock has already run out is not
+// delivered.
 func (l *lane) items(fs kgo.Fetches) []*item {
 	now := l.c.set.Clock.Now()
-	var out []*item
+	n := fs.NumRecords()
+	if n == 0 {
+		return nil
+	}
+	slab := make([]item, n)
+	out := make([]*item, 0, n)
 	fs.EachRecord(func(r *kgo.Record) {
-		it := &item{kr: r, rec: toRecord(r), dc: int(r.DeliveryCount()), deadline: r.AcquisitionDeadline()}
-		it.m = checkpoint.NewMachine(l.c.set.Policy)
-		it.m.Begin(r.Timestamp)
+		it := &slab[len(out)]
+		it.kr, it.rec, it.dc, it.deadline = r, toRecord(r), int(r.DeliveryCount()), r.AcquisitionDeadline()
 		if it.dc > 1 {
 			// Each earlier delivery by the broker counts as one retry:
 			// what an earlier holder retried in memory is not known.
-			it.m.Restore(checkpoint.State{Retries: it.dc - 1})
+			it.machine(&l.c.set.Policy).Restore(checkpoint.State{Retries: it.dc - 1})
 		}
 		// franz-go computes the deadline when it decodes the fetch, with
 		// at least 1s: never trust it beyond the lock the group told.
@@ -190,8 +195,8 @@ const (
 type item struct {
 	kr       *kgo.Record
 	rec      stream.Record
-	dc       int // the broker's delivery count
-	m        checkpoint.Machine
+	dc       int                 // the broker's delivery count
+	m        *checkpoint.Machine // made at the first failure, or at acquisition when dc > 1
 	state    state
 	deadline time.Time // when its lock runs out, as far as we know
 	renewAt  time.Time // zero: renew when half the lock is left
@@ -445,7 +450,7 @@ func (s *settle) start(ctx context.Context, now time.Time) {
 		}
 		// A record that was retried goes alone, with its own Attempt;
 		// first deliveries of one partition go together.
-		retried := it.m.State().Retries > 0 || !it.m.State().FirstFailure.IsZero()
+		retried := it.retried()
 		if len(batch) > 0 && (retried || batch[0].rec.Topic != it.rec.Topic ||
 			batch[0].rec.Partition != it.rec.Partition || len(batch) >= c.cfg.maxBatch) {
 			flush()
@@ -458,7 +463,32 @@ func (s *settle) start(ctx context.Context, now time.Time) {
 	flush()
 }
 
-func attemptOf(m *checkpoint.Machine) stream.Attempt {
+// machine returns the record's retry state machine, made on first use:
+// most records never fail, and never need one.
+func (it *item) machine(p *checkpoint.Policy) *checkpoint.Machine {
+	if it.m == nil {
+		m := checkpoint.NewMachine(*p)
+		m.Begin(it.rec.Timestamp)
+		it.m = &m
+	}
+	return it.m
+}
+
+// retried reports whether the record failed or was retried before.
+func (it *item) retried() bool {
+	if it.m == nil {
+		return false
+	}
+	st := it.m.State()
+	return st.Retries > 0 || !st.FirstFailure.IsZero()
+}
+
+// attempt is the record's Attempt for its next delivery.
+func (it *item) attempt(p *checkpoint.Policy) stream.Attempt {
+	if it.m == nil {
+		return stream.Attempt{MaxRetries: p.MaxRetries, Last: p.MaxRetries == 0}
+	}
+	m := it.m
 	st := m.State()
 	return stream.Attempt{Retry: st.Retries, MaxRetries: m.MaxRetries(), Last: m.Last(), FirstFailure: st.FirstFailure, LastError: m.LastError()}
 }
@@ -468,7 +498,7 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	c := s.l.c
 	hctx, cancel := context.WithCancel(ctx)
 	cl := &call{items: items, cancel: cancel, start: now}
-	cl.batch = stream.Batch{Topic: items[0].rec.Topic, Partition: items[0].rec.Partition, Attempt: attemptOf(&items[0].m)}
+	cl.batch = stream.Batch{Topic: items[0].rec.Topic, Partition: items[0].rec.Partition, Attempt: items[0].attempt(&c.set.Policy)}
 	cl.batch.Records = make([]stream.Record, len(items))
 	for i, it := range items {
 		it.state = running
@@ -589,7 +619,7 @@ func (s *settle) takePending() []result {
 func (s *settle) finishRecord(ctx context.Context, cl *call, i int, rerr error, late bool) {
 	it, now := cl.items[i], s.l.c.set.Clock.Now()
 	it.call = nil
-	b := one(it)
+	b := s.one(it)
 	b.Attempt = cl.batch.Attempt
 	outcome, err := stream.Succeeded, rerr
 	if late || cl.cut {
@@ -631,8 +661,8 @@ func infoOf(b *stream.Batch) stream.BatchInfo {
 	return stream.BatchInfo{Topic: b.Topic, Partition: b.Partition, FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
 }
 
-func one(it *item) *stream.Batch {
-	return &stream.Batch{Topic: it.rec.Topic, Partition: it.rec.Partition, Records: []stream.Record{it.rec}, Attempt: attemptOf(&it.m)}
+func (s *settle) one(it *item) *stream.Batch {
+	return &stream.Batch{Topic: it.rec.Topic, Partition: it.rec.Partition, Records: []stream.Record{it.rec}, Attempt: it.attempt(&s.l.c.set.Policy)}
 }
 
 // result decides what happens to one record after a delivery.
@@ -650,10 +680,11 @@ func (s *settle) result(ctx context.Context, it *item, err error, now time.Time)
 	failed := true
 	if rr := asRetryResult(err); rr != nil {
 		failed = false
-		it.m.Override(checkpoint.Policy{MaxRetries: rr.MaxRetries, Backoff: checkpoint.Fixed(rr.Delay)})
-		d = it.m.Request(now, s.l.rnd)
+		m := it.machine(&s.l.c.set.Policy)
+		m.Override(checkpoint.Policy{MaxRetries: rr.MaxRetries, Backoff: checkpoint.Fixed(rr.Delay)})
+		d = m.Request(now, s.l.rnd)
 	} else {
-		d = it.m.Fail(now, err, s.l.rnd)
+		d = it.machine(&s.l.c.set.Policy).Fail(now, err, s.l.rnd)
 	}
 	s.event(Handled, it, func(e *Event) { e.OK, e.Start = !failed && d.Action == checkpoint.StopRetrying, start })
 	switch d.Action {
@@ -697,7 +728,7 @@ func (s *settle) schedule(ctx context.Context, it *item, d checkpoint.Decision, 
 		err = nil
 	}
 	if h := c.set.Hooks.RetryScheduled; h != nil {
-		h(stream.RetryEvent{BatchInfo: infoOf(one(it)), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
+		h(stream.RetryEvent{BatchInfo: infoOf(s.one(it)), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
 	}
 	margin := min(c.lock/10, 2*time.Second)
 	holdable := d.At.Sub(now) <= c.cfg.maxHold && (!c.noRenewal.Load() || d.At.Before(it.deadline.Add(-margin)))
@@ -724,7 +755,7 @@ func (s *settle) exhaust(ctx context.Context, it *item, xerr *checkpoint.Exhaust
 	c := s.l.c
 	it.xerr, it.reason = xerr, reason
 	if h := c.set.Hooks.Exhausted; h != nil {
-		h(stream.ExhaustedEvent{BatchInfo: infoOf(one(it)), Err: xerr})
+		h(stream.ExhaustedEvent{BatchInfo: infoOf(s.one(it)), Err: xerr})
 	}
 	s.l.log.Error("redeliver: record given up", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset,
 		"retries", xerr.Retries, "delivery_count", it.dc, "reason", reason, "error", xerr.Last)
@@ -741,7 +772,7 @@ func (s *settle) exhaust(ctx context.Context, it *item, xerr *checkpoint.Exhaust
 func (s *settle) act(ctx context.Context, it *item) {
 	c := s.l.c
 	actx := stream.WithSource(ctx, stream.Source{Group: c.group, DeliveryCount: it.dc, Reason: it.reason})
-	b := one(it)
+	b := s.one(it)
 	s.actions++
 	it.call = &call{} // marks the action as running
 	go func() {
