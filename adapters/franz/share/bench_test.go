@@ -186,7 +186,7 @@ func BenchmarkShareSuccessPath(b *testing.B) {
 func rawShareLoop(b *testing.B, addrs []string, topic string, partitions int32, commit func()) time.Duration {
 	group := topic + "-group"
 	shareGroupConfig(b, addrs, group)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(benchMaxWait()))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -230,16 +230,6 @@ func benchLanes() int {
 	return 4
 }
 
-func benchKgo() []kgo.Opt {
-	if n, err := strconv.Atoi(os.Getenv("REDELIVER_SHARE_BENCH_MAXREC")); err == nil {
-		return []kgo.Opt{kgo.ShareMaxRecords(int32(n))}
-	}
-	if n, err := strconv.Atoi(os.Getenv("REDELIVER_SHARE_BENCH_FETCHES")); err == nil {
-		return []kgo.Opt{kgo.MaxConcurrentFetches(n)}
-	}
-	return nil
-}
-
 func shareLoop(b *testing.B, addrs []string, topic string, partitions int32, commit func()) time.Duration {
 	var (
 		startOnce sync.Once
@@ -270,8 +260,8 @@ func shareLoop(b *testing.B, addrs []string, topic string, partitions int32, com
 	group := topic + "-group"
 	shareGroupConfig(b, addrs, group)
 	lanes := benchLanes()
-	c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(benchMaxWait())),
-		share.WithLanes(lanes), share.WithKgoOptions(benchKgo()...))
+	c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
+		share.WithLanes(lanes))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -319,8 +309,8 @@ func BenchmarkPoisonRecord(b *testing.B) {
 		wide  bool
 	}{
 		{"checkpoint", 0, false},
-		{"share/lanes=4", 4, false},
-		{"share/lanes=8", 8, false},
+		{"share/lanes=4/window=2000", 4, false},
+		{"share/lanes=8/window=2000", 8, false},
 		{"share/lanes=8/window=200000", 8, true},
 	} {
 		addrs := narrow
@@ -383,7 +373,7 @@ func BenchmarkPoisonRecord(b *testing.B) {
 				stopped := make(chan error, 1)
 				if mode.lanes > 0 {
 					shareGroupConfig(b, addrs, group)
-					c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(benchMaxWait())),
+					c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
 						share.WithLanes(mode.lanes))
 					if err != nil {
 						b.Fatal(err)
@@ -427,11 +417,4 @@ func BenchmarkPoisonRecord(b *testing.B) {
 			}
 		})
 	}
-}
-
-func benchMaxWait() time.Duration {
-	if d, err := time.ParseDuration(os.Getenv("REDELIVER_SHARE_BENCH_WAIT")); err == nil {
-		return d
-	}
-	return 100 * time.Millisecond
 }
