@@ -52,26 +52,30 @@ type config struct {
 
 // WithKgoOptions gives the options of the franz-go clients the consumer
 // builds, one per lane. They must name a share group ([kgo.ShareGroup]) and
-// what to consume ([kgo.ConsumeTopics]). Before them comes
+// what to consume ([kgo.ConsumeTopics]). Before them come
 // kgo.MaxConcurrentFetches(0), so that a lane holding a record in backoff
 // has no fetched records waiting whose locks run out (opts may override it,
-// at that cost); after them comes the consumer's own kgo.ShareAckCallback,
-// which replaces one given here.
+// at that cost), and kgo.ShareMaxRecords(1000): a lane that fetches only
+// while it polls makes up for it with bigger fetches (docs/BENCHMARKS.md,
+// "Share groups"); after them comes the consumer's own
+// kgo.ShareAckCallback, which replaces one given here.
 func WithKgoOptions(opts ...kgo.Opt) Option {
 	return optionFunc(func(c *config) { c.kopts = append(c.kopts, opts...) })
 }
 
 // WithLanes sets how many members of the share group the consumer runs,
 // overriding the default 4. Each lane is one franz-go client with its own
-// poll loop; lanes fetch only while they poll, so it takes several of them
-// to keep up with one client that fetches ahead (docs/BENCHMARKS.md, "Share
-// groups", measures 2, 4, 8 and 16). franz-go accepts every record of a poll that has no final
+// poll loop; lanes fetch only while they poll, so several of them keep up
+// with one client that fetches ahead (docs/BENCHMARKS.md, "Share groups").
+// franz-go accepts every record of a poll that has no final
 // acknowledgement when the next poll starts, so a lane that holds a record
 // in backoff does not poll again until that record is resolved; the other
 // lanes go on. A partition the broker assigns to one lane only waits with
-// that lane: with more lanes than partitions, the broker assigns every
-// partition to two lanes or more (KIP-932's simple assignor), and a held
-// record never holds its partition back.
+// that lane: with more members than partitions (the lanes of every
+// consumer in the group), the broker assigns every partition to two
+// members or more (KIP-932's simple assignor), and a held record does not
+// hold its partition back, up to the partition's window (see the package
+// doc).
 func WithLanes(n int) Option { return optionFunc(func(c *config) { c.lanes = n }) }
 
 // WithMaxHold sets how far ahead a retry may be due for its record to be
@@ -203,7 +207,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	lanes := make([]*lane, c.cfg.lanes)
 	for i := range lanes {
 		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
-		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0)}, c.cfg.kopts...)
+		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0), kgo.ShareMaxRecords(1000)}, c.cfg.kopts...)
 		opts = append(opts, kgo.ShareAckCallback(l.acked))
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
