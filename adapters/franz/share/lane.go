@@ -93,11 +93,11 @@ func (l *lane) run(ctx context.Context) {
 				l.log.Warn("redeliver: share fetch error", "topic", t, "partition", p, "error", err)
 			}
 		})
-		items := l.items(fs)
+		items, recs := l.items(fs)
 		if len(items) == 0 {
 			continue
 		}
-		s := settle{l: l, items: items}
+		s := settle{l: l, items: items, recs: recs}
 		for _, it := range items {
 			s.event(Acquired, it, func(e *Event) { e.DeliveryCount = it.dc })
 		}
@@ -137,19 +137,23 @@ func (l *lane) forget(ctx context.Context, lost []*item) {
 }
 
 // items turns a poll's records into items, in offset order per partition,
-// in one allocation. A record whose lock has already run out is not
-// delivered.
-func (l *lane) items(fs kgo.Fetches) []*item {
+// and their stream.Records, in two allocations: the first delivery of
+// records that follow one another hands the handler a part of recs, not a
+// copy. A record whose lock has already run out is not delivered.
+func (l *lane) items(fs kgo.Fetches) ([]*item, []stream.Record) {
 	now := l.c.set.Clock.Now()
 	n := fs.NumRecords()
 	if n == 0 {
-		return nil
+		return nil, nil
 	}
 	slab := make([]item, n)
+	recs := make([]stream.Record, n)
 	out := make([]*item, 0, n)
 	fs.EachRecord(func(r *kgo.Record) {
-		it := &slab[len(out)]
-		it.kr, it.rec, it.dc, it.deadline = r, toRecord(r), int(r.DeliveryCount()), r.AcquisitionDeadline()
+		i := len(out)
+		it := &slab[i]
+		toRecord(&recs[i], r)
+		it.kr, it.rec, it.idx, it.dc, it.deadline = r, &recs[i], i, int(r.DeliveryCount()), r.AcquisitionDeadline()
 		if it.dc > 1 {
 			// Each earlier delivery by the broker counts as one retry:
 			// what an earlier holder retried in memory is not known.
@@ -166,18 +170,17 @@ func (l *lane) items(fs kgo.Fetches) []*item {
 		}
 		out = append(out, it)
 	})
-	return out
+	return out, recs
 }
 
-func toRecord(r *kgo.Record) stream.Record {
-	sr := stream.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
+func toRecord(sr *stream.Record, r *kgo.Record) {
+	*sr = stream.Record{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 	if len(r.Headers) > 0 {
 		sr.Headers = make([]stream.Header, len(r.Headers))
 		for i, h := range r.Headers {
 			sr.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	return sr
 }
 
 type state uint8
@@ -194,7 +197,8 @@ const (
 // item is one acquired record and where it stands.
 type item struct {
 	kr       *kgo.Record
-	rec      stream.Record
+	rec      *stream.Record      // in the poll's recs
+	idx      int                 // its index there
 	dc       int                 // the broker's delivery count
 	m        *checkpoint.Machine // made at the first failure, or at acquisition when dc > 1
 	state    state
@@ -254,8 +258,9 @@ type actionResult struct {
 type settle struct {
 	l       *lane
 	items   []*item
-	calls   int // handler calls running
-	actions int // exhaustion actions running
+	recs    []stream.Record // the items' records, in the same order
+	calls   int             // handler calls running
+	actions int             // exhaustion actions running
 	results chan result
 	poke    chan *call // a per-record call has results pending
 	open    map[*call]bool
@@ -499,12 +504,22 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	hctx, cancel := context.WithCancel(ctx)
 	cl := &call{items: items, cancel: cancel, start: now}
 	cl.batch = stream.Batch{Topic: items[0].rec.Topic, Partition: items[0].rec.Partition, Attempt: items[0].attempt(&c.set.Policy)}
-	cl.batch.Records = make([]stream.Record, len(items))
-	for i, it := range items {
+	first, n := items[0].idx, len(items)
+	if items[n-1].idx-first == n-1 {
+		// Records that follow one another in the poll (a first
+		// delivery): a part of recs, capped so that an append by the
+		// handler does not write over the next records.
+		cl.batch.Records = s.recs[first : first+n : first+n]
+	} else {
+		cl.batch.Records = make([]stream.Record, n)
+		for i, it := range items {
+			cl.batch.Records[i] = *it.rec
+		}
+	}
+	for _, it := range items {
 		it.state = running
 		it.call = cl
 		it.lastStart = now
-		cl.batch.Records[i] = it.rec
 	}
 	s.calls++
 	if c.fn != nil {
@@ -662,7 +677,7 @@ func infoOf(b *stream.Batch) stream.BatchInfo {
 }
 
 func (s *settle) one(it *item) *stream.Batch {
-	return &stream.Batch{Topic: it.rec.Topic, Partition: it.rec.Partition, Records: []stream.Record{it.rec}, Attempt: it.attempt(&s.l.c.set.Policy)}
+	return &stream.Batch{Topic: it.rec.Topic, Partition: it.rec.Partition, Records: []stream.Record{*it.rec}, Attempt: it.attempt(&s.l.c.set.Policy)}
 }
 
 // result decides what happens to one record after a delivery.
