@@ -99,7 +99,7 @@ func (l *lane) run(ctx context.Context) {
 		}
 		s := settle{l: l, items: items, recs: recs}
 		for _, it := range items {
-			s.event(Acquired, it, func(e *Event) { e.DeliveryCount = it.dc })
+			s.event(Acquired, it, func(e *Event) { e.DeliveryCount = int(it.dc) })
 		}
 		s.run(ctx)
 		for _, it := range items {
@@ -153,11 +153,11 @@ func (l *lane) items(fs kgo.Fetches) ([]*item, []stream.Record) {
 		i := len(out)
 		it := &slab[i]
 		toRecord(&recs[i], r)
-		it.kr, it.rec, it.idx, it.dc, it.deadline = r, &recs[i], i, int(r.DeliveryCount()), r.AcquisitionDeadline()
+		it.kr, it.rec, it.idx, it.dc, it.deadline = r, &recs[i], int32(i), r.DeliveryCount(), r.AcquisitionDeadline()
 		if it.dc > 1 {
 			// Each earlier delivery by the broker counts as one retry:
 			// what an earlier holder retried in memory is not known.
-			it.machine(&l.c.set.Policy).Restore(checkpoint.State{Retries: it.dc - 1})
+			it.machine(&l.c.set.Policy).Restore(checkpoint.State{Retries: int(it.dc) - 1})
 		}
 		// franz-go computes the deadline when it decodes the fetch, with
 		// at least 1s: never trust it beyond the lock the group told.
@@ -194,26 +194,56 @@ const (
 	lost                 // its lock ran out: not ours to acknowledge
 )
 
-// item is one acquired record and where it stands.
+// item is one acquired record and where it stands. It is kept small: a
+// record that is accepted at its first delivery, as most are, needs no
+// more; the rest is in x.
 type item struct {
 	kr       *kgo.Record
-	rec      *stream.Record      // in the poll's recs
-	idx      int                 // its index there
-	dc       int                 // the broker's delivery count
-	m        *checkpoint.Machine // made at the first failure, or at acquisition when dc > 1
+	rec      *stream.Record // in the poll's recs
+	idx      int32          // its index there
+	dc       int32          // the broker's delivery count
 	state    state
 	deadline time.Time // when its lock runs out, as far as we know
-	renewAt  time.Time // zero: renew when half the lock is left
-	due      time.Time // held: when its retry is due; acting: when the action runs again
 	call     *call
-	xerr     *checkpoint.ExhaustedError
-	reason   string
-	tries    int
-	prevOp   time.Duration
-	stopped  bool // the action asked to stop (StopPartition): held until shutdown
-
-	lastStart time.Time // when the latest handler call with it started
+	x        *itemMore // made on first use
 }
+
+// itemMore is what a record that failed, is held, or had its lock renewed
+// needs besides an item.
+type itemMore struct {
+	m       checkpoint.Machine
+	hasM    bool
+	renewAt time.Time // zero: renew when half the lock is left
+	due     time.Time // held: when its retry is due; acting: when the action runs again
+	xerr    *checkpoint.ExhaustedError
+	reason  string
+	tries   int
+	prevOp  time.Duration
+	stopped bool // the action asked to stop (StopPartition): held until shutdown
+}
+
+func (it *item) more() *itemMore {
+	if it.x == nil {
+		it.x = new(itemMore)
+	}
+	return it.x
+}
+
+func (it *item) renewAt() time.Time {
+	if it.x == nil {
+		return time.Time{}
+	}
+	return it.x.renewAt
+}
+
+func (it *item) due() time.Time {
+	if it.x == nil {
+		return time.Time{}
+	}
+	return it.x.due
+}
+
+func (it *item) stopped() bool { return it.x != nil && it.x.stopped }
 
 type call struct {
 	items   []*item
@@ -357,7 +387,7 @@ func (s *settle) renew(ctx context.Context, now time.Time) {
 		if it.state == done || it.state == lost {
 			continue
 		}
-		at := it.renewAt
+		at := it.renewAt()
 		if at.IsZero() {
 			at = it.deadline.Add(-c.lock / 2)
 		}
@@ -381,7 +411,9 @@ func (s *settle) renew(ctx context.Context, now time.Time) {
 		switch {
 		case err == nil && perr == nil:
 			it.deadline = now.Add(c.lock)
-			it.renewAt = time.Time{}
+			if it.x != nil {
+				it.x.renewAt = time.Time{}
+			}
 			s.l.log.Debug("redeliver: lock renewed", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "until", it.deadline, "took", after.Sub(now))
 		default:
 			if perr == nil {
@@ -392,7 +424,7 @@ func (s *settle) renew(ctx context.Context, now time.Time) {
 					s.l.log.Warn("redeliver: the broker does not renew acquisition locks: a retry is held only while the record's lock lasts, a later one releases the record to the broker", "error", perr)
 				}
 			}
-			it.renewAt = after.Add(c.lock / 10)
+			it.more().renewAt = after.Add(c.lock / 10)
 			s.l.log.Debug("redeliver: lock renewal failed", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "error", perr)
 		}
 	}
@@ -414,17 +446,17 @@ func (s *settle) next(now time.Time) (wake time.Time, open bool) {
 		open = true
 		earliest(it.deadline)
 		if !c.noRenewal.Load() {
-			if it.renewAt.IsZero() {
+			if at := it.renewAt(); at.IsZero() {
 				earliest(it.deadline.Add(-c.lock / 2))
 			} else {
-				earliest(it.renewAt)
+				earliest(at)
 			}
 		}
 		switch {
 		case it.state == held:
-			earliest(it.due)
-		case it.state == acting && !it.stopped && it.call == nil && !it.due.IsZero():
-			earliest(it.due)
+			earliest(it.due())
+		case it.state == acting && !it.stopped() && it.call == nil && !it.due().IsZero():
+			earliest(it.due())
 		}
 	}
 	return wake, open
@@ -443,10 +475,10 @@ func (s *settle) start(ctx context.Context, now time.Time) {
 	}
 	for _, it := range s.items {
 		switch {
-		case it.state == held && !now.Before(it.due):
+		case it.state == held && !now.Before(it.due()):
 			it.state = waiting // the retry is due
-		case it.state == acting && !it.stopped && it.call == nil && !it.due.IsZero() && !now.Before(it.due):
-			it.due = time.Time{}
+		case it.state == acting && !it.stopped() && it.call == nil && !it.due().IsZero() && !now.Before(it.due()):
+			it.x.due = time.Time{}
 			s.act(ctx, it)
 			continue
 		}
@@ -471,29 +503,30 @@ func (s *settle) start(ctx context.Context, now time.Time) {
 // machine returns the record's retry state machine, made on first use:
 // most records never fail, and never need one.
 func (it *item) machine(p *checkpoint.Policy) *checkpoint.Machine {
-	if it.m == nil {
-		m := checkpoint.NewMachine(*p)
-		m.Begin(it.rec.Timestamp)
-		it.m = &m
+	x := it.more()
+	if !x.hasM {
+		x.m = checkpoint.NewMachine(*p)
+		x.m.Begin(it.rec.Timestamp)
+		x.hasM = true
 	}
-	return it.m
+	return &x.m
 }
 
 // retried reports whether the record failed or was retried before.
 func (it *item) retried() bool {
-	if it.m == nil {
+	if it.x == nil || !it.x.hasM {
 		return false
 	}
-	st := it.m.State()
+	st := it.x.m.State()
 	return st.Retries > 0 || !st.FirstFailure.IsZero()
 }
 
 // attempt is the record's Attempt for its next delivery.
 func (it *item) attempt(p *checkpoint.Policy) stream.Attempt {
-	if it.m == nil {
+	if it.x == nil || !it.x.hasM {
 		return stream.Attempt{MaxRetries: p.MaxRetries, Last: p.MaxRetries == 0}
 	}
-	m := it.m
+	m := &it.x.m
 	st := m.State()
 	return stream.Attempt{Retry: st.Retries, MaxRetries: m.MaxRetries(), Last: m.Last(), FirstFailure: st.FirstFailure, LastError: m.LastError()}
 }
@@ -504,8 +537,8 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	hctx, cancel := context.WithCancel(ctx)
 	cl := &call{items: items, cancel: cancel, start: now}
 	cl.batch = stream.Batch{Topic: items[0].rec.Topic, Partition: items[0].rec.Partition, Attempt: items[0].attempt(&c.set.Policy)}
-	first, n := items[0].idx, len(items)
-	if items[n-1].idx-first == n-1 {
+	first, n := int(items[0].idx), len(items)
+	if int(items[n-1].idx)-first == n-1 {
 		// Records that follow one another in the poll (a first
 		// delivery): a part of recs, capped so that an append by the
 		// handler does not write over the next records.
@@ -519,7 +552,6 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	for _, it := range items {
 		it.state = running
 		it.call = cl
-		it.lastStart = now
 	}
 	s.calls++
 	if c.fn != nil {
@@ -594,9 +626,9 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 	var be *stream.BatchError
 	if errors.As(cl.err, &be) && asRetryResult(cl.err) == nil && be.Index > 0 && be.Index < len(cl.items) {
 		for _, it := range cl.items[:be.Index] {
-			s.result(ctx, it, nil, now)
+			s.result(ctx, it, nil, cl.start, now)
 		}
-		s.result(ctx, cl.items[be.Index], be.Err, now)
+		s.result(ctx, cl.items[be.Index], be.Err, cl.start, now)
 		for _, it := range cl.items[be.Index+1:] {
 			if it.state == running {
 				it.state = waiting // not handled: delivered again at once
@@ -605,7 +637,7 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 		return
 	}
 	for _, it := range cl.items {
-		s.result(ctx, it, cl.err, now)
+		s.result(ctx, it, cl.err, cl.start, now)
 	}
 }
 
@@ -658,7 +690,7 @@ func (s *settle) finishRecord(ctx context.Context, cl *call, i int, rerr error, 
 		}
 		return
 	}
-	s.result(ctx, it, rerr, now)
+	s.result(ctx, it, rerr, cl.start, now)
 }
 
 // errLockLost is the cause of a delivery cut short by a lost lock.
@@ -681,11 +713,10 @@ func (s *settle) one(it *item) *stream.Batch {
 }
 
 // result decides what happens to one record after a delivery.
-func (s *settle) result(ctx context.Context, it *item, err error, now time.Time) {
+func (s *settle) result(ctx context.Context, it *item, err error, start, now time.Time) {
 	if it.state != running {
 		return // lost meanwhile
 	}
-	start := it.lastStart
 	if err == nil {
 		s.event(Handled, it, func(e *Event) { e.OK, e.Start = true, start })
 		s.accept(it)
@@ -710,7 +741,7 @@ func (s *settle) result(ctx context.Context, it *item, err error, now time.Time)
 			return
 		}
 		var xerr *checkpoint.ExhaustedError
-		errors.As(it.m.Err(), &xerr)
+		errors.As(it.machine(&s.l.c.set.Policy).Err(), &xerr)
 		s.exhaust(ctx, it, xerr, xerr.Error())
 	default:
 		s.schedule(ctx, it, d, err, failed, now)
@@ -748,15 +779,16 @@ func (s *settle) schedule(ctx context.Context, it *item, d checkpoint.Decision, 
 	margin := min(c.lock/10, 2*time.Second)
 	holdable := d.At.Sub(now) <= c.cfg.maxHold && (!c.noRenewal.Load() || d.At.Before(it.deadline.Add(-margin)))
 	if holdable {
-		it.state, it.due = held, d.At
+		it.state, it.more().due = held, d.At
 		s.event(Held, it, func(e *Event) { e.At = d.At })
 		s.l.log.Debug("redeliver: retry scheduled, record held", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "retry", d.Retry, "delay", d.Delay, "error", err)
 		return
 	}
-	if limit := int(c.limit.Load()); limit > 0 && it.dc >= limit {
+	if limit := int(c.limit.Load()); limit > 0 && int(it.dc) >= limit {
 		// Released, the broker would archive it: give it up here.
-		st := it.m.State()
-		xerr := &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: st.Retries - 1, FirstFailure: st.FirstFailure, Last: it.m.LastError()}
+		m := it.machine(&c.set.Policy)
+		st := m.State()
+		xerr := &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: st.Retries - 1, FirstFailure: st.FirstFailure, Last: m.LastError()}
 		s.exhaust(ctx, it, xerr, fmt.Sprintf("retry due in %v cannot be held and the broker's delivery count limit %d is reached", d.Delay, limit))
 		return
 	}
@@ -768,7 +800,7 @@ func (s *settle) schedule(ctx context.Context, it *item, d checkpoint.Decision, 
 // the record is rejected only once the action succeeded.
 func (s *settle) exhaust(ctx context.Context, it *item, xerr *checkpoint.ExhaustedError, reason string) {
 	c := s.l.c
-	it.xerr, it.reason = xerr, reason
+	it.more().xerr, it.x.reason = xerr, reason
 	if h := c.set.Hooks.Exhausted; h != nil {
 		h(stream.ExhaustedEvent{BatchInfo: infoOf(s.one(it)), Err: xerr})
 	}
@@ -786,12 +818,12 @@ func (s *settle) exhaust(ctx context.Context, it *item, xerr *checkpoint.Exhaust
 // act runs the exhaustion action of a given-up record in a goroutine.
 func (s *settle) act(ctx context.Context, it *item) {
 	c := s.l.c
-	actx := stream.WithSource(ctx, stream.Source{Group: c.group, DeliveryCount: it.dc, Reason: it.reason})
+	actx := stream.WithSource(ctx, stream.Source{Group: c.group, DeliveryCount: int(it.dc), Reason: it.x.reason})
 	b := s.one(it)
 	s.actions++
 	it.call = &call{} // marks the action as running
 	go func() {
-		err := protect(func() error { return c.set.Exhaustion(actx, b, it.xerr) })
+		err := protect(func() error { return c.set.Exhaustion(actx, b, it.x.xerr) })
 		s.acted <- actionResult{it, err}
 	}()
 }
@@ -808,14 +840,15 @@ func (s *settle) afterAction(r actionResult, now time.Time) {
 		return
 	}
 	if stream.IsStop(r.err) {
-		it.stopped = true
+		it.x.stopped = true
 		s.l.log.Error("redeliver: StopPartition in a share group: the record is held, its lock renewed, until the consumer stops; then it is released", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset)
 		return
 	}
-	it.tries++
-	it.prevOp = s.l.c.set.OperationBackoff(it.tries, it.prevOp, s.l.rnd)
-	it.due = now.Add(it.prevOp)
-	s.l.log.Warn("redeliver: exhaustion action failed, will try again; the record is held meanwhile", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "try", it.tries, "delay", it.prevOp, "error", r.err)
+	x := it.x
+	x.tries++
+	x.prevOp = s.l.c.set.OperationBackoff(x.tries, x.prevOp, s.l.rnd)
+	x.due = now.Add(x.prevOp)
+	s.l.log.Warn("redeliver: exhaustion action failed, will try again; the record is held meanwhile", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "try", x.tries, "delay", x.prevOp, "error", r.err)
 }
 
 // drainAtShutdown takes the per-record results pending at shutdown: a
@@ -827,7 +860,7 @@ func (s *settle) drainAtShutdown() {
 			it := r.cl.items[r.i+j]
 			it.call = nil
 			if err == nil && !r.late[j] && it.state == running {
-				s.event(Handled, it, func(e *Event) { e.OK, e.Start = true, it.lastStart })
+				s.event(Handled, it, func(e *Event) { e.OK, e.Start = true, r.cl.start })
 				s.accept(it)
 			}
 		}
