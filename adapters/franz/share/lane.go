@@ -34,6 +34,13 @@ type lane struct {
 
 	mu      sync.Mutex
 	ackErrs map[tp]ackErr // the latest failed acknowledgement per partition
+
+	// A poll's items and records, kept for the next poll: handlers must
+	// not keep a batch's records after they return, and a lane settles
+	// one poll's records before it polls again.
+	slab []item
+	recs []stream.Record
+	ptrs []*item
 }
 
 type tp struct {
@@ -107,6 +114,7 @@ func (l *lane) run(ctx context.Context) {
 				gone = append(gone, it)
 			}
 		}
+		clear(recs) // let go of the fetch buffers they point into
 	}
 }
 
@@ -137,18 +145,21 @@ func (l *lane) forget(ctx context.Context, lost []*item) {
 }
 
 // items turns a poll's records into items, in offset order per partition,
-// and their stream.Records, in two allocations: the first delivery of
-// records that follow one another hands the handler a part of recs, not a
-// copy. A record whose lock has already run out is not delivered.
+// and their stream.Records, in the lane's memory of the previous poll (or
+// new memory when it is too small): the first delivery of records that
+// follow one another hands the handler a part of recs, not a copy. A
+// record whose lock has already run out is not delivered.
 func (l *lane) items(fs kgo.Fetches) ([]*item, []stream.Record) {
 	now := l.c.set.Clock.Now()
 	n := fs.NumRecords()
 	if n == 0 {
 		return nil, nil
 	}
-	slab := make([]item, n)
-	recs := make([]stream.Record, n)
-	out := make([]*item, 0, n)
+	if cap(l.slab) < n {
+		l.slab, l.recs, l.ptrs = make([]item, n), make([]stream.Record, n), make([]*item, 0, n)
+	}
+	slab, recs, out := l.slab[:n], l.recs[:n], l.ptrs[:0]
+	clear(slab)
 	fs.EachRecord(func(r *kgo.Record) {
 		i := len(out)
 		it := &slab[i]
