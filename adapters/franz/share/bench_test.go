@@ -25,6 +25,10 @@ import (
 
 var benchRun atomic.Int64
 
+// benchID keeps the topics and groups of one run apart from an earlier
+// run's on a real broker.
+var benchID = strconv.FormatInt(time.Now().UnixNano(), 36)
+
 // benchCluster starts a kfake cluster whose share groups heartbeat every
 // 100ms, so that a group's assignment settles in well under a second (the
 // benchmarks wait for it before the records are made visible), with the
@@ -180,7 +184,7 @@ func BenchmarkShareSuccessPath(b *testing.B) {
 		b.Run(loop.name, func(b *testing.B) {
 			for _, partitions := range []int32{1, 8} {
 				b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
-					topic := fmt.Sprintf("bench-%d", benchRun.Add(1))
+					topic := fmt.Sprintf("bench-%s-%d", benchID, benchRun.Add(1))
 					commit := benchProduce(b, addrs, topic, partitions, b.N)
 					b.ReportAllocs()
 					b.ResetTimer()
@@ -329,7 +333,7 @@ func BenchmarkPoisonRecord(b *testing.B) {
 			}
 			for range b.N {
 				b.StopTimer()
-				topic := fmt.Sprintf("poison-%d", benchRun.Add(1))
+				topic := fmt.Sprintf("poison-%s-%d", benchID, benchRun.Add(1))
 				group := topic + "-g"
 				commit := benchProduce(b, addrs, topic, partitions, records)
 				var good atomic.Int64
