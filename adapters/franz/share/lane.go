@@ -306,7 +306,8 @@ type settle struct {
 	poke    chan *call // a per-record call has results pending
 	open    map[*call]bool
 	acted   chan actionResult
-	acked   bool // a final acknowledgement was made since the last flush
+	acked   bool      // a final acknowledgement was made since the last flush
+	ackedAt time.Time // when the first of them was made
 }
 
 func (s *settle) run(ctx context.Context) {
@@ -332,14 +333,21 @@ func (s *settle) run(ctx context.Context) {
 		}
 		if s.acked {
 			// Records stay open, so the lane does not poll soon: send the
-			// final acknowledgements now rather than after franz-go's 1s
+			// final acknowledgements rather than wait for franz-go's 1s
 			// timer, which may be longer than what is left of their locks.
-			s.acked = false
-			fctx, cancel := context.WithTimeout(ctx, c.lock/2)
-			t0 := time.Now()
-			ferr := s.l.cl.FlushAcks(fctx)
-			cancel()
-			s.l.log.Debug("redeliver: acknowledgements flushed", "took", time.Since(t0), "error", ferr)
+			// Not at once while handler calls run, though: their results
+			// come soon, and a flush is a round trip to the broker.
+			flushAt := s.ackedAt.Add(min(maxAckDelay, c.lock/10))
+			if s.calls == 0 || !now.Before(flushAt) {
+				s.acked = false
+				fctx, cancel := context.WithTimeout(ctx, c.lock/2)
+				t0 := time.Now()
+				ferr := s.l.cl.FlushAcks(fctx)
+				cancel()
+				s.l.log.Debug("redeliver: acknowledgements flushed", "took", time.Since(t0), "error", ferr)
+			} else if wake.IsZero() || flushAt.Before(wake) {
+				wake = flushAt
+			}
 		}
 		var timer <-chan time.Time
 		stop := func() bool { return false }
@@ -759,21 +767,35 @@ func (s *settle) result(ctx context.Context, it *item, err error, start, now tim
 	}
 }
 
+// maxAckDelay is how long a final acknowledgement may wait for others
+// while handler calls of the same poll run.
+const maxAckDelay = 100 * time.Millisecond
+
+// ackMade notes a final acknowledgement, to be flushed.
+func (s *settle) ackMade() {
+	if !s.acked {
+		s.acked, s.ackedAt = true, s.l.c.set.Clock.Now()
+	}
+}
+
 func (s *settle) accept(it *item) {
 	it.kr.Ack(kgo.AckAccept)
-	it.state, s.acked = done, true
+	it.state = done
+	s.ackMade()
 	s.event(Accepted, it, nil)
 }
 
 func (s *settle) reject(it *item) {
 	it.kr.Ack(kgo.AckReject)
-	it.state, s.acked = done, true
+	it.state = done
+	s.ackMade()
 	s.event(Rejected, it, nil)
 }
 
 func (s *settle) release(it *item) {
 	it.kr.Ack(kgo.AckRelease)
-	it.state, s.acked = done, true
+	it.state = done
+	s.ackMade()
 	s.event(Released, it, nil)
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -579,4 +580,56 @@ func mustDeadLetter(pub stream.Publisher, topic string) stream.ExhaustionAction 
 		panic(err)
 	}
 	return dl
+}
+
+// A poll whose records go to several handler calls sends its
+// acknowledgements with the next fetch, not in a round trip of their own
+// after each call: a ShareAcknowledge request per call cost a broker round
+// trip each, and held the lane's next poll back by as many.
+func TestAcknowledgementsRideTheNextFetch(t *testing.T) {
+	const topic, group = "orders", "g"
+	c, addrs := kafkatest.NewCluster(t, topic, 1, kfake.BrokerConfigs(map[string]string{
+		"group.share.record.lock.duration.ms": "30000",
+		"group.share.heartbeat.interval.ms":   "100",
+	}))
+	var acks, fetches atomic.Int64 // requests from members
+	c.ControlKey(int16(kmsg.ShareAcknowledge), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if r := req.(*kmsg.ShareAcknowledgeRequest); r.MemberID != nil {
+			acks.Add(1)
+		}
+		return nil, nil, false
+	})
+	c.ControlKey(int16(kmsg.ShareFetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if r := req.(*kmsg.ShareFetchRequest); r.MemberID != nil {
+			fetches.Add(1)
+		}
+		return nil, nil, false
+	})
+	kafkatest.Produce(t, addrs, topic, 0, 0, 20)
+	var mu sync.Mutex
+	accepted := 0
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, addrs, group, topic, proc, share.WithLanes(1), share.WithMaxBatch(2), share.WithEvents(func(e share.Event) {
+		if e.Kind == share.Accepted {
+			mu.Lock()
+			accepted++
+			mu.Unlock()
+		}
+	}))
+	waitFor(t, "20 records accepted", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return accepted == 20
+	})
+	if n := acks.Load(); n != 0 {
+		t.Errorf("%d ShareAcknowledge requests while the lane handled a poll in 10 calls, want none: the acknowledgements go with the next fetch", n)
+	}
+	if fetches.Load() == 0 {
+		t.Error("no ShareFetch seen: the test counts nothing")
+	}
 }
