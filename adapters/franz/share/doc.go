@@ -90,9 +90,10 @@
 //     share.partition.max.record.locks records (2000 by default) past its
 //     oldest unresolved record, so a held record stops its partition once
 //     that many after it are out, whatever the number of members. On
-//     Kafka 4.3 it is a group setting (bounded by the broker's
-//     group.share.max.partition.max.record.locks); the broker-wide default
-//     is group.share.partition.max.record.locks.
+//     Kafka 4.3 it is a group setting, at most the broker's
+//     group.share.max.partition.max.record.locks: 4000 by default, and
+//     10000 at most (Kafka 4.3.1 refuses to start with more). The
+//     broker-wide default is group.share.partition.max.record.locks.
 //
 // docs/BENCHMARKS.md, "Share groups", measures both with a poison record
 // among 100,000 on 4 partitions: 3.04 s until every good record was
