@@ -214,6 +214,11 @@ func TestInvalid(t *testing.T) {
 		{"empty", ``, []string{`host.json:1:1: syntax error: parsing value: unexpected EOF`}},
 		{"syntax", "{\n  \"retry\": {,}\n}", []string{`host.json:2:13: syntax error: invalid character ','`}},
 		{"unterminated comment", "{ /* ", []string{`host.json:1:3: syntax error: parsing comment: unexpected EOF`}},
+		// An editor shows U+2028 as a line break: inside a // comment it
+		// would hide the setting after it. Every module reads host.json
+		// with the same parser version, which rejects it.
+		{"line separator in a line comment", "{\"version\": \"2.0\", // note\u2028\"checkpointRetryPolicy\": {\"retryCount\": 99}\n}", []string{
+			`host.json:1:27: syntax error: invalid character '\u2028' in line comment`}},
 		{"not an object", `[1]`, []string{`host.json:1:1: the document is an array: want a JSON object`}},
 		{"version", `{"version": "1.0"}`, []string{`host.json:1:13: version: want "2.0", got "1.0"`}},
 		{"version number", `{"version": 2.0}`, []string{`host.json:1:13: version: want the string "2.0", got the number 2.0`}},

@@ -177,3 +177,19 @@ for mod in redrive/sqlitestore redrive/pgstore redrive/e2e; do
   step "$mod module${REDELIVER_POSTGRES_URL:+ (PostgreSQL at ${REDELIVER_POSTGRES_URL#*@})}"
   (cd "$mod" && go vet ./... && go test -race -count=1 -timeout 15m ./...)
 done
+
+# Each public module as a user builds it: alone, without go.work (GOWORK=off
+# still honours the modules' replace lines). Every module it builds must be
+# at the version the workspace tests (go get MODULE@VERSION in its go.mod
+# aligns one), then it is vetted (which builds it) and tested.
+step "public modules alone (GOWORK=off)"
+ws=$(go list -m -f '{{if .Version}}{{.Path}} {{.Version}}{{end}}' all)
+for mod in . adapters/franz adapters/kafkago adapters/eventhubs host rdotel redrive/pgstore redrive/sqlitestore cmd/redeliver; do
+  [ -f "$mod/go.mod" ] || continue
+  echo "-- $mod"
+  other=$(cd "$mod" && GOWORK=off go list -deps -test -f '{{with .Module}}{{if and .Version (not .Replace)}}{{.Path}} {{.Version}}{{end}}{{end}}' ./... | sort -u | grep -vxF "$ws" || true)
+  if [ -n "$other" ]; then
+    echo "$mod builds other versions than the workspace tests: align them in $mod/go.mod"; echo "$other"; exit 1
+  fi
+  (cd "$mod" && GOWORK=off go vet ./... && GOWORK=off go test -count=1 -timeout 15m ./...)
+done

@@ -1,6 +1,6 @@
 module github.com/redeliver-go/redeliver/adapters/kafkago
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/redeliver-go/redeliver v0.0.0
@@ -8,8 +8,8 @@ require (
 )
 
 require (
-	github.com/klauspost/compress v1.15.9 // indirect
-	github.com/pierrec/lz4/v4 v4.1.15 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 )
 
 replace github.com/redeliver-go/redeliver => ../..
