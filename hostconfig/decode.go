@@ -250,13 +250,14 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 		return host, nil
 	}
 	fns := map[string]RetryPolicy{}
+	seen := firsts{}
 	for i := range fm.val.members {
 		m := &fm.val.members[i]
 		if strings.TrimSpace(m.key) == "" {
 			d.addKey(m, fm.val.path, "empty function name")
 			continue
 		}
-		if first := fm.val.lookup(m.key); first != m {
+		if first := seen.first(m); first != m {
 			d.addKey(m, m.val.path, "duplicate function (names ignore case): also at %s", d.pos(first.val))
 			continue
 		}

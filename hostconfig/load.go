@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/tailscale/hujson"
 )
@@ -211,6 +212,34 @@ func (n *node) isText() bool { return n.kind == '"' || n.kind == envKind }
 // fromEnv reports whether n was set by an environment variable.
 func (n *node) fromEnv() bool { return n.env != "" }
 
+// fold returns s with each letter replaced by the smallest of the letters
+// it matches ignoring case: two strings fold to the same key exactly when
+// strings.EqualFold says they are equal.
+func fold(s string) string {
+	return strings.Map(func(r rune) rune {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		return least
+	}, s)
+}
+
+// firsts finds, for each member of an object, the first member with the
+// same name ignoring case, in time linear in the number of members.
+type firsts map[string]*member
+
+// first returns the first member named as m, which is m itself unless m
+// repeats a name.
+func (f firsts) first(m *member) *member {
+	k := fold(m.key)
+	if first, ok := f[k]; ok {
+		return first
+	}
+	f[k] = m
+	return m
+}
+
 // lookup returns the first member called key, case-insensitively.
 func (n *node) lookup(key string) *member {
 	for i := range n.members {
@@ -234,6 +263,7 @@ type decoder struct {
 	settings    map[string][]Setting // by function name, "" for the host-wide policy
 	retryFields []Setting            // the retry section's, in force when checkpointRetryPolicy sets no host-wide policy
 	prefix      string               // of the environment overrides, with its "__"
+	lines       []int                // the offset where each line starts, made by lineCol
 }
 
 // setSettings records the settings of the policy of function ("" for the
@@ -552,13 +582,23 @@ func (n *node) remove(key string, drop func(*member) bool) {
 }
 
 // lineCol converts a byte offset of the file into a line and a column.
+// The first call indexes where the lines start; each call is then a
+// binary search, so that a file with many settings (each with its place)
+// loads in time linear in its size.
 func (d *decoder) lineCol(off int) (line, col int) {
 	if off < 0 || off > len(d.src) {
 		return 0, 0
 	}
-	line = 1 + bytes.Count(d.src[:off], []byte("\n"))
-	col = off - bytes.LastIndexByte(d.src[:off], '\n')
-	return line, col
+	if d.lines == nil {
+		d.lines = []int{0}
+		for i, c := range d.src {
+			if c == '\n' {
+				d.lines = append(d.lines, i+1)
+			}
+		}
+	}
+	i := sort.SearchInts(d.lines, off+1) - 1 // the last line that starts at or before off
+	return i + 1, off - d.lines[i] + 1
 }
 
 // add reports a problem with the value n.

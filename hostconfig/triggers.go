@@ -189,13 +189,14 @@ func (d *decoder) triggers(n *node) map[string]Trigger {
 		return nil
 	}
 	out := map[string]Trigger{}
+	seen := firsts{}
 	for i := range n.members {
 		m := &n.members[i]
 		if strings.TrimSpace(m.key) == "" {
 			d.addKey(m, n.path, "empty function name")
 			continue
 		}
-		if first := n.lookup(m.key); first != m {
+		if first := seen.first(m); first != m {
 			d.addKey(m, m.val.path, "duplicate function (names ignore case): also at %s", d.pos(first.val))
 			continue
 		}

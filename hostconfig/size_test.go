@@ -1,0 +1,72 @@
+package hostconfig_test
+
+import (
+	"fmt"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// bigHostJSON returns a one-line host.json of about size bytes: a policy
+// and a trigger for each of n functions, as many as fit.
+func bigHostJSON(size int) (doc []byte, n int) {
+	var policies, triggers strings.Builder
+	for ; policies.Len()+triggers.Len() < size; n++ {
+		i := n
+		if i > 0 {
+			policies.WriteString(", ")
+			triggers.WriteString(", ")
+		}
+		fmt.Fprintf(&policies, `"fn%06d": {"retryCount": %d}`, i, i%7)
+		fmt.Fprintf(&triggers, `"fn%06d": {"type": "kafka", "topic": "t%d", "consumerGroup": "g"}`, i, i)
+	}
+	return []byte(`{"version": "2.0", "checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "00:00:05", "functions": {` +
+		policies.String() + `}}, "triggers": {` + triggers.String() + `}}`), n
+}
+
+// TestLoadTimeIsLinear checks that loading takes time linear in the
+// file's size: four times the size takes about four times as long, not
+// sixteen (each place in an error or a setting used to be found by
+// counting the lines from the start of the file, and each function name
+// checked against every other one), and a 2 MB file loads in well under a
+// second. The sizes are loaded in turn, five times each, after a garbage
+// collection, and the fastest load of each counts, so that a busy machine
+// does not fail the test.
+func TestLoadTimeIsLinear(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads 12 MB of host.json")
+	}
+	bound := raceSlowdown * time.Second
+	load := func(doc []byte, n int) time.Duration {
+		runtime.GC()
+		start := time.Now()
+		cfg, err := noEnv.Parse("host.json", doc)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.Functions) != n || len(cfg.Triggers) != n {
+			t.Fatalf("%d functions, %d triggers: want %d of each", len(cfg.Functions), len(cfg.Triggers), n)
+		}
+		if took > 2*bound {
+			t.Fatalf("a load of %d bytes took %v", len(doc), took)
+		}
+		return took
+	}
+	small, nSmall := bigHostJSON(512 << 10)
+	large, nLarge := bigHostJSON(2 << 20)
+	load(small, nSmall) // warm up
+	tSmall, tLarge := time.Duration(1<<63-1), time.Duration(1<<63-1)
+	for range 5 {
+		tSmall = min(tSmall, load(small, nSmall))
+		tLarge = min(tLarge, load(large, nLarge))
+	}
+	t.Logf("512 KB: %v, 2 MB: %v (%.2fx)", tSmall, tLarge, float64(tLarge)/float64(tSmall))
+	if tLarge > 10*tSmall {
+		t.Errorf("2 MB took %v, 512 KB %v: %.1f times as long for four times the size, want about 4 (linear)", tLarge, tSmall, float64(tLarge)/float64(tSmall))
+	}
+	if tLarge > bound {
+		t.Errorf("2 MB took %v, want well under %v", tLarge, bound)
+	}
+}
