@@ -1,6 +1,7 @@
 package hostconfig
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -109,6 +110,9 @@ func (c *Config) Trigger(name string) (Trigger, bool) {
 // [Config.Explain] and the redeliver CLI read the origin of each value.
 func (c *Config) Settings(function string) []Setting {
 	if function != "" {
+		if s, ok := c.settings[function]; ok {
+			return s
+		}
 		for n, s := range c.settings {
 			if n != "" && strings.EqualFold(n, function) {
 				return s
@@ -123,20 +127,39 @@ func (c *Config) Settings(function string) []Setting {
 	return c.settings[""]
 }
 
+// FunctionNames returns the names of the functions the file names, in
+// checkpointRetryPolicy.functions or in triggers, sorted, each once: names
+// match case-insensitively, and the policy's spelling is kept.
+func (c *Config) FunctionNames() []string {
+	seen := map[string]bool{}
+	var names []string
+	for n := range c.Functions {
+		seen[fold(n)] = true
+		names = append(names, n)
+	}
+	for n := range c.Triggers {
+		if k := fold(n); !seen[k] {
+			seen[k] = true
+			names = append(names, n)
+		}
+	}
+	slices.SortFunc(names, func(a, b string) int {
+		return cmp.Or(strings.Compare(strings.ToLower(a), strings.ToLower(b)), strings.Compare(a, b))
+	})
+	return names
+}
+
 // CheckFunctions checks the file's triggers and per-function policies
 // against the functions a host runs: a trigger or a policy for a function
 // not in functions is a [*Problem] at its place in the file, with a
 // suggestion when the name looks like a misspelt one. The error, when not
 // nil, is an [*Error].
 func (c *Config) CheckFunctions(functions []string) error {
-	known := func(name string) bool {
-		for _, f := range functions {
-			if strings.EqualFold(f, name) {
-				return true
-			}
-		}
-		return false
+	runs := make(map[string]bool, len(functions))
+	for _, f := range functions {
+		runs[fold(f)] = true
 	}
+	known := func(name string) bool { return runs[fold(name)] }
 	var problems []*Problem
 	for _, k := range c.keys {
 		if known(k.name) {

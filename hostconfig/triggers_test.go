@@ -171,3 +171,21 @@ hostconfig: host.json:12:5: triggers.payments: a trigger for function "payments"
 		t.Errorf("errors.As(*Problem) = %+v, want line 7 col 7", p)
 	}
 }
+
+// FunctionNames lists each function the file names once, whether in a
+// policy, a trigger or both, names matching case-insensitively.
+func TestFunctionNames(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {"retryCount": 0, "functions": {"Payments": {}, "audit": {}}},
+  "triggers": {
+    "payments": {"type": "kafka", "topic": "payments", "consumerGroup": "g"},
+    "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "g"}
+  }
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.FunctionNames(), []string{"audit", "orders", "Payments"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("FunctionNames() = %q, want %q", got, want)
+	}
+}

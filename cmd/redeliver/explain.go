@@ -69,7 +69,7 @@ func runExplain(args []string, e env) int {
 		x := explainFunction(cfg, name)
 		if !x.Own && x.Trigger == nil {
 			note := fmt.Sprintf("%s names no function %q: it gets the host-wide policy", file, name)
-			if s := nearest(name, knownFunctions(cfg)); s != "" {
+			if s := nearest(name, cfg.FunctionNames()); s != "" {
 				note += fmt.Sprintf(" (did you mean %s?)", s)
 			}
 			notes = append(notes, note)
@@ -77,7 +77,7 @@ func runExplain(args []string, e env) int {
 		out = append(out, x)
 	} else {
 		out = append(out, explainHost(cfg))
-		for _, n := range knownFunctions(cfg) {
+		for _, n := range cfg.FunctionNames() {
 			out = append(out, explainFunction(cfg, n))
 		}
 	}
@@ -196,28 +196,6 @@ func hasField(s []hostconfig.Setting, field string) bool {
 func indent(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return "  " + strings.ReplaceAll(s, "\n", "\n  ")
-}
-
-// knownFunctions lists the functions the file names, in a policy or a
-// trigger, sorted.
-func knownFunctions(cfg *hostconfig.Config) []string {
-	var names []string
-	add := func(n string) {
-		for _, m := range names {
-			if strings.EqualFold(m, n) {
-				return
-			}
-		}
-		names = append(names, n)
-	}
-	for n := range cfg.Functions {
-		add(n)
-	}
-	for n := range cfg.Triggers {
-		add(n)
-	}
-	slices.SortFunc(names, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
-	return names
 }
 
 // nearest returns the name of names closest to name when it is close

@@ -191,7 +191,7 @@ func runParkedVerb(verb string, args []string, e env) int {
 			t, ok := cfg.Trigger(*function)
 			if !ok {
 				hint := ""
-				if n := nearest(*function, knownFunctions(cfg)); n != "" {
+				if n := nearest(*function, cfg.FunctionNames()); n != "" {
 					hint = fmt.Sprintf(" (did you mean %s?)", n)
 				}
 				fmt.Fprintf(e.stderr, "redeliver parked %s: %s has no trigger for function %s%s: give -topic\n", verb, *config, *function, hint)
