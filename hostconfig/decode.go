@@ -95,6 +95,9 @@ func (d *decoder) config(root *node) *Config {
 	if m := found[sectionOutage]; m != nil {
 		cfg.OutageBudget = d.outageBudget(m.val)
 	}
+	if found[sectionTriggers] != nil {
+		d.nearFunctions()
+	}
 	cfg.Warnings = d.warnings
 	cfg.keys, cfg.settings = d.keys, d.settings
 	return cfg
@@ -103,27 +106,36 @@ func (d *decoder) config(root *node) *Config {
 // nearSection warns about a section that is not ours but is spelt almost
 // like one of ours.
 func (d *decoder) nearSection(m *member) {
+	if name := nearSectionName(m.key); name != "" {
+		d.warn(m.val, "%q is not a section redeliver reads, so it is ignored: did you mean %s?", m.key, name)
+	}
+}
+
+// nearSectionName returns the section of ours that key, which is none of
+// them, looks like a misspelling of, or "". The other sections of Azure
+// Functions are never near misses.
+func nearSectionName(key string) string {
 	for _, s := range azureSections {
-		if strings.EqualFold(s, m.key) {
-			return
+		if strings.EqualFold(s, key) {
+			return ""
 		}
 	}
-	key, name := strings.ToLower(m.key), ""
+	key = strings.ToLower(key)
 	switch {
 	case distance(key, sectionRetry) == 1:
-		name = sectionRetry
+		return sectionRetry
+	case distance(key, sectionVersion) == 1:
+		return sectionVersion
 	case distance(key, sectionRedrive) <= 2:
-		name = sectionRedrive
+		return sectionRedrive
 	case distance(key, strings.ToLower(sectionPolicy)) <= 3:
-		name = sectionPolicy
+		return sectionPolicy
 	case distance(key, sectionTriggers) <= 2:
-		name = sectionTriggers
+		return sectionTriggers
 	case distance(key, strings.ToLower(sectionOutage)) <= 3:
-		name = sectionOutage
-	default:
-		return
+		return sectionOutage
 	}
-	d.warn(m.val, "%q is not a section redeliver reads, so it is ignored: did you mean %s?", m.key, name)
+	return ""
 }
 
 func (d *decoder) version(n *node) string {
@@ -201,13 +213,19 @@ func suggest(key string, known []string) string {
 	return best
 }
 
-// distance is the Levenshtein distance between a and b, in bytes. When
-// their lengths differ by more than farApart it returns that difference, a
-// lower bound, without the quadratic work: no misspelling is that far.
+// distance is the number of edits between a and b, in bytes: a byte
+// inserted, deleted or replaced, or two neighbours swapped (the optimal
+// string alignment distance, so that "retyr" is one edit from "retry").
+// When their lengths differ by more than farApart it returns that
+// difference, a lower bound, without the quadratic work: no misspelling
+// is that far.
 func distance(a, b string) int {
 	if diff := len(a) - len(b); diff > farApart || -diff > farApart {
 		return max(diff, -diff)
 	}
+	// Three rows of the table: the one before the previous, the
+	// previous and the current.
+	prev2 := make([]int, len(b)+1)
 	prev := make([]int, len(b)+1)
 	cur := make([]int, len(b)+1)
 	for j := range prev {
@@ -221,8 +239,11 @@ func distance(a, b string) int {
 				cost = 0
 			}
 			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
+		prev2, prev, cur = prev, cur, prev2
 	}
 	return prev[len(b)]
 }

@@ -106,7 +106,7 @@ func (l Loader) Parse(name string, data []byte) (*Config, error) {
 	cfg := d.config(root)
 	if len(d.problems) > 0 {
 		sort.SliceStable(d.problems, func(i, j int) bool { return d.problems[i].before(d.problems[j]) })
-		return nil, &Error{Problems: d.problems}
+		return nil, &Error{Problems: d.problems, Warnings: d.warnings}
 	}
 	return cfg, nil
 }
@@ -145,6 +145,18 @@ func (p *Problem) before(q *Problem) bool {
 	return p.Col < q.Col
 }
 
+// place names where the problem is: "host.json:7:21", "environment NAME"
+// or the file.
+func (p *Problem) place() string {
+	switch {
+	case p.Env != "":
+		return "environment " + p.Env
+	case p.Line > 0:
+		return fmt.Sprintf("%s:%d:%d", p.File, p.Line, p.Col)
+	}
+	return p.File
+}
+
 func (p *Problem) text() string {
 	var b strings.Builder
 	switch {
@@ -165,6 +177,10 @@ func (p *Problem) text() string {
 // Error lists every problem found in a host.json, in the order of the file.
 type Error struct {
 	Problems []*Problem
+	// Warnings lists what the file and the environment hold that would not
+	// be in force even without the problems, as [Config.Warnings] does
+	// for a file that loads. Error does not include them.
+	Warnings []string
 }
 
 // Error returns the problems, one a line.
@@ -476,8 +492,8 @@ func (d *decoder) nearEnv(name string) {
 		return
 	}
 	sec := sectionOf(keys[0])
-	if sec == "" && distance(strings.ToLower(keys[0]), strings.ToLower(sectionPolicy)) <= 3 {
-		sec = sectionPolicy
+	if sec == "" {
+		sec = nearSectionName(keys[0])
 	}
 	if sec == "" {
 		return

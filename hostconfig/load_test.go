@@ -395,6 +395,23 @@ func TestProblemFields(t *testing.T) {
 	}
 }
 
+// A file with problems still reports its warnings, with the problems.
+func TestWarningsWithProblems(t *testing.T) {
+	_, err := noEnv.Parse("host.json", []byte(`{"retyr": {}, "checkpointRetryPolicy": {"retryCount": -5}}`))
+	var e *hostconfig.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("err = %v, want an *hostconfig.Error", err)
+	}
+	checkProblems(t, err, []string{`host.json:1:55: checkpointRetryPolicy.retryCount: -5 is below -1`})
+	want := []string{`host.json:1:11: "retyr" is not a section redeliver reads, so it is ignored: did you mean retry?`}
+	if !reflect.DeepEqual(e.Warnings, want) {
+		t.Errorf("Warnings = %q\nwant %q", e.Warnings, want)
+	}
+	if strings.Contains(err.Error(), "retyr") {
+		t.Errorf("Error() = %q: want the problems only", err)
+	}
+}
+
 func TestWarnings(t *testing.T) {
 	for _, tc := range []struct {
 		name, doc string
@@ -402,10 +419,29 @@ func TestWarnings(t *testing.T) {
 	}{
 		{"misspelt section", `{"checkpointRetryPolcy": {"retryCount": 1}}`, []string{
 			`host.json:1:26: "checkpointRetryPolcy" is not a section redeliver reads, so it is ignored: did you mean checkpointRetryPolicy?`}},
-		{"misspelt retry", `{"retyr": {}}`, nil},
+		{"misspelt retry", `{"retyr": {}}`, []string{
+			`host.json:1:11: "retyr" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
+		{"misspelt triggers", `{"trigers": {}}`, []string{
+			`host.json:1:13: "trigers" is not a section redeliver reads, so it is ignored: did you mean triggers?`}},
+		{"misspelt outageBudget", `{"outageBugdet": {}}`, []string{
+			`host.json:1:18: "outageBugdet" is not a section redeliver reads, so it is ignored: did you mean outageBudget?`}},
+		{"policy for a misspelt function", `{
+  "checkpointRetryPolicy": {"retryCount": 0, "functions": {"paymnets": {"retryCount": 3, "sleepDuration": "1s"}, "orders": {}}},
+  "triggers": {
+    "payments": {"type": "kafka", "topic": "payments", "consumerGroup": "g"},
+    "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "g"},
+    "audit": {"type": "kafka", "topic": "audit", "consumerGroup": "g"}
+  }
+}`, []string{
+			`host.json:2:60: checkpointRetryPolicy.functions.paymnets: a policy for function "paymnets", which no trigger names: did you mean payments (the trigger at host.json:4:5)?`}},
+		{"policies for functions of the code", `{
+  "checkpointRetryPolicy": {"retryCount": 0, "functions": {"billing": {}}},
+  "triggers": {"payments": {"type": "kafka", "topic": "payments", "consumerGroup": "g"}}
+}`, nil},
 		{"retries", `{"retrys": {}}`, []string{
 			`host.json:1:12: "retrys" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
 		{"Azure sections are quiet", `{"functions": ["a"], "http": {}, "queues": {}, "logging": {}}`, nil},
+		{"other sections are quiet", `{"aggregator": {}, "retries": {}, "version": "2.0", "extensionBundle": {}}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := noEnv.Parse("host.json", []byte(tc.doc))

@@ -185,6 +185,39 @@ func (c *Config) CheckFunctions(functions []string) error {
 	return &Error{Problems: problems}
 }
 
+// nearFunctions warns about a function with a policy of its own that no
+// trigger names, when a trigger names a function without a policy of its
+// own by almost the same name: one of the two names is misspelt, and the
+// policy does not apply to the trigger's function.
+func (d *decoder) nearFunctions() {
+	var policies, triggers []functionKey
+	named := map[bool]map[string]bool{true: {}, false: {}}
+	for _, k := range d.keys {
+		named[k.policy][fold(k.name)] = true
+	}
+	var triggerNames []string
+	for _, k := range d.keys {
+		switch {
+		case named[!k.policy][fold(k.name)]:
+		case k.policy:
+			policies = append(policies, k)
+		default:
+			triggers = append(triggers, k)
+			triggerNames = append(triggerNames, k.name)
+		}
+	}
+	for _, p := range policies {
+		s := suggest(p.name, triggerNames)
+		if s == "" {
+			continue
+		}
+		t := triggers[slices.Index(triggerNames, s)]
+		w := p.at
+		w.Msg = fmt.Sprintf("a policy for function %q, which no trigger names: did you mean %s (the trigger at %s)?", p.name, s, t.at.place())
+		d.warnings = append(d.warnings, w.text())
+	}
+}
+
 // functionKey is where the file names a function: a trigger's or a
 // per-function policy's key.
 type functionKey struct {

@@ -31,6 +31,18 @@ func TestEnvNearMisses(t *testing.T) {
 			"environment AzureFunctionJobHost__checkpointRetryPolicy__retryCount: ignored: did you mean " + right + "?"},
 		{"retry section", "AzureFunctionsJobHost_retry_maxRetryCount=3",
 			"environment AzureFunctionsJobHost_retry_maxRetryCount: ignored: keys are separated by a double underscore: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
+		// A misspelt name of every section is named, not only
+		// checkpointRetryPolicy's.
+		{"misspelt outageBudget", "AzureFunctionsJobHost__outageBudgt__enabled=false",
+			"environment AzureFunctionsJobHost__outageBudgt__enabled: ignored: did you mean AzureFunctionsJobHost__outageBudget__enabled?"},
+		{"misspelt triggers", "AzureFunctionsJobHost__trigers__orders__topic=orders-blue",
+			"environment AzureFunctionsJobHost__trigers__orders__topic: ignored: did you mean AzureFunctionsJobHost__triggers__orders__topic?"},
+		{"misspelt redrive", "AzureFunctionsJobHost__redrve__interval=00:01:00",
+			"environment AzureFunctionsJobHost__redrve__interval: ignored: did you mean AzureFunctionsJobHost__redrive__interval?"},
+		{"misspelt retry", "AzureFunctionsJobHost__rety__maxRetryCount=3",
+			"environment AzureFunctionsJobHost__rety__maxRetryCount: ignored: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
+		{"swapped letters", "AzureFunctionsJobHost__retyr__maxRetryCount=3",
+			"environment AzureFunctionsJobHost__retyr__maxRetryCount: ignored: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := withEnv(tc.env).Parse("host.json", []byte(envBase))

@@ -61,13 +61,15 @@ func runCheck(args []string, e env) int {
 		for _, w := range r.Warnings {
 			fmt.Fprintln(e.stdout, "warning: "+w)
 		}
-		switch n := len(r.Problems); {
-		case n == 0 && len(r.Warnings) == 0:
+		switch n, w := len(r.Problems), len(r.Warnings); {
+		case n == 0 && w == 0:
 			fmt.Fprintf(e.stdout, "%s: ok\n", file)
 		case n == 0:
-			fmt.Fprintf(e.stdout, "%s: ok, %d %s\n", file, len(r.Warnings), plural(len(r.Warnings), "warning"))
-		default:
+			fmt.Fprintf(e.stdout, "%s: ok, %d %s\n", file, w, plural(w, "warning"))
+		case w == 0:
 			fmt.Fprintf(e.stdout, "%s: %d %s\n", file, n, plural(n, "problem"))
+		default:
+			fmt.Fprintf(e.stdout, "%s: %d %s, %d %s\n", file, n, plural(n, "problem"), w, plural(w, "warning"))
 		}
 	}
 	if *asJSON {
@@ -96,6 +98,7 @@ func checkFile(file string, names []string, withNames bool, e env) fileResult {
 			r.Problems = append(r.Problems, problem{File: p.File, Line: p.Line, Col: p.Col, Env: p.Env, Path: p.Path, Msg: p.Msg,
 				Text: strings.TrimPrefix(p.Error(), "hostconfig: ")})
 		}
+		r.Warnings = append(r.Warnings, herr.Warnings...)
 	case err != nil:
 		r.Problems = append(r.Problems, problem{File: file, Msg: err.Error(), Text: err.Error()})
 	}

@@ -58,16 +58,23 @@ force is shown too ("retry 3 of 10").`,
 
 // parseArgs parses flags and positional arguments, which may be mixed. It
 // returns the positional arguments, and an exit status to return at once
-// (-1 when the command goes on): 0 after -h, 2 after a bad flag.
+// (-1 when the command goes on): 0 after -h, which prints the usage to
+// stdout, and 2 after a bad flag, whose error and the usage go to stderr.
 func parseArgs(fs *flag.FlagSet, args []string, e env) ([]string, int) {
+	// The flag package prints the usage itself on -h and on a bad flag:
+	// it is printed here instead, once, where it belongs.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	defer func() { fs.Usage = usage }()
 	var pos []string
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
 				fs.SetOutput(e.stdout)
-				fs.Usage()
+				usage()
 				return nil, exitOK
 			}
+			usage()
 			return nil, exitUsage
 		}
 		args = fs.Args()

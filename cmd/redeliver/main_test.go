@@ -61,6 +61,8 @@ func TestGolden(t *testing.T) {
 		{"check_problems", []string{"check", "testdata/problems.json"}, nil, 1},
 		{"check_problems_json", []string{"check", "-json", "testdata/problems.json"}, nil, 1},
 		{"check_warnings", []string{"check", "testdata/warnings.json"}, nil, 0},
+		{"check_problems_and_warnings", []string{"check", "testdata/mixed.json"}, nil, 1},
+		{"check_problems_and_warnings_json", []string{"check", "-json", "testdata/mixed.json"}, nil, 1},
 		{"check_env", []string{"check", "testdata/app.json"}, []string{"AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=lots", "AzureFunctionsJobHost__triggers__orders__adapter=sarama"}, 1},
 		{"check_functions", []string{"check", "-functions", "orders,payment", "testdata/app.json"}, nil, 1},
 		{"check_several", []string{"check", "testdata/app.json", "testdata/warnings.json"}, nil, 0},
@@ -105,12 +107,34 @@ func TestGolden(t *testing.T) {
 	}
 }
 
-// TestHelp checks that each command describes itself on -h, exit status 0.
+// TestHelp checks that each command and each parked verb describes
+// itself once on -h, on stdout, exit status 0, and that a bad flag prints
+// its error and the usage once, on stderr, exit status 2.
 func TestHelp(t *testing.T) {
+	var cmds [][]string
 	for _, c := range commands {
-		got, code := runCLI([]string{c.name, "-h"})
-		if code != 0 || !strings.Contains(got, "usage: redeliver "+c.name) {
-			t.Errorf("%s -h: exit %d\n%s", c.name, code, got)
+		cmds = append(cmds, []string{c.name})
+	}
+	for _, v := range parkedVerbs {
+		cmds = append(cmds, []string{"parked", v.name})
+	}
+	for _, c := range cmds {
+		name := strings.Join(c, " ")
+		var stdout, stderr bytes.Buffer
+		e := env{stdout: &stdout, stderr: &stderr, environ: func() []string { return nil }, now: func() time.Time { return fixedNow }}
+		code := run(append(c, "-h"), e)
+		if code != 0 || strings.Count(stdout.String(), "usage: redeliver "+name) != 1 || stderr.Len() > 0 {
+			t.Errorf("%s -h: exit %d, want the usage once on stdout, nothing on stderr\n--- stdout\n%s--- stderr\n%s", name, code, &stdout, &stderr)
+		}
+		if name == "parked" {
+			continue // its first argument is a verb, not a flag
+		}
+		stdout.Reset()
+		stderr.Reset()
+		code = run(append(c, "-no-such-flag"), e)
+		if code != 2 || strings.Count(stderr.String(), "usage: redeliver "+name) != 1 ||
+			!strings.Contains(stderr.String(), "flag provided but not defined: -no-such-flag") || stdout.Len() > 0 {
+			t.Errorf("%s -no-such-flag: exit %d, want 2, the error and the usage once on stderr\n--- stdout\n%s--- stderr\n%s", name, code, &stdout, &stderr)
 		}
 	}
 }
