@@ -183,9 +183,9 @@ done
 # at the version the workspace tests (go get MODULE@VERSION in its go.mod
 # aligns one), then it is vetted (which builds it) and tested.
 step "public modules alone (GOWORK=off)"
+. scripts/modules.sh
 ws=$(go list -m -f '{{if .Version}}{{.Path}} {{.Version}}{{end}}' all)
-for mod in . adapters/franz adapters/kafkago adapters/eventhubs host rdotel redrive/pgstore redrive/sqlitestore cmd/redeliver; do
-  [ -f "$mod/go.mod" ] || continue
+for mod in "${PUBLIC_MODULES[@]}"; do
   echo "-- $mod"
   other=$(cd "$mod" && GOWORK=off go list -deps -test -f '{{with .Module}}{{if and .Version (not .Replace)}}{{.Path}} {{.Version}}{{end}}{{end}}' ./... | sort -u | grep -vxF "$ws" || true)
   if [ -n "$other" ]; then
