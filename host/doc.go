@@ -20,9 +20,11 @@
 // dead-letter publisher are shared.
 //
 // Bindings are checked when Run starts, before anything runs: a function
-// without a trigger, and a trigger or a policy in host.json for a function
-// that is not registered, are errors, the latter with the file's
-// line:column and a suggestion for a misspelt name.
+// without a trigger, a trigger or a policy in host.json for a function
+// that is not registered (with the file's line:column and a suggestion for
+// a misspelt name), and two functions that consume one topic in one
+// consumer group (the group would split the records between them) are
+// errors.
 //
 // Middleware given to [New] wraps every function; middleware given to
 // [Host.Register] wraps that function inside it:
@@ -51,5 +53,6 @@
 // [DefaultDrain]) for the workers to return. A batch in flight is
 // abandoned: its checkpoint is not moved, whatever its handler returns, and
 // the partition's next owner delivers it again. Nothing is checkpointed
-// because of the shutdown.
+// because of the shutdown. Run then returns nil: an error only says that
+// something failed (a binding, a function's consumer, the drain time).
 package host

@@ -56,6 +56,15 @@ type sharedOption struct {
 	fn   func(*function)
 }
 
+// optionError is an option that only reports a mistake in its arguments,
+// which New or Register returns.
+func optionError(err error) sharedOption {
+	return sharedOption{
+		host: func(c *config) { c.errs = append(c.errs, err) },
+		fn:   func(f *function) { f.errs = append(f.errs, err) },
+	}
+}
+
 func (o sharedOption) applyHost(c *config)       { o.host(c) }
 func (o sharedOption) applyFunction(f *function) { o.fn(f) }
 
@@ -77,6 +86,7 @@ type config struct {
 	store     redrive.Store
 	parkOpts  []redrive.Option
 	noSweep   bool
+	errs      []error // mistakes in the options' arguments
 }
 
 // WithLogger sets the logger the host, every processor and every consumer
@@ -89,6 +99,11 @@ func WithLogger(l *slog.Logger) Option {
 // WithBrokers sets the seed brokers of every Kafka trigger. It is required
 // when a function has a Kafka trigger.
 func WithBrokers(addrs ...string) Option {
+	for i, a := range addrs {
+		if strings.TrimSpace(a) == "" {
+			return optionError(fmt.Errorf("WithBrokers: address %d of %d is empty", i+1, len(addrs)))
+		}
+	}
 	return hostOption(func(c *config) { c.brokers = append(c.brokers, addrs...) })
 }
 
@@ -97,6 +112,11 @@ func WithBrokers(addrs ...string) Option {
 // dead-letter producer. The host sets the seed brokers, the group and the
 // topic; the adapter's [franz.ClientOptions] come last.
 func WithKgoOptions(opts ...kgo.Opt) Option {
+	for i, o := range opts {
+		if o == nil {
+			return optionError(fmt.Errorf("WithKgoOptions: option %d of %d is nil", i+1, len(opts)))
+		}
+	}
 	return hostOption(func(c *config) { c.kgoOpts = append(c.kgoOpts, opts...) })
 }
 
@@ -104,6 +124,9 @@ func WithKgoOptions(opts ...kgo.Opt) Option {
 // configuration of every function on the kafkago adapter (dialer,
 // timeouts, ...) after the host has set its ID, brokers and topic.
 func WithKafkaGoConfig(fn func(*kafka.ConsumerGroupConfig)) Option {
+	if fn == nil {
+		return optionError(errors.New("WithKafkaGoConfig: nil function"))
+	}
 	return hostOption(func(c *config) { c.kafkaGo = append(c.kafkaGo, fn) })
 }
 
@@ -168,6 +191,14 @@ func WithRefresh(d time.Duration) Option {
 // share one PostgreSQL store: their sweeps claim disjoint entries. Give
 // [WithoutScheduler] where the re-drive runs elsewhere.
 func WithRedrive(store redrive.Store, opts ...redrive.Option) Option {
+	if store == nil {
+		return optionError(errors.New("WithRedrive: nil store"))
+	}
+	for i, o := range opts {
+		if o == nil {
+			return optionError(fmt.Errorf("WithRedrive: option %d of %d is nil", i+1, len(opts)))
+		}
+	}
 	return hostOption(func(c *config) { c.store, c.parkOpts = store, opts })
 }
 
@@ -187,6 +218,11 @@ func WithoutScheduler() Option {
 //	batch -> a -> b -> c -> h
 //	result <- a <- b <- c <- h
 func WithMiddleware(mw ...stream.Middleware) SharedOption {
+	for i, m := range mw {
+		if m == nil {
+			return optionError(fmt.Errorf("WithMiddleware: middleware %d of %d is nil", i+1, len(mw)))
+		}
+	}
 	return sharedOption{
 		host: func(c *config) { c.mw = append(c.mw, mw...) },
 		fn:   func(f *function) { f.mw = append(f.mw, mw...) },
@@ -207,8 +243,15 @@ func WithHooks(h stream.Hooks) SharedOption {
 // WithProcessorOptions adds [stream.Processor] options, after those the
 // host derives from host.json (policy, exhaustion action), so that they
 // override them: given to [New], for every function; given to
-// [Host.Register], for that one.
+// [Host.Register], for that one. Hooks given here with [stream.WithHooks]
+// are added to the host's, as [WithHooks] adds them: the status page and
+// the host's other hooks keep working.
 func WithProcessorOptions(opts ...stream.Option) SharedOption {
+	for i, o := range opts {
+		if o == nil {
+			return optionError(fmt.Errorf("WithProcessorOptions: option %d of %d is nil", i+1, len(opts)))
+		}
+	}
 	return sharedOption{
 		host: func(c *config) { c.procOpts = append(c.procOpts, opts...) },
 		fn:   func(f *function) { f.procOpts = append(f.procOpts, opts...) },
@@ -270,6 +313,7 @@ type function struct {
 	mw       []stream.Middleware
 	hooks    []stream.Hooks
 	procOpts []stream.Option
+	errs     []error // mistakes in the options' arguments
 
 	// Set by Run.
 	trigger  Kafka
@@ -289,8 +333,14 @@ func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
 		cfg = &hostconfig.Config{}
 	}
 	h := &Host{cfg: cfg, c: config{drain: DefaultDrain, refresh: 2 * time.Second, now: time.Now}}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("host: New: option %d of %d is nil", i+1, len(opts))
+		}
 		o.applyHost(&h.c)
+	}
+	if err := errors.Join(h.c.errs...); err != nil {
+		return nil, fmt.Errorf("host: %w", err)
 	}
 	switch {
 	case h.c.drain <= 0:
@@ -308,6 +358,25 @@ func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
 	return h, nil
 }
 
+// errNotNew is what the methods of a Host that [New] did not make return.
+var errNotNew = errors.New("host: this Host was not made by host.New: create it with host.New(cfg, options...)")
+
+// failing answers every request with 500 and err: the HTTP endpoints of a
+// Host that New did not make.
+func failing(err error) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	})
+}
+
+// usable reports whether h was made by New.
+func (h *Host) usable() error {
+	if h == nil || h.log == nil {
+		return errNotNew
+	}
+	return nil
+}
+
 // Register adds a function called name that runs handler. Its trigger is a
 // [Kafka] among opts, or the file's triggers section; one of them is
 // required when Run starts. Names are unique, ignoring case, as host.json's
@@ -316,15 +385,21 @@ func (h *Host) Register(name string, handler stream.Handler, opts ...FunctionOpt
 	if strings.TrimSpace(name) == "" {
 		return errors.New("host: empty function name")
 	}
-	if handler == nil {
+	if err := h.usable(); err != nil {
+		return err
+	}
+	if hf, ok := handler.(stream.HandlerFunc); handler == nil || ok && hf == nil {
 		return fmt.Errorf("host: function %q: nil handler", name)
 	}
 	f := &function{name: name, handler: handler}
-	for _, o := range opts {
+	for i, o := range opts {
 		if o == nil {
-			return fmt.Errorf("host: function %q: nil option", name)
+			return fmt.Errorf("host: function %q: option %d of %d is nil", name, i+1, len(opts))
 		}
 		o.applyFunction(f)
+	}
+	if err := errors.Join(f.errs...); err != nil {
+		return fmt.Errorf("host: function %q: %w", name, err)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -344,18 +419,28 @@ func (h *Host) Register(name string, handler stream.Handler, opts ...FunctionOpt
 // the HTTP endpoints, and runs until ctx is done or a function's consumer
 // fails; then it stops them all. It returns before starting anything when
 // a binding is wrong: a function without a trigger, a trigger or policy in
-// host.json for a function that is not registered, a trigger the adapters
-// refuse.
+// host.json for a function that is not registered, two functions that
+// consume one topic in one consumer group, a trigger the adapters refuse.
 //
 // While stopping, /readyz answers 503, every worker's context is cancelled
-// (batches in flight are abandoned without a checkpoint), and Run waits at
-// most the drain time ([WithDrain]) for them; after it, Run returns an
+// (batches in flight are abandoned without a checkpoint), and Run waits
+// at most the drain time ([WithDrain]) for them; after it, Run returns an
 // error wrapping [ErrDrainTimeout] and the workers still running are left
 // to end by themselves.
 //
-// Run always returns a non-nil error that says why it stopped: ctx's cause,
-// or the failure. It may be called once.
+// Run returns nil after a clean shutdown, when ctx was done and every
+// worker returned within the drain time, so that log.Fatal(h.Run(ctx))
+// exits 0 on an interrupt. It returns an error for a failure: a wrong
+// binding, a function's consumer that failed or stopped before the host
+// (the error names the function), the drain time running out. It may be
+// called once.
 func (h *Host) Run(ctx context.Context) error {
+	if err := h.usable(); err != nil {
+		return err
+	}
+	if ctx == nil {
+		return errors.New("host: Run: nil context")
+	}
 	h.mu.Lock()
 	if h.started {
 		h.mu.Unlock()
@@ -381,6 +466,18 @@ func (h *Host) Run(ctx context.Context) error {
 
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	var (
+		failMu  sync.Mutex
+		failure error // the first failure, which stops the host
+	)
+	fail := func(err error) {
+		failMu.Lock()
+		if failure == nil {
+			failure = err
+		}
+		failMu.Unlock()
+		cancel(err)
+	}
 	done := make(chan *function, len(fns))
 	h.running.Store(true)
 	for _, f := range fns {
@@ -390,22 +487,46 @@ func (h *Host) Run(ctx context.Context) error {
 			}
 			err := f.run(runCtx)
 			if runCtx.Err() == nil {
-				h.log.Error("redeliver: function failed", "function", f.name, "error", err)
-				cancel(fmt.Errorf("host: function %s: %w", f.name, err))
+				// Not asked to stop: a failure, or a consumer that
+				// returned early, which leaves the function's records
+				// unconsumed.
+				if err == nil {
+					h.log.Error("redeliver: function's consumer stopped before the host, without an error", "function", f.name)
+					err = errStoppedEarly
+				} else {
+					h.log.Error("redeliver: function failed", "function", f.name, "error", err)
+				}
+				fail(fmt.Errorf("host: function %s: %w", f.name, err))
 			}
 			done <- f
 		}()
 	}
-	var swept chan error
+	var swept chan struct{}
 	if h.sched != nil {
-		swept = make(chan error, 1)
-		go func() { swept <- h.sched.Run(runCtx) }()
+		swept = make(chan struct{})
+		go func() {
+			defer close(swept)
+			err := h.sched.Run(runCtx)
+			if runCtx.Err() == nil {
+				if err == nil {
+					err = errStoppedEarly
+				}
+				h.log.Error("redeliver: re-drive scheduler stopped before the host", "error", err)
+				fail(fmt.Errorf("host: re-drive scheduler: %w", err))
+			}
+		}()
 	}
 	h.log.Info("redeliver: host started", "functions", len(fns))
 	<-runCtx.Done()
-	cause := context.Cause(runCtx)
+	failMu.Lock()
+	result := failure
+	failMu.Unlock()
+	why := result
+	if why == nil {
+		why = context.Cause(ctx)
+	}
 	h.draining.Store(true)
-	h.log.Info("redeliver: host stopping", "cause", cause, "drain", h.c.drain)
+	h.log.Info("redeliver: host stopping", "cause", why, "drain", h.c.drain)
 
 	timer := time.NewTimer(h.c.drain)
 	defer timer.Stop()
@@ -426,7 +547,7 @@ func (h *Host) Run(ctx context.Context) error {
 				names = append(names, f.name)
 			}
 		}
-		cause = fmt.Errorf("%w: after %v, still running: %s (stopping because: %w)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), cause)
+		result = fmt.Errorf("%w: after %v, still running: %s (stopping because: %w)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), why)
 		h.log.Error("redeliver: host drain time over", "still_running", names)
 		break
 	}
@@ -439,9 +560,18 @@ func (h *Host) Run(ctx context.Context) error {
 		_ = srv.Shutdown(sctx)
 		scancel()
 	}
-	h.log.Info("redeliver: host stopped", "cause", cause)
-	return cause
+	if result != nil {
+		h.log.Error("redeliver: host stopped", "error", result)
+	} else {
+		h.log.Info("redeliver: host stopped", "cause", why)
+	}
+	return result
 }
+
+// errStoppedEarly is why a function stops the host when its consumer's run
+// function returned nil before the host asked it to stop.
+var errStoppedEarly = errors.New("its consumer returned before the host stopped, without an error " +
+	"(a consumer's run function, a host.Source's included, must block until its context is done)")
 
 // prepare resolves every function's trigger and policy and builds its
 // processor and consumer. It returns a function that closes the
@@ -460,11 +590,13 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 	}
 	var problems []string
 	needPub := false
+	var bound []*function
 	for _, f := range fns {
 		if err := h.bind(f); err != nil {
 			problems = append(problems, err.Error())
 			continue
 		}
+		bound = append(bound, f)
 		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionDeadLetter {
 			needPub = true
 		}
@@ -473,6 +605,7 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 				"give host.WithRedrive(store), with the store opened from host.json's redrive section (sqlitestore.Open or pgstore.Open)", f.name, f.policy.Origin))
 		}
 	}
+	problems = append(problems, sharedGroups(bound)...)
 	if len(problems) > 0 {
 		return noop, errors.New(strings.Join(problems, "\n"))
 	}
@@ -521,6 +654,30 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 		}
 	}
 	return closePub, nil
+}
+
+// sharedGroups reports the functions that consume the same topic in the
+// same group: each would get its own consumer in that one group, so the
+// group would split the topic's records between them.
+func sharedGroups(fns []*function) []string {
+	type topicGroup struct{ topic, group string }
+	first := map[topicGroup]*function{}
+	var problems []string
+	for _, f := range fns {
+		if f.trigger.Group == "" { // a Source
+			continue
+		}
+		k := topicGroup{f.trigger.Topic, f.trigger.Group}
+		g := first[k]
+		if g == nil {
+			first[k] = f
+			continue
+		}
+		problems = append(problems, fmt.Sprintf("host: functions %s (trigger from %s) and %s (trigger from %s) both consume topic %q in group %q: "+
+			"the group would split the topic's records between them, each function getting a part; give each function a group of its own",
+			g.name, g.origin, f.name, f.origin, k.topic, k.group))
+	}
+	return problems
 }
 
 // bind resolves f's trigger (the file's, else the code's) and policy.
@@ -651,6 +808,9 @@ func (f *function) ready() bool {
 // consumer has joined its group and received its assignment; when not, it
 // says why.
 func (h *Host) Ready() (bool, string) {
+	if err := h.usable(); err != nil {
+		return false, err.Error()
+	}
 	switch {
 	case h.draining.Load():
 		return false, "stopping"
@@ -692,6 +852,9 @@ var ErrUnknownFunction = errors.New("host: no such function")
 // Resume releases a stopped partition of a function: its batch is
 // delivered again with a fresh retry count ([stream.Processor.Resume]).
 func (h *Host) Resume(function, topic string, partition int32) error {
+	if err := h.usable(); err != nil {
+		return err
+	}
 	f := h.lookup(function)
 	if f == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
@@ -707,6 +870,9 @@ func (h *Host) Resume(function, topic string, partition int32) error {
 // Skip releases a stopped partition of a function past its batch
 // ([stream.Processor.Skip]).
 func (h *Host) Skip(function, topic string, partition int32) error {
+	if err := h.usable(); err != nil {
+		return err
+	}
 	f := h.lookup(function)
 	if f == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)

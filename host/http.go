@@ -33,7 +33,12 @@ import (
 // With [WithToken], they need the token, as "Authorization: Bearer <token>"
 // or the cookie of a sign-in. A browser's form post gets a redirect back to
 // the page; a request that accepts JSON gets {"ok": true} or {"error": ...}.
-func (h *Host) Handler() http.Handler { return h.http }
+func (h *Host) Handler() http.Handler {
+	if err := h.usable(); err != nil {
+		return failing(err)
+	}
+	return h.http
+}
 
 func (h *Host) newMux() http.Handler {
 	mux := http.NewServeMux()
@@ -227,6 +232,7 @@ type pageData struct {
 	SignedIn bool
 	Stopped  int
 	Backoff  int
+	Outage   int // partitions waiting out an outage
 	Parked   int // entries not done, in every function's part of the store
 }
 
@@ -243,6 +249,8 @@ func (h *Host) page(w http.ResponseWriter, r *http.Request) {
 				d.Stopped++
 			case StateBackoff:
 				d.Backoff++
+			case StateOutage:
+				d.Outage++
 			}
 		}
 	}

@@ -144,12 +144,12 @@ func TestStatusAndActions(t *testing.T) {
 		t.Errorf("stopper = %+v, want stopped at 2 after 1 retry", stop)
 	}
 	if f := st.Functions[1]; f.Adapter != "kafkago" || f.Group != "stopper-app" || !strings.HasPrefix(f.TriggerFrom, "triggers.stopper (host.json:") ||
-		f.Policy != "1 retries, 10ms apart, then stop" {
+		f.Policy != "1 retry, 10ms apart, then stop" {
 		t.Errorf("stopper function = %+v", f)
 	}
 
 	code, page := get(t, hd, "/")
-	for _, want := range []string{"retry 1 of 3", "stopped after 1 retries", `action="/actions/resume"`, "token for actions"} {
+	for _, want := range []string{"retry 1 of 3", "stopped after 1 retry", `action="/actions/resume"`, "token for actions"} {
 		if code != 200 || !strings.Contains(page, want) {
 			t.Errorf("page (%d) lacks %q", code, want)
 		}

@@ -3,6 +3,7 @@ package host
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -41,13 +42,29 @@ type FunctionStatus struct {
 	// read.
 	Policy     string `json:"policy"`
 	PolicyFrom string `json:"policyFrom"`
-	// Assigned reports whether its consumer has joined its group and
-	// received an assignment.
-	Assigned   bool              `json:"assigned"`
+	// Assigned reports whether its consumer is ready, as /readyz counts
+	// it: for a Kafka trigger, joined its group and received an
+	// assignment; for a [Source], as its Ready says (running, without
+	// one).
+	Assigned bool `json:"assigned"`
+	// Outage is the downstream outage in force, when the function's
+	// outage budget (host.json's outageBudget) ran out; nil when none
+	// is. Its failing partitions are in StateOutage meanwhile.
+	Outage     *OutageStatus     `json:"outage,omitempty"`
 	Partitions []PartitionStatus `json:"partitions"`
 	// Parked lists the entries of the re-drive store for records of the
 	// function's topic (see [WithRedrive]); nil when the host has no store.
 	Parked *ParkedStatus `json:"parked,omitempty"`
+}
+
+// OutageStatus is an outage of a function's downstream: its outage budget
+// ran out, so failures spend no retries, and its failing partitions wait
+// while one probe at a time tests the downstream (see [stream.Budget]).
+type OutageStatus struct {
+	// Since is when the outage began.
+	Since time.Time `json:"since"`
+	// Probes counts the probes started in it.
+	Probes int `json:"probes"`
 }
 
 // ParkedStatus is a function's part of the re-drive store: the entries
@@ -148,14 +165,19 @@ const (
 	// StateStopped: the exhaustion action stopped the partition; it waits
 	// for Resume or Skip.
 	StateStopped = "stopped"
+	// StateOutage: the function's downstream is in an outage (its outage
+	// budget ran out) and the partition's batch failed, or its retry fell
+	// due, meanwhile: it waits, its checkpoint withheld and no retry
+	// spent, until a success ends the outage or its batch is the probe.
+	StateOutage = "outage"
 )
 
 // PartitionStatus is one claimed partition's part of a [FunctionStatus].
 type PartitionStatus struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
-	// State is one of StateFlowing, StateBackoff, StateExhausted,
-	// StateStopped.
+	// State is one of StateFlowing, StateBackoff, StateOutage,
+	// StateExhausted, StateStopped.
 	State string `json:"state"`
 	// Checkpoint is the committed offset: the next record to consume; -1
 	// when nothing was committed.
@@ -167,9 +189,12 @@ type PartitionStatus struct {
 	// claimed; Failures those that failed.
 	Deliveries int64 `json:"deliveries"`
 	Failures   int64 `json:"failures"`
-	// The batch that is retried, in backoff, given up or stopped.
-	FirstOffset int64 `json:"firstOffset,omitempty"`
-	LastOffset  int64 `json:"lastOffset,omitempty"`
+	// FirstOffset and LastOffset are the offsets of the partition's
+	// latest batch: the one delivered last, or held (in backoff, in an
+	// outage, given up, stopped). In JSON they are left out only while
+	// the partition has had no batch; 0 is an offset like any other.
+	FirstOffset int64 `json:"firstOffset"`
+	LastOffset  int64 `json:"lastOffset"`
 	// Retry is the number of the coming retry (backoff) or of retries made
 	// (stopped); MaxRetries the limit, -1 for none.
 	Retry      int `json:"retry,omitempty"`
@@ -185,6 +210,21 @@ type PartitionStatus struct {
 	Since time.Time `json:"since"`
 }
 
+// MarshalJSON writes p with firstOffset and lastOffset, unless the
+// partition has had no batch yet.
+func (p PartitionStatus) MarshalJSON() ([]byte, error) {
+	type plain PartitionStatus // without the method
+	v := struct {
+		plain
+		FirstOffset *int64 `json:"firstOffset,omitempty"`
+		LastOffset  *int64 `json:"lastOffset,omitempty"`
+	}{plain: plain(p)}
+	if p.Deliveries > 0 || p.State != StateFlowing {
+		v.FirstOffset, v.LastOffset = &p.FirstOffset, &p.LastOffset
+	}
+	return json.Marshal(v)
+}
+
 // fnStatus follows one function's partitions through its processor's
 // hooks. It is safe for concurrent use.
 type fnStatus struct {
@@ -192,8 +232,9 @@ type fnStatus struct {
 	now  func() time.Time
 	proc *stream.Processor
 
-	mu    sync.Mutex
-	parts map[partKey]*PartitionStatus
+	mu     sync.Mutex
+	parts  map[partKey]*PartitionStatus
+	outage *OutageStatus // the outage in force, nil for none
 }
 
 type partKey struct {
@@ -229,10 +270,10 @@ func (s *fnStatus) set(p *PartitionStatus, state string) {
 	}
 }
 
-// flowing moves p to StateFlowing and forgets its retried batch.
+// flowing moves p to StateFlowing and forgets its retries.
 func (s *fnStatus) flowing(p *PartitionStatus) {
 	s.set(p, StateFlowing)
-	p.FirstOffset, p.LastOffset, p.Retry, p.MaxRetries = 0, 0, 0, 0
+	p.Retry, p.MaxRetries = 0, 0
 	p.NextAt, p.FirstFailure, p.LastError = time.Time{}, time.Time{}, ""
 }
 
@@ -286,7 +327,38 @@ func (s *fnStatus) hooks() stream.Hooks {
 					p.MaxRetries = rr.MaxRetries
 				}
 				p.FirstOffset, p.LastOffset = e.FirstOffset, e.LastOffset
+				if e.Uncounted {
+					s.set(p, StateOutage)
+					p.NextAt = time.Time{}
+					p.Note = "failed during an outage of the downstream: no retry spent; waits for the outage to end or to be its probe"
+				}
 			})
+		},
+		OutageBegan: func(e stream.OutageEvent) {
+			s.mu.Lock()
+			s.outage = &OutageStatus{Since: e.Since}
+			s.mu.Unlock()
+		},
+		Probing: func(e stream.ProbeEvent) {
+			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
+				if s.outage != nil {
+					s.outage.Probes = max(s.outage.Probes, e.Probe)
+				}
+				s.set(p, StateOutage)
+				p.FirstOffset, p.LastOffset = e.FirstOffset, e.LastOffset
+				p.Note = fmt.Sprintf("its batch is the outage's probe %d: delivered again to test the downstream", e.Probe)
+			})
+		},
+		OutageEnded: func(e stream.OutageEvent) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			s.outage = nil
+			for _, p := range s.parts {
+				if p.State == StateOutage {
+					s.set(p, StateFlowing) // delivered again now
+					p.Note = "the outage ended: its batch is delivered again"
+				}
+			}
 		},
 		RetryScheduled: func(e stream.RetryEvent) {
 			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
@@ -350,7 +422,7 @@ func (s *fnStatus) snapshot() FunctionStatus {
 	f := s.f
 	fs := FunctionStatus{
 		Name: f.name, Adapter: f.trigger.Adapter, Topic: f.trigger.Topic, Group: f.trigger.Group, Share: f.trigger.Share, Source: f.sourceDescription(),
-		MaxBatch: f.trigger.MaxBatch, TriggerFrom: f.origin, Assigned: f.assigned.Load(),
+		MaxBatch: f.trigger.MaxBatch, TriggerFrom: f.origin, Assigned: f.ready(),
 		Policy: describePolicy(f.policy), PolicyFrom: "no policy: the default",
 	}
 	if f.policy != nil {
@@ -362,13 +434,27 @@ func (s *fnStatus) snapshot() FunctionStatus {
 			stopped[partKey{sp.Topic, sp.Partition}] = true
 		}
 	}
+	now := s.now()
 	s.mu.Lock()
+	if s.outage != nil {
+		o := *s.outage
+		fs.Outage = &o
+	}
 	for k, p := range s.parts {
 		ps := *p
-		// The processor says which partitions are stopped; a stopped
-		// partition it no longer holds was resumed or skipped.
-		if ps.State == StateStopped && !stopped[k] && s.proc != nil {
+		switch {
+		case ps.State == StateStopped && !stopped[k] && s.proc != nil:
+			// The processor says which partitions are stopped; a stopped
+			// partition it no longer holds was resumed or skipped.
 			ps.State = StateFlowing
+		case ps.State == StateBackoff && fs.Outage != nil && !ps.NextAt.After(now):
+			// A retry that falls due during an outage waits for it to
+			// end (or to be its probe) before it is delivered.
+			ps.State, ps.Since = StateOutage, ps.NextAt
+			if fs.Outage.Since.After(ps.Since) {
+				ps.Since = fs.Outage.Since
+			}
+			ps.Note = "its retry fell due during an outage of the downstream: it waits for the outage to end or to be its probe"
 		}
 		fs.Partitions = append(fs.Partitions, ps)
 	}
@@ -386,6 +472,9 @@ func (h *Host) Status() Status { return h.status(context.Background()) }
 
 func (h *Host) status(ctx context.Context) Status {
 	ready, reason := h.Ready()
+	if h.usable() != nil {
+		return Status{Reason: reason, Time: time.Now(), Functions: []FunctionStatus{}}
+	}
 	st := Status{Ready: ready, Reason: reason, Time: h.c.now(), Functions: []FunctionStatus{}}
 	h.mu.Lock()
 	fns := slices.Clone(h.fns)
@@ -408,6 +497,14 @@ func (h *Host) status(ctx context.Context) Status {
 	return st
 }
 
+// plural returns one when n is 1, else many.
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
+
 func errText(err error) string {
 	if err == nil {
 		return ""
@@ -424,7 +521,7 @@ func describePolicy(p *hostconfig.RetryPolicy) string {
 		}
 		return "no retries, then " + then
 	}
-	s := fmt.Sprintf("%d retries", p.RetryCount)
+	s := fmt.Sprintf("%d %s", p.RetryCount, plural(p.RetryCount, "retry", "retries"))
 	if p.RetryCount == checkpoint.Infinite {
 		s = "retries forever"
 	}

@@ -1,10 +1,12 @@
 package stream_test
 
 import (
+	"context"
 	"reflect"
 	"testing"
 
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // MergeHooks keeps every hook of every set: a hook added to Hooks and
@@ -33,5 +35,26 @@ func TestMergeHooksCallsEveryHook(t *testing.T) {
 	}
 	if got := stream.MergeHooks(stream.Hooks{}); got.Delivered != nil {
 		t.Error("merging empty hooks set a hook")
+	}
+}
+
+// WithHooks given twice calls both sets, in order: a later one never
+// silently replaces an earlier one (a host's status hooks, say).
+func TestWithHooksAdds(t *testing.T) {
+	var calls []string
+	hook := func(name string) stream.Hooks {
+		return stream.Hooks{Claimed: func(stream.ClaimEvent) { calls = append(calls, name) }}
+	}
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }),
+		stream.WithHooks(hook("first")), stream.WithHooks(hook("second")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := streamtest.NewPartition("t", 0, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_ = streamtest.Run(ctx, proc, p)
+	if !reflect.DeepEqual(calls, []string{"first", "second"}) {
+		t.Errorf("Claimed hooks called: %v, want [first second]", calls)
 	}
 }

@@ -52,9 +52,11 @@ func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// WithHooks sets the hooks. The default has none.
+// WithHooks adds hooks. Given more than once, every set given is called,
+// in the order given (see [MergeHooks]): a later WithHooks never replaces an
+// earlier one. The default has none.
 func WithHooks(h Hooks) Option {
-	return optionFunc(func(c *config) { c.hooks = h })
+	return optionFunc(func(c *config) { c.hooks = MergeHooks(c.hooks, h) })
 }
 
 // WithClock sets the clock. The default is the system clock.

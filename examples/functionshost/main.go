@@ -173,7 +173,7 @@ func run(ctx context.Context, config string, hold time.Duration) error {
 		}
 	}
 	stop()
-	if err := <-done; !errors.Is(err, context.Canceled) {
+	if err := <-done; err != nil { // nil: a clean shutdown
 		return fmt.Errorf("host stopped: %w", err)
 	}
 	fmt.Println("ok: both functions handled every record with their own policies")
