@@ -366,3 +366,21 @@ func TestConcurrentProcessorsOnBlobStore(t *testing.T) {
 		})
 	}
 }
+
+// TestShutdownHandsPartitionsBackOnBlobStore: on the SDK's blob store, a
+// stopping consumer hands its partitions back, and another processor
+// takes them within its first rounds instead of after the ownership
+// expiry (a minute).
+func TestShutdownHandsPartitionsBackOnBlobStore(t *testing.T) {
+	bs, _ := blobStore(t)
+	after, took := handBack(t, bs, 200*time.Millisecond)
+	for id, o := range after {
+		if o != "" {
+			t.Errorf("partition %s owned by %q after its owner stopped, want handed back", id, o)
+		}
+	}
+	t.Logf("the other processor (balanced, 200ms rounds) owned all 4 partitions %v after the first stopped", took.Round(time.Millisecond))
+	if took > 10*time.Second {
+		t.Errorf("the other processor took all partitions %v after the first stopped, want within its first rounds (the expiry is 1m)", took)
+	}
+}

@@ -90,8 +90,12 @@ func (c *claim) records(evs []*azeventhubs.ReceivedEventData) []stream.Record {
 // is the event's sequence number, the key its partition key, the headers
 // its application properties (in key order; strings and byte slices as
 // they are, other values as fmt prints them), the timestamp its enqueued
-// time.
+// time. A nil ev gives a record with the hub and partition only, at offset
+// -1.
 func Record(hub string, partition int32, ev *azeventhubs.ReceivedEventData) stream.Record {
+	if ev == nil {
+		return stream.Record{Topic: hub, Partition: partition, Offset: -1}
+	}
 	r := stream.Record{Topic: hub, Partition: partition, Offset: ev.SequenceNumber, Value: ev.Body}
 	if ev.PartitionKey != nil {
 		r.Key = []byte(*ev.PartitionKey)

@@ -59,7 +59,8 @@ func WithCloseTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.closeTimeout = d })
 }
 
-// WithLogger sets the logger. The default, like a nil logger, discards.
+// WithLogger sets the logger. The default, like a nil logger, is the
+// stream processor's (see [stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
@@ -76,7 +77,8 @@ func WithProcessorOptions(o azeventhubs.ProcessorOptions) Option {
 // Consumer runs a [stream.Processor] over the partitions an Event Hubs
 // processor owns: one [stream.Claim] and one worker goroutine per
 // partition client. A Consumer is safe for concurrent use; [Consumer.Run]
-// may be called once.
+// may be called once. Build it with [New] or [NewWith]: the zero Consumer
+// does nothing but return an error from Run.
 type Consumer struct {
 	proc  *stream.Processor
 	ehp   Processor
@@ -92,8 +94,13 @@ type Consumer struct {
 // that processor. The caller keeps ownership of consumer and closes it
 // after Run returns.
 func New(proc *stream.Processor, consumer *azeventhubs.ConsumerClient, store azeventhubs.CheckpointStore, opts ...Option) (*Consumer, error) {
-	if consumer == nil {
-		return nil, errors.New("eventhubs: nil consumer client")
+	switch {
+	case proc == nil:
+		return nil, errors.New("eventhubs: New: nil stream processor")
+	case consumer == nil:
+		return nil, errors.New("eventhubs: New: nil consumer client")
+	case isNil(store):
+		return nil, fmt.Errorf("eventhubs: New: nil checkpoint store (%T)", store)
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -111,7 +118,7 @@ func New(proc *stream.Processor, consumer *azeventhubs.ConsumerClient, store aze
 	if err != nil {
 		return nil, fmt.Errorf("eventhubs: %w", err)
 	}
-	return newConsumer(proc, sdkProcessor{p}, cs, cfg)
+	return newConsumer(proc, sdkProcessor{p}, cs, cfg), nil
 }
 
 // NewWith returns a Consumer over p, a processor that must have been given
@@ -120,22 +127,29 @@ func New(proc *stream.Processor, consumer *azeventhubs.ConsumerClient, store aze
 // an in-memory hub (package memhub) and on anything else that behaves as
 // the SDK's Processor does.
 func NewWith(proc *stream.Processor, p Processor, store *CheckpointStore, opts ...Option) (*Consumer, error) {
-	if p == nil {
-		return nil, errors.New("eventhubs: nil event hubs processor")
-	}
-	if store == nil {
-		return nil, errors.New("eventhubs: nil checkpoint store")
+	switch {
+	case proc == nil:
+		return nil, errors.New("eventhubs: NewWith: nil stream processor")
+	case isNil(p):
+		return nil, fmt.Errorf("eventhubs: NewWith: nil event hubs processor (%T)", p)
+	case store == nil:
+		return nil, errors.New("eventhubs: NewWith: nil checkpoint store")
+	case store.inner == nil:
+		return nil, errors.New("eventhubs: NewWith: zero CheckpointStore: build it with eventhubs.NewCheckpointStore")
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
-	return newConsumer(proc, p, store, cfg)
+	return newConsumer(proc, p, store, cfg), nil
 }
 
 func newConfig(opts []Option) (config, error) {
 	cfg := config{maxBatch: 100, wait: 500 * time.Millisecond, commitTimeout: 10 * time.Second, closeTimeout: 10 * time.Second}
-	for _, o := range opts {
+	for i, o := range opts {
+		if isNil(o) {
+			return cfg, fmt.Errorf("eventhubs: option %d of %d is nil", i+1, len(opts))
+		}
 		o.apply(&cfg)
 	}
 	switch {
@@ -151,29 +165,43 @@ func newConfig(opts []Option) (config, error) {
 	return cfg, nil
 }
 
-func newConsumer(proc *stream.Processor, p Processor, store *CheckpointStore, cfg config) (*Consumer, error) {
-	if proc == nil {
-		return nil, errors.New("eventhubs: nil stream processor")
-	}
+func newConsumer(proc *stream.Processor, p Processor, store *CheckpointStore, cfg config) *Consumer {
 	c := &Consumer{proc: proc, ehp: p, store: store, cfg: cfg, log: cfg.logger}
 	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
+		c.log = proc.Logger()
 	}
-	return c, nil
+	return c
 }
 
-// Store returns the consumer's fenced checkpoint store.
-func (c *Consumer) Store() *CheckpointStore { return c.store }
+// Store returns the consumer's fenced checkpoint store (nil for the zero
+// Consumer).
+func (c *Consumer) Store() *CheckpointStore {
+	if c == nil {
+		return nil
+	}
+	return c.store
+}
+
+// errZeroConsumer is what Run says on a Consumer that was not built.
+var errZeroConsumer = errors.New("eventhubs: Run on a zero Consumer: build it with eventhubs.New or eventhubs.NewWith")
 
 // Run runs the Event Hubs processor's load balancing and a worker per
 // partition client it hands out, until ctx is done or the processor
 // stops. Workers stop first (a batch in flight is abandoned without a
-// checkpoint), then the processor, which gives up its ownerships so that
-// other processors take the partitions at once.
+// checkpoint), then the processor; then Run hands back the partitions
+// this processor still owns, so that other processors take them at their
+// next balancing round instead of waiting for the ownership to expire
+// (the SDK processor's own hand-back names ownership ETags that the
+// fence of [CheckpointStore] has renewed since, and is refused).
 //
-// Run returns nil when it stopped because ctx was done (a clean shutdown,
-// as the Kafka adapters do), or the processor's error.
+// Run returns nil when it stopped because ctx was done (a clean shutdown),
+// and an error when the processor stopped on its own (its error, such as
+// a checkpoint store or a namespace that cannot be reached), when Run was
+// called before, or on a zero Consumer.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || c.ehp == nil || c.store == nil || c.proc == nil {
+		return errZeroConsumer
+	}
 	if !c.ran.CompareAndSwap(false, true) {
 		return errors.New("eventhubs: Run called more than once")
 	}
@@ -185,10 +213,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	procErr := make(chan error, 1)
 	go func() {
 		err := c.ehp.Run(procCtx)
-		if err == nil && procCtx.Err() == nil {
-			err = errors.New("eventhubs: processor stopped")
-		}
-		if err != nil {
+		if procCtx.Err() == nil {
+			// It stopped on its own: end the claims with why.
+			if err == nil {
+				err = errors.New("the processor stopped")
+			}
 			stopClaims(err)
 		}
 		procErr <- err
@@ -206,14 +235,38 @@ func (c *Consumer) Run(ctx context.Context) error {
 			c.serve(claimsCtx, pc)
 		}()
 	}
+	// No partition client comes any more: ctx is done, or the processor
+	// stopped on its own.
+	shutdown := ctx.Err() != nil
 	stopClaims(nil)
 	wg.Wait()
 	stopProc()
 	err := <-procErr
-	if err != nil && procCtx.Err() == nil {
-		return fmt.Errorf("eventhubs: processor: %w", err)
+	c.relinquish()
+	if shutdown {
+		return nil
 	}
-	return nil
+	if err == nil {
+		err = errors.New("the processor stopped")
+	}
+	return fmt.Errorf("eventhubs: processor: %w", err)
+}
+
+// relinquish hands back the partitions this consumer's processor still
+// owns, once it has stopped, so that other processors take them at once
+// instead of waiting for the ownerships to expire.
+func (c *Consumer) relinquish() {
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.closeTimeout)
+	defer cancel()
+	n, err := c.store.relinquish(ctx)
+	if err != nil {
+		c.log.Warn("redeliver: handing back partitions at shutdown failed; other processors take them when the ownership expires",
+			"expiry", c.store.expiry, "error", err)
+		return
+	}
+	if n > 0 {
+		c.log.Info("redeliver: partitions handed back at shutdown", "partitions", n)
+	}
 }
 
 // serve runs the engine over one partition client until its claim ends,

@@ -62,11 +62,17 @@ func (m *member) stop(t *testing.T) {
 
 func start(t *testing.T, h *memhub.Hub, store azeventhubs.CheckpointStore, owner string, proc *stream.Processor) *member {
 	t.Helper()
-	cs, err := eventhubs.NewCheckpointStore(store, owner, &eventhubs.StoreOptions{PartitionExpirationDuration: fastOpts().PartitionExpirationDuration})
+	return startWith(t, h, store, owner, proc, fastOpts())
+}
+
+// startWith starts a consumer whose processor has the options po.
+func startWith(t *testing.T, h *memhub.Hub, store azeventhubs.CheckpointStore, owner string, proc *stream.Processor, po *azeventhubs.ProcessorOptions) *member {
+	t.Helper()
+	cs, err := eventhubs.NewCheckpointStore(store, owner, &eventhubs.StoreOptions{PartitionExpirationDuration: po.PartitionExpirationDuration})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := h.NewProcessor(cs, "cg", owner, fastOpts())
+	p, err := h.NewProcessor(cs, "cg", owner, po)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,6 +149,81 @@ func TestConsumerRetriesAndCheckpoints(t *testing.T) {
 		defer mu.Unlock()
 		if tries[10] != 3 {
 			t.Errorf("batch 10 of partition 0 delivered %d times, want 3", tries[10])
+		}
+	})
+}
+
+// ownersOf returns the owner of each partition of the test hub's group in
+// store ("" for relinquished).
+func ownersOf(t *testing.T, store azeventhubs.CheckpointStore) map[string]string {
+	t.Helper()
+	os, err := store.ListOwnership(context.Background(), memhub.Namespace, "orders", "cg", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for _, o := range os {
+		m[o.PartitionID] = o.OwnerID
+	}
+	return m
+}
+
+// handBack plays a shutdown on store: processor a, whose only balancing
+// round is at its start (so its fence renews every ownership after it),
+// consumes 4 partitions and stops; it returns a's ownerships right after
+// its Run returned and how long b, started then, takes to own all 4. The
+// ownership expiry is a minute.
+func handBack(t *testing.T, store azeventhubs.CheckpointStore, bInterval time.Duration) (map[string]string, time.Duration) {
+	t.Helper()
+	h := newHub(t, 4, 20)
+	aOpts := fastOpts()
+	aOpts.LoadBalancingStrategy = azeventhubs.ProcessorStrategyGreedy
+	aOpts.UpdateInterval = time.Hour
+	aOpts.PartitionExpirationDuration = time.Minute
+	a := startWith(t, h, store, "a", newProc(t), aOpts)
+	waitPositions(t, store, map[string]int64{"0": 20, "1": 20, "2": 20, "3": 20})
+	a.stop(t)
+	if a.err != nil {
+		t.Fatalf("a's Run: %v", a.err)
+	}
+	after := ownersOf(t, store)
+	bOpts := fastOpts()
+	bOpts.UpdateInterval = bInterval
+	bOpts.PartitionExpirationDuration = time.Minute
+	stopped := time.Now()
+	startWith(t, h, store, "b", newProc(t), bOpts)
+	for {
+		n := 0
+		for _, o := range ownersOf(t, store) {
+			if o == "b" {
+				n++
+			}
+		}
+		if n == 4 {
+			return after, time.Since(stopped)
+		}
+		if time.Since(stopped) > 3*time.Minute {
+			t.Fatalf("b owns %d of 4 partitions 3 minutes after a stopped", n)
+		}
+		time.Sleep(bInterval / 4)
+	}
+}
+
+// A stopping consumer hands its partitions back (the processor's own
+// hand-back names ETags that the fence has renewed since, and is
+// refused): another processor takes them at its next rounds, not after
+// the ownership expiry.
+func TestShutdownHandsPartitionsBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		after, took := handBack(t, memhub.NewStore(), 20*time.Millisecond)
+		for id, o := range after {
+			if o != "" {
+				t.Errorf("partition %s owned by %q after its owner stopped, want handed back", id, o)
+			}
+		}
+		// Balanced: one partition a round, 4 rounds of at most 26ms.
+		if took > time.Second {
+			t.Errorf("the other processor took all partitions %v after the first stopped, want within its first rounds (the expiry is 1m)", took)
 		}
 	})
 }

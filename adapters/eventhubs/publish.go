@@ -25,7 +25,8 @@ type EventSender interface {
 // application properties are its headers (strings when they are valid
 // UTF-8, bytes otherwise); a record's key becomes the event's partition
 // key, so records with one key land in one partition. A Publisher is safe
-// for concurrent use.
+// for concurrent use. Build it with [NewPublisher] or [NewSenderPublisher]:
+// the zero Publisher's Publish returns an error.
 type Publisher struct {
 	hub    string
 	sender EventSender
@@ -39,7 +40,7 @@ type Publisher struct {
 // from the service).
 func NewPublisher(pc *azeventhubs.ProducerClient) (*Publisher, error) {
 	if pc == nil {
-		return nil, errors.New("eventhubs: nil producer client for the publisher")
+		return nil, errors.New("eventhubs: NewPublisher: nil producer client")
 	}
 	return &Publisher{sender: producerSender{pc}, lookup: func(ctx context.Context) (string, error) {
 		props, err := pc.GetEventHubProperties(ctx, nil)
@@ -50,8 +51,11 @@ func NewPublisher(pc *azeventhubs.ProducerClient) (*Publisher, error) {
 // NewSenderPublisher returns a Publisher that sends to the event hub named
 // hub through s (an in-memory hub's sender, say).
 func NewSenderPublisher(hub string, s EventSender) (*Publisher, error) {
-	if s == nil || hub == "" {
-		return nil, errors.New("eventhubs: nil sender or empty hub name for the publisher")
+	switch {
+	case isNil(s):
+		return nil, fmt.Errorf("eventhubs: NewSenderPublisher: nil sender (%T)", s)
+	case hub == "":
+		return nil, errors.New("eventhubs: NewSenderPublisher: empty hub name")
 	}
 	return &Publisher{hub: hub, sender: s}, nil
 }
@@ -60,6 +64,9 @@ func NewSenderPublisher(hub string, s EventSender) (*Publisher, error) {
 // returns once all are accepted, or the first error. Consecutive records
 // with the same key go in one call.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	if p == nil || p.sender == nil {
+		return errors.New("eventhubs: Publish on a zero Publisher: build it with eventhubs.NewPublisher or eventhubs.NewSenderPublisher")
+	}
 	hub, err := p.hubName(ctx)
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -82,6 +83,8 @@ type StoreOptions struct {
 // (the renewal), which also keeps the ownership fresh.
 //
 // One CheckpointStore serves one processor. It is safe for concurrent use.
+// Build it with [NewCheckpointStore]: the methods of the zero
+// CheckpointStore return an error.
 type CheckpointStore struct {
 	inner  azeventhubs.CheckpointStore
 	owner  string
@@ -119,8 +122,8 @@ type gateCtxKey struct{}
 // NewCheckpointStore wraps inner for the processor whose owner ID (the
 // ConsumerClient's InstanceID) is ownerID. opts may be nil.
 func NewCheckpointStore(inner azeventhubs.CheckpointStore, ownerID string, opts *StoreOptions) (*CheckpointStore, error) {
-	if inner == nil {
-		return nil, errors.New("eventhubs: nil checkpoint store to wrap")
+	if isNil(inner) {
+		return nil, fmt.Errorf("eventhubs: nil checkpoint store to wrap (%T)", inner)
 	}
 	if ownerID == "" {
 		return nil, errors.New("eventhubs: empty owner ID for the checkpoint store (the ConsumerClient's InstanceID)")
@@ -137,13 +140,34 @@ func NewCheckpointStore(inner azeventhubs.CheckpointStore, ownerID string, opts 
 	return s, nil
 }
 
-// OwnerID returns the owner ID the store fences for.
-func (s *CheckpointStore) OwnerID() string { return s.owner }
+// errZeroStore is what the methods of a CheckpointStore that was not built
+// return.
+var errZeroStore = errors.New("eventhubs: zero CheckpointStore: build it with eventhubs.NewCheckpointStore")
+
+// built returns errZeroStore unless s was built by NewCheckpointStore.
+func (s *CheckpointStore) built() error {
+	if s == nil || s.inner == nil {
+		return errZeroStore
+	}
+	return nil
+}
+
+// OwnerID returns the owner ID the store fences for ("" for the zero
+// CheckpointStore).
+func (s *CheckpointStore) OwnerID() string {
+	if s == nil {
+		return ""
+	}
+	return s.owner
+}
 
 // ClaimOwnership claims through the wrapped store. A partition this
 // processor has a live claim on that it asked to renew and did not get was
 // taken by another processor: its claims are cancelled.
 func (s *CheckpointStore) ClaimOwnership(ctx context.Context, req []azeventhubs.Ownership, options *azeventhubs.ClaimOwnershipOptions) ([]azeventhubs.Ownership, error) {
+	if err := s.built(); err != nil {
+		return nil, err
+	}
 	for _, o := range req {
 		s.seen(ownershipKey(o).hubKey)
 	}
@@ -178,6 +202,9 @@ func (s *CheckpointStore) ClaimOwnership(ctx context.Context, req []azeventhubs.
 // processor has a live claim on that another owner holds, or whose
 // ownership expired, is lost: its claims are cancelled.
 func (s *CheckpointStore) ListOwnership(ctx context.Context, ns, hub, group string, options *azeventhubs.ListOwnershipOptions) ([]azeventhubs.Ownership, error) {
+	if err := s.built(); err != nil {
+		return nil, err
+	}
 	s.seen(hubKey{ns, hub, group})
 	os, err := s.inner.ListOwnership(ctx, ns, hub, group, options)
 	if err != nil {
@@ -198,6 +225,9 @@ func (s *CheckpointStore) ListOwnership(ctx context.Context, ns, hub, group stri
 // answer: it is where the processor starts the partitions it opens next,
 // and so what the adapter's claims report as committed.
 func (s *CheckpointStore) ListCheckpoints(ctx context.Context, ns, hub, group string, options *azeventhubs.ListCheckpointsOptions) ([]azeventhubs.Checkpoint, error) {
+	if err := s.built(); err != nil {
+		return nil, err
+	}
 	cps, err := s.inner.ListCheckpoints(ctx, ns, hub, group, options)
 	if err != nil {
 		return nil, err
@@ -217,6 +247,9 @@ func (s *CheckpointStore) ListCheckpoints(ctx context.Context, ns, hub, group st
 // adapter, the claim writing it has not been seen to lose it. Otherwise it
 // returns an error matching [ErrOwnershipLost] and writes nothing.
 func (s *CheckpointStore) SetCheckpoint(ctx context.Context, cp azeventhubs.Checkpoint, options *azeventhubs.SetCheckpointOptions) error {
+	if err := s.built(); err != nil {
+		return err
+	}
 	k := partKey{hubKey{cp.FullyQualifiedNamespace, cp.EventHubName, cp.ConsumerGroup}, cp.PartitionID}
 	if err := s.verify(ctx, k); err != nil {
 		return err
@@ -274,6 +307,40 @@ func (s *CheckpointStore) verify(ctx context.Context, k partKey) error {
 		etag = nil // changed since we read it: read it again
 	}
 	return fmt.Errorf("eventhubs: renew ownership of %s before a checkpoint: the record kept changing", k)
+}
+
+// relinquish hands back the partitions of the processor's consumer group
+// that the store shows this processor owning, each conditional on the
+// ETag read, and returns how many it handed back. It is for when the
+// processor has stopped: the processor's own hand-back names the ETags of
+// its last load-balancing round, which the fence's renewals have replaced
+// since, so the store refuses it.
+func (s *CheckpointStore) relinquish(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	k := s.hub
+	s.mu.Unlock()
+	if k == (hubKey{}) {
+		return 0, nil // the processor never named its consumer group
+	}
+	os, err := s.inner.ListOwnership(ctx, k.ns, k.hub, k.group, nil)
+	if err != nil {
+		return 0, fmt.Errorf("eventhubs: read ownership to hand it back: %w", err)
+	}
+	var req []azeventhubs.Ownership
+	for _, o := range os {
+		if o.OwnerID == s.owner {
+			o.OwnerID = "" // relinquished: free at once for others, as the SDK's processor marks it
+			req = append(req, o)
+		}
+	}
+	if len(req) == 0 {
+		return 0, nil
+	}
+	got, err := s.inner.ClaimOwnership(ctx, req, nil)
+	if err != nil {
+		return 0, fmt.Errorf("eventhubs: hand back ownership: %w", err)
+	}
+	return len(got), nil
 }
 
 // read returns the partition's ownership record as the store has it now.
@@ -461,6 +528,9 @@ func combine(cp, st *azeventhubs.Checkpoint) Position {
 // partition ID: the checkpoint and the retry state this package keeps
 // beside it. It is what `redeliver offsets` is for Kafka.
 func Committed(ctx context.Context, store azeventhubs.CheckpointStore, ns, hub, group string) (map[string]Position, error) {
+	if isNil(store) {
+		return nil, fmt.Errorf("eventhubs: Committed: nil checkpoint store (%T)", store)
+	}
 	cps, err := store.ListCheckpoints(ctx, ns, hub, group, nil)
 	if err != nil {
 		return nil, fmt.Errorf("eventhubs: list checkpoints: %w", err)
@@ -489,4 +559,17 @@ func Committed(ctx context.Context, store azeventhubs.CheckpointStore, ns, hub, 
 
 func ownershipKey(o azeventhubs.Ownership) partKey {
 	return partKey{hubKey{o.FullyQualifiedNamespace, o.EventHubName, o.ConsumerGroup}, o.PartitionID}
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, slice,
+// channel or function.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -30,7 +30,9 @@ import (
 // checkpoint stores see it.
 const Namespace = "memhub.invalid"
 
-// Hub is one in-memory event hub. It is safe for concurrent use.
+// Hub is one in-memory event hub. It is safe for concurrent use. Build it
+// with [New]: the zero Hub has no partitions, and its methods return
+// errors.
 type Hub struct {
 	name  string
 	parts []*partition
@@ -62,11 +64,22 @@ func New(name string, partitions int) (*Hub, error) {
 	return h, nil
 }
 
+// errZeroHub is what the methods of a Hub that was not built return.
+var errZeroHub = errors.New("memhub: zero Hub: build it with memhub.New")
+
 // Name returns the hub's name.
-func (h *Hub) Name() string { return h.name }
+func (h *Hub) Name() string {
+	if h == nil {
+		return ""
+	}
+	return h.name
+}
 
 // PartitionIDs returns the IDs of the hub's partitions.
 func (h *Hub) PartitionIDs() []string {
+	if h == nil {
+		return nil
+	}
 	ids := make([]string, len(h.parts))
 	for i, p := range h.parts {
 		ids[i] = p.id
@@ -75,6 +88,9 @@ func (h *Hub) PartitionIDs() []string {
 }
 
 func (h *Hub) partition(id string) (*partition, error) {
+	if h == nil || len(h.parts) == 0 {
+		return nil, errZeroHub
+	}
 	n, err := strconv.Atoi(id)
 	if err != nil || n < 0 || n >= len(h.parts) {
 		return nil, fmt.Errorf("memhub: hub %s has no partition %q", h.name, id)
@@ -111,6 +127,9 @@ func (h *Hub) send(partitionID string, key *string, events []*azeventhubs.EventD
 // SendEvents sends events to the partition their partition key hashes to
 // (partition "0" without a key): the hub as an [eventhubs.EventSender].
 func (h *Hub) SendEvents(ctx context.Context, partitionKey *string, events []*azeventhubs.EventData) error {
+	if h == nil || len(h.parts) == 0 {
+		return errZeroHub
+	}
 	id := "0"
 	if partitionKey != nil {
 		f := fnv.New32a()
@@ -166,8 +185,17 @@ type PartitionClient struct {
 	closed bool
 }
 
-// PartitionID returns the partition's ID.
-func (c *PartitionClient) PartitionID() string { return c.p.id }
+// errZeroClient is what the methods of a PartitionClient that a Processor
+// did not hand out return.
+var errZeroClient = errors.New("memhub: zero PartitionClient: get one from Processor.NextPartitionClient")
+
+// PartitionID returns the partition's ID ("" for the zero PartitionClient).
+func (c *PartitionClient) PartitionID() string {
+	if c == nil || c.p == nil {
+		return ""
+	}
+	return c.p.id
+}
 
 // ReceiveEvents returns up to count events, waiting until there are count
 // or ctx is done (then it returns what it has, or ctx's error if nothing).
@@ -175,6 +203,9 @@ func (c *PartitionClient) PartitionID() string { return c.p.id }
 // fails with an [*azeventhubs.Error] whose code is
 // [azeventhubs.ErrorCodeOwnershipLost].
 func (c *PartitionClient) ReceiveEvents(ctx context.Context, count int, _ *azeventhubs.ReceiveEventsOptions) ([]*azeventhubs.ReceivedEventData, error) {
+	if c == nil || c.p == nil {
+		return nil, errZeroClient
+	}
 	if count <= 0 {
 		return nil, errors.New("memhub: count should be greater than 0")
 	}
@@ -214,8 +245,13 @@ func (c *PartitionClient) ReceiveEvents(ctx context.Context, count int, _ *azeve
 // UpdateCheckpoint writes latest as the partition's checkpoint through the
 // processor's checkpoint store.
 func (c *PartitionClient) UpdateCheckpoint(ctx context.Context, latest *azeventhubs.ReceivedEventData, _ *azeventhubs.UpdateCheckpointOptions) error {
-	if c.store == nil {
+	switch {
+	case c == nil || c.p == nil:
+		return errZeroClient
+	case c.store == nil:
 		return errors.New("memhub: partition client without a checkpoint store")
+	case latest == nil:
+		return errors.New("memhub: UpdateCheckpoint: nil event")
 	}
 	seq, off := latest.SequenceNumber, latest.Offset
 	return c.store.SetCheckpoint(ctx, azeventhubs.Checkpoint{
@@ -226,6 +262,9 @@ func (c *PartitionClient) UpdateCheckpoint(ctx context.Context, latest *azeventh
 
 // Close closes the client; a ReceiveEvents waiting returns [ErrClosed].
 func (c *PartitionClient) Close(context.Context) error {
+	if c == nil || c.p == nil {
+		return nil
+	}
 	c.p.mu.Lock()
 	c.closed = true
 	c.p.changed()

@@ -3,6 +3,7 @@ package memhub_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -133,6 +134,105 @@ func TestNewerReaderDetachesOlder(t *testing.T) {
 		defer rcancel()
 		if evs, err := pb.ReceiveEvents(rctx, 1, nil); err != nil || len(evs) != 1 || evs[0].SequenceNumber != 0 {
 			t.Fatalf("newer reader: %v %v", evs, err)
+		}
+	})
+}
+
+// Wiring mistakes and zero values get errors, never a panic.
+func TestZeroValuesAndNilArguments(t *testing.T) {
+	ctx := context.Background()
+	if _, err := memhub.New("", 1); err == nil {
+		t.Error("New with no name: no error")
+	}
+	if _, err := memhub.New("h", 0); err == nil {
+		t.Error("New with no partitions: no error")
+	}
+	for _, h := range []*memhub.Hub{{}, nil} {
+		if h.Name() != "" || len(h.PartitionIDs()) != 0 {
+			t.Errorf("zero hub: name %q, partitions %v", h.Name(), h.PartitionIDs())
+		}
+		if err := h.Send("0", &azeventhubs.EventData{}); err == nil || !strings.Contains(err.Error(), "memhub.New") {
+			t.Errorf("Send on a zero hub: %v", err)
+		}
+		key := "k"
+		if err := h.SendEvents(ctx, &key, []*azeventhubs.EventData{{}}); err == nil || !strings.Contains(err.Error(), "memhub.New") {
+			t.Errorf("SendEvents on a zero hub: %v", err)
+		}
+		if _, err := h.Events("0"); err == nil {
+			t.Error("Events on a zero hub: no error")
+		}
+		if _, err := h.NewProcessor(memhub.NewStore(), "cg", "a", nil); err == nil || !strings.Contains(err.Error(), "memhub.New") {
+			t.Errorf("NewProcessor on a zero hub: %v", err)
+		}
+	}
+	h, _ := memhub.New("h", 1)
+	var nilStore *memhub.Store
+	for _, c := range []struct {
+		store        azeventhubs.CheckpointStore
+		group, owner string
+	}{{nil, "cg", "a"}, {nilStore, "cg", "a"}, {memhub.NewStore(), "", "a"}, {memhub.NewStore(), "cg", ""}} {
+		if _, err := h.NewProcessor(c.store, c.group, c.owner, nil); err == nil {
+			t.Errorf("NewProcessor(%T, %q, %q): no error", c.store, c.group, c.owner)
+		}
+	}
+	if _, err := h.NewProcessor(memhub.NewStore(), "cg", "a", &azeventhubs.ProcessorOptions{LoadBalancingStrategy: "fair"}); err == nil {
+		t.Error("NewProcessor with a bad strategy: no error")
+	}
+	for _, p := range []*memhub.Processor{{}, nil} {
+		if err := p.Run(ctx); err == nil || !strings.Contains(err.Error(), "Hub.NewProcessor") {
+			t.Errorf("Run on a zero processor: %v", err)
+		}
+		if pc := p.NextPartitionClient(ctx); pc != nil {
+			t.Errorf("NextPartitionClient on a zero processor: %v", pc)
+		}
+		p.SetLogger(nil)
+	}
+	p, _ := h.NewProcessor(memhub.NewStore(), "cg", "a", opts(azeventhubs.ProcessorStrategyGreedy))
+	p.SetLogger(nil) // discards: Run must not panic on a log line
+	for _, c := range []*memhub.PartitionClient{{}, nil} {
+		if c.PartitionID() != "" {
+			t.Errorf("zero client's partition: %q", c.PartitionID())
+		}
+		if _, err := c.ReceiveEvents(ctx, 1, nil); err == nil {
+			t.Error("ReceiveEvents on a zero client: no error")
+		}
+		if err := c.UpdateCheckpoint(ctx, &azeventhubs.ReceivedEventData{}, nil); err == nil {
+			t.Error("UpdateCheckpoint on a zero client: no error")
+		}
+		if err := c.Close(ctx); err != nil {
+			t.Errorf("Close on a zero client: %v", err)
+		}
+	}
+	// The zero Store is ready to use.
+	var s memhub.Store
+	if _, err := s.ClaimOwnership(ctx, []azeventhubs.Ownership{{FullyQualifiedNamespace: memhub.Namespace, EventHubName: "h",
+		ConsumerGroup: "cg", PartitionID: "0", OwnerID: "a"}}, nil); err != nil {
+		t.Errorf("ClaimOwnership on a zero store: %v", err)
+	}
+	seq, off := int64(1), "1"
+	if err := s.SetCheckpoint(ctx, azeventhubs.Checkpoint{FullyQualifiedNamespace: memhub.Namespace, EventHubName: "h",
+		ConsumerGroup: "cg", PartitionID: "0", SequenceNumber: &seq, Offset: &off}, nil); err != nil {
+		t.Errorf("SetCheckpoint on a zero store: %v", err)
+	}
+	if cps, err := s.ListCheckpoints(ctx, memhub.Namespace, "h", "cg", nil); err != nil || len(cps) != 1 {
+		t.Errorf("ListCheckpoints on a zero store: %v %v", cps, err)
+	}
+}
+
+// A processor's client hands out an error for a nil event to checkpoint.
+func TestUpdateCheckpointNilEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, _ := memhub.New("h", 1)
+		p, _ := h.NewProcessor(memhub.NewStore(), "cg", "a", opts(azeventhubs.ProcessorStrategyGreedy))
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() { _ = p.Run(ctx) }()
+		pc := p.NextPartitionClient(ctx)
+		if pc == nil {
+			t.Fatal("no partition client")
+		}
+		if err := pc.UpdateCheckpoint(ctx, nil, nil); err == nil {
+			t.Error("UpdateCheckpoint(nil): no error")
 		}
 	})
 }

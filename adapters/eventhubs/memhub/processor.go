@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"reflect"
 	"strconv"
 	"sync"
 	"time"
@@ -24,7 +25,8 @@ import (
 // an ownership not renewed within the expiration is free), the same update
 // interval with 0.8-1.3 jitter, the same start positions (the checkpoint,
 // exclusive, else StartPositions), and the same shutdown (close the
-// clients, relinquish the ownerships). Run may be called once.
+// clients, relinquish the ownerships). Run may be called once. Build it
+// with [Hub.NewProcessor]: the zero Processor's Run returns an error.
 type Processor struct {
 	hub      *Hub
 	store    azeventhubs.CheckpointStore
@@ -51,7 +53,10 @@ type Processor struct {
 // The default start position, as the SDK's without geo-replication, is the
 // latest event.
 func (h *Hub) NewProcessor(store azeventhubs.CheckpointStore, group, ownerID string, opts *azeventhubs.ProcessorOptions) (*Processor, error) {
-	if store == nil || group == "" || ownerID == "" {
+	switch {
+	case h == nil || len(h.parts) == 0:
+		return nil, errZeroHub
+	case isNil(store) || group == "" || ownerID == "":
 		return nil, errors.New("memhub: a processor needs a checkpoint store, a consumer group and an owner ID")
 	}
 	p := &Processor{hub: h, store: store, group: group, owner: ownerID,
@@ -79,13 +84,25 @@ func (h *Hub) NewProcessor(store azeventhubs.CheckpointStore, group, ownerID str
 	return p, nil
 }
 
-// SetLogger makes the processor log its balancing decisions to l.
-func (p *Processor) SetLogger(l *slog.Logger) { p.log = l }
+// SetLogger makes the processor log its balancing decisions to l; nil
+// discards them.
+func (p *Processor) SetLogger(l *slog.Logger) {
+	if p == nil {
+		return
+	}
+	if l == nil {
+		l = slog.New(slog.DiscardHandler)
+	}
+	p.log = l
+}
 
 // Run balances partitions until ctx is done, then closes its partition
 // clients and relinquishes its ownerships. It returns nil when ctx ends
 // it, or the error that stopped it.
 func (p *Processor) Run(ctx context.Context) error {
+	if p == nil || p.hub == nil {
+		return errors.New("memhub: Run on a zero Processor: build it with Hub.NewProcessor")
+	}
 	first := false
 	p.running.Do(func() { first = true })
 	if !first {
@@ -114,6 +131,9 @@ func (p *Processor) Run(ctx context.Context) error {
 // processor owns, blocking until there is one; nil once the processor has
 // stopped or ctx is done.
 func (p *Processor) NextPartitionClient(ctx context.Context) eventhubs.PartitionClient {
+	if p == nil || p.next == nil {
+		return nil // the zero Processor never runs
+	}
 	select {
 	case pc, ok := <-p.next:
 		if !ok {
@@ -339,4 +359,13 @@ func (p *Processor) pick(os []azeventhubs.Ownership, count int) []azeventhubs.Ow
 		out = append(out, os[i])
 	}
 	return out
+}
+
+// isNil reports whether v is nil or holds a nil pointer.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }

@@ -18,7 +18,8 @@ import (
 // creates), a failed claim is left out of the answer rather than returned
 // as an error, every successful claim gets a new ETag and modification
 // time, and a checkpoint write is NOT conditional: it overwrites whatever
-// is there, whoever owns the partition. It is safe for concurrent use.
+// is there, whoever owns the partition. It is safe for concurrent use; the
+// zero Store is empty and ready to use, as [NewStore]'s is.
 type Store struct {
 	mu          sync.Mutex
 	etag        int64
@@ -57,7 +58,16 @@ func (s *Store) CheckpointWrites() int {
 	return s.writes
 }
 
+// init makes the zero Store ready; s.mu is held.
+func (s *Store) init() {
+	if s.checkpoints == nil {
+		s.checkpoints = map[key]azeventhubs.Checkpoint{}
+		s.ownerships = map[key]azeventhubs.Ownership{}
+	}
+}
+
 func (s *Store) failed(op, id string) error {
+	s.init()
 	if s.fault == nil {
 		return nil
 	}
