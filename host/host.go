@@ -81,6 +81,8 @@ type config struct {
 	httpAddr  string
 	listener  net.Listener
 	token     string
+	allowed   []string // WithAllowedHosts
+	open      bool     // WithUnauthenticatedActions
 	refresh   time.Duration
 	now       func() time.Time
 	store     redrive.Store
@@ -145,33 +147,6 @@ func WithPublisher(p stream.Publisher) Option {
 // delivers it again.
 func WithDrain(d time.Duration) Option {
 	return hostOption(func(c *config) { c.drain = d })
-}
-
-// WithHTTP serves the HTTP endpoints (see [Host.Handler]) on addr while Run
-// runs. An address without a host (":8080") listens on the loopback
-// interface 127.0.0.1 only; name a host ("0.0.0.0:8080") to serve beyond
-// the machine. The default serves nothing.
-func WithHTTP(addr string) Option {
-	return hostOption(func(c *config) { c.httpAddr = addr })
-}
-
-// WithListener serves the HTTP endpoints on ln while Run runs, for a
-// caller that needs the address before Run starts. Run closes ln.
-func WithListener(ln net.Listener) Option {
-	return hostOption(func(c *config) { c.listener = ln })
-}
-
-// WithToken makes the status page's actions (Resume, Skip) require token:
-// as "Authorization: Bearer <token>", or signed in once on the page. The
-// default requires none; actions are always refused from other origins.
-func WithToken(token string) Option {
-	return hostOption(func(c *config) { c.token = token })
-}
-
-// WithRefresh sets how often the status page reloads itself; the default
-// is 2s.
-func WithRefresh(d time.Duration) Option {
-	return hostOption(func(c *config) { c.refresh = d })
 }
 
 // WithRedrive gives the host a re-drive store: a function whose policy says
@@ -294,6 +269,7 @@ type Host struct {
 	c    config
 	log  *slog.Logger
 	http http.Handler
+	web  *web
 
 	mu      sync.Mutex
 	fns     []*function
@@ -354,7 +330,11 @@ func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
-	h.http = h.newMux()
+	web, err := newWeb(&h.c, cfg.StatusPage)
+	if err != nil {
+		return nil, err
+	}
+	h.web, h.http = web, h.newMux()
 	return h, nil
 }
 
@@ -900,6 +880,11 @@ func (h *Host) serve() (*http.Server, error) {
 		if ln, err = net.Listen("tcp", addr); err != nil {
 			return nil, fmt.Errorf("host: http: %w", err)
 		}
+	}
+	if h.c.token == "" && !h.c.open && !isLoopback(ln.Addr()) {
+		ln.Close()
+		return nil, fmt.Errorf("host: http: %s is beyond the loopback interface and the host has no token, so anyone who reaches it could resume and skip stopped partitions: "+
+			"give host.WithToken (%d bytes or more), or listen on 127.0.0.1, or give host.WithUnauthenticatedActions() to serve the actions without a token", ln.Addr(), MinTokenLen)
 	}
 	srv := &http.Server{Handler: h.http, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -42,6 +42,10 @@ type Config struct {
 	// a budget of its own when it is on.
 	OutageBudget *OutageBudget
 
+	// StatusPage is the statusPage section: the host names a host's status
+	// page answers to besides its defaults; nil when the file has none.
+	StatusPage *StatusPage
+
 	// Warnings lists what was read but is not in force, such as a retry
 	// section that checkpointRetryPolicy overrides, a section name that
 	// looks like a misspelt one of ours, or an environment variable that

@@ -20,7 +20,7 @@ const (
 // sectionOf returns the canonical name of the section called key, or "" when
 // the section is not ours.
 func sectionOf(key string) string {
-	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers, sectionRedrive, sectionOutage} {
+	for _, s := range []string{sectionVersion, sectionPolicy, sectionRetry, sectionTriggers, sectionRedrive, sectionOutage, sectionStatusPage} {
 		if strings.EqualFold(s, key) {
 			return s
 		}
@@ -95,6 +95,9 @@ func (d *decoder) config(root *node) *Config {
 	if m := found[sectionOutage]; m != nil {
 		cfg.OutageBudget = d.outageBudget(m.val)
 	}
+	if m := found[sectionStatusPage]; m != nil {
+		cfg.StatusPage = d.statusPage(m.val)
+	}
 	if found[sectionTriggers] != nil {
 		d.nearFunctions()
 	}
@@ -134,6 +137,8 @@ func nearSectionName(key string) string {
 		return sectionTriggers
 	case distance(key, strings.ToLower(sectionOutage)) <= 3:
 		return sectionOutage
+	case distance(key, strings.ToLower(sectionStatusPage)) <= 3:
+		return sectionStatusPage
 	}
 	return ""
 }

@@ -23,6 +23,9 @@
 //   - redrive: the scheduled re-drive of parked records ([Redrive]); its
 //     store names the environment variable holding the database's
 //     connection string, which is never written in the file.
+//   - outageBudget: an outage budget for each processor ([OutageBudget]).
+//   - statusPage: the host names a host's status page answers to besides
+//     loopback names and addresses ([StatusPage]).
 //
 // [Config.Settings] and [Trigger.Settings] say where each value in force
 // was written: the file's line:column or the environment variable;

@@ -49,6 +49,9 @@ func (c *Config) Explain() string {
 	if c.OutageBudget != nil {
 		b.WriteString("\n" + c.OutageBudget.Explain())
 	}
+	if c.StatusPage != nil {
+		b.WriteString("\n" + c.StatusPage.Explain())
+	}
 	for _, w := range c.Warnings {
 		fmt.Fprintf(&b, "\nWarning: %s\n", w)
 	}

@@ -207,6 +207,7 @@ type node struct {
 	kind    hujson.Kind // 'n', 't', 'f', '"', '0', '{', '[', or envKind
 	text    string      // a string's value, a number's literal, an environment value
 	members []member    // an object's members, in order
+	elems   []*node     // an array's elements, in order
 	path    string      // the JSON path where the value is written
 	off     int         // byte offset in the file
 	env     string      // the environment variable it came from, or ""
@@ -384,6 +385,10 @@ func convert(v *hujson.Value, path string) *node {
 			m := &t.Members[i]
 			key := m.Name.Value.(hujson.Literal).String()
 			n.members = append(n.members, member{key: key, keyOff: m.Name.StartOffset, val: convert(&m.Value, join(path, key))})
+		}
+	case *hujson.Array:
+		for i := range t.Elements {
+			n.elems = append(n.elems, convert(&t.Elements[i], path+"["+strconv.Itoa(i)+"]"))
 		}
 	case hujson.Literal:
 		if n.kind == '"' {

@@ -28,6 +28,9 @@ import (
 // wait bounds every wait of the test.
 const wait = 30 * time.Second
 
+// pageToken is the host's token, which the operator types to sign in.
+const pageToken = "status-page-token-0123"
+
 // chromium returns the browser to run: $REDELIVER_CHROMIUM, else the first
 // of Debian's and Chrome's names on the PATH.
 func chromium() string {
@@ -83,7 +86,7 @@ func startHost(t *testing.T, fixed *atomic.Bool) string {
 		t.Fatal(err)
 	}
 	store := redrivetest.NewMemStore()
-	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithToken("s3cret"), host.WithRedrive(store),
+	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithToken(pageToken), host.WithRedrive(store),
 		host.WithRefresh(700*time.Millisecond), host.WithKafkaGoConfig(func(gc *kafka.ConsumerGroupConfig) {
 			gc.HeartbeatInterval, gc.SessionTimeout, gc.RebalanceTimeout = 100*time.Millisecond, time.Second, 2*time.Second
 			gc.JoinGroupBackoff = 100 * time.Millisecond
@@ -154,7 +157,10 @@ func produce(t *testing.T, brokers []string) {
 // TestStatusPageInChromium loads the status page in headless Chromium and
 // uses it as an operator would: it sees a partition in backoff with its
 // retry number, a stopped one and a function's parked entries, signs in with the token, clicks Resume,
-// and sees the partition flow again and its checkpoint move. The page is
+// and sees the partition flow again and its checkpoint move. Before the
+// click, a page on another site whose name was rebound to the host's
+// address (DNS rebinding) tries to read the status and to skip the
+// partition from another tab, and is refused. The page is
 // never reloaded by the test: what it sees after the first load comes from
 // the page's own refresh. A screenshot is saved in the test's artifact
 // directory (go test -artifacts keeps it) and, when REDELIVER_SCREENSHOT
@@ -178,6 +184,9 @@ func TestStatusPageInChromium(t *testing.T) {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
+		// What a rebinding DNS server does to evil.example: its name now
+		// resolves to the host's address.
+		chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"),
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 1250),
 	}
@@ -259,12 +268,50 @@ func TestStatusPageInChromium(t *testing.T) {
 
 	// Sign in with the token: typing holds the page's refresh back.
 	if err := chromedp.Do(ctx,
-		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), "s3cret"),
+		chromedp.SendKeys(chromedp.CSS(`input[name=token]`), pageToken),
 		chromedp.Click(chromedp.CSS(`header form button`)),
 	); err != nil {
 		t.Fatalf("sign in: %v", err)
 	}
 	waitPage("signed in", `document.body.innerText.includes("signed in for actions") ? "yes" : ""`)
+
+	// Meanwhile, in another tab, a page on evil.example, whose name now
+	// resolves to 127.0.0.1, tries to read the status and to skip the
+	// stopped partition from its own origin: the host does not answer to
+	// that name.
+	evil := strings.Replace(page, "127.0.0.1", "evil.example", 1)
+	ectx, ecancel := chromedp.NewContext(ctx)
+	defer ecancel()
+	if err := chromedp.Do(ectx, chromedp.Navigate(evil)); err != nil {
+		t.Fatalf("load %s: %v", evil, err)
+	}
+	if text, err := chromedp.Run(ectx, chromedp.Evaluate[string](`document.body.innerText`)); err != nil || !strings.Contains(text, `does not answer to the name "evil.example"`) {
+		t.Errorf("%s shows %q, %v: want the host's refusal", evil, text, err)
+	}
+	tries, err := chromedp.Run(ectx, chromedp.Evaluate[string](`(async () => {
+  const form = "function=payments&topic=payments&partition=0";
+  const out = [];
+  for (const [method, path, body] of [["GET", "/status.json"], ["POST", "/actions/skip", form], ["POST", "/actions/resume", form]]) {
+    const r = await fetch(path, {method, body, headers: body ? {"Content-Type": "application/x-www-form-urlencoded"} : {}});
+    out.push(method + " " + path + ": " + r.status + " " + (await r.text()).slice(0, 60));
+  }
+  return out.join("\n");
+})()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		t.Fatalf("requests from evil.example: %v", err)
+	}
+	for _, line := range strings.Split(tries, "\n") {
+		if !strings.Contains(line, ": 403 refused: this host does not answer to the name") {
+			t.Errorf("from evil.example, %s: want 403", line)
+		}
+	}
+	if n := len(strings.Split(tries, "\n")); n != 3 {
+		t.Errorf("from evil.example: %d answers, want 3:\n%s", n, tries)
+	}
+	ecancel()
+	if still := waitPage("payments/0 still stopped", rowText(row("payments", "payments", 0), "stopped")); !strings.Contains(still, "stopped after 2 retries") {
+		t.Errorf("payments/0 row after the requests from evil.example = %q", still)
+	}
 
 	// Click Resume. The click can land on a page being reloaded; it is
 	// tried again while the partition is still stopped (a second Resume
