@@ -544,7 +544,7 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		case strings.TrimSpace(topic.text) == "":
 			d.add(topic, "empty topic: want the name of the dead-letter topic")
 		default:
-			e.Topic = topic.text
+			e.Topic = d.topic(topic)
 		}
 	}
 	return e

@@ -285,6 +285,16 @@ func TestInvalid(t *testing.T) {
 			`host.json:1:126: checkpointRetryPolicy.strategy.jitterPercent: want a number from 0 to 100, got the number 101`}},
 		{"ceiling below base", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "fullJitter", "initialDelay": "10s", "maxDelay": "1s"}}}`, []string{
 			`host.json:1:57: checkpointRetryPolicy.strategy: strategy fullJitter: maxDelay 1s is below initialDelay 10s`}},
+		// A strategy's own cap below its first delay would make that
+		// delay a setting that never takes effect.
+		{"minDelay above the default maxDelay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "jitteredExponential", "minDelay": "20s"}}}`, []string{
+			`host.json:1:57: checkpointRetryPolicy.strategy: strategy jitteredExponential: maxDelay 10s is below minDelay 20s`}},
+		{"azureIotJava minDelay above maxDelay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "azureIotJava", "minDelay": "20s", "maxDelay": "10s"}}}`, []string{
+			`host.json:1:57: checkpointRetryPolicy.strategy: strategy azureIotJava: maxDelay 10s is below minDelay 20s`}},
+		{"azureIotC initialDelay above maxDelay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "azureIotCLinearBackoff", "initialDelay": "20s", "maxDelay": "10s"}}}`, []string{
+			`host.json:1:57: checkpointRetryPolicy.strategy: strategy azureIotCLinearBackoff: maxDelay 10s is below initialDelay 20s`}},
+		{"backoffAlgorithm window above maxDelay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "backoffAlgorithm", "initialDelay": "20s", "maxDelay": "10s"}}}`, []string{
+			`host.json:1:57: checkpointRetryPolicy.strategy: strategy backoffAlgorithm: maxDelay 10s is below initialDelay 20s`}},
 		{"azureIotC needs whole seconds", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "azureIotCInterval", "initialDelay": "1.5s"}}}`, []string{
 			`host.json:1:57: checkpointRetryPolicy.strategy: strategy azureIotCInterval: AzureIoTC.InitialWait is 1.5s: want whole seconds`}},
 		{"backoffAlgorithm range", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "backoffAlgorithm", "initialDelay": "1s", "maxDelay": "70s"}}}`, []string{

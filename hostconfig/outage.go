@@ -90,8 +90,13 @@ func (d *decoder) outageBudget(n *node) *OutageBudget {
 	}
 	positive("probeDelay", &o.ProbeDelay)
 	positive("maxProbeDelay", &o.MaxProbeDelay)
-	if m := f["maxProbeDelay"]; m != nil && o.MaxProbeDelay > 0 && o.MaxProbeDelay < o.ProbeDelay {
-		d.add(m.val, "%v is less than probeDelay (%v): want the longest wait between probes, at least the first", show(o.MaxProbeDelay), show(o.ProbeDelay))
+	if o.MaxProbeDelay > 0 && o.MaxProbeDelay < o.ProbeDelay {
+		if m := f["maxProbeDelay"]; m != nil {
+			d.add(m.val, "%v is less than probeDelay (%v): want the longest wait between probes, at least the first", show(o.MaxProbeDelay), show(o.ProbeDelay))
+		} else {
+			d.add(f["probeDelay"].val, "%v is more than maxProbeDelay, whose default is %v: the first probe would wait %v; set maxProbeDelay to %v or more",
+				show(o.ProbeDelay), show(o.MaxProbeDelay), show(o.MaxProbeDelay), show(o.ProbeDelay))
+		}
 	}
 	return o
 }

@@ -152,6 +152,10 @@ func TestOutageBudgetErrors(t *testing.T) {
 			`host.json:1:33: outageBudget.probeDelay: want an interval greater than 0`},
 		{"max below first", `{"outageBudget": {"probeDelay": "10s", "maxProbeDelay": "5s"}}`,
 			`host.json:1:57: outageBudget.maxProbeDelay: 5s is less than probeDelay (10s)`},
+		{"first above the default max", `{"outageBudget": {"probeDelay": "00:01:00"}}`,
+			`host.json:1:33: outageBudget.probeDelay: 1m0s is more than maxProbeDelay, whose default is 30s: the first probe would wait 30s; set maxProbeDelay to 1m0s or more`},
+		{"first above the default max, from the environment", `{"outageBudget": {}}`,
+			`environment AzureFunctionsJobHost__outageBudget__probeDelay: outageBudget.probeDelay: 2m0s is more than maxProbeDelay, whose default is 30s`},
 		{"misspelt field", `{"outageBudget": {"minPartition": 3}}`,
 			`host.json:1:19: outageBudget: unknown field "minPartition": did you mean minPartitions?`},
 		{"not a flag", `{"outageBudget": {"enabled": "yes"}}`,
@@ -161,7 +165,11 @@ func TestOutageBudgetErrors(t *testing.T) {
 		{"misspelt section", `{"outageBudgte": {}}`, ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			cfg, err := noEnv.Parse("host.json", []byte(c.doc))
+			var env []string
+			if strings.Contains(c.want, "environment") {
+				env = []string{"AzureFunctionsJobHost__outageBudget__probeDelay=2m"}
+			}
+			cfg, err := withEnv(env...).Parse("host.json", []byte(c.doc))
 			if c.want == "" {
 				if err != nil || len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "did you mean outageBudget?") {
 					t.Fatalf("err %v, warnings %q: want a warning suggesting outageBudget", err, cfg.Warnings)

@@ -155,6 +155,12 @@ func (d *decoder) redrive(n *node) *Redrive {
 	}
 	text("retryTopic", "a topic name", &r.RetryTopic)
 	text("replyTopic", "a topic name", &r.ReplyTopic)
+	if r.RetryTopic != "" {
+		r.RetryTopic = d.topic(f["retryTopic"].val)
+	}
+	if r.ReplyTopic != "" {
+		r.ReplyTopic = d.topic(f["replyTopic"].val)
+	}
 	text("errorCode", "an error code", &r.ErrorCode)
 	if m := f["store"]; m != nil {
 		r.Store = d.redriveStore(m.val)

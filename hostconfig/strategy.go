@@ -52,17 +52,6 @@ func always(f func(Strategy) checkpoint.Backoff) func(Strategy) (checkpoint.Back
 	return func(s Strategy) (checkpoint.Backoff, error) { return f(s), nil }
 }
 
-// capped adapts a constructor whose MaxDelay, when set, must not be below
-// its InitialDelay.
-func capped(f func(Strategy) checkpoint.Backoff) func(Strategy) (checkpoint.Backoff, error) {
-	return func(s Strategy) (checkpoint.Backoff, error) {
-		if s.MaxDelay > 0 && s.MaxDelay < s.InitialDelay {
-			return nil, fmt.Errorf("maxDelay %v is below initialDelay %v", s.MaxDelay, s.InitialDelay)
-		}
-		return f(s), nil
-	}
-}
-
 // fromPolicy adapts a preset that returns a checkpoint.Policy: only its
 // Backoff is used, since retryCount and the limits come from host.json.
 func fromPolicy(f func(Strategy) (checkpoint.Policy, error)) func(Strategy) (checkpoint.Backoff, error) {
@@ -145,7 +134,7 @@ var strategies = append([]*strategyDef{
 		name:   "fullJitter",
 		params: []param{pInitial, pCeiling},
 		random: true,
-		build:  capped(func(s Strategy) checkpoint.Backoff { return checkpoint.FullJitter(s.InitialDelay, s.MaxDelay) }),
+		build:  always(func(s Strategy) checkpoint.Backoff { return checkpoint.FullJitter(s.InitialDelay, s.MaxDelay) }),
 		describe: func(s Strategy) string {
 			if s.MaxDelay > 0 {
 				return fmt.Sprintf("waits a random time below min(%v * 2^(n-1), %v) before retry n", s.InitialDelay, s.MaxDelay)
@@ -157,7 +146,7 @@ var strategies = append([]*strategyDef{
 		name:   "decorrelatedJitter",
 		params: []param{pInitial, pCeiling},
 		random: true,
-		build:  capped(func(s Strategy) checkpoint.Backoff { return checkpoint.DecorrelatedJitter(s.InitialDelay, s.MaxDelay) }),
+		build:  always(func(s Strategy) checkpoint.Backoff { return checkpoint.DecorrelatedJitter(s.InitialDelay, s.MaxDelay) }),
 		describe: func(s Strategy) string {
 			d := fmt.Sprintf("waits a random time between %v and 3 * the previous delay before each retry", s.InitialDelay)
 			if s.MaxDelay > 0 {
@@ -382,6 +371,17 @@ func (def *strategyDef) backoff(s Strategy) (checkpoint.Backoff, error) {
 			if v := *p.num(&s); !(v >= p.lo && v <= p.hi) {
 				return nil, fmt.Errorf("%s is %v: want %v to %v", p.name, v, p.lo, p.hi)
 			}
+		}
+	}
+	if _, capped := def.param(pMax.name); capped && s.MaxDelay > 0 {
+		// The strategy's own cap must not be below its first delay (or
+		// first window), or that setting could never take effect.
+		first := pInitial
+		if p, ok := def.param(pMin.name); ok {
+			first = p
+		}
+		if v, ok := def.param(first.name); ok && *v.dur(&s) > s.MaxDelay {
+			return nil, fmt.Errorf("maxDelay %v is below %s %v", s.MaxDelay, first.name, *v.dur(&s))
 		}
 	}
 	return def.build(s)

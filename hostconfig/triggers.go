@@ -281,7 +281,9 @@ func (d *decoder) trigger(name string, n *node) (Trigger, bool) {
 	if m := f["adapter"]; m != nil {
 		t.Adapter = d.choice(m.val, kafkaAdapters)
 	}
-	t.Topic = d.name(n, f, "topic", "the topic the function consumes")
+	if t.Topic = d.name(n, f, "topic", "the topic the function consumes"); t.Topic != "" {
+		t.Topic = d.topic(f["topic"].val)
+	}
 	switch cg, sg := f["consumerGroup"], f["shareGroup"]; {
 	case cg != nil && sg != nil:
 		d.add(sg.val, "a trigger reads through a consumer group or a share group, not both: consumerGroup is also set, at %s", d.pos(cg.val))
@@ -354,7 +356,8 @@ func (d *decoder) choice(n *node, names []string) string {
 	return ""
 }
 
-// name decodes the required non-empty string field key of n.
+// name decodes the required non-empty string field key of n. A name with
+// spaces around it is taken as written, with a warning: Kafka takes it so.
 func (d *decoder) name(n *node, f map[string]*member, key, what string) string {
 	m := f[key]
 	switch {
@@ -365,7 +368,46 @@ func (d *decoder) name(n *node, f map[string]*member, key, what string) string {
 	case strings.TrimSpace(m.val.text) == "":
 		d.add(m.val, "empty %s: want %s", key, what)
 	default:
+		if t := strings.TrimSpace(m.val.text); t != m.val.text && key != "topic" {
+			d.warn(m.val, "%s %q has spaces around it: Kafka takes it as written, a group other than %q", key, m.val.text, t)
+		}
 		return m.val.text
+	}
+	return ""
+}
+
+// maxTopicLength is the longest topic name Kafka accepts.
+const maxTopicLength = 249
+
+// topic checks that the text node n is a topic name Kafka accepts, and
+// returns it, or "" after reporting why not: 1 to 249 ASCII letters,
+// digits, '.', '_' and '-', and neither "." nor "..".
+func (d *decoder) topic(n *node) string {
+	name := n.text
+	const rule = "a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-'"
+	for _, r := range name {
+		if r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
+			continue
+		}
+		what := strconv.QuoteRune(r)
+		switch {
+		case strings.TrimSpace(name) != name:
+			what = "spaces around it"
+		case r == ' ':
+			what = "a space"
+		}
+		d.add(n, "%q: %s, not %s", name, rule, what)
+		return ""
+	}
+	switch {
+	case name == "":
+		d.add(n, "empty: want a topic name")
+	case name == "." || name == "..":
+		d.add(n, "%q: Kafka does not accept it as a topic name", name)
+	case len(name) > maxTopicLength:
+		d.add(n, "%q is %d characters long: a Kafka topic name holds at most %d", name, len(name), maxTopicLength)
+	default:
+		return name
 	}
 	return ""
 }

@@ -121,6 +121,21 @@ func TestTriggerErrors(t *testing.T) {
 			`host.json:1:74: triggers.a: unknown field "maxBatchSise": did you mean maxBatchSize?`},
 		{"empty topic", `{"triggers": {"a": {"type": "kafka", "topic": " ", "consumerGroup": "g"}}}`,
 			`host.json:1:47: triggers.a.topic: empty topic: want the topic the function consumes`},
+		// Topic names follow Kafka's rules.
+		{"topic with a trailing space", `{"triggers": {"a": {"type": "kafka", "topic": "orders ", "consumerGroup": "g"}}}`,
+			`host.json:1:47: triggers.a.topic: "orders ": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not spaces around it`},
+		{"topic with a slash", `{"triggers": {"a": {"type": "kafka", "topic": "orders/eu", "consumerGroup": "g"}}}`,
+			`host.json:1:47: triggers.a.topic: "orders/eu": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not '/'`},
+		{"topic ..", `{"triggers": {"a": {"type": "kafka", "topic": "..", "consumerGroup": "g"}}}`,
+			`host.json:1:47: triggers.a.topic: "..": Kafka does not accept it as a topic name`},
+		{"topic too long", `{"triggers": {"a": {"type": "kafka", "topic": "` + strings.Repeat("t", 250) + `", "consumerGroup": "g"}}}`,
+			`host.json:1:47: triggers.a.topic: "` + strings.Repeat("t", 250) + `" is 250 characters long: a Kafka topic name holds at most 249`},
+		{"dead-letter topic with a space", `{"checkpointRetryPolicy": {"retryCount": 0, "onExhausted": {"action": "deadLetter", "topic": "orders dlq"}}}`,
+			`host.json:1:94: checkpointRetryPolicy.onExhausted.topic: "orders dlq": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not a space`},
+		{"retry topic", `{"redrive": {"retryTopic": "orders-retry\t"}}`,
+			`host.json:1:28: redrive.retryTopic: "orders-retry\t": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not spaces around it`},
+		{"reply topic", `{"redrive": {"replyTopic": "réponses"}}`,
+			`host.json:1:28: redrive.replyTopic: "réponses": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not 'é'`},
 		{"topic not a string", `{"triggers": {"a": {"type": "kafka", "topic": ["t"], "consumerGroup": "g"}}}`,
 			`host.json:1:47: triggers.a.topic: want a string, the topic the function consumes, got an array`},
 		{"batch size 0", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "maxBatchSize": 0}}}`,
@@ -137,6 +152,30 @@ func TestTriggerErrors(t *testing.T) {
 				t.Errorf("error =\n%v\nwant it to start with\nhostconfig: %s", err, tc.want)
 			}
 		})
+	}
+}
+
+// A topic set by an environment value is checked as the file's is (a
+// trailing space is a common slip there), and a group name with spaces
+// around it is kept as Kafka takes it, with a warning.
+func TestTopicFromEnvironmentAndGroupSpaces(t *testing.T) {
+	doc := `{"checkpointRetryPolicy": {"retryCount": 0, "onExhausted": {"action": "deadLetter", "topic": "dlq"}},
+  "triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g"}}}`
+	_, err := withEnv("AzureFunctionsJobHost__triggers__a__topic=orders ", "AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic=dlq ").Parse("host.json", []byte(doc))
+	checkProblems(t, err, []string{
+		`environment AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic: checkpointRetryPolicy.onExhausted.topic: "dlq ": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not spaces around it`,
+		`environment AzureFunctionsJobHost__triggers__a__topic: triggers.a.topic: "orders ": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not spaces around it`,
+	})
+	cfg, err := withEnv("AzureFunctionsJobHost__triggers__a__consumerGroup=orders-app ").Parse("host.json", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g := cfg.Triggers["a"].ConsumerGroup; g != "orders-app " {
+		t.Errorf("ConsumerGroup = %q, want it as written", g)
+	}
+	want := []string{`environment AzureFunctionsJobHost__triggers__a__consumerGroup: consumerGroup "orders-app " has spaces around it: Kafka takes it as written, a group other than "orders-app"`}
+	if !reflect.DeepEqual(cfg.Warnings, want) {
+		t.Errorf("Warnings = %q\nwant %q", cfg.Warnings, want)
 	}
 }
 
