@@ -37,7 +37,11 @@
 // With [WithHTTP] (off by default; an address without a host listens on
 // 127.0.0.1 only) the host serves /healthz, /readyz, a status page and its
 // JSON, and the Resume and Skip actions for partitions that
-// [stream.StopPartition] stopped; see [Host.Handler]. The page is HTML
+// [stream.StopPartition] stopped; see [Host.Handler]. All but /healthz and
+// /readyz answer only to addresses, localhost and the names of
+// [WithAllowedHosts] (against DNS rebinding); beyond loopback the actions
+// need [WithToken], and Run refuses to serve there without one unless
+// [WithUnauthenticatedActions] says otherwise. The page is HTML
 // rendered by the host from the standard library, with no build step, and
 // reloads itself. With a re-drive store ([WithRedrive]), it also lists each
 // function's parked entries, and a function whose policy says onExhausted
