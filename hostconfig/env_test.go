@@ -31,6 +31,19 @@ func TestEnvOverrides(t *testing.T) {
 			hostconfig.RetryPolicy{RetryCount: -1, Strategy: hostconfig.Strategy{Name: "exponential", InitialDelay: time.Second}}},
 		{"a strategy parameter", []string{"AzureFunctionsJobHost__checkpointRetryPolicy__strategy__initialDelay=00:00:02"}, envBase,
 			hostconfig.RetryPolicy{RetryCount: 10, Strategy: hostconfig.Strategy{Name: "exponential", InitialDelay: 2 * time.Second}}},
+		// The file may name the strategy with a string: a variable
+		// that sets a parameter keeps that name (the README's own
+		// example), and so for an action's topic.
+		{"a strategy and an action the file names by a string", []string{
+			"AzureFunctionsJobHost__checkpointRetryPolicy__strategy__initialDelay=00:00:02",
+			"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic=orders-dlq"},
+			`{"checkpointRetryPolicy": {"retryCount": 3, "strategy": "exponential", "onExhausted": "deadLetter"}}`,
+			hostconfig.RetryPolicy{RetryCount: 3, Strategy: hostconfig.Strategy{Name: "exponential", InitialDelay: 2 * time.Second},
+				OnExhausted: hostconfig.Exhaustion{Action: hostconfig.ActionDeadLetter, Topic: "orders-dlq"}}},
+		{"a strategy's name and parameter, both from the environment", []string{
+			"AzureFunctionsJobHost__checkpointRetryPolicy__strategy=linear",
+			"AzureFunctionsJobHost__checkpointRetryPolicy__strategy__initialDelay=3s"}, envBase,
+			hostconfig.RetryPolicy{RetryCount: 10, Strategy: hostconfig.Strategy{Name: "linear", InitialDelay: 3 * time.Second}}},
 		{"sleepDuration replaces the file's strategy", []string{"AzureFunctionsJobHost__checkpointRetryPolicy__sleepDuration=5s"}, envBase,
 			hostconfig.RetryPolicy{RetryCount: 10, Strategy: hostconfig.Strategy{Name: "fixed", Delay: 5 * time.Second}}},
 		{"a strategy replaces the file's sleepDuration", []string{
@@ -83,6 +96,35 @@ func TestEnvOverrides(t *testing.T) {
 	}
 }
 
+// A variable that sets a parameter of a strategy, or the connection of a
+// store, that the file names by a string keeps the file's name, and
+// Settings says where each part was written.
+func TestEnvOverridesShorthand(t *testing.T) {
+	cfg, err := withEnv("AzureFunctionsJobHost__checkpointRetryPolicy__strategy__initialDelay=2s",
+		"AzureFunctionsJobHost__redrive__store__connection=REDRIVE_URL").Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {"retryCount": 3, "strategy": "linear"},
+  "redrive": {"store": "postgres"}
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.Host.Strategy; s.Name != "linear" || s.InitialDelay != 2*time.Second {
+		t.Errorf("Strategy = %+v, want linear from the file with initialDelay 2s from the environment", s)
+	}
+	if s := cfg.Redrive.Store; s.Kind != hostconfig.StorePostgres || s.Connection != "REDRIVE_URL" {
+		t.Errorf("Store = %+v, want postgres from the file with the connection from the environment", s)
+	}
+	var got []string
+	for _, s := range cfg.Settings("") {
+		got = append(got, s.Field+" from "+s.Source)
+	}
+	want := []string{"retryCount from host.json:2:43", "strategy.name from host.json:2:58",
+		"strategy.initialDelay from environment AzureFunctionsJobHost__checkpointRetryPolicy__strategy__initialDelay"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Settings = %q\nwant %q", got, want)
+	}
+}
+
 func TestEnvOverridesFunction(t *testing.T) {
 	cfg, err := withEnv("AzureFunctionsJobHost__checkpointRetryPolicy__functions__orders__retryCount=5",
 		"AzureFunctionsJobHost__checkpointRetryPolicy__functions__payments__retryCount=0").Parse("host.json", []byte(envBase))
@@ -118,9 +160,15 @@ func TestEnvProblems(t *testing.T) {
 		{"same setting twice", []string{name + "=1", "AZUREFUNCTIONSJOBHOST__checkpointretrypolicy__retrycount=2"}, []string{
 			`environment ` + name + `: sets the same setting as AZUREFUNCTIONSJOBHOST__checkpointretrypolicy__retrycount (names ignore case)`}},
 		{"a value and a key inside it", []string{
+			"AzureFunctionsJobHost__checkpointRetryPolicy__maxDelay=1s",
+			"AzureFunctionsJobHost__checkpointRetryPolicy__maxDelay__unit=s"}, []string{
+			`environment AzureFunctionsJobHost__checkpointRetryPolicy__maxDelay__unit: conflicts with AzureFunctionsJobHost__checkpointRetryPolicy__maxDelay, which gives a value`}},
+		// onExhausted=stop is short for onExhausted__action=stop: a topic
+		// beside it is checked as one in the file would be.
+		{"an action and a topic", []string{
 			"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted=stop",
 			"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic=t"}, []string{
-			`environment AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic: conflicts with AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted, which gives a value`}},
+			`environment AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic: checkpointRetryPolicy.onExhausted.topic: a topic only applies to deadLetter, not stop`}},
 		{"empty key", []string{"AzureFunctionsJobHost__checkpointRetryPolicy____retryCount=1"}, []string{
 			`environment AzureFunctionsJobHost__checkpointRetryPolicy____retryCount: empty key in the name`}},
 		{"sleepDuration and strategy both from the environment", []string{

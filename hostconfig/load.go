@@ -453,8 +453,8 @@ func (d *decoder) overlay(root *node, environ []string) {
 	})
 	for i, o := range overrides {
 		for _, p := range overrides[:i] {
-			if !isPrefix(p.keys, o.keys) {
-				continue
+			if !isPrefix(p.keys, o.keys) || len(p.keys) < len(o.keys) && shorthandKey(p.keys, len(p.keys)-1) != "" {
+				continue // a strategy's name and one of its parameters, say
 			}
 			if len(p.keys) == len(o.keys) {
 				d.addEnv(o.name, "", "sets the same setting as %s (names ignore case)", p.name)
@@ -565,10 +565,34 @@ func setEnv(root *node, keys []string, value, env string) {
 			return
 		}
 		if m.val == nil || m.val.kind != '{' {
+			short := m.val
 			m.val = &node{kind: '{', path: path, env: env}
+			if k := shorthandKey(keys, i); k != "" && short != nil && short.isText() {
+				// "strategy": "exponential" is short for
+				// {"name": "exponential"}: a variable that sets a
+				// parameter keeps the name the file gives.
+				short.path = join(path, k)
+				m.val.members = []member{{key: k, keyOff: short.off, val: short}}
+			}
 		}
 		n = m.val
 	}
+}
+
+// shorthandKey returns, when keys[i] names a setting that may be written
+// as a string short for an object, the object's key the string stands
+// for: a strategy's name, an onExhausted action, a re-drive store's kind.
+func shorthandKey(keys []string, i int) string {
+	k := keys[i]
+	switch {
+	case isPolicyLevel(keys, i) && strings.EqualFold(k, "strategy"):
+		return "name"
+	case isPolicyLevel(keys, i) && strings.EqualFold(k, "onExhausted"):
+		return "action"
+	case i == 1 && sectionOf(keys[0]) == sectionRedrive && strings.EqualFold(k, "store"):
+		return "kind"
+	}
+	return ""
 }
 
 // isPolicyLevel reports whether keys[i] is a key of a policy object:

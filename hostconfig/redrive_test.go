@@ -79,10 +79,12 @@ func TestRedriveDefaults(t *testing.T) {
 	if cfg, _ := noEnv.Parse("host.json", []byte(`{}`)); cfg.Redrive != nil {
 		t.Fatal("Redrive set without a section")
 	}
+	// store=postgres is short for store__kind=postgres, so a connection
+	// beside it completes it.
 	cfg, err = withEnv("AzureFunctionsJobHost__redrive__interval=00:00:30", "AzureFunctionsJobHost__redrive__store=postgres",
 		"AzureFunctionsJobHost__redrive__store__connection=PGURL").Parse("host.json", []byte(`{"redrive": {"store": "sqlite"}}`))
-	if err == nil {
-		t.Fatalf("conflicting overrides accepted: %+v", cfg.Redrive)
+	if err != nil || cfg.Redrive.Store.Kind != "postgres" || cfg.Redrive.Store.Connection != "PGURL" {
+		t.Fatalf("environment overrides: %+v, %v", cfg.Redrive, err)
 	}
 	cfg, err = withEnv("AzureFunctionsJobHost__redrive__interval=00:00:30", "AzureFunctionsJobHost__redrive__store__kind=postgres",
 		"AzureFunctionsJobHost__redrive__store__connection=PGURL").Parse("host.json", []byte(`{"redrive": {"store": {"kind": "sqlite"}}}`))
