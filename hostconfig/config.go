@@ -46,11 +46,13 @@ type Config struct {
 	// page answers to besides its defaults; nil when the file has none.
 	StatusPage *StatusPage
 
-	// Warnings lists what was read but is not in force, such as a retry
-	// section that checkpointRetryPolicy overrides, a section name that
-	// looks like a misspelt one of ours, or an environment variable that
-	// looks like an override but is not one. Print or log them: nothing
-	// else reports them (see [Load]).
+	// Warnings lists what was read but is not in force as written, such
+	// as a retry section that checkpointRetryPolicy overrides, a section
+	// name that looks like a misspelt one of ours, an environment variable
+	// that looks like an override but is not one, a policy for a function
+	// whose name is almost a trigger's, or a maxRetryTime that ends the
+	// retries before the first one starts. Print or log them: nothing else
+	// reports them (see [Load]).
 	Warnings []string
 
 	// Triggers holds the triggers section: what starts each function of a

@@ -267,6 +267,7 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 		p := d.policy(n, f, "")
 		host = &p
 		d.setSettings("", d.settingsOf(f, policyFields, nil))
+		d.effect(n, p, f, f)
 	}
 	if fm == nil {
 		return host, nil
@@ -303,6 +304,7 @@ func (d *decoder) checkpointPolicy(n *node) (*RetryPolicy, map[string]RetryPolic
 			eff[k] = v
 		}
 		fns[m.key] = d.policy(m.val, eff, " (set it here or in "+sectionPolicy+")")
+		d.effect(m.val, fns[m.key], eff, own)
 		d.keys = append(d.keys, functionKey{name: m.key, policy: true, at: d.keyAt(m, m.val.path)})
 		inherited := map[*member]bool{}
 		for k, v := range eff {
@@ -349,6 +351,38 @@ func (d *decoder) policy(n *node, f map[string]*member, inherit string) RetryPol
 		p.OnExhausted = d.exhaustion(m.val)
 	}
 	return p
+}
+
+// effect warns about settings of the valid policy p, decoded from the
+// object n with the fields f, that load but cannot take effect as
+// written: a time budget that ends the retries before the first one, a
+// maxDelay below every delay. A function's policy is warned about only
+// when own, its own fields, sets one of the settings involved: otherwise
+// the warning about the host-wide policy says it.
+func (d *decoder) effect(n *node, p RetryPolicy, f, own map[string]*member) {
+	cp, err := p.Policy()
+	if err != nil || p.RetryCount == 0 {
+		return
+	}
+	sets := func(keys ...string) bool {
+		for _, k := range keys {
+			if own[k] != nil {
+				return true
+			}
+		}
+		return false
+	}
+	delay := []string{"retryCount", "sleepDuration", "strategy"}
+	if allowed, _ := budgetRetries(cp); allowed == 0 && sets(append(delay, "maxRetryTime")...) {
+		d.warn(n, "%s: maxRetryTime %v (%s) is not longer than the first retry's delay (%s): no retry ever starts, so a failed batch is given up at once",
+			n.path, show(p.MaxRetryTime), d.pos(f["maxRetryTime"].val), shortest(cp))
+	}
+	uncapped := cp
+	uncapped.MaxDelay = 0
+	if first := uncapped.Delay(1, 0, lowDraw); p.MaxDelay > 0 && first > p.MaxDelay && sets(append(delay, "maxDelay")...) {
+		d.warn(n, "%s: maxDelay %v (%s) is below the first retry's delay (%v), so every delay is %v",
+			n.path, show(p.MaxDelay), d.pos(f["maxDelay"].val), show(first), show(p.MaxDelay))
+	}
 }
 
 func (d *decoder) retryCount(n *node) int { return d.retryCountOf(n, false) }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,7 +75,9 @@ func explainSettings(settings []Setting) string {
 
 // Explain describes the policy in words: its limits, its delays, the delays
 // before its first retries, its worst-case total waiting time and what
-// happens once retries are spent. For a strategy that draws random numbers,
+// happens once retries are spent. When maxRetryTime ends the retries
+// before retryCount does, even with every delay at its shortest, it says
+// how many can start at most, and lists only those. For a strategy that draws random numbers,
 // each delay is shown as the range between the lowest and the highest draw,
 // and the worst case takes every draw at the upper end of its range. The
 // handler's own run time is never included.
@@ -89,18 +92,23 @@ func (p *RetryPolicy) Explain() string {
 		fmt.Fprintf(&b, "invalid: %v\n", err)
 		return b.String()
 	}
-	switch p.RetryCount {
-	case 0:
+	allowed, cut := budgetRetries(cp)
+	switch {
+	case p.RetryCount == 0:
 		b.WriteString("never retries a failed batch.\n")
-	case checkpoint.Infinite:
+	case allowed == 0:
+		fmt.Fprintf(&b, "never retries a failed batch: the first retry would wait %s, and no retry starts %v or more after the first failure (maxRetryTime), so retryCount (%s) is never used.\n",
+			shortest(cp), show(p.MaxRetryTime), countText(p.RetryCount))
+	case cut:
+		fmt.Fprintf(&b, "retries a failed batch at most %s (at most %s deliveries): retryCount (%s) allows more, but no more retries start before maxRetryTime (%v) ends them.\n",
+			times(allowed), deliveries(allowed), countText(p.RetryCount), show(p.MaxRetryTime))
+	case p.RetryCount == checkpoint.Infinite:
 		b.WriteString("retries a failed batch without limit of count.\n")
-	case 1:
-		b.WriteString("retries a failed batch once (at most 2 deliveries).\n")
 	default:
-		fmt.Fprintf(&b, "retries a failed batch up to %d times (at most %d deliveries).\n", p.RetryCount, p.RetryCount+1)
+		fmt.Fprintf(&b, "retries a failed batch %s (at most %s deliveries).\n", upTo(p.RetryCount), deliveries(p.RetryCount))
 	}
 	def := lookupStrategy(p.Strategy.Name)
-	if p.RetryCount != 0 {
+	if p.RetryCount != 0 && allowed != 0 {
 		fmt.Fprintf(&b, "It %s (strategy %s).\n", def.describe(p.Strategy), def.name)
 		if p.MaxDelay > 0 {
 			fmt.Fprintf(&b, "No delay is longer than %v.\n", show(p.MaxDelay))
@@ -118,7 +126,7 @@ func (p *RetryPolicy) Explain() string {
 		if def.upper != nil {
 			hi.Backoff = def.upper(p.Strategy)
 		}
-		b.WriteString(firstDelays(cp, hi, def.random))
+		b.WriteString(firstDelays(cp, hi, def.random, allowed))
 		b.WriteString(worstCase(hi, def.random).String())
 	}
 	switch p.OnExhausted.Action {
@@ -134,14 +142,77 @@ func (p *RetryPolicy) Explain() string {
 	return b.String()
 }
 
-// firstDelays lists the delays before the first retries: those of cp, or
-// for a random strategy, the range from those of cp with every draw at 0 to
-// those of hi with every draw near 1.
-func firstDelays(cp, hi checkpoint.Policy, random bool) string {
-	high := hi.Schedule(shownDelays, highDraw)
+// budgetRetries returns how many retries of cp can start before its
+// retry time budget ends them, when every delay is at its shortest and
+// the handler takes no time: no more ever start. cut reports that the
+// budget ends them before the retry count does. Without a budget, or when
+// the budget allows more retries than can be counted, it returns
+// cp.MaxRetries and false.
+func budgetRetries(cp checkpoint.Policy) (n int, cut bool) {
+	if cp.MaxRetryTime <= 0 || cp.MaxRetries == 0 {
+		return cp.MaxRetries, false
+	}
+	var sum, prev time.Duration
+	for n := 1; cp.MaxRetries == checkpoint.Infinite || n <= cp.MaxRetries; n++ {
+		if n > maxSteps {
+			break
+		}
+		prev = cp.Delay(n, prev, lowDraw)
+		if sum = add(sum, prev); sum >= cp.MaxRetryTime {
+			return n - 1, true
+		}
+	}
+	return cp.MaxRetries, false
+}
+
+// shortest says how long cp's first retry waits at the least.
+func shortest(cp checkpoint.Policy) string {
+	d := cp.Delay(1, 0, lowDraw)
+	if hi := cp.Delay(1, 0, highDraw); hi != d {
+		return fmt.Sprintf("at least %v", show(d))
+	}
+	return show(d).String()
+}
+
+// countText writes a retryCount: a number, and for -1, what it means.
+func countText(n int) string {
+	if n == checkpoint.Infinite {
+		return "-1, no limit"
+	}
+	return fmt.Sprint(n)
+}
+
+// times says "once" or "N times".
+func times(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("%d times", n)
+}
+
+// upTo says "once" or "up to N times".
+func upTo(n int) string {
+	if n == 1 {
+		return "once"
+	}
+	return fmt.Sprintf("up to %d times", n)
+}
+
+// deliveries returns n+1, the deliveries of n retries, without overflow.
+func deliveries(n int) string { return strconv.FormatUint(uint64(n)+1, 10) }
+
+// firstDelays lists the delays before the first retries, at most n of
+// them: those of cp, or for a random strategy, the range from those of cp
+// with every draw at 0 to those of hi with every draw near 1.
+func firstDelays(cp, hi checkpoint.Policy, random bool, n int) string {
+	shown := shownDelays
+	if n != checkpoint.Infinite {
+		shown = min(shown, n)
+	}
+	high := hi.Schedule(shown, highDraw)
 	words := make([]string, len(high))
 	if random {
-		low := cp.Schedule(shownDelays, lowDraw)
+		low := cp.Schedule(shown, lowDraw)
 		for i := range high {
 			words[i] = show(low[i]).String() + ".." + show(high[i]).String()
 		}
@@ -151,7 +222,7 @@ func firstDelays(cp, hi checkpoint.Policy, random bool) string {
 		}
 	}
 	s := "First retry delays: " + strings.Join(words, ", ")
-	if cp.MaxRetries == checkpoint.Infinite || cp.MaxRetries > shownDelays {
+	if n == checkpoint.Infinite || n > shownDelays {
 		s += ", ..."
 	}
 	if random {

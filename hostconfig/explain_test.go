@@ -39,11 +39,11 @@ func TestExplainJitterBudgetFunctionsWarnings(t *testing.T) {
   },
   "retry": {"strategy": "fixedDelay", "maxRetryCount": 1, "delayInterval": "1s"},
 }`)
-	want := `checkpointRetryPolicy (host.json:2:28): retries a failed batch up to 20 times (at most 21 deliveries).
+	want := `checkpointRetryPolicy (host.json:2:28): retries a failed batch at most 9 times (at most 10 deliveries): retryCount (20) allows more, but no more retries start before maxRetryTime (5m0s) ends them.
 It waits 1s * 2^(n-1) before retry n, lengthened at random by up to 10% (strategy exponentialJitter).
 No delay is longer than 1m0s.
 No retry starts 5m0s or more after the batch's first failure.
-First retry delays: 1s..1.1s, 2s..2.2s, 4s..4.4s, 8s..8.8s, 16s..17.6s, 32s..35.2s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s, ... (random within each range).
+First retry delays: 1s..1.1s, 2s..2.2s, 4s..4.4s, 8s..8.8s, 16s..17.6s, 32s..35.2s, 1m0s..1m0s, 1m0s..1m0s, 1m0s..1m0s (random within each range).
 Worst case, every random draw at its upper end: 4m9.3s of waiting over 9 retries, when the retry time budget of 5m0s ends them (the handler's run time not included).
 Then the batch is skipped: the checkpoint advances past it.
 Values: maxDelay from host.json:5:17; maxRetryTime from host.json:6:21; retryCount from host.json:3:19; strategy.initialDelay from host.json:4:63; strategy.jitterPercent from host.json:4:86; strategy.name from host.json:4:26; anything else is a default.
@@ -106,6 +106,46 @@ func TestExplainBounds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := explain(t, tc.doc); !strings.Contains(got, tc.want) {
 				t.Errorf("Explain =\n%s\nwant it to contain\n%s", got, tc.want)
+			}
+		})
+	}
+}
+
+// Explain says what will happen: a time budget shorter than the first
+// delay means no retry at all, a budget that ends the retries before the
+// count does bounds the count and the delays listed, and the largest
+// retry count is counted without overflow.
+func TestExplainWhatHappens(t *testing.T) {
+	for _, tc := range []struct {
+		name, doc, want string
+	}{
+		{"budget below the first delay", `{"checkpointRetryPolicy": {"retryCount": 10, "sleepDuration": "00:00:05", "maxRetryTime": "00:00:01"}}`,
+			`checkpointRetryPolicy (host.json:1:27): never retries a failed batch: the first retry would wait 5s, and no retry starts 1s or more after the first failure (maxRetryTime), so retryCount (10) is never used.
+Then the batch is skipped: the checkpoint advances past it.
+`},
+		{"budget equal to the first delay, random", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": {"name": "exponentialJitter", "initialDelay": "2s"}, "maxRetryTime": "2s"}}`,
+			`checkpointRetryPolicy (host.json:1:27): never retries a failed batch: the first retry would wait at least 2s, and no retry starts 2s or more after the first failure (maxRetryTime), so retryCount (-1, no limit) is never used.
+Then the batch is skipped: the checkpoint advances past it.
+`},
+		{"budget that ends the retries", `{"checkpointRetryPolicy": {"retryCount": 10, "sleepDuration": "00:00:05", "maxRetryTime": "00:00:12"}}`,
+			`checkpointRetryPolicy (host.json:1:27): retries a failed batch at most 2 times (at most 3 deliveries): retryCount (10) allows more, but no more retries start before maxRetryTime (12s) ends them.
+It waits 5s before each retry (strategy fixed).
+No retry starts 12s or more after the batch's first failure.
+First retry delays: 5s, 5s.
+Worst case: 10s of waiting over 2 retries, when the retry time budget of 12s ends them (the handler's run time not included).
+Then the batch is skipped: the checkpoint advances past it.
+`},
+		{"budget that allows one retry", `{"checkpointRetryPolicy": {"retryCount": -1, "sleepDuration": "00:00:05", "maxRetryTime": "00:00:06"}}`,
+			`checkpointRetryPolicy (host.json:1:27): retries a failed batch at most once (at most 2 deliveries): retryCount (-1, no limit) allows more, but no more retries start before maxRetryTime (6s) ends them.`},
+		{"budget beyond the count", `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "00:00:05", "maxRetryTime": "00:01:00"}}`,
+			`checkpointRetryPolicy (host.json:1:27): retries a failed batch up to 3 times (at most 4 deliveries).`},
+		{"largest count", `{"checkpointRetryPolicy": {"retryCount": 9223372036854775807, "strategy": "immediate"}}`,
+			`checkpointRetryPolicy (host.json:1:27): retries a failed batch up to 9223372036854775807 times (at most 9223372036854775808 deliveries).`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := explain(t, tc.doc)
+			if !strings.HasPrefix(got, tc.want) {
+				t.Errorf("Explain =\n%s\nwant it to start with\n%s", got, tc.want)
 			}
 		})
 	}

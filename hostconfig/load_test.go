@@ -451,6 +451,17 @@ func TestWarnings(t *testing.T) {
 		{"retries", `{"retrys": {}}`, []string{
 			`host.json:1:12: "retrys" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
 		{"Azure sections are quiet", `{"functions": ["a"], "http": {}, "queues": {}, "logging": {}}`, nil},
+		// Settings that load but cannot take effect as written.
+		{"time budget below the first delay", `{"checkpointRetryPolicy": {"retryCount": 10, "sleepDuration": "00:00:05", "maxRetryTime": "00:00:01",
+  "functions": {"a": {"onExhausted": "stop"}, "b": {"sleepDuration": "00:00:10"}, "c": {"sleepDuration": "100ms"}}}}`, []string{
+			`host.json:1:27: checkpointRetryPolicy: maxRetryTime 1s (host.json:1:91) is not longer than the first retry's delay (5s): no retry ever starts, so a failed batch is given up at once`,
+			`host.json:2:52: checkpointRetryPolicy.functions.b: maxRetryTime 1s (host.json:1:91) is not longer than the first retry's delay (10s): no retry ever starts, so a failed batch is given up at once`}},
+		{"time budget below a random first delay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "decorrelatedJitter", "initialDelay": "2s"}, "maxRetryTime": "1s"}}`, []string{
+			`host.json:1:27: checkpointRetryPolicy: maxRetryTime 1s (host.json:1:127) is not longer than the first retry's delay (at least 2s): no retry ever starts, so a failed batch is given up at once`}},
+		{"time budget with a random first delay that may be short", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "random", "initialDelay": "2s"}, "maxRetryTime": "1s"}}`, nil},
+		{"maxDelay below the first delay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "exponential", "initialDelay": "00:01:00"}, "maxDelay": "00:00:30"}}`, []string{
+			`host.json:1:27: checkpointRetryPolicy: maxDelay 30s (host.json:1:122) is below the first retry's delay (1m0s), so every delay is 30s`}},
+		{"no warning without retries", `{"checkpointRetryPolicy": {"retryCount": 0, "sleepDuration": "00:00:05", "maxRetryTime": "00:00:01", "maxDelay": "1s"}}`, nil},
 		{"other sections are quiet", `{"aggregator": {}, "retries": {}, "version": "2.0", "extensionBundle": {}}`, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
