@@ -32,7 +32,7 @@ func (h *Host) franzConsumer(f *function, proc *stream.Processor, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	f.close = c.Close
+	f.close = func() { _ = c.Close() }
 	return c.Run, nil
 }
 
@@ -55,7 +55,7 @@ func (h *Host) shareConsumer(f *function, proc *stream.Processor, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	f.close = c.Close
+	f.close = func() { _ = c.Close() }
 	return c.Run, nil
 }
 
@@ -77,6 +77,6 @@ func (h *Host) kafkaGoConsumer(f *function, proc *stream.Processor, log *slog.Lo
 	if err != nil {
 		return nil, err
 	}
-	f.close = c.Close
+	f.close = func() { _ = c.Close() }
 	return c.Run, nil
 }

@@ -219,7 +219,6 @@ func TestCommitsCoalesce(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	defer forgetGroup(cl)
 
 	var (
 		reqs    = make(chan *kmsg.OffsetCommitRequest, 10)

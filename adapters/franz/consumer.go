@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -20,6 +20,9 @@ const defaultFetchMaxWait = 500 * time.Millisecond
 
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("franz: consumer closed")
+
+// errNotMade is what the methods of a Consumer not made by New return.
+var errNotMade = errors.New("franz: the Consumer was not made by franz.New: build it with franz.New(proc, options...)")
 
 // errClientClosed is the error Run returns when the client was closed under
 // it.
@@ -41,6 +44,7 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
 	client        *kgo.Client
+	clientSet     bool
 	kopts         []kgo.Opt
 	kset          bool
 	maxBatch      int
@@ -71,7 +75,7 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // its partitions stay assigned to it. A client serves one Consumer, once. It
 // cannot be combined with [WithKgoOptions].
 func WithClient(cl *kgo.Client) Option {
-	return optionFunc(func(c *config) { c.client = cl })
+	return optionFunc(func(c *config) { c.client, c.clientSet = cl, true })
 }
 
 // WithKgoOptions makes the consumer build its own client from opts, which
@@ -142,7 +146,10 @@ func WithPublisher(pub *Publisher) Option {
 // context cancelled, then waited for) when the partition is revoked or lost
 // or the consumer stops.
 //
-// A Consumer is safe for concurrent use. [Consumer.Run] may be called once.
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
+// [Consumer.Close] may be called from anywhere, a handler included. Its
+// zero value is not usable: its methods return an error that says to call
+// [New].
 type Consumer struct {
 	proc   *stream.Processor
 	cl     *kgo.Client
@@ -151,13 +158,9 @@ type Consumer struct {
 	log    *slog.Logger
 	cfg    config
 	commit *committer
+	life   *lifecycle.Life
 
-	started   atomic.Bool
-	mu        sync.Mutex
-	closed    bool
-	runCancel context.CancelCauseFunc
-	runDone   chan struct{}
-	closeCl   sync.Once
+	closeCl sync.Once
 }
 
 // New returns a Consumer that runs proc over the partitions of a franz-go
@@ -170,8 +173,16 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		return nil, errors.New("franz: nil processor")
 	}
 	cfg := config{maxBatch: 500, bufferBytes: 16 << 20, commitTimeout: 10 * time.Second}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("franz: option %d of New is nil", i+1)
+		}
 		o.apply(&cfg)
+	}
+	for i, o := range cfg.kopts {
+		if o == nil {
+			return nil, fmt.Errorf("franz: WithKgoOptions: kgo option %d is nil", i+1)
+		}
 	}
 	switch {
 	case cfg.maxBatch < 1:
@@ -182,6 +193,8 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.maxWait)
 	case cfg.commitTimeout <= 0:
 		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.commitTimeout)
+	case cfg.clientSet && cfg.client == nil:
+		return nil, errors.New("franz: WithClient(nil): give a client built with franz.ClientOptions(), or use WithKgoOptions")
 	case cfg.client != nil && cfg.kset:
 		return nil, errors.New("franz: both WithClient and WithKgoOptions given")
 	case cfg.client == nil && !cfg.kset:
@@ -196,12 +209,13 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if log == nil {
 		log = proc.Logger()
 	}
-	c := &Consumer{proc: proc, cfg: cfg, log: log, runDone: make(chan struct{})}
+	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
 	if cfg.client != nil {
-		if err := checkClient(cfg.client); err != nil {
+		g, err := checkClient(cfg.client)
+		if err != nil {
 			return nil, err
 		}
-		c.cl = cfg.client
+		c.cl, c.g = cfg.client, g
 	} else {
 		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait)}, cfg.kopts...)
 		if err := checkOpts(kopts); err != nil {
@@ -212,11 +226,12 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("franz: %w", err)
 		}
-		if err := checkClient(cl); err != nil {
+		g, err := checkClient(cl)
+		if err != nil {
 			cl.Close()
 			return nil, err
 		}
-		c.cl, c.owned = cl, true
+		c.cl, c.g, c.owned = cl, g, true
 	}
 	fail := func(err error) (*Consumer, error) {
 		if c.owned {
@@ -229,7 +244,6 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 			return fail(err)
 		}
 	}
-	c.g = groupFor(c.cl)
 	if err := c.g.bind(c); err != nil {
 		return fail(err)
 	}
@@ -239,7 +253,12 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 
 // Client returns the consumer's franz-go client, for producing, admin
 // requests or inspection. Do not poll it or commit with it.
-func (c *Consumer) Client() *kgo.Client { return c.cl }
+func (c *Consumer) Client() *kgo.Client {
+	if c == nil {
+		return nil
+	}
+	return c.cl
+}
 
 // Run polls the client and runs a worker per assigned partition until ctx is
 // done, [Consumer.Close] is called, the client is closed, or a worker fails.
@@ -252,71 +271,68 @@ func (c *Consumer) Client() *kgo.Client { return c.cl }
 // returns [ErrClosed] when Close was called before it. It may be called
 // once.
 func (c *Consumer) Run(ctx context.Context) error {
-	if !c.started.CompareAndSwap(false, true) {
-		return errors.New("franz: Run called more than once")
+	if c == nil || c.life == nil {
+		return errNotMade
 	}
-	defer close(c.runDone)
-	parent := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrClosed
+	err := c.life.Run(ctx, c.run)
+	if errors.Is(err, ErrClosed) && c.owned {
+		c.closeClient() // Close came first, maybe from a callback of the client
 	}
-	c.runCancel = cancel
-	c.mu.Unlock()
+	return err
+}
 
+func (c *Consumer) run(ctx context.Context) error {
 	c.commit.start()
-	c.g.start(ctx, cancel)
-	c.poll(ctx, cancel)
-	err := context.Cause(ctx)
-	c.g.stop(err)
+	c.g.start(ctx, c.life.Fail)
+	c.poll(ctx)
+	cause := context.Cause(ctx)
+	c.g.stop(cause)
 	c.commit.stop()
 	c.cl.AllowRebalance()
 	if c.owned {
 		c.closeClient()
 	}
-	c.log.Info("redeliver: consumer stopped", "cause", err)
-	if parent.Err() != nil || errors.Is(err, ErrClosed) {
-		return nil // a clean shutdown
-	}
-	return err
+	c.log.Info("redeliver: consumer stopped", "cause", cause)
+	return nil
 }
 
 // Close stops [Consumer.Run] if it runs and waits for it to return, and
 // closes a client the consumer owns. A client given with [WithClient] stays
-// open. Close is idempotent.
-func (c *Consumer) Close() {
-	c.mu.Lock()
-	c.closed = true
-	cancel := c.runCancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel(ErrClosed)
-		<-c.runDone
+// open. Close is idempotent and may be called from anywhere: called from a
+// goroutine Run waits for (a handler, a hook of the processor, the
+// WithOnAssigned function), it stops Run and returns without waiting for
+// it, and Run closes an owned client when it returns. It returns an error
+// only for a Consumer not made by [New].
+func (c *Consumer) Close() error {
+	if c == nil || c.life == nil {
+		return errNotMade
 	}
+	inside := c.life.Close()
 	if c.owned {
-		c.closeClient()
+		if inside {
+			// From a callback of the client or a goroutine Run waits
+			// for: the client's Close would wait for it.
+			go c.closeClient()
+		} else {
+			c.closeClient()
+		}
 	}
+	return nil
 }
 
 func (c *Consumer) closeClient() {
-	c.closeCl.Do(func() {
-		c.cl.Close()
-		forgetGroup(c.cl)
-	})
+	c.closeCl.Do(c.cl.Close)
 }
 
 // poll is the poll loop: it hands every polled record to its partition's
 // claim and allows rebalances after each poll, so the group's callbacks run
 // between polls, never while a poll's records are being handed out.
-func (c *Consumer) poll(ctx context.Context, cancel context.CancelCauseFunc) {
+func (c *Consumer) poll(ctx context.Context) {
 	for ctx.Err() == nil {
 		c.g.throttle(ctx)
 		fetches := c.cl.PollFetches(ctx)
 		if fetches.IsClientClosed() {
-			cancel(errClientClosed)
+			c.life.Fail(errClientClosed)
 			c.cl.AllowRebalance()
 			return
 		}

@@ -57,5 +57,7 @@
 //		log.Fatal(err)
 //	}
 //
-// exits 0 on Ctrl-C.
+// exits 0 on Ctrl-C. [Consumer.Close] may be called from anywhere, a
+// handler, a hook or the WithOnAssigned function included: from there it
+// stops Run without waiting for it, since Run waits for them.
 package franz

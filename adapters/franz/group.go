@@ -14,6 +14,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 )
 
 // ClientOptions returns the kgo options a client needs to serve a
@@ -26,16 +28,20 @@ import (
 //
 //	cl, err := kgo.NewClient(append(opts, franz.ClientOptions()...)...)
 //
-// A client built with them is bound to the first Consumer given it with
+// Call it for each client: the callbacks it returns serve one client. A
+// client built with them is bound to the first Consumer given it with
 // [WithClient]; partitions assigned before that wait for [Consumer.Run].
+// The adapter keeps no state outside the client and the Consumer: both are
+// freed once neither is referenced.
 func ClientOptions() []kgo.Opt {
+	g := &group{claims: make(map[tp]*claim), wakeup: make(chan struct{}, 1)}
 	return []kgo.Opt{
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
-		kgo.OnOffsetsFetched(onFetched),
-		kgo.OnPartitionsAssigned(onAssigned),
-		kgo.OnPartitionsRevoked(onRevoked),
-		kgo.OnPartitionsLost(onLost),
+		kgo.OnOffsetsFetched(g.onFetched),
+		kgo.OnPartitionsAssigned(g.onAssigned),
+		kgo.OnPartitionsRevoked(g.onRevoked),
+		kgo.OnPartitionsLost(g.onLost),
 	}
 }
 
@@ -59,84 +65,94 @@ func checkOpts(opts []kgo.Opt) error {
 }
 
 // checkClient reports whether cl was built with ClientOptions and has
-// something to consume.
-func checkClient(cl *kgo.Client) error {
+// something to consume, and returns the group state ClientOptions made
+// for it.
+func checkClient(cl *kgo.Client) (*group, error) {
 	if g, _ := cl.OptValue(kgo.ConsumerGroup).(string); g == "" {
-		return errors.New("franz: no consumer group: add kgo.ConsumerGroup(name) to the client's options")
+		return nil, errors.New("franz: no consumer group: add kgo.ConsumerGroup(name) to the client's options")
 	}
 	if topics, _ := cl.OptValue(kgo.ConsumeTopics).(map[string]*regexp.Regexp); len(topics) == 0 {
-		return errors.New("franz: the client consumes no topic: add kgo.ConsumeTopics(topic, ...) to its options (Run would wait for an assignment that never comes)")
+		return nil, errors.New("franz: the client consumes no topic: add kgo.ConsumeTopics(topic, ...) to its options (Run would wait for an assignment that never comes)")
 	}
 	if off, _ := cl.OptValue(kgo.DisableAutoCommit).(bool); !off {
-		return errors.New("franz: the client autocommits: build it with franz.ClientOptions() last")
+		return nil, errors.New("franz: the client autocommits: build it with franz.ClientOptions() last")
 	}
 	if b, _ := cl.OptValue(kgo.BlockRebalanceOnPoll).(bool); !b {
-		return errors.New("franz: the client does not block rebalances on poll: build it with franz.ClientOptions() last")
+		return nil, errors.New("franz: the client does not block rebalances on poll: build it with franz.ClientOptions() last")
 	}
-	fn := cl.OptValue(kgo.OnOffsetsFetched)
-	if fn == nil || reflect.ValueOf(fn).Pointer() != reflect.ValueOf(onFetched).Pointer() {
-		return errors.New("franz: the client has another OnOffsetsFetched: build it with franz.ClientOptions() last")
+	g := groupOf(cl)
+	if g == nil {
+		return nil, errors.New("franz: the client has another OnOffsetsFetched: build it with franz.ClientOptions() last")
 	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.cl == nil {
+		g.cl = cl
+	}
+	if g.cl != cl {
+		return nil, errors.New("franz: the client was built with the franz.ClientOptions() of another client: call ClientOptions for each client")
+	}
+	return g, nil
+}
+
+// probeKey marks the context with which groupOf calls a client's
+// OnOffsetsFetched: the callback then answers with its group instead.
+type probeKey struct{}
+
+// groupOf returns the group whose callbacks cl was built with, or nil when
+// its OnOffsetsFetched is not one of ClientOptions.
+func groupOf(cl *kgo.Client) *group {
+	fn, ok := cl.OptValue(kgo.OnOffsetsFetched).(func(context.Context, *kgo.Client, *kmsg.OffsetFetchResponse) error)
+	if !ok || fn == nil || reflect.ValueOf(fn).Pointer() != reflect.ValueOf((&group{}).onFetched).Pointer() {
+		return nil
+	}
+	var g *group
+	_ = fn(context.WithValue(context.Background(), probeKey{}, &g), nil, nil)
+	return g
+}
+
+func (g *group) onFetched(ctx context.Context, cl *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
+	if p, ok := ctx.Value(probeKey{}).(**group); ok {
+		*p = g
+		return nil
+	}
+	g.setClient(cl)
+	g.fetched(resp)
 	return nil
 }
 
-// groups maps each client built with ClientOptions to its group state. The
-// callbacks find their state through the client they are given; an entry is
-// made by the first callback or by New, whichever comes first, since a
-// client may be assigned partitions before it is given to New.
-var groups sync.Map // *kgo.Client -> *group
-
-func groupFor(cl *kgo.Client) *group {
-	if g, ok := groups.Load(cl); ok {
-		return g.(*group)
+func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
+	g.setClient(cl)
+	g.assigned()
+	g.mu.Lock()
+	c := g.c
+	if c == nil {
+		// The client joins as soon as it is built, which can be before
+		// its Consumer is bound: keep the assignment for it.
+		g.early, g.hasEarly = assigned, true
 	}
-	g, _ := groups.LoadOrStore(cl, &group{cl: cl, claims: make(map[tp]*claim), wakeup: make(chan struct{}, 1)})
-	return g.(*group)
-}
-
-func lookupGroup(cl *kgo.Client) *group {
-	if g, ok := groups.Load(cl); ok {
-		return g.(*group)
-	}
-	return nil
-}
-
-func forgetGroup(cl *kgo.Client) { groups.Delete(cl) }
-
-func onFetched(_ context.Context, cl *kgo.Client, resp *kmsg.OffsetFetchResponse) error {
-	groupFor(cl).fetched(resp)
-	return nil
-}
-
-func onAssigned(_ context.Context, cl *kgo.Client, assigned map[string][]int32) {
-	// groupFor, not lookupGroup: franz-go calls this before it fetches the
-	// offsets, and New may not have run yet.
-	if g := groupFor(cl); g != nil {
-		g.assigned()
-		g.mu.Lock()
-		c := g.c
-		if c == nil {
-			// The client joins as soon as it is built, which can be
-			// before its Consumer is bound: keep the assignment for it.
-			g.early, g.hasEarly = assigned, true
-		}
-		g.mu.Unlock()
-		if c != nil && c.cfg.onAssigned != nil {
-			c.cfg.onAssigned(assigned)
-		}
+	g.mu.Unlock()
+	if c != nil && c.cfg.onAssigned != nil {
+		lifecycle.Inside(func() { c.cfg.onAssigned(assigned) })
 	}
 }
 
-func onRevoked(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
-	if g := lookupGroup(cl); g != nil {
-		g.end(lost, nil)
-	}
+func (g *group) onRevoked(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	g.end(lost, nil)
 }
 
-func onLost(_ context.Context, cl *kgo.Client, lost map[string][]int32) {
-	if g := lookupGroup(cl); g != nil {
-		g.end(lost, errLost)
+func (g *group) onLost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	g.end(lost, errLost)
+}
+
+// setClient notes the client whose callbacks g serves: the first callback
+// may come before New.
+func (g *group) setClient(cl *kgo.Client) {
+	g.mu.Lock()
+	if g.cl == nil {
+		g.cl = cl
 	}
+	g.mu.Unlock()
 }
 
 // tp names a partition.
@@ -148,16 +164,15 @@ type tp struct {
 // group is the assignment state of one client: its claims, and the
 // consumer and run that start their workers.
 type group struct {
-	cl *kgo.Client
-
 	mu       sync.Mutex
+	cl       *kgo.Client // set by the first callback or by New, then fixed
 	c        *Consumer
 	early    map[string][]int32 // an assignment made before c was bound
 	hasEarly bool
 	claims   map[tp]*claim
 	running  bool
 	runCtx   context.Context
-	fail     context.CancelCauseFunc
+	fail     func(error)
 	wg       sync.WaitGroup
 
 	nfull  atomic.Int32  // claims whose buffer is full
@@ -178,7 +193,8 @@ func (g *group) bind(c *Consumer) error {
 	g.early, g.hasEarly = nil, false
 	g.mu.Unlock()
 	if hasEarly && c.cfg.onAssigned != nil {
-		c.cfg.onAssigned(early) // WithOnAssigned hears of an assignment made before New returned
+		// WithOnAssigned hears of an assignment made before New returned.
+		lifecycle.Inside(func() { c.cfg.onAssigned(early) })
 	}
 	return nil
 }
@@ -294,7 +310,7 @@ func causeOr(cause error) error {
 // start starts a worker for every claim, and for every claim made from now
 // until stop, each in a context derived from ctx. A worker that fails calls
 // fail.
-func (g *group) start(ctx context.Context, fail context.CancelCauseFunc) {
+func (g *group) start(ctx context.Context, fail func(error)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.running, g.runCtx, g.fail = true, ctx, fail
@@ -334,7 +350,7 @@ func (g *group) startLocked(cl *claim) {
 	ctx, cancel := context.WithCancelCause(g.runCtx)
 	cl.begin(ctx, cancel, c)
 	g.wg.Add(1)
-	go func() {
+	go lifecycle.Inside(func() {
 		defer g.wg.Done()
 		defer cl.finish()
 		err := c.proc.Process(ctx, cl)
@@ -343,7 +359,7 @@ func (g *group) startLocked(cl *claim) {
 			c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
 			g.fail(err)
 		}
-	}()
+	})
 }
 
 // logger returns the bound consumer's logger or nil; g.mu is held.

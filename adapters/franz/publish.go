@@ -50,6 +50,9 @@ func (p *Publisher) bind(cl *kgo.Client) error {
 // acknowledged, or the first error. Records keep their keys, values,
 // headers and timestamps; the partition is the client's partitioner's.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	if p == nil {
+		return errors.New("franz: nil *Publisher: build it with NewPublisher(client), or new(franz.Publisher) given to franz.New with WithPublisher")
+	}
 	cl := p.cl.Load()
 	if cl == nil {
 		return errors.New("franz: the publisher has no client: build it with NewPublisher(client), or give it to franz.New with WithPublisher")

@@ -24,7 +24,6 @@ func joinedClient(t *testing.T, kc *kfake.Cluster) *kgo.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { forgetGroup(cl) })
 	t.Cleanup(cl.Close)
 	waitFor(t, "the client joins the group", func() bool { _, gen := cl.GroupMetadata(); return gen > 0 })
 	return cl
@@ -92,7 +91,7 @@ func TestCommitWaitsForTheSessionsAssignment(t *testing.T) {
 	m := newCommitter(cl, testWait)
 	m.start()
 	defer m.stop()
-	c := newClaim(groupFor(cl), tp{"t", 0}, -1, "")
+	c := newClaim(groupOf(cl), tp{"t", 0}, -1, "")
 	c.confirm(member, gen)
 	if err := m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 5}, ""); err != nil {
 		t.Fatalf("commit in the claim's own session: %v", err)
@@ -162,7 +161,7 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 	stale := func(p int32) *claim {
 		ctx, cancel := context.WithCancelCause(context.Background())
 		t.Cleanup(func() { cancel(nil) })
-		k := newClaim(groupFor(cl), tp{"t", p}, -1, "")
+		k := newClaim(groupOf(cl), tp{"t", p}, -1, "")
 		k.begin(ctx, cancel, c)
 		k.confirm("gone-member", 1) // an older session's
 		return k
@@ -217,7 +216,7 @@ func TestOnAssignedBeforeNew(t *testing.T) {
 	}
 	defer kc.Close()
 	cl := joinedClient(t, kc)
-	g := groupFor(cl)
+	g := groupOf(cl)
 	waitFor(t, "the assignment kept for a Consumer not bound yet", func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()

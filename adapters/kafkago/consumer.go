@@ -2,6 +2,8 @@ package kafkago
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -13,6 +15,9 @@ import (
 
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = engine.ErrClosed
+
+// errNotMade is what the methods of a Consumer not made by New return.
+var errNotMade = errors.New("kafkago: the Consumer was not made by kafkago.New: build it with kafkago.New(proc, options...)")
 
 // Option configures a [Consumer].
 type Option interface{ apply(*engine.Config) }
@@ -91,21 +96,26 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // have been fetched, and stopped (its context cancelled, then waited for)
 // when the generation ends or the consumer stops.
 //
-// A Consumer is safe for concurrent use. [Consumer.Run] may be called once.
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
+// [Consumer.Close] may be called from anywhere, a handler included. Its
+// zero value is not usable: its methods return an error that says to call
+// [New].
 type Consumer struct {
 	e *engine.Consumer
 }
 
 // New returns a Consumer that runs proc over the partitions of the consumer
 // group given by [WithGroupConfig]. It returns an error, and never panics,
-// when proc is nil, the group is not given, an option is out of range, or
-// the group or fetch configuration is one kafka-go would reject.
+// when proc is nil, an option is nil, the group is not given, an option is
+// out of range, or the group or fetch configuration is one kafka-go would
+// reject.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	cfg := engine.DefaultConfig()
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&cfg)
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("kafkago: option %d of New is nil", i+1)
 		}
+		o.apply(&cfg)
 	}
 	e, err := engine.New(proc, cfg)
 	if err != nil {
@@ -123,8 +133,22 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 // deadline) or [Consumer.Close] called. Otherwise it returns the error that
 // stopped it, a worker's failure. It returns [ErrClosed] when Close was
 // called before it. It may be called once.
-func (c *Consumer) Run(ctx context.Context) error { return c.e.Run(ctx) }
+func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	return c.e.Run(ctx)
+}
 
 // Close stops [Consumer.Run] if it runs and waits for it to return. Close is
-// idempotent.
-func (c *Consumer) Close() { c.e.Close() }
+// idempotent and may be called from anywhere: called from a goroutine Run
+// waits for (a handler, a hook of the processor, the WithOnAssigned
+// function), it stops Run and returns without waiting for it. It returns
+// an error only for a Consumer not made by [New].
+func (c *Consumer) Close() error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	c.e.Close()
+	return nil
+}

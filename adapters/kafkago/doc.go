@@ -115,6 +115,9 @@
 // fetch waiting for data (up to its MaxWait, 10s by default) does not hold
 // the shutdown up. Leaving the group during a rebalance waits for kafka-go's
 // JoinGroup to return, up to the group's RebalanceTimeout.
+// [Consumer.Close] may be called from anywhere, a handler, a hook or the
+// WithOnAssigned function included: from there it stops Run without waiting
+// for it, since Run waits for them.
 //
 // Broker restarts. After the group coordinator restarts, a kafka-go
 // member takes about its RebalanceTimeout (30s by default) to join the

@@ -41,6 +41,9 @@ func NewPublisher(w *kafka.Writer) (*Publisher, error) {
 // acknowledged, or an error. Records keep their keys, values, headers and
 // timestamps; the partition is the writer's balancer's.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	if p == nil || p.w == nil {
+		return errors.New("kafkago: the Publisher was not made by NewPublisher: build it with kafkago.NewPublisher(writer)")
+	}
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {
 		m := kafka.Message{Topic: topic, Key: r.Key, Value: r.Value, Time: r.Timestamp}

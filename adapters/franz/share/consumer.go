@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -28,6 +29,9 @@ const defaultLock = 30 * time.Second
 
 // ErrClosed is what [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("share: consumer closed")
+
+// errNotMade is what the methods of a Consumer not made by New return.
+var errNotMade = errors.New("share: the Consumer was not made by share.New: build it with share.New(proc, options...)")
 
 // Option configures a [Consumer].
 type Option interface{ apply(*config) }
@@ -125,7 +129,9 @@ func WithDeliveryLimit(n int) Option { return optionFunc(func(c *config) { c.lim
 // Consumer runs a [stream.Processor]'s handler and retry contract over a
 // Kafka share group (KIP-932) through franz-go. See the package doc for what
 // happens to a record. A Consumer is safe for concurrent use; Run may be
-// called once.
+// called once; Close may be called from anywhere, a handler included. Its
+// zero value is not usable: its methods return an error that says to call
+// [New].
 type Consumer struct {
 	set   stream.Settings
 	cfg   config
@@ -137,11 +143,7 @@ type Consumer struct {
 	limit     atomic.Int64 // the broker's delivery count limit; 0 unknown
 	noRenewal atomic.Bool  // the group refuses lock renewals
 
-	started atomic.Bool
-	mu      sync.Mutex
-	closed  bool
-	cancel  context.CancelCauseFunc
-	done    chan struct{}
+	life *lifecycle.Life
 }
 
 // New returns a Consumer that runs proc's handler under proc's policy,
@@ -154,8 +156,16 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		return nil, errors.New("share: nil processor")
 	}
 	cfg := config{lanes: 4, maxHold: DefaultMaxHold, maxBatch: 500}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("share: option %d of New is nil", i+1)
+		}
 		o.apply(&cfg)
+	}
+	for i, o := range cfg.kopts {
+		if o == nil {
+			return nil, fmt.Errorf("share: WithKgoOptions: kgo option %d is nil", i+1)
+		}
 	}
 	switch {
 	case len(cfg.kopts) == 0:
@@ -174,7 +184,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	// A client built here to check the options would join the group, so
 	// Run checks them, before any lane polls.
 	set := proc.Settings()
-	c := &Consumer{set: set, cfg: cfg, log: set.Logger, done: make(chan struct{})}
+	c := &Consumer{set: set, cfg: cfg, log: set.Logger, life: lifecycle.New("share", ErrClosed)}
 	if cfg.logger != nil {
 		c.log = cfg.logger
 	}
@@ -190,20 +200,13 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 // checkpoint adapters' Run does, and otherwise the error that kept it from
 // starting. It returns [ErrClosed] when Close was called before it.
 func (c *Consumer) Run(ctx context.Context) error {
-	if !c.started.CompareAndSwap(false, true) {
-		return errors.New("share: Run called twice")
+	if c == nil || c.life == nil {
+		return errNotMade
 	}
-	defer close(c.done)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrClosed
-	}
-	ctx, cancel := context.WithCancelCause(ctx)
-	c.cancel = cancel
-	c.mu.Unlock()
-	defer cancel(nil)
+	return c.life.Run(ctx, c.run)
+}
 
+func (c *Consumer) run(ctx context.Context) error {
 	lanes := make([]*lane, c.cfg.lanes)
 	for i := range lanes {
 		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
@@ -238,10 +241,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, l := range lanes {
 		wg.Add(1)
-		go func() {
+		go lifecycle.Inside(func() {
 			defer wg.Done()
 			l.run(ctx)
-		}()
+		})
 	}
 	if c.cfg.onReady != nil {
 		c.cfg.onReady()
@@ -250,16 +253,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return nil // only ctx or Close stops the lanes: a clean shutdown
 }
 
-// Close stops Run and waits for it to return.
-func (c *Consumer) Close() {
-	c.mu.Lock()
-	c.closed = true
-	cancel := c.cancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel(ErrClosed)
-		<-c.done
+// Close stops Run and waits for it to return. Close is idempotent and may
+// be called from anywhere: called from a goroutine Run waits for (a
+// handler, a hook of the processor, an exhaustion action, the WithOnReady
+// function), it stops Run and returns without waiting for it. It returns
+// an error only for a Consumer not made by [New].
+func (c *Consumer) Close() error {
+	if c == nil || c.life == nil {
+		return errNotMade
 	}
+	c.life.Close()
+	return nil
 }
 
 // prepare applies WithResetEarliest and reads the group's lock duration,

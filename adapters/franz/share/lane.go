@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -576,7 +577,7 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 	if c.fn != nil {
 		s.open[cl] = true
 	}
-	go func() {
+	go lifecycle.Inside(func() {
 		defer cancel()
 		if c.fn != nil {
 			// A per-record handler: each record's result is applied as
@@ -600,7 +601,7 @@ func (s *settle) deliver(ctx context.Context, items []*item, now time.Time) {
 		cl.err = protect(func() error { return c.set.Handler.Handle(hctx, &cl.batch) })
 		cl.end = c.set.Clock.Now()
 		s.results <- result{cl: cl, i: -1, last: true}
-	}()
+	})
 }
 
 // protect runs f and turns a panic into a *stream.PanicError.
@@ -855,10 +856,10 @@ func (s *settle) act(ctx context.Context, it *item) {
 	b := s.one(it)
 	s.actions++
 	it.call = &call{} // marks the action as running
-	go func() {
+	go lifecycle.Inside(func() {
 		err := protect(func() error { return c.set.Exhaustion(actx, b, it.x.xerr) })
 		s.acted <- actionResult{it, err}
-	}()
+	})
 }
 
 func (s *settle) afterAction(r actionResult, now time.Time) {

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -58,12 +58,8 @@ type Consumer struct {
 	fetch     kafka.ReadBatchConfig
 	start     int64 // where a partition without a commit starts
 
-	started   atomic.Bool
-	mu        sync.Mutex
-	closed    bool
-	runCancel context.CancelCauseFunc
-	runDone   chan struct{}
-	wg        sync.WaitGroup // every goroutine Run starts
+	life *lifecycle.Life
+	wg   sync.WaitGroup // every goroutine Run starts
 }
 
 // New returns a Consumer that runs proc over the partitions of the consumer
@@ -88,7 +84,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	if err := group.Validate(); err != nil {
 		return nil, fmt.Errorf("kafkago: group config: %v", err)
 	}
-	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, runDone: make(chan struct{}), start: group.StartOffset}
+	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, start: group.StartOffset, life: lifecycle.New("kafkago", ErrClosed)}
 	if c.log == nil {
 		c.log = proc.Logger()
 	}
@@ -141,22 +137,9 @@ func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
 // deadline) or [Consumer.Close] called. Otherwise it returns the error that
 // stopped it, a worker's failure. It returns [ErrClosed] when Close was
 // called before it. It may be called once.
-func (c *Consumer) Run(ctx context.Context) error {
-	if !c.started.CompareAndSwap(false, true) {
-		return errors.New("kafkago: Run called more than once")
-	}
-	defer close(c.runDone)
-	parent := ctx
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	c.mu.Lock()
-	if c.closed {
-		c.mu.Unlock()
-		return ErrClosed
-	}
-	c.runCancel = cancel
-	c.mu.Unlock()
+func (c *Consumer) Run(ctx context.Context) error { return c.life.Run(ctx, c.run) }
 
+func (c *Consumer) run(ctx context.Context) error {
 	cg, err := kafka.NewConsumerGroup(c.cfg.Group)
 	if err != nil {
 		return fmt.Errorf("kafkago: %v", err)
@@ -165,15 +148,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		gen, err := cg.Next(ctx)
 		if err != nil {
 			if errors.Is(err, kafka.ErrGroupClosed) {
-				cancel(fmt.Errorf("kafkago: %v", err)) // only Run closes it: cannot happen
+				c.life.Fail(fmt.Errorf("kafkago: %v", err)) // only Run closes it: cannot happen
 			} else if ctx.Err() == nil {
 				c.log.Warn("redeliver: consumer group error, kafka-go joins again", "group", c.cfg.Group.ID, "error", err)
 			}
 			continue
 		}
-		c.serve(ctx, cancel, gen)
+		c.serve(ctx, gen)
 	}
-	err = context.Cause(ctx)
+	cause := context.Cause(ctx)
 	// Closing the group ends the generation: its manager ends every claim
 	// and waits for their workers, then the member leaves the group.
 	_ = cg.Close()
@@ -181,11 +164,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}
-	c.log.Info("redeliver: consumer stopped", "group", c.cfg.Group.ID, "cause", err)
-	if parent.Err() != nil || errors.Is(err, ErrClosed) {
-		return nil // a clean shutdown
-	}
-	return err
+	c.log.Info("redeliver: consumer stopped", "group", c.cfg.Group.ID, "cause", cause)
+	return nil
 }
 
 // roundTrip sends req through the client's transport to the client's
@@ -203,15 +183,6 @@ func (c *Consumer) roundTrip(ctx context.Context, req kafka.Request) (kafka.Resp
 	return rt.RoundTrip(ctx, c.client.Addr, req)
 }
 
-// Close stops [Consumer.Run] if it runs and waits for it to return. Close is
-// idempotent.
-func (c *Consumer) Close() {
-	c.mu.Lock()
-	c.closed = true
-	cancel := c.runCancel
-	c.mu.Unlock()
-	if cancel != nil {
-		cancel(ErrClosed)
-		<-c.runDone
-	}
-}
+// Close stops [Consumer.Run] if it runs and waits for it to return, unless
+// called from a goroutine Run waits for (see the kafkago package's Close).
+func (c *Consumer) Close() { c.life.Close() }

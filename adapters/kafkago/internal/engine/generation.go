@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -27,8 +28,8 @@ import (
 type generation struct {
 	c    *Consumer
 	gen  *kafka.Generation
-	gctx context.Context         // kafka-go's context of the generation: done when it ends
-	fail context.CancelCauseFunc // stops Run when a worker fails
+	gctx context.Context // kafka-go's context of the generation: done when it ends
+	fail func(error)     // stops Run when a worker fails
 
 	mu     sync.RWMutex // commits hold it shared for their request; end holds it exclusively
 	ended  bool
@@ -59,8 +60,8 @@ type commitCall struct {
 var errLead = errors.New("kafkago: send the pending commits")
 
 // serve starts the manager of gen.
-func (c *Consumer) serve(ctx context.Context, fail context.CancelCauseFunc, gen *kafka.Generation) {
-	g := &generation{c: c, gen: gen, fail: fail, stale: make(chan struct{})}
+func (c *Consumer) serve(ctx context.Context, gen *kafka.Generation) {
+	g := &generation{c: c, gen: gen, fail: c.life.Fail, stale: make(chan struct{})}
 	n := 0
 	for _, as := range gen.Assignments {
 		n += len(as)
@@ -219,7 +220,7 @@ func (g *generation) startClaims(runCtx context.Context, committed map[tp]commit
 		g.c.log.Info("redeliver: partition assigned", "topic", k.topic, "partition", k.partition,
 			"generation", g.gen.ID, "committed", co.offset, "metadata", co.metadata)
 		g.wg.Add(1)
-		go g.work(cl)
+		go lifecycle.Inside(func() { g.work(cl) })
 	}
 }
 

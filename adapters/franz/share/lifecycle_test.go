@@ -1,0 +1,197 @@
+package share_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz/share"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// A zero or nil Consumer, a nil option or a nil argument gets an error
+// that says what to call, never a panic.
+func TestZeroValuesAndNilArguments(t *testing.T) {
+	proc, err := stream.NewProcessor(streamtest.Succeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var zero share.Consumer
+	var nilc *share.Consumer
+	kopts := share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ShareGroup("g"), kgo.ConsumeTopics("t"))
+	for _, tc := range []struct {
+		name string
+		call func() error
+		want string
+	}{
+		{"Run of a zero Consumer", func() error { return zero.Run(ctx) }, "share.New"},
+		{"Close of a zero Consumer", func() error { return zero.Close() }, "share.New"},
+		{"Run of a nil *Consumer", func() error { return nilc.Run(ctx) }, "share.New"},
+		{"Close of a nil *Consumer", func() error { return nilc.Close() }, "share.New"},
+		{"New with a nil option", func() error {
+			_, err := share.New(proc, kopts, nil)
+			return err
+		}, "option 2 of New is nil"},
+		{"New with a nil kgo option", func() error {
+			_, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), nil))
+			return err
+		}, "kgo option 2 is nil"},
+		{"New with a nil processor", func() error {
+			_, err := share.New(nil, kopts)
+			return err
+		}, "nil processor"},
+		{"New without kgo options", func() error {
+			_, err := share.New(proc)
+			return err
+		}, "WithKgoOptions"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error saying %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// Run returns nil after its context is cancelled or Close, ErrClosed after
+// an earlier Close, and an error when called twice.
+func TestRunRule(t *testing.T) {
+	addrs := cluster(t, "t", 1, 2*time.Second, 5)
+	newConsumer := func(group string) *share.Consumer {
+		proc, err := stream.NewProcessor(streamtest.Succeed)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics("t")), share.WithLanes(1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	await := func(done chan error) error {
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(wait):
+			t.Fatal("Run did not return")
+			return nil
+		}
+	}
+	t.Run("context", func(t *testing.T) {
+		c := newConsumer("g1")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		cancel(errors.New("ctrl-c"))
+		if err := await(done); err != nil {
+			t.Fatalf("Run returned %v after its context was cancelled, want nil", err)
+		}
+		if err := c.Run(context.Background()); err == nil {
+			t.Fatal("a second Run returned nil")
+		}
+	})
+	t.Run("close", func(t *testing.T) {
+		c := newConsumer("g2")
+		done := make(chan error, 1)
+		go func() { done <- c.Run(context.Background()) }()
+		time.Sleep(50 * time.Millisecond)
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := await(done); err != nil {
+			t.Fatalf("Run returned %v after Close, want nil", err)
+		}
+	})
+	t.Run("close before run", func(t *testing.T) {
+		c := newConsumer("g3")
+		c.Close()
+		if err := c.Run(context.Background()); !errors.Is(err, share.ErrClosed) {
+			t.Fatalf("Run after Close returned %v, want ErrClosed", err)
+		}
+	})
+}
+
+// Close called from a handler, a hook, an exhaustion action or the
+// WithOnReady function returns, and so does Run.
+func TestCloseFromInside(t *testing.T) {
+	for _, from := range []string{"handler", "hook", "action", "OnReady"} {
+		t.Run(from, func(t *testing.T) {
+			addrs := cluster(t, "t", 1, 2*time.Second, 5)
+			kafkatest.Produce(t, addrs, "t", 0, 0, 5)
+			var (
+				cp     atomic.Pointer[share.Consumer]
+				closed = make(chan error, 1)
+			)
+			closeIt := func() {
+				if c := cp.Load(); c != nil {
+					select {
+					case closed <- c.Close():
+					default:
+					}
+				}
+			}
+			h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+				switch from {
+				case "handler":
+					closeIt()
+				case "action":
+					return stream.Permanent(errors.New("give up"))
+				}
+				return nil
+			})
+			var opts []stream.Option
+			switch from {
+			case "hook":
+				opts = append(opts, stream.WithHooks(stream.Hooks{Delivered: func(stream.DeliveredEvent) { closeIt() }}))
+			case "action":
+				opts = append(opts, stream.WithExhaustionAction(func(context.Context, *stream.Batch, *checkpoint.ExhaustedError) error {
+					closeIt()
+					return nil
+				}))
+			}
+			proc, err := stream.NewProcessor(h, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sopts := []share.Option{share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup("g"), kgo.ConsumeTopics("t"),
+				kgo.FetchMaxWait(100*time.Millisecond)), share.WithResetEarliest(), share.WithLanes(2)}
+			if from == "OnReady" {
+				sopts = append(sopts, share.WithOnReady(closeIt))
+			}
+			c, err := share.New(proc, sopts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cp.Store(c)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(context.Background()) }()
+			select {
+			case err := <-closed:
+				if err != nil {
+					t.Fatalf("Close from the %s: %v", from, err)
+				}
+			case <-time.After(wait):
+				t.Fatalf("Close called from the %s did not return", from)
+			}
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Fatalf("Run returned %v after Close, want nil", err)
+				}
+			case <-time.After(wait):
+				t.Fatalf("Run did not return after Close from the %s", from)
+			}
+		})
+	}
+}
