@@ -41,7 +41,16 @@ func (c carrier) Keys() []string {
 // RecordContext returns ctx with the trace context found in r's headers by
 // the global propagator (W3C traceparent by default). Handlers that process
 // a batch record by record use it to continue each record's trace.
+//
+// A nil ctx is taken as context.Background(); a nil r returns ctx as it
+// is.
 func RecordContext(ctx context.Context, r *stream.Record) context.Context {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if r == nil {
+		return ctx
+	}
 	p := otel.GetTextMapPropagator()
 	if len(p.Fields()) == 0 {
 		p = propagation.TraceContext{}

@@ -13,47 +13,93 @@
 //	proc, err := stream.NewProcessor(stream.Chain(handler, tel.Middleware()),
 //		stream.WithHooks(tel.Hooks()), ...)
 //
+// One Telemetry serves the processors of one consumer group; each
+// processor gets its own hooks and middleware (call Hooks and Middleware
+// once per processor). In a host of functions, give each function its own
+// at Register, from a Telemetry of its group:
+//
+//	tel, err := rdotel.New(rdotel.WithConsumerGroup("orders-app"))
+//	h.Register("orders", handler, host.WithHooks(tel.Hooks()), host.WithMiddleware(tel.Middleware()))
+//
+// # Semantic conventions
+//
+// Names and attributes follow the OpenTelemetry semantic conventions for
+// messaging, version 1.43.0 (the meter and the tracer carry its schema
+// URL, https://opentelemetry.io/schemas/1.43.0); redeliver's own metrics
+// are in the same style under "redeliver.". No metric carries an offset,
+// a key or an error's text: error.type is the error's type.
+//
 // # Metrics
 //
-// Names follow OpenTelemetry's semantic conventions for messaging where they
-// exist; redeliver's own are in the same style under "redeliver.". Every
-// instrument carries messaging.system, messaging.destination.name (the
-// topic), messaging.destination.partition.id and, when set,
-// messaging.consumer.group.name.
+// The attribute sets below are: partition = messaging.system,
+// messaging.destination.name (the topic), messaging.destination.partition.id
+// and messaging.consumer.group.name (when set); topic = the same without
+// the partition; processor = messaging.system and
+// messaging.consumer.group.name (when set). An attribute in parentheses is
+// there only when it applies.
 //
-//	messaging.client.consumed.messages  counter    records delivered for the first time
-//	messaging.process.duration          histogram  seconds per handler call; redeliver.attempt, error.type
-//	redeliver.retries.scheduled         counter    batches withheld for another delivery; error.type
-//	redeliver.batches.given_up          counter    batches given up; redeliver.reason (retries spent, time budget, ...)
-//	redeliver.exhaustion.actions        counter    tries of the exhaustion action, by redeliver.action
-//	                                               (WithExhaustionAction) and redeliver.action.outcome
-//	                                               (succeeded, failed, stopped, skipped)
-//	redeliver.redelivery.lateness       histogram  seconds from a retry's due time to its delivery's start
-//	redeliver.partitions.backoff        gauge      partitions waiting out a backoff
-//	redeliver.partitions.stopped        gauge      partitions stopped after exhaustion (StopPartition)
-//	redeliver.checkpoint.withheld.age   gauge      per partition, seconds since its checkpoint was first
-//	                                               withheld for the batch it holds (0 when none is)
+//	metric                              instrument     unit         attributes
+//	messaging.client.consumed.messages  counter        {message}    partition, messaging.operation.name
+//	messaging.process.duration          histogram      s            partition, messaging.operation.name, redeliver.attempt, (error.type)
+//	redeliver.retries.scheduled         counter        {retry}      partition, (error.type)
+//	redeliver.batches.given_up          counter        {batch}      partition, redeliver.reason
+//	redeliver.exhaustion.actions        counter        {action}     partition, redeliver.action, redeliver.action.outcome
+//	redeliver.redelivery.lateness       histogram      s            partition
+//	redeliver.partitions.backoff        gauge          {partition}  topic
+//	redeliver.partitions.stopped        gauge          {partition}  topic
+//	redeliver.checkpoint.withheld.age   gauge          s            partition
+//	redeliver.outages                   counter        {outage}     processor
+//	redeliver.outage.active             updowncounter  {processor}  processor
+//	redeliver.outage.probes             counter        {probe}      processor
+//	redeliver.outage.duration           histogram      s            processor
 //
-// With an outage budget (stream.WithOutageBudget), four more, which carry
-// messaging.system and messaging.consumer.group.name only:
+// What each one says:
 //
-//	redeliver.outages                   counter    outages begun: the budget ran out
-//	redeliver.outage.active             updown     processors in an outage now (1 per processor)
-//	redeliver.outage.probes             counter    batches delivered to probe the downstream
-//	redeliver.outage.duration           histogram  seconds from an outage's beginning to its end
-//
-// The last one is the number to alert on: how long a partition has been held
-// back by a batch that keeps failing.
+//   - messaging.client.consumed.messages: records delivered to the
+//     handler, each counted once per processor: a retry, the rest of a
+//     batch after a partial success and a batch resumed after a stop count
+//     nothing again. messaging.operation.name is "poll" for Kafka and
+//     "receive" for the other systems.
+//   - messaging.process.duration: each handler call, in seconds, in the
+//     buckets the conventions advise (5ms to 10s); messaging.operation.name
+//     "process", redeliver.attempt the delivery's attempt from 1 (capped
+//     at 10), error.type when it failed.
+//   - redeliver.retries.scheduled: batches withheld for another delivery;
+//     error.type unless the handler asked for the retry (a RetryResult).
+//   - redeliver.batches.given_up: failed batches given up (only the failed
+//     record, when the handler named it), by redeliver.reason:
+//     retries_spent, time_budget_spent, record_too_old, not_retryable.
+//   - redeliver.exhaustion.actions: tries of the exhaustion action on a
+//     given-up batch, by redeliver.action (skip, dead_letter, park, stop:
+//     [WithExhaustionAction]) and redeliver.action.outcome (succeeded,
+//     failed, stopped, skipped by an operator).
+//   - redeliver.redelivery.lateness: seconds from a retry's due time to the
+//     start of its delivery, for the retries no outage held back.
+//   - redeliver.partitions.backoff, redeliver.partitions.stopped:
+//     partitions waiting out a backoff, and stopped after exhaustion until
+//     Resume or Skip; a partition is in one of them at most.
+//   - redeliver.checkpoint.withheld.age: per partition, seconds since its
+//     checkpoint was first withheld for the batch it holds (a backoff, an
+//     outage, an exhaustion action that keeps failing, a stop); 0 when
+//     none is. The number to alert on.
+//   - redeliver.outages, redeliver.outage.active, redeliver.outage.probes,
+//     redeliver.outage.duration: with an outage budget
+//     (stream.WithOutageBudget), the outages begun, the processors in one
+//     now, the batches delivered to probe the downstream, and how long
+//     each outage lasted.
 //
 // # Traces
 //
 // The middleware starts a span per delivery ("process <topic>", kind
-// consumer) and hands its context to the handler. When the batch is one
+// consumer, messaging.operation.type and messaging.operation.name
+// "process") and hands its context to the handler. When the batch is one
 // record whose headers carry a W3C traceparent, the span continues that
 // trace; otherwise it links to each record's trace context (up to
 // [WithMaxLinks]). A redelivery is a new span, linked to the batch's first
-// delivery. Spans carry the attempt (redeliver.attempt, from 1), the batch
-// size and the outcome; a failed delivery has status Error.
-// [RecordContext] extracts one record's trace context, for handlers that
-// process records one by one.
+// delivery. Spans carry the attempt (redeliver.attempt, from 1), whether
+// it is a retry (redeliver.retry), the batch size, the first offset
+// (messaging.kafka.offset, for Kafka) and the outcome (redeliver.outcome:
+// succeeded, retry_requested, failed); a failed delivery, a panic
+// included, has status Error and error.type. [RecordContext] extracts one
+// record's trace context, for handlers that process records one by one.
 package rdotel

@@ -2,11 +2,15 @@ package rdotel
 
 import (
 	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/redeliver-go/redeliver/stream"
@@ -57,8 +61,10 @@ func WithSystem(system string) Option {
 	return optionFunc(func(c *config) { c.system = system })
 }
 
-// WithConsumerGroup sets messaging.consumer.group.name. The default leaves
-// the attribute out.
+// WithConsumerGroup sets messaging.consumer.group.name, the consumer group
+// (or Event Hubs consumer group) of every processor the Telemetry serves.
+// The default leaves the attribute out. Processors of different groups
+// need a Telemetry each.
 func WithConsumerGroup(group string) Option {
 	return optionFunc(func(c *config) { c.group = group })
 }
@@ -81,19 +87,28 @@ func withClock(now func() time.Time) Option {
 	return optionFunc(func(c *config) { c.now = now })
 }
 
-// Telemetry turns a processor's events into metrics and spans. It is safe
-// for concurrent use: one Telemetry can serve every processor of a program.
+// Telemetry turns processors' events into metrics and spans. One Telemetry
+// serves every processor of one consumer group ([WithConsumerGroup]): give
+// each processor hooks and a middleware of its own, from its own calls of
+// [Telemetry.Hooks] and [Telemetry.Middleware]. Make one Telemetry per
+// group; those on one meter provider share its instruments.
+//
+// It is safe for concurrent use. A zero Telemetry reports nothing and says
+// so in the log: make one with [New].
 type Telemetry struct {
-	cfg    config
-	meter  *meter
-	tracer *tracer
+	cfg   config
+	meter *meter
+	t     trace.Tracer
 }
 
 // New returns a Telemetry. It returns an error when an instrument cannot be
 // created.
 func New(opts ...Option) (*Telemetry, error) {
 	cfg := config{system: "kafka", maxLinks: 32, action: "skip", now: time.Now}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("rdotel: New: option %d of %d is nil", i+1, len(opts))
+		}
 		o.apply(&cfg)
 	}
 	if cfg.meters == nil {
@@ -118,13 +133,42 @@ func New(opts ...Option) (*Telemetry, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Telemetry{cfg: cfg, meter: m, tracer: newTracer(&cfg)}, nil
+	tel := &Telemetry{cfg: cfg, meter: m}
+	tel.t = cfg.tracers.Tracer(instrumentation, trace.WithSchemaURL(semconv.SchemaURL))
+	return tel, nil
 }
 
-// Hooks returns the processor hooks that record the metrics. Merge them
-// with hooks of your own if you have some.
-func (t *Telemetry) Hooks() stream.Hooks { return t.meter.hooks() }
+// Hooks returns the hooks that record the metrics of one processor: give
+// them to that processor only (stream.WithHooks adds them to any hooks of
+// your own), and call Hooks again for each other processor. The hooks of
+// one call keep the state of one processor's partitions; used by two
+// processors, their partitions would mix (it is logged at Error level
+// when it shows).
+func (t *Telemetry) Hooks() stream.Hooks {
+	if t == nil || t.meter == nil {
+		notNew("Hooks")
+		return stream.Hooks{}
+	}
+	return t.meter.newScope().hooks()
+}
 
-// Middleware returns the middleware that starts a span per delivery and
-// gives its context to the handler.
-func (t *Telemetry) Middleware() stream.Middleware { return t.tracer.middleware }
+// Middleware returns the middleware that starts a span per delivery of one
+// processor and gives its context to the handler; call it again for each
+// other processor, as [Telemetry.Hooks].
+func (t *Telemetry) Middleware() stream.Middleware {
+	if t == nil || t.meter == nil {
+		notNew("Middleware")
+		return func(next stream.Handler) stream.Handler { return next }
+	}
+	return newTracer(&t.cfg, t.t).middleware
+}
+
+// notNew logs, once per method, that a Telemetry New did not make was
+// used: it reports nothing.
+func notNew(method string) {
+	if _, done := notNewLogged.LoadOrStore(method, true); !done {
+		slog.Default().Error("rdotel: Telemetry." + method + " called on a Telemetry that rdotel.New did not make: no telemetry is reported; create it with rdotel.New")
+	}
+}
+
+var notNewLogged sync.Map

@@ -25,7 +25,7 @@ type tracer struct {
 	t   trace.Tracer
 
 	mu    sync.Mutex
-	first map[partKey]firstSpan // the first delivery of each partition's pending batch
+	first map[topicPartition]firstSpan // the first delivery of each partition's pending batch
 }
 
 // firstSpan is the span of a batch's first delivery, which its
@@ -35,22 +35,30 @@ type firstSpan struct {
 	sc     trace.SpanContext
 }
 
-func newTracer(cfg *config) *tracer {
-	return &tracer{cfg: cfg, t: cfg.tracers.Tracer(instrumentation), first: map[partKey]firstSpan{}}
+func newTracer(cfg *config, tr trace.Tracer) *tracer {
+	return &tracer{cfg: cfg, t: tr, first: map[topicPartition]firstSpan{}}
 }
 
-// middleware wraps next with a span per delivery.
+// middleware wraps next with a span per delivery. A handler that panics
+// ends its span too, failed, before the panic goes on to the processor
+// (which turns it into a *stream.PanicError).
 func (t *tracer) middleware(next stream.Handler) stream.Handler {
-	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) (err error) {
 		ctx, span := t.start(ctx, b)
-		err := next.Handle(ctx, b)
+		defer func() {
+			if v := recover(); v != nil {
+				t.end(span, b, &stream.PanicError{Value: v})
+				panic(v) // from within the deferred call: the stack still holds the handler's frames
+			}
+		}()
+		err = next.Handle(ctx, b)
 		t.end(span, b, err)
 		return err
 	})
 }
 
 func (t *tracer) start(ctx context.Context, b *stream.Batch) (context.Context, trace.Span) {
-	k := partKey{b.Topic, b.Partition}
+	k := topicPartition{b.Topic, b.Partition}
 	attrs := []attribute.KeyValue{
 		semconv.MessagingSystemKey.String(t.cfg.system),
 		semconv.MessagingOperationTypeProcess,
@@ -123,7 +131,7 @@ func (t *tracer) end(span trace.Span, b *stream.Batch, err error) {
 	span.End()
 	// Remember a first delivery that will come again; forget it once a
 	// redelivery succeeded. A first delivery that succeeds takes no lock.
-	switch k := (partKey{b.Topic, b.Partition}); {
+	switch k := (topicPartition{b.Topic, b.Partition}); {
 	case err != nil && b.Attempt.Retry == 0 && len(b.Records) > 0:
 		t.mu.Lock()
 		t.first[k] = firstSpan{offset: b.FirstOffset(), sc: span.SpanContext()}
