@@ -15,9 +15,13 @@
 // Each function gets its own [stream.Processor] (its policy and exhaustion
 // action from host.json's checkpointRetryPolicy.functions, else the
 // host-wide policy) and its own consumer and client, since each consumer
-// group needs a client of its own. The logger, the hooks (and the
-// telemetry that plugs into them), the middleware given to [New] and the
-// dead-letter publisher are shared.
+// group needs a client of its own. The logger, the hooks and the
+// middleware given to [New] and the dead-letter publisher are shared.
+// Telemetry that keeps state per processor (package rdotel's) is given to
+// each function at Register instead:
+//
+//	tel, err := rdotel.New(rdotel.WithConsumerGroup("orders-app"))
+//	h.Register("orders", handler, host.WithHooks(tel.Hooks()), host.WithMiddleware(tel.Middleware()))
 //
 // Bindings are checked when Run starts, before anything runs: a function
 // without a trigger, a trigger or a policy in host.json for a function

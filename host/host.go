@@ -205,9 +205,10 @@ func WithMiddleware(mw ...stream.Middleware) SharedOption {
 }
 
 // WithHooks adds hooks: given to [New], every function's processor calls
-// them (telemetry plugs in here); given to [Host.Register], that function's
-// only. The host's own status hooks run first. Hooks must be fast and safe
-// for concurrent use.
+// them; given to [Host.Register], that function's only. Hooks that keep
+// state per processor, such as those of rdotel's Telemetry.Hooks, belong
+// to one function: give them to Register. The host's own status hooks run
+// first. Hooks must be fast and safe for concurrent use.
 func WithHooks(h stream.Hooks) SharedOption {
 	return sharedOption{
 		host: func(c *config) { c.hooks = append(c.hooks, h) },
