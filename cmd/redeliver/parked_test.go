@@ -229,3 +229,32 @@ func pgSchema(t *testing.T, url string) string {
 	})
 	return name
 }
+
+// TestParkedSQLitePathAsNamed checks that -store sqlite:PATH opens the file
+// named, even when its name holds a '?' or a '#', and creates no other.
+func TestParkedSQLitePathAsNamed(t *testing.T) {
+	dir := t.TempDir()
+	st, err := sqlitestore.Open(context.Background(), filepath.Join(dir, "plain.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	seedStore(t, st)
+	st.Close()
+	odd := filepath.Join(dir, "re?drive#1.db")
+	if err := os.Rename(filepath.Join(dir, "plain.db"), odd); err != nil {
+		t.Fatal(err)
+	}
+	got, code := runCLI([]string{"parked", "list", "-store", "sqlite:" + odd})
+	if code != 0 || !strings.Contains(got, "orders/0/5") || !strings.Contains(got, "payments/0/7") {
+		t.Errorf("exit %d, want 0 and the seeded entries\n%s", code, got)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != filepath.Base(odd) {
+			t.Errorf("the tool created %s beside the store", e.Name())
+		}
+	}
+}

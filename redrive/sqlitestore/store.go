@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -69,7 +70,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		q.Add("_pragma", "synchronous(NORMAL)")
 	}
 	q.Set("_txlock", "immediate")
-	db, err := sql.Open("sqlite", "file:"+path+"?"+q.Encode())
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?"+q.Encode())
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	}
@@ -90,6 +91,18 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// uriPath writes path as the path of a file: URI, so that SQLite opens
+// the file named whatever its name holds: a '?' would start the URI's
+// query, a '#' its fragment, a '%' an escape, and a leading "//" an
+// authority.
+func uriPath(path string) string {
+	p := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(path)
+	if strings.HasPrefix(p, "//") {
+		p = "//" + p // an empty authority, then the path
+	}
+	return p
 }
 
 // Close closes the database.
