@@ -384,3 +384,39 @@ func TestShutdownHandsPartitionsBackOnBlobStore(t *testing.T) {
 		t.Errorf("the other processor took all partitions %v after the first stopped, want within its first rounds (the expiry is 1m)", took)
 	}
 }
+
+// The contract scenarios of contract_test.go on the SDK's blob store,
+// where the positional checkpoint, the retry state and its clearing are
+// blobs and their metadata.
+
+func TestFirstBatchFoundAgainOnBlobStore(t *testing.T) {
+	t.Run("withheld", func(t *testing.T) {
+		bs, _ := blobStore(t)
+		d := withheldFirstBatch(t, bs, false, 500*time.Millisecond, failing, onWithheld)
+		checkFirstBatchFoundAgain(t, d, 1)
+	})
+	t.Run("cut-off", func(t *testing.T) {
+		bs, _ := blobStore(t)
+		d := withheldFirstBatch(t, bs, false, 500*time.Millisecond, blocking, onFirstDelivery)
+		checkFirstBatchFoundAgain(t, d, 0)
+	})
+}
+
+func TestGapAfterCheckpointOnBlobStore(t *testing.T) {
+	bs, _ := blobStore(t)
+	gapAfterCheckpoint(t, bs)
+}
+
+func TestReplayAfterRewindOnBlobStore(t *testing.T) {
+	bs, _ := blobStore(t)
+	replayAfterRetries(t, bs)
+}
+
+// TestPositionalCheckpointOnBlobStore: a positional checkpoint is a
+// checkpoint blob whose offset is "-1" (the SDK's own earliest position,
+// for readers that do not know it), listed through the wrapper by its
+// sequence number alone.
+func TestPositionalCheckpointOnBlobStore(t *testing.T) {
+	bs, _ := blobStore(t)
+	positionalCheckpointListed(t, bs)
+}

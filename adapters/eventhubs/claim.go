@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"slices"
 	"time"
@@ -15,12 +16,21 @@ import (
 
 // claim is one partition client as a [stream.Claim].
 //
-// Invariant: the events of the batch last returned by Fetch (last) are
-// the only ones a checkpoint can name, since the engine commits the batch
-// it holds before it fetches the next; cpSeq is the sequence number of the
-// checkpoint in the store as this claim knows it (-1 for none), and stateAt
-// the position of the retry state it wrote (-1 for none). Event Hubs has no
-// seek: a batch to deliver again is held by the engine, never read again.
+// Invariant: the checkpoint in the store names the sequence number cpSeq
+// (-1 for none written or read by this claim), and every event after it
+// that the partition still holds is either in the batch last returned by
+// Fetch (last) or still to be received, in order. The engine commits the
+// batch it holds before it fetches the next, so a checkpoint names an
+// event of last, or the one just before last (a positional checkpoint,
+// see [PositionOffset]). Before its first batch, a claim on a partition
+// with no checkpoint writes a positional one just before that batch, so
+// that any next owner starts there whatever its start position (the
+// SDK's default is the latest event); and it drops events at or before
+// the checkpoint that a client opened earlier than asked delivers (the
+// SDK's fallback to the earliest event on a geo-replicated namespace).
+// stateAt is the position of the retry state this claim knows in the store
+// (-1 for none). Event Hubs has no seek: a batch to deliver again is held
+// by the engine, never read again.
 type claim struct {
 	pc        PartitionClient
 	store     *CheckpointStore
@@ -30,11 +40,13 @@ type claim struct {
 	start     Position
 	maxBatch  int
 	wait      time.Duration
+	log       *slog.Logger
 	// commitTimeout bounds one Commit.
 	commitTimeout time.Duration
 
 	cpSeq   int64
 	stateAt int64
+	seed    bool // the store has no checkpoint of the partition
 	fetched bool
 	last    []*azeventhubs.ReceivedEventData
 	recs    []stream.Record
@@ -47,18 +59,29 @@ func (c *claim) Partition() int32 { return c.partition }
 func (c *claim) Committed() (int64, string) { return c.start.Next, c.start.Metadata }
 
 // Fetch calls ReceiveEvents for up to maxBatch events, each call waiting
-// at most wait for them, until some arrive. Ownership lost ends the claim.
+// at most wait for them, until some arrive. Ownership lost ends the claim;
+// so does a claim ended while ReceiveEvents ran, whose events (the SDK
+// returns what it has when its context ends) are not delivered.
 func (c *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	for {
 		rctx, cancel := context.WithTimeout(ctx, c.wait)
 		evs, err := c.pc.ReceiveEvents(rctx, c.maxBatch, nil)
 		cancel()
-		if len(evs) > 0 {
-			return c.records(evs), nil
-		}
 		switch {
 		case ctx.Err() != nil:
 			return nil, context.Cause(ctx)
+		case len(evs) > 0:
+			if !c.fetched {
+				evs = c.skipBefore(evs)
+				if len(evs) == 0 {
+					continue
+				}
+				if err := c.first(ctx, evs[0].SequenceNumber); err != nil {
+					return nil, err
+				}
+				c.fetched = true
+			}
+			return c.records(evs), nil
 		case IsOwnershipLost(err):
 			lost := fmt.Errorf("%w: %s: %v", ErrOwnershipLost, c.key, err)
 			c.store.lose(c.key, lost)
@@ -71,13 +94,66 @@ func (c *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	}
 }
 
-func (c *claim) records(evs []*azeventhubs.ReceivedEventData) []stream.Record {
-	if !c.fetched && c.start.Next < 0 {
-		// No checkpoint: the partition starts where the processor's start
-		// position put it, and nothing before that needs one.
-		c.cpSeq = evs[0].SequenceNumber - 1
+// skipBefore drops the events before the claim's starting position: a
+// client opened at the partition's earliest event instead of after the
+// checkpoint (the SDK does so when a geo-replicated namespace refuses the
+// checkpoint's offset) delivers them, and they were handled already.
+func (c *claim) skipBefore(evs []*azeventhubs.ReceivedEventData) []*azeventhubs.ReceivedEventData {
+	if c.start.Next < 0 {
+		return evs
 	}
-	c.fetched = true
+	n := 0
+	for n < len(evs) && evs[n].SequenceNumber < c.start.Next {
+		n++
+	}
+	if n > 0 {
+		c.log.Info("redeliver: events before the checkpoint skipped: the partition client started before it",
+			"from", evs[0].SequenceNumber, "to", evs[n-1].SequenceNumber, "checkpoint_next", c.start.Next)
+	}
+	return evs[n:]
+}
+
+// first prepares the claim's first batch, which starts at sequence number
+// seq: on a partition with no checkpoint it writes a positional one just
+// before seq, trying again until it succeeds or the claim ends, so that
+// the batch is never lost to a next owner's start position; after a
+// checkpoint it reports a gap (events expired before they were handled).
+func (c *claim) first(ctx context.Context, seq int64) error {
+	if c.start.Next >= 0 && seq > c.start.Next {
+		c.log.Error("redeliver: events expired from the event hub before they were handled: they are not delivered (is the hub's retention shorter than the longest retry?)",
+			"from", c.start.Next, "to", seq-1, "events", seq-c.start.Next)
+	}
+	if !c.seed {
+		return nil
+	}
+	delay := 100 * time.Millisecond
+	for try := 1; ; try++ {
+		wctx, cancel := context.WithTimeout(context.WithValue(ctx, gateCtxKey{}, c.gate), c.commitTimeout)
+		err := c.store.setPosition(wctx, c.key, seq-1)
+		cancel()
+		switch {
+		case err == nil:
+			c.cpSeq = seq - 1
+			return nil
+		case ctx.Err() != nil:
+			return context.Cause(ctx)
+		case IsOwnershipLost(err):
+			return err
+		}
+		c.log.Warn("redeliver: writing the partition's first checkpoint failed, will try again before its first batch",
+			"next", seq, "try", try, "delay", delay, "error", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+		delay = min(2*delay, 10*time.Second)
+	}
+}
+
+func (c *claim) records(evs []*azeventhubs.ReceivedEventData) []stream.Record {
 	c.last = evs
 	c.recs = c.recs[:0]
 	for _, ev := range evs {
@@ -128,10 +204,13 @@ func Record(hub string, partition int32, ev *azeventhubs.ReceivedEventData) stre
 func (c *claim) Pause()  { c.paused = true }
 func (c *claim) Resume() { c.paused = false }
 
-// Commit writes the retry state md for next when there is one (or clears
-// one this claim wrote there), then the checkpoint at the event before
-// next through UpdateCheckpoint when it moves. Both go through the store's
-// fence; a lost claim writes nothing and gets [ErrOwnershipLost].
+// Commit writes the retry state md for next when there is one, then the
+// checkpoint at the event before next when it moves (through
+// UpdateCheckpoint, or as a positional checkpoint when next starts the
+// batch held, whose previous event the claim does not hold), then clears
+// a retry state the checkpoint moved past or that md clears. Each write
+// goes through the store's fence; a lost claim writes nothing and gets
+// [ErrOwnershipLost].
 func (c *claim) Commit(ctx context.Context, next int64, md string) error {
 	if c.store.lost(c.gate) {
 		return fmt.Errorf("%w: %s: this claim lost it earlier", ErrOwnershipLost, c.key)
@@ -141,35 +220,44 @@ func (c *claim) Commit(ctx context.Context, next int64, md string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.commitTimeout)
 	defer cancel()
 	ctx = context.WithValue(ctx, gateCtxKey{}, c.gate)
-	if md != "" || c.stateAt == next {
+	if md != "" {
 		// The state first: a state ahead of the checkpoint is ignored, so
 		// a crash between the two writes loses nothing.
 		if err := c.store.setState(ctx, c.key, next, md); err != nil {
 			return err
 		}
 		c.stateAt = next
-		if md == "" {
-			c.stateAt = -1
+	}
+	if next-1 > c.cpSeq {
+		if err := c.checkpoint(ctx, next); err != nil {
+			return err
 		}
+		c.cpSeq = next - 1
 	}
-	if next-1 <= c.cpSeq {
-		return nil
+	if md == "" && c.stateAt >= 0 {
+		// A success, or a checkpoint past the batch the state was for:
+		// the state applies no more. Cleared after the checkpoint, so that
+		// a crash between the two leaves a state the checkpoint has passed
+		// (ignored), never a withheld batch without its count.
+		if err := c.store.setState(ctx, c.key, next, ""); err != nil {
+			return err
+		}
+		c.stateAt = -1
 	}
-	var ev *azeventhubs.ReceivedEventData
+	return nil
+}
+
+// checkpoint writes the checkpoint at the event before next.
+func (c *claim) checkpoint(ctx context.Context, next int64) error {
 	for _, e := range c.last {
 		if e.SequenceNumber == next-1 {
-			ev = e
-			break
+			return c.pc.UpdateCheckpoint(ctx, e, nil)
 		}
 	}
-	if ev == nil {
-		return fmt.Errorf("eventhubs: %s: no event at sequence number %d in the batch to checkpoint", c.key, next-1)
+	if len(c.last) > 0 && next == c.last[0].SequenceNumber {
+		return c.store.setPosition(ctx, c.key, next-1)
 	}
-	if err := c.pc.UpdateCheckpoint(ctx, ev, nil); err != nil {
-		return err
-	}
-	c.cpSeq = next - 1
-	return nil
+	return fmt.Errorf("eventhubs: %s: no event at sequence number %d in the batch to checkpoint", c.key, next-1)
 }
 
 // IsOwnershipLost reports whether err says that another reader took the

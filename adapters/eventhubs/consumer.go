@@ -301,13 +301,10 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		log.Error("redeliver: reading the checkpoint failed; the processor will open the partition again", "error", err)
 		return
 	}
-	cl := &claim{pc: pc, store: c.store, key: k, partition: int32(n), gate: g, start: start,
-		maxBatch: c.cfg.maxBatch, wait: c.cfg.wait, commitTimeout: c.cfg.commitTimeout, cpSeq: -1, stateAt: -1}
+	cl := &claim{pc: pc, store: c.store, key: k, partition: int32(n), gate: g, start: start.Position, seed: !start.checkpointed,
+		log: log, maxBatch: c.cfg.maxBatch, wait: c.cfg.wait, commitTimeout: c.cfg.commitTimeout, cpSeq: -1, stateAt: start.stateAt}
 	if start.Next >= 0 {
 		cl.cpSeq = start.Next - 1
-	}
-	if start.Metadata != "" {
-		cl.stateAt = start.Next
 	}
 	// The processor may hand out a partition that another processor has
 	// taken since (it learns that at its next round): start no claim that

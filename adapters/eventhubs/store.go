@@ -33,6 +33,20 @@ const StateGroupSuffix = "/redeliver"
 
 const statePrefix = "redeliver:"
 
+// PositionOffset is the offset of a positional checkpoint: a checkpoint
+// that names where a partition's next owner must start, the sequence
+// number after its SequenceNumber, when the adapter holds no event to
+// name it by (the SDK's UpdateCheckpoint takes an event). The adapter
+// writes one when it opens a partition that has no checkpoint, before the
+// first batch is delivered, and when a batch starts past the checkpoint
+// (events expired by the hub's retention) and is withheld. "-1" is the
+// offset the SDK itself gives its earliest start position: a reader of
+// the checkpoint store that does not know positional checkpoints starts
+// at the partition's earliest event (it sees events again, it misses
+// none), while [CheckpointStore.ListCheckpoints] gives the processor the
+// checkpoint by sequence number, so that it starts exactly after it.
+const PositionOffset = "-1"
+
 // DefaultPartitionExpiration is the SDK Processor's default
 // PartitionExpirationDuration: an ownership not renewed for this long is
 // free for any processor to claim.
@@ -223,7 +237,9 @@ func (s *CheckpointStore) ListOwnership(ctx context.Context, ns, hub, group stri
 
 // ListCheckpoints lists through the wrapped store, and remembers the
 // answer: it is where the processor starts the partitions it opens next,
-// and so what the adapter's claims report as committed.
+// and so what the adapter's claims report as committed. A positional
+// checkpoint (see [PositionOffset]) of a sequence number n >= 0 is listed
+// with no offset, so that the processor starts after n by sequence number.
 func (s *CheckpointStore) ListCheckpoints(ctx context.Context, ns, hub, group string, options *azeventhubs.ListCheckpointsOptions) ([]azeventhubs.Checkpoint, error) {
 	if err := s.built(); err != nil {
 		return nil, err
@@ -233,7 +249,11 @@ func (s *CheckpointStore) ListCheckpoints(ctx context.Context, ns, hub, group st
 		return nil, err
 	}
 	m := make(map[string]azeventhubs.Checkpoint, len(cps))
-	for _, cp := range cps {
+	for i, cp := range cps {
+		if cp.Offset != nil && *cp.Offset == PositionOffset && cp.SequenceNumber != nil && *cp.SequenceNumber >= 0 {
+			cp.Offset = nil
+			cps[i] = cp
+		}
 		m[cp.PartitionID] = cp
 	}
 	s.mu.Lock()
@@ -267,6 +287,19 @@ func (s *CheckpointStore) setState(ctx context.Context, k partKey, next int64, m
 	return s.inner.SetCheckpoint(ctx, azeventhubs.Checkpoint{
 		FullyQualifiedNamespace: k.ns, EventHubName: k.hub, ConsumerGroup: k.group + StateGroupSuffix,
 		PartitionID: k.id, SequenceNumber: &next, Offset: &off,
+	}, nil)
+}
+
+// setPosition writes a positional checkpoint (see [PositionOffset]) at
+// sequence number seq, fenced as SetCheckpoint is.
+func (s *CheckpointStore) setPosition(ctx context.Context, k partKey, seq int64) error {
+	if err := s.verify(ctx, k); err != nil {
+		return err
+	}
+	off := PositionOffset
+	return s.inner.SetCheckpoint(ctx, azeventhubs.Checkpoint{
+		FullyQualifiedNamespace: k.ns, EventHubName: k.hub, ConsumerGroup: k.group,
+		PartitionID: k.id, SequenceNumber: &seq, Offset: &off,
 	}, nil)
 }
 
@@ -461,10 +494,19 @@ func (s *CheckpointStore) lost(g *gate) bool {
 	return g.lost
 }
 
-// position returns where a new claim on k starts and the retry state
-// there: the checkpoint the processor listed when it opened the partition
-// (read again if it has not listed), and the state record.
-func (s *CheckpointStore) position(ctx context.Context, k partKey) (Position, error) {
+// start is where a new claim starts: its Position, whether the store has
+// a checkpoint for the partition, and the position of the retry state
+// record when it holds a state (-1 for none), applying or not.
+type start struct {
+	Position
+	checkpointed bool
+	stateAt      int64
+}
+
+// position returns where a new claim on k starts: the checkpoint the
+// processor listed when it opened the partition (read again if it has not
+// listed), and the state record.
+func (s *CheckpointStore) position(ctx context.Context, k partKey) (start, error) {
 	s.mu.Lock()
 	m, ok := s.listed[k.hubKey]
 	s.mu.Unlock()
@@ -476,7 +518,7 @@ func (s *CheckpointStore) position(ctx context.Context, k partKey) (Position, er
 	} else {
 		cps, err := s.inner.ListCheckpoints(ctx, k.ns, k.hub, k.group, nil)
 		if err != nil {
-			return Position{}, fmt.Errorf("eventhubs: read checkpoint of %s: %w", k, err)
+			return start{}, fmt.Errorf("eventhubs: read checkpoint of %s: %w", k, err)
 		}
 		for i := range cps {
 			if cps[i].PartitionID == k.id {
@@ -486,7 +528,7 @@ func (s *CheckpointStore) position(ctx context.Context, k partKey) (Position, er
 	}
 	sts, err := s.inner.ListCheckpoints(ctx, k.ns, k.hub, k.group+StateGroupSuffix, nil)
 	if err != nil {
-		return Position{}, fmt.Errorf("eventhubs: read retry state of %s: %w", k, err)
+		return start{}, fmt.Errorf("eventhubs: read retry state of %s: %w", k, err)
 	}
 	var st *azeventhubs.Checkpoint
 	for i := range sts {
@@ -494,7 +536,11 @@ func (s *CheckpointStore) position(ctx context.Context, k partKey) (Position, er
 			st = &sts[i]
 		}
 	}
-	return combine(cp, st), nil
+	at := int64(-1)
+	if st != nil && st.SequenceNumber != nil && st.Offset != nil && *st.Offset != statePrefix && strings.HasPrefix(*st.Offset, statePrefix) {
+		at = *st.SequenceNumber
+	}
+	return start{Position: combine(cp, st), checkpointed: cp != nil && cp.SequenceNumber != nil, stateAt: at}, nil
 }
 
 // Position is where a partition's consumer group stands: the sequence

@@ -3,6 +3,8 @@ package eventhubs_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -250,4 +252,57 @@ func ctxTimeout(t *testing.T, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// positionalCheckpointListed writes positional checkpoints at 9 (partition
+// 0) and -1 (partition 1, no event before the first) and a plain one, and
+// lists them raw and through the wrapper.
+func positionalCheckpointListed(t *testing.T, store azeventhubs.CheckpointStore) {
+	t.Helper()
+	ctx := context.Background()
+	for _, c := range []azeventhubs.Checkpoint{cp("0", 9), cp("1", -1), cp("2", 4)} {
+		if c.PartitionID != "2" {
+			c.Offset = to.Ptr(eventhubs.PositionOffset)
+		}
+		if err := store.SetCheckpoint(ctx, c, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	show := func(cps []azeventhubs.Checkpoint) map[string]string {
+		m := map[string]string{}
+		for _, c := range cps {
+			off := "nil"
+			if c.Offset != nil {
+				off = *c.Offset
+			}
+			m[c.PartitionID] = fmt.Sprintf("%d@%s", *c.SequenceNumber, off)
+		}
+		return m
+	}
+	raw, err := store.ListCheckpoints(ctx, ns, hubName, group, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show(raw), map[string]string{"0": "9@-1", "1": "-1@-1", "2": "4@4"}; !maps.Equal(got, want) {
+		t.Errorf("raw checkpoints %v, want %v", got, want)
+	}
+	w, _ := eventhubs.NewCheckpointStore(store, "a", nil)
+	listed, err := w.ListCheckpoints(ctx, ns, hubName, group, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show(listed), map[string]string{"0": "9@nil", "1": "-1@-1", "2": "4@4"}; !maps.Equal(got, want) {
+		t.Errorf("checkpoints through the wrapper %v, want %v", got, want)
+	}
+	pos, err := eventhubs.Committed(ctx, store, ns, hubName, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos["0"].Next != 10 || pos["1"].Next != 0 || pos["2"].Next != 5 {
+		t.Errorf("positions %+v, want 10, 0 and 5", pos)
+	}
+}
+
+func TestPositionalCheckpointListed(t *testing.T) {
+	positionalCheckpointListed(t, memhub.NewStore())
 }

@@ -21,6 +21,7 @@ import (
 	"hash/fnv"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
@@ -36,14 +37,16 @@ const Namespace = "memhub.invalid"
 type Hub struct {
 	name  string
 	parts []*partition
+	geo   atomic.Bool
 }
 
 type partition struct {
 	mu     sync.Mutex
 	id     string
-	events []*azeventhubs.ReceivedEventData
-	links  map[string]int64 // the current reader per consumer group
-	notify chan struct{}    // closed and replaced on every change
+	base   int64                            // the sequence number of events[0]: those before it expired
+	events []*azeventhubs.ReceivedEventData // the events retained
+	links  map[string]int64                 // the current reader per consumer group
+	notify chan struct{}                    // closed and replaced on every change
 }
 
 func (p *partition) changed() {
@@ -114,7 +117,7 @@ func (h *Hub) send(partitionID string, key *string, events []*azeventhubs.EventD
 	defer p.mu.Unlock()
 	now := time.Now().UTC()
 	for _, ev := range events {
-		seq := int64(len(p.events))
+		seq := p.base + int64(len(p.events))
 		at := now
 		p.events = append(p.events, &azeventhubs.ReceivedEventData{
 			EventData: *ev, SequenceNumber: seq, Offset: strconv.FormatInt(seq, 10), EnqueuedTime: &at, PartitionKey: key,
@@ -141,7 +144,46 @@ func (h *Hub) SendEvents(ctx context.Context, partitionKey *string, events []*az
 	return h.send(id, partitionKey, events)
 }
 
-// Events returns a partition's events, in order.
+// Expire drops a partition's events before sequence number before, as the
+// service's retention does: a reader positioned before them reads on from
+// the earliest event retained.
+func (h *Hub) Expire(partitionID string, before int64) error {
+	p, err := h.partition(partitionID)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if n := min(before-p.base, int64(len(p.events))); n > 0 {
+		p.events = append([]*azeventhubs.ReceivedEventData(nil), p.events[n:]...)
+		p.base += n
+		p.changed()
+	}
+	return nil
+}
+
+// SetGeoReplication makes the hub behave as one in a geo-replicated
+// namespace, which refuses a start position given as an integer offset
+// (the offsets of this hub, and the checkpoints of namespaces before they
+// were geo-replicated): a Processor then opens the partition at its
+// earliest event, inclusive, as the SDK's does when the service refuses
+// the checkpoint's offset.
+func (h *Hub) SetGeoReplication(on bool) {
+	if h == nil {
+		return
+	}
+	h.geo.Store(on)
+}
+
+// bounds returns the sequence numbers of a partition's earliest retained
+// event and of the next event to come.
+func (p *partition) bounds() (earliest, end int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.base, p.base + int64(len(p.events))
+}
+
+// Events returns a partition's retained events, in order.
 func (h *Hub) Events(partitionID string) ([]*azeventhubs.ReceivedEventData, error) {
 	p, err := h.partition(partitionID)
 	if err != nil {
@@ -222,8 +264,9 @@ func (c *PartitionClient) ReceiveEvents(ctx context.Context, count int, _ *azeve
 			c.p.mu.Unlock()
 			return nil, &azeventhubs.Error{Code: azeventhubs.ErrorCodeOwnershipLost}
 		}
-		for c.pos < int64(len(c.p.events)) && len(out) < count {
-			out = append(out, c.p.events[c.pos])
+		c.pos = max(c.pos, c.p.base) // expired events are gone
+		for c.pos-c.p.base < int64(len(c.p.events)) && len(out) < count {
+			out = append(out, c.p.events[c.pos-c.p.base])
 			c.pos++
 		}
 		ch := c.p.notify

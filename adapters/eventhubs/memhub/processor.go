@@ -228,10 +228,20 @@ func (p *Processor) dispatch(ctx context.Context) error {
 }
 
 // startOf returns the sequence number a new client of partition id starts
-// at: after its checkpoint, else the configured start position.
+// at: after its checkpoint, else the configured start position. On a
+// geo-replicated hub a checkpoint's offset is refused, and the partition
+// opens at its earliest event, inclusive, as the SDK falls back to.
 func (p *Processor) startOf(id string, cps map[string]azeventhubs.Checkpoint) (int64, error) {
+	part, err := p.hub.partition(id)
+	if err != nil {
+		return 0, err
+	}
+	earliest, end := part.bounds()
 	if cp, ok := cps[id]; ok {
 		switch {
+		case cp.Offset != nil && p.hub.geo.Load():
+			p.log.Info("memhub: geo-replication refuses an integer offset: starting at the earliest event, inclusive", "partition", id)
+			return earliest, nil
 		case cp.Offset != nil:
 			n, err := strconv.ParseInt(*cp.Offset, 10, 64)
 			if err != nil {
@@ -247,22 +257,17 @@ func (p *Processor) startOf(id string, cps map[string]azeventhubs.Checkpoint) (i
 	if s, ok := p.start.PerPartition[id]; ok {
 		sp = s
 	}
-	part, err := p.hub.partition(id)
-	if err != nil {
-		return 0, err
-	}
-	part.mu.Lock()
-	end := int64(len(part.events))
-	part.mu.Unlock()
 	inc := int64(1)
 	if sp.Inclusive {
 		inc = 0
 	}
 	switch {
 	case sp.Earliest != nil && *sp.Earliest:
-		return 0, nil
+		return earliest, nil
 	case sp.SequenceNumber != nil:
 		return *sp.SequenceNumber + inc, nil
+	case sp.Offset != nil && p.hub.geo.Load():
+		return earliest, nil
 	case sp.Offset != nil:
 		n, err := strconv.ParseInt(*sp.Offset, 10, 64)
 		if err != nil {

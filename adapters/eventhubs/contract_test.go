@@ -1,0 +1,442 @@
+package eventhubs_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
+
+	"github.com/redeliver-go/redeliver/adapters/eventhubs"
+	"github.com/redeliver-go/redeliver/adapters/eventhubs/memhub"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// The engine's contract on Event Hubs ("the next owner delivers it
+// again"), with the SDK's defaults: each scenario runs on memhub's store
+// (in synctest, where waits cost nothing) and, in azurite_test.go, on the
+// SDK's blob store.
+
+// delivery is one handler call as the tests see it.
+type delivery struct {
+	owner string
+	first int64
+	last  int64
+	retry int
+}
+
+// deliveries records handler calls.
+type deliveries struct {
+	mu   sync.Mutex
+	list []delivery
+}
+
+func (d *deliveries) add(owner string, b *stream.Batch) {
+	d.mu.Lock()
+	d.list = append(d.list, delivery{owner, b.FirstOffset(), b.LastOffset(), b.Attempt.Retry})
+	d.mu.Unlock()
+}
+
+func (d *deliveries) all() []delivery {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]delivery(nil), d.list...)
+}
+
+// of returns the deliveries by owner.
+func (d *deliveries) of(owner string) []delivery {
+	var out []delivery
+	for _, x := range d.all() {
+		if x.owner == owner {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// await waits until cond holds of the deliveries, at most d.
+func (d *deliveries) await(t *testing.T, within time.Duration, what string, cond func([]delivery) bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond(d.all()) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v; deliveries %+v", what, within, d.all())
+		}
+		time.Sleep(max(5*time.Millisecond, within/1000))
+	}
+}
+
+// sdkDefaults are the SDK's processor options but for short rounds and
+// expiry: no start position (the latest event).
+func sdkDefaults() *azeventhubs.ProcessorOptions {
+	return &azeventhubs.ProcessorOptions{UpdateInterval: 20 * time.Millisecond, PartitionExpirationDuration: 3 * time.Second}
+}
+
+// withheldFirstBatch plays item "a failing first batch": processor a opens
+// a partition with no checkpoint at the SDK's default start position (the
+// latest event: 0 to 9 are before it), events 10 to 19 arrive, and a's
+// handler fails on them (how: fail) while a is stopped at stop; then b,
+// with the same defaults, must deliver 10 to 19 again. It returns the
+// deliveries.
+func withheldFirstBatch(t *testing.T, store azeventhubs.CheckpointStore, inMemory bool, backoff time.Duration,
+	fail func(ctx context.Context) error, stop func(d *deliveries, hooks *stream.Hooks) <-chan struct{}) *deliveries {
+	t.Helper()
+	h := newHub(t, 1, 10)
+	d := &deliveries{}
+	claimed := make(chan struct{}, 1)
+	hooks := stream.Hooks{Claimed: func(stream.ClaimEvent) {
+		select {
+		case claimed <- struct{}{}:
+		default:
+		}
+	}}
+	when := stop(d, &hooks)
+	opts := []stream.Option{stream.WithHooks(hooks), stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(backoff)})}
+	if inMemory {
+		opts = append(opts, stream.WithInMemoryState())
+	}
+	procA, _ := stream.NewProcessor(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		d.add("a", b)
+		return fail(ctx)
+	}), opts...)
+	a := startWith(t, h, store, "a", procA, sdkDefaults())
+	select {
+	case <-claimed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a claimed no partition")
+	}
+	for i := 10; i < 20; i++ {
+		if err := h.Send("0", &azeventhubs.EventData{Body: fmt.Appendf(nil, "0:%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-when:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a's batch did not reach the point to stop at; deliveries %+v", d.all())
+	}
+	a.stop(t)
+	opts = opts[1:] // b's processor: no hooks
+	procB, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		d.add("b", b)
+		return nil
+	}), opts...)
+	startWith(t, h, store, "b", procB, sdkDefaults())
+	d.await(t, 20*time.Second+2*backoff, "b delivers 10-19", func(ds []delivery) bool {
+		for _, x := range ds {
+			if x.owner == "b" && x.first <= 10 && x.last >= 10 {
+				return true
+			}
+		}
+		return false
+	})
+	waitPositions(t, store, map[string]int64{"0": 20})
+	return d
+}
+
+// onWithheld stops the first processor once its batch's retry state is
+// written.
+func onWithheld(_ *deliveries, hooks *stream.Hooks) <-chan struct{} {
+	ch := make(chan struct{})
+	var once sync.Once
+	hooks.Checkpointed = func(e stream.CheckpointEvent) {
+		if e.Metadata != "" {
+			once.Do(func() { close(ch) })
+		}
+	}
+	return ch
+}
+
+// onFirstDelivery stops the first processor while its handler runs the
+// first delivery.
+func onFirstDelivery(d *deliveries, _ *stream.Hooks) <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		for len(d.of("a")) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		close(ch)
+	}()
+	return ch
+}
+
+// onRetryScheduled stops the first processor once a retry is scheduled
+// (in memory: nothing is written).
+func onRetryScheduled(_ *deliveries, hooks *stream.Hooks) <-chan struct{} {
+	ch := make(chan struct{})
+	var once sync.Once
+	hooks.RetryScheduled = func(stream.RetryEvent) { once.Do(func() { close(ch) }) }
+	return ch
+}
+
+func failing(context.Context) error { return errors.New("downstream unavailable") }
+
+func blocking(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }
+
+// checkFirstBatchFoundAgain checks the deliveries of withheldFirstBatch:
+// b's first delivery is 10-19, as retry wantRetry.
+func checkFirstBatchFoundAgain(t *testing.T, d *deliveries, wantRetry int) {
+	t.Helper()
+	b := d.of("b")
+	if len(b) == 0 || b[0].first != 10 {
+		t.Fatalf("b's deliveries %+v, want the first at 10 (a's withheld batch); all %+v", b, d.all())
+	}
+	if b[0].retry != wantRetry {
+		t.Errorf("b's first delivery of 10 is retry %d, want %d; all %+v", b[0].retry, wantRetry, d.all())
+	}
+}
+
+// A partition with no checkpoint, opened at the SDK's default start (the
+// latest event): its first batch, withheld for a retry, cut off by a
+// stop, or withheld in memory, is delivered again by the next owner.
+func TestFirstBatchFoundAgainByNextOwner(t *testing.T) {
+	t.Run("withheld", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			d := withheldFirstBatch(t, memhub.NewStore(), false, time.Minute, failing, onWithheld)
+			checkFirstBatchFoundAgain(t, d, 1)
+		})
+	})
+	t.Run("cut-off", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			d := withheldFirstBatch(t, memhub.NewStore(), false, time.Minute, blocking, onFirstDelivery)
+			checkFirstBatchFoundAgain(t, d, 0)
+		})
+	})
+	t.Run("in-memory", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			d := withheldFirstBatch(t, memhub.NewStore(), true, time.Minute, failing, onRetryScheduled)
+			checkFirstBatchFoundAgain(t, d, 0) // in memory, the count starts over
+		})
+	})
+}
+
+// logs collects log records.
+type logs struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (l *logs) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logs) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	l.recs = append(l.recs, r.Clone())
+	l.mu.Unlock()
+	return nil
+}
+func (l *logs) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logs) WithGroup(string) slog.Handler      { return l }
+
+// find returns the text of the records at level with msg in their message,
+// with their attributes.
+func (l *logs) find(level slog.Level, msg string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if r.Level == level && strings.Contains(r.Message, msg) {
+			s := r.Message
+			r.Attrs(func(a slog.Attr) bool { s += " " + a.String(); return true })
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// gapAfterCheckpoint plays "a gap": the checkpoint names event 9, events
+// before 20 have expired, and the first batch (20-29) fails once. The
+// batch is retried and the partition moves on, with an Error log line
+// naming the events lost to retention.
+func gapAfterCheckpoint(t *testing.T, store azeventhubs.CheckpointStore) {
+	t.Helper()
+	h := newHub(t, 1, 40)
+	if err := h.Expire("0", 20); err != nil {
+		t.Fatal(err)
+	}
+	c9 := cp("0", 9)
+	c9.FullyQualifiedNamespace, c9.EventHubName, c9.ConsumerGroup = memhub.Namespace, "orders", "cg"
+	if err := store.SetCheckpoint(context.Background(), c9, nil); err != nil {
+		t.Fatal(err)
+	}
+	d := &deliveries{}
+	var l logs
+	proc, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		d.add("a", b)
+		if b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+			return errors.New("not yet")
+		}
+		return nil
+	}), stream.WithLogger(slog.New(&l)), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(10 * time.Millisecond)}))
+	start(t, h, store, "a", proc)
+	waitPositions(t, store, map[string]int64{"0": 40})
+	ds := d.all()
+	if len(ds) < 2 || ds[0].first != 20 || ds[1].first != 20 || ds[1].retry != 1 {
+		t.Errorf("deliveries %+v, want 20 twice (retry 0, then 1)", ds)
+	}
+	if lost := l.find(slog.LevelError, "expired"); len(lost) != 1 || !strings.Contains(lost[0], "from=10") || !strings.Contains(lost[0], "to=19") {
+		t.Errorf("error log lines about expired events: %q, want one naming 10 to 19", lost)
+	}
+}
+
+// A checkpoint older than the hub's retention: the first batch starts
+// past it, fails once and is retried; the partition does not stall.
+func TestGapAfterCheckpointDoesNotStall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		gapAfterCheckpoint(t, memhub.NewStore())
+	})
+}
+
+// replayAfterRetries plays "a replay": a batch retried twice succeeds, the
+// consumer stops, an operator rewinds the checkpoint to replay it, and the
+// next consumer delivers it again as a first delivery.
+func replayAfterRetries(t *testing.T, store azeventhubs.CheckpointStore) {
+	t.Helper()
+	h := newHub(t, 1, 30)
+	d := &deliveries{}
+	policy := checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(10 * time.Millisecond)}
+	procA, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		d.add("a", b)
+		if b.FirstOffset() == 10 && b.Attempt.Retry < 2 {
+			return errors.New("not yet")
+		}
+		return nil
+	}), stream.WithPolicy(policy))
+	a := start(t, h, store, "a", procA)
+	waitPositions(t, store, map[string]int64{"0": 30}) // and no retry state
+	a.stop(t)
+	// The operator rewinds the checkpoint to event 9, to replay from 10.
+	c9 := cp("0", 9)
+	c9.FullyQualifiedNamespace, c9.EventHubName, c9.ConsumerGroup = memhub.Namespace, "orders", "cg"
+	if err := store.SetCheckpoint(context.Background(), c9, nil); err != nil {
+		t.Fatal(err)
+	}
+	var exhausted []stream.ExhaustedEvent
+	var mu sync.Mutex
+	procB, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		d.add("b", b)
+		return nil
+	}), stream.WithPolicy(policy), stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
+		mu.Lock()
+		exhausted = append(exhausted, e)
+		mu.Unlock()
+	}}))
+	start(t, h, store, "b", procB)
+	waitPositions(t, store, map[string]int64{"0": 30})
+	b := d.of("b")
+	if len(b) == 0 || b[0].first != 10 || b[0].retry != 0 {
+		t.Errorf("after the rewind, b delivered %+v, want 10 first, as a first delivery", b)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(exhausted) > 0 {
+		t.Errorf("after the rewind, b gave up %+v", exhausted)
+	}
+}
+
+// After a retried batch succeeds, its retry state is cleared: a replay of
+// it after a rewind is delivered, not given up on the old count.
+func TestReplayAfterRewindDeliversAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		replayAfterRetries(t, memhub.NewStore())
+	})
+}
+
+// A geo-replicated namespace refuses the checkpoint's integer offset, and
+// the SDK opens the partition at its earliest event, inclusive: the
+// events up to the checkpoint are not delivered again, and a withheld
+// batch keeps its count.
+func TestGeoReplicationFallbackSkipsHandledEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 30)
+		h.SetGeoReplication(true)
+		store := memhub.NewStore()
+		d := &deliveries{}
+		withheld := make(chan struct{})
+		var once sync.Once
+		policy := checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second)}
+		procA, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			d.add("a", b)
+			if b.FirstOffset() == 20 {
+				return errors.New("not yet")
+			}
+			return nil
+		}), stream.WithPolicy(policy), stream.WithHooks(stream.Hooks{Checkpointed: func(e stream.CheckpointEvent) {
+			if e.Metadata != "" {
+				once.Do(func() { close(withheld) })
+			}
+		}}))
+		a := start(t, h, store, "a", procA)
+		select {
+		case <-withheld:
+		case <-time.After(20 * time.Second):
+			t.Fatal("batch 20 was not withheld")
+		}
+		a.stop(t)
+		procB, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			d.add("b", b)
+			return nil
+		}), stream.WithPolicy(policy))
+		start(t, h, store, "b", procB)
+		waitPositions(t, store, map[string]int64{"0": 30})
+		b, all := d.of("b"), d.of("a")
+		if len(b) == 0 || b[0].first != 20 {
+			t.Fatalf("b's deliveries %+v, want the first at 20 (a's withheld batch), none before", b)
+		}
+		if last := all[len(all)-1]; b[0].retry != last.retry+1 {
+			t.Errorf("b's first delivery of 20 is retry %d, want %d (a's last was %d)", b[0].retry, last.retry+1, last.retry)
+		}
+	})
+}
+
+// A claim cancelled because another processor took its partition while
+// it waited in ReceiveEvents with events in hand (the SDK returns what it
+// has when its context ends) does not deliver them.
+func TestNoDeliveryAfterOwnershipLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 3)
+		ms := memhub.NewStore()
+		d := &deliveries{}
+		released := make(chan error, 1)
+		proc, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			d.add("a", b)
+			return nil
+		}), stream.WithHooks(stream.Hooks{Released: func(e stream.ReleaseEvent) { released <- e.Cause }}))
+		cs, _ := eventhubs.NewCheckpointStore(ms, "a", &eventhubs.StoreOptions{PartitionExpirationDuration: 2 * time.Second})
+		p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
+		c, _ := eventhubs.NewWith(proc, p, cs, eventhubs.WithMaxBatch(10), eventhubs.WithReceiveWait(time.Hour))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- c.Run(ctx) }()
+		synctest.Wait() // the claim waits in ReceiveEvents for 10 events, holding 3
+		os, err := ms.ListOwnership(context.Background(), memhub.Namespace, "orders", "cg", nil)
+		if err != nil || len(os) != 1 || os[0].OwnerID != "a" {
+			t.Fatalf("ownership: %+v %v", os, err)
+		}
+		steal := os[0]
+		steal.OwnerID = "thief"
+		if got, err := ms.ClaimOwnership(context.Background(), []azeventhubs.Ownership{steal}, nil); err != nil || len(got) != 1 {
+			t.Fatalf("steal: %v %v", got, err)
+		}
+		select {
+		case err := <-released:
+			if !errors.Is(err, eventhubs.ErrOwnershipLost) {
+				t.Errorf("claim released with %v, want ownership lost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the claim was not cancelled after the steal")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ds := d.all(); len(ds) != 0 {
+			t.Errorf("delivered after the partition was lost: %+v", ds)
+		}
+	})
+}
