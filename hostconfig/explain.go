@@ -40,8 +40,7 @@ func (c *Config) Explain() string {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		p := c.Functions[n]
-		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, p.Explain())
+		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, c.ExplainFunction(n))
 		b.WriteString(explainSettings(c.Settings(n)))
 	}
 	if c.Redrive != nil {
@@ -81,8 +80,28 @@ func explainSettings(settings []Setting) string {
 // each delay is shown as the range between the lowest and the highest draw,
 // and the worst case takes every draw at the upper end of its range. The
 // handler's own run time is never included.
-func (p *RetryPolicy) Explain() string {
+func (p *RetryPolicy) Explain() string { return p.explain(false) }
+
+// ExplainFunction describes the policy in force for the function called
+// name as [RetryPolicy.Explain] does, in the terms of the function's
+// trigger: through a share group, each record is retried on its own, and
+// a record given up is rejected (the broker archives it) once its
+// exhaustion action has run; there is no checkpoint.
+func (c *Config) ExplainFunction(name string) string {
+	t, ok := c.Trigger(name)
+	return c.Function(name).explain(ok && t.ShareGroup != "")
+}
+
+// explain is Explain, for records of a share group when share is set.
+func (p *RetryPolicy) explain(share bool) string {
+	unit := "batch"
+	if share {
+		unit = "record"
+	}
 	if p == nil {
+		if share {
+			return "No retry policy: a failed record is rejected at once (the broker archives it).\n"
+		}
 		return "No retry policy: a failed batch is not retried and the stream moves on.\n"
 	}
 	var b strings.Builder
@@ -95,17 +114,17 @@ func (p *RetryPolicy) Explain() string {
 	allowed, cut := budgetRetries(cp)
 	switch {
 	case p.RetryCount == 0:
-		b.WriteString("never retries a failed batch.\n")
+		fmt.Fprintf(&b, "never retries a failed %s.\n", unit)
 	case allowed == 0:
-		fmt.Fprintf(&b, "never retries a failed batch: the first retry would wait %s, and no retry starts %v or more after the first failure (maxRetryTime), so retryCount (%s) is never used.\n",
-			shortest(cp), show(p.MaxRetryTime), countText(p.RetryCount))
+		fmt.Fprintf(&b, "never retries a failed %s: the first retry would wait %s, and no retry starts %v or more after the first failure (maxRetryTime), so retryCount (%s) is never used.\n",
+			unit, shortest(cp), show(p.MaxRetryTime), countText(p.RetryCount))
 	case cut:
-		fmt.Fprintf(&b, "retries a failed batch at most %s (at most %s deliveries): retryCount (%s) allows more, but no more retries start before maxRetryTime (%v) ends them.\n",
-			times(allowed), deliveries(allowed), countText(p.RetryCount), show(p.MaxRetryTime))
+		fmt.Fprintf(&b, "retries a failed %s at most %s (at most %s deliveries): retryCount (%s) allows more, but no more retries start before maxRetryTime (%v) ends them.\n",
+			unit, times(allowed), deliveries(allowed), countText(p.RetryCount), show(p.MaxRetryTime))
 	case p.RetryCount == checkpoint.Infinite:
-		b.WriteString("retries a failed batch without limit of count.\n")
+		fmt.Fprintf(&b, "retries a failed %s without limit of count.\n", unit)
 	default:
-		fmt.Fprintf(&b, "retries a failed batch %s (at most %s deliveries).\n", upTo(p.RetryCount), deliveries(p.RetryCount))
+		fmt.Fprintf(&b, "retries a failed %s %s (at most %s deliveries).\n", unit, upTo(p.RetryCount), deliveries(p.RetryCount))
 	}
 	def := lookupStrategy(p.Strategy.Name)
 	if p.RetryCount != 0 && allowed != 0 {
@@ -114,10 +133,14 @@ func (p *RetryPolicy) Explain() string {
 			fmt.Fprintf(&b, "No delay is longer than %v.\n", show(p.MaxDelay))
 		}
 		if p.MaxRetryTime > 0 {
-			fmt.Fprintf(&b, "No retry starts %v or more after the batch's first failure.\n", show(p.MaxRetryTime))
+			fmt.Fprintf(&b, "No retry starts %v or more after the %s's first failure.\n", show(p.MaxRetryTime), unit)
 		}
 		if p.MaxRecordAge > 0 {
-			fmt.Fprintf(&b, "No retry starts once the batch's oldest record is %v old.\n", show(p.MaxRecordAge))
+			if share {
+				fmt.Fprintf(&b, "No retry starts once the record is %v old.\n", show(p.MaxRecordAge))
+			} else {
+				fmt.Fprintf(&b, "No retry starts once the batch's oldest record is %v old.\n", show(p.MaxRecordAge))
+			}
 		}
 		if p.IgnoreRetryAfter {
 			b.WriteString("Retry-after hints of errors are ignored (honorRetryAfter: false).\n")
@@ -128,6 +151,19 @@ func (p *RetryPolicy) Explain() string {
 		}
 		b.WriteString(firstDelays(cp, hi, def.random, allowed))
 		b.WriteString(worstCase(hi, def.random).String())
+	}
+	if share {
+		switch p.OnExhausted.Action {
+		case ActionDeadLetter:
+			fmt.Fprintf(&b, "Then the record is sent to topic %q and, once it is, rejected: the broker archives it.\n", p.OnExhausted.Topic)
+		case ActionStop:
+			b.WriteString("Then the record is held, its lock renewed, until the consumer stops, and then released to the broker.\n")
+		case ActionPark:
+			b.WriteString("Then the record is parked for a re-drive (see the redrive section) and, once it is, rejected: the broker archives it.\n")
+		default:
+			b.WriteString("Then the record is rejected: the broker archives it.\n")
+		}
+		return b.String()
 	}
 	switch p.OnExhausted.Action {
 	case ActionDeadLetter:

@@ -151,6 +151,40 @@ Then the batch is skipped: the checkpoint advances past it.
 	}
 }
 
+// A function read through a share group has its records retried one by
+// one and rejected once given up: its explanation says so, and names no
+// batch or checkpoint.
+func TestExplainShareGroupFunction(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {"retryCount": 2, "sleepDuration": "1s", "maxRetryTime": "00:01:00", "maxRecordAge": "01:00:00",
+    "functions": {"emails": {"onExhausted": {"action": "deadLetter", "topic": "emails-dlq"}}}},
+  "triggers": {
+    "emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"},
+    "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app"}
+  }
+}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `checkpointRetryPolicy.functions.emails (host.json:3:29): retries a failed record up to 2 times (at most 3 deliveries).
+It waits 1s before each retry (strategy fixed).
+No retry starts 1m0s or more after the record's first failure.
+No retry starts once the record is 1h0m0s old.
+First retry delays: 1s, 1s.
+Worst case: 2s of waiting over 2 retries (the handler's run time not included; the record age limit of 1h0m0s may end it sooner).
+Then the record is sent to topic "emails-dlq" and, once it is, rejected: the broker archives it.
+`
+	if got := cfg.ExplainFunction("emails"); got != want {
+		t.Errorf("ExplainFunction(emails) =\n%s\nwant\n%s", got, want)
+	}
+	if got := cfg.ExplainFunction("orders"); !strings.Contains(got, "retries a failed batch") || !strings.Contains(got, "the checkpoint advances past it") {
+		t.Errorf("ExplainFunction(orders) =\n%s\nwant the batch and its checkpoint", got)
+	}
+	if got := cfg.Explain(); !strings.Contains(got, "Function emails:\n"+want) {
+		t.Errorf("Explain =\n%s\nwant the share group's words for emails", got)
+	}
+}
+
 func TestExplainNoPolicy(t *testing.T) {
 	got := explain(t, `{"version": "2.0"}`)
 	if got != "No host-wide retry policy: a failed batch is not retried and the stream moves on.\n" {

@@ -63,18 +63,13 @@ func runExplain(args []string, e env) int {
 	}
 
 	var out []explained
-	var notes []string
 	if len(pos) == 2 {
 		name := pos[1]
-		x := explainFunction(cfg, name)
-		if !x.Own && x.Trigger == nil {
-			note := fmt.Sprintf("%s names no function %q: it gets the host-wide policy", file, name)
-			if s := nearest(name, cfg.FunctionNames()); s != "" {
-				note += fmt.Sprintf(" (did you mean %s?)", s)
-			}
-			notes = append(notes, note)
+		if err := namedFunction(cfg, name, "explain without a function shows it"); err != nil {
+			fmt.Fprintf(e.stderr, "redeliver explain: %v\n", err)
+			return exitProblems
 		}
-		out = append(out, x)
+		out = append(out, explainFunction(cfg, name))
 	} else {
 		out = append(out, explainHost(cfg))
 		for _, n := range cfg.FunctionNames() {
@@ -82,7 +77,7 @@ func runExplain(args []string, e env) int {
 		}
 	}
 	if *asJSON {
-		printJSON(e.stdout, map[string]any{"file": file, "policies": out, "warnings": append(slices.Clone(cfg.Warnings), notes...)})
+		printJSON(e.stdout, map[string]any{"file": file, "policies": out, "warnings": slices.Clone(cfg.Warnings)})
 		return exitOK
 	}
 	for i, x := range out {
@@ -90,9 +85,6 @@ func runExplain(args []string, e env) int {
 			fmt.Fprintln(e.stdout)
 		}
 		writeExplained(e.stdout, x)
-	}
-	for _, n := range notes {
-		fmt.Fprintf(e.stdout, "\nNote: %s.\n", n)
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(e.stdout, "\nWarning: %s\n", w)
@@ -109,16 +101,35 @@ func explainHost(cfg *hostconfig.Config) explained {
 	return x
 }
 
+// namedFunction returns an error unless the file names the function
+// called name, in a policy or a trigger; the error suggests the name meant
+// and says that hostWide is the way to the host-wide policy.
+func namedFunction(cfg *hostconfig.Config, name, hostWide string) error {
+	names := cfg.FunctionNames()
+	for _, n := range names {
+		if strings.EqualFold(n, name) {
+			return nil
+		}
+	}
+	hint := "it names no function"
+	switch s := nearest(name, names); {
+	case s != "":
+		hint = "did you mean " + s + "?"
+	case len(names) > 0:
+		hint = "its functions are " + strings.Join(names, ", ")
+	}
+	return fmt.Errorf("%s names no function %q: %s (a function the file does not name runs under the host-wide policy: %s)", cfg.File, name, hint, hostWide)
+}
+
 func explainFunction(cfg *hostconfig.Config, name string) explained {
 	x := explained{Function: name}
 	p := cfg.Function(name)
-	_, err := cfg.FunctionPolicy(name)
-	x.Own = !errors.Is(err, hostconfig.ErrUnknownFunction)
+	x.Own = p != cfg.Host // Function returns the host-wide policy itself for a function without one of its own
 	if p != nil {
 		x.Origin = p.Origin
 	}
-	x.Text = p.Explain()
-	x.Settings = cfg.Settings(name) // a function without a policy of its own: the host's, marked inherited
+	x.Text = cfg.ExplainFunction(name) // in the terms of its trigger (a share group's records, say)
+	x.Settings = cfg.Settings(name)    // a function without a policy of its own: the host's, marked inherited
 	x.Defaults = defaultsOf(x.Settings)
 	if t, ok := cfg.Trigger(name); ok {
 		x.Trigger = &t
@@ -168,7 +179,11 @@ func writeExplained(w io.Writer, x explained) {
 		}
 	}
 	if t := x.Trigger; t != nil {
-		fmt.Fprintf(tw, "  Trigger %s: %s topic %s, group %s, through %s\n", t.Origin, t.Type, t.Topic, t.ConsumerGroup, t.Adapter)
+		group := "consumer group " + t.ConsumerGroup
+		if t.ShareGroup != "" {
+			group = "share group " + t.ShareGroup
+		}
+		fmt.Fprintf(tw, "  Trigger %s: %s topic %s, %s, through %s\n", t.Origin, t.Type, t.Topic, group, t.Adapter)
 		for _, s := range t.Settings {
 			fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Field, s.Value, s.Source)
 		}

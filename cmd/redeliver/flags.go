@@ -53,7 +53,9 @@ metadata another tool wrote or damaged metadata.`,
 decodes the retry state committed with each: a partition whose checkpoint is
 withheld shows its retry number, when the retry is due and since when the
 batch fails. With -config (and -function), the retry limit of the policy in
-force is shown too ("retry 3 of 10").`,
+force is shown too ("retry 3 of 10"); a handler's RetryResult committed with
+the state replaces it. A -topic the brokers do not know, or a -function the
+host.json does not name, is an error (exit status 1).`,
 }
 
 // parseArgs parses flags and positional arguments, which may be mixed. It

@@ -34,13 +34,19 @@ type offsetRow struct {
 	Lag       int64  `json:"lag"`
 	Metadata  string `json:"metadata,omitempty"`
 	// Withheld reports a checkpoint withheld at a batch being retried.
-	Withheld     bool      `json:"withheld"`
-	Retries      int       `json:"retries,omitempty"`
-	MaxRetries   *int      `json:"maxRetries,omitempty"`
-	NextAt       time.Time `json:"nextAt,omitzero"`
-	FirstFailure time.Time `json:"firstFailure,omitzero"`
-	Overdue      bool      `json:"overdue,omitempty"`
-	State        string    `json:"state"`
+	Withheld bool `json:"withheld"`
+	Retries  int  `json:"retries,omitempty"`
+	// MaxRetries is the retry limit in force: the handler's RetryResult
+	// when the state holds one, else the policy's (with -config).
+	MaxRetries *int `json:"maxRetries,omitempty"`
+	// RetryResult is the handler's own request for retries, which
+	// replaces the policy for the batch.
+	RetryResult  *retryResult `json:"retryResult,omitempty"`
+	Started      bool         `json:"started,omitempty"`
+	NextAt       time.Time    `json:"nextAt,omitzero"`
+	FirstFailure time.Time    `json:"firstFailure,omitzero"`
+	Overdue      bool         `json:"overdue,omitempty"`
+	State        string       `json:"state"`
 }
 
 func runOffsets(args []string, e env) int {
@@ -80,10 +86,13 @@ func runOffsets(args []string, e env) int {
 			fmt.Fprintf(e.stderr, "%v\n%s has problems: run 'redeliver check %s'\n", err, *config, *config)
 			return exitProblems
 		}
-		p, err := cfg.FunctionPolicy(*function)
-		if errors.Is(err, hostconfig.ErrUnknownFunction) {
-			p, err = cfg.Policy() // the function runs under the host-wide policy
+		if *function != "" {
+			if err := namedFunction(cfg, *function, "leave -function out for it"); err != nil {
+				fmt.Fprintf(e.stderr, "redeliver offsets: %v\n", err)
+				return exitProblems
+			}
 		}
+		p, err := cfg.Function(*function).Policy() // the function's own, else the host-wide policy
 		if err != nil {
 			fmt.Fprintf(e.stderr, "redeliver offsets: %v\n", err)
 			return exitProblems
@@ -167,9 +176,17 @@ func offsets(ctx context.Context, brokers []string, group, topic string) ([]offs
 	if err != nil {
 		return nil, fmt.Errorf("listing the end offsets of %s: %w", strings.Join(topics, ", "), err)
 	}
+	if topic != "" {
+		if err := topicExists(ctx, adm, ends, topic); err != nil {
+			return nil, err
+		}
+	}
 	var rows []offsetRow
 	seen := map[offsetKey]bool{}
 	ends.Each(func(o kadm.ListedOffset) {
+		if o.Partition < 0 {
+			return // a topic the brokers do not know: its committed offsets are listed below
+		}
 		r := offsetRow{Topic: o.Topic, Partition: o.Partition, Committed: -1, End: -1, Lag: -1}
 		if o.Err == nil {
 			r.End = o.Offset
@@ -194,6 +211,45 @@ func offsets(ctx context.Context, brokers []string, group, topic string) ([]offs
 		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
 	})
 	return rows, nil
+}
+
+// topicExists returns an error, with a suggestion, when the brokers do
+// not know topic.
+func topicExists(ctx context.Context, adm *kadm.Client, ends kadm.ListedOffsets, topic string) error {
+	unknown := false
+	ends.Each(func(o kadm.ListedOffset) {
+		unknown = unknown || o.Topic == topic && errors.Is(o.Err, kerr.UnknownTopicOrPartition)
+	})
+	if !unknown {
+		return nil
+	}
+	msg := fmt.Sprintf("topic %s does not exist", topic)
+	if all, err := adm.ListTopics(ctx); err == nil {
+		var names []string
+		for _, d := range all.Sorted() {
+			if d.Err == nil {
+				names = append(names, d.Topic)
+			}
+		}
+		if s := nearest(topic, names); s != "" {
+			msg += ": did you mean " + s + "?"
+		}
+	}
+	return errors.New(msg)
+}
+
+// retryResult is the JSON form of a handler's own request for retries.
+type retryResult struct {
+	MaxRetries int    `json:"maxRetries"` // -1: no limit
+	Delay      string `json:"delay"`
+}
+
+// retries says "3 retries", "1 retry" or "no limit of retries".
+func retries(n int) string {
+	if n == checkpoint.Infinite {
+		return "no limit of retries"
+	}
+	return fmt.Sprintf("%d %s", n, map[bool]string{true: "retry", false: "retries"}[n == 1])
 }
 
 type offsetKey struct {
@@ -223,7 +279,11 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		r.State = "no retry state"
 		return
 	}
-	r.Withheld, r.Retries, r.MaxRetries = true, s.Retries, maxRetries
+	r.Withheld, r.Retries, r.MaxRetries, r.Started = true, s.Retries, maxRetries, s.Started
+	if s.Request != (checkpoint.Request{}) {
+		r.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
+		r.MaxRetries = &s.Request.MaxRetries // it replaces the policy's limit for this batch
+	}
 	r.NextAt, r.FirstFailure = s.NextAt.UTC(), s.FirstFailure.UTC()
 	if s.NextAt.IsZero() {
 		r.NextAt = time.Time{}
@@ -232,21 +292,29 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		r.FirstFailure = time.Time{}
 	}
 	of := ""
-	if maxRetries != nil {
-		if *maxRetries == checkpoint.Infinite {
+	if r.MaxRetries != nil {
+		if *r.MaxRetries == checkpoint.Infinite {
 			of = " of unlimited"
 		} else {
-			of = fmt.Sprintf(" of %d", *maxRetries)
+			of = fmt.Sprintf(" of %d", *r.MaxRetries)
 		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "withheld at %d: retry %d%s", r.Committed, s.Retries, of)
-	if !s.NextAt.IsZero() {
+	if r.RetryResult != nil {
+		fmt.Fprintf(&b, " (the handler's RetryResult: %s, %v apart)", retries(s.Request.MaxRetries), s.Request.Delay)
+	}
+	switch {
+	case s.Started:
+		b.WriteString(", started (its outcome is not committed: the next owner counts it as made)")
+	case !s.NextAt.IsZero():
 		fmt.Fprintf(&b, ", due %s (%s)", stamp(s.NextAt), relative(now, s.NextAt))
 		if now.Sub(s.NextAt) > overdue {
 			r.Overdue = true
 			b.WriteString(", overdue: its partition is stopped (onExhausted stop) or has no running consumer")
 		}
+	default:
+		b.WriteString(", due now")
 	}
 	if !s.FirstFailure.IsZero() {
 		fmt.Fprintf(&b, "; failing since %s (%s)", stamp(s.FirstFailure), relative(now, s.FirstFailure))

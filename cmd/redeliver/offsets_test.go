@@ -157,3 +157,63 @@ func testOffsets(t *testing.T, brokers []string, topic string) {
 		t.Errorf("partition 2 = %+v, want another tool's metadata", p2)
 	}
 }
+
+// TestOffsetsStateAndMistakes checks that the retry limit and the words of
+// a withheld partition come from the state the engine committed (a
+// handler's RetryResult replaces the policy's limit; a started retry says
+// so), and that an unknown topic or function is an error, exit status 1,
+// with a suggestion.
+func TestOffsetsStateAndMistakes(t *testing.T) {
+	brokers := kfakeBrokers(t, "orders")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	asked := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: 2 * time.Second,
+		NextAt: fixedNow.Add(2 * time.Second), Request: checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}})
+	started := checkpoint.EncodeState(checkpoint.State{Retries: 1, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: time.Second, Started: true})
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 3, LeaderEpoch: -1, Metadata: asked})
+	offs.Add(kadm.Offset{Topic: "orders", Partition: 1, At: 5, LeaderEpoch: -1, Metadata: started})
+	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, "app", offs); err != nil || resp.Error() != nil {
+		t.Fatal(err, resp.Error())
+	}
+	b := strings.Join(brokers, ",")
+
+	got, code := runCLI([]string{"offsets", "-json", "-brokers", b, "-group", "app", "-config", "testdata/app.json", "-function", "orders"})
+	if code != 0 {
+		t.Fatalf("exit status %d\n%s", code, got)
+	}
+	body := got[strings.Index(got, "\n")+1 : strings.LastIndex(got, "--- exit")]
+	var out struct {
+		Partitions []offsetRow `json:"partitions"`
+	}
+	if err := json.Unmarshal([]byte(body), &out); err != nil || len(out.Partitions) != 3 {
+		t.Fatalf("%v: want 3 partitions\n%s", err, got)
+	}
+	p0, p1 := out.Partitions[0], out.Partitions[1]
+	if p0.MaxRetries == nil || *p0.MaxRetries != 3 || p0.RetryResult == nil || p0.RetryResult.MaxRetries != 3 || p0.RetryResult.Delay != "2s" ||
+		!strings.Contains(p0.State, "retry 2 of 3 (the handler's RetryResult: 3 retries, 2s apart), due ") {
+		t.Errorf("partition 0 = %+v\nwant retry 2 of 3, the limit of the handler's RetryResult, not the policy's 10", p0)
+	}
+	if !p1.Started || p1.MaxRetries == nil || *p1.MaxRetries != 10 || !strings.Contains(p1.State, "retry 1 of 10, started") {
+		t.Errorf("partition 1 = %+v\nwant retry 1 of 10, started", p1)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-topic", "ordres"}, "redeliver offsets: topic ordres does not exist: did you mean orders?"},
+		{[]string{"-config", "testdata/app.json", "-function", "paymnts"},
+			`redeliver offsets: testdata/app.json names no function "paymnts": did you mean payments? (a function the file does not name runs under the host-wide policy: leave -function out for it)`},
+	} {
+		got, code := runCLI(append([]string{"offsets", "-brokers", b, "-group", "app"}, tc.args...))
+		if code != 1 || !strings.Contains(got, "--- stderr\n"+tc.want+"\n") {
+			t.Errorf("exit status %d, want 1 and on stderr:\n%s\ngot:\n%s", code, tc.want, got)
+		}
+	}
+}
