@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"unicode/utf8"
 
@@ -14,7 +16,9 @@ import (
 
 // EventSender sends events to one event hub and returns once the service
 // has accepted them all. partitionKey, when not nil, is the partition key
-// of every event of the call.
+// of every event of the call. When an event is too large to be sent even
+// alone, SendEvents returns an error matching
+// [azeventhubs.ErrEventDataTooLarge] and sends nothing of the call.
 type EventSender interface {
 	SendEvents(ctx context.Context, partitionKey *string, events []*azeventhubs.EventData) error
 }
@@ -24,7 +28,19 @@ type EventSender interface {
 // record becomes an event whose body is the record's value and whose
 // application properties are its headers (strings when they are valid
 // UTF-8, bytes otherwise); a record's key becomes the event's partition
-// key, so records with one key land in one partition. A Publisher is safe
+// key, so records with one key land in one partition.
+//
+// A dead letter carries the headers [stream.DeadLetter] adds, so it can be
+// too large for the hub where its record was not (a source event near the
+// service's limit, 1 MB on the standard tier). Such an event is sent with
+// those headers cut down, step by step, until it fits: first the error
+// texts ([stream.HeaderError], [stream.HeaderDLQMessage]) cut to
+// 256 bytes, then only the original topic, partition and offset kept,
+// then none. Each cut is logged at Warn level through slog.Default(). An
+// event too large with none of them (a dead-letter hub with a smaller limit
+// than the source's) can never be sent: Publish returns an error that says
+// so, and the dead-letter action tries again after its backoff while the
+// partition waits. A Publisher is safe
 // for concurrent use. Build it with [NewPublisher] or [NewSenderPublisher]:
 // the zero Publisher's Publish returns an error.
 type Publisher struct {
@@ -88,12 +104,90 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		for _, r := range recs[i:j] {
 			evs = append(evs, Event(r))
 		}
-		if err := p.sender.SendEvents(ctx, key, evs); err != nil {
+		err := p.sender.SendEvents(ctx, key, evs)
+		if errors.Is(err, azeventhubs.ErrEventDataTooLarge) {
+			err = p.sendCut(ctx, hub, key, recs[i:j])
+		}
+		if err != nil {
 			return fmt.Errorf("eventhubs: send to %s: %w", hub, err)
 		}
 		i = j
 	}
 	return nil
+}
+
+// sendCut sends recs one by one, each with its dead-letter headers cut
+// down as far as it needs to fit.
+func (p *Publisher) sendCut(ctx context.Context, hub string, key *string, recs []stream.Record) error {
+	for _, r := range recs {
+		var err error
+		for level := range cutLevels {
+			if level > 0 {
+				slog.Default().Warn("redeliver: dead letter too large for the event hub, its dead-letter headers cut",
+					"hub", hub, "topic", headerValue(r, stream.HeaderTopic), "offset", headerValue(r, stream.HeaderOffset),
+					"kept", cutLevels[level], "value_bytes", len(r.Value))
+			}
+			err = p.sender.SendEvents(ctx, key, []*azeventhubs.EventData{Event(cut(r, level))})
+			if !errors.Is(err, azeventhubs.ErrEventDataTooLarge) {
+				break
+			}
+		}
+		if errors.Is(err, azeventhubs.ErrEventDataTooLarge) {
+			return fmt.Errorf("the event of %s offset %s (%d bytes of value, %d headers of its own) is too large for event hub %s even with no dead-letter headers, "+
+				"and can never be sent there: use a dead-letter hub whose size limit is the source's: %w",
+				headerValue(r, stream.HeaderTopic), headerValue(r, stream.HeaderOffset), len(r.Value), len(cut(r, len(cutLevels)-1).Headers), hub, err)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cutLevels says what each level of cut keeps of the dead-letter headers.
+var cutLevels = []string{"all", "all, error texts cut to 256 bytes", "original topic, partition and offset", "none"}
+
+// cutText is how much of an error text the first cut keeps, in bytes.
+const cutText = 256
+
+// cut returns r with its dead-letter headers cut down to level (see
+// cutLevels); headers of its own are kept.
+func cut(r stream.Record, level int) stream.Record {
+	if level == 0 {
+		return r
+	}
+	hs := make([]stream.Header, 0, len(r.Headers))
+	for _, h := range r.Headers {
+		switch {
+		case !deadLetterHeader(h.Key):
+			hs = append(hs, h)
+		case level == 1 && (h.Key == stream.HeaderError || h.Key == stream.HeaderDLQMessage) && len(h.Value) > cutText:
+			v := h.Value[:cutText]
+			for len(v) > 0 && !utf8.Valid(v) { // not in the middle of a character
+				v = v[:len(v)-1]
+			}
+			hs = append(hs, stream.Header{Key: h.Key, Value: append(append([]byte(nil), v...), "..."...)})
+		case level == 1 || level == 2 && (h.Key == stream.HeaderTopic || h.Key == stream.HeaderPartition || h.Key == stream.HeaderOffset):
+			hs = append(hs, h)
+		}
+	}
+	r.Headers = hs
+	return r
+}
+
+// deadLetterHeader reports whether key is a header that stream.DeadLetter
+// adds.
+func deadLetterHeader(key string) bool {
+	return strings.HasPrefix(key, "redeliver-") || strings.HasPrefix(key, "__dlq.errors.")
+}
+
+func headerValue(r stream.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return "?"
 }
 
 func (p *Publisher) hubName(ctx context.Context) (string, error) {
@@ -128,7 +222,9 @@ func Event(r stream.Record) *azeventhubs.EventData {
 }
 
 // producerSender sends through a ProducerClient, in as many batches as the
-// service's size limit needs.
+// service's size limit needs. It fills every batch before it sends the
+// first, so that an event too large for a batch of its own fails the call
+// before anything of it is sent.
 type producerSender struct{ pc *azeventhubs.ProducerClient }
 
 func (s producerSender) SendEvents(ctx context.Context, key *string, evs []*azeventhubs.EventData) error {
@@ -137,23 +233,27 @@ func (s producerSender) SendEvents(ctx context.Context, key *string, evs []*azev
 	if err != nil {
 		return err
 	}
+	batches := []*azeventhubs.EventDataBatch{batch}
 	for _, ev := range evs {
 		err := batch.AddEventData(ev, nil)
 		if errors.Is(err, azeventhubs.ErrEventDataTooLarge) && batch.NumEvents() > 0 {
-			if err := s.pc.SendEventDataBatch(ctx, batch, nil); err != nil {
-				return err
-			}
 			if batch, err = s.pc.NewEventDataBatch(ctx, opts); err != nil {
 				return err
 			}
+			batches = append(batches, batch)
 			err = batch.AddEventData(ev, nil)
 		}
 		if err != nil {
 			return err
 		}
 	}
-	if batch.NumEvents() == 0 {
-		return nil
+	for _, b := range batches {
+		if b.NumEvents() == 0 {
+			continue
+		}
+		if err := s.pc.SendEventDataBatch(ctx, b, nil); err != nil {
+			return err
+		}
 	}
-	return s.pc.SendEventDataBatch(ctx, batch, nil)
+	return nil
 }

@@ -1,8 +1,16 @@
 package eventhubs_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+	"testing/synctest"
+	"unicode/utf8"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
 	"github.com/redeliver-go/redeliver/adapters/eventhubs"
 	"github.com/redeliver-go/redeliver/adapters/eventhubs/memhub"
@@ -49,5 +57,102 @@ func TestPublisherSendsRecordsAsEvents(t *testing.T) {
 	}
 	if c := byValue["c"]; c.Key != nil {
 		t.Errorf("record without a key got key %q", c.Key)
+	}
+}
+
+// A given-up event near the hub's size limit no longer fits once the
+// dead-letter headers are added: it is sent with those headers cut down
+// as far as it needs, and the partition moves on. One too large for the
+// dead-letter hub even without them gets an error that says so.
+func TestDeadLetterTooLargeIsCutToFit(t *testing.T) {
+	longErr := strings.Repeat("é", 1000) // 2000 bytes of error text
+	for _, c := range []struct {
+		name     string
+		value    int
+		srcLimit int
+		kept     []string // the dead-letter headers the event keeps
+		cutError bool
+		never    bool
+	}{
+		{name: "error-texts-cut", value: 100, srcLimit: 1000, kept: []string{stream.HeaderTopic, stream.HeaderError, stream.HeaderDLQMessage}, cutError: true},
+		{name: "position-only", value: 900, srcLimit: 1000, kept: []string{stream.HeaderTopic, stream.HeaderPartition, stream.HeaderOffset}},
+		{name: "none", value: 985, srcLimit: 1000},
+		{name: "never-fits", value: 1100, never: true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var l logs
+				prev := slog.Default()
+				slog.SetDefault(slog.New(&l))
+				defer slog.SetDefault(prev)
+				src, _ := memhub.New("orders", 1)
+				src.SetMaxEventBytes(c.srcLimit)
+				if err := src.Send("0", &azeventhubs.EventData{Body: bytes.Repeat([]byte("x"), c.value), Properties: map[string]any{"trace": "abc"}}); err != nil {
+					t.Fatal(err)
+				}
+				dlq, _ := memhub.New("orders-dlq", 1)
+				dlq.SetMaxEventBytes(1000)
+				pub, _ := eventhubs.NewSenderPublisher("orders-dlq", dlq)
+				action, err := stream.DeadLetter(pub, "orders-dlq")
+				if err != nil {
+					t.Fatal(err)
+				}
+				tries := make(chan error, 100)
+				proc, _ := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+					return errors.New(longErr)
+				}), stream.WithExhaustionAction(action), stream.WithHooks(stream.Hooks{ActionTried: func(e stream.ActionEvent) {
+					select {
+					case tries <- e.Err:
+					default:
+					}
+				}}))
+				store := memhub.NewStore()
+				start(t, src, store, "a", proc)
+				if c.never {
+					err := <-tries
+					if err == nil || !strings.Contains(err.Error(), "can never be sent") || !errors.Is(err, azeventhubs.ErrEventDataTooLarge) {
+						t.Fatalf("dead letter larger than the hub's limit with no headers: %v, want an error that says it can never be sent", err)
+					}
+					return
+				}
+				waitPositions(t, store, map[string]int64{"0": 1})
+				evs, _ := dlq.Events("0")
+				if len(evs) != 1 {
+					t.Fatalf("%d dead letters, want 1", len(evs))
+				}
+				r := eventhubs.Record("orders-dlq", 0, evs[0])
+				if len(r.Value) != c.value {
+					t.Errorf("dead letter of %d bytes, want the record's %d", len(r.Value), c.value)
+				}
+				got := map[string]string{}
+				for _, h := range r.Headers {
+					got[h.Key] = string(h.Value)
+				}
+				if got["trace"] != "abc" {
+					t.Errorf("the record's own header was not kept: %v", got)
+				}
+				for _, k := range c.kept {
+					if _, ok := got[k]; !ok {
+						t.Errorf("header %s not kept: %v", k, got)
+					}
+				}
+				n := 0
+				for k := range got {
+					if k != "trace" {
+						n++
+					}
+				}
+				if c.cutError {
+					if e := got[stream.HeaderError]; !utf8.ValidString(e) || len(e) > 260 || !strings.HasSuffix(e, "...") {
+						t.Errorf("error header %d bytes %q, want at most 256 and a mark", len(e), e)
+					}
+				} else if n != len(c.kept) {
+					t.Errorf("dead-letter headers %v, want only %v", got, c.kept)
+				}
+				if w := l.find(slog.LevelWarn, "dead letter too large"); len(w) == 0 {
+					t.Error("no Warn log line for the cut headers")
+				}
+			})
+		})
 	}
 }

@@ -35,9 +35,10 @@ const Namespace = "memhub.invalid"
 // with [New]: the zero Hub has no partitions, and its methods return
 // errors.
 type Hub struct {
-	name  string
-	parts []*partition
-	geo   atomic.Bool
+	name     string
+	parts    []*partition
+	geo      atomic.Bool
+	maxBytes atomic.Int64
 }
 
 type partition struct {
@@ -113,6 +114,13 @@ func (h *Hub) send(partitionID string, key *string, events []*azeventhubs.EventD
 	if err != nil {
 		return err
 	}
+	if limit := h.maxBytes.Load(); limit > 0 {
+		for i, ev := range events {
+			if n := EventBytes(ev); n > limit {
+				return fmt.Errorf("memhub: event %d of the send is %d bytes, over hub %s's limit of %d: %w", i, n, h.name, limit, azeventhubs.ErrEventDataTooLarge)
+			}
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now().UTC()
@@ -160,6 +168,41 @@ func (h *Hub) Expire(partitionID string, before int64) error {
 		p.changed()
 	}
 	return nil
+}
+
+// SetMaxEventBytes makes the hub refuse events larger than n bytes (as
+// [EventBytes] counts them), as the service refuses events over its limit
+// (1 MB on the standard tier): a send that holds one fails with an error
+// matching [azeventhubs.ErrEventDataTooLarge], and sends none of its
+// events. n <= 0, the default, means no limit.
+func (h *Hub) SetMaxEventBytes(n int) {
+	if h == nil {
+		return
+	}
+	h.maxBytes.Store(int64(n))
+}
+
+// EventBytes returns the size of an event as a hub with a limit counts
+// it: its body and its properties' names and values (strings and byte
+// slices as they are, other values as fmt prints them). The service
+// counts the event's AMQP encoding, which is a little more.
+func EventBytes(ev *azeventhubs.EventData) int64 {
+	if ev == nil {
+		return 0
+	}
+	n := int64(len(ev.Body))
+	for k, v := range ev.Properties {
+		n += int64(len(k))
+		switch x := v.(type) {
+		case string:
+			n += int64(len(x))
+		case []byte:
+			n += int64(len(x))
+		default:
+			n += int64(len(fmt.Sprint(x)))
+		}
+	}
+	return n
 }
 
 // SetGeoReplication makes the hub behave as one in a geo-replicated
