@@ -30,7 +30,8 @@ const fetchAheadTimeout = 5 * time.Second
 // fetches the partition's next records itself, in Fetch requests of its
 // own sent to the leader with no wait, whenever its buffer is below half
 // its limit. The client's position is still where the pause left it, so its
-// next fetches repeat what these got; push drops the repeats, and the buffer
+// next fetches repeat what these got; push knows the offsets it got and
+// drops their repeats (a rewind elsewhere is delivered), and the buffer
 // stays the partition's stream in order. It stops as well when the
 // partition is caught up (a long poll of its own would wait anyway), paused
 // again, or ended, or after a failed request (the client's fetches bring the
@@ -128,7 +129,7 @@ func (cl *claim) fetchOnce(from int64, topicID [16]byte) bool {
 			if fp.Err != nil {
 				return false
 			}
-			cl.push(fp.Records, fp.HighWatermark, false)
+			cl.push(fp.Records, fp.HighWatermark, from)
 			return true
 		}
 	}

@@ -65,6 +65,9 @@ type claim struct {
 	full    bool  // bytes reached the limit and have not yet come down to half
 	hwm     int64 // the partition's high watermark in the last fetch; -1 unknown
 	last    int64 // offset of the last record pushed; -1 before any
+	// The offsets of the records fetchAhead got, which the polls repeat;
+	// aheadTo is -1 when the polls have nothing of fetchAhead's to repeat.
+	aheadFrom, aheadTo int64
 	pause   uint8 // why the partition is paused in the client
 	backoff bool  // the worker waits out a backoff (Pause); it takes nothing
 	dead    bool  // the worker ended: push drops, nothing pauses
@@ -101,7 +104,7 @@ type claim struct {
 func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		done: make(chan struct{}), last: -1, lastOff: -1, hwm: -1,
+		done: make(chan struct{}), last: -1, lastOff: -1, hwm: -1, aheadTo: -1,
 		wake: make(chan struct{}, 1), aheadWake: make(chan struct{}, 1), owned: true,
 		confGen: -1, confWake: make(chan struct{}),
 	}
@@ -200,27 +203,58 @@ func (cl *claim) finish() {
 // key and value, and an allowance for the rest.
 func recordSize(r *kgo.Record) int { return len(r.Key) + len(r.Value) + 256 }
 
-// push appends fetched records, dropping any at or before the last one
-// appended (a poll repeats those that fetchAhead got), and notes the
-// partition's high watermark. polled says whether they come from a poll.
-func (cl *claim) push(recs []*kgo.Record, hwm int64, polled bool) {
+// push appends fetched records and notes the partition's high watermark.
+// from is the offset fetchAhead fetched them from, or -1 for records of a
+// poll.
+//
+// A poll repeats the records fetchAhead got (offsets aheadFrom to aheadTo):
+// those repeats are dropped. Any other polled record at or before the last
+// one appended is a rewind of the partition: its topic was deleted and
+// created again, or its log truncated, and the client went back to an
+// earlier offset. It is appended, after a warning, and Fetch starts a new
+// batch with it: the records of the log as it is now are all delivered,
+// never filtered. Records of fetchAhead that do not follow the last one
+// appended (a rewind came in between) are dropped: the polls bring them.
+func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 	cl.mu.Lock()
 	if cl.dead {
 		cl.mu.Unlock()
 		return
 	}
-	cl.hwm = max(cl.hwm, hwm)
+	polled := from < 0
 	if polled {
 		cl.polled = true
+	} else if from > cl.last+1 {
+		cl.mu.Unlock()
+		return
 	}
+	cl.hwm = max(cl.hwm, hwm)
 	if len(recs) == 0 {
 		cl.mu.Unlock()
 		return
 	}
 	cl.buf = slices.Grow(cl.buf, len(recs))
 	for _, r := range recs {
-		if r.Offset <= cl.last {
-			continue
+		switch {
+		case r.Offset > cl.last:
+			if polled && r.Offset > cl.aheadTo {
+				cl.aheadTo = -1 // the polls have gone past what fetchAhead got
+			}
+		case !polled:
+			continue // a poll got it first
+		case cl.aheadTo >= 0 && cl.aheadFrom <= r.Offset && r.Offset <= cl.aheadTo:
+			continue // a repeat of what fetchAhead got
+		default:
+			cl.c.log.Warn("redeliver: partition rewound: the client reads it again from an earlier offset (the topic was deleted and created again, or its log truncated); its records are delivered from there",
+				"topic", cl.key.topic, "partition", cl.key.partition, "offset", r.Offset, "after", cl.last, "high_watermark", hwm)
+			cl.aheadTo = -1
+			cl.hwm = hwm
+		}
+		if !polled {
+			if cl.aheadTo < 0 {
+				cl.aheadFrom = r.Offset
+			}
+			cl.aheadTo = r.Offset
 		}
 		cl.buf = append(cl.buf, r)
 		cl.bytes += recordSize(r)
@@ -296,8 +330,11 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	for {
 		cl.mu.Lock()
 		n := len(cl.buf) - cl.head
-		if n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
-			cl.takeLocked(min(n, maxBatch))
+		// A batch ends before a rewind: it is complete once the rewind is
+		// buffered.
+		k := cl.runLocked(min(n, maxBatch))
+		if k < min(n, maxBatch) || n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
+			cl.takeLocked(k)
 			cl.mu.Unlock()
 			return cl.convert(), nil
 		}
@@ -314,6 +351,19 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 			return nil, context.Cause(ctx)
 		}
 	}
+}
+
+// runLocked returns how many of the next n buffered records follow one
+// another in offset order: the records before the first rewind (see push);
+// cl.mu is held.
+func (cl *claim) runLocked(n int) int {
+	rs := cl.buf[cl.head : cl.head+n]
+	for i := 1; i < len(rs); i++ {
+		if rs[i].Offset <= rs[i-1].Offset {
+			return i
+		}
+	}
+	return n
 }
 
 // takeLocked moves the next n buffered records to cl.taken and resumes a

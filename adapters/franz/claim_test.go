@@ -3,6 +3,8 @@ package franz
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -285,5 +287,53 @@ func TestClaimRefusesCommitAfterRevoke(t *testing.T) {
 	cl.revoke(errRevoked)
 	if err := cl.Commit(context.Background(), 1, ""); !errors.Is(err, stream.ErrRevoked) {
 		t.Fatalf("Commit after revoke: %v, want stream.ErrRevoked", err)
+	}
+}
+
+// push tells fetchAhead's repeats from a rewind: the polls' repeats of what
+// fetchAhead got are dropped, an earlier offset otherwise is delivered in a
+// batch of its own, and fetchAhead's records that do not follow the last
+// one (a rewind came first) are dropped.
+func TestPushTellsRepeatsFromRewinds(t *testing.T) {
+	c := &Consumer{cfg: config{bufferBytes: 1 << 20, maxBatch: 100}, log: slog.New(slog.DiscardHandler)}
+	cl := newClaim(&group{wakeup: make(chan struct{}, 1)}, tp{"t", 0}, -1, "")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	cl.begin(ctx, cancel, c)
+	recs := func(from, to int64) []*kgo.Record {
+		var rs []*kgo.Record
+		for o := from; o <= to; o++ {
+			rs = append(rs, &kgo.Record{Topic: "t", Offset: o})
+		}
+		return rs
+	}
+	cl.push(recs(0, 4), 10, -1)   // polled
+	cl.push(recs(5, 9), 20, 5)    // fetchAhead from 5
+	cl.push(recs(5, 12), 20, -1)  // the poll repeats 5-9
+	cl.push(recs(0, 3), 4, -1)    // a rewind: the log starts over
+	cl.push(recs(30, 31), 40, 30) // fetchAhead from a position before the rewind
+	cl.push(recs(4, 5), 6, -1)
+	var got [][2]int64
+	for {
+		cl.mu.Lock()
+		n := len(cl.buf) - cl.head
+		cl.mu.Unlock()
+		if n == 0 {
+			break
+		}
+		b, err := cl.Fetch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, [2]int64{b[0].Offset, b[len(b)-1].Offset})
+		for i := 1; i < len(b); i++ {
+			if b[i].Offset != b[i-1].Offset+1 {
+				t.Fatalf("batch %v: offset %d after %d", got[len(got)-1], b[i].Offset, b[i-1].Offset)
+			}
+		}
+	}
+	want := [][2]int64{{0, 12}, {0, 5}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("batches %v, want %v", got, want)
 	}
 }

@@ -384,7 +384,7 @@ func (g *group) dispatch(fs kgo.Fetches) {
 			}
 			if len(p.Records) == 0 {
 				if cl != nil && cl.started && p.Err == nil {
-					cl.push(nil, p.HighWatermark, true)
+					cl.push(nil, p.HighWatermark, -1)
 				}
 				continue
 			}
@@ -395,7 +395,7 @@ func (g *group) dispatch(fs kgo.Fetches) {
 					"partition", p.Partition, "first_offset", p.Records[0].Offset, "records", len(p.Records))
 				continue
 			}
-			cl.push(p.Records, p.HighWatermark, true)
+			cl.push(p.Records, p.HighWatermark, -1)
 		}
 	})
 }

@@ -41,7 +41,6 @@ type claim struct {
 	head        int
 	buffered    int        // records not yet in a batch
 	spare       [][]record // spent answers' slices, emptied, for the fetcher to reuse
-	last        int64      // offset of the last record buffered; -1 before any
 	paused      bool
 	waiting     bool // the worker waits on wake
 	pumpWaiting bool // the pump waits on more
@@ -62,7 +61,7 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
 		ctx: ctx, cancel: cancel, pumped: make(chan struct{}),
-		last: -1, wake: make(chan struct{}, 1), more: make(chan struct{}, 1), lastOff: -1, lastEpoch: -1,
+		wake: make(chan struct{}, 1), more: make(chan struct{}, 1), lastOff: -1, lastEpoch: -1,
 		f: fetcher{
 			dialer: c.dialer, brokers: c.brokers, topic: key.topic, partition: int(key.partition),
 			fetch: c.fetch, start: c.start, log: c.log,
@@ -118,25 +117,21 @@ func (cl *claim) waitRoom() bool {
 	return cl.ctx.Err() == nil
 }
 
-// push appends a fetch answer to the buffer, dropping records at or before
-// the last one buffered (kafka-go never repeats one; this only guards the
-// order), and wakes a waiting worker. The buffer keeps msgs: the caller
-// gives it up.
+// push appends a fetch answer to the buffer and wakes a waiting worker.
+// kafka-go never repeats a record: an answer that starts at or before the
+// last record buffered is a rewind (the fetcher reset its position to the
+// partition's start after the log was replaced or truncated, and logged
+// what it reads again). It is buffered like any other, and Fetch starts a
+// new batch with it. The buffer keeps msgs: the caller gives it up.
 func (cl *claim) push(msgs []record) {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	i := 0
-	for i < len(msgs) && msgs[i].offset <= cl.last {
-		i++
-	}
-	if i == len(msgs) {
+	if len(msgs) == 0 {
 		cl.spareLocked(msgs)
 		return
 	}
-	msgs = msgs[i:]
 	cl.chunks = append(cl.chunks, msgs)
 	cl.buffered += len(msgs)
-	cl.last = msgs[len(msgs)-1].offset
 	if cl.waiting {
 		cl.waiting = false
 		cl.signal(cl.wake)
@@ -203,8 +198,11 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	for {
 		cl.mu.Lock()
 		n := cl.buffered
-		if n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
-			out := cl.takeLocked(min(n, maxBatch))
+		// A batch ends before a rewind: it is complete once the rewind is
+		// buffered.
+		k := cl.runLocked(min(n, maxBatch))
+		if k < min(n, maxBatch) || n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
+			out := cl.takeLocked(k)
 			cl.mu.Unlock()
 			return out, nil
 		}
@@ -225,6 +223,27 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 			return nil, context.Cause(ctx)
 		}
 	}
+}
+
+// runLocked returns how many of the next n buffered records follow one
+// another in offset order: the records before the first rewind (see push);
+// cl.mu is held.
+func (cl *claim) runLocked(n int) int {
+	prev, k, head := int64(-1), 0, cl.head
+	for _, chunk := range cl.chunks {
+		for _, m := range chunk[head:] {
+			if k == n {
+				return n
+			}
+			if k > 0 && m.offset <= prev {
+				return k
+			}
+			prev = m.offset
+			k++
+		}
+		head = 0
+	}
+	return k
 }
 
 // takeLocked turns the next n buffered records into the batch's records,
