@@ -58,21 +58,21 @@ type claim struct {
 	started bool
 	done    chan struct{}
 
-	mu      sync.Mutex
-	buf     []*kgo.Record // buf[head:] are the records not yet fetched
-	head    int
-	bytes   int   // the size of buf[head:], as recordSize counts it
-	full    bool  // bytes reached the limit and have not yet come down to half
-	hwm     int64 // the partition's high watermark in the last fetch; -1 unknown
-	last    int64 // offset of the last record pushed; -1 before any
+	mu    sync.Mutex
+	buf   []*kgo.Record // buf[head:] are the records not yet fetched
+	head  int
+	bytes int   // the size of buf[head:], as recordSize counts it
+	full  bool  // bytes reached the limit and have not yet come down to half
+	hwm   int64 // the partition's high watermark in the last fetch; -1 unknown
+	last  int64 // offset of the last record pushed; -1 before any
 	// The offsets of the records fetchAhead got, which the polls repeat;
 	// aheadTo is -1 when the polls have nothing of fetchAhead's to repeat.
 	aheadFrom, aheadTo int64
-	pause   uint8 // why the partition is paused in the client
-	backoff bool  // the worker waits out a backoff (Pause); it takes nothing
-	dead    bool  // the worker ended: push drops, nothing pauses
-	wake    chan struct{}
-	topicID [16]byte // from the client's fetches, for fetchAhead
+	pause              uint8 // why the partition is paused in the client
+	backoff            bool  // the worker waits out a backoff (Pause); it takes nothing
+	dead               bool  // the worker ended: push drops, nothing pauses
+	wake               chan struct{}
+	topicID            [16]byte // from the client's fetches, for fetchAhead
 
 	// fetchAhead's state: ahead while it runs; polled once a poll handed
 	// over the partition since it was resumed in the client.
