@@ -77,6 +77,11 @@ func TestGolden(t *testing.T) {
 		{"explain_bad_file", []string{"explain", "testdata/problems.json"}, nil, 1},
 		{"state", []string{"state", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
 		{"state_json", []string{"state", "-json", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
+		// One retry due: one delivery so far, not one retry.
+		{"state_one_retry", []string{"state", "rd1;r=1;f=1795427995000;d=5000;n=1795428005000"}, nil, 0},
+		// A started retry and the handler's RetryResult, in words and as JSON.
+		{"state_started_retry_result", []string{"state", "rd1;r=1;f=1795427995000;d=5000;s=1;rr=3:2000"}, nil, 0},
+		{"state_started_retry_result_json", []string{"state", "-json", "rd1;r=1;f=1795427995000;d=5000;s=1;rr=3:2000"}, nil, 0},
 		{"state_foreign", []string{"state", "checkpointed by kcat"}, nil, 1},
 		{"state_damaged", []string{"state", "rd1;r=x"}, nil, 1},
 		{"state_empty", []string{"state", ""}, nil, 0},

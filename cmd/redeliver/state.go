@@ -10,13 +10,21 @@ import (
 
 // stateJSON is the JSON form of a decoded retry state.
 type stateJSON struct {
-	Metadata     string    `json:"metadata"`
-	Redeliver    bool      `json:"redeliver"` // written by redeliver
-	Error        string    `json:"error,omitempty"`
-	Retries      int       `json:"retries"`
-	FirstFailure time.Time `json:"firstFailure,omitzero"`
-	LastDelay    string    `json:"lastDelay,omitempty"`
-	NextAt       time.Time `json:"nextAt,omitzero"`
+	Metadata  string `json:"metadata"`
+	Redeliver bool   `json:"redeliver"` // written by redeliver
+	Error     string `json:"error,omitempty"`
+	// Summary is the state in words, as the engine's decoder writes it.
+	Summary string `json:"summary,omitempty"`
+	// Retries is the number of the retry due, or started when Started.
+	Retries int  `json:"retries"`
+	Started bool `json:"started,omitempty"`
+	// Deliveries counts the deliveries of the batch so far: the first and
+	// the retries made (with a started retry, the one that started).
+	Deliveries   int          `json:"deliveries,omitempty"`
+	FirstFailure time.Time    `json:"firstFailure,omitzero"`
+	LastDelay    string       `json:"lastDelay,omitempty"`
+	NextAt       time.Time    `json:"nextAt,omitzero"`
+	RetryResult  *retryResult `json:"retryResult,omitempty"`
 }
 
 func runState(args []string, e env) int {
@@ -31,7 +39,11 @@ func runState(args []string, e env) int {
 	}
 	md := pos[0]
 	s, err := checkpoint.DecodeState(md)
-	out := stateJSON{Metadata: md, Redeliver: err == nil, Retries: s.Retries, FirstFailure: s.FirstFailure.UTC(), NextAt: s.NextAt.UTC()}
+	out := stateJSON{Metadata: md, Redeliver: err == nil, Retries: s.Retries, Started: s.Started, Deliveries: deliveriesOf(s),
+		FirstFailure: s.FirstFailure.UTC(), NextAt: s.NextAt.UTC()}
+	if err == nil && md != "" {
+		out.Summary = s.String()
+	}
 	if s.FirstFailure.IsZero() {
 		out.FirstFailure = time.Time{}
 	}
@@ -40,6 +52,9 @@ func runState(args []string, e env) int {
 	}
 	if s.LastDelay > 0 {
 		out.LastDelay = s.LastDelay.String()
+	}
+	if s.Request != (checkpoint.Request{}) {
+		out.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
 	}
 	if err != nil {
 		out.Error = err.Error()
@@ -61,20 +76,48 @@ func runState(args []string, e env) int {
 	case md == "":
 		fmt.Fprintln(e.stdout, "empty metadata: no retry state; the batch at the checkpoint is delivered as a first delivery")
 		return exitOK
+	case s.Retries == 0:
+		fmt.Fprintln(e.stdout, "no retry in the state: the batch at the checkpoint is delivered as a first delivery")
+		return exitOK
 	}
 	now := e.now()
 	fmt.Fprintf(e.stdout, "retry state written by redeliver (%s)\n", md)
-	fmt.Fprintf(e.stdout, "  retries so far:  %d (the batch at the checkpoint was delivered %d %s)\n", s.Retries, s.Retries, plural(s.Retries, "time"))
+	fmt.Fprintf(e.stdout, "  state:           %s\n", s)
+	sofar := "the first" // the deliveries before the retry due or started
+	if made := s.Retries - 1; made > 0 {
+		sofar += " and " + retries(made)
+	}
+	if s.Started {
+		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s, then retry %d, which started: its outcome is not recorded, and a next owner counts it as made\n",
+			out.Deliveries, sofar, s.Retries)
+	} else {
+		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s (retry %d is due)\n", out.Deliveries, sofar, s.Retries)
+	}
 	if !s.FirstFailure.IsZero() {
 		fmt.Fprintf(e.stdout, "  first failure:   %s (%s)\n", stamp(s.FirstFailure), relative(now, s.FirstFailure))
 	}
 	if s.LastDelay > 0 {
-		fmt.Fprintf(e.stdout, "  last backoff:    %v\n", s.LastDelay)
+		fmt.Fprintf(e.stdout, "  last backoff:    %v, before retry %d\n", s.LastDelay, s.Retries)
 	}
 	if !s.NextAt.IsZero() {
 		fmt.Fprintf(e.stdout, "  retry %d due:     %s (%s)\n", s.Retries, stamp(s.NextAt), relative(now, s.NextAt))
 	}
+	if r := s.Request; r != (checkpoint.Request{}) {
+		fmt.Fprintf(e.stdout, "  RetryResult:     the handler asked for %s, %v apart: they replace the policy for this batch\n", retries(r.MaxRetries), r.Delay)
+	}
 	return exitOK
+}
+
+// deliveriesOf counts the deliveries of the batch a state describes: the
+// first, the retries made, and a started retry.
+func deliveriesOf(s checkpoint.State) int {
+	switch {
+	case s.Retries == 0:
+		return 0
+	case s.Started:
+		return s.Retries + 1
+	}
+	return s.Retries
 }
 
 // stamp formats t in UTC to the millisecond, as the state stores it.
