@@ -19,19 +19,70 @@
 //     resolved (the batch's last, or the one before a failed record on a
 //     partial success), written only after the batch is resolved, never on
 //     cancellation or shutdown.
+//   - A partition with no checkpoint: before it delivers the first batch,
+//     the claim writes a positional checkpoint (see [PositionOffset]) just
+//     before that batch's first event. A batch withheld for a retry, cut
+//     off by a shutdown or a crash, or withheld in memory
+//     ([stream.WithInMemoryState]) is so found again by any next owner,
+//     whatever its start position: with the SDK's default (the latest
+//     event) a next owner would otherwise open after it and never see it.
+//     It costs one storage write per partition, once per consumer group.
+//   - A first batch that starts past the checkpoint (the events between
+//     expired from the hub before they were handled) is logged at Error
+//     level with the range lost, and checkpointed the same way when it is
+//     withheld. Events at or before the checkpoint that the partition
+//     client delivers (the SDK opens a partition at its earliest event,
+//     inclusive, when a geo-replicated namespace refuses the checkpoint's
+//     offset) are skipped, not delivered again with a fresh count.
 //   - Lease loss: ReceiveEvents failing with
 //     [azeventhubs.ErrorCodeOwnershipLost], or the processor's own
 //     ownership reads showing the partition with another owner, cancels the
-//     claim at once, and no checkpoint is written by it afterwards (see
-//     [CheckpointStore]).
+//     claim at once; events received meanwhile are not delivered, and no
+//     checkpoint is written by it afterwards (see [CheckpointStore]).
 //   - Retry state: the state of a withheld batch (retries so far, first
 //     failure, when the next retry is due) is stored beside the checkpoint
 //     by the [CheckpointStore] wrapper, so that the next owner (another
 //     processor, or this one after a restart) continues the count, as on
-//     Kafka, where it rides in the offset commit's metadata.
+//     Kafka, where it rides in the offset commit's metadata. Once the
+//     checkpoint moves past the batch, the state is cleared: a range
+//     replayed after an operator rewinds the checkpoint is delivered anew.
+//   - Shutdown: [Consumer.Run] stops its workers, then the processor, then
+//     hands the partitions it still owns back through the store, so that
+//     other processors take them at their next balancing round (the SDK
+//     processor's own hand-back names ownership ETags that the fence has
+//     renewed since, and the store refuses it). A consumer that crashes
+//     hands nothing back: its partitions wait for their ownership to
+//     expire.
 //   - Dead-letter: [Publisher] sends given-up batches to an event hub
 //     through an [azeventhubs.ProducerClient]; a Kafka topic works too,
-//     through the Kafka adapters' publishers.
+//     through the Kafka adapters' publishers. A dead letter that the added
+//     headers make too large for the hub is sent with them cut down.
+//
+// # What to configure for these guarantees
+//
+//   - Start position: any. The SDK's default (the latest event) keeps
+//     every guarantee: the positional checkpoint above makes a partition's
+//     start a checkpoint as soon as its first batch arrives. The start
+//     position decides only where a consumer group's very first reader of
+//     a partition begins.
+//   - Checkpoint store: the SDK's blob store (checkpoints.NewBlobStore,
+//     its container created beforehand) or any [azeventhubs.CheckpointStore],
+//     always behind this package's [CheckpointStore]: [New] wraps it; with
+//     [NewWith], wrap it with [NewCheckpointStore] and give the processor
+//     that wrapper. Do not share the consumer group with readers that are
+//     not redeliver's: their checkpoint writes are not fenced, and they
+//     read a positional checkpoint as the earliest event (they see events
+//     again, they miss none).
+//   - Ownership expiry: PartitionExpirationDuration (60s by default) above
+//     UpdateInterval (10s) x 1.3 plus a second, and the same value in
+//     [StoreOptions] ([New] passes it). It is how long the partitions of a
+//     consumer that crashed wait before another takes them; a consumer
+//     that stops cleanly hands them back at once.
+//   - Retention: longer than a batch can stay withheld (the policy's
+//     retries and backoff, or its time budget, plus any time with no
+//     consumer running). Events that expire before they are handled are
+//     lost to every reader: the adapter logs them at Error level.
+//   - Dead-letter hub: a size limit at least the source hub's.
 //
 // # What Event Hubs allows, and does not
 //

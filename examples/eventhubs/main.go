@@ -109,10 +109,7 @@ func realNamespace(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := c.Run(ctx); !errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return nil
+	return c.Run(ctx) // nil when ctx ends it: a clean shutdown
 }
 
 func run(ctx context.Context) error {
