@@ -213,7 +213,9 @@ func (m *meter) observe(o metric.Observer, backoff, stopped metric.Int64Observab
 	m.parts.Range(func(_, v any) bool {
 		p := v.(*part)
 		p.mu.Lock()
-		inBackoff, isStopped, since := p.backoff, p.stopped, p.withheld
+		// A retry that fell due is no longer waited out (an outage may
+		// still hold it: the withheld age tells).
+		inBackoff, isStopped, since := p.backoff && p.due.After(now), p.stopped, p.withheld
 		p.mu.Unlock()
 		c := topics[p.topicSet.Equivalent()]
 		if c == nil {
@@ -409,7 +411,7 @@ func (s *scope) delivered(e stream.DeliveredEvent) {
 	if e.Attempt.Retry > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 		extra := []attribute.KeyValue{semconv.MessagingOperationName("process"), attemptKey.Int(min(e.Attempt.Number(), maxAttempt))}
 		if e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
-			extra = append(extra, semconv.ErrorType(e.Err))
+			extra = append(extra, errorType(e.Err))
 		}
 		opts = []metric.RecordOption{p.with(extra...)}
 	}
@@ -443,7 +445,7 @@ func (s *scope) retryScheduled(e stream.RetryEvent) {
 	p := s.part(e.Topic, e.Partition)
 	var opt metric.AddOption = p.baseOpt
 	if e.Err != nil {
-		opt = p.with(semconv.ErrorType(e.Err))
+		opt = p.with(errorType(e.Err))
 	}
 	s.m.retries.Add(context.Background(), 1, opt)
 	p.mu.Lock()
@@ -488,6 +490,16 @@ func (s *scope) checkpointed(e stream.CheckpointEvent) {
 	p.due, p.withheld, p.backoff, p.stopped = time.Time{}, time.Time{}, false, false
 	p.mu.Unlock()
 	p.dirty.Store(false)
+}
+
+// errorType is the error.type attribute of err: the type of the error
+// itself, not of the *stream.BatchError that names the record it failed at.
+func errorType(err error) attribute.KeyValue {
+	var be *stream.BatchError
+	if errors.As(err, &be) && be.Err != nil {
+		err = be.Err
+	}
+	return semconv.ErrorType(err)
 }
 
 // reasonName is a give-up reason as an attribute value.

@@ -125,7 +125,7 @@ func (t *tracer) end(span trace.Span, b *stream.Batch, err error) {
 		outcome = "failed"
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
-		span.SetAttributes(semconv.ErrorType(err))
+		span.SetAttributes(errorType(err))
 	}
 	span.SetAttributes(spanOutcomeKey.String(outcome))
 	span.End()
