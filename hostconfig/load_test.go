@@ -433,6 +433,8 @@ func TestWarnings(t *testing.T) {
 			`host.json:1:11: "retyr" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
 		{"misspelt triggers", `{"trigers": {}}`, []string{
 			`host.json:1:13: "trigers" is not a section redeliver reads, so it is ignored: did you mean triggers?`}},
+		{"misspelt statusPage", `{"statuspge": {}}`, []string{
+			`host.json:1:15: "statuspge" is not a section redeliver reads, so it is ignored: did you mean statusPage?`}},
 		{"misspelt outageBudget", `{"outageBugdet": {}}`, []string{
 			`host.json:1:18: "outageBugdet" is not a section redeliver reads, so it is ignored: did you mean outageBudget?`}},
 		{"policy for a misspelt function", `{

@@ -292,12 +292,15 @@ func (r *Redrive) Explain() string {
 	} else {
 		b.WriteString(" to its own topic")
 	}
-	fmt.Fprintf(&b, ", again every expiry until it is completed; it is timed out %v after it was parked", show(r.RetryTimeout))
+	fmt.Fprintf(&b, ", again every expiry until it is completed. One that is not is timed out once %v have passed since it was parked", show(r.RetryTimeout))
 	if r.MaxRedrives > 0 {
-		fmt.Fprintf(&b, " or after %d re-drives", r.MaxRedrives)
+		fmt.Fprintf(&b, ", or one expiry after its re-drive number %d, whichever comes first", r.MaxRedrives)
 	}
+	fmt.Fprintf(&b, " (a record parked for longer is re-driven once, then gets one expiry)")
 	if r.ReplyTopic != "" {
 		fmt.Fprintf(&b, ", and reported to topic %q with error code %s", r.ReplyTopic, r.ErrorCode)
+	} else {
+		b.WriteString(", and reported through the scheduler's hooks and log")
 	}
 	b.WriteString(".\n")
 	switch r.Store.Kind {

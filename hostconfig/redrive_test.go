@@ -136,3 +136,20 @@ func TestRedriveInvalid(t *testing.T) {
 		})
 	}
 }
+
+// Explain says when an entry is timed out as the scheduler does it: the
+// retry timeout since it was parked, or one expiry after its last allowed
+// re-drive, and how it is reported.
+func TestRedriveExplain(t *testing.T) {
+	cfg, err := noEnv.Parse("host.json", []byte(`{"redrive": {"interval": "00:01:00", "expiry": "00:05:00", "retryTimeout": "00:20:00", "maxRedrives": 2}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "Re-drive: a sweep every 1m0s. A parked record is re-published after 5m0s to its own topic, again every expiry until it is completed. " +
+		"One that is not is timed out once 20m0s have passed since it was parked, or one expiry after its re-drive number 2, whichever comes first " +
+		"(a record parked for longer is re-driven once, then gets one expiry), and reported through the scheduler's hooks and log.\n" +
+		"Entries are kept in the SQLite file redrive.db (one instance).\n"
+	if got := cfg.Redrive.Explain(); got != want {
+		t.Errorf("Explain =\n%s\nwant\n%s", got, want)
+	}
+}

@@ -76,8 +76,25 @@ func runExplain(args []string, e env) int {
 			out = append(out, explainFunction(cfg, n))
 		}
 	}
+	// The file's other sections, when no function is named.
+	var sections [][2]string
+	if len(pos) == 1 {
+		if r := cfg.Redrive; r != nil {
+			sections = append(sections, [2]string{"redrive", r.Explain()})
+		}
+		if o := cfg.OutageBudget; o != nil {
+			sections = append(sections, [2]string{"outageBudget", o.Explain()})
+		}
+		if sp := cfg.StatusPage; sp != nil {
+			sections = append(sections, [2]string{"statusPage", sp.Explain()})
+		}
+	}
 	if *asJSON {
-		printJSON(e.stdout, map[string]any{"file": file, "policies": out, "warnings": slices.Clone(cfg.Warnings)})
+		doc := map[string]any{"file": file, "policies": out, "warnings": slices.Clone(cfg.Warnings)}
+		for _, sec := range sections {
+			doc[sec[0]] = sec[1]
+		}
+		printJSON(e.stdout, doc)
 		return exitOK
 	}
 	for i, x := range out {
@@ -85,6 +102,9 @@ func runExplain(args []string, e env) int {
 			fmt.Fprintln(e.stdout)
 		}
 		writeExplained(e.stdout, x)
+	}
+	for _, sec := range sections {
+		fmt.Fprintf(e.stdout, "\n%s", sec[1])
 	}
 	for _, w := range cfg.Warnings {
 		fmt.Fprintf(e.stdout, "\nWarning: %s\n", w)
