@@ -76,8 +76,9 @@
 //   - redeliver.redelivery.lateness: seconds from a retry's due time to the
 //     start of its delivery, for the retries no outage held back.
 //   - redeliver.partitions.backoff, redeliver.partitions.stopped:
-//     partitions waiting out a backoff, and stopped after exhaustion until
-//     Resume or Skip; a partition is in one of them at most.
+//     partitions waiting out a backoff (until their retry is due), and
+//     stopped after exhaustion until Resume or Skip; a partition is in one
+//     of them at most.
 //   - redeliver.checkpoint.withheld.age: per partition, seconds since its
 //     checkpoint was first withheld for the batch it holds (a backoff, an
 //     outage, an exhaustion action that keeps failing, a stop); 0 when
