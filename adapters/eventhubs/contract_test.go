@@ -440,3 +440,41 @@ func TestNoDeliveryAfterOwnershipLost(t *testing.T) {
 		}
 	})
 }
+
+// A retry state that does not apply when a claim starts (the checkpoint
+// moved past it before states were cleared on success, or a crash came
+// between the checkpoint and the clearing) is cleared at the claim's first
+// commit, so that a later rewind does not bring it back.
+func TestStaleStateClearedAtFirstCommit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 30)
+		store := memhub.NewStore()
+		ctx := context.Background()
+		c19 := cp("0", 19)
+		c19.FullyQualifiedNamespace, c19.EventHubName, c19.ConsumerGroup = memhub.Namespace, "orders", "cg"
+		stale := cp("0", 10)
+		stale.FullyQualifiedNamespace, stale.EventHubName, stale.ConsumerGroup = memhub.Namespace, "orders", "cg"+eventhubs.StateGroupSuffix
+		md := "redeliver:" + checkpoint.EncodeState(checkpoint.State{Retries: 2, Started: true, FirstFailure: time.Now()})
+		stale.Offset = &md
+		for _, c := range []azeventhubs.Checkpoint{c19, stale} {
+			if err := store.SetCheckpoint(ctx, c, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		a := start(t, h, store, "a", newProc(t))
+		waitPositions(t, store, map[string]int64{"0": 30})
+		a.stop(t)
+		c9 := cp("0", 9)
+		c9.FullyQualifiedNamespace, c9.EventHubName, c9.ConsumerGroup = memhub.Namespace, "orders", "cg"
+		if err := store.SetCheckpoint(ctx, c9, nil); err != nil {
+			t.Fatal(err)
+		}
+		pos, err := eventhubs.Committed(ctx, store, memhub.Namespace, "orders", "cg")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := pos["0"]; p.Next != 10 || p.Metadata != "" {
+			t.Errorf("after the rewind to 9: %+v, want 10 with no retry state (the stale one cleared)", p)
+		}
+	})
+}
