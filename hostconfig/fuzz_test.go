@@ -26,6 +26,9 @@ func FuzzLoad(f *testing.F) {
 	}
 	f.Add([]byte(`{"checkpointRetryPolicy": {"retryCount": 3, "strategy": "exponential"}}`),
 		"AzureFunctionsJobHost__checkpointRetryPolicy__strategy__initialDelay=1s")
+	f.Add([]byte(`{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "5s", "maxRetryTime": "1s", "onExhausted": "deadLetter"},
+  "redrive": {"store": "postgres"}, "triggers": {"a": {"type": "kafka", "topic": "t ", "shareGroup": "g"}}}`),
+		"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic=dlq\nAzureFunctionsJobHost__redrive__store__connection=X\nAzureFunctionsJobHost__trigers__a__topic=t")
 	f.Fuzz(func(t *testing.T, data []byte, env string) {
 		l := Loader{Environ: func() []string { return strings.Split(env, "\n") }}
 		cfg, err := l.Parse("host.json", data)
@@ -54,6 +57,11 @@ func FuzzLoad(f *testing.F) {
 		}
 		if cfg.Explain() == "" {
 			t.Fatal("empty explanation")
+		}
+		for _, name := range cfg.FunctionNames() {
+			if cfg.ExplainFunction(name) == "" {
+				t.Fatalf("empty explanation of function %q", name)
+			}
 		}
 	})
 }
