@@ -373,7 +373,9 @@ func (d *decoder) effect(n *node, p RetryPolicy, f, own map[string]*member) {
 		return false
 	}
 	delay := []string{"retryCount", "sleepDuration", "strategy"}
-	if allowed, _ := budgetRetries(cp); allowed == 0 && sets(append(delay, "maxRetryTime")...) {
+	// Whether the first retry can start: a constant cost, so that loading
+	// stays linear in the number of policies.
+	if p.MaxRetryTime > 0 && cp.Delay(1, 0, lowDraw) >= p.MaxRetryTime && sets(append(delay, "maxRetryTime")...) {
 		d.warn(n, "%s: maxRetryTime %v (%s) is not longer than the first retry's delay (%s): no retry ever starts, so a failed batch is given up at once",
 			n.path, show(p.MaxRetryTime), d.pos(f["maxRetryTime"].val), shortest(cp))
 	}
