@@ -189,14 +189,31 @@ func budgetRetries(cp checkpoint.Policy) (n int, cut bool) {
 		return cp.MaxRetries, false
 	}
 	var sum, prev time.Duration
-	for n := 1; cp.MaxRetries == checkpoint.Infinite || n <= cp.MaxRetries; n++ {
-		if n > maxSteps {
-			break
-		}
-		prev = cp.Delay(n, prev, lowDraw)
-		if sum = add(sum, prev); sum >= cp.MaxRetryTime {
+	stable := 0
+	for n := 1; (cp.MaxRetries == checkpoint.Infinite || n <= cp.MaxRetries) && n <= maxSteps; n++ {
+		d := cp.Delay(n, prev, lowDraw)
+		if sum = add(sum, d); sum >= cp.MaxRetryTime {
 			return n - 1, true
 		}
+		if d == prev {
+			stable++
+		} else {
+			stable = 0
+		}
+		prev = d
+		if stable < stableSteps {
+			continue
+		}
+		// The delays stay at d from here (as worstCase assumes): retry
+		// n+k starts at sum + k*d, inside the budget while that is less.
+		if d == 0 {
+			break
+		}
+		total := n + int((cp.MaxRetryTime-sum-1)/d)
+		if cp.MaxRetries != checkpoint.Infinite && total >= cp.MaxRetries {
+			break
+		}
+		return total, true
 	}
 	return cp.MaxRetries, false
 }
