@@ -2,9 +2,11 @@ package browser_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,23 +54,28 @@ const hostJSON = `{
     "functions": {
       "payments": {"retryCount": 2, "sleepDuration": "00:00:00.050", "onExhausted": "stop"},
       "refunds": {"retryCount": 1, "sleepDuration": "00:00:00.020", "onExhausted": "park"},
+      "audit": {"retryCount": 3, "sleepDuration": "00:00:00.050"},
     },
   },
+  "outageBudget": {"maxTokens": 2, "probeDelay": "00:01:00", "maxProbeDelay": "00:01:00"},
   "redrive": {"expiry": "00:15:00"},
   "triggers": {
     "orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 1},
     "payments": {"type": "kafka", "adapter": "kafkago", "topic": "payments", "consumerGroup": "payments-app", "maxBatchSize": 1},
     "refunds": {"type": "kafka", "topic": "refunds", "consumerGroup": "refunds-app", "maxBatchSize": 1},
+    "audit": {"type": "kafka", "topic": "audit", "consumerGroup": "audit-app", "maxBatchSize": 1},
   },
 }`
 
-// startHost runs three functions on kfake: orders, whose partition 1 fails
+// startHost runs four functions on kfake: orders, whose partition 1 fails
 // at offset 3 and waits out a one-minute backoff; payments, which stops at
-// offset 7 until fixed is set; and refunds, which parks its offsets 2 and 4
-// in an SQLite re-drive store. It returns the page's address.
+// offset 7 until fixed is set; refunds, which parks its offsets 2 and 4
+// in an SQLite re-drive store; and audit, whose downstream is down on both
+// its partitions: an outage (the outage budget of 2 tokens runs out at the
+// second failure), probed after a minute. It returns the page's address.
 func startHost(t *testing.T, fixed *atomic.Bool) string {
 	t.Helper()
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "payments", "refunds"),
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "orders", "audit"), kfake.SeedTopics(1, "payments", "refunds"),
 		kfake.GroupMinSessionTimeout(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -112,6 +119,9 @@ func startHost(t *testing.T, fixed *atomic.Bool) string {
 		}
 		return nil
 	})))
+	must(t, h.Register("audit", stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+		return errors.New("ledger service unavailable")
+	})))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- h.Run(ctx) }()
@@ -142,6 +152,9 @@ func produce(t *testing.T, brokers []string) {
 	for i := range 10 {
 		for p := range int32(2) {
 			recs = append(recs, &kgo.Record{Topic: "orders", Partition: p, Value: fmt.Appendf(nil, "order %d", i)})
+			if i < 3 {
+				recs = append(recs, &kgo.Record{Topic: "audit", Partition: p, Value: fmt.Appendf(nil, "audit %d", i)})
+			}
 		}
 		recs = append(recs, &kgo.Record{Topic: "payments", Value: fmt.Appendf(nil, "payment %d", i)},
 			&kgo.Record{Topic: "payments", Value: fmt.Appendf(nil, "payment %d", 10+i)})
@@ -156,7 +169,9 @@ func produce(t *testing.T, brokers []string) {
 
 // TestStatusPageInChromium loads the status page in headless Chromium and
 // uses it as an operator would: it sees a partition in backoff with its
-// retry number, a stopped one and a function's parked entries, signs in with the token, clicks Resume,
+// retry number, a stopped one, a function's partitions waiting out an
+// outage (and the same in /status.json) and a function's parked entries,
+// signs in with the token, clicks Resume,
 // and sees the partition flow again and its checkpoint move. Before the
 // click, a page on another site whose name was rebound to the host's
 // address (DNS rebinding) tries to read the status and to skip the
@@ -188,7 +203,7 @@ func TestStatusPageInChromium(t *testing.T) {
 		// resolves to the host's address.
 		chromedp.Flag("host-resolver-rules", "MAP evil.example 127.0.0.1"),
 		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1200, 1250),
+		chromedp.WindowSize(1200, 1450),
 	}
 	actx, acancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	defer acancel()
@@ -233,6 +248,26 @@ func TestStatusPageInChromium(t *testing.T) {
 	if !strings.Contains(stopped, "stopped after 2 retries") || !strings.Contains(stopped, "currency XTS") {
 		t.Errorf("payments/0 row = %q, want stopped after 2 retries with its error", stopped)
 	}
+	// audit's downstream is down: both partitions wait out the outage,
+	// which the function's header shows; /status.json says the same.
+	outage := waitPage("audit's partitions in the outage state", `(() => {
+  const rows = [0, 1].map(p => document.querySelector("#p-audit-audit-" + p));
+  return rows.every(r => r && r.dataset.state === "outage") ? rows.map(r => r.innerText).join("\n") : "";
+})()`)
+	for _, want := range []string{"waiting out an outage of the downstream", "no retry is spent meanwhile", "ledger service unavailable"} {
+		if strings.Count(outage, want) != 2 {
+			t.Errorf("audit's rows =\n%s\nwant %q on both", outage, want)
+		}
+	}
+	chip := waitPage("audit's outage", `document.querySelector("#outage-audit")?.innerText || ""`)
+	if !strings.Contains(chip, "downstream outage since") || !strings.Contains(chip, "0 probes") {
+		t.Errorf("audit's outage = %q, want the outage with its probes", chip)
+	}
+	if header := waitPage("the header", `document.querySelector("header").innerText`); !strings.Contains(header, "2 waiting out an outage") {
+		t.Errorf("header = %q, want 2 partitions waiting out an outage", header)
+	}
+	checkOutageJSON(t, page+"status.json")
+
 	parked := waitPage("refunds' two parked entries", `(() => { const p = document.querySelector("#parked-refunds"); return p && p.dataset.count === "2" ? p.innerText : ""; })()`)
 	if !strings.Contains(parked, "2 parked") {
 		t.Errorf("refunds' re-drive line = %q, want 2 parked", parked)
@@ -344,6 +379,39 @@ func TestStatusPageInChromium(t *testing.T) {
 	if still := waitPage("orders/1 still in backoff", rowText(row("orders", "orders", 1), "backoff")); !strings.Contains(still, "retry 1 of 5") {
 		t.Errorf("orders/1 row = %q", still)
 	}
+}
+
+// checkOutageJSON checks audit's outage in /status.json.
+func checkOutageJSON(t *testing.T, url string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st host.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%s: %s, %v", url, resp.Status, err)
+	}
+	for _, f := range st.Functions {
+		if f.Name != "audit" {
+			continue
+		}
+		if f.Outage == nil || f.Outage.Since.IsZero() {
+			t.Errorf("/status.json: audit's outage %+v, want it in force", f.Outage)
+		}
+		for _, p := range f.Partitions {
+			if p.State != host.StateOutage || p.Checkpoint > p.FirstOffset {
+				t.Errorf("/status.json: audit/%d %s, checkpoint %d, batch from %d; want %s, the checkpoint withheld before the batch",
+					p.Partition, p.State, p.Checkpoint, p.FirstOffset, host.StateOutage)
+			}
+		}
+		if len(f.Partitions) != 2 {
+			t.Errorf("/status.json: audit's partitions %+v, want 2", f.Partitions)
+		}
+		return
+	}
+	t.Errorf("/status.json has no function audit")
 }
 
 // shot saves a screenshot of the page.
