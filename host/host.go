@@ -93,7 +93,8 @@ type config struct {
 
 // WithLogger sets the logger the host, every processor and every consumer
 // log to, each function's with a "function" attribute. The default, like a
-// nil logger, discards.
+// nil logger, sends warnings and errors (a function that fails, a record
+// given up, an outage) to [slog.Default] and drops the rest.
 func WithLogger(l *slog.Logger) Option {
 	return hostOption(func(c *config) { c.logger = l })
 }
@@ -329,7 +330,7 @@ func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
 	}
 	h.log = h.c.logger
 	if h.log == nil {
-		h.log = slog.New(slog.DiscardHandler)
+		h.log = slog.New(warnings{slog.Default().Handler()})
 	}
 	web, err := newWeb(&h.c, cfg.StatusPage)
 	if err != nil {
@@ -338,6 +339,17 @@ func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
 	h.web, h.http = web, h.newMux()
 	return h, nil
 }
+
+// warnings passes the records of Warn level and above to its handler: the
+// host's logger when none is given, so that nothing is given up in silence.
+type warnings struct{ h slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.h.Enabled(ctx, l)
+}
+func (w warnings) Handle(ctx context.Context, r slog.Record) error { return w.h.Handle(ctx, r) }
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler          { return warnings{w.h.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler             { return warnings{w.h.WithGroup(name)} }
 
 // errNotNew is what the methods of a Host that [New] did not make return.
 var errNotNew = errors.New("host: this Host was not made by host.New: create it with host.New(cfg, options...)")

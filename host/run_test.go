@@ -413,3 +413,39 @@ func TestNilAndZeroValues(t *testing.T) {
 
 // nilStore is a redrive.Store whose methods are never called.
 type nilStore struct{ redrive.Store }
+
+// Without WithLogger, what an operator must see (a record given up, a
+// function that fails) goes to slog.Default at Warn level and above; the
+// rest is dropped.
+func TestDefaultLoggerWarns(t *testing.T) {
+	var logs bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	defer slog.SetDefault(prev)
+	synctest.Test(t, func(t *testing.T) {
+		h, err := host.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("orders", 0, 1)
+		p.AppendN(time.Now(), 1)
+		fail := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errBoom })
+		if err := h.Register("orders", fail, memSource("orders", p)); err != nil {
+			t.Fatal(err)
+		}
+		if err := runUntil(t, h, func() {
+			if err := p.WaitCommitted(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	l := logs.String()
+	if !strings.Contains(l, "level=ERROR") || !strings.Contains(l, "given up") || !strings.Contains(l, "function=orders") {
+		t.Errorf("default log:\n%s\nwant the record given up, at Error level, with its function", l)
+	}
+	if strings.Contains(l, "level=INFO") {
+		t.Errorf("default log:\n%s\nwant no Info lines", l)
+	}
+}

@@ -129,6 +129,9 @@ func New(opts ...Option) (*Telemetry, error) {
 	if cfg.maxLinks < 0 {
 		return nil, errors.New("rdotel: negative maximum of links")
 	}
+	if cfg.action == "" {
+		return nil, errors.New(`rdotel: WithExhaustionAction: empty name: want skip, dead_letter, park or stop`)
+	}
 	m, err := newMeter(&cfg)
 	if err != nil {
 		return nil, err

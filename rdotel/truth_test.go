@@ -339,6 +339,7 @@ func TestNilAndZeroValues(t *testing.T) {
 	}{
 		{"empty system", WithSystem(""), "rdotel: empty system or nil clock"},
 		{"negative links", WithMaxLinks(-1), "rdotel: negative maximum of links"},
+		{"empty action", WithExhaustionAction(""), "rdotel: WithExhaustionAction: empty name: want skip, dead_letter, park or stop"},
 	} {
 		if _, err := New(tc.opt); err == nil || err.Error() != tc.want {
 			t.Errorf("%s: New = %v, want %q", tc.name, err, tc.want)
