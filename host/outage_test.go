@@ -90,8 +90,8 @@ func TestOutageState(t *testing.T) {
 			t.Errorf("outage %+v after it ended", f.Outage)
 		}
 		for _, p := range f.Partitions {
-			if p.State != host.StateFlowing || p.Checkpoint != 5 {
-				t.Errorf("orders/%d after the outage: %s at %d, want flowing at 5", p.Partition, p.State, p.Checkpoint)
+			if p.State != host.StateFlowing || p.Checkpoint != 5 || p.LastError != "" || p.Retry != 0 || !p.FirstFailure.IsZero() {
+				t.Errorf("orders/%d after the outage: %s at %d (%+v), want flowing at 5 with no error or retry left", p.Partition, p.State, p.Checkpoint, p)
 			}
 		}
 		cancel()

@@ -355,7 +355,7 @@ func (s *fnStatus) hooks() stream.Hooks {
 			s.outage = nil
 			for _, p := range s.parts {
 				if p.State == StateOutage {
-					s.set(p, StateFlowing) // delivered again now
+					s.flowing(p) // delivered again now
 					p.Note = "the outage ended: its batch is delivered again"
 				}
 			}
