@@ -348,8 +348,8 @@ func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= slog.LevelWarn && w.h.Enabled(ctx, l)
 }
 func (w warnings) Handle(ctx context.Context, r slog.Record) error { return w.h.Handle(ctx, r) }
-func (w warnings) WithAttrs(as []slog.Attr) slog.Handler          { return warnings{w.h.WithAttrs(as)} }
-func (w warnings) WithGroup(name string) slog.Handler             { return warnings{w.h.WithGroup(name)} }
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler           { return warnings{w.h.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler              { return warnings{w.h.WithGroup(name)} }
 
 // errNotNew is what the methods of a Host that [New] did not make return.
 var errNotNew = errors.New("host: this Host was not made by host.New: create it with host.New(cfg, options...)")
