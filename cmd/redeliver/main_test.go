@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/*.golden files with the commands' output")
@@ -141,6 +144,24 @@ func TestHelp(t *testing.T) {
 		if code != 2 || strings.Count(stderr.String(), "usage: redeliver "+name) != 1 ||
 			!strings.Contains(stderr.String(), "flag provided but not defined: -no-such-flag") || stdout.Len() > 0 {
 			t.Errorf("%s -no-such-flag: exit %d, want 2, the error and the usage once on stderr\n--- stdout\n%s--- stderr\n%s", name, code, &stdout, &stderr)
+		}
+	}
+}
+
+// deliveriesOf counts a started retry of the largest count without
+// overflow.
+func TestDeliveriesOfLargestCount(t *testing.T) {
+	for _, tc := range []struct {
+		s    checkpoint.State
+		want uint64
+	}{
+		{checkpoint.State{}, 0},
+		{checkpoint.State{Retries: 1}, 1},
+		{checkpoint.State{Retries: 1, Started: true}, 2},
+		{checkpoint.State{Retries: math.MaxInt, Started: true}, 1 << 63},
+	} {
+		if got := deliveriesOf(tc.s); got != tc.want {
+			t.Errorf("deliveriesOf(%+v) = %d, want %d", tc.s, got, tc.want)
 		}
 	}
 }

@@ -20,7 +20,7 @@ type stateJSON struct {
 	Started bool `json:"started,omitempty"`
 	// Deliveries counts the deliveries of the batch so far: the first and
 	// the retries made (with a started retry, the one that started).
-	Deliveries   int          `json:"deliveries,omitempty"`
+	Deliveries   uint64       `json:"deliveries,omitempty"`
 	FirstFailure time.Time    `json:"firstFailure,omitzero"`
 	LastDelay    string       `json:"lastDelay,omitempty"`
 	NextAt       time.Time    `json:"nextAt,omitzero"`
@@ -110,14 +110,14 @@ func runState(args []string, e env) int {
 
 // deliveriesOf counts the deliveries of the batch a state describes: the
 // first, the retries made, and a started retry.
-func deliveriesOf(s checkpoint.State) int {
+func deliveriesOf(s checkpoint.State) uint64 {
 	switch {
-	case s.Retries == 0:
+	case s.Retries <= 0:
 		return 0
 	case s.Started:
-		return s.Retries + 1
+		return uint64(s.Retries) + 1 // no overflow at the largest count
 	}
-	return s.Retries
+	return uint64(s.Retries)
 }
 
 // stamp formats t in UTC to the millisecond, as the state stores it.
