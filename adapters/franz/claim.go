@@ -456,8 +456,9 @@ func (cl *claim) Resume() {
 // Commit commits next with metadata for the partition and waits for the
 // broker's answer. It returns [stream.ErrRevoked] once the claim is ending
 // (its context is done: revocation, loss or shutdown). A commit that was
-// sent is not cancelled: the revocation waits for it (up to the commit
-// timeout) rather than leave its outcome unknown.
+// sent is not cancelled by a revocation, which waits for it (up to the
+// commit timeout) rather than leave its outcome unknown; a shutdown cuts it
+// short.
 //
 // A commit is sent only under the group session the claim was confirmed
 // in (see confirmedFor). When the client has moved on to a new session

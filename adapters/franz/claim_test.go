@@ -237,7 +237,7 @@ func TestCommitsCoalesce(t *testing.T) {
 		return nil, nil, false
 	})
 	m := newCommitter(cl, testWait)
-	m.start()
+	m.start(context.Background())
 	defer m.stop()
 	errs := make(chan error, 4)
 	for p := range int32(4) {

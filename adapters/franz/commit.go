@@ -34,6 +34,7 @@ type commitReq struct {
 // gathered into one synchronous OffsetCommit request: while one request is
 // in flight, the next collects whatever is asked for meanwhile.
 type committer struct {
+	ctx     context.Context // Run's: done at shutdown, which cuts a commit in flight short
 	cl      *kgo.Client
 	timeout time.Duration
 	kip848  bool // the client asks for KIP-848 groups (see claim.confirmedFor)
@@ -47,7 +48,11 @@ func newCommitter(cl *kgo.Client, timeout time.Duration) *committer {
 	return &committer{cl: cl, timeout: timeout, kip848: kip848, reqs: make(chan *commitReq), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
-func (m *committer) start() { go m.loop() }
+// start starts the loop; ctx is Run's context.
+func (m *committer) start(ctx context.Context) {
+	m.ctx = ctx
+	go m.loop()
+}
 
 // stop ends the loop once no commit is waiting; call it after every worker
 // has ended.
@@ -119,7 +124,7 @@ func (m *committer) send(round, next []*commitReq) ([]*commitReq, []*commitReq) 
 	}
 	round = kept
 
-	ctx, cancel := context.WithTimeout(context.Background(), m.timeout)
+	ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
 	defer cancel()
 	answered := make(map[tp]bool, len(round))
 	// The request's member ID and generation are those of the client's

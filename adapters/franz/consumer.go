@@ -18,6 +18,10 @@ import (
 // builds, unless the caller's options set it.
 const defaultFetchMaxWait = 500 * time.Millisecond
 
+// leaveWait is how long closing a client the consumer owns waits for the
+// broker to answer its requests in flight and the leave of the group.
+const leaveWait = 500 * time.Millisecond
+
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("franz: consumer closed")
 
@@ -120,8 +124,8 @@ func WithBufferBytes(n int) Option {
 }
 
 // WithCommitTimeout bounds one offset commit, overriding the default 10s. A
-// commit that was sent is not cancelled by a revocation or shutdown: the
-// revocation waits for it, for at most this long.
+// commit that was sent is not cancelled by a revocation: the revocation
+// waits for it, for at most this long. A shutdown cuts it short.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.commitTimeout = d })
 }
@@ -160,7 +164,8 @@ type Consumer struct {
 	commit *committer
 	life   *lifecycle.Life
 
-	closeCl sync.Once
+	closeCl      sync.Once
+	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
 }
 
 // New returns a Consumer that runs proc over the partitions of a franz-go
@@ -217,25 +222,29 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		c.cl, c.g = cfg.client, g
 	} else {
-		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait)}, cfg.kopts...)
+		cctx, cancel := context.WithCancel(context.Background())
+		c.cancelClient = cancel
+		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait), kgo.WithContext(cctx)}, cfg.kopts...)
 		if err := checkOpts(kopts); err != nil {
 			return nil, err
 		}
 		kopts = append(kopts, ClientOptions()...)
 		cl, err := kgo.NewClient(kopts...)
 		if err != nil {
+			cancel()
 			return nil, fmt.Errorf("franz: %w", err)
 		}
 		g, err := checkClient(cl)
 		if err != nil {
 			cl.Close()
+			cancel()
 			return nil, err
 		}
 		c.cl, c.g, c.owned = cl, g, true
 	}
 	fail := func(err error) (*Consumer, error) {
 		if c.owned {
-			c.cl.Close()
+			c.closeClient()
 		}
 		return nil, err
 	}
@@ -264,6 +273,12 @@ func (c *Consumer) Client() *kgo.Client {
 // done, [Consumer.Close] is called, the client is closed, or a worker fails.
 // On return, every worker has stopped, its batch in flight abandoned without
 // a commit, and a client the consumer owns is closed (leaving the group).
+// Run returns within a second of its context's end whatever the broker is
+// slow to answer: a commit in flight is cut short, and closing an owned
+// client waits at most 500ms for the broker before its requests in flight
+// are cancelled (the broker then removes the member at its session
+// timeout). An owned client is built with kgo.WithContext for this; a
+// kgo.WithContext given in WithKgoOptions replaces it.
 //
 // Run returns nil after a clean shutdown: ctx done (cancelled or past its
 // deadline) or [Consumer.Close] called. Otherwise it returns the error that
@@ -282,7 +297,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) run(ctx context.Context) error {
-	c.commit.start()
+	c.commit.start(ctx)
 	c.g.start(ctx, c.life.Fail)
 	c.poll(ctx)
 	cause := context.Cause(ctx)
@@ -320,8 +335,29 @@ func (c *Consumer) Close() error {
 	return nil
 }
 
+// closeClient closes the client the consumer owns, leaving the group. The
+// leave waits at most leaveWait for the broker: past that (a JoinGroup,
+// SyncGroup or other request the broker has not answered, which franz-go
+// waits for), the client's context is cancelled, which fails the requests
+// in flight, and the broker removes the member at its session timeout.
 func (c *Consumer) closeClient() {
-	c.closeCl.Do(c.cl.Close)
+	c.closeCl.Do(func() {
+		closed := make(chan struct{})
+		go func() {
+			c.cl.Close()
+			close(closed)
+		}()
+		t := time.NewTimer(leaveWait)
+		defer t.Stop()
+		select {
+		case <-closed:
+		case <-t.C:
+			c.log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; it is cancelled, and the broker removes the member at its session timeout", "waited", leaveWait)
+			c.cancelClient()
+			<-closed
+		}
+		c.cancelClient()
+	})
 }
 
 // poll is the poll loop: it hands every polled record to its partition's

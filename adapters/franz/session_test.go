@@ -89,7 +89,7 @@ func TestCommitWaitsForTheSessionsAssignment(t *testing.T) {
 	spy := spyCommits(kc)
 
 	m := newCommitter(cl, testWait)
-	m.start()
+	m.start(context.Background())
 	defer m.stop()
 	c := newClaim(groupOf(cl), tp{"t", 0}, -1, "")
 	c.confirm(member, gen)
@@ -155,7 +155,7 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 	cl := joinedClient(t, kc)
 	spy := spyCommits(kc)
 	m := newCommitter(cl, testWait)
-	m.start()
+	m.start(context.Background())
 	defer m.stop()
 	c := &Consumer{commit: m}
 	stale := func(p int32) *claim {

@@ -111,10 +111,16 @@
 //
 // Shutdown. [Consumer.Run] returns once every worker has stopped and the
 // member has left the group; it returns nil when it stopped because its
-// context ended or [Consumer.Close] was called. Fetch connections are closed at once, so a
-// fetch waiting for data (up to its MaxWait, 10s by default) does not hold
-// the shutdown up. Leaving the group during a rebalance waits for kafka-go's
-// JoinGroup to return, up to the group's RebalanceTimeout.
+// context ended or [Consumer.Close] was called. Fetch connections are
+// closed at once, so a fetch waiting for data (up to its MaxWait, 10s by
+// default) does not hold the shutdown up; neither does a commit in flight,
+// which is cut short.
+// Leaving the group waits at most 500ms for kafka-go's consumer group to
+// close: past that (a JoinGroup, SyncGroup or metadata request the broker
+// has not answered, which kafka-go would wait for up to the group's
+// RebalanceTimeout) the group's connections are closed, and the broker
+// removes the member at its session timeout. Run returns within a second
+// of its context's end whatever the broker is slow to answer.
 // [Consumer.Close] may be called from anywhere, a handler, a hook or the
 // WithOnAssigned function included: from there it stops Run without waiting
 // for it, since Run waits for them.

@@ -317,8 +317,9 @@ func (cl *claim) Resume() {
 // Commit commits next with metadata for the partition through the group
 // generation and waits for the coordinator's answer. It returns
 // [stream.ErrRevoked] once the claim is ending or its generation has ended.
-// A commit that was sent is not cancelled: the generation's end waits for it
-// (up to the commit timeout) rather than leave its outcome unknown.
+// A commit that was sent is not cancelled by the generation's end, which
+// waits for it (up to the commit timeout) rather than leave its outcome
+// unknown; a shutdown cuts it short.
 //
 // The commit carries the leader epoch of the record before next when that
 // record ended the last batch (a batch handled), and -1 (unknown)

@@ -14,6 +14,11 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 )
 
+// leaveWait is how long Run's shutdown waits for kafka-go's consumer group
+// to close (end its generation and leave the group) before it closes the
+// group's connections.
+const leaveWait = 500 * time.Millisecond
+
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("kafkago: consumer closed")
 
@@ -140,7 +145,10 @@ func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
 func (c *Consumer) Run(ctx context.Context) error { return c.life.Run(ctx, c.run) }
 
 func (c *Consumer) run(ctx context.Context) error {
-	cg, err := kafka.NewConsumerGroup(c.cfg.Group)
+	gcfg := c.cfg.Group
+	var conns *groupConns
+	gcfg.Dialer, conns = trackDialer(gcfg.Dialer)
+	cg, err := kafka.NewConsumerGroup(gcfg)
 	if err != nil {
 		return fmt.Errorf("kafkago: %v", err)
 	}
@@ -159,7 +167,24 @@ func (c *Consumer) run(ctx context.Context) error {
 	cause := context.Cause(ctx)
 	// Closing the group ends the generation: its manager ends every claim
 	// and waits for their workers, then the member leaves the group.
-	_ = cg.Close()
+	// kafka-go waits for a request of the group in flight (a JoinGroup, a
+	// SyncGroup, metadata), which the broker may hold up to the group's
+	// rebalance timeout: past leaveWait its connections are closed.
+	closed := make(chan struct{})
+	go func() {
+		_ = cg.Close()
+		close(closed)
+	}()
+	t := time.NewTimer(leaveWait)
+	select {
+	case <-closed:
+		t.Stop()
+	case <-t.C:
+		c.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
+			"group", c.cfg.Group.ID, "waited", leaveWait)
+		conns.closeAll()
+		<-closed
+	}
 	c.wg.Wait()
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()

@@ -20,6 +20,7 @@ import (
 	"github.com/segmentio/kafka-go/protocol/apiversions"
 	"github.com/segmentio/kafka-go/protocol/fetch"
 	"github.com/segmentio/kafka-go/protocol/listoffsets"
+	"github.com/segmentio/kafka-go/protocol/metadata"
 	"github.com/segmentio/kafka-go/protocol/saslauthenticate"
 	"github.com/segmentio/kafka-go/protocol/saslhandshake"
 	"github.com/segmentio/kafka-go/sasl"
@@ -30,7 +31,10 @@ const (
 	fetchBackoffMin  = 100 * time.Millisecond
 	fetchBackoffMax  = time.Second
 	readBatchTimeout = 10 * time.Second // for a fetch answer beyond MaxWait
-	offsetsTimeout   = 10 * time.Second
+	// connectTimeout bounds each step of a connect to the partition's
+	// leader: the leader lookup, the dial and handshake, listing the
+	// partition's offsets.
+	connectTimeout = 10 * time.Second
 )
 
 // errFetcherClosed answers a connect after the fetcher was closed.
@@ -101,28 +105,39 @@ func (f *fetcher) connected() bool {
 // offset reading starts at: offset, or the partition's first or last offset
 // for kafka.FirstOffset and kafka.LastOffset, or, when offset is outside the
 // partition, its first or last offset per the start offset (logged at
-// Error).
+// Error). Under kafka.ReadCommitted the last offset is the last stable
+// offset: the records of a transaction still open are read once it ends.
+//
+// Every step (the leader lookup, the dial, the offsets) ends when ctx does,
+// and each is bounded by connectTimeout: a claim that ends (a rebalance, a
+// shutdown) never waits for a broker that is slow to answer.
 func (f *fetcher) connect(ctx context.Context, offset int64) (int64, error) {
 	leader, err := f.lookupLeader(ctx)
 	if err != nil {
 		return 0, err
 	}
-	conn, version, err := f.dial(ctx, leader)
+	dctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, version, err := f.dial(dctx, leader)
 	if err != nil {
 		return 0, err
 	}
-	first, last, err := f.offsets(conn)
-	if err != nil {
+	stop := context.AfterFunc(dctx, func() { conn.Close() }) // ends a request in flight
+	first, last, stable, err := f.offsets(conn)
+	if !stop() || err != nil {
 		conn.Close()
+		if dctx.Err() != nil {
+			err = fmt.Errorf("listing offsets of %s/%d at %s: %w", f.topic, f.partition, leader, context.Cause(dctx))
+		}
 		return 0, err
 	}
 	switch {
 	case offset == kafka.FirstOffset:
 		offset = first
 	case offset == kafka.LastOffset:
-		offset = last
+		offset = stable
 	case offset < first || offset > last:
-		offset = f.reset(offset, first, last)
+		offset = f.reset(offset, first, last, stable)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -135,12 +150,12 @@ func (f *fetcher) connect(ctx context.Context, offset int64) (int64, error) {
 }
 
 // reset returns where reading goes on from offset, outside the partition's
-// [first, last], per the start offset, and logs at Error what that skips or
-// reads again.
-func (f *fetcher) reset(offset, first, last int64) int64 {
+// [first, last], per the start offset (its first offset, or its last stable
+// one), and logs at Error what that skips or reads again.
+func (f *fetcher) reset(offset, first, last, stable int64) int64 {
 	to := first
 	if f.start == kafka.LastOffset {
-		to = last
+		to = stable
 	}
 	what := "nothing skipped or read again: the partition is empty"
 	switch {
@@ -165,23 +180,73 @@ func (f *fetcher) reset(offset, first, last int64) int64 {
 }
 
 // lookupLeader returns the address of the partition's leader, asking the
-// brokers in turn.
+// brokers in turn with one metadata request each (kafka-go's own lookup
+// retries inside until its context ends, and asks the broker to create a
+// topic it does not know). A broker's answer that the topic or partition
+// has a problem (unknown, no leader, not authorized) is returned at once,
+// as a [kafka.Error].
 func (f *fetcher) lookupLeader(ctx context.Context) (string, error) {
 	var err error
 	for _, broker := range f.brokers {
-		var leader kafka.Broker
-		leader, err = f.dialer.LookupLeader(ctx, "tcp", broker, f.topic, f.partition)
-		if err == nil && leader.Host == "" {
-			err = fmt.Errorf("no leader for %s/%d: %w", f.topic, f.partition, kafka.LeaderNotAvailable)
-		}
+		var addr string
+		addr, err = f.leaderFrom(ctx, broker)
 		if err == nil {
-			return net.JoinHostPort(leader.Host, strconv.Itoa(leader.Port)), nil
+			return addr, nil
 		}
-		if ctx.Err() != nil {
+		var kerr kafka.Error
+		if ctx.Err() != nil || errors.As(err, &kerr) {
 			break
 		}
 	}
 	return "", err
+}
+
+// leaderFrom asks broker for the address of the partition's leader.
+func (f *fetcher) leaderFrom(ctx context.Context, broker string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, _, err := f.dial(ctx, broker)
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	m, err := conn.RoundTrip(&metadata.Request{TopicNames: []string{f.topic}})
+	if err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return "", fmt.Errorf("metadata of %s from %s: %w", f.topic, broker, err)
+	}
+	res := m.(*metadata.Response)
+	for _, t := range res.Topics {
+		if t.Name != f.topic {
+			continue
+		}
+		if t.ErrorCode != 0 {
+			return "", fmt.Errorf("metadata of %s from %s: %w", f.topic, broker, kafka.Error(t.ErrorCode))
+		}
+		for _, p := range t.Partitions {
+			if p.PartitionIndex != int32(f.partition) {
+				continue
+			}
+			if p.ErrorCode != 0 && p.LeaderID < 0 {
+				return "", fmt.Errorf("metadata of %s/%d from %s: %w", f.topic, f.partition, broker, kafka.Error(p.ErrorCode))
+			}
+			for _, b := range res.Brokers {
+				if b.NodeID == p.LeaderID {
+					return net.JoinHostPort(b.Host, strconv.Itoa(int(b.Port))), nil
+				}
+			}
+			return "", fmt.Errorf("no leader for %s/%d: %w", f.topic, f.partition, kafka.LeaderNotAvailable)
+		}
+		return "", fmt.Errorf("metadata of %s from %s: no partition %d: %w", f.topic, broker, f.partition, kafka.UnknownTopicOrPartition)
+	}
+	return "", fmt.Errorf("metadata of %s from %s: %w", f.topic, broker, kafka.UnknownTopicOrPartition)
 }
 
 // dial opens a connection to addr as the dialer would (its DialFunc or its
@@ -222,7 +287,7 @@ func (f *fetcher) dial(ctx context.Context, addr string) (*protocol.Conn, int16,
 	if dl, ok := ctx.Deadline(); ok {
 		_ = pc.SetDeadline(dl)
 	} else {
-		_ = pc.SetDeadline(time.Now().Add(offsetsTimeout))
+		_ = pc.SetDeadline(time.Now().Add(connectTimeout))
 	}
 	version, err := handshake(ctx, pc, addr, d.SASLMechanism)
 	if err != nil {
@@ -292,39 +357,48 @@ func handshake(ctx context.Context, pc *protocol.Conn, addr string, mechanism sa
 	return versions[protocol.Fetch], nil
 }
 
-// offsets returns the partition's first offset and its end (the offset the
-// next record will get), whatever the isolation level.
-func (f *fetcher) offsets(conn *protocol.Conn) (first, end int64, err error) {
-	_ = conn.SetDeadline(time.Now().Add(offsetsTimeout))
+// offsets returns the partition's first offset, its end (the offset the
+// next record will get) and its last stable offset under kafka.ReadCommitted
+// (the end otherwise).
+func (f *fetcher) offsets(conn *protocol.Conn) (first, end, stable int64, err error) {
+	_ = conn.SetDeadline(time.Now().Add(connectTimeout))
 	defer conn.SetDeadline(time.Time{})
-	var out [2]int64
-	for i, ts := range []int64{kafka.FirstOffset, kafka.LastOffset} {
+	list := func(ts int64, isolation int8) (int64, error) {
 		m, err := conn.RoundTrip(&listoffsets.Request{
-			ReplicaID: -1,
+			ReplicaID: -1, IsolationLevel: isolation,
 			Topics: []listoffsets.RequestTopic{{Topic: f.topic, Partitions: []listoffsets.RequestPartition{{
 				Partition: int32(f.partition), CurrentLeaderEpoch: -1, Timestamp: ts,
 			}}}},
 		})
 		if err != nil {
-			return 0, 0, err
+			return 0, err
 		}
-		found := false
 		for _, t := range m.(*listoffsets.Response).Topics {
 			for _, p := range t.Partitions {
 				if t.Topic != f.topic || p.Partition != int32(f.partition) {
 					continue
 				}
 				if p.ErrorCode != 0 {
-					return 0, 0, fmt.Errorf("listing offsets of %s/%d: %w", f.topic, f.partition, kafka.Error(p.ErrorCode))
+					return 0, fmt.Errorf("listing offsets of %s/%d: %w", f.topic, f.partition, kafka.Error(p.ErrorCode))
 				}
-				out[i], found = p.Offset, true
+				return p.Offset, nil
 			}
 		}
-		if !found {
-			return 0, 0, fmt.Errorf("listing offsets of %s/%d: no answer for the partition", f.topic, f.partition)
+		return 0, fmt.Errorf("listing offsets of %s/%d: no answer for the partition", f.topic, f.partition)
+	}
+	if first, err = list(kafka.FirstOffset, 0); err != nil {
+		return 0, 0, 0, err
+	}
+	if end, err = list(kafka.LastOffset, 0); err != nil {
+		return 0, 0, 0, err
+	}
+	stable = end
+	if f.fetch.IsolationLevel == kafka.ReadCommitted && f.start == kafka.LastOffset {
+		if stable, err = list(kafka.LastOffset, 1); err != nil {
+			return 0, 0, 0, err
 		}
 	}
-	return out[0], out[1], nil
+	return first, end, stable, nil
 }
 
 // read fetches once at offset and appends the answer's records to recs,

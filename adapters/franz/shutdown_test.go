@@ -1,0 +1,29 @@
+package franz_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// Run returns within a second of its context's cancellation whatever
+// request the broker is slow to answer.
+func TestShutdownUnderSlowAnswers(t *testing.T) {
+	kafkatest.ShutdownUnderSlowAnswers(t, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
+		c, err := franz.New(newProcessor(t, streamtest.Succeed), franz.WithKgoOptions(kgo.SeedBrokers(addrs...),
+			kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchMaxWait(100*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	})
+}

@@ -1,0 +1,24 @@
+package tests
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/adapters/kafkago"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// Run returns within a second of its context's cancellation whatever
+// request the broker is slow to answer.
+func TestShutdownUnderSlowAnswers(t *testing.T) {
+	kafkatest.ShutdownUnderSlowAnswers(t, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
+		c, err := kafkago.New(newProcessor(t, streamtest.Succeed), kafkago.WithGroupConfig(groupConfig(addrs, "g", "t")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	})
+}
