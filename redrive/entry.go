@@ -2,6 +2,7 @@ package redrive
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/redeliver-go/redeliver/stream"
@@ -114,6 +115,12 @@ type Entry struct {
 	DueAt time.Time
 	// Redrives is the number of times the entry was re-published.
 	Redrives int
+	// Reparks is the number of its re-drives whose record failed again
+	// and was handed back to the entry by the [Park] action (see
+	// [Store.Repark]), each re-drive counted once. It is how often the
+	// entry's record was given up again, not a number of entries: a
+	// re-driven record never becomes a new entry.
+	Reparks int
 	// LastError is the error the record was parked with, or the last
 	// failure to re-publish or report it.
 	LastError string
@@ -123,6 +130,28 @@ type Entry struct {
 	// Message is the original record: its topic, partition, offset, key,
 	// value, headers and timestamp.
 	Message stream.Record
+}
+
+// Origin returns the position of the record the entry stands for: the
+// original topic, partition and offset its message names in
+// [stream.HeaderTopic], [stream.HeaderPartition] and [stream.HeaderOffset]
+// (a re-driven or dead-lettered record carries them), else the message's
+// own. Entries with the same origin are parked copies of one record; the
+// [Park] action keeps one entry per record, so more than one is a sign of
+// a wiring that strips the re-drive headers (see docs/REDRIVE.md).
+func (e Entry) Origin() (topic string, partition int32, offset int64) {
+	m := e.Message
+	t, okT := headerValue(m.Headers, stream.HeaderTopic)
+	p, okP := headerValue(m.Headers, stream.HeaderPartition)
+	o, okO := headerValue(m.Headers, stream.HeaderOffset)
+	if okT && okP && okO {
+		pn, errP := strconv.ParseInt(p, 10, 32)
+		on, errO := strconv.ParseInt(o, 10, 64)
+		if errP == nil && errO == nil {
+			return t, int32(pn), on
+		}
+	}
+	return m.Topic, m.Partition, m.Offset
 }
 
 // State returns the entry's state name, e.g. NONCE_PUBLISHED_RETRY (see

@@ -1,6 +1,8 @@
 package redrive
 
 import (
+	"errors"
+
 	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -42,7 +44,10 @@ func FunctionHostOptions(cfg *hostconfig.Config, name string, pub stream.Publish
 }
 
 func hostPark(cfg *hostconfig.Config, store Store, opts []Option) (stream.ExhaustionAction, error) {
-	if store == nil {
+	if cfg == nil {
+		return nil, errors.New("redrive: nil host configuration: load it with hostconfig.Load or hostconfig.Parse")
+	}
+	if isNil(store) {
 		return nil, nil // Options then says park needs a store, if the file asks for it
 	}
 	expiry := DefaultInterval

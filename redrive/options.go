@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"context"
 	"log/slog"
 	"time"
 
@@ -26,7 +27,7 @@ type config struct {
 	batchSize    int
 	clock        stream.Clock
 	logger       *slog.Logger
-	hooks        Hooks
+	hooks        []Hooks
 }
 
 // The defaults, from the time-based retry processor design: a sweep every 5 minutes, and 20 minutes from
@@ -54,20 +55,47 @@ func newConfig(opts []Option) config {
 		c.clock = systemClock{}
 	}
 	if c.logger == nil {
-		c.logger = slog.New(slog.DiscardHandler)
+		c.logger = slog.New(warnings{slog.Default().Handler()})
 	}
 	return c
 }
 
+// warnings passes the records of Warn level and above to h: what a
+// scheduler or an action says when no logger is given, so that a failure
+// or a give-up is never invisible and a sweep that goes well says nothing.
+type warnings struct{ h slog.Handler }
+
+func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelWarn && w.h.Enabled(ctx, l)
+}
+func (w warnings) Handle(ctx context.Context, r slog.Record) error { return w.h.Handle(ctx, r) }
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler          { return warnings{w.h.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler             { return warnings{w.h.WithGroup(name)} }
+
+// Resolution is the precision of the times stores keep: a microsecond.
+// Expiries, retry timeouts and intervals are rounded up to it, so that an
+// entry changed by a sweep is never due again within the same sweep.
+const Resolution = time.Microsecond
+
+// ceil rounds d up to a whole number of [Resolution].
+func ceil(d time.Duration) time.Duration {
+	if r := d % Resolution; r > 0 {
+		d += Resolution - r
+	}
+	return d
+}
+
 // WithInterval sets the time between the starts of two sweeps. The default
 // is [DefaultInterval] (5 minutes). A sweep that takes longer than the
-// interval is followed by the next one at once.
+// interval is followed by the next one at once. It is rounded up to a
+// whole microsecond ([Resolution]).
 func WithInterval(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.interval = d })
 }
 
 // WithRetryTimeout sets how long after its creation a retrying entry is
-// timed out. The default is [DefaultRetryTimeout] (20 minutes).
+// timed out. The default is [DefaultRetryTimeout] (20 minutes). It is
+// rounded up to a whole microsecond ([Resolution]).
 func WithRetryTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.retryTimeout = d })
 }
@@ -110,14 +138,24 @@ func WithClock(clk stream.Clock) Option {
 	return optionFunc(func(c *config) { c.clock = clk })
 }
 
-// WithLogger sets the logger. The default, like a nil logger, discards.
+// WithLogger sets the logger. The default, like a nil logger, sends
+// warnings and errors (a failed sweep, a record that could not be
+// re-published, an entry timed out) to [slog.Default] and nothing else.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
 
-// WithHooks sets the hooks. The default has none.
+// WithHooks adds hooks: several WithHooks add up, and each event calls
+// the hooks given for it in the order given. The default has none.
 func WithHooks(h Hooks) Option {
-	return optionFunc(func(c *config) { c.hooks = h })
+	return optionFunc(func(c *config) { c.hooks = append(c.hooks, h) })
+}
+
+// each calls fn for every Hooks given.
+func (c *config) each(fn func(Hooks)) {
+	for _, h := range c.hooks {
+		fn(h)
+	}
 }
 
 type systemClock struct{}
@@ -129,9 +167,10 @@ func (systemClock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 	return t.C, t.Stop
 }
 
-// Hooks are called by a [Scheduler] as it sweeps. Every field is optional.
-// Hooks run on the scheduler's goroutine: they must be fast, and safe for
-// concurrent use when several schedulers share them.
+// Hooks are called by a [Scheduler] as it sweeps, and Reparked by the
+// [Park] action. Every field is optional. Hooks run on the caller's
+// goroutine: they must be fast, and safe for concurrent use when several
+// schedulers or consumers share them.
 type Hooks struct {
 	// Redriven is called for each entry re-published and marked retrying,
 	// after the mark.
@@ -148,6 +187,11 @@ type Hooks struct {
 	StoreFailed func(SweepEvent)
 	// Swept is called at the end of every sweep.
 	Swept func(SweepEvent)
+	// Reparked is called by the [Park] action when a re-driven record
+	// failed again and was handed back to its entry (see [Store.Repark]),
+	// once per re-drive: the count of re-parks, a metric worth watching.
+	// Entry is the entry as it is now.
+	Reparked func(EntryEvent)
 }
 
 // EntryEvent reports what a sweep did with one entry.

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strconv"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/redrive/internal/rowcodec"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -19,25 +21,43 @@ import (
 // or a rebalance) leaves the first entry as it is. A store error is
 // returned, so the engine keeps the checkpoint and tries again.
 //
-// It takes [WithClock]; other options are ignored. It returns an error for
-// a nil store or an expiry of 0 or less.
+// A record that a [Scheduler] re-published (it carries [HeaderKey] and
+// [HeaderNumber]) and that failed again is never parked as a new entry: it
+// is handed back to its entry ([Store.Repark]), which keeps its status,
+// takes the error and counts the failure in [Entry.Reparks]; the scheduler
+// then re-drives it again when it is due, or times it out. So however the
+// consumers are wired (a retry topic, or the record's own topic as a host
+// does by default), one poison record is one entry, published at most
+// the maximum number of re-drives, and reported once. Only a record whose
+// entry is not in the store (a store other than the scheduler's) becomes
+// an entry of its own, under the key it carries, with its original topic,
+// partition and offset.
+//
+// It takes [WithClock], [WithLogger] and [WithHooks] (Reparked); other
+// options are ignored. It returns an error for a nil store or an expiry
+// under a microsecond ([Resolution]); an expiry that is not a whole
+// number of microseconds is rounded up.
 func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionAction, error) {
-	if store == nil {
-		return nil, errors.New("redrive: nil store")
+	if isNil(store) {
+		return nil, errors.New("redrive: Park: nil store: open one with sqlitestore.Open or pgstore.Open")
 	}
-	if expiry <= 0 {
-		return nil, fmt.Errorf("redrive: expiry %v: want more than 0", expiry)
+	if expiry < Resolution {
+		return nil, fmt.Errorf("redrive: Park: expiry %v: want at least %v (stores keep times to the microsecond)", expiry, Resolution)
 	}
+	expiry = ceil(expiry)
 	c := newConfig(opts)
 	return func(ctx context.Context, b *stream.Batch, xerr *checkpoint.ExhaustedError) error {
-		now := c.clock.Now().Truncate(time.Microsecond)
+		if b == nil {
+			return errors.New("redrive: park: nil batch")
+		}
+		now := c.clock.Now().Truncate(Resolution)
 		last := ""
 		if xerr != nil {
 			last = xerr.Error()
 		}
-		entries := make([]Entry, len(b.Records))
-		for i, r := range b.Records {
-			entries[i] = Entry{
+		entries := make([]Entry, 0, len(b.Records))
+		for _, r := range b.Records {
+			e := Entry{
 				Key:       RecordKey(r.Topic, r.Partition, r.Offset),
 				Base:      ParkedState,
 				Status:    Parked,
@@ -48,12 +68,101 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 				LastError: last,
 				Message:   r,
 			}
+			key, number, ok := redriven(r)
+			if ok {
+				handed, err := repark(ctx, store, c, key, number, last)
+				if err != nil {
+					return err
+				}
+				if handed {
+					continue
+				}
+				e.Key, e.Message = key, original(r)
+			}
+			entries = append(entries, e)
+		}
+		if len(entries) == 0 {
+			return nil
 		}
 		if _, err := store.Park(ctx, entries); err != nil {
 			return fmt.Errorf("park %d records: %w", len(entries), err)
 		}
 		return nil
 	}, nil
+}
+
+// repark hands a re-driven record that failed again back to its entry. It
+// reports false when the entry is not in the store.
+func repark(ctx context.Context, store Store, c config, key string, number int, last string) (bool, error) {
+	msg := fmt.Sprintf("re-drive %d failed again: %s", number, last)
+	e, counted, err := store.Repark(ctx, key, number, msg)
+	switch {
+	case err == nil:
+		c.logger.Info("redrive: a re-driven record failed again; handed back to its entry", "key", key, "number", number,
+			"state", e.State(), "reparks", e.Reparks, "error", last)
+		if counted {
+			c.each(func(h Hooks) {
+				if h.Reparked != nil {
+					h.Reparked(EntryEvent{Entry: e})
+				}
+			})
+		}
+		return true, nil
+	case errors.Is(err, ErrNotPending):
+		c.logger.Info("redrive: a re-driven record failed again after its entry ended; nothing parked", "key", key, "number", number,
+			"state", e.State(), "error", last)
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		c.logger.Warn("redrive: a re-driven record failed again and its entry is not in this store; parked as an entry of its own", "key", key, "number", number)
+		return false, nil
+	}
+	return false, fmt.Errorf("park: hand re-drive %d back to entry %q: %w", number, key, err)
+}
+
+// redriven returns the entry key and re-drive number a re-published
+// record carries, and whether it carries them. A key that a store cannot
+// keep as text is not one the scheduler wrote: such a record is parked as
+// any other.
+func redriven(r stream.Record) (string, int, bool) {
+	key, ok := headerValue(r.Headers, HeaderKey)
+	if !ok || key == "" || !rowcodec.Text(key) {
+		return "", 0, false
+	}
+	num, _ := headerValue(r.Headers, HeaderNumber)
+	n, _ := strconv.Atoi(num)
+	return key, max(n, 0), true
+}
+
+// original returns the record a re-published record r stands for: r
+// without the re-drive headers, at the topic, partition and offset they
+// name.
+func original(r stream.Record) stream.Record {
+	e := Entry{Message: r}
+	r.Topic, r.Partition, r.Offset = e.Origin()
+	hs := make([]stream.Header, 0, len(r.Headers))
+	for _, h := range r.Headers {
+		if !redriveHeader(h.Key) {
+			hs = append(hs, h)
+		}
+	}
+	if len(hs) == 0 {
+		hs = nil
+	}
+	r.Headers = hs
+	return r
+}
+
+// isNil reports whether v is nil or a nil pointer in an interface.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	switch rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Func, reflect.Chan, reflect.Interface:
+		return rv.IsNil()
+	}
+	return false
 }
 
 // RecordKey is the key the [Park] action gives the entry of a record:
@@ -84,24 +193,35 @@ type Awaiting struct {
 // names its key, and returns the entry as stored. It reports whether it
 // inserted the entry: false when the key was parked already, in which case
 // the existing entry is returned unchanged.
+//
+// The key and the state must be text a store keeps as it is (valid UTF-8
+// without a NUL), and the expiry at least a microsecond ([Resolution]); an
+// expiry that is not a whole number of microseconds is rounded up.
 func Await(ctx context.Context, store Store, a Awaiting) (Entry, bool, error) {
 	switch {
-	case store == nil:
-		return Entry{}, false, errors.New("redrive: nil store")
+	case ctx == nil:
+		return Entry{}, false, errors.New("redrive: Await: nil context")
+	case isNil(store):
+		return Entry{}, false, errors.New("redrive: Await: nil store: open one with sqlitestore.Open or pgstore.Open")
 	case a.Key == "":
 		return Entry{}, false, errors.New("redrive: await: empty key")
+	case !rowcodec.Text(a.Key):
+		return Entry{}, false, fmt.Errorf("redrive: await %q: the key is not text (invalid UTF-8 or a NUL): encode it, as hex or base64", a.Key)
 	case a.State == "":
 		return Entry{}, false, fmt.Errorf("redrive: await %q: empty state name", a.Key)
-	case a.Expiry <= 0:
-		return Entry{}, false, fmt.Errorf("redrive: await %q: expiry %v: want more than 0", a.Key, a.Expiry)
+	case !rowcodec.Text(a.State):
+		return Entry{}, false, fmt.Errorf("redrive: await %q: state name %q is not text (invalid UTF-8 or a NUL)", a.Key, a.State)
+	case a.Expiry < Resolution:
+		return Entry{}, false, fmt.Errorf("redrive: await %q: expiry %v: want at least %v (stores keep times to the microsecond)", a.Key, a.Expiry, Resolution)
 	}
 	at := a.At
 	if at.IsZero() {
 		at = time.Now()
 	}
-	at = at.Truncate(time.Microsecond)
+	at = at.Truncate(Resolution)
+	expiry := ceil(a.Expiry)
 	e := Entry{Key: a.Key, Base: a.State, Status: Parked, StateTime: at, Created: at,
-		Expiry: a.Expiry, DueAt: at.Add(a.Expiry), Message: a.Record}
+		Expiry: expiry, DueAt: at.Add(expiry), Message: a.Record}
 	n, err := store.Park(ctx, []Entry{e})
 	if err != nil {
 		return Entry{}, false, fmt.Errorf("redrive: await %q: %w", a.Key, err)
@@ -116,7 +236,13 @@ func Await(ctx context.Context, store Store, a Awaiting) (Entry, bool, error) {
 // Complete marks the entry called key done, now: the answer came. See
 // [Store.Complete] for the errors.
 func Complete(ctx context.Context, store Store, key string) (Entry, error) {
-	return store.Complete(ctx, key, time.Now().Truncate(time.Microsecond))
+	switch {
+	case ctx == nil:
+		return Entry{}, errors.New("redrive: Complete: nil context")
+	case isNil(store):
+		return Entry{}, errors.New("redrive: Complete: nil store: open one with sqlitestore.Open or pgstore.Open")
+	}
+	return store.Complete(ctx, key, time.Now().Truncate(Resolution))
 }
 
 // CompleteOnSuccess returns middleware for the consumer of the retry topic:
@@ -127,11 +253,22 @@ func Complete(ctx context.Context, store Store, key string) (Entry, error) {
 // is. A store error fails the batch, so it is delivered again and the
 // completion is tried again.
 //
-// It takes [WithClock] and [WithLogger]; other options are ignored.
+// It takes [WithClock] and [WithLogger]; other options are ignored. With a
+// nil store, every batch that holds a re-driven record fails with an error
+// that says so (a completion is never dropped in silence), and the others
+// pass through.
 func CompleteOnSuccess(store Store, opts ...Option) stream.Middleware {
 	c := newConfig(opts)
 	return func(next stream.Handler) stream.Handler {
 		return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			if isNil(store) {
+				for _, r := range b.Records {
+					if _, ok := headerValue(r.Headers, HeaderKey); ok {
+						return errors.New("redrive: CompleteOnSuccess has a nil store: a re-driven record cannot complete its entry; give it the scheduler's store")
+					}
+				}
+				return next.Handle(ctx, b)
+			}
 			herr := next.Handle(ctx, b)
 			done := len(b.Records)
 			if herr != nil {
@@ -141,7 +278,7 @@ func CompleteOnSuccess(store Store, opts ...Option) stream.Middleware {
 				}
 				done = be.Index
 			}
-			now := c.clock.Now().Truncate(time.Microsecond)
+			now := c.clock.Now().Truncate(Resolution)
 			for _, r := range b.Records[:done] {
 				key, ok := headerValue(r.Headers, HeaderKey)
 				if !ok {

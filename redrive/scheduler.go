@@ -43,10 +43,18 @@ const (
 // Each batch of due entries is claimed, published and then marked with a
 // compare-and-set on the status and version read, so several schedulers on
 // one store share the work and a completion that lands meanwhile is never
-// overwritten. Re-publishing is at least once: if the process dies or the
-// store fails between the publish and the mark, the entries are still due
-// and the next sweep (of any scheduler) publishes them again with the same
-// [HeaderNumber]. Nothing else publishes an entry twice for one due time.
+// overwritten. An entry's new state time is read from the clock after its
+// publish returned, so its expiry counts from its publication however long
+// the sweep takes, and no sweep handles an entry twice.
+//
+// Re-publishing is at least once. A record is published again, with the
+// same [HeaderNumber], when the process dies or the store fails between
+// the publish and the mark (the entries are still due and the next sweep,
+// of any scheduler, publishes them again), and when a publish fails for
+// a record that the broker wrote all the same (an acknowledgement lost, or
+// a publisher that cannot say which records of a failed call were
+// written: see [stream.PublishError]). Nothing else publishes an entry
+// twice for one due time.
 //
 // The scheduler never stops on a failure: a store error ends the sweep (it
 // is logged and reported to the StoreFailed hook) and the next sweep starts
@@ -56,7 +64,8 @@ const (
 // reports the entry.
 //
 // A Scheduler is safe for concurrent use, though one Run per Scheduler is
-// the intended use.
+// the intended use. The zero Scheduler is not ready: build it with
+// [NewScheduler].
 type Scheduler struct {
 	store Store
 	pub   stream.Publisher
@@ -64,15 +73,19 @@ type Scheduler struct {
 	log   *slog.Logger
 }
 
+// errZero is what the methods of a Scheduler not built by NewScheduler
+// return.
+var errZero = errors.New("redrive: the Scheduler was not built by redrive.NewScheduler(store, publisher, options...): it has no store to sweep")
+
 // NewScheduler returns a Scheduler over store that publishes through pub
 // (such as franz.NewPublisher or kafkago.NewPublisher). It returns an error
 // for a nil store or publisher or an option out of range.
 func NewScheduler(store Store, pub stream.Publisher, opts ...Option) (*Scheduler, error) {
-	if store == nil {
-		return nil, errors.New("redrive: nil store")
+	if isNil(store) {
+		return nil, errors.New("redrive: NewScheduler: nil store: open one with sqlitestore.Open or pgstore.Open")
 	}
-	if pub == nil {
-		return nil, errors.New("redrive: nil publisher")
+	if isNil(pub) {
+		return nil, errors.New("redrive: NewScheduler: nil publisher: give one such as franz.NewPublisher(client)")
 	}
 	c := newConfig(opts)
 	switch {
@@ -85,17 +98,26 @@ func NewScheduler(store Store, pub stream.Publisher, opts ...Option) (*Scheduler
 	case c.batchSize <= 0:
 		return nil, fmt.Errorf("redrive: batch size %d: want more than 0", c.batchSize)
 	}
+	c.interval, c.retryTimeout = ceil(c.interval), ceil(c.retryTimeout)
 	return &Scheduler{store: store, pub: pub, cfg: c, log: c.logger}, nil
 }
 
-// Run sweeps at once and then every interval, until ctx is done, and
-// returns the context's cause. Failures never stop it (see [Scheduler]).
+// Run sweeps at once and then every interval, until ctx is done. It
+// returns nil after a clean shutdown by ctx, and an error only when it
+// cannot run at all (a Scheduler not built by [NewScheduler], a nil
+// context): failures of a sweep never stop it (see [Scheduler]).
 func (s *Scheduler) Run(ctx context.Context) error {
+	if s == nil || s.store == nil {
+		return errZero
+	}
+	if ctx == nil {
+		return errors.New("redrive: Scheduler.Run: nil context")
+	}
 	for {
 		start := s.cfg.clock.Now()
 		s.Sweep(ctx) // failures are logged and reported by Sweep
 		if ctx.Err() != nil {
-			return context.Cause(ctx)
+			return nil
 		}
 		wait := s.cfg.interval - s.cfg.clock.Now().Sub(start)
 		if wait <= 0 {
@@ -106,20 +128,30 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		case <-ch:
 		case <-ctx.Done():
 			stop()
-			return context.Cause(ctx)
+			return nil
 		}
 	}
 }
 
+// now is the time by the scheduler's clock, to the stores' resolution.
+func (s *Scheduler) now() time.Time { return s.cfg.clock.Now().Truncate(Resolution) }
+
 // Sweep does one sweep now: it claims, re-drives or times out every entry
-// due at the time it starts, a batch at a time, and reports what it did. It
-// returns the store error that ended it early, or nil.
+// due at the time it starts, a batch at a time, and reports what it did.
+// Its Err is the store error that ended it early, or nil.
 func (s *Scheduler) Sweep(ctx context.Context) SweepEvent {
+	if s == nil || s.store == nil {
+		return SweepEvent{Err: errZero}
+	}
+	if ctx == nil {
+		return SweepEvent{Err: errors.New("redrive: Scheduler.Sweep: nil context")}
+	}
 	start := s.cfg.clock.Now()
-	now := start.Truncate(time.Microsecond)
+	now := start.Truncate(Resolution)
 	ev := SweepEvent{At: now}
+	seen := map[int64]bool{}
 	for ctx.Err() == nil {
-		var b sweepBatch
+		b := sweepBatch{seen: seen}
 		claimed, applied, err := s.store.Claim(ctx, now, s.cfg.batchSize, func(ctx context.Context, due []Entry) []Change {
 			return b.handle(ctx, s, now, due)
 		})
@@ -128,13 +160,22 @@ func (s *Scheduler) Sweep(ctx context.Context) SweepEvent {
 			ev.Err = err
 			if ctx.Err() == nil {
 				s.log.Error("redrive: sweep failed; the next sweep tries again", "error", err)
-				if h := s.cfg.hooks.StoreFailed; h != nil {
-					h(ev)
-				}
+				s.cfg.each(func(h Hooks) {
+					if h.StoreFailed != nil {
+						h.StoreFailed(ev)
+					}
+				})
 			}
 			break
 		}
 		b.report(s, applied, &ev)
+		if b.again > 0 {
+			// A store that hands out an entry this sweep changed already
+			// (its new due time at or before the sweep's): stop here
+			// rather than publish it twice; the next sweep goes on.
+			s.log.Error("redrive: the store handed out entries this sweep had changed already; the sweep stops, the next one goes on", "entries", b.again)
+			break
+		}
 		if claimed < s.cfg.batchSize {
 			break
 		}
@@ -144,15 +185,19 @@ func (s *Scheduler) Sweep(ctx context.Context) SweepEvent {
 		s.log.Info("redrive: sweep", "claimed", ev.Claimed, "redriven", ev.Redriven, "timedOut", ev.TimedOut,
 			"failed", ev.Failed, "lost", ev.Lost, "duration", ev.Duration)
 	}
-	if h := s.cfg.hooks.Swept; h != nil {
-		h(ev)
-	}
+	s.cfg.each(func(h Hooks) {
+		if h.Swept != nil {
+			h.Swept(ev)
+		}
+	})
 	return ev
 }
 
 // sweepBatch is one claimed batch: the entries by ID and the failure
 // behind each failed change.
 type sweepBatch struct {
+	seen   map[int64]bool // the entries of the sweep's earlier batches
+	again  int            // entries of this batch seen in an earlier one
 	byID   map[int64]Entry
 	errs   map[int64]error
 	failed int
@@ -164,6 +209,11 @@ func (b *sweepBatch) handle(ctx context.Context, s *Scheduler, now time.Time, du
 	var redrive, timeout []Entry
 	reasons := map[int64]string{}
 	for _, e := range due {
+		if b.seen[e.ID] {
+			b.again++
+			continue
+		}
+		b.seen[e.ID] = true
 		b.byID[e.ID] = e
 		switch reason := s.timeoutReason(e, now); {
 		case !e.Status.Pending():
@@ -197,21 +247,23 @@ func (b *sweepBatch) handle(ctx context.Context, s *Scheduler, now time.Time, du
 			recs[i] = redriveRecord(topic, e, e.Redrives+1, nil)
 		}
 		err := s.pub.Publish(ctx, topic, recs)
-		if err != nil && ctx.Err() != nil {
-			return changes // unknown whether published: due again next sweep
-		}
-		for _, e := range es {
-			if err == nil {
-				changes = append(changes, s.retrying(e, now))
-				continue
-			}
-			err := fmt.Errorf("re-publish to %s: %w", topic, err)
-			if !now.Before(e.Created.Add(s.cfg.retryTimeout)) {
-				reasons[e.ID] = fmt.Sprintf("retry timeout %v passed since it was parked; last error: %v", s.cfg.retryTimeout, err)
+		at := s.after(now)
+		errs := recordErrors(err, len(es))
+		for i, e := range es {
+			switch {
+			case errs[i] == nil:
+				changes = append(changes, s.retrying(e, at))
+			case ctx.Err() != nil:
+				// Unknown whether published: due again next sweep.
+			case !at.Before(e.Created.Add(s.cfg.retryTimeout)):
+				reasons[e.ID] = fmt.Sprintf("retry timeout %v passed since it was parked; last error: re-publish to %s: %v", s.cfg.retryTimeout, topic, errs[i])
 				timeout = append(timeout, e)
-				continue
+			default:
+				changes = append(changes, b.fail(s, e, at, fmt.Errorf("re-publish to %s: %w", topic, errs[i])))
 			}
-			changes = append(changes, b.fail(s, e, now, err))
+		}
+		if ctx.Err() != nil {
+			return changes
 		}
 	}
 
@@ -226,20 +278,50 @@ func (b *sweepBatch) handle(ctx context.Context, s *Scheduler, now time.Time, du
 					{Key: stream.HeaderError, Value: []byte(reasons[e.ID])},
 				})
 			}
-			if err = s.pub.Publish(ctx, s.cfg.replyTopic, recs); err != nil && ctx.Err() != nil {
-				return changes
-			}
+			err = s.pub.Publish(ctx, s.cfg.replyTopic, recs)
 		}
-		for _, e := range timeout {
-			if err != nil {
-				changes = append(changes, b.fail(s, e, now, fmt.Errorf("report to %s: %w", s.cfg.replyTopic, err)))
-				continue
+		at := s.after(now)
+		errs := recordErrors(err, len(timeout))
+		for i, e := range timeout {
+			switch {
+			case errs[i] == nil:
+				changes = append(changes, Change{ID: e.ID, Status: e.Status, Version: e.Version,
+					To: TimedOut, StateTime: at, Redrives: e.Redrives, LastError: reasons[e.ID]})
+			case ctx.Err() != nil:
+			default:
+				changes = append(changes, b.fail(s, e, at, fmt.Errorf("report to %s: %w", s.cfg.replyTopic, errs[i])))
 			}
-			changes = append(changes, Change{ID: e.ID, Status: e.Status, Version: e.Version,
-				To: TimedOut, StateTime: now, Redrives: e.Redrives, LastError: reasons[e.ID]})
 		}
 	}
 	return changes
+}
+
+// after is the time after a publish, for the changes it leads to: never
+// before the sweep's time, so that every change is due after it.
+func (s *Scheduler) after(sweep time.Time) time.Time {
+	if at := s.now(); at.After(sweep) {
+		return at
+	}
+	return sweep
+}
+
+// recordErrors returns, for a publish of n records that returned err, the
+// error of each record: none when err is nil, what a [stream.PublishError]
+// of n records says, else err for every one.
+func recordErrors(err error, n int) []error {
+	errs := make([]error, n)
+	if err == nil {
+		return errs
+	}
+	var pe *stream.PublishError
+	if errors.As(err, &pe) && len(pe.Errs) == n {
+		copy(errs, pe.Errs)
+		return errs
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
 }
 
 // timeoutReason says why e is to be timed out now, or "" when it is to be
@@ -258,12 +340,12 @@ func (s *Scheduler) timeoutReason(e Entry, now time.Time) string {
 	return ""
 }
 
-// retrying is the change of a re-published entry: due again after its
-// expiry, or at the retry timeout if that comes first. An entry re-driven
-// after its retry timeout (parked for longer) gets its expiry: the
-// consumer has that long to complete it before it times out.
+// retrying is the change of an entry re-published at now: due again after
+// its expiry, or at the retry timeout if that comes first. An entry
+// re-driven after its retry timeout (parked for longer) gets its expiry:
+// the consumer has that long to complete it before it times out.
 func (s *Scheduler) retrying(e Entry, now time.Time) Change {
-	due := now.Add(e.Expiry)
+	due := now.Add(max(ceil(e.Expiry), Resolution))
 	if t := e.Created.Add(s.cfg.retryTimeout); t.After(now) && t.Before(due) {
 		due = t
 	}
@@ -290,20 +372,26 @@ func (b *sweepBatch) report(s *Scheduler, applied []Change, ev *SweepEvent) {
 		case err != nil:
 			ev.Failed++
 			s.log.Warn("redrive: entry not published; tried again after the interval", "key", e.Key, "state", e.State(), "error", err)
-			if h := s.cfg.hooks.Failed; h != nil {
-				h(EntryEvent{Entry: e, Err: err})
-			}
+			s.cfg.each(func(h Hooks) {
+				if h.Failed != nil {
+					h.Failed(EntryEvent{Entry: e, Err: err})
+				}
+			})
 		case c.To == Retrying:
 			ev.Redriven++
-			if h := s.cfg.hooks.Redriven; h != nil {
-				h(EntryEvent{Entry: e})
-			}
+			s.cfg.each(func(h Hooks) {
+				if h.Redriven != nil {
+					h.Redriven(EntryEvent{Entry: e})
+				}
+			})
 		case c.To == TimedOut:
 			ev.TimedOut++
 			s.log.Warn("redrive: entry timed out", "key", e.Key, "state", e.State(), "reason", e.LastError)
-			if h := s.cfg.hooks.TimedOut; h != nil {
-				h(EntryEvent{Entry: e})
-			}
+			s.cfg.each(func(h Hooks) {
+				if h.TimedOut != nil {
+					h.TimedOut(EntryEvent{Entry: e})
+				}
+			})
 		}
 	}
 	for id, e := range b.byID {
@@ -316,6 +404,12 @@ func (b *sweepBatch) report(s *Scheduler, applied []Change, ev *SweepEvent) {
 	}
 }
 
+// redriveHeader reports whether a header is one that redriveRecord sets.
+func redriveHeader(key string) bool {
+	return strings.HasPrefix(key, "redeliver-redrive-") || key == HeaderErrorCode ||
+		key == stream.HeaderTopic || key == stream.HeaderPartition || key == stream.HeaderOffset
+}
+
 // redriveRecord is the record published for e: its original key, value,
 // headers and timestamp, with the re-drive headers replacing any it had,
 // and extra appended.
@@ -323,8 +417,7 @@ func redriveRecord(topic string, e Entry, number int, extra []stream.Header) str
 	m := e.Message
 	h := make([]stream.Header, 0, len(m.Headers)+6+len(extra))
 	for _, x := range m.Headers {
-		if strings.HasPrefix(x.Key, "redeliver-redrive-") || x.Key == HeaderErrorCode ||
-			x.Key == stream.HeaderTopic || x.Key == stream.HeaderPartition || x.Key == stream.HeaderOffset {
+		if redriveHeader(x.Key) {
 			continue
 		}
 		h = append(h, x)

@@ -15,7 +15,13 @@ import (
 // A Store must be safe for concurrent use. Every change it makes to an
 // existing entry is a compare-and-set on the status (and, for a sweep, the
 // version) it expects: a sweep that read an entry never overwrites one that
-// was completed meanwhile.
+// was completed meanwhile. Every wait (for a lock, a connection, a claim)
+// ends when the caller's context does.
+//
+// A Store keeps what it is given byte for byte: errors and header keys may
+// hold any bytes (a NUL, invalid UTF-8), and an empty key, value or header
+// value stays empty, not absent (nil), as nil stays nil. Times are kept to
+// the microsecond.
 type Store interface {
 	// Park inserts the entries whose key is not in the store yet, all in
 	// one transaction, and returns how many it inserted; the others are
@@ -27,10 +33,25 @@ type Store interface {
 	Get(ctx context.Context, key string) (Entry, error)
 
 	// Complete moves the entry called key from parked or retrying to done
-	// at time at, and returns it. For an entry already done or timed out it
+	// at time at, and returns it. It waits for a claim that holds the
+	// entry (so a completion never lands between a re-drive's publish and
+	// its mark), and gives up when ctx ends. For an entry already done or timed out it
 	// changes nothing and returns the entry with an error matching
 	// [ErrNotPending]; for a missing one, an error matching [ErrNotFound].
 	Complete(ctx context.Context, key string, at time.Time) (Entry, error)
+
+	// Repark records on the entry called key that the record of its
+	// re-drive number failed again and was given up by its consumer: the
+	// [Park] action hands such a record back to its entry instead of
+	// parking it anew. The entry keeps its status, times and re-drives,
+	// takes lastError, and counts the failure in [Entry.Reparks] once per
+	// number: handing the same re-drive back again (after a redelivery)
+	// changes the error only. It reports whether it counted. For an entry
+	// done or timed out it changes nothing and returns the entry with an
+	// error matching [ErrNotPending]; for a missing one, an error matching
+	// [ErrNotFound]. Like Complete, it waits for a claim that holds the
+	// entry, and gives up when ctx ends.
+	Repark(ctx context.Context, key string, number int, lastError string) (e Entry, counted bool, err error)
 
 	// Claim claims up to limit pending entries due at now (DueAt <= now),
 	// earliest first, so that no other Claim on the same store gets them

@@ -126,7 +126,9 @@ func (p *Processor) unregister(topic string, partition int32, cmd chan bool) {
 }
 
 // Publisher produces records to a topic and returns once the broker has
-// acknowledged them all. Adapters provide one for their client.
+// acknowledged them all. Adapters provide one for their client. When some
+// records were written and others not, a Publisher that can tell which
+// returns a [*PublishError] that says so.
 type Publisher interface {
 	Publish(ctx context.Context, topic string, recs []Record) error
 }

@@ -33,6 +33,9 @@ const migrateLock = 0x72656472697665 // "redrive"
 
 // Migrate brings the schema to the latest version; see [Store.MigrateTo].
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -45,8 +48,23 @@ func (s *Store) Migrate(ctx context.Context) error {
 // the tables), in one transaction under an advisory lock, so that
 // schedulers starting together migrate once. Versions are recorded in the
 // table redrive_migrations. With [WithSchema], the schema is created first
-// if it does not exist.
+// if it does not exist. It gives up after the migration timeout (see
+// [WithMigrateTimeout]) with an error that says so.
 func (s *Store) MigrateTo(ctx context.Context, version int) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	timeout := fmt.Errorf("pgstore: the database did not finish the schema's migration within %v (see pgstore.WithMigrateTimeout): %w", s.migrateTimeout, context.DeadlineExceeded)
+	mctx, cancel := context.WithTimeoutCause(ctx, s.migrateTimeout, timeout)
+	defer cancel()
+	err := s.migrateTo(mctx, version)
+	if err != nil && ctx.Err() == nil && context.Cause(mctx) == timeout {
+		return fmt.Errorf("%w (%v)", timeout, err)
+	}
+	return err
+}
+
+func (s *Store) migrateTo(ctx context.Context, version int) error {
 	ms, err := migrations()
 	if err != nil {
 		return err
@@ -58,7 +76,11 @@ func (s *Store) MigrateTo(ctx context.Context, version int) error {
 	if err != nil {
 		return wrap("migrate", err)
 	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
+		defer cancel()
+		tx.Rollback(rctx)
+	}()
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, int64(migrateLock)); err != nil {
 		return wrap("migrate", err)
 	}

@@ -20,28 +20,46 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
-	"sync"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/redrive/internal/rowcodec"
 )
 
 // Store is a [redrive.Store] in PostgreSQL. It is safe for concurrent use,
 // and several Stores (in several processes) can share one database.
+//
+// The zero Store is not open: use [Open].
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
-	lazy   bool
+	pool           *pgxpool.Pool
+	schema         string
+	lazy           bool
+	migrateTimeout time.Duration
 
-	mu       sync.Mutex
-	migrated bool
+	migrating chan struct{} // a token held by the call that migrates
+	migrated  atomic.Bool
+}
+
+// errNotOpen is what the methods of a Store not made by Open return.
+var errNotOpen = errors.New("pgstore: the Store is not open: use pgstore.Open(ctx, connString)")
+
+// usable returns an error when s is not open or ctx is nil.
+func (s *Store) usable(ctx context.Context) error {
+	switch {
+	case s == nil || s.pool == nil:
+		return errNotOpen
+	case ctx == nil:
+		return errors.New("pgstore: nil context")
+	}
+	return nil
 }
 
 var _ redrive.Store = (*Store)(nil)
@@ -62,22 +80,46 @@ func WithSchema(name string) Option { return optionFunc(func(s *Store) { s.schem
 
 // WithoutMigrate leaves the schema as it is: call [Store.Migrate], or apply
 // [Migrations] yourself. The default migrates on Open.
-func WithoutMigrate() Option { return optionFunc(func(s *Store) { s.migrated = true }) }
+func WithoutMigrate() Option { return optionFunc(func(s *Store) { s.migrated.Store(true) }) }
 
 // WithDeferredMigrate makes Open return without contacting the database:
 // the schema is migrated on first use, and until the database answers,
 // every call fails with an error that says why. A scheduler started while
 // the database is down then reports each failed sweep and starts working
-// when it comes back. The default migrates on Open and fails if it cannot.
+// when it comes back. One call migrates at a time; the others wait for it
+// as long as their context allows, and a migration gives up after the
+// migration timeout (see [WithMigrateTimeout]), so a database that accepts
+// connections and never answers holds no caller past its deadline. The
+// default migrates on Open and fails if it cannot.
 func WithDeferredMigrate() Option { return optionFunc(func(s *Store) { s.lazy = true }) }
+
+// DefaultMigrateTimeout bounds a migration of the schema unless
+// [WithMigrateTimeout] says otherwise.
+const DefaultMigrateTimeout = 30 * time.Second
+
+// WithMigrateTimeout bounds every migration of the schema (on Open, on
+// first use with [WithDeferredMigrate], and [Store.MigrateTo]), the wait
+// for the database and for another store's migration included. The
+// default is [DefaultMigrateTimeout] (30 seconds).
+func WithMigrateTimeout(d time.Duration) Option {
+	return optionFunc(func(s *Store) { s.migrateTimeout = d })
+}
 
 // Open connects to the database at connString (a URL or key=value string,
 // as pgxpool.ParseConfig reads it, including pool_max_conns) and migrates
 // the schema to the latest version.
 func Open(ctx context.Context, connString string, opts ...Option) (*Store, error) {
-	s := &Store{}
+	if ctx == nil {
+		return nil, errors.New("pgstore: Open: nil context")
+	}
+	s := &Store{migrateTimeout: DefaultMigrateTimeout, migrating: make(chan struct{}, 1)}
 	for _, o := range opts {
-		o.apply(s)
+		if o != nil {
+			o.apply(s)
+		}
+	}
+	if s.migrateTimeout <= 0 {
+		return nil, fmt.Errorf("pgstore: migrate timeout %v: want more than 0", s.migrateTimeout)
 	}
 	if s.schema != "" && !identifier.MatchString(s.schema) {
 		return nil, fmt.Errorf("pgstore: schema %q: want a lower-case identifier (letters, digits, _)", s.schema)
@@ -105,19 +147,34 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 }
 
 // Close closes the store's connections.
-func (s *Store) Close() { s.pool.Close() }
+func (s *Store) Close() {
+	if s != nil && s.pool != nil {
+		s.pool.Close()
+	}
+}
 
-// ready migrates the schema once.
+// ready checks s and ctx and migrates the schema once: one call at a time,
+// the others waiting as long as their context allows.
 func (s *Store) ready(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.migrated {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
+	if s.migrated.Load() {
+		return nil
+	}
+	select {
+	case s.migrating <- struct{}{}:
+	case <-ctx.Done():
+		return fmt.Errorf("pgstore: waiting for the schema's migration, which another call runs (the database is slow or away): %w", context.Cause(ctx))
+	}
+	defer func() { <-s.migrating }()
+	if s.migrated.Load() {
 		return nil
 	}
 	if err := s.Migrate(ctx); err != nil {
 		return err
 	}
-	s.migrated = true
+	s.migrated.Store(true)
 	return nil
 }
 
@@ -134,26 +191,30 @@ func wrap(op string, err error) error {
 	return fmt.Errorf("pgstore: %s: %v", op, err)
 }
 
-const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, last_error, version,
+const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, reparks, last_error, version,
 	topic, partition, "offset", msg_key, msg_value, headers, msg_time`
 
-func scan(r pgx.Row) (redrive.Entry, error) {
+func scan(r pgx.Row) (redrive.Entry, error) { return scanWith(r) }
+
+// scanWith scans the columns and then extra.
+func scanWith(r pgx.Row, extra ...any) (redrive.Entry, error) {
 	var (
 		e            redrive.Entry
 		status       string
 		expiry       int64
 		due, msgTime *time.Time
 		headers      []byte
+		lastError    []byte
 	)
-	err := r.Scan(&e.ID, &e.Key, &e.Base, &status, &e.StateTime, &e.Created, &expiry, &due, &e.Redrives, &e.LastError, &e.Version,
-		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &e.Message.Key, &e.Message.Value, &headers, &msgTime)
+	err := r.Scan(append([]any{&e.ID, &e.Key, &e.Base, &status, &e.StateTime, &e.Created, &expiry, &due, &e.Redrives, &e.Reparks, &lastError, &e.Version,
+		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &e.Message.Key, &e.Message.Value, &headers, &msgTime}, extra...)...)
 	if err != nil {
 		return e, err
 	}
 	if e.Status, err = redrive.ParseStatus(status); err != nil {
 		return e, err
 	}
-	e.StateTime, e.Created, e.Expiry = e.StateTime.UTC(), e.Created.UTC(), time.Duration(expiry)
+	e.StateTime, e.Created, e.Expiry, e.LastError = e.StateTime.UTC(), e.Created.UTC(), time.Duration(expiry), string(lastError)
 	if due != nil {
 		e.DueAt = due.UTC()
 	}
@@ -161,7 +222,7 @@ func scan(r pgx.Row) (redrive.Entry, error) {
 		e.Message.Timestamp = msgTime.UTC()
 	}
 	if headers != nil {
-		if err := json.Unmarshal(headers, &e.Message.Headers); err != nil {
+		if e.Message.Headers, err = rowcodec.ParseHeaders(headers); err != nil {
 			return e, fmt.Errorf("entry %d: headers: %v", e.ID, err)
 		}
 	}
@@ -186,41 +247,40 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 	}
 	n := len(entries)
 	var (
-		keys, bases, statuses, states, lastErrs, topics = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		stateTimes, created                             = make([]time.Time, n), make([]time.Time, n)
-		dues, msgTimes                                  = make([]*time.Time, n), make([]*time.Time, n)
-		expiries, offsets                               = make([]int64, n), make([]int64, n)
-		redrives, partitions                            = make([]int32, n), make([]int32, n)
-		msgKeys, msgValues                              = make([][]byte, n), make([][]byte, n)
-		headers                                         = make([]*string, n)
+		keys, bases, statuses, states, topics = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		stateTimes, created                   = make([]time.Time, n), make([]time.Time, n)
+		dues, msgTimes                        = make([]*time.Time, n), make([]*time.Time, n)
+		expiries, offsets                     = make([]int64, n), make([]int64, n)
+		redrives, reparks, partitions         = make([]int32, n), make([]int32, n), make([]int32, n)
+		msgKeys, msgValues, lastErrs          = make([][]byte, n), make([][]byte, n), make([][]byte, n)
+		headers                               = make([]*string, n)
 	)
 	for i, e := range entries {
-		keys[i], bases[i], statuses[i], states[i], lastErrs[i], topics[i] = e.Key, e.Base, e.Status.String(), e.State(), e.LastError, e.Message.Topic
+		keys[i], bases[i], statuses[i], states[i], lastErrs[i], topics[i] = e.Key, e.Base, e.Status.String(), e.State(), []byte(e.LastError), e.Message.Topic
 		stateTimes[i], created[i], dues[i], msgTimes[i] = e.StateTime, e.Created, nullTime(e.DueAt), nullTime(e.Message.Timestamp)
-		expiries[i], offsets[i], redrives[i], partitions[i] = int64(e.Expiry), e.Message.Offset, int32(e.Redrives), e.Message.Partition
+		expiries[i], offsets[i], redrives[i], reparks[i], partitions[i] = int64(e.Expiry), e.Message.Offset, int32(e.Redrives), int32(e.Reparks), e.Message.Partition
 		msgKeys[i], msgValues[i] = e.Message.Key, e.Message.Value
-		if len(e.Message.Headers) > 0 {
-			b, err := json.Marshal(e.Message.Headers)
-			if err != nil {
-				return 0, fmt.Errorf("pgstore: park %q: headers: %w", e.Key, err)
-			}
-			h := string(b)
+		h, ok, err := rowcodec.Headers(e.Message.Headers)
+		if err != nil {
+			return 0, fmt.Errorf("pgstore: park %q: headers: %w", e.Key, err)
+		}
+		if ok {
 			headers[i] = &h
 		}
 	}
 	tag, err := s.pool.Exec(ctx, `INSERT INTO redrive_entries
-		(key, base, status, state, state_time, created, expiry, due_at, redrives, last_error,
+		(key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error,
 		 topic, partition, "offset", msg_key, msg_value, headers, msg_time)
-		SELECT key, base, status, state, state_time, created, expiry, due_at, redrives, last_error,
+		SELECT key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error,
 		 topic, partition, "offset", msg_key, msg_value, headers::jsonb, msg_time
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::bigint[],
-		 $8::timestamptz[], $9::integer[], $10::text[], $11::text[], $12::integer[], $13::bigint[], $14::bytea[], $15::bytea[],
-		 $16::text[], $17::timestamptz[])
-		 WITH ORDINALITY AS t(key, base, status, state, state_time, created, expiry, due_at, redrives, last_error,
+		 $8::timestamptz[], $9::integer[], $10::integer[], $11::bytea[], $12::text[], $13::integer[], $14::bigint[], $15::bytea[], $16::bytea[],
+		 $17::text[], $18::timestamptz[])
+		 WITH ORDINALITY AS t(key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error,
 		 topic, partition, "offset", msg_key, msg_value, headers, msg_time, ord)
 		ORDER BY ord
 		ON CONFLICT (key) DO NOTHING`,
-		keys, bases, statuses, states, stateTimes, created, expiries, dues, redrives, lastErrs,
+		keys, bases, statuses, states, stateTimes, created, expiries, dues, redrives, reparks, lastErrs,
 		topics, partitions, offsets, msgKeys, msgValues, headers, msgTimes)
 	if err != nil {
 		return 0, wrap(fmt.Sprintf("park %d entries", n), err)
@@ -291,6 +351,44 @@ func (s *Store) Requeue(ctx context.Context, key string, at time.Time) (redrive.
 	return e, nil
 }
 
+// Repark hands a re-driven record's failure back to the entry called key;
+// see [redrive.Store.Repark]. Like Complete, it waits for a sweep that
+// holds the entry to commit.
+func (s *Store) Repark(ctx context.Context, key string, number int, lastError string) (redrive.Entry, bool, error) {
+	if err := s.ready(ctx); err != nil {
+		return redrive.Entry{}, false, err
+	}
+	var counted bool
+	e, err := scanWith(s.pool.QueryRow(ctx, `WITH old AS (
+		    SELECT id, $2 > reparked_number AS counted FROM redrive_entries
+		    WHERE key = $1 AND status IN ('parked', 'retrying') FOR UPDATE)
+		UPDATE redrive_entries AS e
+		SET last_error = $3, reparks = e.reparks + old.counted::int, reparked_number = greatest(e.reparked_number, $2),
+		    version = e.version + 1
+		FROM old WHERE e.id = old.id
+		RETURNING `+prefixed("e.")+`, old.counted`, key, number, []byte(lastError)), &counted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		e, err := s.Get(ctx, key)
+		if err != nil {
+			return e, false, err
+		}
+		return e, false, fmt.Errorf("%w: %q is %s", redrive.ErrNotPending, key, e.State())
+	}
+	if err != nil {
+		return e, false, wrap(fmt.Sprintf("repark %q", key), err)
+	}
+	return e, counted, nil
+}
+
+// prefixed is columns with each name qualified by p.
+func prefixed(p string) string {
+	var out []string
+	for c := range strings.SplitSeq(columns, ",") {
+		out = append(out, p+strings.TrimSpace(c))
+	}
+	return strings.Join(out, ", ")
+}
+
 // markTimeout bounds the marking of a claimed batch once fn has run; it
 // goes on after the caller's context ends, so that what was published is
 // recorded.
@@ -299,6 +397,9 @@ const markTimeout = 30 * time.Second
 // Claim claims due entries with FOR UPDATE SKIP LOCKED and applies fn's
 // changes in the same transaction; see [redrive.Store.Claim].
 func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
+	if fn == nil {
+		return 0, nil, errors.New("pgstore: claim: nil function")
+	}
 	if err := s.ready(ctx); err != nil {
 		return 0, nil, err
 	}
@@ -342,21 +443,22 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(con
 	}
 	n := len(changes)
 	var (
-		ids, versions                = make([]int64, n), make([]int64, n)
-		froms, tos, states, lastErrs = make([]string, n), make([]string, n), make([]string, n), make([]string, n)
-		stateTimes                   = make([]time.Time, n)
-		dues                         = make([]*time.Time, n)
-		redrives                     = make([]int32, n)
+		ids, versions      = make([]int64, n), make([]int64, n)
+		froms, tos, states = make([]string, n), make([]string, n), make([]string, n)
+		lastErrs           = make([][]byte, n)
+		stateTimes         = make([]time.Time, n)
+		dues               = make([]*time.Time, n)
+		redrives           = make([]int32, n)
 	)
 	for i, c := range changes {
 		ids[i], versions[i], froms[i], tos[i] = c.ID, c.Version, c.Status.String(), c.To.String()
-		states[i], lastErrs[i], stateTimes[i], dues[i], redrives[i] = redrive.StateName(bases[c.ID], c.To), c.LastError, c.StateTime, nullTime(c.DueAt), int32(c.Redrives)
+		states[i], lastErrs[i], stateTimes[i], dues[i], redrives[i] = redrive.StateName(bases[c.ID], c.To), []byte(c.LastError), c.StateTime, nullTime(c.DueAt), int32(c.Redrives)
 	}
 	rows, err = tx.Query(wctx, `UPDATE redrive_entries AS e
 		SET status = c.to_status, state = c.state, state_time = c.state_time, due_at = c.due_at,
 		    redrives = c.redrives, last_error = c.last_error, version = e.version + 1
 		FROM unnest($1::bigint[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::timestamptz[], $7::timestamptz[],
-		     $8::integer[], $9::text[])
+		     $8::integer[], $9::bytea[])
 		     AS c(id, from_status, from_version, to_status, state, state_time, due_at, redrives, last_error)
 		WHERE e.id = c.id AND e.status = c.from_status AND e.version = c.from_version
 		RETURNING e.id`, ids, froms, versions, tos, states, stateTimes, dues, redrives, lastErrs)

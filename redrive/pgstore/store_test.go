@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
@@ -61,3 +62,6 @@ func TestConformance(t *testing.T) {
 	url := pgURL(t)
 	redrivetest.Run(t, func(t *testing.T) redrive.Store { return openStore(t, url, newSchema(t, url)) })
 }
+
+// quiet is a logger for tests whose warnings are the expected outcome.
+func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

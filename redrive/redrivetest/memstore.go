@@ -2,6 +2,7 @@ package redrivetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -17,19 +18,46 @@ import (
 // exclusive claims) and runs the conformance suite, but nothing survives
 // the process. Use redrive/sqlitestore or redrive/pgstore in production.
 //
-// The zero MemStore is not ready: use [NewMemStore].
+// The zero MemStore is an empty store, as is [NewMemStore]'s.
 type MemStore struct {
-	claimMu sync.Mutex // held through a claim, as the stores hold their locks
-	mu      sync.Mutex
-	entries map[string]*redrive.Entry
-	byID    map[int64]*redrive.Entry
-	nextID  int64
+	mu       sync.Mutex
+	claim    chan struct{} // holds a token through a claim, as the stores hold their locks
+	entries  map[string]*redrive.Entry
+	byID     map[int64]*redrive.Entry
+	reparked map[int64]int // the highest re-drive number counted in Reparks
+	nextID   int64
 }
 
 // NewMemStore returns an empty MemStore.
-func NewMemStore() *MemStore {
-	return &MemStore{entries: map[string]*redrive.Entry{}, byID: map[int64]*redrive.Entry{}}
+func NewMemStore() *MemStore { return &MemStore{} }
+
+// init makes the maps of a zero MemStore; s.mu is held.
+func (s *MemStore) init() {
+	if s.entries == nil {
+		s.entries, s.byID, s.reparked = map[string]*redrive.Entry{}, map[int64]*redrive.Entry{}, map[int64]int{}
+		s.claim = make(chan struct{}, 1)
+	}
 }
+
+// lockClaims waits until no claim runs and keeps others from starting,
+// or returns ctx's error; unlockClaims ends it.
+func (s *MemStore) lockClaims(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("redrivetest: nil context")
+	}
+	s.mu.Lock()
+	s.init()
+	ch := s.claim
+	s.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("redrivetest: waiting for a claim to end: %w", context.Cause(ctx))
+	}
+}
+
+func (s *MemStore) unlockClaims() { <-s.claim }
 
 // copyEntry returns e with its own copies of the message's slices.
 func copyEntry(e redrive.Entry) redrive.Entry {
@@ -47,11 +75,12 @@ func copyEntry(e redrive.Entry) redrive.Entry {
 
 // Park inserts the entries whose key is new; see [redrive.Store.Park].
 func (s *MemStore) Park(ctx context.Context, entries []redrive.Entry) (int, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return 0, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.init()
 	n := 0
 	for _, e := range entries {
 		if _, ok := s.entries[e.Key]; ok {
@@ -68,11 +97,12 @@ func (s *MemStore) Park(ctx context.Context, entries []redrive.Entry) (int, erro
 
 // Get returns the entry called key; see [redrive.Store.Get].
 func (s *MemStore) Get(ctx context.Context, key string) (redrive.Entry, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return redrive.Entry{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.init()
 	e, ok := s.entries[key]
 	if !ok {
 		return redrive.Entry{}, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
@@ -83,8 +113,10 @@ func (s *MemStore) Get(ctx context.Context, key string) (redrive.Entry, error) {
 // Complete moves the entry called key to done; see
 // [redrive.Store.Complete]. It waits for a claim in progress.
 func (s *MemStore) Complete(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
-	s.claimMu.Lock()
-	defer s.claimMu.Unlock()
+	if err := s.lockClaims(ctx); err != nil {
+		return redrive.Entry{}, err
+	}
+	defer s.unlockClaims()
 	return s.change(ctx, key, func(e *redrive.Entry) error {
 		if !e.Status.Pending() {
 			return fmt.Errorf("%w: %q is %s", redrive.ErrNotPending, key, e.State())
@@ -97,8 +129,10 @@ func (s *MemStore) Complete(ctx context.Context, key string, at time.Time) (redr
 // Requeue makes the entry called key parked and due at at; see
 // [redrive.Store.Requeue]. It waits for a claim in progress.
 func (s *MemStore) Requeue(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
-	s.claimMu.Lock()
-	defer s.claimMu.Unlock()
+	if err := s.lockClaims(ctx); err != nil {
+		return redrive.Entry{}, err
+	}
+	defer s.unlockClaims()
 	return s.change(ctx, key, func(e *redrive.Entry) error {
 		if e.Status == redrive.Done {
 			return fmt.Errorf("%w: %q is %s: a done entry is not re-driven", redrive.ErrNotPending, key, e.State())
@@ -108,14 +142,46 @@ func (s *MemStore) Requeue(ctx context.Context, key string, at time.Time) (redri
 	})
 }
 
+// Repark hands a re-driven record's failure back to the entry called key;
+// see [redrive.Store.Repark]. It waits for a claim in progress.
+func (s *MemStore) Repark(ctx context.Context, key string, number int, lastError string) (redrive.Entry, bool, error) {
+	if err := s.lockClaims(ctx); err != nil {
+		return redrive.Entry{}, false, err
+	}
+	defer s.unlockClaims()
+	counted := false
+	e, err := s.change(ctx, key, func(e *redrive.Entry) error {
+		if !e.Status.Pending() {
+			return fmt.Errorf("%w: %q is %s", redrive.ErrNotPending, key, e.State())
+		}
+		e.LastError = lastError
+		if number > s.reparked[e.ID] {
+			s.reparked[e.ID] = number
+			e.Reparks++
+			counted = true
+		}
+		return nil
+	})
+	return e, counted, err
+}
+
+// ctxErr is ctx's error, or one for a nil ctx.
+func ctxErr(ctx context.Context) error {
+	if ctx == nil {
+		return errors.New("redrivetest: nil context")
+	}
+	return ctx.Err()
+}
+
 // change applies fn to the entry called key and counts a version when fn
 // changed it.
 func (s *MemStore) change(ctx context.Context, key string, fn func(*redrive.Entry) error) (redrive.Entry, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return redrive.Entry{}, err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.init()
 	e, ok := s.entries[key]
 	if !ok {
 		return redrive.Entry{}, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
@@ -130,11 +196,16 @@ func (s *MemStore) change(ctx context.Context, key string, fn func(*redrive.Entr
 // Claim claims due entries; see [redrive.Store.Claim]. Claims are
 // exclusive within this MemStore: one runs at a time.
 func (s *MemStore) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return 0, nil, err
 	}
-	s.claimMu.Lock()
-	defer s.claimMu.Unlock()
+	if fn == nil {
+		return 0, nil, errors.New("redrivetest: Claim: nil function")
+	}
+	if err := s.lockClaims(ctx); err != nil {
+		return 0, nil, err
+	}
+	defer s.unlockClaims()
 	s.mu.Lock()
 	var due []redrive.Entry
 	for _, e := range s.byID {
@@ -173,7 +244,7 @@ func (s *MemStore) Claim(ctx context.Context, now time.Time, limit int, fn func(
 
 // List returns entries by ascending ID; see [redrive.Store.List].
 func (s *MemStore) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, error) {
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		return nil, err
 	}
 	limit := f.Limit
@@ -182,6 +253,7 @@ func (s *MemStore) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry,
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.init()
 	ids := make([]int64, 0, len(s.byID))
 	for id, e := range s.byID {
 		if id > f.AfterID && (f.Status == 0 || e.Status == f.Status) && (f.Topic == "" || e.Message.Topic == f.Topic) {

@@ -16,6 +16,7 @@ type Publisher struct {
 	mu      sync.Mutex
 	records []stream.Record
 	failing map[string]error
+	refuse  func(stream.Record) error
 }
 
 // Publish records recs, or returns the error set for topic by Fail.
@@ -32,10 +33,36 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		if r.Topic != topic {
 			return fmt.Errorf("redrivetest: record for %q published to %q", r.Topic, topic)
 		}
+	}
+	var errs []error
+	if p.refuse != nil {
+		errs = make([]error, len(recs))
+	}
+	for i, r := range recs {
+		if p.refuse != nil {
+			if errs[i] = p.refuse(r); errs[i] != nil {
+				continue
+			}
+		}
 		r.Headers = slices.Clone(r.Headers)
 		p.records = append(p.records, r)
 	}
+	for _, err := range errs {
+		if err != nil {
+			return &stream.PublishError{Errs: errs}
+		}
+	}
 	return nil
+}
+
+// FailRecords makes Publish refuse the records for which refuse returns an
+// error and publish the others, as a broker that wrote part of a batch
+// (one partition's leader away): Publish then returns a
+// [*stream.PublishError] that says which. A nil refuse ends it.
+func (p *Publisher) FailRecords(refuse func(stream.Record) error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refuse = refuse
 }
 
 // Fail makes Publish to topic return err from now on; a nil err lets it

@@ -36,6 +36,9 @@ type NewStore func(t *testing.T) redrive.Store
 // Run runs every case of the suite, each as a subtest with a store of its
 // own.
 func Run(t *testing.T, newStore NewStore) {
+	if newStore == nil {
+		t.Fatal("redrivetest.Run: nil NewStore: give a function that returns a new, empty store")
+	}
 	cases := []struct {
 		name string
 		fn   func(*testing.T, redrive.Store)
@@ -58,6 +61,15 @@ func Run(t *testing.T, newStore NewStore) {
 		{"ParkActionAndCompletion", testParkActionAndCompletion},
 		{"UnpublishableEntry", testUnpublishableEntry},
 		{"BigSweep", testBigSweep},
+		{"Repark", testRepark},
+		{"PoisonRecordOneEntry", testPoisonRecordOneEntry},
+		{"RedrivenWithoutEntry", testRedrivenWithoutEntry},
+		{"BytesKeptExactly", testBytesKeptExactly},
+		{"ParkOddBatch", testParkOddBatch},
+		{"WaitsHonourContext", testWaitsHonourContext},
+		{"SubMicrosecond", testSubMicrosecond},
+		{"LongSweep", testLongSweep},
+		{"PartialPublish", testPartialPublish},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
@@ -141,25 +153,29 @@ func diff(got, want redrive.Entry) string {
 	if got.Redrives != want.Redrives {
 		add("Redrives", got.Redrives, want.Redrives)
 	}
+	if got.Reparks != want.Reparks {
+		add("Reparks", got.Reparks, want.Reparks)
+	}
 	if got.LastError != want.LastError {
-		add("LastError", got.LastError, want.LastError)
+		add("LastError", fmt.Sprintf("%q", got.LastError), fmt.Sprintf("%q", want.LastError))
 	}
 	gm, wm := got.Message, want.Message
 	if gm.Topic != wm.Topic || gm.Partition != wm.Partition || gm.Offset != wm.Offset {
 		add("Message position", fmt.Sprintf("%s/%d/%d", gm.Topic, gm.Partition, gm.Offset), fmt.Sprintf("%s/%d/%d", wm.Topic, wm.Partition, wm.Offset))
 	}
 	if !bytes.Equal(gm.Key, wm.Key) || (gm.Key == nil) != (wm.Key == nil) {
-		add("Message.Key", gm.Key, wm.Key)
+		add("Message.Key", fmt.Sprintf("%#v", gm.Key), fmt.Sprintf("%#v", wm.Key))
 	}
 	if !bytes.Equal(gm.Value, wm.Value) || (gm.Value == nil) != (wm.Value == nil) {
-		add("Message.Value", gm.Value, wm.Value)
+		add("Message.Value", fmt.Sprintf("%#v", gm.Value), fmt.Sprintf("%#v", wm.Value))
 	}
 	if len(gm.Headers) != len(wm.Headers) {
 		add("Message.Headers", gm.Headers, wm.Headers)
 	} else {
 		for i := range gm.Headers {
-			if gm.Headers[i].Key != wm.Headers[i].Key || !bytes.Equal(gm.Headers[i].Value, wm.Headers[i].Value) {
-				add(fmt.Sprintf("Message.Headers[%d]", i), gm.Headers[i], wm.Headers[i])
+			g, w := gm.Headers[i], wm.Headers[i]
+			if g.Key != w.Key || !bytes.Equal(g.Value, w.Value) || (g.Value == nil) != (w.Value == nil) {
+				add(fmt.Sprintf("Message.Headers[%d]", i), fmt.Sprintf("%q=%#v", g.Key, g.Value), fmt.Sprintf("%q=%#v", w.Key, w.Value))
 			}
 		}
 	}

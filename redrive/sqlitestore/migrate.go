@@ -40,6 +40,9 @@ func (s *Store) Migrate(ctx context.Context) error {
 // everything), in one transaction. Versions are recorded in the table
 // redrive_migrations.
 func (s *Store) MigrateTo(ctx context.Context, version int) error {
+	if err := s.usable(ctx); err != nil {
+		return err
+	}
 	ms, err := migrations()
 	if err != nil {
 		return err

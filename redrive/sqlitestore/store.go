@@ -15,25 +15,51 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/redrive/internal/rowcodec"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 // Store is a [redrive.Store] in an SQLite file. It is safe for concurrent
-// use within one process.
+// use within one process. The zero Store is not open: use [Open].
 type Store struct {
-	db      *sql.DB
-	claimMu sync.Mutex // makes claims exclusive within the process, and completions wait for them
+	db    *sql.DB
+	claim chan struct{} // a token held through a claim: claims are exclusive within the process, and completions wait for them
 }
+
+// errNotOpen is what the methods of a Store not made by Open return.
+var errNotOpen = errors.New("sqlitestore: the Store is not open: use sqlitestore.Open(ctx, path)")
+
+// usable returns an error when s is not open or ctx is nil.
+func (s *Store) usable(ctx context.Context) error {
+	switch {
+	case s == nil || s.db == nil:
+		return errNotOpen
+	case ctx == nil:
+		return errors.New("sqlitestore: nil context")
+	}
+	return nil
+}
+
+// lockClaims waits until no claim runs and keeps others from starting,
+// or returns ctx's error; unlockClaims ends it.
+func (s *Store) lockClaims(ctx context.Context, op string) error {
+	select {
+	case s.claim <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("sqlitestore: %s: waiting for a sweep's claim to end: %w", op, context.Cause(ctx))
+	}
+}
+
+func (s *Store) unlockClaims() { <-s.claim }
 
 var _ redrive.Store = (*Store)(nil)
 
@@ -57,10 +83,17 @@ func WithoutMigrate() Option { return optionFunc(func(o *options) { o.noMigrate 
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	var o options
 	for _, opt := range opts {
-		opt.apply(&o)
+		if opt != nil {
+			opt.apply(&o)
+		}
 	}
-	if path == "" {
+	switch {
+	case ctx == nil:
+		return nil, errors.New("sqlitestore: Open: nil context")
+	case path == "":
 		return nil, errors.New("sqlitestore: empty path")
+	case strings.ContainsRune(path, 0):
+		return nil, fmt.Errorf("sqlitestore: path %q holds a NUL", path)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
@@ -83,7 +116,7 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		db.Close()
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	}
-	s := &Store{db: db}
+	s := &Store{db: db, claim: make(chan struct{}, 1)}
 	if !o.noMigrate {
 		if err := s.Migrate(ctx); err != nil {
 			db.Close()
@@ -106,14 +139,24 @@ func uriPath(path string) string {
 }
 
 // Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *Store) Close() error {
+	if s == nil || s.db == nil {
+		return nil
+	}
+	return s.db.Close()
+}
 
-const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, last_error, version,
-	topic, partition, "offset", msg_key, msg_value, headers, msg_time`
+// columns are the columns scan reads, with whether the message's key and
+// value are NULL: the driver reads an empty BLOB as nil.
+const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, reparks, last_error, version,
+	topic, partition, "offset", msg_key, msg_key IS NULL, msg_value, msg_value IS NULL, headers, msg_time`
 
 type scanner interface{ Scan(dest ...any) error }
 
-func scan(r scanner) (redrive.Entry, error) {
+func scan(r scanner) (redrive.Entry, error) { return scanWith(r) }
+
+// scanWith scans the columns and then extra.
+func scanWith(r scanner, extra ...any) (redrive.Entry, error) {
 	var (
 		e                          redrive.Entry
 		status                     string
@@ -121,9 +164,10 @@ func scan(r scanner) (redrive.Entry, error) {
 		due, msgTime               sql.NullInt64
 		headers                    sql.NullString
 		key, value                 []byte
+		keyNull, valueNull         bool
 	)
-	err := r.Scan(&e.ID, &e.Key, &e.Base, &status, &stateTime, &created, &expiry, &due, &e.Redrives, &e.LastError, &e.Version,
-		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &key, &value, &headers, &msgTime)
+	err := r.Scan(append([]any{&e.ID, &e.Key, &e.Base, &status, &stateTime, &created, &expiry, &due, &e.Redrives, &e.Reparks, &e.LastError, &e.Version,
+		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &key, &keyNull, &value, &valueNull, &headers, &msgTime}, extra...)...)
 	if err != nil {
 		return e, err
 	}
@@ -137,13 +181,21 @@ func scan(r scanner) (redrive.Entry, error) {
 	if msgTime.Valid {
 		e.Message.Timestamp = fromMicro(msgTime.Int64)
 	}
-	e.Message.Key, e.Message.Value = key, value
+	e.Message.Key, e.Message.Value = present(key, keyNull), present(value, valueNull)
 	if headers.Valid {
-		if err := json.Unmarshal([]byte(headers.String), &e.Message.Headers); err != nil {
+		if e.Message.Headers, err = rowcodec.ParseHeaders([]byte(headers.String)); err != nil {
 			return e, fmt.Errorf("entry %d: headers: %w", e.ID, err)
 		}
 	}
 	return e, nil
+}
+
+// present is b, empty rather than nil when the column was not NULL.
+func present(b []byte, null bool) []byte {
+	if b == nil && !null {
+		return []byte{}
+	}
+	return b
 }
 
 func micro(t time.Time) int64 { return t.UnixMicro() }
@@ -159,6 +211,9 @@ func nullMicro(t time.Time) sql.NullInt64 {
 
 // Park inserts the entries whose key is new; see [redrive.Store.Park].
 func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) {
+	if err := s.usable(ctx); err != nil {
+		return 0, err
+	}
 	if len(entries) == 0 {
 		return 0, nil
 	}
@@ -168,9 +223,9 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 	}
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO redrive_entries
-		(key, base, status, state, state_time, created, expiry, due_at, redrives, last_error, version,
+		(key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error, version,
 		 topic, partition, "offset", msg_key, msg_value, headers, msg_time)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO NOTHING`)
 	if err != nil {
 		return 0, fmt.Errorf("sqlitestore: park: %w", err)
@@ -179,15 +234,12 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 	n := 0
 	for _, e := range entries {
 		var headers sql.NullString
-		if len(e.Message.Headers) > 0 {
-			b, err := json.Marshal(e.Message.Headers)
-			if err != nil {
-				return 0, fmt.Errorf("sqlitestore: park %q: headers: %w", e.Key, err)
-			}
-			headers = sql.NullString{String: string(b), Valid: true}
+		headers.String, headers.Valid, err = rowcodec.Headers(e.Message.Headers)
+		if err != nil {
+			return 0, fmt.Errorf("sqlitestore: park %q: headers: %w", e.Key, err)
 		}
 		res, err := stmt.ExecContext(ctx, e.Key, e.Base, e.Status.String(), e.State(), micro(e.StateTime), micro(e.Created),
-			int64(e.Expiry), nullMicro(e.DueAt), e.Redrives, e.LastError,
+			int64(e.Expiry), nullMicro(e.DueAt), e.Redrives, e.Reparks, e.LastError,
 			e.Message.Topic, e.Message.Partition, e.Message.Offset, e.Message.Key, e.Message.Value, headers, nullMicro(e.Message.Timestamp))
 		if err != nil {
 			return 0, fmt.Errorf("sqlitestore: park %q: %w", e.Key, err)
@@ -203,6 +255,9 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 
 // Get returns the entry called key.
 func (s *Store) Get(ctx context.Context, key string) (redrive.Entry, error) {
+	if err := s.usable(ctx); err != nil {
+		return redrive.Entry{}, err
+	}
 	e, err := scan(s.db.QueryRowContext(ctx, `SELECT `+columns+` FROM redrive_entries WHERE key = ?`, key))
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
@@ -216,10 +271,15 @@ func (s *Store) Get(ctx context.Context, key string) (redrive.Entry, error) {
 // Complete moves the entry called key to done; see [redrive.Store.Complete].
 // It waits for a claim in progress to apply its changes, as pgstore waits
 // for a sweep's row locks: a completion never lands between a re-drive's
-// publish and its mark.
+// publish and its mark. The wait ends with ctx.
 func (s *Store) Complete(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
-	s.claimMu.Lock()
-	defer s.claimMu.Unlock()
+	if err := s.usable(ctx); err != nil {
+		return redrive.Entry{}, err
+	}
+	if err := s.lockClaims(ctx, fmt.Sprintf("complete %q", key)); err != nil {
+		return redrive.Entry{}, err
+	}
+	defer s.unlockClaims()
 	e, err := scan(s.db.QueryRowContext(ctx, `UPDATE redrive_entries
 		SET status = 'done', state = base || ?, state_time = ?, due_at = NULL, version = version + 1
 		WHERE key = ? AND status IN ('parked', 'retrying')
@@ -240,8 +300,13 @@ func (s *Store) Complete(ctx context.Context, key string, at time.Time) (redrive
 // Requeue makes the entry called key parked and due at at; see
 // [redrive.Store.Requeue]. Like Complete, it waits for a claim in progress.
 func (s *Store) Requeue(ctx context.Context, key string, at time.Time) (redrive.Entry, error) {
-	s.claimMu.Lock()
-	defer s.claimMu.Unlock()
+	if err := s.usable(ctx); err != nil {
+		return redrive.Entry{}, err
+	}
+	if err := s.lockClaims(ctx, fmt.Sprintf("requeue %q", key)); err != nil {
+		return redrive.Entry{}, err
+	}
+	defer s.unlockClaims()
 	e, err := scan(s.db.QueryRowContext(ctx, `UPDATE redrive_entries
 		SET status = 'parked', state = base, state_time = ?, due_at = ?, version = version + 1
 		WHERE key = ? AND status IN ('parked', 'retrying', 'timed_out')
@@ -259,13 +324,59 @@ func (s *Store) Requeue(ctx context.Context, key string, at time.Time) (redrive.
 	return e, nil
 }
 
+// Repark hands a re-driven record's failure back to the entry called key;
+// see [redrive.Store.Repark]. Like Complete, it waits for a claim in
+// progress.
+func (s *Store) Repark(ctx context.Context, key string, number int, lastError string) (redrive.Entry, bool, error) {
+	if err := s.usable(ctx); err != nil {
+		return redrive.Entry{}, false, err
+	}
+	if err := s.lockClaims(ctx, fmt.Sprintf("repark %q", key)); err != nil {
+		return redrive.Entry{}, false, err
+	}
+	defer s.unlockClaims()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return redrive.Entry{}, false, fmt.Errorf("sqlitestore: repark %q: %w", key, err)
+	}
+	defer tx.Rollback()
+	var counted int64
+	e, err := scanWith(tx.QueryRowContext(ctx, `SELECT `+columns+`, ? > reparked_number FROM redrive_entries WHERE key = ?`, number, key), &counted)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return e, false, fmt.Errorf("%w: %q", redrive.ErrNotFound, key)
+	case err != nil:
+		return e, false, fmt.Errorf("sqlitestore: repark %q: %w", key, err)
+	case !e.Status.Pending():
+		return e, false, fmt.Errorf("%w: %q is %s", redrive.ErrNotPending, key, e.State())
+	}
+	e, err = scan(tx.QueryRowContext(ctx, `UPDATE redrive_entries
+		SET last_error = ?, reparks = reparks + ?, reparked_number = max(reparked_number, ?), version = version + 1
+		WHERE id = ? RETURNING `+columns, lastError, counted, number, e.ID))
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		return e, false, fmt.Errorf("sqlitestore: repark %q: %w", key, err)
+	}
+	return e, counted == 1, nil
+}
+
 // Claim claims due entries; see [redrive.Store.Claim]. The entries are read
 // in one transaction, fn runs outside any transaction (so that parking and
 // completing go on while it publishes), and the changes are applied as
 // compare-and-sets in another. Claims are exclusive within this Store only.
 func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
-	s.claimMu.Lock()
-	defer s.claimMu.Unlock()
+	if err := s.usable(ctx); err != nil {
+		return 0, nil, err
+	}
+	if fn == nil {
+		return 0, nil, errors.New("sqlitestore: claim: nil function")
+	}
+	if err := s.lockClaims(ctx, "claim"); err != nil {
+		return 0, nil, err
+	}
+	defer s.unlockClaims()
 	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM redrive_entries
 		WHERE due_at IS NOT NULL AND due_at <= ? AND status IN ('parked', 'retrying')
 		ORDER BY due_at, id LIMIT ?`, micro(now), limit)
@@ -332,6 +443,9 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(con
 
 // List returns entries by ascending ID; see [redrive.Store.List].
 func (s *Store) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = redrive.DefaultListLimit
