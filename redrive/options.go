@@ -69,8 +69,8 @@ func (w warnings) Enabled(ctx context.Context, l slog.Level) bool {
 	return l >= slog.LevelWarn && w.h.Enabled(ctx, l)
 }
 func (w warnings) Handle(ctx context.Context, r slog.Record) error { return w.h.Handle(ctx, r) }
-func (w warnings) WithAttrs(as []slog.Attr) slog.Handler          { return warnings{w.h.WithAttrs(as)} }
-func (w warnings) WithGroup(name string) slog.Handler             { return warnings{w.h.WithGroup(name)} }
+func (w warnings) WithAttrs(as []slog.Attr) slog.Handler           { return warnings{w.h.WithAttrs(as)} }
+func (w warnings) WithGroup(name string) slog.Handler              { return warnings{w.h.WithGroup(name)} }
 
 // Resolution is the precision of the times stores keep: a microsecond.
 // Expiries, retry timeouts and intervals are rounded up to it, so that an
