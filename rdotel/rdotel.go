@@ -82,11 +82,6 @@ func WithExhaustionAction(name string) Option {
 	return optionFunc(func(c *config) { c.action = name })
 }
 
-// withClock sets the clock of the gauges that measure ages (tests only).
-func withClock(now func() time.Time) Option {
-	return optionFunc(func(c *config) { c.now = now })
-}
-
 // Telemetry turns processors' events into metrics and spans. One Telemetry
 // serves every processor of one consumer group ([WithConsumerGroup]): give
 // each processor hooks and a middleware of its own, from its own calls of
@@ -123,8 +118,8 @@ func New(opts ...Option) (*Telemetry, error) {
 			cfg.propagator = propagation.TraceContext{}
 		}
 	}
-	if cfg.system == "" || cfg.now == nil {
-		return nil, errors.New("rdotel: empty system or nil clock")
+	if cfg.system == "" {
+		return nil, errors.New("rdotel: WithSystem: empty system name")
 	}
 	if cfg.maxLinks < 0 {
 		return nil, errors.New("rdotel: negative maximum of links")

@@ -43,7 +43,7 @@ go test -c -o "$bin/stream.test" ./stream
 (cd bench && go test -c -o "$bin/peers.test" .)
 # What telemetry costs: the engine's loop and the franz-go adapter, with and
 # without rdotel's metrics and spans.
-(cd rdotel && go test -c -o "$bin/rdotel.test" .)
+(cd rdotel/tests && go test -c -o "$bin/rdotel.test" .)
 
 # Comparisons: name|binary|benchtime|baseline leaf|other leaves...
 # Leaf paths are anchored per level.

@@ -1,9 +1,10 @@
-package rdotel
+package tests
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/redeliver-go/redeliver/rdotel"
 	"maps"
 	"slices"
 	"strings"
@@ -184,7 +185,7 @@ func TestConformance(t *testing.T) {
 		var procs []*stream.Processor
 		// processor returns a processor of group, with its own Telemetry.
 		processor := func(group, action string, h stream.Handler, opts ...stream.Option) *stream.Processor {
-			tel, err := New(WithMeterProvider(mp), WithTracerProvider(tp), WithConsumerGroup(group), WithExhaustionAction(action), withClock(time.Now))
+			tel, err := rdotel.New(rdotel.WithMeterProvider(mp), rdotel.WithTracerProvider(tp), rdotel.WithConsumerGroup(group), rdotel.WithExhaustionAction(action))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -414,7 +415,7 @@ func checkMetrics(t *testing.T, m map[string]metricdata.Metrics, hist *recorder)
 			for o := e.FirstOffset; o <= e.LastOffset; o++ {
 				seen[key][o] = true
 			}
-			pt := append(slices.Clone(base), "messaging.operation.name=process", fmt.Sprintf("redeliver.attempt=%d", min(e.Attempt.Number(), maxAttempt)))
+			pt := append(slices.Clone(base), "messaging.operation.name=process", fmt.Sprintf("redeliver.attempt=%d", min(e.Attempt.Number(), 10)))
 			if e.Outcome == stream.Failed {
 				pt = append(pt, "error.type="+errType(e.Err))
 			}
@@ -440,7 +441,7 @@ func checkMetrics(t *testing.T, m map[string]metricdata.Metrics, hist *recorder)
 			add("redeliver.retries.scheduled", expected(pt...), 1)
 			due[fmt.Sprintf("%s/%s/%d", g, e.Topic, e.Partition)] = e.At
 		case stream.ExhaustedEvent:
-			add("redeliver.batches.given_up", expected(append(partAttrs(g, e.Topic, e.Partition), "redeliver.reason="+reasonName(e.Err.Reason))...), 1)
+			add("redeliver.batches.given_up", expected(append(partAttrs(g, e.Topic, e.Partition), "redeliver.reason="+reasonNames[e.Err.Reason])...), 1)
 		case stream.ActionEvent:
 			outcome := "succeeded"
 			if e.Skipped {
@@ -630,4 +631,12 @@ func checkSpans(t *testing.T, sr *tracetest.SpanRecorder, hist *recorder) {
 	if len(deliveries) != 7 {
 		t.Errorf("deliveries on %d partitions, want 7", len(deliveries))
 	}
+}
+
+// reasonNames are the redeliver.reason values the metric table documents.
+var reasonNames = map[checkpoint.Reason]string{
+	checkpoint.RetriesSpent:    "retries_spent",
+	checkpoint.TimeBudgetSpent: "time_budget_spent",
+	checkpoint.RecordTooOld:    "record_too_old",
+	checkpoint.NotRetryable:    "not_retryable",
 }

@@ -1,9 +1,10 @@
-package rdotel
+package tests
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/redeliver-go/redeliver/rdotel"
 	"log/slog"
 	"slices"
 	"strings"
@@ -25,10 +26,10 @@ import (
 
 // metered returns a Telemetry on a meter provider of its own and the
 // reader of that provider.
-func metered(t *testing.T, opts ...Option) (*Telemetry, *sdkmetric.ManualReader) {
+func metered(t *testing.T, opts ...rdotel.Option) (*rdotel.Telemetry, *sdkmetric.ManualReader) {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
-	tel, err := New(append([]Option{WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), withClock(time.Now)}, opts...)...)
+	tel, err := rdotel.New(append([]rdotel.Option{rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)))}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +51,7 @@ func runProc(t *testing.T, proc *stream.Processor, parts ...*streamtest.Partitio
 func TestPanicEndsSpan(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sr := tracetest.NewSpanRecorder()
-		tel, _ := metered(t, WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))))
+		tel, _ := metered(t, rdotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))))
 		panicky := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			if b.Attempt.Retry == 0 {
 				panic("nil map in the handler")
@@ -105,7 +106,7 @@ func TestDurationBucketsAndOperationName(t *testing.T) {
 	for system, op := range map[string]string{"kafka": "poll", "eventhubs": "receive"} {
 		t.Run(system, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tel, reader := metered(t, WithSystem(system))
+				tel, reader := metered(t, rdotel.WithSystem(system))
 				fails := true
 				h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
 					time.Sleep(30 * time.Millisecond)
@@ -213,7 +214,7 @@ func consumedAfterResume(t *testing.T) {
 // delivery and its one retry, then the first delivery after a Resume) and
 // whose action stops the partition; it returns once the partition is
 // stopped.
-func stopped(t *testing.T, tel *Telemetry) (*stream.Processor, *streamtest.Partition) {
+func stopped(t *testing.T, tel *rdotel.Telemetry) (*stream.Processor, *streamtest.Partition) {
 	t.Helper()
 	deliveries := 0
 	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
@@ -270,7 +271,7 @@ func TestStoppedGaugeClearsOnResume(t *testing.T) {
 // equal) does not end the other's.
 func TestOneTelemetryTwoProcessors(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		tel, reader := metered(t, WithConsumerGroup("billing"))
+		tel, reader := metered(t, rdotel.WithConsumerGroup("billing"))
 		procA, _ := stopped(t, tel)
 		ok := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
 		procB, err := stream.NewProcessor(ok, stream.WithHooks(tel.Hooks()))
@@ -329,24 +330,24 @@ func TestSharedHooksLogged(t *testing.T) {
 // which option is wrong; a Telemetry New did not make reports nothing and
 // says so in the log, once per method.
 func TestNilAndZeroValues(t *testing.T) {
-	if tel, err := New(WithSystem("kafka"), nil); err == nil || err.Error() != "rdotel: New: option 2 of 2 is nil" || tel != nil {
+	if tel, err := rdotel.New(rdotel.WithSystem("kafka"), nil); err == nil || err.Error() != "rdotel: New: option 2 of 2 is nil" || tel != nil {
 		t.Errorf("New with a nil option = %v, %v", tel, err)
 	}
 	for _, tc := range []struct {
 		name string
-		opt  Option
+		opt  rdotel.Option
 		want string
 	}{
-		{"empty system", WithSystem(""), "rdotel: empty system or nil clock"},
-		{"negative links", WithMaxLinks(-1), "rdotel: negative maximum of links"},
-		{"empty action", WithExhaustionAction(""), "rdotel: WithExhaustionAction: empty name: want skip, dead_letter, park or stop"},
+		{"empty system", rdotel.WithSystem(""), "rdotel: WithSystem: empty system name"},
+		{"negative links", rdotel.WithMaxLinks(-1), "rdotel: negative maximum of links"},
+		{"empty action", rdotel.WithExhaustionAction(""), "rdotel: WithExhaustionAction: empty name: want skip, dead_letter, park or stop"},
 	} {
-		if _, err := New(tc.opt); err == nil || err.Error() != tc.want {
+		if _, err := rdotel.New(tc.opt); err == nil || err.Error() != tc.want {
 			t.Errorf("%s: New = %v, want %q", tc.name, err, tc.want)
 		}
 	}
 	// Nil providers and propagator mean the global ones.
-	if _, err := New(WithMeterProvider(nil), WithTracerProvider(nil), WithPropagator(nil), WithConsumerGroup("")); err != nil {
+	if _, err := rdotel.New(rdotel.WithMeterProvider(nil), rdotel.WithTracerProvider(nil), rdotel.WithPropagator(nil), rdotel.WithConsumerGroup("")); err != nil {
 		t.Errorf("New with nil providers = %v", err)
 	}
 
@@ -354,7 +355,7 @@ func TestNilAndZeroValues(t *testing.T) {
 	prev := slog.Default()
 	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	defer slog.SetDefault(prev)
-	for name, tel := range map[string]*Telemetry{"zero": {}, "nil": nil} {
+	for name, tel := range map[string]*rdotel.Telemetry{"zero": {}, "nil": nil} {
 		hooks, mw := tel.Hooks(), tel.Middleware()
 		proc, err := stream.NewProcessor(stream.Chain(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), mw),
 			stream.WithHooks(hooks))
@@ -379,10 +380,10 @@ func TestNilAndZeroValues(t *testing.T) {
 		}
 	}
 	var nilCtx context.Context // the mistake under test
-	if ctx := RecordContext(nilCtx, nil); ctx == nil {
+	if ctx := rdotel.RecordContext(nilCtx, nil); ctx == nil {
 		t.Error("RecordContext(nil, nil) = nil")
 	}
-	if ctx := RecordContext(t.Context(), nil); ctx != t.Context() {
+	if ctx := rdotel.RecordContext(t.Context(), nil); ctx != t.Context() {
 		t.Error("RecordContext(ctx, nil) is not ctx")
 	}
 }

@@ -1,7 +1,8 @@
-package rdotel
+package tests
 
 import (
 	"context"
+	"github.com/redeliver-go/redeliver/rdotel"
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -55,15 +56,15 @@ func BenchmarkSuccessPath(b *testing.B) {
 		run(b, h, stream.WithHooks(stream.Hooks{Delivered: func(stream.DeliveredEvent) {}, Checkpointed: func(stream.CheckpointEvent) {}}))
 	})
 	b.Run("metrics", func(b *testing.B) {
-		tel, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
+		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))))
 		if err != nil {
 			b.Fatal(err)
 		}
 		run(b, h, stream.WithHooks(tel.Hooks()))
 	})
 	b.Run("traces", func(b *testing.B) {
-		tel, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
-			WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))))
+		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(sdkmetric.NewManualReader()))),
+			rdotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))))
 		if err != nil {
 			b.Fatal(err)
 		}

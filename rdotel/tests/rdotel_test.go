@@ -1,8 +1,9 @@
-package rdotel
+package tests
 
 import (
 	"context"
 	"errors"
+	"github.com/redeliver-go/redeliver/rdotel"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -32,8 +33,8 @@ func collect(t *testing.T, r *sdkmetric.ManualReader) map[string]metricdata.Metr
 	}
 	out := map[string]metricdata.Metrics{}
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != instrumentation {
-			t.Errorf("scope %q, want %q", sm.Scope.Name, instrumentation)
+		if sm.Scope.Name != "github.com/redeliver-go/redeliver/rdotel" {
+			t.Errorf("scope %q, want %q", sm.Scope.Name, "github.com/redeliver-go/redeliver/rdotel")
 		}
 		for _, m := range sm.Metrics {
 			out[m.Name] = m
@@ -109,8 +110,8 @@ var (
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
-		tel, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-			WithConsumerGroup("billing"), withClock(time.Now))
+		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			rdotel.WithConsumerGroup("billing"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +233,7 @@ func producerSpan(t *testing.T, tp trace.TracerProvider) trace.SpanContext {
 func TestTraces(t *testing.T) {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
-	tel, err := New(WithTracerProvider(tp), WithPropagator(propagation.TraceContext{}))
+	tel, err := rdotel.New(rdotel.WithTracerProvider(tp), rdotel.WithPropagator(propagation.TraceContext{}))
 	if err != nil {
 		t.Fatal(err)
 	}

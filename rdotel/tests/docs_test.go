@@ -1,4 +1,4 @@
-package rdotel
+package tests
 
 import (
 	"encoding/json"
@@ -57,7 +57,7 @@ func readDoc(t *testing.T, path string) string {
 // set of metrics, each with the same instrument, unit and attributes as
 // the metric table that TestConformance checks the export against.
 func TestDocsNameOneSetOfMetrics(t *testing.T) {
-	doc := readDoc(t, "doc.go")
+	doc := readDoc(t, "../doc.go")
 	row := regexp.MustCompile(`(?m)^//\t((?:messaging|redeliver)\.\S+)\s+(\S+)\s+(\S+)\s+(.+)$`)
 	var docRows []tableRow
 	for _, m := range row.FindAllStringSubmatch(doc, -1) {
@@ -67,12 +67,12 @@ func TestDocsNameOneSetOfMetrics(t *testing.T) {
 		t.Errorf("doc.go's metric table:\n%v\nwant\n%v", docRows, metricTable)
 	}
 	checkMentions(t, "doc.go", doc)
-	checkMentions(t, "README.md", readDoc(t, "README.md"))
+	checkMentions(t, "README.md", readDoc(t, "../README.md"))
 
 	// The repository's README, when the module is in its repository.
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../../README.md")
 	if os.IsNotExist(err) {
-		t.Skip("no ../README.md: the module is not in its repository")
+		t.Skip("no ../../README.md: the module is not in its repository")
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -137,7 +137,7 @@ func TestDashboardMatchesMetricTable(t *testing.T) {
 			}
 		}
 	}
-	raw := readDoc(t, "dashboard.json")
+	raw := readDoc(t, "../dashboard.json")
 	if err := json.Unmarshal([]byte(raw), &dash); err != nil {
 		t.Fatal(err)
 	}

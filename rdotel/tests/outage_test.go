@@ -1,7 +1,8 @@
-package rdotel
+package tests
 
 import (
 	"context"
+	"github.com/redeliver-go/redeliver/rdotel"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -21,8 +22,8 @@ import (
 func TestOutageMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
-		tel, err := New(WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
-			WithConsumerGroup("billing"), withClock(time.Now))
+		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			rdotel.WithConsumerGroup("billing"))
 		if err != nil {
 			t.Fatal(err)
 		}
