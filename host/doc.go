@@ -1,16 +1,25 @@
 // Package host runs named functions, each a [stream.Handler] bound to a
-// trigger (a Kafka topic and consumer or share group, through the franz or
-// kafkago adapter; or, through a [Source], any other consumer of a
+// trigger (a Kafka topic and consumer or share group, through one of the
+// host's adapters; or, through a [Source], any other consumer of a
 // processor, such as an Event Hub's) with its own retry policy, as an Azure
 // Functions host runs the functions of an app; and it serves their health
 // and status over HTTP.
 //
 //	cfg, err := hostconfig.Load("host.json")  // policies and triggers
-//	h, err := host.New(cfg, host.WithBrokers("127.0.0.1:9092"), host.WithHTTP(":8080"))
+//	franz, err := franzhost.New()              // the Kafka client the triggers use
+//	h, err := host.New(cfg, host.WithAdapter(franz), host.WithBrokers("127.0.0.1:9092"), host.WithHTTP(":8080"))
 //	h.Register("orders", ordersHandler)         // trigger from host.json's triggers section
 //	h.Register("payments", paymentsHandler,     // or from code
 //		host.Kafka{Topic: "payments", Group: "payments-app"})
 //	err = h.Run(ctx)                            // until ctx is done; every worker has stopped
+//
+// The host's module builds no Kafka client itself: each trigger runs on
+// the [Adapter] it names, given with [WithAdapter] from a module of its own
+// beside the client's adapter, so that a program builds only the clients
+// it uses: adapters/franz/franzhost (twmb/franz-go, "franz", the default
+// of a trigger that names none) and adapters/kafkago/kafkagohost
+// (segmentio/kafka-go, "kafkago"). A trigger that names an adapter the
+// host was not given is an error when Run starts, which says what to add.
 //
 // Each function gets its own [stream.Processor] (its policy and exhaustion
 // action from host.json's checkpointRetryPolicy.functions, else the

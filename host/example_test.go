@@ -114,8 +114,11 @@ func ExampleHost_Status() {
 	// given up (retries spent): card processor rejects currency XTS
 }
 
-// Run checks the bindings before it starts anything: here, two functions
-// that would split one group's records between them.
+// Run checks the bindings before it starts anything, and reports every
+// problem at once: here, two functions that would split one group's
+// records between them, on a host that was given no Kafka client (a
+// program gives it the one its triggers use with host.WithAdapter, from
+// the module adapters/franz/franzhost or adapters/kafkago/kafkagohost).
 func ExampleHost_Register_sharedGroup() {
 	h, err := host.New(nil, host.WithBrokers("127.0.0.1:9092"))
 	if err != nil {
@@ -127,5 +130,7 @@ func ExampleHost_Register_sharedGroup() {
 	_ = h.Register("shipping", ok, host.Kafka{Topic: "orders", Group: "orders-app"})
 	fmt.Println(h.Run(context.Background()))
 	// Output:
+	// host: function billing (trigger from code): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has none): give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)
+	// host: function shipping (trigger from code): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has none): give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)
 	// host: functions billing (trigger from code) and shipping (trigger from code) both consume topic "orders" in group "orders-app": the group would split the topic's records between them, each function getting a part; give each function a group of its own
 }

@@ -2,76 +2,27 @@ package host_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
-	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
-
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/hostconfig"
 )
 
+// The host's tests that need a Kafka broker are in the module host/tests,
+// so that this module requires no Kafka client; these run on in-memory
+// streams (host.Source, and an Adapter over them).
+
 // wait bounds every wait of these tests.
 const wait = 20 * time.Second
 
-// newCluster starts an in-process Kafka with the given topics, each of
-// partitions partitions, closed at the end of the test.
-func newCluster(t testing.TB, partitions int32, topics ...string) []string {
-	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, topics...),
-		kfake.GroupMinSessionTimeout(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	return c.ListenAddrs()
-}
-
-// produce writes n records with values "<i>" for i from 0 to the
-// partition and waits for them to be acknowledged.
-func produce(t testing.TB, addrs []string, topic string, partition int32, n int) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	recs := make([]*kgo.Record, n)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: topic, Partition: partition, Value: fmt.Appendf(nil, "%d", i)}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// committed reads a group's committed offsets through the broker.
-func committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return offs
-}
+var errBoom = errors.New("boom")
 
 // waitFor polls cond until it holds.
 func waitFor(t testing.TB, what string, cond func() bool) {
@@ -85,26 +36,6 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 	}
 }
 
-// waitCommitted waits until the group's committed offset of the partition
-// is want.
-func waitCommitted(t testing.TB, addrs []string, group, topic string, partition int32, want int64) {
-	t.Helper()
-	var last int64 = -1
-	deadline := time.Now().Add(wait)
-	for {
-		if o, ok := committed(t, addrs, group).Lookup(topic, partition); ok && o.Err == nil {
-			last = o.At
-			if last == want {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("group %s: committed offset of %s/%d is %d, want %d", group, topic, partition, last, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // parse reads a host.json from text, ignoring the environment.
 func parse(t testing.TB, doc string) *hostconfig.Config {
 	t.Helper()
@@ -113,14 +44,6 @@ func parse(t testing.TB, doc string) *hostconfig.Config {
 		t.Fatal(err)
 	}
 	return cfg
-}
-
-// fastKafkaGo makes kafka-go's group quick to join on kfake.
-func fastKafkaGo(gc *kafka.ConsumerGroupConfig) {
-	gc.HeartbeatInterval = 100 * time.Millisecond
-	gc.SessionTimeout = time.Second
-	gc.RebalanceTimeout = 2 * time.Second
-	gc.JoinGroupBackoff = 100 * time.Millisecond
 }
 
 // running is a host started by start.
@@ -153,4 +76,45 @@ func (r *running) stop(t testing.TB) (error, time.Duration) {
 		t.Fatal("host did not stop")
 		return nil, 0
 	}
+}
+
+func get(t *testing.T, hd http.Handler, path string) (int, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	hd.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8080"+path, nil)) // a name the host answers to
+	return rec.Code, rec.Body.String()
+}
+
+func status(t *testing.T, hd http.Handler) host.Status {
+	t.Helper()
+	code, body := get(t, hd, "/status.json")
+	if code != 200 {
+		t.Fatalf("/status.json: %d %s", code, body)
+	}
+	var st host.Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("/status.json: %v\n%s", err, body)
+	}
+	return st
+}
+
+func post(hd http.Handler, path string, form url.Values, header map[string]string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", "http://127.0.0.1:8080"+path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	hd.ServeHTTP(rec, req)
+	return rec
+}
+
+// partition returns the status of a function's partition 0.
+func partition(st host.Status, function string) (host.PartitionStatus, bool) {
+	for _, f := range st.Functions {
+		if f.Name == function && len(f.Partitions) == 1 {
+			return f.Partitions[0], true
+		}
+	}
+	return host.PartitionStatus{}, false
 }

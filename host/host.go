@@ -13,10 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
@@ -75,8 +71,7 @@ type config struct {
 	procOpts  []stream.Option
 	publisher stream.Publisher
 	brokers   []string
-	kgoOpts   []kgo.Opt
-	kafkaGo   []func(*kafka.ConsumerGroupConfig)
+	adapters  []Adapter // WithAdapter
 	drain     time.Duration
 	httpAddr  string
 	listener  net.Listener
@@ -110,33 +105,11 @@ func WithBrokers(addrs ...string) Option {
 	return hostOption(func(c *config) { c.brokers = append(c.brokers, addrs...) })
 }
 
-// WithKgoOptions adds franz-go client options (TLS, SASL, client ID, ...)
-// to every client the host builds for the franz adapter and to the
-// dead-letter producer. The host sets the seed brokers, the group and the
-// topic; the adapter's [franz.ClientOptions] come last.
-func WithKgoOptions(opts ...kgo.Opt) Option {
-	for i, o := range opts {
-		if o == nil {
-			return optionError(fmt.Errorf("WithKgoOptions: option %d of %d is nil", i+1, len(opts)))
-		}
-	}
-	return hostOption(func(c *config) { c.kgoOpts = append(c.kgoOpts, opts...) })
-}
-
-// WithKafkaGoConfig adds a function that edits the consumer group
-// configuration of every function on the kafkago adapter (dialer,
-// timeouts, ...) after the host has set its ID, brokers and topic.
-func WithKafkaGoConfig(fn func(*kafka.ConsumerGroupConfig)) Option {
-	if fn == nil {
-		return optionError(errors.New("WithKafkaGoConfig: nil function"))
-	}
-	return hostOption(func(c *config) { c.kafkaGo = append(c.kafkaGo, fn) })
-}
-
 // WithPublisher sets the publisher of the dead-letter exhaustion action,
-// shared by every function whose policy says onExhausted deadLetter. The
-// default, when such a function exists, is a franz-go producer on the
-// brokers of [WithBrokers], which the host closes when Run returns.
+// shared by every function whose policy says onExhausted deadLetter, and
+// of the re-drive. The default, when the host needs one, is a producer
+// that the first [WithAdapter] builds on the brokers of [WithBrokers],
+// which the host closes when Run returns.
 func WithPublisher(p stream.Publisher) Option {
 	return hostOption(func(c *config) { c.publisher = p })
 }
@@ -236,12 +209,14 @@ func WithProcessorOptions(opts ...stream.Option) SharedOption {
 }
 
 // Kafka is a trigger: a Kafka topic read by a consumer group through one of
-// redeliver's Kafka adapters. Give it to [Host.Register]. A trigger in
-// host.json's triggers section for the same function replaces it as a
-// whole, so that an operator can rebind a function without a rebuild.
+// the host's adapters ([WithAdapter]). Give it to [Host.Register]. A
+// trigger in host.json's triggers section for the same function replaces
+// it as a whole, so that an operator can rebind a function without a
+// rebuild.
 type Kafka struct {
-	// Adapter is "franz" (twmb/franz-go; the default when empty) or
-	// "kafkago" (segmentio/kafka-go).
+	// Adapter names the [Adapter] that runs the trigger: "franz"
+	// (twmb/franz-go, the default when empty) or "kafkago"
+	// (segmentio/kafka-go), or another given with [WithAdapter].
 	Adapter string
 	// Topic is the topic the function consumes.
 	Topic string
@@ -295,7 +270,8 @@ type function struct {
 
 	// Set by Run.
 	trigger  Kafka
-	origin   string // where the trigger comes from: "code" or the file's position
+	adapter  Adapter // that runs trigger
+	origin   string  // where the trigger comes from: "code" or the file's position
 	policy   *hostconfig.RetryPolicy
 	proc     *stream.Processor
 	run      func(context.Context) error
@@ -590,6 +566,9 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 			continue
 		}
 		bound = append(bound, f)
+		if err := h.bindAdapter(f); err != nil {
+			problems = append(problems, err.Error())
+		}
 		if f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionDeadLetter {
 			needPub = true
 		}
@@ -612,20 +591,11 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 	sweep := h.c.store != nil && !h.c.noSweep
 	needPub = needPub || sweep
 	pub, closePub := h.c.publisher, noop
-	if pub == nil && needPub && len(h.c.brokers) == 0 {
-		return noop, errors.New("host: a function's policy dead-letters or the re-drive publishes, and there is no producer: give host.WithPublisher or host.WithBrokers")
-	}
 	if pub == nil && needPub {
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(h.c.brokers...)}, h.c.kgoOpts...)...)
-		if err != nil {
-			return noop, fmt.Errorf("host: dead-letter producer: %w", err)
+		var err error
+		if pub, closePub, err = h.publisher(); err != nil {
+			return noop, err
 		}
-		p, err := franz.NewPublisher(cl)
-		if err != nil {
-			cl.Close()
-			return noop, fmt.Errorf("host: %w", err)
-		}
-		pub, closePub = p, cl.Close
 	}
 	if sweep {
 		opts := append(redrive.SchedulerOptions(h.cfg.Redrive), h.c.parkOpts...)
@@ -680,6 +650,9 @@ func (h *Host) bind(f *function) error {
 			return fmt.Errorf("host: function %s: %s: trigger type %q is not supported", f.name, t.Origin, t.Type)
 		}
 		f.trigger = Kafka{Adapter: t.Adapter, Topic: t.Topic, Group: t.ConsumerGroup, MaxBatch: t.MaxBatchSize}
+		if !slices.ContainsFunc(t.Settings, func(s hostconfig.Setting) bool { return s.Field == "adapter" }) {
+			f.trigger.Adapter = "" // the default, which the file does not name
+		}
 		if t.ShareGroup != "" {
 			f.trigger.Group, f.trigger.Share = t.ShareGroup, true
 		}
@@ -703,12 +676,7 @@ func (h *Host) bind(f *function) error {
 		return fmt.Errorf(`host: function %s has no trigger: give host.Kafka{...} to Register, or add "triggers": {%q: {"type": "kafka", "topic": ..., "consumerGroup": ...}} to %s`, f.name, f.name, where)
 	}
 	t := &f.trigger
-	if t.Adapter == "" {
-		t.Adapter = "franz"
-	}
 	switch {
-	case t.Adapter != "franz" && t.Adapter != "kafkago":
-		return fmt.Errorf("host: function %s (trigger from %s): unknown adapter %q: want franz or kafkago", f.name, f.origin, t.Adapter)
 	case strings.TrimSpace(t.Topic) == "":
 		return fmt.Errorf("host: function %s (trigger from %s): no topic", f.name, f.origin)
 	case strings.TrimSpace(t.Group) == "":
@@ -773,14 +741,8 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 			err = errors.New("host.Source's New returned no run function")
 		}
 		f.close = func() {}
-	case f.trigger.Share && f.trigger.Adapter == "kafkago":
-		err = fmt.Errorf("%s: kafka-go has no share-group consumer: a share group needs the franz adapter", f.origin)
-	case f.trigger.Share:
-		f.run, err = h.shareConsumer(f, proc, log)
-	case f.trigger.Adapter == "kafkago":
-		f.run, err = h.kafkaGoConsumer(f, proc, log)
 	default:
-		f.run, err = h.franzConsumer(f, proc, log)
+		f.run, err = h.consumer(f, proc, log)
 	}
 	if err != nil {
 		return fmt.Errorf("host: function %s: %w", f.name, err)

@@ -2,81 +2,185 @@ package host
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 
-	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kgo"
-
-	"github.com/redeliver-go/redeliver/adapters/franz"
-	"github.com/redeliver-go/redeliver/adapters/franz/share"
-	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// franzConsumer builds f's consumer on the franz adapter. The end of each
-// session's assignment (franz.WithOnAssigned), even with nothing assigned,
-// is the readiness signal.
-func (h *Host) franzConsumer(f *function, proc *stream.Processor, log *slog.Logger) (func(context.Context) error, error) {
-	kopts := []kgo.Opt{
-		kgo.SeedBrokers(h.c.brokers...),
-		kgo.ConsumerGroup(f.trigger.Group),
-		kgo.ConsumeTopics(f.trigger.Topic),
+// Adapter runs the host's [Kafka] triggers on one Kafka client, and builds
+// the producer the host publishes through when it is given none. Give
+// [New] the adapters the triggers name, with [WithAdapter]. Each comes
+// from a module of its own beside redeliver's adapter for that client, so
+// that a host builds only the clients it uses (module paths under
+// github.com/redeliver-go/redeliver):
+//
+//	name     module                        constructor        client
+//	franz    adapters/franz/franzhost      franzhost.New()    twmb/franz-go: consumer and share groups
+//	kafkago  adapters/kafkago/kafkagohost  kafkagohost.New()  segmentio/kafka-go: consumer groups
+//
+// [New] calls Name; [Host.Run] calls Consumer and Publisher before it
+// starts anything. An Adapter must be safe for concurrent use.
+type Adapter interface {
+	// Name is what a trigger names to run on this adapter ([Kafka]'s
+	// Adapter field, host.json's "adapter").
+	Name() string
+	// Consumer builds the consumer of one function's trigger, which
+	// consumes through proc. It refuses what its client cannot do (a share
+	// group on a client without share groups) with an error that says so.
+	Consumer(proc *stream.Processor, b Binding) (Consumer, error)
+	// Publisher builds a producer on brokers, for the dead-letter action
+	// and the re-drive when the host is given no [WithPublisher]. Run
+	// calls close once it has stopped every function.
+	Publisher(brokers []string) (pub stream.Publisher, close func() error, err error)
+}
+
+// Consumer is one function's consumer, built by an [Adapter].
+type Consumer interface {
+	// Run consumes until ctx is done, then returns nil; it returns an
+	// error only for a failure.
+	Run(ctx context.Context) error
+	// Close releases the consumer. The host calls it when it built the
+	// consumer but does not run it (another function's binding failed).
+	Close() error
+}
+
+// Binding is what an [Adapter] builds one function's consumer from.
+type Binding struct {
+	// Function is the function's name.
+	Function string
+	// Trigger is the function's trigger, checked by the host: its Adapter
+	// is the adapter's name, its Topic and Group are set, its MaxBatch is
+	// 0 (the adapter's default) or more.
+	Trigger Kafka
+	// Brokers are the seed brokers of [WithBrokers].
+	Brokers []string
+	// Logger is the function's logger, with its "function" attribute.
+	Logger *slog.Logger
+	// OnReady is to be called when the consumer is ready: at the end of
+	// each assignment of its consumer group (with nothing assigned, too),
+	// or once a share-group consumer has reached the broker. /readyz and
+	// the status page count the function ready from then on. It may be
+	// called more than once and from any goroutine.
+	OnReady func()
+}
+
+// WithAdapter gives the host an adapter that its Kafka triggers can name
+// (see [Adapter] for the modules that provide them). Give it once per
+// adapter: a host whose functions use one client builds that client only.
+// The first adapter given also builds the dead-letter producer when the
+// host needs one and has no [WithPublisher]. A trigger that names an
+// adapter the host was not given is an error when Run starts.
+func WithAdapter(a Adapter) Option {
+	if a == nil {
+		return optionError(errors.New("WithAdapter: nil adapter"))
 	}
-	kopts = append(kopts, h.c.kgoOpts...)
-	opts := []franz.Option{franz.WithKgoOptions(kopts...), franz.WithLogger(log),
-		franz.WithOnAssigned(func(map[string][]int32) { f.assigned.Store(true) })}
-	if f.trigger.MaxBatch > 0 {
-		opts = append(opts, franz.WithMaxBatch(f.trigger.MaxBatch))
+	name := a.Name()
+	if strings.TrimSpace(name) == "" {
+		return optionError(fmt.Errorf("WithAdapter: adapter %T has an empty name", a))
 	}
-	c, err := franz.New(proc, opts...)
-	if err != nil {
-		return nil, err
+	return hostOption(func(c *config) {
+		if slices.ContainsFunc(c.adapters, func(b Adapter) bool { return b.Name() == name }) {
+			c.errs = append(c.errs, fmt.Errorf("WithAdapter: adapter %q given twice", name))
+			return
+		}
+		c.adapters = append(c.adapters, a)
+	})
+}
+
+// defaultAdapter is the adapter of a trigger that names none.
+const defaultAdapter = "franz"
+
+// adapterModules says, for the adapters redeliver provides, where a user
+// finds them.
+var adapterModules = map[string]string{
+	"franz":   "give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)",
+	"kafkago": "give host.WithAdapter(a) with a from kafkagohost.New() (module github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost, on segmentio/kafka-go)",
+}
+
+// bindAdapter finds the adapter of f's Kafka trigger, the default when it
+// names none, or returns an error that says how to give it to the host.
+func (h *Host) bindAdapter(f *function) error {
+	if f.source != nil && f.origin == "code" {
+		return nil
 	}
-	f.close = func() { _ = c.Close() }
+	named := f.trigger.Adapter != ""
+	if !named {
+		f.trigger.Adapter = defaultAdapter
+	}
+	name := f.trigger.Adapter
+	for _, a := range h.c.adapters {
+		if a.Name() == name {
+			f.adapter = a
+			return nil
+		}
+	}
+	var have []string
+	for _, a := range h.c.adapters {
+		have = append(have, a.Name())
+	}
+	msg := fmt.Sprintf("adapter %q was not given to the host", name)
+	if !named {
+		msg = fmt.Sprintf("adapter %q (the default: the trigger names no adapter) was not given to the host", name)
+	}
+	if len(have) == 0 {
+		msg += " (it has none)"
+	} else {
+		msg += fmt.Sprintf(" (it has %s)", strings.Join(have, ", "))
+	}
+	how, ok := adapterModules[name]
+	if !ok {
+		how = "give host.WithAdapter an adapter of that name; redeliver's are franz and kafkago"
+	}
+	return fmt.Errorf("host: function %s (trigger from %s): %s: %s", f.name, f.origin, msg, how)
+}
+
+// consumer builds f's consumer on its adapter.
+func (h *Host) consumer(f *function, proc *stream.Processor, log *slog.Logger) (func(context.Context) error, error) {
+	c, err := f.adapter.Consumer(proc, Binding{
+		Function: f.name,
+		Trigger:  f.trigger,
+		Brokers:  slices.Clone(h.c.brokers),
+		Logger:   log,
+		OnReady:  func() { f.assigned.Store(true) },
+	})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("trigger from %s: %w", f.origin, err)
+	case c == nil:
+		return nil, fmt.Errorf("trigger from %s: adapter %s built no consumer", f.origin, f.trigger.Adapter)
+	}
+	f.close = func() {
+		if err := c.Close(); err != nil {
+			log.Warn("redeliver: closing a consumer the host did not run", "error", err)
+		}
+	}
 	return c.Run, nil
 }
 
-// shareConsumer builds f's consumer on the franz adapter's share-group
-// consumer. It is ready once it has reached the broker and its members
-// start polling.
-func (h *Host) shareConsumer(f *function, proc *stream.Processor, log *slog.Logger) (func(context.Context) error, error) {
-	kopts := []kgo.Opt{
-		kgo.SeedBrokers(h.c.brokers...),
-		kgo.ShareGroup(f.trigger.Group),
-		kgo.ConsumeTopics(f.trigger.Topic),
+// publisher builds the default producer on the first adapter.
+func (h *Host) publisher() (stream.Publisher, func(), error) {
+	if len(h.c.adapters) == 0 || len(h.c.brokers) == 0 {
+		return nil, nil, errors.New("host: a function's policy dead-letters or the re-drive publishes, and there is no producer: " +
+			"give host.WithPublisher, or host.WithAdapter with host.WithBrokers (the first adapter builds the producer)")
 	}
-	kopts = append(kopts, h.c.kgoOpts...)
-	opts := []share.Option{share.WithKgoOptions(kopts...), share.WithLogger(log),
-		share.WithOnReady(func() { f.assigned.Store(true) })}
-	if f.trigger.MaxBatch > 0 {
-		opts = append(opts, share.WithMaxBatch(f.trigger.MaxBatch))
+	a := h.c.adapters[0]
+	p, closeP, err := a.Publisher(slices.Clone(h.c.brokers))
+	switch {
+	case err != nil:
+		return nil, nil, fmt.Errorf("host: dead-letter producer of adapter %s: %w", a.Name(), err)
+	case p == nil:
+		return nil, nil, fmt.Errorf("host: adapter %s built no dead-letter producer", a.Name())
 	}
-	c, err := share.New(proc, opts...)
-	if err != nil {
-		return nil, err
-	}
-	f.close = func() { _ = c.Close() }
-	return c.Run, nil
-}
-
-// kafkaGoConsumer builds f's consumer on the kafkago adapter.
-func (h *Host) kafkaGoConsumer(f *function, proc *stream.Processor, log *slog.Logger) (func(context.Context) error, error) {
-	gc := kafka.ConsumerGroupConfig{ID: f.trigger.Group, Brokers: h.c.brokers, Topics: []string{f.trigger.Topic}}
-	for _, fn := range h.c.kafkaGo {
-		fn(&gc)
-	}
-	opts := []kafkago.Option{
-		kafkago.WithGroupConfig(gc),
-		kafkago.WithLogger(log),
-		kafkago.WithOnAssigned(func(map[string][]int32) { f.assigned.Store(true) }),
-	}
-	if f.trigger.MaxBatch > 0 {
-		opts = append(opts, kafkago.WithMaxBatch(f.trigger.MaxBatch))
-	}
-	c, err := kafkago.New(proc, opts...)
-	if err != nil {
-		return nil, err
-	}
-	f.close = func() { _ = c.Close() }
-	return c.Run, nil
+	return p, func() {
+		if closeP == nil {
+			return
+		}
+		if err := closeP(); err != nil {
+			h.log.Warn("redeliver: closing the dead-letter producer", "adapter", a.Name(), "error", err)
+		}
+	}, nil
 }

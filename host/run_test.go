@@ -13,8 +13,6 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
@@ -71,7 +69,7 @@ func TestSharedTopicAndGroupRefused(t *testing.T) {
 			`host: functions billing (trigger from code) and shipping (trigger from triggers.shipping (host.json:1:27)) both consume topic "orders" in group "app"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := host.New(parse(t, tc.doc), host.WithBrokers("127.0.0.1:1"))
+			h, err := host.New(parse(t, tc.doc), host.WithBrokers("127.0.0.1:1"), host.WithAdapter(&memAdapter{name: "franz"}), host.WithAdapter(&memAdapter{name: "kafkago"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -95,7 +93,7 @@ func TestSharedTopicAndGroupRefused(t *testing.T) {
 		})
 	}
 	// Same topic in two groups, and one group on two topics, are fine.
-	h, err := host.New(nil, host.WithBrokers("127.0.0.1:1"))
+	h, err := host.New(nil, host.WithBrokers("127.0.0.1:1"), host.WithAdapter(&memAdapter{name: "franz"}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,8 +302,9 @@ func TestNilAndZeroValues(t *testing.T) {
 	}{
 		{"nil option", []host.Option{host.WithBrokers("b:9092"), nil}, "host: New: option 2 of 2 is nil"},
 		{"empty broker", []host.Option{host.WithBrokers("b:9092", "")}, "host: WithBrokers: address 2 of 2 is empty"},
-		{"nil kgo option", []host.Option{host.WithKgoOptions(kgo.ClientID("x"), nil)}, "host: WithKgoOptions: option 2 of 2 is nil"},
-		{"nil kafka-go edit", []host.Option{host.WithKafkaGoConfig(nil)}, "host: WithKafkaGoConfig: nil function"},
+		{"nil adapter", []host.Option{host.WithAdapter(nil)}, "host: WithAdapter: nil adapter"},
+		{"adapter without a name", []host.Option{host.WithAdapter(&memAdapter{name: " "})}, "host: WithAdapter: adapter *host_test.memAdapter has an empty name"},
+		{"adapter twice", []host.Option{host.WithAdapter(&memAdapter{name: "franz"}), host.WithAdapter(&memAdapter{name: "franz"})}, `host: WithAdapter: adapter "franz" given twice`},
 		{"nil store", []host.Option{host.WithRedrive(nil)}, "host: WithRedrive: nil store"},
 		{"nil redrive option", []host.Option{host.WithRedrive(nilStore{}, nil)}, "host: WithRedrive: option 1 of 1 is nil"},
 		{"nil middleware", []host.Option{host.WithMiddleware(nil)}, "host: WithMiddleware: middleware 1 of 1 is nil"},
@@ -321,7 +320,7 @@ func TestNilAndZeroValues(t *testing.T) {
 	}
 	// Nil and empty values that mean "the default" are accepted.
 	if _, err := host.New(nil, host.WithLogger(nil), host.WithPublisher(nil), host.WithListener(nil), host.WithHTTP(""),
-		host.WithToken(""), host.WithHooks(stream.Hooks{}), host.WithBrokers(), host.WithMiddleware(), host.WithProcessorOptions(), host.WithKgoOptions()); err != nil {
+		host.WithToken(""), host.WithHooks(stream.Hooks{}), host.WithBrokers(), host.WithMiddleware(), host.WithProcessorOptions()); err != nil {
 		t.Errorf("New with the defaults spelled out = %v", err)
 	}
 

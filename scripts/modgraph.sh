@@ -4,9 +4,12 @@
 # (the way a user's program depends on redeliver), and reads their module
 # graphs (go mod graph) for modules they must not have:
 #
-#   core     stream + hostconfig only: no module but hujson (and its own)
-#   kafkago  the kafka-go adapter: no franz-go, no Azure SDK, no pgx, no OTel
-#   franz    the franz-go adapter: no kafka-go, no Azure SDK, no pgx, no OTel
+#   core         stream + hostconfig only: no module but hujson (and its own)
+#   kafkago      the kafka-go adapter: no franz-go, no Azure SDK, no pgx, no OTel
+#   franz        the franz-go adapter: no kafka-go, no Azure SDK, no pgx, no OTel
+#   host         the functions host alone: no Kafka client, no Azure SDK, no pgx, no OTel
+#   kafkagohost  a host on kafka-go (host + kafkagohost): no franz-go, ...
+#   franzhost    a host on franz-go (host + franzhost): no kafka-go, ...
 #
 # It exits 1 and prints the offending edges when a graph has one.
 set -euo pipefail
@@ -26,7 +29,7 @@ program() {
     echo
     echo "go 1.26.0"
     echo
-    for m in "" /adapters/franz /adapters/kafkago /adapters/internal/kafkatest; do
+    for m in "" /adapters/franz /adapters/franz/franzhost /adapters/kafkago /adapters/kafkago/kafkagohost /adapters/internal/kafkatest /host; do
       echo "replace github.com/redeliver-go/redeliver$m => $repo$m"
     done
   } >"$dir/go.mod"
@@ -60,6 +63,9 @@ r=github.com/redeliver-go/redeliver
 program core $r/stream $r/hostconfig $r/checkpoint $r/stream/streamtest $r/redrive
 program kafkago $r/adapters/kafkago $r/stream $r/hostconfig
 program franz $r/adapters/franz $r/adapters/franz/share $r/stream $r/hostconfig
+program host $r/host $r/hostconfig
+program kafkagohost $r/host $r/adapters/kafkago/kafkagohost
+program franzhost $r/host $r/adapters/franz/franzhost
 
 # The core's graph: redeliver, hujson and what hujson requires (go-cmp for
 # its tests), nothing else.
@@ -71,3 +77,6 @@ if [ -n "$others" ]; then
 fi
 check kafkago ' (github.com/twmb/franz-go|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org)'
 check franz ' (github.com/segmentio/kafka-go|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org)'
+check host ' (github.com/(twmb|segmentio|Azure|jackc)|go.opentelemetry.io|modernc.org)'
+check kafkagohost ' (github.com/twmb/franz-go|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org)'
+check franzhost ' (github.com/segmentio/kafka-go|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org)'

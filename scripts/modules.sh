@@ -10,7 +10,9 @@ PUBLIC_MODULES=(
   .
   adapters/eventhubs
   adapters/franz
+  adapters/franz/franzhost
   adapters/kafkago
+  adapters/kafkago/kafkagohost
   cmd/redeliver
   host
   rdotel

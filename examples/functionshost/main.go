@@ -34,6 +34,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/franzhost"
+	"github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost"
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/stream"
@@ -84,7 +86,19 @@ func run(ctx context.Context, config string, hold time.Duration) error {
 		return err
 	}
 	page := "http://" + ln.Addr().String() + "/"
-	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithRefresh(time.Second))
+	// The Kafka clients the triggers name: each comes from a module of its
+	// own, so a host whose triggers all use one client builds that client
+	// only.
+	franz, err := franzhost.New()
+	if err != nil {
+		return err
+	}
+	kafkago, err := kafkagohost.New()
+	if err != nil {
+		return err
+	}
+	h, err := host.New(cfg, host.WithAdapter(franz), host.WithAdapter(kafkago), host.WithBrokers(brokers...),
+		host.WithListener(ln), host.WithRefresh(time.Second))
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/franzhost"
+	"github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost"
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/redrive/redrivetest"
@@ -93,11 +95,19 @@ func startHost(t *testing.T, fixed *atomic.Bool) string {
 		t.Fatal(err)
 	}
 	store := redrivetest.NewMemStore()
-	h, err := host.New(cfg, host.WithBrokers(brokers...), host.WithListener(ln), host.WithToken(pageToken), host.WithRedrive(store),
-		host.WithRefresh(700*time.Millisecond), host.WithKafkaGoConfig(func(gc *kafka.ConsumerGroupConfig) {
-			gc.HeartbeatInterval, gc.SessionTimeout, gc.RebalanceTimeout = 100*time.Millisecond, time.Second, 2*time.Second
-			gc.JoinGroupBackoff = 100 * time.Millisecond
-		}))
+	franz, err := franzhost.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	kafkago, err := kafkagohost.New(kafkagohost.WithGroupConfig(func(gc *kafka.ConsumerGroupConfig) {
+		gc.HeartbeatInterval, gc.SessionTimeout, gc.RebalanceTimeout = 100*time.Millisecond, time.Second, 2*time.Second
+		gc.JoinGroupBackoff = 100 * time.Millisecond
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(cfg, host.WithAdapter(franz), host.WithAdapter(kafkago), host.WithBrokers(brokers...), host.WithListener(ln),
+		host.WithToken(pageToken), host.WithRedrive(store), host.WithRefresh(700*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

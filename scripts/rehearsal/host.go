@@ -16,7 +16,7 @@ import (
 const hostJSON = `{
   "version": "2.0",
   "checkpointRetryPolicy": { "retryCount": 3, "sleepDuration": "00:00:01" },
-  "triggers": { "orders": { "type": "kafka", "brokers": ["127.0.0.1:9"], "topic": "orders", "consumerGroup": "orders" } }
+  "triggers": { "orders": { "type": "kafka", "topic": "orders", "consumerGroup": "orders" } }
 }`
 
 func main() {

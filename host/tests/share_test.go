@@ -1,4 +1,4 @@
-package host_test
+package tests
 
 import (
 	"context"
@@ -38,7 +38,7 @@ func TestShareTrigger(t *testing.T) {
   "checkpointRetryPolicy": {"retryCount": 2, "sleepDuration": "00:00:00.05"},
   "triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}},
 }`)
-	h, err := host.New(cfg, host.WithBrokers(addrs...))
+	h, err := host.New(cfg, onKafka(t, addrs)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestShareTrigger(t *testing.T) {
 // adapter is an error at start, not a silent consumer group.
 func TestShareTriggerOnKafkaGo(t *testing.T) {
 	addrs := newCluster(t, 1, "emails")
-	h, err := host.New(parse(t, `{}`), host.WithBrokers(addrs...))
+	h, err := host.New(parse(t, `{}`), onKafka(t, addrs)...)
 	if err != nil {
 		t.Fatal(err)
 	}

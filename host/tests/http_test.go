@@ -1,4 +1,4 @@
-package host_test
+package tests
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func statusHost(t *testing.T, opts ...host.Option) (*host.Host, []string, *atomi
     "stopper": {"type": "kafka", "adapter": "kafkago", "topic": "stopper", "consumerGroup": "stopper-app", "maxBatchSize": 1},
   },
 }`)
-	h, err := host.New(cfg, append([]host.Option{host.WithBrokers(addrs...), host.WithKafkaGoConfig(fastKafkaGo)}, opts...)...)
+	h, err := host.New(cfg, onKafka(t, addrs, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

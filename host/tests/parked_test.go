@@ -1,4 +1,4 @@
-package host_test
+package tests
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestParkedEntries(t *testing.T) {
   },
 }`)
 	store := redrivetest.NewMemStore()
-	h, err := host.New(cfg, host.WithBrokers(addrs...), host.WithRedrive(store))
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithRedrive(store))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestParkedEntries(t *testing.T) {
 // parks cannot start on a host without a re-drive store.
 func TestParkWithoutStoreFailsAtStart(t *testing.T) {
 	addrs := newCluster(t, 1, "orders")
-	h, err := host.New(parse(t, `{"checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "onExhausted": "park"}}`), host.WithBrokers(addrs...))
+	h, err := host.New(parse(t, `{"checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "onExhausted": "park"}}`), onKafka(t, addrs)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func TestParkedEntriesAreRedriven(t *testing.T) {
   "triggers": {"parker": {"type": "kafka", "topic": "parker", "consumerGroup": "parker-app", "maxBatchSize": 1}},
 }`)
 	store := redrivetest.NewMemStore()
-	h, err := host.New(cfg, host.WithBrokers(addrs...), host.WithRedrive(store))
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithRedrive(store))...)
 	if err != nil {
 		t.Fatal(err)
 	}

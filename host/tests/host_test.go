@@ -1,4 +1,4 @@
-package host_test
+package tests
 
 import (
 	"context"
@@ -63,7 +63,7 @@ func TestTwoFunctionsOwnPoliciesAndGroups(t *testing.T) {
 			return next.Handle(ctx, b)
 		})
 	}
-	h, err := host.New(cfg, host.WithBrokers(addrs...), host.WithKafkaGoConfig(fastKafkaGo), host.WithMiddleware(counting))
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithMiddleware(counting))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +112,7 @@ func TestShutdownMidBackoff(t *testing.T) {
 			addrs := newCluster(t, 1, "orders")
 			produce(t, addrs, "orders", 0, 10)
 			cfg := parse(t, `{"checkpointRetryPolicy": {"retryCount": 5, "sleepDuration": "01:00:00"}}`)
-			h, err := host.New(cfg, host.WithBrokers(addrs...), host.WithKafkaGoConfig(fastKafkaGo), host.WithDrain(5*time.Second))
+			h, err := host.New(cfg, onKafka(t, addrs, host.WithDrain(5*time.Second))...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -180,7 +180,7 @@ func TestBadBindingFailsAtStart(t *testing.T) {
 		{"no trigger", `{}`, nil,
 			[]string{`host: function orders has no trigger: give host.Kafka{...} to Register, or add "triggers": {"orders": {"type": "kafka", "topic": ..., "consumerGroup": ...}} to host.json`}},
 		{"unknown adapter", `{}`, []host.FunctionOption{host.Kafka{Adapter: "sarama", Topic: "orders", Group: "g"}},
-			[]string{`host: function orders (trigger from code): unknown adapter "sarama": want franz or kafkago`}},
+			[]string{`host: function orders (trigger from code): adapter "sarama" was not given to the host (it has franz, kafkago): give host.WithAdapter an adapter of that name; redeliver's are franz and kafkago`}},
 		{"no group", `{}`, []host.FunctionOption{host.Kafka{Topic: "orders"}},
 			[]string{`host: function orders (trigger from code): no consumer group`}},
 		{"negative max batch", `{"checkpointRetryPolicy": {"retryCount": 1, "strategy": {"name": "fixed", "delay": "1s"}}}`,
@@ -188,7 +188,7 @@ func TestBadBindingFailsAtStart(t *testing.T) {
 			[]string{`host: function orders (trigger from code): max batch -1, want 0 (the adapter's default) or more`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := host.New(parse(t, tc.doc), host.WithBrokers(addrs...))
+			h, err := host.New(parse(t, tc.doc), onKafka(t, addrs)...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -218,7 +218,7 @@ func TestBadBindingFailsAtStart(t *testing.T) {
 }
 
 func TestRegisterErrors(t *testing.T) {
-	h, err := host.New(nil)
+	h, err := host.New(nil, adapters(t)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,25 @@
+module github.com/redeliver-go/redeliver/adapters/franz/franzhost
+
+go 1.26.0
+
+require (
+	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.0.0
+	github.com/redeliver-go/redeliver/host v0.0.0
+	github.com/twmb/franz-go v1.22.2
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
+	github.com/twmb/franz-go/pkg/kadm v1.19.0 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
+)
+
+replace (
+	github.com/redeliver-go/redeliver => ../../..
+	github.com/redeliver-go/redeliver/adapters/franz => ..
+	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../internal/kafkatest
+	github.com/redeliver-go/redeliver/host => ../../../host
+)

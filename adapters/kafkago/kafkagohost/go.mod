@@ -1,0 +1,22 @@
+module github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost
+
+go 1.26.0
+
+require (
+	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0
+	github.com/redeliver-go/redeliver/host v0.0.0
+	github.com/segmentio/kafka-go v0.4.51
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
+)
+
+replace (
+	github.com/redeliver-go/redeliver => ../../..
+	github.com/redeliver-go/redeliver/adapters/kafkago => ..
+	github.com/redeliver-go/redeliver/host => ../../../host
+)
