@@ -212,7 +212,12 @@ func TestAdapterNotGiven(t *testing.T) {
 				`give host.WithAdapter(a) with a from kafkagohost.New() (module github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost, on segmentio/kafka-go)`},
 		{"franz by default in host.json", `{"triggers": {"f": {"type": "kafka", "topic": "t", "consumerGroup": "g"}}}`, []string{"kafkago"}, nil,
 			`host: function f (trigger from triggers.f (host.json:1:20)): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has kafkago): ` +
-				`give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)`},
+				`give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go); ` +
+				`or name the host's adapter in the trigger: "adapter": "kafkago"`},
+		{"franz by default in code, host on kafkago", `{}`, []string{"kafkago"}, &host.Kafka{Topic: "t", Group: "g"},
+			`host: function f (trigger from code): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has kafkago): ` +
+				`give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go); ` +
+				`or name the host's adapter in the trigger: host.Kafka{Adapter: "kafkago", ...}`},
 		{"franz by default in code", `{}`, nil, &host.Kafka{Topic: "t", Group: "g"},
 			`host: function f (trigger from code): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has none): ` +
 				`give host.WithAdapter(a) with a from franzhost.New()`},

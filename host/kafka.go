@@ -135,6 +135,13 @@ func (h *Host) bindAdapter(f *function) error {
 	if !ok {
 		how = "give host.WithAdapter an adapter of that name; redeliver's are franz and kafkago"
 	}
+	if !named && len(have) > 0 {
+		if f.origin == "code" {
+			how += fmt.Sprintf(`; or name the host's adapter in the trigger: host.Kafka{Adapter: %q, ...}`, have[0])
+		} else {
+			how += fmt.Sprintf(`; or name the host's adapter in the trigger: "adapter": %q`, have[0])
+		}
+	}
 	return fmt.Errorf("host: function %s (trigger from %s): %s: %s", f.name, f.origin, msg, how)
 }
 
