@@ -47,8 +47,12 @@ func (p *Publisher) bind(cl *kgo.Client) error {
 }
 
 // Publish produces recs to topic and returns once every record is
-// acknowledged, or the first error. Records keep their keys, values,
-// headers and timestamps; the partition is the client's partitioner's.
+// acknowledged, or an error. Records keep their keys, values, headers and
+// timestamps; the partition is the client's partitioner's. When the broker
+// acknowledged some records and failed others (one partition's leader
+// away), the error is a [*stream.PublishError] that says which: a record
+// reported failed may still have been written if its acknowledgement was
+// lost (a timeout).
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
 	if p == nil {
 		return errors.New("franz: nil *Publisher: build it with NewPublisher(client), or new(franz.Publisher) given to franz.New with WithPublisher")
@@ -58,6 +62,7 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		return errors.New("franz: the publisher has no client: build it with NewPublisher(client), or give it to franz.New with WithPublisher")
 	}
 	out := make([]*kgo.Record, len(recs))
+	index := make(map[*kgo.Record]int, len(recs))
 	for i, r := range recs {
 		kr := &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}
 		if len(r.Headers) > 0 {
@@ -66,13 +71,35 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 				kr.Headers[j] = kgo.RecordHeader{Key: h.Key, Value: h.Value}
 			}
 		}
-		out[i] = kr
+		out[i], index[kr] = kr, i
 	}
-	err := cl.ProduceSync(ctx, out...).FirstErr()
-	switch {
-	case err == nil:
+	results := cl.ProduceSync(ctx, out...)
+	err := results.FirstErr()
+	if err == nil {
 		return nil
-	case errors.Is(err, kerr.UnknownTopicOrPartition):
+	}
+	// The results come in the order the records were finished: put each
+	// record's error at its index.
+	errs := make([]error, len(recs))
+	written := 0
+	for _, r := range results {
+		i, ok := index[r.Record]
+		switch {
+		case !ok:
+		case r.Err != nil:
+			errs[i] = produceError(topic, r.Err)
+		default:
+			written++
+		}
+	}
+	if written == 0 || len(results) != len(recs) {
+		return produceError(topic, err)
+	}
+	return &stream.PublishError{Errs: errs}
+}
+
+func produceError(topic string, err error) error {
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return fmt.Errorf("franz: topic %q does not exist (create it): %w", topic, err)
 	}
 	return fmt.Errorf("franz: produce to topic %q: %w", topic, err)

@@ -39,7 +39,11 @@ func NewPublisher(w *kafka.Writer) (*Publisher, error) {
 
 // Publish produces recs to topic and returns once every record is
 // acknowledged, or an error. Records keep their keys, values, headers and
-// timestamps; the partition is the writer's balancer's.
+// timestamps; the partition is the writer's balancer's. When the broker
+// acknowledged some records and failed others (one partition's leader
+// away), the error is a [*stream.PublishError] that says which, from the
+// writer's [kafka.WriteErrors]: a record reported failed may still have
+// been written if its acknowledgement was lost (a timeout).
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
 	if p == nil || p.w == nil {
 		return errors.New("kafkago: the Publisher was not made by NewPublisher: build it with kafkago.NewPublisher(writer)")
@@ -55,13 +59,28 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		}
 		msgs[i] = m
 	}
-	if err := p.w.WriteMessages(ctx, msgs...); err != nil {
-		if unknownTopic(err) {
-			return fmt.Errorf("kafkago: topic %q does not exist (create it): publish %d records: %v", topic, len(msgs), err)
-		}
-		return fmt.Errorf("kafkago: publish %d records to topic %q: %v", len(msgs), topic, err)
+	err := p.w.WriteMessages(ctx, msgs...)
+	if err == nil {
+		return nil
 	}
-	return nil
+	var we kafka.WriteErrors
+	if errors.As(err, &we) && len(we) == len(msgs) && we.Count() < len(msgs) {
+		errs := make([]error, len(msgs))
+		for i, e := range we {
+			if e != nil {
+				errs[i] = writeError(topic, "1 record", e)
+			}
+		}
+		return &stream.PublishError{Errs: errs}
+	}
+	return writeError(topic, fmt.Sprintf("%d records", len(msgs)), err)
+}
+
+func writeError(topic, what string, err error) error {
+	if unknownTopic(err) {
+		return fmt.Errorf("kafkago: topic %q does not exist (create it): publish %s: %v", topic, what, err)
+	}
+	return fmt.Errorf("kafkago: publish %s to topic %q: %v", what, topic, err)
 }
 
 // unknownTopic reports whether err, or one of the errors of a
