@@ -29,11 +29,13 @@ const pauseFull uint8 = 1
 // A buffer is bounded: once it holds the configured bytes it is full until
 // its worker has taken it down to half. While a partition is full the poll
 // loop stops polling, so that the client stops fetching without dropping
-// anything. When another partition starves meanwhile (nothing buffered,
-// more at the broker), the loop polls anyway, and a partition that holds
-// twice its limit is paused in the client, which drops what the client had
-// fetched for it. A full partition whose worker waits out a backoff is
-// paused in the client at once.
+// anything; but that stops every other partition too, so when another
+// partition could take records the hold lasts at most holdMax, and then
+// the full partition is paused in the client, which drops what the client
+// had fetched for it. When another partition starves meanwhile (nothing
+// buffered, more at the broker), the loop polls at once, and a partition
+// that holds twice its limit is paused in the client. A full partition
+// whose worker waits out a backoff is paused in the client at once.
 //
 // A backoff alone does not pause the partition in the client: its records
 // go on being buffered, up to the same bound, so that they are there when

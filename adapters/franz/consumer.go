@@ -110,11 +110,12 @@ func WithMaxWait(d time.Duration) Option {
 // worker, overriding the default 16 MiB; each record counts its key and value
 // plus 256 bytes. A partition waiting out a backoff goes on buffering, so
 // that its next records are there when the backoff ends. A full partition
-// holds the poll loop back until its worker has taken it down to half. When
-// another partition starves meanwhile, the loop polls anyway, up to twice
-// the limit; beyond that, or at once when its worker waits out a backoff,
-// the partition is paused in the client (which drops what franz-go had
-// fetched for it). So a partition holds at most about twice this plus one
+// holds the poll loop back until its worker has taken it down to half, for
+// at most 100ms while another partition could take records (the client
+// fetches nothing while the loop is held): then, or at once when its worker
+// waits out a backoff, the partition is paused in the client (which drops
+// what franz-go had fetched for it). When another partition starves, the
+// loop polls at once, and a partition beyond twice the limit is paused. So a partition holds at most about twice this plus one
 // fetch. A partition resumed in the client fetches its next records with
 // requests of its own, through a second client the consumer makes for this,
 // until the client's fetches include it again: franz-go would leave it out
@@ -163,6 +164,8 @@ type Consumer struct {
 	cfg    config
 	commit *committer
 	life   *lifecycle.Life
+
+	fetchErrs fetchErrs
 
 	closeCl      sync.Once
 	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
@@ -215,6 +218,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		log = proc.Logger()
 	}
 	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
+	c.fetchErrs.log = log
 	if cfg.client != nil {
 		g, err := checkClient(cfg.client)
 		if err != nil {
@@ -372,13 +376,21 @@ func (c *Consumer) poll(ctx context.Context) {
 			c.cl.AllowRebalance()
 			return
 		}
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)) {
-				return
-			}
-			c.log.Warn("redeliver: fetch error", "topic", topic, "partition", partition, "error", err)
-		})
+		fatal, wait := c.fetchErrs.seen(fetches, time.Now())
 		c.g.dispatch(fetches)
 		c.cl.AllowRebalance()
+		if fatal != nil {
+			c.log.Error("redeliver: consumer stopped by a fetch error", "error", fatal)
+			c.life.Fail(fatal)
+			return
+		}
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
 	}
 }

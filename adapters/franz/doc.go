@@ -17,14 +17,26 @@
 //     to that buffer.
 //   - Each partition's polled records wait in a bounded buffer
 //     ([WithBufferBytes]). A full buffer holds the poll loop back, which
-//     makes the client stop fetching without dropping anything; when another
-//     partition starves meanwhile, the loop polls on and pauses in the
-//     client only a partition holding twice its limit.
+//     makes the client stop fetching without dropping anything, for at
+//     most 100ms while other partitions could take records: then the full
+//     partition is paused in the client, so that one slow handler never
+//     holds back the partitions that are caught up.
 //   - Checkpoints are committed per partition, synchronously, after the batch
 //     is handled, with the metadata string the Processor gives (a later
 //     owner reads it back through [stream.Claim.Committed]). Autocommit is
 //     always off. Commits of several partitions that are due at the same
 //     time travel in one OffsetCommit request.
+//   - A fetch error that franz-go reports (it retries the others itself)
+//     is logged at Warn when it first comes for a partition, then at most
+//     every 30s with how often it came; a poll that brought errors and no
+//     record waits a backoff (10ms, doubling up to 500ms) before the next.
+//     An error that lasts a minute on a partition with no successful fetch
+//     of it, or UNKNOWN_TOPIC_ID (the topic was deleted, or deleted and
+//     created again: franz-go never consumes it again under its old ID),
+//     ends [Consumer.Run] with that error.
+//   - A rewind of a partition (its topic deleted and created again, its
+//     log truncated, and franz-go going back to an earlier offset) is
+//     logged at Warn and its records are delivered from there.
 //   - Revocation and loss cancel the partition's claim and wait for its
 //     worker before the rebalance goes on; a commit is refused with
 //     [stream.ErrRevoked] once the revocation has begun, under the same lock

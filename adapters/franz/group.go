@@ -408,25 +408,40 @@ func (g *group) notify() {
 	}
 }
 
+// holdMax is how long a full partition holds the poll loop back while other
+// partitions could be fetched: past it, the full partition is paused in the
+// client and the loop polls on.
+const holdMax = 100 * time.Millisecond
+
 // throttle holds the poll loop back while a partition's buffer is full and
 // not paused: not polling makes the client stop fetching without dropping
-// anything. When another partition starves meanwhile, the loop polls anyway,
-// and only partitions holding twice their limit are paused in the client
-// (pausing drops what the client fetched for them, and a resumed partition
-// may wait for a fetch in flight, so it is the last resort).
+// anything. But the client then fetches no partition of the same broker
+// either, so the hold lasts at most holdMax while another partition could
+// be fetched (running, not full, not paused, not in a backoff): then the
+// full partitions are paused in the client, and the loop polls on. When
+// another partition starves meanwhile (nothing buffered, more at the
+// broker), the loop polls at once, and only partitions holding twice their
+// limit are paused in the client. Pausing drops what the client fetched
+// for a partition, and a resumed partition may wait for a fetch in flight
+// (see fetchAhead), so it is kept for when the hold would stall others.
 func (g *group) throttle(ctx context.Context) {
 	if g.nfull.Load() == 0 {
 		return
 	}
-	tick := time.NewTicker(50 * time.Millisecond) // a safety net: every change notifies
+	tick := time.NewTicker(holdMax / 2) // a safety net: every change notifies
 	defer tick.Stop()
+	deadline := time.Now().Add(holdMax)
 	for {
-		wait, starving := g.pressure()
+		wait, starving, others := g.pressure()
 		if !wait {
 			return
 		}
 		if starving {
-			g.pauseOverfull()
+			g.pauseOverfull(2)
+			return
+		}
+		if others && !time.Now().Before(deadline) {
+			g.pauseOverfull(1)
 			return
 		}
 		select {
@@ -439,11 +454,13 @@ func (g *group) throttle(ctx context.Context) {
 }
 
 // pressure reports whether a claim is full and not paused in the client,
-// and whether another running claim starves: it has nothing buffered though
+// whether another running claim starves: it has nothing buffered though
 // its partition has more (an idle partition, caught up with its end, does
-// not starve). A full claim whose worker waits out a backoff will not drain
-// soon: it is paused in the client instead of holding the poll loop back.
-func (g *group) pressure() (wait, starving bool) {
+// not starve), and whether another running claim could take records (not
+// full, not paused, not in a backoff). A full claim whose worker waits out
+// a backoff will not drain soon: it is paused in the client instead of
+// holding the poll loop back.
+func (g *group) pressure() (wait, starving, others bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, cl := range g.claims {
@@ -459,18 +476,22 @@ func (g *group) pressure() (wait, starving bool) {
 		case cl.starvingLocked():
 			starving = true
 		}
+		if !cl.full && cl.pause == 0 && !cl.backoff {
+			others = true
+		}
 		cl.mu.Unlock()
 	}
-	return wait, starving
+	return wait, starving, others
 }
 
-// pauseOverfull pauses in the client every claim holding twice its limit.
-func (g *group) pauseOverfull() {
+// pauseOverfull pauses in the client every full claim, or with times above
+// 1 every full claim holding at least times its limit.
+func (g *group) pauseOverfull(times int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, cl := range g.claims {
 		cl.mu.Lock()
-		if cl.full && cl.started && cl.bytes >= 2*cl.c.cfg.bufferBytes {
+		if cl.full && cl.started && (times <= 1 || cl.bytes >= times*cl.c.cfg.bufferBytes) {
 			cl.setPauseLocked(pauseFull, true)
 		}
 		cl.mu.Unlock()
