@@ -107,7 +107,13 @@
 // leader after kafka.Reader's backoff (100ms x failures², at most 1s); the
 // backoff starts over only once a fetch has succeeded, so a leader that
 // answers every fetch with an error is asked about once a second, not in a
-// loop.
+// loop. A failure is logged when it first comes, then at most every 30s
+// with how often it came meanwhile. One that can last for as long as
+// nobody acts (the topic does not exist, the consumer may not read it)
+// ends [Consumer.Run] with that error once it has lasted a minute with no
+// successful fetch of the partition. The leader is looked up with one
+// metadata request per broker that never asks the broker to create the
+// topic.
 //
 // Shutdown. [Consumer.Run] returns once every worker has stopped and the
 // member has left the group; it returns nil when it stopped because its

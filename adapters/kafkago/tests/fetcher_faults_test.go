@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
+	"github.com/redeliver-go/redeliver/adapters/kafkago/internal/engine"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
@@ -65,15 +66,63 @@ func TestLastOffsetUnderReadCommittedStartsAtTheStableOffset(t *testing.T) {
 	}
 }
 
-// After its topic is deleted, a partition's fetcher says so about once a
-// second ("will try again", at Warn) instead of waiting inside kafka-go's
-// leader lookup with one Info line until the claim ends.
+// After its topic is deleted, a partition's fetcher says so at Warn
+// ("will try again") within seconds, instead of waiting inside kafka-go's
+// leader lookup with one Info line until the claim ends; and it says so
+// once, not on every try.
 func TestDeletedTopicIsReported(t *testing.T) {
 	_, addrs := newCluster(t, "t", 1)
 	produce(t, addrs, "t", 0, 0, 5)
 	var lr logRecorder
 	start(t, addrs, "g", "t", newProcessor(t, streamtest.Succeed), kafkago.WithLogger(lr.logger()))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 5})
+	deleteTopic(t, addrs, "t")
+	deleted := time.Now()
+	warns := func() int {
+		n := 0
+		for _, m := range lr.matching("will try again") {
+			if strings.HasPrefix(m, "WARN ") && (strings.Contains(m, "Unknown Topic Or Partition") || strings.Contains(m, "UNKNOWN_TOPIC_OR_PARTITION")) {
+				n++
+			}
+		}
+		return n
+	}
+	for warns() == 0 {
+		if time.Since(deleted) > 3*time.Second {
+			t.Fatalf("no warning naming the unknown topic in %v after it was deleted; log:\n%q", time.Since(deleted), lr.matching("redeliver"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // about 3 more tries
+	if n := warns(); n > 1 {
+		t.Errorf("%d warnings of the same unknown topic in 3s, want one (then one every 30s)", n)
+	}
+}
+
+// A fetch failure that lasts (the topic deleted and not created again,
+// with the time it may last shortened to 1s) ends Run with an error that
+// names the partition and the failure.
+func TestLastingFetchErrorEndsRun(t *testing.T) {
+	defer engine.SetPermanentAfter(time.Second)()
+	_, addrs := newCluster(t, "t", 1)
+	produce(t, addrs, "t", 0, 0, 5)
+	r := start(t, addrs, "g", "t", newProcessor(t, streamtest.Succeed))
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 5})
+	deleteTopic(t, addrs, "t")
+	select {
+	case err := <-r.done:
+		r.done <- err
+		if err == nil || !strings.Contains(err.Error(), "t/0") || !strings.Contains(err.Error(), "Unknown Topic Or Partition") {
+			t.Fatalf("Run returned %v, want an error naming t/0 and the unknown topic", err)
+		}
+		t.Log(err)
+	case <-time.After(wait):
+		t.Fatal("Run did not end under a lasting fetch failure")
+	}
+}
+
+func deleteTopic(t *testing.T, addrs []string, topic string) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
 		t.Fatal(err)
@@ -81,23 +130,7 @@ func TestDeletedTopicIsReported(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, "t"); err != nil {
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic); err != nil {
 		t.Fatal(err)
-	}
-	deleted := time.Now()
-	for {
-		warns := 0
-		for _, m := range lr.matching("will try again") {
-			if len(m) > 5 && m[:5] == "WARN " && (strings.Contains(m, "Unknown Topic Or Partition") || strings.Contains(m, "UNKNOWN_TOPIC_OR_PARTITION")) {
-				warns++
-			}
-		}
-		if warns >= 2 {
-			break
-		}
-		if time.Since(deleted) > 5*time.Second {
-			t.Fatalf("%d warnings naming the unknown topic in %v after it was deleted, want one about every second; log:\n%q", warns, time.Since(deleted), lr.matching("redeliver"))
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -598,7 +599,28 @@ func (cl *claim) fetchLoop(offset int64) {
 		ctx     = cl.ctx
 		attempt int      // failures since the last successful read
 		recs    []record // the slice the next answer is read into
+		fails   failures
 	)
+	// failed notes a failure: it is logged when it is new or every
+	// errLogEvery, and it ends Run once it has lasted permanentAfter, if it
+	// is one that can last (the topic unknown, not authorized).
+	failed := func(what string, level slog.Level, err error) bool {
+		attempt++
+		now := time.Now()
+		log, lasting := fails.note(err, now)
+		if log {
+			f.log.Log(ctx, level, what, "topic", f.topic, "partition", f.partition, "offset", offset, "try", attempt,
+				"delay", backoff(attempt), "error", err, "repeats", fails.repeats, "since", fails.since)
+			fails.logged, fails.repeats = now, 0
+		}
+		if lasting >= permanentAfter && canLast(err) {
+			err = fmt.Errorf("kafkago: fetching %s/%d has failed for %v: %w", f.topic, f.partition, lasting.Round(time.Second), err)
+			f.log.Error("redeliver: consumer stopped by a fetch error", "error", err)
+			cl.g.fail(err)
+			return false
+		}
+		return true
+	}
 	for {
 		if !cl.waitRoom() {
 			return
@@ -612,9 +634,9 @@ func (cl *claim) fetchLoop(offset int64) {
 				return
 			}
 			if err != nil {
-				attempt++
-				f.log.Warn("redeliver: connecting to the partition leader failed, will try again", "topic", f.topic,
-					"partition", f.partition, "offset", offset, "try", attempt, "delay", backoff(attempt), "error", err)
+				if !failed("redeliver: connecting to the partition leader failed, will try again", slog.LevelWarn, err) {
+					return
+				}
 				continue
 			}
 			offset = start
@@ -632,17 +654,83 @@ func (cl *claim) fetchLoop(offset int64) {
 			return
 		}
 		if err == nil {
+			if attempt > 0 && fails.err != "" {
+				f.log.Info("redeliver: fetching the partition works again", "topic", f.topic, "partition", f.partition,
+					"offset", offset, "error_was", fails.err, "for", time.Since(fails.since).Round(time.Millisecond))
+			}
 			attempt = 0
+			fails = failures{}
 			continue
 		}
-		attempt++
 		level := slog.LevelWarn
 		var kerr kafka.Error
 		if errors.As(err, &kerr) && kerr.Temporary() {
 			level = slog.LevelInfo // the leader moved, the topic is being created, ...
 		}
-		f.log.Log(ctx, level, "redeliver: fetch failed, reconnecting to the partition leader", "topic", f.topic,
-			"partition", f.partition, "offset", offset, "try", attempt, "delay", backoff(attempt), "error", err)
+		if !failed("redeliver: fetch failed, reconnecting to the partition leader", level, err) {
+			return
+		}
 		f.drop()
 	}
+}
+
+// How a partition's fetcher reports failures: a failure is logged when it
+// differs from the one before and then at most once per errLogEvery, with
+// how often it came meanwhile; a failure that can last (the topic unknown,
+// not authorized) and has lasted permanentAfter, with no successful read
+// in between, ends Run with that error.
+var (
+	errLogEvery    = 30 * time.Second
+	permanentAfter = time.Minute
+)
+
+// failures is a partition's run of failed connects and reads since its
+// last successful read.
+type failures struct {
+	err     string    // the last failure's text
+	since   time.Time // when failures of this text began
+	logged  time.Time // when it was last logged
+	repeats int       // since it was last logged
+}
+
+// note notes err and reports whether to log it, and how long failures
+// like it have lasted.
+func (fs *failures) note(err error, now time.Time) (log bool, lasting time.Duration) {
+	if text := err.Error(); text != fs.err || fs.since.IsZero() {
+		// Connects and reads fail with texts of their own: a
+		// failure that can last is the same whichever step met it.
+		if !(canLast(err) && fs.err != "" && sameCode(err, fs.err)) {
+			fs.since = now
+		}
+		fs.err = text
+		return true, now.Sub(fs.since)
+	}
+	fs.repeats++
+	return now.Sub(fs.logged) >= errLogEvery, now.Sub(fs.since)
+}
+
+// lastingCodes are the errors a partition's fetches can meet for as long as
+// an operator does nothing: its topic does not exist, or the consumer may
+// not read it.
+var lastingCodes = []kafka.Error{kafka.UnknownTopicOrPartition, kafka.TopicAuthorizationFailed, kafka.UnknownTopicID}
+
+// canLast reports whether err is one of lastingCodes.
+func canLast(err error) bool {
+	for _, code := range lastingCodes {
+		if errors.Is(err, code) {
+			return true
+		}
+	}
+	return false
+}
+
+// sameCode reports whether err and the failure text prev name the same of
+// lastingCodes.
+func sameCode(err error, prev string) bool {
+	for _, code := range lastingCodes {
+		if errors.Is(err, code) && strings.Contains(prev, code.Error()) {
+			return true
+		}
+	}
+	return false
 }

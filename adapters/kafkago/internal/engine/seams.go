@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -50,4 +51,13 @@ func (t *TestGeneration) Stale() bool {
 	default:
 		return false
 	}
+}
+
+// SetPermanentAfter sets how long a lasting fetch failure may last before
+// it ends Run, for tests, and returns a function that restores it. Call it
+// while no consumer runs.
+func SetPermanentAfter(d time.Duration) (restore func()) {
+	saved := permanentAfter
+	permanentAfter = d
+	return func() { permanentAfter = saved }
 }
