@@ -77,6 +77,13 @@ type ParkedStatus struct {
 	Retrying int  `json:"retrying"`
 	TimedOut int  `json:"timedOut"`
 	More     bool `json:"more,omitempty"`
+	// Records is the number of records those entries stand for (see
+	// [redrive.Entry.Origin]): one entry per record, so fewer records than
+	// entries means a record was parked more than once, by a consumer that
+	// drops the re-drive's headers. Reparks sums the entries' re-parks:
+	// re-drives whose record failed again and was handed back.
+	Records int `json:"records"`
+	Reparks int `json:"reparks"`
 	// Entries are the first [MaxParkedShown] of them, oldest first.
 	Entries []ParkedEntry `json:"entries"`
 	// Error says why the store could not be read, if it could not.
@@ -96,8 +103,10 @@ type ParkedEntry struct {
 	Topic     string `json:"topic"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
-	// Redrives counts its re-drives so far.
+	// Redrives counts its re-drives so far, Reparks those whose record
+	// failed again.
 	Redrives  int    `json:"redrives"`
+	Reparks   int    `json:"reparks"`
 	LastError string `json:"lastError,omitempty"`
 	// Parked is when it was parked; NextAt when the scheduler next re-drives
 	// (or times out) it, zero for a timed-out entry.
@@ -140,10 +149,17 @@ func parked(ctx context.Context, store redrive.Store, topic string) *ParkedStatu
 		}
 		all = append(all, es...)
 	}
+	records := map[string]bool{}
+	for _, e := range all {
+		t, p, o := e.Origin()
+		records[redrive.RecordKey(t, p, o)] = true
+		ps.Reparks += e.Reparks
+	}
+	ps.Records = len(records)
 	slices.SortFunc(all, func(a, b redrive.Entry) int { return cmp.Compare(a.ID, b.ID) })
 	for _, e := range all[:min(len(all), MaxParkedShown)] {
 		ps.Entries = append(ps.Entries, ParkedEntry{ID: e.ID, Key: e.Key, State: e.State(), Status: e.Status.String(),
-			Topic: e.Message.Topic, Partition: e.Message.Partition, Offset: e.Message.Offset, Redrives: e.Redrives,
+			Topic: e.Message.Topic, Partition: e.Message.Partition, Offset: e.Message.Offset, Redrives: e.Redrives, Reparks: e.Reparks,
 			LastError: e.LastError, Parked: e.Created.Local(), NextAt: e.DueAt.Local()})
 	}
 	return ps

@@ -341,6 +341,8 @@ type entryJSON struct {
 	DueAt     time.Time `json:"dueAt,omitzero"`
 	Expiry    string    `json:"expiry"`
 	Redrives  int       `json:"redrives"`
+	Reparks   int       `json:"reparks"`
+	Origin    string    `json:"origin"`
 	LastError string    `json:"lastError,omitempty"`
 	Version   int64     `json:"version"`
 	RecordKey []byte    `json:"recordKey,omitempty"`
@@ -351,7 +353,34 @@ func toJSON(x redrive.Entry) entryJSON {
 	return entryJSON{ID: x.ID, Key: x.Key, State: x.State(), Status: x.Status.String(),
 		Topic: x.Message.Topic, Partition: x.Message.Partition, Offset: x.Message.Offset,
 		Created: x.Created.UTC(), StateTime: x.StateTime.UTC(), DueAt: x.DueAt.UTC(), Expiry: x.Expiry.String(),
-		Redrives: x.Redrives, LastError: x.LastError, Version: x.Version, RecordKey: x.Message.Key, Value: x.Message.Value}
+		Redrives: x.Redrives, Reparks: x.Reparks, Origin: origin(x), LastError: x.LastError, Version: x.Version,
+		RecordKey: x.Message.Key, Value: x.Message.Value}
+}
+
+// origin names the record an entry stands for, as topic/partition/offset.
+func origin(x redrive.Entry) string {
+	t, p, o := x.Origin()
+	return redrive.RecordKey(t, p, o)
+}
+
+// multiplied returns the records that more than one of xs stand for, with
+// how many each, in the order of their first entry.
+func multiplied(xs []redrive.Entry) (records int, many []string) {
+	count := map[string]int{}
+	var order []string
+	for _, x := range xs {
+		o := origin(x)
+		if count[o] == 0 {
+			order = append(order, o)
+		}
+		count[o]++
+	}
+	for _, o := range order {
+		if count[o] > 1 {
+			many = append(many, fmt.Sprintf("%s (%d entries)", o, count[o]))
+		}
+	}
+	return len(order), many
 }
 
 // selectEntries returns the entries sel selects, by ascending ID, at most
@@ -437,10 +466,19 @@ func parkedList(ctx context.Context, st redrive.Store, name string, sel selectio
 		for i, x := range xs {
 			js[i] = toJSON(x)
 		}
-		printJSON(e.stdout, map[string]any{"entries": js, "more": more})
+		records, _ := multiplied(xs)
+		printJSON(e.stdout, map[string]any{"entries": js, "more": more, "records": records})
 		return code
 	}
 	writeEntries(e.stdout, name, xs, more, e.now())
+	if _, many := multiplied(xs); len(many) > 0 {
+		more := ""
+		if len(many) > 5 {
+			many, more = many[:5], fmt.Sprintf(" and %d more", len(many)-5)
+		}
+		fmt.Fprintf(e.stderr, "redeliver parked list: warning: a record was parked more than once, by a consumer that drops the re-drive's headers: %s%s\n",
+			strings.Join(many, ", "), more)
+	}
 	return code
 }
 
@@ -467,16 +505,23 @@ func writeEntries(w io.Writer, name string, xs []redrive.Entry, more bool, now t
 		fmt.Fprintf(w, "%s: no entries selected\n", name)
 		return
 	}
+	if records, _ := multiplied(xs); records != len(xs) {
+		shown += fmt.Sprintf(" for %d records", records)
+	}
 	fmt.Fprintf(w, "%s: %s: %s\n", name, shown, strings.Join(parts, ", "))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tKEY\tSTATE\tRECORD\tREDRIVES\tPARKED\tNEXT RE-DRIVE\tLAST ERROR")
+	fmt.Fprintln(tw, "ID\tKEY\tSTATE\tRECORD\tREDRIVES\tREPARKS\tPARKED\tNEXT RE-DRIVE\tLAST ERROR")
 	for _, x := range xs {
 		next := "-"
 		if !x.DueAt.IsZero() {
 			next = relative(now, x.DueAt)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s/%d@%d\t%d\t%s\t%s\t%s\n", x.ID, x.Key, x.State(), x.Message.Topic, x.Message.Partition, x.Message.Offset,
-			x.Redrives, relative(now, x.Created), next, oneLine(x.LastError, 80))
+		record := fmt.Sprintf("%s/%d@%d", x.Message.Topic, x.Message.Partition, x.Message.Offset)
+		if t, p, o := x.Origin(); t != x.Message.Topic || p != x.Message.Partition || o != x.Message.Offset {
+			record += fmt.Sprintf(" (of %s/%d@%d)", t, p, o)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", x.ID, x.Key, x.State(), record,
+			x.Redrives, x.Reparks, relative(now, x.Created), next, oneLine(x.LastError, 80))
 	}
 	tw.Flush()
 }

@@ -81,31 +81,54 @@ var parkedCases = []struct {
 	environ []string
 	code    int // of the last command
 	pg      bool
+	more    bool // seedMore after seedStore
 }{
-	{"parked_list", [][]string{{"parked", "list", "$STORE"}}, nil, 0, true},
-	{"parked_list_all", [][]string{{"parked", "list", "$STORE", "-status", "all", "-topic", "orders"}}, nil, 0, false},
-	{"parked_list_partition_json", [][]string{{"parked", "list", "$STORE", "-topic", "orders", "-partition", "1", "-json"}}, nil, 0, true},
-	{"parked_list_keys", [][]string{{"parked", "list", "$STORE", "device-42", "nope", "-id", "4,77"}}, nil, 1, false},
-	{"parked_list_limit", [][]string{{"parked", "list", "$STORE", "-limit", "2"}}, nil, 0, false},
+	{"parked_list", [][]string{{"parked", "list", "$STORE"}}, nil, 0, true, false},
+	{"parked_list_all", [][]string{{"parked", "list", "$STORE", "-status", "all", "-topic", "orders"}}, nil, 0, false, false},
+	{"parked_list_partition_json", [][]string{{"parked", "list", "$STORE", "-topic", "orders", "-partition", "1", "-json"}}, nil, 0, true, false},
+	{"parked_list_keys", [][]string{{"parked", "list", "$STORE", "device-42", "nope", "-id", "4,77"}}, nil, 1, false, false},
+	{"parked_list_limit", [][]string{{"parked", "list", "$STORE", "-limit", "2"}}, nil, 0, false, false},
 	{"parked_list_function", [][]string{{"parked", "list", "-config", "testdata/parked.json", "-function", "Payments"}},
-		[]string{"AzureFunctionsJobHost__redrive__store__path=$DIR/redrive.db"}, 0, false},
-	{"parked_requeue", [][]string{{"parked", "requeue", "$STORE", "orders/1/13", "device-42"}, {"parked", "list", "$STORE", "-topic", "orders"}}, nil, 0, true},
-	{"parked_requeue_all", [][]string{{"parked", "requeue", "$STORE", "-status", "timed_out,retrying", "-all"}, {"parked", "list", "$STORE", "-status", "parked"}}, nil, 0, false},
-	{"parked_complete", [][]string{{"parked", "complete", "$STORE", "-id", "1,3"}, {"parked", "list", "$STORE", "-id", "1,3", "-json"}}, nil, 0, true},
+		[]string{"AzureFunctionsJobHost__redrive__store__path=$DIR/redrive.db"}, 0, false, false},
+	{"parked_requeue", [][]string{{"parked", "requeue", "$STORE", "orders/1/13", "device-42"}, {"parked", "list", "$STORE", "-topic", "orders"}}, nil, 0, true, false},
+	{"parked_requeue_all", [][]string{{"parked", "requeue", "$STORE", "-status", "timed_out,retrying", "-all"}, {"parked", "list", "$STORE", "-status", "parked"}}, nil, 0, false, false},
+	{"parked_complete", [][]string{{"parked", "complete", "$STORE", "-id", "1,3"}, {"parked", "list", "$STORE", "-id", "1,3", "-json"}}, nil, 0, true, false},
 	{"parked_complete_function", [][]string{{"parked", "complete", "-config", "testdata/parked.json", "-function", "payments", "-all", "-json"}},
-		[]string{"AzureFunctionsJobHost__redrive__store__path=$DIR/redrive.db"}, 0, false},
-	{"parked_complete_no_all", [][]string{{"parked", "complete", "$STORE", "-topic", "orders"}}, nil, 2, false},
-	{"parked_nothing_selected", [][]string{{"parked", "requeue", "$STORE", "-topic", "refunds", "-all"}}, nil, 0, false},
+		[]string{"AzureFunctionsJobHost__redrive__store__path=$DIR/redrive.db"}, 0, false, false},
+	{"parked_complete_no_all", [][]string{{"parked", "complete", "$STORE", "-topic", "orders"}}, nil, 2, false, false},
+	{"parked_nothing_selected", [][]string{{"parked", "requeue", "$STORE", "-topic", "refunds", "-all"}}, nil, 0, false, false},
 	{"parked_function_unknown", [][]string{{"parked", "list", "-config", "testdata/parked.json", "-function", "paymnts"}},
-		[]string{"AzureFunctionsJobHost__redrive__store__path=$DIR/redrive.db"}, 1, false},
-	{"parked_function_no_config", [][]string{{"parked", "list", "$STORE", "-function", "orders"}}, nil, 2, false},
-	{"parked_no_store", [][]string{{"parked", "list"}}, nil, 2, false},
-	{"parked_store_from_env", [][]string{{"parked", "list", "-topic", "payments"}}, []string{"REDELIVER_STORE=sqlite:$DIR/redrive.db"}, 0, false},
-	{"parked_missing_file", [][]string{{"parked", "list", "-store", "sqlite:$DIR/none.db"}}, nil, 1, false},
-	{"parked_bad_store", [][]string{{"parked", "list", "-store", "mysql://app:secret@db/redrive"}}, nil, 1, false},
-	{"parked_bad_status", [][]string{{"parked", "list", "$STORE", "-status", "parkd"}}, nil, 2, false},
-	{"parked_unknown_verb", [][]string{{"parked", "remove", "orders/0/5"}}, nil, 2, false},
-	{"parked_no_verb", [][]string{{"parked"}}, nil, 2, false},
+		[]string{"AzureFunctionsJobHost__redrive__store__path=$DIR/redrive.db"}, 1, false, false},
+	{"parked_function_no_config", [][]string{{"parked", "list", "$STORE", "-function", "orders"}}, nil, 2, false, false},
+	{"parked_no_store", [][]string{{"parked", "list"}}, nil, 2, false, false},
+	{"parked_store_from_env", [][]string{{"parked", "list", "-topic", "payments"}}, []string{"REDELIVER_STORE=sqlite:$DIR/redrive.db"}, 0, false, false},
+	{"parked_missing_file", [][]string{{"parked", "list", "-store", "sqlite:$DIR/none.db"}}, nil, 1, false, false},
+	{"parked_bad_store", [][]string{{"parked", "list", "-store", "mysql://app:secret@db/redrive"}}, nil, 1, false, false},
+	{"parked_bad_status", [][]string{{"parked", "list", "$STORE", "-status", "parkd"}}, nil, 2, false, false},
+	{"parked_unknown_verb", [][]string{{"parked", "remove", "orders/0/5"}}, nil, 2, false, false},
+	{"parked_no_verb", [][]string{{"parked"}}, nil, 2, false, false},
+	{"parked_list_multiplied", [][]string{{"parked", "list", "$STORE"}, {"parked", "list", "$STORE", "-topic", "orders", "-partition", "0", "-json"}}, nil, 0, true, true},
+}
+
+// seedMore adds to seedStore's entries what an operator must see: entry 2's
+// re-drive failed again and was handed back to it (a re-park), and a
+// re-drive of entry 1 that a consumer dropping the re-drive's headers
+// parked as entry 6, of its own.
+func seedMore(t *testing.T, st redrive.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, _, err := st.Repark(ctx, "orders/1/12", 1, "re-drive 1 failed again: payment service: 503"); err != nil {
+		t.Fatal(err)
+	}
+	at := fixedNow.Add(-30 * time.Second)
+	copyOf := redrive.Entry{Key: "orders/0/21", Base: redrive.ParkedState, Status: redrive.Parked, StateTime: at, Created: at,
+		Expiry: 5 * time.Minute, DueAt: at.Add(5 * time.Minute), LastError: "payment service: 503",
+		Message: stream.Record{Topic: "orders", Partition: 0, Offset: 21, Value: []byte("v"), Headers: []stream.Header{
+			{Key: stream.HeaderTopic, Value: []byte("orders")}, {Key: stream.HeaderPartition, Value: []byte("0")}, {Key: stream.HeaderOffset, Value: []byte("5")}}}}
+	if _, err := st.Park(ctx, []redrive.Entry{copyOf}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestParkedGolden runs the parked command on a real SQLite store, and on
@@ -120,6 +143,9 @@ func TestParkedGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			seedStore(t, st)
+			if tc.more {
+				seedMore(t, st)
+			}
 			st.Close()
 			got, code := runParkedCase(tc.cmds, tc.environ, map[string]string{"$DIR": dir}, []string{"-store", "sqlite:$DIR/redrive.db"})
 			checkGolden(t, tc.name, got, code, tc.code)
@@ -142,6 +168,9 @@ func TestParkedGolden(t *testing.T) {
 				t.Fatal(err)
 			}
 			seedStore(t, st)
+			if tc.more {
+				seedMore(t, st)
+			}
 			st.Close()
 			got, code := runParkedCase(tc.cmds, tc.environ, map[string]string{"$REDELIVER_POSTGRES_URL": url, "$SCHEMA": schema},
 				[]string{"-store", "$REDELIVER_POSTGRES_URL", "-schema", "$SCHEMA"})

@@ -176,3 +176,51 @@ func TestParkedEntriesAreRedriven(t *testing.T) {
 		t.Errorf("entry = %+v, want done after 1 re-drive", e)
 	}
 }
+
+// TestParkedRecordsCounted: the status counts the records a function's
+// entries stand for, and the page warns when a record has more than one
+// entry (a consumer that dropped the re-drive's headers parked its
+// re-drive anew); re-parks are summed and shown per entry.
+func TestParkedRecordsCounted(t *testing.T) {
+	addrs := newCluster(t, 1, "orders")
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "10ms", "onExhausted": "park"},
+  "triggers": {"orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app"}},
+}`)
+	store := redrivetest.NewMemStore()
+	now := time.Now().Truncate(time.Microsecond)
+	first := redrive.Entry{Key: "orders/0/7", Base: redrive.ParkedState, Status: redrive.Retrying, StateTime: now, Created: now,
+		Expiry: time.Minute, DueAt: now.Add(time.Minute), Redrives: 1, Reparks: 1, Message: stream.Record{Topic: "orders", Offset: 7}}
+	// The same record's re-drive, parked as an entry of its own by a
+	// consumer that kept the record's origin headers but not the key.
+	again := redrive.Entry{Key: "orders/0/9", Base: redrive.ParkedState, Status: redrive.Parked, StateTime: now, Created: now,
+		Expiry: time.Minute, DueAt: now.Add(time.Minute), Message: stream.Record{Topic: "orders", Offset: 9, Headers: []stream.Header{
+			{Key: stream.HeaderTopic, Value: []byte("orders")}, {Key: stream.HeaderPartition, Value: []byte("0")}, {Key: stream.HeaderOffset, Value: []byte("7")}}}}
+	other := redrive.Entry{Key: "orders/0/8", Base: redrive.ParkedState, Status: redrive.Parked, StateTime: now, Created: now,
+		Expiry: time.Minute, DueAt: now.Add(time.Minute), Message: stream.Record{Topic: "orders", Offset: 8}}
+	if _, err := store.Park(context.Background(), []redrive.Entry{first, again, other}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithRedrive(store), host.WithoutScheduler())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("orders", stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	var p *host.ParkedStatus
+	waitFor(t, "the function's status", func() bool {
+		p = status(t, h.Handler()).Functions[0].Parked
+		return p != nil
+	})
+	if p == nil || p.Total() != 3 || p.Records != 2 || p.Reparks != 1 {
+		t.Fatalf("parked status %+v: want 3 entries for 2 records, 1 re-park", p)
+	}
+	code, page := get(t, h.Handler(), "/")
+	for _, want := range []string{`data-records="2"`, "3 entries stand for 2 records", "1 re-park (re-drives that failed again)", "1 failed again"} {
+		if code != 200 || !strings.Contains(page, want) {
+			t.Errorf("page (%d) lacks %q", code, want)
+		}
+	}
+}
