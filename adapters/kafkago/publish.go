@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -23,6 +24,15 @@ type Publisher struct {
 // kafka.RequireNone, is refused), and it must not name a Topic of its own
 // (the Publisher names the topic of each record). The Publisher does not
 // close w.
+//
+// A Writer sends a partition's records once its batch is full (BatchSize,
+// 100 by default) or its BatchTimeout has passed, and kafka-go's default
+// BatchTimeout of 1s would hold every dead letter up to a second while its
+// partition waits. So a w whose BatchTimeout is 0 gets BatchTimeout
+// [PublisherBatchTimeout] from NewPublisher: give it the writer before its
+// first use, or set BatchTimeout yourself (the cost of a longer one is that
+// much more wait per dead letter; a shorter one sends smaller requests when
+// many records are published at once).
 func NewPublisher(w *kafka.Writer) (*Publisher, error) {
 	switch {
 	case w == nil:
@@ -33,9 +43,17 @@ func NewPublisher(w *kafka.Writer) (*Publisher, error) {
 		return nil, errors.New("kafkago: the publisher's writer has RequiredAcks RequireNone: set RequireAll or RequireOne")
 	case w.Topic != "":
 		return nil, fmt.Errorf("kafkago: the publisher's writer has Topic %q: leave it empty, the publisher names the topic", w.Topic)
+	case w.BatchTimeout < 0:
+		return nil, fmt.Errorf("kafkago: the publisher's writer has BatchTimeout %v: want 0 (for PublisherBatchTimeout) or more", w.BatchTimeout)
+	case w.BatchTimeout == 0:
+		w.BatchTimeout = PublisherBatchTimeout
 	}
 	return &Publisher{w: w}, nil
 }
+
+// PublisherBatchTimeout is the BatchTimeout [NewPublisher] gives a writer
+// that has none: how long a dead letter may wait for its batch to fill.
+const PublisherBatchTimeout = time.Millisecond
 
 // Publish produces recs to topic and returns once every record is
 // acknowledged, or an error. Records keep their keys, values, headers and
