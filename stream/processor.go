@@ -415,6 +415,13 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	b.Attempt = attemptOf(&w.m)
 	b.Attempt.Probe = w.probe > 0
 	w.probe, w.uncounted = 0, false
+	if ctx.Err() != nil {
+		// The claim ended since the batch was fetched or its retry marked
+		// started (the partition revoked, its lease lost, a shutdown): the
+		// handler is not called for a partition this worker no longer
+		// holds. Its next owner delivers the batch.
+		return d, Cancelled, nil, w.abandon(ctx)
+	}
 	var start, now time.Time
 	if hooks.Delivered != nil {
 		start = clock.Now()
