@@ -407,6 +407,13 @@ func TestGapAfterCheckpointOnBlobStore(t *testing.T) {
 	gapAfterCheckpoint(t, bs)
 }
 
+func TestGapMidStreamOnBlobStore(t *testing.T) {
+	t.Run("inside a batch", func(t *testing.T) {
+		bs, _ := blobStore(t)
+		gapMidStream(t, bs, 12, 15)
+	})
+}
+
 func TestReplayAfterRewindOnBlobStore(t *testing.T) {
 	bs, _ := blobStore(t)
 	replayAfterRetries(t, bs)

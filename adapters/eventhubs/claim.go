@@ -21,8 +21,12 @@ import (
 // that the partition still holds is either in the batch last returned by
 // Fetch (last) or still to be received, in order. The engine commits the
 // batch it holds before it fetches the next, so a checkpoint names an
-// event of last, or the one just before last (a positional checkpoint,
-// see [PositionOffset]). Before its first batch, a claim on a partition
+// event of last, or the one just before an event of last that the claim
+// does not hold: before the batch's first, or before one that follows
+// events expired from the hub (a positional checkpoint, see
+// [PositionOffset]). expect is the sequence number of the event that
+// comes next if none expired (-1 while unknown): a batch past it is
+// logged as a loss. Before its first batch, a claim on a partition
 // with no checkpoint writes a positional one just before that batch, so
 // that any next owner starts there whatever its start position (the
 // SDK's default is the latest event); and it drops events at or before
@@ -45,6 +49,7 @@ type claim struct {
 	commitTimeout time.Duration
 
 	cpSeq   int64
+	expect  int64
 	stateAt int64
 	seed    bool // the store has no checkpoint of the partition
 	fetched bool
@@ -81,6 +86,7 @@ func (c *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 				}
 				c.fetched = true
 			}
+			c.gaps(evs)
 			return c.records(evs), nil
 		case IsOwnershipLost(err):
 			lost := fmt.Errorf("%w: %s: %v", ErrOwnershipLost, c.key, err)
@@ -113,16 +119,24 @@ func (c *claim) skipBefore(evs []*azeventhubs.ReceivedEventData) []*azeventhubs.
 	return evs[n:]
 }
 
+// gaps logs the events that expired from the hub before the claim
+// received them: those between the event expected next and evs, and
+// between events of evs. The retention took them, for every reader.
+func (c *claim) gaps(evs []*azeventhubs.ReceivedEventData) {
+	for _, e := range evs {
+		if c.expect >= 0 && e.SequenceNumber > c.expect {
+			c.log.Error("redeliver: events expired from the event hub before they were handled: they are not delivered (is the hub's retention shorter than the longest retry, or the consumer behind by more than the retention?)",
+				"from", c.expect, "to", e.SequenceNumber-1, "events", e.SequenceNumber-c.expect)
+		}
+		c.expect = e.SequenceNumber + 1
+	}
+}
+
 // first prepares the claim's first batch, which starts at sequence number
 // seq: on a partition with no checkpoint it writes a positional one just
 // before seq, trying again until it succeeds or the claim ends, so that
-// the batch is never lost to a next owner's start position; after a
-// checkpoint it reports a gap (events expired before they were handled).
+// the batch is never lost to a next owner's start position.
 func (c *claim) first(ctx context.Context, seq int64) error {
-	if c.start.Next >= 0 && seq > c.start.Next {
-		c.log.Error("redeliver: events expired from the event hub before they were handled: they are not delivered (is the hub's retention shorter than the longest retry?)",
-			"from", c.start.Next, "to", seq-1, "events", seq-c.start.Next)
-	}
 	if !c.seed {
 		return nil
 	}
@@ -206,8 +220,9 @@ func (c *claim) Resume() { c.paused = false }
 
 // Commit writes the retry state md for next when there is one, then the
 // checkpoint at the event before next when it moves (through
-// UpdateCheckpoint, or as a positional checkpoint when next starts the
-// batch held, whose previous event the claim does not hold), then clears
+// UpdateCheckpoint, or as a positional checkpoint when the claim does not
+// hold that event: next starts the batch held, or follows events that
+// expired), then clears
 // a retry state the checkpoint moved past or that md clears. Each write
 // goes through the store's fence; a lost claim writes nothing and gets
 // [ErrOwnershipLost].
@@ -247,17 +262,20 @@ func (c *claim) Commit(ctx context.Context, next int64, md string) error {
 	return nil
 }
 
-// checkpoint writes the checkpoint at the event before next.
+// checkpoint writes the checkpoint at the event before next: through
+// UpdateCheckpoint when the batch holds it, else as a positional
+// checkpoint, when next is the batch's first event or the first after
+// events that expired.
 func (c *claim) checkpoint(ctx context.Context, next int64) error {
-	for _, e := range c.last {
-		if e.SequenceNumber == next-1 {
+	for _, e := range c.last { // in order: next-1 comes before next
+		switch e.SequenceNumber {
+		case next - 1:
 			return c.pc.UpdateCheckpoint(ctx, e, nil)
+		case next:
+			return c.store.setPosition(ctx, c.key, next-1)
 		}
 	}
-	if len(c.last) > 0 && next == c.last[0].SequenceNumber {
-		return c.store.setPosition(ctx, c.key, next-1)
-	}
-	return fmt.Errorf("eventhubs: %s: no event at sequence number %d in the batch to checkpoint", c.key, next-1)
+	return fmt.Errorf("eventhubs: %s: no event at sequence number %d or %d in the batch to checkpoint", c.key, next-1, next)
 }
 
 // IsOwnershipLost reports whether err says that another reader took the

@@ -302,7 +302,7 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		return
 	}
 	cl := &claim{pc: pc, store: c.store, key: k, partition: int32(n), gate: g, start: start.Position, seed: !start.checkpointed,
-		log: log, maxBatch: c.cfg.maxBatch, wait: c.cfg.wait, commitTimeout: c.cfg.commitTimeout, cpSeq: -1, stateAt: start.stateAt}
+		log: log, maxBatch: c.cfg.maxBatch, wait: c.cfg.wait, commitTimeout: c.cfg.commitTimeout, cpSeq: -1, expect: start.Next, stateAt: start.stateAt}
 	if start.Next >= 0 {
 		cl.cpSeq = start.Next - 1
 	}

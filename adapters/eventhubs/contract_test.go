@@ -292,6 +292,106 @@ func TestGapAfterCheckpointDoesNotStall(t *testing.T) {
 	})
 }
 
+// gapProcessor hands out partition clients that never return the events
+// from to to: as if they expired from the hub while the client read the
+// events before them (prefetched, or in the batch it was filling).
+type gapProcessor struct {
+	eventhubs.Processor
+	from, to int64
+}
+
+func (g gapProcessor) NextPartitionClient(ctx context.Context) eventhubs.PartitionClient {
+	pc := g.Processor.NextPartitionClient(ctx)
+	if pc == nil {
+		return nil
+	}
+	return gapClient{pc, g.from, g.to}
+}
+
+type gapClient struct {
+	eventhubs.PartitionClient
+	from, to int64
+}
+
+func (g gapClient) ReceiveEvents(ctx context.Context, n int, o *azeventhubs.ReceiveEventsOptions) ([]*azeventhubs.ReceivedEventData, error) {
+	evs, err := g.PartitionClient.ReceiveEvents(ctx, n, o)
+	var out []*azeventhubs.ReceivedEventData
+	for _, e := range evs {
+		if e.SequenceNumber < g.from || e.SequenceNumber > g.to {
+			out = append(out, e)
+		}
+	}
+	return out, err
+}
+
+// gapMidStream plays "a gap mid-stream": a consumer reading a partition of
+// 30 events in batches of 10 never receives the events from to to (they
+// expired from the hub as it read); the batch holding the first event
+// after them fails there once (a partial success when the events before
+// it in the batch succeed). The batch is retried, the partition reaches
+// its end, and one Error log line names the events lost.
+func gapMidStream(t *testing.T, store azeventhubs.CheckpointStore, from, to int64) {
+	t.Helper()
+	h := newHub(t, 1, 30)
+	var l logs
+	var mu sync.Mutex
+	var tries []int64 // the first offsets of the deliveries holding to+1
+	proc, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		for i, r := range b.Records {
+			if r.Offset == to+1 {
+				mu.Lock()
+				defer mu.Unlock()
+				tries = append(tries, b.FirstOffset())
+				if len(tries) == 1 {
+					return stream.FailedAt(i, errors.New("not yet"))
+				}
+			}
+		}
+		return nil
+	}), stream.WithLogger(slog.New(&l)), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(10 * time.Millisecond)}))
+	cs, err := eventhubs.NewCheckpointStore(store, "a", &eventhubs.StoreOptions{PartitionExpirationDuration: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	po := fastOpts()
+	po.PartitionExpirationDuration = 3 * time.Second
+	p, err := h.NewProcessor(cs, "cg", "a", po)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := eventhubs.NewWith(proc, gapProcessor{p, from, to}, cs, eventhubs.WithMaxBatch(10), eventhubs.WithReceiveWait(20*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitPositions(t, store, map[string]int64{"0": 30})
+	mu.Lock()
+	if len(tries) != 2 || tries[1] != to+1 {
+		t.Errorf("deliveries holding %d start at %v, want two: the batch, then its retry from %d", to+1, tries, to+1)
+	}
+	mu.Unlock()
+	want := fmt.Sprintf("from=%d to=%d", from, to)
+	if lost := l.find(slog.LevelError, "expired"); len(lost) != 1 || !strings.Contains(lost[0], want) {
+		t.Errorf("error log lines about expired events: %q, want one with %s", lost, want)
+	}
+}
+
+// Events that expire while a consumer reads on (it lags by more than the
+// retention, or its batches waited longer): a batch that starts past the
+// previous one, or holds a gap, is logged as a loss, and a failure at the
+// first event after the gap is retried, not a commit that fails for ever.
+func TestGapMidStream(t *testing.T) {
+	t.Run("between batches", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { gapMidStream(t, memhub.NewStore(), 10, 19) })
+	})
+	t.Run("inside a batch", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) { gapMidStream(t, memhub.NewStore(), 12, 15) })
+	})
+}
+
 // replayAfterRetries plays "a replay": a batch retried twice succeeds, the
 // consumer stops, an operator rewinds the checkpoint to replay it, and the
 // next consumer delivers it again as a first delivery.
@@ -423,6 +523,71 @@ func TestNoDeliveryAfterOwnershipLost(t *testing.T) {
 		if got, err := ms.ClaimOwnership(context.Background(), []azeventhubs.Ownership{steal}, nil); err != nil || len(got) != 1 {
 			t.Fatalf("steal: %v %v", got, err)
 		}
+		select {
+		case err := <-released:
+			if !errors.Is(err, eventhubs.ErrOwnershipLost) {
+				t.Errorf("claim released with %v, want ownership lost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the claim was not cancelled after the steal")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ds := d.all(); len(ds) != 0 {
+			t.Errorf("delivered after the partition was lost: %+v", ds)
+		}
+	})
+}
+
+// stealOnPosition is a checkpoint store that, as the first positional
+// checkpoint is written through it, has another processor take the
+// partition and the consumer's store see it (as the processor's round
+// would see it), then writes: the partition is lost between the claim's
+// first Fetch and its handler call.
+type stealOnPosition struct {
+	azeventhubs.CheckpointStore
+	cs   *eventhubs.CheckpointStore
+	once sync.Once
+}
+
+func (s *stealOnPosition) SetCheckpoint(ctx context.Context, cp azeventhubs.Checkpoint, o *azeventhubs.SetCheckpointOptions) error {
+	if cp.Offset != nil && *cp.Offset == eventhubs.PositionOffset {
+		s.once.Do(func() {
+			os, _ := s.CheckpointStore.ListOwnership(ctx, cp.FullyQualifiedNamespace, cp.EventHubName, cp.ConsumerGroup, nil)
+			for _, o := range os {
+				if o.PartitionID == cp.PartitionID {
+					o.OwnerID = "thief"
+					_, _ = s.CheckpointStore.ClaimOwnership(ctx, []azeventhubs.Ownership{o}, nil)
+				}
+			}
+			_, _ = s.cs.ListOwnership(ctx, cp.FullyQualifiedNamespace, cp.EventHubName, cp.ConsumerGroup, nil)
+		})
+	}
+	return s.CheckpointStore.SetCheckpoint(ctx, cp, o)
+}
+
+// A claim whose partition is lost after its events were received, before
+// the handler runs (here while it writes its first checkpoint), does not
+// call the handler: the new owner delivers the batch.
+func TestNoDeliveryAfterOwnershipLostBeforeHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 5)
+		inner := &stealOnPosition{CheckpointStore: memhub.NewStore()}
+		d := &deliveries{}
+		released := make(chan error, 1)
+		proc, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			d.add("a", b)
+			return nil
+		}), stream.WithHooks(stream.Hooks{Released: func(e stream.ReleaseEvent) { released <- e.Cause }}))
+		cs, _ := eventhubs.NewCheckpointStore(inner, "a", &eventhubs.StoreOptions{PartitionExpirationDuration: 2 * time.Second})
+		inner.cs = cs
+		p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
+		c, _ := eventhubs.NewWith(proc, p, cs, eventhubs.WithMaxBatch(10), eventhubs.WithReceiveWait(20*time.Millisecond))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- c.Run(ctx) }()
 		select {
 		case err := <-released:
 			if !errors.Is(err, eventhubs.ErrOwnershipLost) {

@@ -27,18 +27,22 @@
 //     whatever its start position: with the SDK's default (the latest
 //     event) a next owner would otherwise open after it and never see it.
 //     It costs one storage write per partition, once per consumer group.
-//   - A first batch that starts past the checkpoint (the events between
-//     expired from the hub before they were handled) is logged at Error
-//     level with the range lost, and checkpointed the same way when it is
-//     withheld. Events at or before the checkpoint that the partition
-//     client delivers (the SDK opens a partition at its earliest event,
-//     inclusive, when a geo-replicated namespace refuses the checkpoint's
-//     offset) are skipped, not delivered again with a fresh count.
+//   - Events that expired from the hub before they were handled (a first
+//     batch that starts past the checkpoint; a batch that starts past the
+//     previous one, or holds a gap, when the consumer lags by more than
+//     the retention) are logged at Error level with the range lost. A
+//     batch withheld at the first event after such a gap gets a positional
+//     checkpoint just before that event, as a first batch does. Events at
+//     or before the checkpoint that the partition client delivers (the SDK
+//     opens a partition at its earliest event, inclusive, when a
+//     geo-replicated namespace refuses the checkpoint's offset) are
+//     skipped, not delivered again with a fresh count.
 //   - Lease loss: ReceiveEvents failing with
 //     [azeventhubs.ErrorCodeOwnershipLost], or the processor's own
 //     ownership reads showing the partition with another owner, cancels the
-//     claim at once; events received meanwhile are not delivered, and no
-//     checkpoint is written by it afterwards (see [CheckpointStore]).
+//     claim at once; events received meanwhile, or received before but not
+//     yet given to the handler, are not delivered, and no checkpoint is
+//     written by it afterwards (see [CheckpointStore]).
 //   - Retry state: the state of a withheld batch (retries so far, first
 //     failure, when the next retry is due) is stored beside the checkpoint
 //     by the [CheckpointStore] wrapper, so that the next owner (another

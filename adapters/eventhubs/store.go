@@ -38,8 +38,9 @@ const statePrefix = "redeliver:"
 // number after its SequenceNumber, when the adapter holds no event to
 // name it by (the SDK's UpdateCheckpoint takes an event). The adapter
 // writes one when it opens a partition that has no checkpoint, before the
-// first batch is delivered, and when a batch starts past the checkpoint
-// (events expired by the hub's retention) and is withheld. "-1" is the
+// first batch is delivered, and when a batch is withheld at an event whose
+// previous one it does not hold (the batch's first, or the first after
+// events expired by the hub's retention). "-1" is the
 // offset the SDK itself gives its earliest start position: a reader of
 // the checkpoint store that does not know positional checkpoints starts
 // at the partition's earliest event (it sees events again, it misses
