@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"errors"
 	"fmt"
 	"io/fs"
 	"path"
@@ -22,6 +23,9 @@ type Migration struct {
 // NNN_name.up.sql or NNN_name.down.sql, when a version lacks one of its
 // two files, or when the versions do not run 1, 2, 3 ... without a gap.
 func ReadMigrations(fsys fs.FS, dir string) ([]Migration, error) {
+	if fsys == nil {
+		return nil, errors.New("redrive: ReadMigrations: nil file system: give a store's embedded migrations")
+	}
 	files, err := fs.Glob(fsys, path.Join(dir, "*.sql"))
 	if err != nil {
 		return nil, err

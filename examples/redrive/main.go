@@ -181,14 +181,12 @@ func run(ctx context.Context) error {
 		}
 		select {
 		case <-ctx.Done():
-			tl.print()
 			return fmt.Errorf("not settled in time: %v", context.Cause(ctx))
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
 	stop()
 	wg.Wait()
-	tl.print()
 	return check(ctx, store, rd, dev)
 }
 
@@ -296,21 +294,14 @@ func (d *deviceSim) replies() int {
 type timeline struct {
 	start time.Time
 	mu    sync.Mutex
-	lines []string
 }
 
+// add prints a line of the timeline as it happens, so that it keeps its
+// place among the scheduler's warnings (an entry timed out).
 func (t *timeline) add(id, what string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lines = append(t.lines, fmt.Sprintf("%6.2fs  %s  %s", time.Since(t.start).Seconds(), id, what))
-}
-
-func (t *timeline) print() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, l := range t.lines {
-		fmt.Println(l)
-	}
+	fmt.Printf("%6.2fs  %s  %s\n", time.Since(t.start).Seconds(), id, what)
 }
 
 func header(hs []stream.Header, key string) string {
