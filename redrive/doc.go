@@ -44,7 +44,13 @@
 // carries its original key, value and headers plus [HeaderKey],
 // [HeaderNumber], [HeaderState] and the original topic, partition and
 // offset; the [CompleteOnSuccess] middleware on the retry topic's consumer
-// completes the entry once the record was handled.
+// completes the entry once the record was handled. One that fails again
+// and is given up through [Park] goes back to its entry ([Store.Repark]),
+// never to a new one: an entry's life is bounded by the maximum number of
+// re-drives and the retry timeout, however the consumers are wired.
+//
+// docs/REDRIVE.md in the repository is a walkthrough, with the cases in
+// which a record can be published twice.
 //
 // Stores live in modules of their own, so that a program builds only the
 // driver it uses: redrive/pgstore (PostgreSQL, several schedulers on one
