@@ -110,6 +110,9 @@ func New(proc *stream.Processor, consumer *azeventhubs.ConsumerClient, store aze
 	if cfg.procOpts != nil {
 		po = *cfg.procOpts
 	}
+	if err := checkIntervals(po); err != nil {
+		return nil, err
+	}
 	cs, err := NewCheckpointStore(store, consumer.InstanceID(), &StoreOptions{PartitionExpirationDuration: po.PartitionExpirationDuration})
 	if err != nil {
 		return nil, err
@@ -142,6 +145,31 @@ func NewWith(proc *stream.Processor, p Processor, store *CheckpointStore, opts .
 		return nil, err
 	}
 	return newConsumer(proc, p, store, cfg), nil
+}
+
+// defaultUpdateInterval is the SDK Processor's default UpdateInterval.
+const defaultUpdateInterval = 10 * time.Second
+
+// checkIntervals refuses processor options whose partition ownerships
+// would expire between the rounds that renew them: the processor renews
+// its ownerships once a round, every UpdateInterval x0.8-1.3, and storage
+// keeps times in whole seconds.
+func checkIntervals(po azeventhubs.ProcessorOptions) error {
+	interval, expiry := po.UpdateInterval, po.PartitionExpirationDuration
+	if interval == 0 {
+		interval = defaultUpdateInterval
+	}
+	if expiry == 0 {
+		expiry = DefaultPartitionExpiration
+	}
+	switch least := interval*13/10 + time.Second; {
+	case interval < 0:
+		return fmt.Errorf("eventhubs: New: processor options: UpdateInterval %v, want more than 0", interval)
+	case expiry <= least:
+		return fmt.Errorf("eventhubs: New: processor options: PartitionExpirationDuration %v must exceed UpdateInterval %v x1.3 (the processor's jitter) plus a second (%v): "+
+			"ownerships would expire between the rounds that renew them, and processors would take partitions from each other", expiry, interval, least)
+	}
+	return nil
 }
 
 func newConfig(opts []Option) (config, error) {

@@ -78,10 +78,10 @@
 //     read a positional checkpoint as the earliest event (they see events
 //     again, they miss none).
 //   - Ownership expiry: PartitionExpirationDuration (60s by default) above
-//     UpdateInterval (10s) x 1.3 plus a second, and the same value in
-//     [StoreOptions] ([New] passes it). It is how long the partitions of a
-//     consumer that crashed wait before another takes them; a consumer
-//     that stops cleanly hands them back at once.
+//     UpdateInterval (10s) x 1.3 plus a second ([New] refuses less), and
+//     the same value in [StoreOptions] ([New] passes it). It is how long
+//     the partitions of a consumer that crashed wait before another takes
+//     them; a consumer that stops cleanly hands them back at once.
 //   - Retention: longer than a batch can stay withheld (the policy's
 //     retries and backoff, or its time budget, plus any time with no
 //     consumer running). Events that expire before they are handled are

@@ -82,6 +82,12 @@ func TestNewRefusesWiringMistakes(t *testing.T) {
 		{"zero commit timeout", proc, cc, store, []eventhubs.Option{eventhubs.WithCommitTimeout(0)}, []string{"commit timeout"}},
 		{"zero close timeout", proc, cc, store, []eventhubs.Option{eventhubs.WithCloseTimeout(0)}, []string{"close timeout"}},
 		{"bad strategy", proc, cc, store, []eventhubs.Option{eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{LoadBalancingStrategy: "fair"})}, []string{"fair"}},
+		{"expiry within the update interval", proc, cc, store, []eventhubs.Option{eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{UpdateInterval: 50 * time.Second})},
+			[]string{"PartitionExpirationDuration 1m0s", "UpdateInterval 50s", "(1m6s)"}},
+		{"expiry equal to the update interval", proc, cc, store, []eventhubs.Option{eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{UpdateInterval: 5 * time.Second, PartitionExpirationDuration: 5 * time.Second})},
+			[]string{"PartitionExpirationDuration 5s", "UpdateInterval 5s"}},
+		{"negative update interval", proc, cc, store, []eventhubs.Option{eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{UpdateInterval: -time.Second})},
+			[]string{"UpdateInterval -1s"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := eventhubs.New(c.proc, c.cc, c.store, c.opts...)
@@ -94,6 +100,10 @@ func TestNewRefusesWiringMistakes(t *testing.T) {
 	// Nil options that mean "the default" are accepted.
 	if _, err := eventhubs.New(proc, cc, store, eventhubs.WithLogger(nil), eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{})); err != nil {
 		t.Errorf("New with a nil logger and zero processor options: %v", err)
+	}
+	// The shortest expiry a 10s interval allows: 10s x1.3 + 1s, and a bit.
+	if _, err := eventhubs.New(proc, cc, store, eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{PartitionExpirationDuration: 14*time.Second + time.Millisecond})); err != nil {
+		t.Errorf("New with a 14.001s expiry and the default 10s interval: %v", err)
 	}
 }
 
