@@ -173,7 +173,7 @@ func (s *Scheduler) Sweep(ctx context.Context) SweepEvent {
 			// A store that hands out an entry this sweep changed already
 			// (its new due time at or before the sweep's): stop here
 			// rather than publish it twice; the next sweep goes on.
-			s.log.Error("redrive: the store handed out entries this sweep had changed already; the sweep stops, the next one goes on", "entries", b.again)
+			s.log.Warn("redrive: entries this sweep changed are due again already (requeued meanwhile?); the sweep stops here, the next one takes them", "entries", b.again)
 			break
 		}
 		if claimed < s.cfg.batchSize {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,16 @@ func TestZeroAndNil(t *testing.T) {
 			t.Errorf("%s: %v, want an error about %s", c.name, err, c.want)
 		}
 	}
+	// Nil options are skipped.
+	if _, err := redrive.NewScheduler(redrivetest.NewMemStore(), &redrivetest.Publisher{}, nil, redrive.WithInterval(time.Minute), nil); err != nil {
+		t.Errorf("NewScheduler with nil options: %v", err)
+	}
+	if _, err := redrive.Park(redrivetest.NewMemStore(), time.Minute, nil); err != nil {
+		t.Errorf("Park with a nil option: %v", err)
+	}
+	if got := redrive.SchedulerOptions(nil); got != nil {
+		t.Errorf("SchedulerOptions(nil) = %v, want none", got)
+	}
 	// A zero MemStore is an empty store.
 	var m redrivetest.MemStore
 	if n, err := m.Park(ctx, []redrive.Entry{{Key: "k", Base: "S", Status: redrive.Parked}}); err != nil || n != 1 {
@@ -120,5 +131,35 @@ func TestRunReturnsNilOnCancel(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Run did not return after its context was cancelled")
+	}
+}
+
+// sameAgain is a store whose claims hand out the same due entry every
+// time, as a store that lost the sweep's changes would.
+type sameAgain struct {
+	redrive.Store
+	e redrive.Entry
+}
+
+func (s sameAgain) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
+	return 1, fn(ctx, []redrive.Entry{s.e}), nil
+}
+
+// TestSweepHandlesAnEntryOnce: whatever the store hands out, one sweep
+// publishes an entry at most once and then ends.
+func TestSweepHandlesAnEntryOnce(t *testing.T) {
+	now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+	e := redrive.Entry{ID: 1, Key: "k", Base: "S", Status: redrive.Parked, StateTime: now, Created: now, Expiry: time.Minute, DueAt: now,
+		Version: 1, Message: stream.Record{Topic: "t"}}
+	pub := &redrivetest.Publisher{}
+	s, err := redrive.NewScheduler(sameAgain{e: e}, pub, redrive.WithBatchSize(1), redrive.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ev := s.Sweep(ctx)
+	if n := len(pub.Records()); n != 1 || ev.Claimed != 2 || ctx.Err() != nil {
+		t.Fatalf("one sweep over a store that hands out one entry again and again: %d publications, %+v; want 1, and the sweep ended at the second claim", n, ev)
 	}
 }
