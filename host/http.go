@@ -52,10 +52,12 @@ import (
 // tokens are limited to 5 at once from a client (an IPv4 address or an
 // IPv6 /64), then one more every 6 seconds, and 429 answers the rest.
 // Without a token, the actions answer only to requests that reach the host
-// over the loopback interface and not through a proxy (no Forwarded or
-// X-Forwarded-* header), unless [WithUnauthenticatedActions] is given. A
-// browser's form post gets a redirect back to the page; a request that
-// accepts JSON gets {"ok": true} or {"error": ...}.
+// over the loopback interface and not through a proxy (no Forwarded, Via,
+// X-Real-IP or X-Forwarded-* header), unless [WithUnauthenticatedActions]
+// is given; a proxy that adds none of these looks like a local client, so
+// give a token behind any proxy. A browser's form post gets a redirect
+// back to the page; a request that accepts JSON gets {"ok": true} or
+// {"error": ...}.
 func (h *Host) Handler() http.Handler {
 	if err := h.usable(); err != nil {
 		return failing(err)
@@ -239,12 +241,14 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // beyondLoopback reports whether r may come from beyond the loopback
-// interface: it came through a proxy (which adds a forwarding header), or
-// to a local address that is not loopback, or by no server that says
-// (the handler called in the process).
+// interface: it came through a proxy (which adds a forwarding header:
+// Forwarded, Via, X-Real-Ip or any X-Forwarded-*), or to a local address
+// that is not loopback, or by no server that says (the handler called in
+// the process).
 func beyondLoopback(r *http.Request) bool {
-	for _, k := range []string{"Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Real-Ip"} {
-		if r.Header.Get(k) != "" {
+	for k := range r.Header {
+		switch {
+		case k == "Forwarded", k == "Via", k == "X-Real-Ip", strings.HasPrefix(k, "X-Forwarded-"):
 			return true
 		}
 	}

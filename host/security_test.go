@@ -296,7 +296,7 @@ func TestNoTokenBeyondLoopbackRefusedAtStart(t *testing.T) {
 // it.
 func TestNoTokenActionsOnlyOverLoopback(t *testing.T) {
 	_, base, _ := stoppedHost(t)
-	for _, hdr := range []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "X-Real-Ip"} {
+	for _, hdr := range []string{"X-Forwarded-For", "Forwarded", "X-Forwarded-Host", "X-Real-Ip", "X-Forwarded-Proto", "X-Forwarded-Port", "X-Forwarded-Server", "Via"} {
 		code, _, body := send(t, base, "POST", "/actions/resume", "", stopped, map[string]string{hdr: "203.0.113.9"})
 		if code != 403 || !strings.Contains(body, "host.WithToken") || !strings.Contains(body, "host.WithUnauthenticatedActions()") {
 			t.Errorf("resume through a proxy (%s) = %d %q, want 403 naming the token", hdr, code, body)
