@@ -2,6 +2,7 @@ package pgstore_test
 
 import (
 	"context"
+	"github.com/jackc/pgx/v5"
 	"io/fs"
 	"slices"
 	"sync"
@@ -60,5 +61,51 @@ func TestMigrations(t *testing.T) {
 	}
 	if err := s.MigrateTo(ctx, 99); err == nil {
 		t.Fatal("MigrateTo(99) did not fail")
+	}
+}
+
+// TestUpgradeKeepsEntries: entries written by a store at schema version 2
+// (text errors, headers as plain JSON) read the same after the migration
+// to the latest version, with no re-parks.
+func TestUpgradeKeepsEntries(t *testing.T) {
+	u := pgURL(t)
+	schema := newSchema(t, u)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := openStore(t, u, schema, pgstore.WithoutMigrate())
+	if err := s.MigrateTo(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `INSERT INTO `+pgx.Identifier{schema, "redrive_entries"}.Sanitize()+`
+		(key, base, status, state, state_time, created, expiry, due_at, redrives, last_error, topic, partition, "offset", msg_key, msg_value, headers)
+		VALUES ('orders/0/5', 'REDELIVER_PARKED', 'retrying', 'REDELIVER_PARKED_RETRY', now(), now(), 60000000000, now(), 1,
+		        'payment service: 503 — « réessayer »', 'orders', 0, 5, 'k', '', '[{"Key":"trace","Value":"AAE="},{"Key":"n","Value":null}]')`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("migrating the entries of version 2: %v", err)
+	}
+	e, err := s.Get(ctx, "orders/0/5")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := e.Message.Headers
+	if e.LastError != "payment service: 503 — « réessayer »" || e.Reparks != 0 || e.Redrives != 1 || e.Status != redrive.Retrying ||
+		len(h) != 2 || h[0].Key != "trace" || string(h[0].Value) != "\x00\x01" || h[1].Value != nil || e.Message.Value == nil || len(e.Message.Value) != 0 {
+		t.Fatalf("entry after the upgrade: %+v", e)
+	}
+	if _, counted, err := s.Repark(ctx, "orders/0/5", 1, "again \x00"); err != nil || !counted {
+		t.Fatalf("Repark after the upgrade: %v, counted %v", err, counted)
+	}
+	if err := s.MigrateTo(ctx, 2); err == nil {
+		t.Fatal("migrating down to 2 with an error that is not text succeeded")
+	}
+	if e, err := s.Get(ctx, "orders/0/5"); err != nil || e.LastError != "again \x00" {
+		t.Fatalf("after the refused down migration: %q, %v; want the entry unchanged", e.LastError, err)
 	}
 }
