@@ -168,7 +168,10 @@ const (
 // the partition until it is created.
 //
 // DeadLetter returns an error when pub is nil (a nil interface or a nil
-// pointer in it) or topic is empty.
+// pointer in it) or topic is empty. A pub that has a method
+// DeadLetterTo(topic string) is told the topic, so that the consumer it
+// belongs to can check at start that the topic exists (the franz adapter's
+// Publisher does).
 func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 	switch {
 	case isNil(pub):
@@ -178,6 +181,9 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 		return nil, fmt.Errorf("stream: DeadLetter: nil %T publisher", pub)
 	case topic == "":
 		return nil, errors.New("stream: DeadLetter: no topic")
+	}
+	if t, ok := pub.(interface{ DeadLetterTo(topic string) }); ok {
+		t.DeadLetterTo(topic)
 	}
 	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
 		recs := make([]Record, len(b.Records))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -166,6 +167,7 @@ type Consumer struct {
 	life   *lifecycle.Life
 
 	fetchErrs fetchErrs
+	checks    health.Checker
 
 	closeCl      sync.Once
 	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
@@ -219,6 +221,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	}
 	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
 	c.fetchErrs.log = log
+	c.checks.Log = log
 	if cfg.client != nil {
 		g, err := checkClient(cfg.client)
 		if err != nil {
@@ -301,6 +304,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 }
 
 func (c *Consumer) run(ctx context.Context) error {
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		c.checks.Run(ctx, checkInterval, checkTimeout, c.check)
+	}()
+	defer func() { <-checked }()
 	c.commit.start(ctx)
 	c.g.start(ctx, c.life.Fail)
 	c.poll(ctx)

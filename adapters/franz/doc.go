@@ -59,6 +59,15 @@
 // give it to [New] with [WithPublisher], which binds it to the consumer's
 // client (see the WithPublisher example).
 //
+// # Health
+//
+// At start, [Consumer.Run] checks that the brokers answer and that the
+// topics it consumes, and the dead-letter topics of the publishers given
+// with [WithPublisher], exist; it logs what it finds wrong within seconds
+// (a wrong topic name no longer stalls in silence), and [Consumer.Health]
+// reports it, with the partitions whose fetches fail, for a host's
+// readiness.
+//
 // # Stopping
 //
 // [Consumer.Run] returns nil when it stopped because its context ended or

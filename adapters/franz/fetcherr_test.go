@@ -35,6 +35,9 @@ func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 	const window = 2 * time.Second
 	time.Sleep(window)
 	n := fetches.Hits()
+	if err := r.c.Health(); err == nil || !strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
+		t.Errorf("Health during the fetch errors: %v, want them reported", err)
+	}
 	fetches.Remove()
 	lines := strings.Count(buf.String(), "redeliver: fetch error")
 	t.Logf("in %v of fetch errors: %d fetch requests, %d log lines", window, n, lines)
@@ -46,6 +49,9 @@ func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 	}
 	produce(t, addrs, "t", 0, 5, 2)
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 7})
+	if err := r.c.Health(); err != nil {
+		t.Errorf("Health once fetching works again: %v", err)
+	}
 	select {
 	case err := <-r.done:
 		t.Fatalf("Run returned %v during a passing fetch error", err)

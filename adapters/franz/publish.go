@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -23,6 +25,30 @@ import (
 // package's examples).
 type Publisher struct {
 	cl atomic.Pointer[kgo.Client]
+
+	mu     sync.Mutex
+	topics []string // the dead-letter topics stream.DeadLetter named
+}
+
+// DeadLetterTo notes that [stream.DeadLetter] publishes to topic through p
+// (it calls DeadLetterTo), so that a [Consumer] given p with
+// [WithPublisher] checks at start that the topic exists.
+func (p *Publisher) DeadLetterTo(topic string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !slices.Contains(p.topics, topic) {
+		p.topics = append(p.topics, topic)
+	}
+}
+
+// deadLetterTopics returns the topics DeadLetterTo noted.
+func (p *Publisher) deadLetterTopics() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.topics)
 }
 
 // NewPublisher returns a Publisher that produces through cl.

@@ -140,6 +140,22 @@ func (c *Consumer) Run(ctx context.Context) error {
 	return c.e.Run(ctx)
 }
 
+// Health reports what the consumer knows to be wrong now, or nil: for a
+// host's readiness, say. Run checks at start, and again every 2s until the
+// checks pass, that the brokers answer (within 5s) and that the group's
+// topics exist and may be read; it logs each problem when it finds it, at
+// Error for brokers that do not answer and at Warn for a topic, and at
+// Info when it is gone. While Run runs, a partition whose fetches fail is
+// reported too, until one succeeds (see the package doc). The error joins
+// one error per problem. Health is safe for concurrent use; it returns an
+// error for a Consumer not made by [New].
+func (c *Consumer) Health() error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	return c.e.Health()
+}
+
 // Close stops [Consumer.Run] if it runs and waits for it to return. Close is
 // idempotent and may be called from anywhere: called from a goroutine Run
 // waits for (a handler, a hook of the processor, the WithOnAssigned

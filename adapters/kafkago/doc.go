@@ -115,6 +115,11 @@
 // metadata request per broker that never asks the broker to create the
 // topic.
 //
+// Health. At start, [Consumer.Run] checks that the brokers answer and that
+// the group's topics exist, and logs what it finds wrong within seconds;
+// [Consumer.Health] reports it, with the partitions whose fetches fail,
+// for a host's readiness.
+//
 // Shutdown. [Consumer.Run] returns once every worker has stopped and the
 // member has left the group; it returns nil when it stopped because its
 // context ended or [Consumer.Close] was called. Fetch connections are

@@ -14,7 +14,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/kcheck"
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -143,7 +145,8 @@ type Consumer struct {
 	limit     atomic.Int64 // the broker's delivery count limit; 0 unknown
 	noRenewal atomic.Bool  // the group refuses lock renewals
 
-	life *lifecycle.Life
+	life   *lifecycle.Life
+	checks health.Checker
 }
 
 // New returns a Consumer that runs proc's handler under proc's policy,
@@ -188,6 +191,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if cfg.logger != nil {
 		c.log = cfg.logger
 	}
+	c.checks.Log = c.log
 	c.fn, _ = stream.RecordFuncOf(set.Handler)
 	return c, nil
 }
@@ -232,7 +236,21 @@ func (c *Consumer) run(ctx context.Context) error {
 		}
 		return errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
 	}
+	cctx, cancel := context.WithCancel(ctx)
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		c.checks.Run(cctx, checkInterval, checkTimeout, func(ctx context.Context) []health.Problem {
+			return kcheck.Check(ctx, lanes[0].cl, "share", kcheck.Consumed(lanes[0].cl))
+		})
+	}()
+	defer func() {
+		cancel()
+		<-checked
+	}()
 	if err := c.prepare(ctx, lanes[0].cl); err != nil {
+		cancel()
+		<-checked
 		for _, l := range lanes {
 			l.cl.Close()
 		}
@@ -251,6 +269,29 @@ func (c *Consumer) run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return nil // only ctx or Close stops the lanes: a clean shutdown
+}
+
+// How Run checks at start that the brokers answer and the topics exist:
+// each check waits at most checkTimeout, and checks follow every
+// checkInterval until one finds nothing wrong.
+const (
+	checkTimeout  = 5 * time.Second
+	checkInterval = 2 * time.Second
+)
+
+// Health reports what the consumer knows to be wrong now, or nil: for a
+// host's readiness, say. Run checks at start, and again every 2s until the
+// checks pass, that the brokers answer (within 5s) and that the topics it
+// consumes exist and may be read; it logs each problem when it finds it,
+// at Error for brokers that do not answer and at Warn for a topic, and at
+// Info when it is gone. The error joins one error per problem. Health is
+// safe for concurrent use; it returns an error for a Consumer not made by
+// [New].
+func (c *Consumer) Health() error {
+	if c == nil || c.life == nil {
+		return errNotMade
+	}
+	return c.checks.Err()
 }
 
 // Close stops Run and waits for it to return. Close is idempotent and may

@@ -1,9 +1,12 @@
 package share_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,4 +197,54 @@ func TestCloseFromInside(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A wrong topic name is logged at Warn within seconds of the start and
+// reported by Health.
+func TestStartChecks(t *testing.T) {
+	addrs := cluster(t, "t", 1, 2*time.Second, 5)
+	var buf syncBuffer
+	proc, err := stream.NewProcessor(streamtest.Succeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := share.New(proc, share.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), share.WithLanes(1),
+		share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup("g"), kgo.ConsumeTopics("tt")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(buf.String(), `level=WARN msg="redeliver: a topic the consumer reads is not there`); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the missing topic in 5s:\n%s", buf.String())
+		}
+	}
+	if err := c.Health(); err == nil || !strings.Contains(err.Error(), `consumed topic "tt"`) {
+		t.Fatalf("Health: %v, want it to name topic tt", err)
+	}
+	var zero share.Consumer
+	if err := zero.Health(); err == nil {
+		t.Fatal("Health of a zero Consumer returned nil")
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

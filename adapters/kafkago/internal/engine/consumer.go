@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -63,8 +64,10 @@ type Consumer struct {
 	fetch     kafka.ReadBatchConfig
 	start     int64 // where a partition without a commit starts
 
-	life *lifecycle.Life
-	wg   sync.WaitGroup // every goroutine Run starts
+	life          *lifecycle.Life
+	wg            sync.WaitGroup // every goroutine Run starts
+	checks        health.Checker
+	fetchProblems fetchProblems
 }
 
 // New returns a Consumer that runs proc over the partitions of the consumer
@@ -93,6 +96,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	if c.log == nil {
 		c.log = proc.Logger()
 	}
+	c.checks.Log = c.log
 	c.brokers, c.dialer = group.Brokers, group.Dialer // kafka.DefaultDialer when the group has none
 	if err := c.setFetch(cfg.Fetch); err != nil {
 		return nil, err
@@ -152,6 +156,12 @@ func (c *Consumer) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("kafkago: %v", err)
 	}
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		c.checks.Run(ctx, checkInterval, checkTimeout, c.check)
+	}()
+	defer func() { <-checked }()
 	for ctx.Err() == nil {
 		gen, err := cg.Next(ctx)
 		if err != nil {

@@ -204,26 +204,10 @@ func (f *fetcher) lookupLeader(ctx context.Context) (string, error) {
 
 // leaderFrom asks broker for the address of the partition's leader.
 func (f *fetcher) leaderFrom(ctx context.Context, broker string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
-	defer cancel()
-	conn, _, err := f.dial(ctx, broker)
+	res, err := f.metadataFrom(ctx, broker, []string{f.topic})
 	if err != nil {
-		return "", err
-	}
-	defer conn.Close()
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = conn.SetDeadline(dl)
-	}
-	m, err := conn.RoundTrip(&metadata.Request{TopicNames: []string{f.topic}})
-	if err != nil {
-		if ctx.Err() != nil {
-			err = context.Cause(ctx)
-		}
 		return "", fmt.Errorf("metadata of %s from %s: %w", f.topic, broker, err)
 	}
-	res := m.(*metadata.Response)
 	for _, t := range res.Topics {
 		if t.Name != f.topic {
 			continue
@@ -248,6 +232,31 @@ func (f *fetcher) leaderFrom(ctx context.Context, broker string) (string, error)
 		return "", fmt.Errorf("metadata of %s from %s: no partition %d: %w", f.topic, broker, f.partition, kafka.UnknownTopicOrPartition)
 	}
 	return "", fmt.Errorf("metadata of %s from %s: %w", f.topic, broker, kafka.UnknownTopicOrPartition)
+}
+
+// metadataFrom asks broker for the metadata of topics, through a
+// connection of its own, never asking the broker to create a topic.
+func (f *fetcher) metadataFrom(ctx context.Context, broker string, topics []string) (*metadata.Response, error) {
+	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	conn, _, err := f.dial(ctx, broker)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	if dl, ok := ctx.Deadline(); ok {
+		_ = conn.SetDeadline(dl)
+	}
+	m, err := conn.RoundTrip(&metadata.Request{TopicNames: topics})
+	if err != nil {
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return nil, err
+	}
+	return m.(*metadata.Response), nil
 }
 
 // dial opens a connection to addr as the dialer would (its DialFunc or its
@@ -600,7 +609,9 @@ func (cl *claim) fetchLoop(offset int64) {
 		attempt int      // failures since the last successful read
 		recs    []record // the slice the next answer is read into
 		fails   failures
+		health  = &cl.g.c.fetchProblems
 	)
+	defer health.clear(cl.key) // the partition's next claim reports its own
 	// failed notes a failure: it is logged when it is new or every
 	// errLogEvery, and it ends Run once it has lasted permanentAfter, if it
 	// is one that can last (the topic unknown, not authorized).
@@ -608,6 +619,7 @@ func (cl *claim) fetchLoop(offset int64) {
 		attempt++
 		now := time.Now()
 		log, lasting := fails.note(err, now)
+		health.set(cl.key, err, fails.since)
 		if log {
 			f.log.Log(ctx, level, what, "topic", f.topic, "partition", f.partition, "offset", offset, "try", attempt,
 				"delay", backoff(attempt), "error", err, "repeats", fails.repeats, "since", fails.since)
@@ -657,6 +669,7 @@ func (cl *claim) fetchLoop(offset int64) {
 			if attempt > 0 && fails.err != "" {
 				f.log.Info("redeliver: fetching the partition works again", "topic", f.topic, "partition", f.partition,
 					"offset", offset, "error_was", fails.err, "for", time.Since(fails.since).Round(time.Millisecond))
+				health.clear(cl.key)
 			}
 			attempt = 0
 			fails = failures{}
