@@ -1,11 +1,15 @@
 package streamtest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
+	"time"
 
+	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -24,6 +28,9 @@ const (
 	ActionTried
 	// Abandoned: the worker stopped with the batch in flight.
 	Abandoned
+	// DeadLettered: a record was published to a dead-letter topic (see
+	// History.Publisher).
+	DeadLettered
 )
 
 func (k EventKind) String() string {
@@ -42,6 +49,8 @@ func (k EventKind) String() string {
 		return "action tried"
 	case Abandoned:
 		return "abandoned"
+	case DeadLettered:
+		return "dead-lettered"
 	}
 	return "unknown"
 }
@@ -60,26 +69,44 @@ type Event struct {
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
 	Handled     int            // Delivered: how many records, from First, the handler finished
-	Uncounted   bool           // Delivered: a failure during an outage, which spent no retry (stream.DeliveredEvent.Uncounted)
+	// Index is the index in the batch of the record that a failure or a
+	// retry request names (Delivered: a stream.BatchError's Index; 0 when
+	// it names none, which stands for the batch's first record).
+	Index     int
+	Uncounted bool // Delivered: a failure during an outage, which spent no retry (stream.DeliveredEvent.Uncounted)
 	// Offset is the committed offset: the claim's starting checkpoint
-	// (Claimed, -1 for none) or the new checkpoint (Committed).
+	// (Claimed, -1 for none) or the new checkpoint (Committed); the
+	// original offset of a dead-lettered record (DeadLettered).
 	Offset   int64
 	Metadata string
-	// Error is why a try of the exhaustion action failed (ActionTried);
-	// empty when it succeeded.
+	// Error is why a try of the exhaustion action failed (ActionTried;
+	// empty when it succeeded), the error of a failed delivery
+	// (Delivered: the failed record's own error when the handler named
+	// it), or the last error of a given-up record (GivenUp).
 	Error string
+	// At is when a delivery returned (Delivered: the instant the engine
+	// measures a failure from), or the first failure a given-up record
+	// was given up with (GivenUp).
+	At time.Time
+	// Retries and Reason are the retries a given-up record was given up
+	// after and why (GivenUp: the ExhaustedError's).
+	Retries int
+	Reason  checkpoint.Reason
+	// Headers are the headers of a dead-lettered record (DeadLettered).
+	Headers []stream.Header
 }
 
 // History records, in one global order, what the consumers of a test do:
 // the partitions they claim and release, every delivery (those a
 // revocation cut short included), every batch given up, every try of the
-// exhaustion action and every checkpoint. [History.Check] then verifies the
-// delivery contract over it, as a Jepsen-style checker does over a history.
-// It is safe for concurrent use; set MemoryOnly before recording.
+// exhaustion action, every checkpoint and, through [History.Publisher],
+// every dead-lettered record. [History.Check] then verifies the delivery
+// contract over it, as a Jepsen-style checker does over a history. It is
+// safe for concurrent use; set MemoryOnly before recording.
 type History struct {
 	// MemoryOnly says that the consumers keep their retry state in memory
-	// only (stream.WithInMemoryState): a move starts a batch's count over,
-	// so Check does not verify the retry bound.
+	// only (stream.WithInMemoryState): a move starts every record's count
+	// over, and nothing is committed before a retry.
 	MemoryOnly bool
 
 	mu     sync.Mutex
@@ -99,7 +126,7 @@ func (h *History) Hooks(member string) stream.Hooks {
 		Delivered: func(e stream.DeliveredEvent) {
 			ev := Event{Kind: Delivered, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition,
 				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome,
-				Uncounted: e.Uncounted}
+				Uncounted: e.Uncounted, At: e.Start.Add(e.Duration)}
 			var be *stream.BatchError
 			switch {
 			case e.Outcome == stream.Succeeded || e.Outcome == stream.RetryRequested:
@@ -108,10 +135,26 @@ func (h *History) Hooks(member string) stream.Hooks {
 			case errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records:
 				ev.Handled = be.Index
 			}
+			if (e.Outcome == stream.Failed || e.Outcome == stream.RetryRequested) && errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records {
+				ev.Index = be.Index
+			}
+			if e.Outcome == stream.Failed && e.Err != nil {
+				ev.Error = e.Err.Error()
+				if errors.As(e.Err, &be) && be.Index >= 0 && be.Index < e.Records && be.Err != nil {
+					ev.Error = be.Err.Error()
+				}
+			}
 			h.add(ev)
 		},
 		Exhausted: func(e stream.ExhaustedEvent) {
-			h.add(Event{Kind: GivenUp, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset})
+			ev := Event{Kind: GivenUp, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset}
+			if x := e.Err; x != nil {
+				ev.Retries, ev.Reason, ev.At = x.Retries, x.Reason, x.FirstFailure
+				if x.Last != nil {
+					ev.Error = x.Last.Error()
+				}
+			}
+			h.add(ev)
 		},
 		ActionTried: func(e stream.ActionEvent) {
 			ev := Event{Kind: ActionTried, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset}
@@ -127,6 +170,53 @@ func (h *History) Hooks(member string) stream.Hooks {
 			h.add(Event{Kind: Abandoned, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry})
 		},
 	}
+}
+
+// Publisher returns a [stream.Publisher] that publishes through next and
+// records every record it published as a DeadLettered event, for
+// [History.Check] to verify the headers of what was dead-lettered. A nil
+// next publishes nowhere: the records are only recorded. Give it to
+// [stream.DeadLetter].
+func (h *History) Publisher(next stream.Publisher) stream.Publisher {
+	return historyPublisher{h, next}
+}
+
+type historyPublisher struct {
+	h    *History
+	next stream.Publisher
+}
+
+func (p historyPublisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	if p.next != nil {
+		if err := p.next.Publish(ctx, topic, recs); err != nil {
+			return err
+		}
+	}
+	for _, r := range recs {
+		p.h.add(DeadLetteredEvent(r))
+	}
+	return nil
+}
+
+// DeadLetteredEvent returns the DeadLettered event of a record read from
+// a dead-letter topic, for [History.Add]: its original topic, partition
+// and offset come from its redeliver headers.
+func DeadLetteredEvent(r stream.Record) Event {
+	e := Event{Kind: DeadLettered, Offset: -1, Headers: slices.Clone(r.Headers)}
+	for _, x := range r.Headers {
+		switch x.Key {
+		case stream.HeaderTopic:
+			e.Topic = string(x.Value)
+		case stream.HeaderPartition:
+			n, _ := strconv.ParseInt(string(x.Value), 10, 32)
+			e.Partition = int32(n)
+		case stream.HeaderOffset:
+			if n, err := strconv.ParseInt(string(x.Value), 10, 64); err == nil {
+				e.Offset = n
+			}
+		}
+	}
+	return e
 }
 
 // Add appends e, for events recorded elsewhere (another process's consumer,
@@ -184,19 +274,37 @@ type Report struct {
 //     after it was released, or after another claim took the partition, by
 //     another consumer or by the same one again (claims are told apart by
 //     their ClaimID);
-//   - the retry bound, unless MemoryOnly: a batch (by its first offset)
-//     never gets the same retry number twice, interrupted deliveries
-//     included, so that a move or a crash never buys it another delivery,
-//     and no retry goes past the limit of the policy in force. A failure
-//     during an outage (Event.Uncounted) spends no retry: the batch is
-//     delivered again with the same retry number. A give-up
-//     starts the batch's count over (Processor.Resume of a stopped
-//     partition). First deliveries may repeat: they commit nothing before
-//     they run;
+//   - the retry bound, per record, counted by the checker itself from
+//     the deliveries it saw, never from the retry numbers the engine
+//     reports: each record's own count is the deliveries that failed at
+//     it or asked for a retry of it (a failure at a known record,
+//     stream.FailedAt, counts against that record alone, and the records
+//     before it are done; a failure of the whole batch counts against its
+//     first record), plus a retry cut short by a revocation or a crash.
+//     A record is delivered as retry n only when its count is n (the
+//     Attempt a handler is told describes the record), never past the
+//     limit of the policy in force, and only after a retry state that
+//     counts it was committed (unless MemoryOnly). A new owner continues
+//     from what was committed: a first failure whose state was not
+//     committed before the move is the one count a move may lose (first
+//     deliveries commit nothing before they run), and a retry committed
+//     as started counts even if no delivery of it was seen (a crash).
+//     Every retry state committed must hold the record's count. A failure
+//     during an outage (Event.Uncounted) counts nothing. A give-up starts
+//     the record's count over (Processor.Resume of a stopped partition);
+//   - a record given up was given up after its own count: the
+//     ExhaustedError's retries are its count less one, its first failure
+//     is the record's first counted failure, its last error that of its
+//     last counted delivery, and a record given up for spent retries had
+//     the policy's limit of them;
 //   - a batch that failed at a known record (stream.FailedAt,
 //     stream.PerRecord) is given up as that record alone: the checkpoint
 //     moves past it once its action succeeded, and the next batch starts
 //     after it, like any other;
+//   - every dead-lettered record (DeadLettered events) was given up, and
+//     its headers describe it: its topic, partition and offset, its own
+//     deliveries (redeliver-deliveries and __dlq.errors.delivery.count),
+//     its first failure and its last error;
 //   - the final checkpoint of each partition is its end.
 //
 // Handled means the handler returned nil or a RetryResult for the record's
@@ -209,16 +317,39 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		member string
 		claim  uint64
 	}
-	type session struct{ next int64 }
+	// own is what the checker knows of a record's own retry count, as
+	// one claim knows it.
+	type own struct {
+		count   int       // deliveries counted against the record
+		first   time.Time // when its first counted delivery failed; zero when unknown
+		lastErr string    // the error of its last counted delivery
+		limit   int       // the policy's MaxRetries at its latest delivery
+		stateAt bool      // a retry state that counts it is committed
+	}
+	// gaveUp is a record's give-up, for its dead letter.
+	type gaveUp struct {
+		deliveries int
+		first      time.Time
+		err        string
+	}
+	// session is what one claim knows: where its checkpoint is, and the
+	// records' counts, from what was committed when it began and from
+	// its own deliveries (a stale claim's deliveries are its own affair:
+	// the owner counts what it can know, the committed state).
+	type session struct {
+		next int64
+		own  map[int64]*own
+	}
 	type part struct {
 		sessions  map[claimKey]*session
 		owner     claimKey
 		handled   []bool
 		givenUp   []bool // given up, the exhaustion action not yet succeeded
 		commit    int64  // latest checkpoint, -1 for none
+		commitMD  string // its metadata
 		verified  int64  // every offset below is known handled
 		delivered []int  // deliveries per offset
-		retries   map[int64]map[int]bool
+		gave      map[int64]gaveUp
 	}
 	parts := map[TopicPartition]*part{}
 	var r Report
@@ -228,11 +359,25 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		if p == nil {
 			end := ends[tp]
 			p = &part{sessions: map[claimKey]*session{}, handled: make([]bool, end), givenUp: make([]bool, end),
-				delivered: make([]int, end), commit: -1, retries: map[int64]map[int]bool{}}
+				delivered: make([]int, end), commit: -1, gave: map[int64]gaveUp{}}
 			parts[tp] = p
 		}
 		return p
 	}
+	ownOf := func(s *session, off int64) *own {
+		o := s.own[off]
+		if o == nil {
+			o = &own{limit: -1}
+			s.own[off] = o
+		}
+		return o
+	}
+	done := func(s *session, first, last int64) {
+		for o := first; o <= last; o++ {
+			delete(s.own, o)
+		}
+	}
+	interrupted := checkpoint.ErrInterrupted.Error()
 	for i, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
 		if _, ok := ends[tp]; !ok {
@@ -249,8 +394,45 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		}
 		switch e.Kind {
 		case Claimed:
-			p.sessions[key] = &session{next: max(e.Offset, 0)}
+			start := max(e.Offset, 0)
+			var kept *own // what the previous owner knew of the record at the checkpoint
+			if prev := p.sessions[p.owner]; prev != nil {
+				kept = prev.own[start]
+			}
+			s = &session{next: start, own: map[int64]*own{}}
+			p.sessions[key] = s
 			p.owner = key
+			// A new owner knows of each record's count only what was
+			// committed: the state at the checkpoint, as the claim
+			// read it or as the history saw it committed.
+			if h.MemoryOnly {
+				break
+			}
+			n, started, first := stateCount(e.Metadata)
+			if e.Offset < 0 {
+				n = 0
+			}
+			if p.commit == start {
+				if m, st, f := stateCount(p.commitMD); m > n {
+					n, started, first = m, st, f
+				}
+			}
+			if n == 0 {
+				break
+			}
+			o := &own{count: n, limit: -1, first: first}
+			if kept != nil {
+				o.limit = kept.limit
+				if !kept.first.IsZero() {
+					o.first = kept.first
+				}
+			}
+			if started {
+				// The next owner cannot know how the started retry
+				// ended.
+				o.lastErr = interrupted
+			}
+			s.own[start] = o
 		case Released:
 			delete(p.sessions, key)
 		case Delivered:
@@ -269,26 +451,97 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				p.delivered[o]++
 			}
 			mark(p.handled, e.First, e.First+int64(e.Handled)-1)
-			if !h.MemoryOnly && e.Retry > 0 && !e.Uncounted {
-				seen := p.retries[e.First]
-				if seen == nil {
-					seen = map[int]bool{}
-					p.retries[e.First] = seen
+			o := s.own[e.First]
+			n := 0
+			if o != nil {
+				n = o.count
+			}
+			if e.Retry != n {
+				bad("%s: delivery of %d-%d as retry %d, but the record at %d has had %d counted deliveries (its own count)", where(), e.First, e.Last, e.Retry, e.First, n)
+			}
+			if n > 0 {
+				if !h.MemoryOnly && !o.stateAt {
+					bad("%s: retry %d of the record at %d delivered before a retry state that counts it was committed", where(), n, e.First)
 				}
-				if seen[e.Retry] {
-					bad("%s: retry %d of the batch at %d delivered again (an interrupted delivery or a move repeated it)", where(), e.Retry, e.First)
+				if e.MaxRetries >= 0 && n > e.MaxRetries {
+					bad("%s: retry %d of the record at %d, past the limit of %d", where(), n, e.First, e.MaxRetries)
 				}
-				seen[e.Retry] = true
-				if e.MaxRetries >= 0 && e.Retry > e.MaxRetries {
-					bad("%s: retry %d of the batch at %d, past the limit of %d", where(), e.Retry, e.First, e.MaxRetries)
+			}
+			target := e.First + int64(e.Index)
+			switch e.Outcome {
+			case stream.Succeeded:
+				done(s, e.First, e.Last)
+			case stream.Cancelled:
+				if n > 0 {
+					// A retry committed as started counts, whatever
+					// became of it.
+					o.count++
+					o.lastErr, o.stateAt = interrupted, false
+				}
+			case stream.Failed, stream.RetryRequested:
+				done(s, e.First, target-1)
+				if e.Uncounted {
+					break
+				}
+				t := ownOf(s, target)
+				t.count++
+				t.limit, t.stateAt = e.MaxRetries, false
+				t.lastErr = e.Error
+				if t.count == 1 {
+					t.first = e.At
 				}
 			}
 		case GivenUp:
 			mark(p.givenUp, e.First, e.Last)
-			delete(p.retries, e.First)
+			if s == nil {
+				bad("%s: %d-%d given up without a claim", where(), e.First, e.Last)
+				continue
+			}
+			o := s.own[e.First]
+			if o == nil {
+				o = &own{limit: -1}
+			}
+			switch {
+			case e.Retries+1 != o.count:
+				bad("%s: record %d given up after %s, but it has had %d counted deliveries (its own count)", where(), e.First, count(e.Retries+1, "delivery", "deliveries"), o.count)
+			case e.Reason == checkpoint.RetriesSpent && o.limit >= 0 && e.Retries != o.limit:
+				bad("%s: record %d given up for spent retries after %s, but the policy allows %d", where(), e.First, count(e.Retries, "retry", "retries"), o.limit)
+			}
+			if !o.first.IsZero() && !near(e.At, o.first) {
+				bad("%s: record %d given up with its first failure at %s, but it first failed at %s", where(), e.First, stamp(e.At), stamp(o.first))
+			}
+			if o.count > 0 && e.Error != o.lastErr {
+				bad("%s: record %d given up with the last error %q, but its last counted delivery's was %q", where(), e.First, e.Error, o.lastErr)
+			}
+			p.gave[e.First] = gaveUp{deliveries: e.Retries + 1, first: e.At, err: e.Error}
+			delete(s.own, e.First)
 		case ActionTried:
 			if e.Error == "" {
 				mark(p.handled, e.First, e.Last)
+			}
+		case DeadLettered:
+			g, ok := p.gave[e.Offset]
+			if !ok {
+				bad("event %d: %s/%d: record %d dead-lettered, but it was never given up", i, e.Topic, e.Partition, e.Offset)
+				continue
+			}
+			hs := map[string]string{}
+			for _, x := range e.Headers {
+				hs[x.Key] = string(x.Value)
+			}
+			n := strconv.Itoa(g.deliveries)
+			for k, want := range map[string]string{
+				stream.HeaderDeliveries: n, stream.HeaderDLQDeliveryCount: n, stream.HeaderError: g.err,
+				stream.HeaderDLQTopic: e.Topic, stream.HeaderDLQPartition: strconv.Itoa(int(e.Partition)),
+				stream.HeaderDLQOffset: strconv.FormatInt(e.Offset, 10),
+			} {
+				if got, ok := hs[k]; !ok || got != want {
+					bad("event %d: %s/%d: record %d dead-lettered with %s %q, want %q", i, e.Topic, e.Partition, e.Offset, k, got, want)
+				}
+			}
+			if at, err := time.Parse(time.RFC3339Nano, hs[stream.HeaderFirstFailure]); err != nil || !at.Equal(g.first) {
+				bad("event %d: %s/%d: record %d dead-lettered with %s %q, want %s", i, e.Topic, e.Partition, e.Offset,
+					stream.HeaderFirstFailure, hs[stream.HeaderFirstFailure], g.first.UTC().Format(time.RFC3339Nano))
 			}
 		case Committed:
 			switch {
@@ -317,6 +570,21 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if s != nil {
 				s.next = e.Offset
 			}
+			if s == nil || p.owner != key {
+				break
+			}
+			p.commitMD = e.Metadata
+			if e.Metadata == "" || h.MemoryOnly {
+				break
+			}
+			n := 0
+			if o := s.own[e.Offset]; o != nil {
+				n = o.count
+				o.stateAt = true
+			}
+			if c, started, _ := stateCount(e.Metadata); c-b2i(started) != n {
+				bad("%s: retry state %q committed for the record at %d, but the record has had %d counted deliveries", where(), e.Metadata, e.Offset, n)
+			}
 		}
 	}
 	total := 0
@@ -343,6 +611,41 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		r.MeanPerRecord = float64(total) / float64(r.Records)
 	}
 	return r
+}
+
+// stateCount returns the deliveries a committed retry state counts (its
+// retries so far, and the started one), whether a retry was started, and
+// the first failure it holds; 0 for no state, or metadata that is not
+// redeliver's.
+func stateCount(md string) (n int, started bool, first time.Time) {
+	s, err := checkpoint.DecodeState(md)
+	if err != nil || s.Retries <= 0 {
+		return 0, false, time.Time{}
+	}
+	return s.Retries + b2i(s.Started), s.Started, s.FirstFailure
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// near reports whether a and b are the same instant, to the millisecond
+// a committed retry state keeps.
+func near(a, b time.Time) bool {
+	d := a.Sub(b)
+	return d > -time.Millisecond && d < time.Millisecond
+}
+
+func stamp(t time.Time) string { return t.UTC().Format("15:04:05.000000") }
+
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
 
 func mark(handled []bool, first, last int64) {

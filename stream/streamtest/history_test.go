@@ -87,6 +87,24 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: o})
 	}
 	claimed := func(bi stream.BatchInfo, id uint64) stream.BatchInfo { bi.ClaimID = id; return bi }
+	// state commits the retry state of the batch at 0 after n counted
+	// deliveries: scheduled, or started (retry n about to be delivered).
+	state := func(hk stream.Hooks, n int, started bool) {
+		md := checkpoint.EncodeState(checkpoint.State{Retries: n, FirstFailure: time.UnixMilli(1000), Started: started})
+		hk.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+	}
+	failAt := func(hk stream.Hooks, n int, at time.Time) {
+		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed,
+			Err: errors.New("x"), Start: at})
+	}
+	gaveUp := func(hk stream.Hooks, retries int, first time.Time, last string) {
+		var err error
+		if last != "" {
+			err = errors.New(last)
+		}
+		hk.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: retries, FirstFailure: first, Last: err}})
+	}
+	t0 := time.UnixMilli(1000)
 	tests := []struct {
 		name string
 		run  func(a, b stream.Hooks)
@@ -120,7 +138,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
 			commit(a, 3)
-			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 9)})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.NotRetryable, Last: errors.New("x")}})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(3, 9), Try: 1})
 			commit(a, 10)
 		}, ""},
@@ -136,7 +154,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		{"given up, the action succeeded", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Outcome: stream.Failed, Err: errors.New("x")})
-			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4)})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Last: errors.New("x")}})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 2})
 			commit(a, 5)
@@ -146,39 +164,128 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		{"interrupted retry repeated by the next owner", func(a, b stream.Hooks) {
 			claim(a, -1)
 			retry(a, 0, stream.Failed)
-			commit(a, 0)
+			state(a, 1, false)
+			state(a, 1, true)
 			retry(a, 1, stream.Cancelled)
 			a.Abandoned(stream.AbandonedEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: 1}})
 			a.Released(stream.ReleaseEvent{Topic: "t"})
 			claim(b, 0)
 			retry(b, 1, stream.Succeeded)
 			commit(b, 10)
-		}, "retry 1 of the batch at 0 delivered again"},
+		}, "delivery of 0-9 as retry 1, but the record at 0 has had 2 counted deliveries"},
 		{"retry repeated after a crash", func(a, b stream.Hooks) {
 			claim(a, -1)
 			retry(a, 0, stream.Failed)
+			state(a, 1, true)
 			retry(a, 1, stream.Failed)
 			claim(b, 0)
 			retry(b, 1, stream.Succeeded)
 			commit(b, 10)
-		}, "retry 1 of the batch at 0 delivered again"},
+		}, "delivery of 0-9 as retry 1, but the record at 0 has had 2 counted deliveries"},
 		{"retry past the limit", func(a, _ stream.Hooks) {
 			claim(a, -1)
-			for n := range 3 {
-				retry(a, n, stream.Failed)
+			retry(a, 0, stream.Failed)
+			for n := 1; n <= 3; n++ {
+				state(a, n, true)
+				o := stream.Failed
+				if n == 3 {
+					o = stream.Succeeded
+				}
+				retry(a, n, o)
 			}
-			retry(a, 3, stream.Succeeded)
 			commit(a, 10)
-		}, "retry 3 of the batch at 0, past the limit of 2"},
+		}, "retry 3 of the record at 0, past the limit of 2"},
+		// The bound counts first deliveries too: a count that started
+		// over is caught, not trusted.
+		{"count started over", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			state(a, 1, true)
+			retry(a, 0, stream.Failed)
+			state(a, 1, true)
+			retry(a, 0, stream.Succeeded)
+			commit(a, 10)
+		}, "delivery of 0-9 as retry 0, but the record at 0 has had 1 counted deliveries"},
+		{"new owner ignores the committed state", func(a, b stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			state(a, 1, false)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 1})})
+			retry(b, 0, stream.Failed)
+			retry(b, 0, stream.Succeeded)
+			commit(b, 10)
+		}, "delivery of 0-9 as retry 0, but the record at 0 has had 1 counted deliveries"},
+		{"retry before its state is committed", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			retry(a, 1, stream.Succeeded)
+			commit(a, 10)
+		}, "retry 1 of the record at 0 delivered before a retry state that counts it was committed"},
+		{"state committed with a count that started over", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			state(a, 1, true)
+			retry(a, 1, stream.Failed)
+			state(a, 1, true)
+		}, "retry state \"rd1;o=0;r=1;f=1000;s=1\" committed for the record at 0, but the record has had 2 counted deliveries"},
+		{"a first failure lost in a move is delivered again as a first delivery", func(a, b stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			claim(b, -1)
+			retry(b, 0, stream.Succeeded)
+			commit(b, 10)
+		}, ""},
+		{"a started retry counts after a crash that hid its delivery", func(a, b stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			state(a, 1, true)
+			// killed during retry 1: no event of it
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 1, Started: true})})
+			state(b, 2, true)
+			retry(b, 2, stream.Succeeded)
+			commit(b, 10)
+		}, ""},
+		{"given up early", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			failAt(a, 0, t0)
+			gaveUp(a, 1, t0, "x")
+		}, "record 0 given up after 2 deliveries, but it has had 1 counted deliveries"},
+		{"given up for spent retries before the limit", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			failAt(a, 0, t0)
+			state(a, 1, true)
+			failAt(a, 1, t0.Add(time.Second))
+			gaveUp(a, 1, t0, "x")
+		}, "record 0 given up for spent retries after 1 retry, but the policy allows 2"},
+		{"given up with another first failure", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			failAt(a, 0, t0)
+			state(a, 1, true)
+			failAt(a, 1, t0.Add(time.Second))
+			state(a, 2, true)
+			failAt(a, 2, t0.Add(2*time.Second))
+			gaveUp(a, 2, t0.Add(time.Second), "x")
+		}, "record 0 given up with its first failure at 00:00:02.000000, but it first failed at 00:00:01.000000"},
+		{"given up with another error", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			failAt(a, 0, t0)
+			gaveUp(a, 0, t0, "y")
+		}, `record 0 given up with the last error "y", but its last counted delivery's was "x"`},
 		{"interrupted first delivery repeated, a given-up batch resumed", func(a, b stream.Hooks) {
 			claim(a, -1)
 			retry(a, 0, stream.Cancelled)
 			a.Released(stream.ReleaseEvent{Topic: "t"})
 			claim(b, -1)
-			retry(b, 0, stream.Failed)
-			retry(b, 1, stream.Failed)
-			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9)})
+			failAt(b, 0, t0)
+			state(b, 1, true)
+			failAt(b, 1, t0)
+			state(b, 2, true)
+			failAt(b, 2, t0)
+			gaveUp(b, 2, t0, "x")
 			retry(b, 0, stream.Failed) // Processor.Resume: a fresh count
+			state(b, 1, true)
 			retry(b, 1, stream.Succeeded)
 			commit(b, 10)
 		}, ""},
