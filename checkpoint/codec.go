@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -11,15 +12,19 @@ import (
 // The durable form of a State, written as a Kafka offset commit's metadata or
 // beside an Event Hubs checkpoint:
 //
-//	rd1;r=3;f=1732262400000;d=5000;n=1732262405000
-//	rd1;r=3;f=1732262400000;d=5000;s=1;rr=5:2000
+//	rd1;o=40;r=3;f=1732262400000;d=5000;n=1732262405000
+//	rd1;o=40;r=3;f=1732262400000;d=5000;s=1;rr=5:2000
 //
-// rd1 is the version; r the retries so far; f the first failure and n the
-// time the next retry is due, both in Unix milliseconds; d the last delay in
-// milliseconds; s=1 marks a started retry ([State.Started]); rr the
+// rd1 is the version; o the offset of the record the state belongs to
+// ([State.Offset]); r the retries so far; f the first failure and n the
+// time the next retry is due, both in Unix milliseconds; d the last delay
+// in milliseconds; w the time spent waiting out outages in milliseconds
+// ([State.OutageTime]); s=1 marks a started retry ([State.Started]); rr the
 // handler's own [Request] as its retry limit (-1 for none) and its delay in
-// milliseconds, rounded up. Fields at their zero value are left out, and
-// the zero State encodes as "". The longest encoding is under 120 bytes.
+// milliseconds, rounded up. Fields at their zero value are left out (o is
+// written whenever it is known, 0 included), and a State with no retry
+// state encodes as "". Every count a policy can reach round-trips, up to
+// the largest int; the longest encoding is under 200 bytes.
 //
 // Readers skip the fields they do not know, whatever their key or value,
 // with or without a value, so that a later version can add some; every
@@ -31,13 +36,18 @@ const metadataVersion = "rd1"
 // tool wrote. Callers ignore such metadata and start from the zero State.
 var ErrForeignMetadata = errors.New("checkpoint: metadata not written by redeliver")
 
-// EncodeState returns the durable form of s: short, versioned ASCII.
+// EncodeState returns the durable form of s: short, versioned ASCII. A
+// State that holds nothing but its Offset encodes as "".
 func EncodeState(s State) string {
-	if s == (State{}) {
+	if s == (State{Offset: s.Offset}) {
 		return ""
 	}
 	b := make([]byte, 0, 96)
 	b = append(b, metadataVersion...)
+	if s.Offset >= 0 {
+		b = append(b, ";o="...)
+		b = strconv.AppendInt(b, s.Offset, 10)
+	}
 	b = append(b, ";r="...)
 	b = strconv.AppendInt(b, int64(s.Retries), 10)
 	if !s.FirstFailure.IsZero() {
@@ -51,6 +61,10 @@ func EncodeState(s State) string {
 	if !s.NextAt.IsZero() {
 		b = append(b, ";n="...)
 		b = strconv.AppendInt(b, s.NextAt.UnixMilli(), 10)
+	}
+	if s.OutageTime > 0 {
+		b = append(b, ";w="...)
+		b = strconv.AppendInt(b, s.OutageTime.Milliseconds(), 10)
 	}
 	if s.Started {
 		b = append(b, ";s=1"...)
@@ -72,12 +86,14 @@ func EncodeState(s State) string {
 // State. Metadata of another tool returns [ErrForeignMetadata]; damaged
 // redeliver metadata (a field this version knows with a value it cannot
 // read) returns an error that says what is wrong. Fields it does not know
-// are skipped, so that a later version can add some.
+// are skipped, so that a later version can add some. Metadata that does
+// not name its record (written before states did) decodes with Offset -1.
 func DecodeState(md string) (State, error) {
 	var s State
 	if md == "" {
 		return s, nil
 	}
+	s.Offset = -1
 	rest, ok := strings.CutPrefix(md, metadataVersion)
 	if !ok || (rest != "" && rest[0] != ';') {
 		return s, ErrForeignMetadata
@@ -88,7 +104,7 @@ func DecodeState(md string) (State, error) {
 	for field := range strings.SplitSeq(strings.TrimPrefix(rest, ";"), ";") {
 		k, v, hasValue := strings.Cut(field, "=")
 		switch k {
-		case "r", "f", "d", "n", "s", "rr":
+		case "o", "r", "f", "d", "n", "w", "s", "rr":
 		default:
 			continue // unknown: a later version's
 		}
@@ -108,26 +124,30 @@ func DecodeState(md string) (State, error) {
 			return damaged("field %s=%q: want a non-negative integer", k, v)
 		}
 		switch k {
+		case "o":
+			s.Offset = n
 		case "r":
-			if n > 1<<31-1 {
+			if n > math.MaxInt {
 				return damaged("retries %d out of range", n)
 			}
 			s.Retries = int(n)
 		case "f":
 			s.FirstFailure = time.UnixMilli(n)
 		case "d":
-			if n > int64(maxDuration/time.Millisecond) {
-				return damaged("delay %dms out of range", n)
-			}
-			s.LastDelay = time.Duration(n) * time.Millisecond
+			s.LastDelay = millis(n)
 		case "n":
 			s.NextAt = time.UnixMilli(n)
+		case "w":
+			s.OutageTime = millis(n)
 		case "s":
 			if n > 1 {
 				return damaged("field s=%q: want 1 (started) or 0", v)
 			}
 			s.Started = n == 1
 		}
+	}
+	if s == (State{Offset: s.Offset}) {
+		return State{}, nil // no retry state: the zero State
 	}
 	return s, nil
 }
@@ -138,15 +158,24 @@ func decodeRequest(v string) (Request, error) {
 	if !ok {
 		return Request{}, errors.New("want <max retries>:<delay in milliseconds>")
 	}
-	n, err := strconv.ParseInt(a, 10, 32)
+	n, err := strconv.ParseInt(a, 10, strconv.IntSize)
 	if err != nil || n < Infinite {
 		return Request{}, errors.New("max retries: want -1 or more")
 	}
 	ms, err := strconv.ParseInt(b, 10, 64)
-	if err != nil || ms < 0 || ms > int64(maxDuration/time.Millisecond) {
+	if err != nil || ms < 0 {
 		return Request{}, errors.New("delay: want a non-negative number of milliseconds")
 	}
-	return Request{MaxRetries: int(n), Delay: time.Duration(ms) * time.Millisecond}, nil
+	return Request{MaxRetries: int(n), Delay: millis(ms)}, nil
+}
+
+// millis returns ms milliseconds as a Duration, the largest Duration for
+// more than it holds (a delay written rounded up from the largest one).
+func millis(ms int64) time.Duration {
+	if ms > int64(maxDuration/time.Millisecond) {
+		return maxDuration
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // String describes s for people, times in UTC to the millisecond:

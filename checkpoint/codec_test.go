@@ -2,6 +2,7 @@ package checkpoint_test
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestStateRoundTrip(t *testing.T) {
 			t.Fatalf("%q decoded to %+v, want %+v", md, got, s)
 		}
 	}
-	if md := checkpoint.EncodeState(checkpoint.State{Retries: 3, FirstFailure: time.UnixMilli(1732262400000)}); md != "rd1;r=3;f=1732262400000" {
+	if md := checkpoint.EncodeState(checkpoint.State{Offset: 40, Retries: 3, FirstFailure: time.UnixMilli(1732262400000)}); md != "rd1;o=40;r=3;f=1732262400000" {
 		t.Fatalf("encoding %q", md)
 	}
 }
@@ -38,7 +39,7 @@ func TestDecodeStateForeignAndDamaged(t *testing.T) {
 			t.Errorf("%q: %v, want ErrForeignMetadata", md, err)
 		}
 	}
-	for _, md := range []string{"rd1;r=x", "rd1;r=-1", "rd1;r", "rd1;f=99999999999999999999", "rd1;r=4294967296"} {
+	for _, md := range []string{"rd1;r=x", "rd1;r=-1", "rd1;r", "rd1;f=99999999999999999999", "rd1;r=9223372036854775808", "rd1;o=-1;r=1", "rd1;o", "rd1;w=x"} {
 		_, err := checkpoint.DecodeState(md)
 		if err == nil || errors.Is(err, checkpoint.ErrForeignMetadata) || !strings.Contains(err.Error(), "checkpoint: metadata") {
 			t.Errorf("%q: %v, want a damage error", md, err)
@@ -60,12 +61,12 @@ func TestDecodeStateForeignAndDamaged(t *testing.T) {
 // one-letter keys with any value, fields without a value, empty fields
 // (issue 10, defect 10: the first two were taken for damage).
 func TestDecodeStateSkipsUnknownFields(t *testing.T) {
-	want := checkpoint.State{Retries: 2, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second}
+	want := checkpoint.State{Offset: -1, Retries: 2, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second}
 	for _, md := range []string{
 		"rd1;r=2;x=abc;f=1732262400000;d=5000",
 		"rd1;r=2;x;f=1732262400000;d=5000",
 		"rd1;r=2;f=1732262400000;zz;d=5000;q=-1",
-		"rd1;r=2;f=1732262400000;d=5000;;;y=1:2:3;w=",
+		"rd1;r=2;f=1732262400000;d=5000;;;y=1:2:3;v=",
 		"rd1;k;r=2;f=1732262400000;d=5000;future=a=b",
 	} {
 		got, err := checkpoint.DecodeState(md)
@@ -82,13 +83,15 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 		s  checkpoint.State
 		md string
 	}{
-		{checkpoint.State{Retries: 3, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second, Started: true},
-			"rd1;r=3;f=1732262400000;d=5000;s=1"},
+		{checkpoint.State{Offset: 12, Retries: 3, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second, Started: true},
+			"rd1;o=12;r=3;f=1732262400000;d=5000;s=1"},
 		{checkpoint.State{Retries: 1, FirstFailure: time.UnixMilli(1), LastDelay: 2 * time.Second, NextAt: time.UnixMilli(2001),
 			Request: checkpoint.Request{MaxRetries: 5, Delay: 2 * time.Second}},
-			"rd1;r=1;f=1;d=2000;n=2001;rr=5:2000"},
-		{checkpoint.State{Retries: 7, Started: true, Request: checkpoint.Request{MaxRetries: checkpoint.Infinite}},
+			"rd1;o=0;r=1;f=1;d=2000;n=2001;rr=5:2000"},
+		{checkpoint.State{Offset: -1, Retries: 7, Started: true, Request: checkpoint.Request{MaxRetries: checkpoint.Infinite}},
 			"rd1;r=7;s=1;rr=-1:0"},
+		{checkpoint.State{Offset: 1 << 62, Retries: 2, OutageTime: 90 * time.Second},
+			"rd1;o=4611686018427387904;r=2;w=90000"},
 	} {
 		if md := checkpoint.EncodeState(tc.s); md != tc.md {
 			t.Errorf("EncodeState(%+v) = %q, want %q", tc.s, md, tc.md)
@@ -100,12 +103,12 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 	}
 	// A delay below a millisecond is rounded up, never down to nothing.
 	md := checkpoint.EncodeState(checkpoint.State{Retries: 1, Request: checkpoint.Request{MaxRetries: 2, Delay: 1500 * time.Microsecond}})
-	if md != "rd1;r=1;rr=2:2" {
+	if md != "rd1;o=0;r=1;rr=2:2" {
 		t.Errorf("sub-millisecond request delay encoded as %q", md)
 	}
-	longest := checkpoint.State{Retries: 1<<31 - 1, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
-		Started: true, Request: checkpoint.Request{MaxRetries: 1<<31 - 1, Delay: 1<<63 - 1}}
-	if md := checkpoint.EncodeState(longest); len(md) >= 120 {
+	longest := checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
+		OutageTime: 1<<63 - 1, Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: 1<<63 - 1}}
+	if md := checkpoint.EncodeState(longest); len(md) >= 200 {
 		t.Errorf("longest encoding %q is %d bytes", md, len(md))
 	}
 	// What the previous rd1 writer wrote.
@@ -126,7 +129,8 @@ func FuzzDecodeState(f *testing.F) {
 		}
 		again, err := checkpoint.DecodeState(checkpoint.EncodeState(s))
 		if err != nil || again != s && !(again.FirstFailure.Equal(s.FirstFailure) && again.NextAt.Equal(s.NextAt) && again.Retries == s.Retries &&
-			again.LastDelay == s.LastDelay && again.Started == s.Started && again.Request == s.Request) {
+			again.LastDelay == s.LastDelay && again.Started == s.Started && again.Request == s.Request && again.Offset == s.Offset &&
+			again.OutageTime == s.OutageTime) {
 			t.Fatalf("%q -> %+v -> %+v (%v)", md, s, again, err)
 		}
 	})

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -86,6 +87,12 @@ type Decision struct {
 // across any move: a next owner that reads a started State counts that
 // retry as made, whatever became of it.
 type State struct {
+	// Offset is the offset of the record the state belongs to: the first
+	// record of the withheld range, whose retries it counts. The Machine
+	// does not use it: whoever stores the state sets it, so that a next
+	// owner applies the count to that record only. -1 when unknown
+	// (metadata written before states named their record).
+	Offset int64
 	// Retries is the number of retries scheduled so far. While the batch is
 	// being delivered, it has been delivered Retries+1 times.
 	Retries int
@@ -96,6 +103,9 @@ type State struct {
 	// NextAt is when the scheduled retry is due; zero when none is (before
 	// the first failure, and once the retry has started).
 	NextAt time.Time
+	// OutageTime is how long the batch has waited out outages since its
+	// first failure (see stream.Budget): MaxRetryTime does not count it.
+	OutageTime time.Duration
 	// Started reports that the retry counted by Retries has started. Its
 	// outcome is not part of the State: a next owner counts it as made and
 	// decides as after a failure (see [Machine.Resume]).
@@ -177,18 +187,23 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 // from a durable checkpoint, and answers what follows:
 //
 //   - a started State (its retry began under the previous owner, which may
-//     have been interrupted at any point of it): that retry counts as made,
-//     and the answer is that of a failure at now with [ErrInterrupted],
-//     without the error filter: a retry later, or StopRetrying once the
-//     limits are reached;
+//     have been interrupted at any point of it): that retry counts as made
+//     and as failed, with [ErrInterrupted] as its error, since its outcome
+//     is not known. The next retry's delay is the policy's Backoff for it
+//     (the last delay again when the policy has no Backoff, only Decide):
+//     neither the error filter nor Decide sees ErrInterrupted, which is no
+//     error of the handler's. The answer is a retry later, or StopRetrying
+//     once the limits are reached;
 //   - a scheduled State: RetryLater at its NextAt, or RetryNow once due (or
 //     when it has no NextAt). A NextAt further than now plus the delay the
-//     policy in force gives that retry with the largest random draw (a
-//     skewed clock, a foreign writer) is brought back to that;
+//     retry was scheduled with (LastDelay: a Decide delay or a retry-after
+//     hint included), or than the policy's Backoff with the largest random
+//     draw when that is longer, is brought back to that (a skewed clock, a
+//     foreign writer);
 //   - a State with no retry (the zero State): the zero Decision.
 //
-// A State without a first failure time is taken to have first failed at
-// now.
+// A State without a first failure time, or with one after now (the clocks
+// of two owners disagree), is taken to have first failed at now.
 func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 	m.Restore(s)
 	if m.state.Retries <= 0 {
@@ -197,16 +212,18 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		}
 		return Decision{}
 	}
-	if m.state.FirstFailure.IsZero() {
+	if m.state.FirstFailure.IsZero() || m.state.FirstFailure.After(now) {
 		m.state.FirstFailure = now
 	}
 	if m.state.Started {
-		if m.hasOver {
-			return m.fail(now, nil, rnd, false)
-		}
-		return m.fail(now, ErrInterrupted, rnd, false)
+		return m.interrupted(now, rnd)
 	}
-	limit := now.Add(m.policyRef().Delay(m.state.Retries, m.state.LastDelay, topDraw{}))
+	p := m.policyRef()
+	longest := p.Delay(m.state.Retries, m.state.LastDelay, topDraw{})
+	if last := p.capped(m.state.LastDelay); last > longest {
+		longest = last
+	}
+	limit := now.Add(longest)
 	switch {
 	case m.state.NextAt.IsZero(): // a scheduled retry with no due time: due now
 		m.state.NextAt = now
@@ -214,6 +231,24 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		m.state.NextAt = limit
 	}
 	return m.Decide(now)
+}
+
+// interrupted counts the started retry of a restored State as failed at
+// now with ErrInterrupted, and decides the next one with the policy's
+// Backoff, or the last delay again when it has none.
+func (m *Machine) interrupted(now time.Time, rnd Rand) Decision {
+	m.last, m.refused = ErrInterrupted, false
+	m.state.NextAt, m.state.Started = time.Time{}, false
+	p := m.policyRef()
+	if p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries {
+		return m.stop(RetriesSpent)
+	}
+	n := next(m.state.Retries)
+	d := m.state.LastDelay
+	if p.Backoff != nil {
+		d = p.Backoff(n, m.state.LastDelay, rnd)
+	}
+	return m.schedule(now, n, p.capped(d))
 }
 
 // topDraw is the largest random draw: with it a Backoff gives the longest
@@ -235,7 +270,7 @@ func (m *Machine) Start(now time.Time) Decision {
 		return Decision{}
 	}
 	p := m.policyRef()
-	if p.MaxRetryTime > 0 && !m.state.FirstFailure.IsZero() && now.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
+	if p.MaxRetryTime > 0 && !m.state.FirstFailure.IsZero() && m.spent(now) >= p.MaxRetryTime {
 		m.refused = true
 		return m.stop(TimeBudgetSpent)
 	}
@@ -318,19 +353,36 @@ func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision
 	m.last, m.refused = err, false
 	m.state.NextAt, m.state.Started = time.Time{}, false
 	p := m.policyRef()
-	if filter && !p.retryable(err) {
+	if filter && (IsPermanent(err) || !p.retryable(err)) {
+		// Permanent is never retried, whatever the policy's filter says.
 		return m.stop(NotRetryable)
 	}
 	if p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries {
 		return m.stop(RetriesSpent)
 	}
-	n := m.state.Retries + 1
+	n := next(m.state.Retries)
 	d, ok := p.next(n, m.state.LastDelay, err, rnd)
 	if !ok {
 		return m.stop(NotRetryable)
 	}
-	at := now.Add(d)
-	if p.MaxRetryTime > 0 && at.Sub(m.state.FirstFailure) >= p.MaxRetryTime {
+	return m.schedule(now, n, d)
+}
+
+// next returns the number of the retry after retries: retries+1, or the
+// largest int for a count that has reached it (an infinite policy's).
+func next(retries int) int {
+	if retries == math.MaxInt {
+		return retries
+	}
+	return retries + 1
+}
+
+// schedule schedules retry n after a delay of d from now, unless it would
+// start past the policy's time limits.
+func (m *Machine) schedule(now time.Time, n int, d time.Duration) Decision {
+	p := m.policyRef()
+	at := addClamped(now, d)
+	if p.MaxRetryTime > 0 && m.spent(at) >= p.MaxRetryTime {
 		return m.stop(TimeBudgetSpent)
 	}
 	if p.MaxRecordAge > 0 && !m.oldest.IsZero() && at.Sub(m.oldest) >= p.MaxRecordAge {
@@ -343,6 +395,22 @@ func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision
 		a = RetryNow
 	}
 	return Decision{Action: a, At: at, Delay: d, Retry: n}
+}
+
+// spent returns the part of MaxRetryTime used at t: the time since the
+// first failure, less the time spent waiting out outages.
+func (m *Machine) spent(t time.Time) time.Duration {
+	return t.Sub(m.state.FirstFailure) - m.state.OutageTime
+}
+
+// addClamped returns t+d, or the latest time a Duration from t reaches
+// when that overflows.
+func addClamped(t time.Time, d time.Duration) time.Time {
+	at := t.Add(d)
+	if d > 0 && at.Before(t) {
+		return t.Add(maxDuration)
+	}
+	return at
 }
 
 func (m *Machine) stop(r Reason) Decision {

@@ -136,13 +136,18 @@ func (p *Policy) next(n int, prev time.Duration, err error, rnd Rand) (time.Dura
 			d = h
 		}
 	}
+	return p.capped(d), true
+}
+
+// capped returns d, 0 when negative, capped by MaxDelay.
+func (p *Policy) capped(d time.Duration) time.Duration {
 	if d < 0 {
 		d = 0
 	}
 	if p.MaxDelay > 0 && d > p.MaxDelay {
 		d = p.MaxDelay
 	}
-	return d, true
+	return d
 }
 
 func (p *Policy) retryable(err error) bool {

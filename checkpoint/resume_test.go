@@ -143,3 +143,100 @@ func TestMachineRequestSurvivesResume(t *testing.T) {
 		t.Fatal("the request outlived its batch")
 	}
 }
+
+// A restored due time is capped by the delay its retry was scheduled with
+// when that was longer than the Backoff's: a Decide delay or a retry-after
+// hint is kept across a move, and a Decide-only policy (no Backoff) does
+// not make the retry due at once.
+func TestMachineResumeKeepsAThrottledDelay(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    checkpoint.Policy
+	}{
+		{"Decide", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second),
+			Decide: func(int, error, time.Duration, checkpoint.Rand) (time.Duration, bool) { return 30 * time.Second, true }}},
+		{"Decide only", checkpoint.Policy{MaxRetries: 5,
+			Decide: func(int, error, time.Duration, checkpoint.Rand) (time.Duration, bool) { return 30 * time.Second, true }}},
+		{"retry-after hint", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := checkpoint.NewMachine(tc.p)
+			m.Begin(time.Time{})
+			d := m.Fail(t0, checkpoint.RetryAfter(errBoom, 30*time.Second), nil)
+			if !d.At.Equal(t0.Add(30 * time.Second)) {
+				t.Fatalf("first failure: %+v, want a retry at +30s", d)
+			}
+			back, err := checkpoint.DecodeState(checkpoint.EncodeState(m.State()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := checkpoint.NewMachine(tc.p)
+			next.Begin(time.Time{})
+			now := t0.Add(10 * time.Second) // a move 10s later
+			if d := next.Resume(back, now, nil); d.Action != checkpoint.RetryLater || !d.At.Equal(t0.Add(30*time.Second)) {
+				t.Fatalf("after a move: %+v, want the retry still at +30s", d)
+			}
+		})
+	}
+}
+
+// A started retry resumed by a next owner is not shown to Decide or the
+// error filter as ErrInterrupted, which is no error of the handler's: a
+// Decide that retries only the errors it knows goes on retrying after an
+// ordinary move. Its delay is the last one when there is no Backoff.
+func TestMachineResumeStartedRetryWithDecide(t *testing.T) {
+	known := errors.New("known")
+	p := checkpoint.Policy{MaxRetries: 5, Decide: func(_ int, err error, _ time.Duration, _ checkpoint.Rand) (time.Duration, bool) {
+		return 7 * time.Second, errors.Is(err, known)
+	}, Retryable: func(err error) bool { return errors.Is(err, known) }}
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: 7 * time.Second, Started: true}, t0, nil)
+	if d.Action != checkpoint.RetryLater || d.Retry != 3 || d.Delay != 7*time.Second {
+		t.Fatalf("resumed started retry: %+v, want retry 3 after the last 7s", d)
+	}
+	if !errors.Is(m.LastError(), checkpoint.ErrInterrupted) {
+		t.Fatalf("last error %v, want ErrInterrupted (the outcome is not known)", m.LastError())
+	}
+}
+
+// Permanent is never retried, whatever the policy's error filter says.
+func TestPermanentIgnoresTheFilter(t *testing.T) {
+	for _, p := range []checkpoint.Policy{
+		{MaxRetries: 5, Retryable: func(error) bool { return true }},
+		{MaxRetries: 5, Retryable: checkpoint.RetryOnly(errBoom)},
+		{MaxRetries: 5, Decide: func(int, error, time.Duration, checkpoint.Rand) (time.Duration, bool) { return 0, true }},
+	} {
+		m := checkpoint.NewMachine(p)
+		m.Begin(time.Time{})
+		if d := m.Fail(t0, checkpoint.Permanent(errBoom), nil); d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.NotRetryable {
+			t.Fatalf("Permanent(err) with a custom filter: %+v, want not retryable", d)
+		}
+	}
+}
+
+// A restored first failure after now (the clocks of two owners disagree)
+// is taken as now: a 10s MaxRetryTime then allows 10s of retries, not the
+// skew on top.
+func TestMachineResumeCapsAFutureFirstFailure(t *testing.T) {
+	p := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(10 * time.Millisecond), MaxRetryTime: 10 * time.Second}
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	now := t0
+	d := m.Resume(checkpoint.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond, Started: true}, now, nil)
+	retries := 0
+	for d.Action != checkpoint.StopRetrying {
+		now = d.At
+		if s := m.Start(now); s.Action == checkpoint.StopRetrying {
+			break
+		}
+		retries++
+		d = m.Fail(now, errBoom, nil)
+		if retries > 5000 {
+			break
+		}
+	}
+	if now.Sub(t0) > 10*time.Second || retries > 1000 {
+		t.Fatalf("%d retries over %v after a move with a first failure an hour ahead, want at most 10s of them", retries, now.Sub(t0))
+	}
+}

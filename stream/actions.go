@@ -133,7 +133,14 @@ type Publisher interface {
 	Publish(ctx context.Context, topic string, recs []Record) error
 }
 
-// The headers a dead-lettered record carries, besides its own.
+// The headers a dead-lettered record carries, besides its own. Each
+// describes the record, in every mode (checkpoint or share group) and
+// through every adapter: HeaderDeliveries is how many times the record
+// was handed to the handler in its count, the ExhaustedError's Retries
+// plus one (a record given up as not retryable on its first delivery says
+// 1); HeaderFirstFailure is the record's own first failure; HeaderError
+// its last error. docs/COUNTING.md says what is counted, and where a
+// count can fall short after a crash.
 const (
 	HeaderTopic        = "redeliver-original-topic"
 	HeaderPartition    = "redeliver-original-partition"
@@ -145,8 +152,11 @@ const (
 
 // The headers of Kafka's own share-group dead-letter queue (KIP-1191), which
 // a dead-lettered record carries too, so that one tool reads both. Group is
-// set when the consumer names its group (see [WithSource]); Message holds
-// the reason the record was given up.
+// set when the consumer names its group (see [WithSource]); DeliveryCount
+// is the record's own deliveries, as HeaderDeliveries (in share mode not
+// the broker's delivery count, which does not count the retries a
+// consumer holds in memory); Message holds the reason the record was
+// given up.
 const (
 	HeaderDLQTopic         = "__dlq.errors.topic"
 	HeaderDLQPartition     = "__dlq.errors.partition"
@@ -194,10 +204,6 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 			last = xerr.Last.Error()
 		}
 		src, _ := SourceFrom(ctx)
-		count := deliveries
-		if src.DeliveryCount > 0 {
-			count = strconv.Itoa(src.DeliveryCount)
-		}
 		reason := src.Reason
 		if reason == "" {
 			reason = xerr.Error()
@@ -222,7 +228,7 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 				h = append(h, Header{HeaderDLQGroup, []byte(src.Group)})
 			}
 			h = append(h,
-				Header{HeaderDLQDeliveryCount, []byte(count)},
+				Header{HeaderDLQDeliveryCount, []byte(deliveries)},
 				Header{HeaderDLQMessage, []byte(reason)},
 			)
 			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}

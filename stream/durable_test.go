@@ -23,7 +23,7 @@ func moveAfter(t *testing.T, memory bool) int {
 	var opts []stream.Option
 	revoke := stream.Hooks{
 		Checkpointed: func(e stream.CheckpointEvent) {
-			if strings.HasPrefix(e.Metadata, "rd1;r=4;") {
+			if strings.HasPrefix(e.Metadata, "rd1;o=0;r=4;") {
 				p.Revoke()
 			}
 		},

@@ -232,10 +232,10 @@ func TestRetryPathCommits(t *testing.T) {
 		}
 		f, n1, n2 := itoa(begin.UnixMilli()), itoa(begin.UnixMilli()+1000), itoa(begin.UnixMilli()+2000)
 		want := fmt.Sprint([]string{
-			"0 rd1;r=1;f=" + f + ";d=1000;n=" + n1,
-			"0 rd1;r=1;f=" + f + ";d=1000;s=1",
-			"0 rd1;r=2;f=" + f + ";d=1000;n=" + n2,
-			"0 rd1;r=2;f=" + f + ";d=1000;s=1",
+			"0 rd1;o=0;r=1;f=" + f + ";d=1000;n=" + n1,
+			"0 rd1;o=0;r=1;f=" + f + ";d=1000;s=1",
+			"0 rd1;o=0;r=2;f=" + f + ";d=1000;n=" + n2,
+			"0 rd1;o=0;r=2;f=" + f + ";d=1000;s=1",
 			"5 ",
 		})
 		if fmt.Sprint(got) != want {

@@ -295,6 +295,11 @@ func (w *worker) readState(off int64, md string) {
 		w.log.Debug("redeliver: committed metadata is not ours, ignored", "offset", off, "metadata", md)
 	case err != nil:
 		w.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
+	case s.Offset >= 0 && s.Offset != off:
+		// Not the state of the record at the checkpoint: never apply
+		// one record's count to another.
+		w.log.Warn("redeliver: committed retry state belongs to another record than the one at the checkpoint, ignored",
+			"offset", off, "state_offset", s.Offset, "metadata", md)
 	default:
 		w.from, w.restored = off, s
 	}
@@ -448,6 +453,12 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		cause = err
 		if partial = asBatchError(err, len(b.Records)); partial != nil {
 			cause = partial.Err
+			if partial.Index > 0 {
+				// The retry state belongs to the batch's first record,
+				// which is done: the record that failed starts its own
+				// count, time budget and age.
+				w.m.Begin(b.Records[partial.Index].Timestamp)
+			}
 		}
 		rr := retryRequest(cause)
 		if rr != nil {
@@ -531,8 +542,8 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 
 // outage waits, paused, until the outage ends or b is to be delivered as
 // its probe. The time it waits does not count against the policy's time
-// budget: the batch's first failure moves forward by it. It returns an
-// error when the worker must stop.
+// budget (it adds to the state's OutageTime). It returns an error when the
+// worker must stop.
 func (w *worker) outage(ctx context.Context, b *Batch) error {
 	if !w.paused {
 		w.c.Pause()
@@ -547,7 +558,7 @@ func (w *worker) outage(ctx context.Context, b *Batch) error {
 	}
 	if waited := clock.Now().Sub(start); waited > 0 {
 		if s := w.m.State(); !s.FirstFailure.IsZero() {
-			s.FirstFailure = s.FirstFailure.Add(waited)
+			s.OutageTime += waited
 			w.m.Restore(s)
 		}
 	}
@@ -598,7 +609,9 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	if w.p.cfg.memoryOnly {
 		return nil
 	}
-	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(w.m.State()))
+	s := w.m.State()
+	s.Offset = b.FirstOffset()
+	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
 }
 
 // call runs the handler and turns a panic into a *PanicError.

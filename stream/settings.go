@@ -56,12 +56,11 @@ func IsStop(err error) bool { return err == errStop }
 
 // Source describes where a dead-lettered record came from beyond its topic,
 // partition and offset, for [DeadLetter]'s headers: the group that gave up on
-// it and the broker's delivery count (Kafka share groups). A consumer puts it
-// in the exhaustion action's context with [WithSource].
+// it (Kafka share groups) and why, in the consumer's words. A consumer puts
+// it in the exhaustion action's context with [WithSource].
 type Source struct {
-	Group         string
-	DeliveryCount int // 0: unknown; the headers then carry the deliveries the Processor counted
-	Reason        string
+	Group  string
+	Reason string // empty: the ExhaustedError's message
 }
 
 type sourceKey struct{}

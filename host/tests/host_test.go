@@ -145,8 +145,8 @@ func TestShutdownMidBackoff(t *testing.T) {
 				t.Errorf("Run took %v to return mid-backoff, want under 1s", took)
 			}
 			o, ok := committed(t, addrs, "g").Lookup("orders", 0)
-			if !ok || o.At != 3 || !strings.HasPrefix(o.Metadata, "rd1;r=1") {
-				t.Errorf("committed %+v after shutdown, want offset 3 with the retry state rd1;r=1...", o)
+			if !ok || o.At != 3 || !strings.HasPrefix(o.Metadata, "rd1;o=3;r=1") {
+				t.Errorf("committed %+v after shutdown, want offset 3 with the retry state rd1;o=3;r=1...", o)
 			}
 			if n := after.Load(); n != 0 {
 				t.Errorf("%d deliveries past the failing batch", n)

@@ -136,7 +136,7 @@ func TestStatusAndActions(t *testing.T) {
 	st := status(t, hd)
 	slow, _ := partition(st, "slow")
 	if slow.Retry != 1 || slow.MaxRetries != 3 || slow.NextAt.IsZero() || slow.FirstFailure.IsZero() ||
-		slow.LastError != "boom" || slow.FirstOffset != 2 || slow.Checkpoint != 2 || !strings.HasPrefix(slow.Metadata, "rd1;r=1") {
+		slow.LastError != "boom" || slow.FirstOffset != 2 || slow.Checkpoint != 2 || !strings.HasPrefix(slow.Metadata, "rd1;o=2;r=1") {
 		t.Errorf("slow = %+v, want retry 1 of 3 of offset 2, due, with its first failure and error", slow)
 	}
 	stop, _ := partition(st, "stopper")

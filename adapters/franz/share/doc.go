@@ -34,6 +34,10 @@
 //   - Dead-letter records carry the headers of Kafka's own share-group
 //     dead-letter queue (KIP-1191: __dlq.errors.topic, .partition, .offset,
 //     .group, .delivery.count, .message with the reason) beside redeliver's.
+//     Both delivery counts (__dlq.errors.delivery.count and
+//     redeliver-deliveries) are the record's own deliveries as counted
+//     below, not the broker's delivery count: the broker does not count
+//     the retries this consumer holds in memory.
 //
 // # Counting
 //

@@ -852,7 +852,7 @@ func (s *settle) exhaust(ctx context.Context, it *item, xerr *checkpoint.Exhaust
 // act runs the exhaustion action of a given-up record in a goroutine.
 func (s *settle) act(ctx context.Context, it *item) {
 	c := s.l.c
-	actx := stream.WithSource(ctx, stream.Source{Group: c.group, DeliveryCount: int(it.dc), Reason: it.x.reason})
+	actx := stream.WithSource(ctx, stream.Source{Group: c.group, Reason: it.x.reason})
 	b := s.one(it)
 	s.actions++
 	it.call = &call{} // marks the action as running
