@@ -29,6 +29,21 @@ type Backoff func(n int, prev time.Duration, rnd Rand) time.Duration
 // to it instead of overflowing.
 const maxDuration = time.Duration(math.MaxInt64)
 
+// MaxBackoff is the ceiling of the delays that the growing backoffs of this
+// package compute when nothing else caps them: [Linear], [Exponential],
+// [ExponentialJitter], and [FullJitter], [DecorrelatedJitter] and
+// [JitteredExponential] without a ceiling of their own. Without it, retry 64
+// of Exponential(time.Second) would wait 292 years. A backoff whose first
+// delay is already longer keeps that first delay as its ceiling. Set
+// [Policy.MaxDelay] for a lower cap; the presets keep their SDKs' own caps.
+const MaxBackoff = 24 * time.Hour
+
+// grown clamps ns, a delay grown from a first delay of first (both in
+// nanoseconds), to MaxBackoff, or to first when that is longer.
+func grown(ns, first float64) time.Duration {
+	return clamp(min(ns, max(float64(MaxBackoff), first)))
+}
+
 // clamp converts a float number of nanoseconds to a Duration in
 // [0, maxDuration].
 func clamp(ns float64) time.Duration {
@@ -61,28 +76,31 @@ func Fixed(d time.Duration) Backoff {
 }
 
 // Linear waits initial*n before retry n: LINEAR_BACKOFF in the Azure IoT C
-// SDK. With initial = 5s: 5s 10s 15s 20s ...
+// SDK. With initial = 5s: 5s 10s 15s 20s ..., up to [MaxBackoff].
 func Linear(initial time.Duration) Backoff {
 	return func(n int, _ time.Duration, _ Rand) time.Duration {
-		return clamp(float64(initial) * float64(max(n, 1)))
+		return grown(float64(initial)*float64(max(n, 1)), float64(initial))
 	}
 }
 
 // Exponential waits initial*2^(n-1) before retry n: EXPONENTIAL_BACKOFF in the
-// Azure IoT C SDK. With initial = 1s: 1s 2s 4s 8s ...
+// Azure IoT C SDK. With initial = 1s: 1s 2s 4s 8s ..., up to [MaxBackoff]
+// (from retry 18 on).
 func Exponential(initial time.Duration) Backoff {
 	return func(n int, _ time.Duration, _ Rand) time.Duration {
-		return clamp(float64(initial) * pow2(n))
+		return grown(float64(initial)*pow2(n), float64(initial))
 	}
 }
 
 // ExponentialJitter waits initial*2^(n-1)*(1 + percent/100*U) before retry n,
 // U uniform in [0, 1): EXPONENTIAL_BACKOFF_WITH_JITTER in the Azure IoT C SDK's
 // requirements, whose default percent is 5 (see [DefaultJitterPercent]). The
-// jitter only lengthens a delay, by at most percent.
+// jitter only lengthens a delay, by at most percent. Delays grow up to
+// [MaxBackoff].
 func ExponentialJitter(initial time.Duration, percent float64) Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
-		return clamp(float64(initial) * pow2(n) * (1 + percent/100*rnd.Float64()))
+		j := 1 + percent/100*rnd.Float64()
+		return grown(float64(initial)*pow2(n)*j, float64(initial)*j)
 	}
 }
 
@@ -100,12 +118,15 @@ func Random(initial time.Duration) Backoff {
 
 // FullJitter waits a uniform pick in [0, min(maxDelay, base*2^(n-1))) before
 // retry n: the AWS IoT Device SDK's exponential backoff with full jitter.
-// maxDelay <= 0 means no ceiling.
+// maxDelay <= 0 means no ceiling of its own: the window grows up to
+// [MaxBackoff].
 func FullJitter(base, maxDelay time.Duration) Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
 		window := float64(base) * pow2(n)
 		if maxDelay > 0 && window > float64(maxDelay) {
 			window = float64(maxDelay)
+		} else if maxDelay <= 0 {
+			window = min(window, max(float64(MaxBackoff), float64(base)))
 		}
 		return clamp(window * rnd.Float64())
 	}
@@ -114,7 +135,8 @@ func FullJitter(base, maxDelay time.Duration) Backoff {
 // DecorrelatedJitter waits min(ceiling, a uniform pick between base and
 // 3*prev) before each retry, prev being the previous delay (base before the
 // first retry). The delays wander upward from base without the lockstep of
-// plain exponential backoff. ceiling <= 0 means no ceiling.
+// plain exponential backoff. ceiling <= 0 means no ceiling of its own: the
+// delays grow up to [MaxBackoff].
 func DecorrelatedJitter(base, ceiling time.Duration) Backoff {
 	return func(_ int, prev time.Duration, rnd Rand) time.Duration {
 		if prev < base {
@@ -125,13 +147,17 @@ func DecorrelatedJitter(base, ceiling time.Duration) Backoff {
 		if ceiling > 0 && d > float64(ceiling) {
 			d = float64(ceiling)
 		}
+		if ceiling <= 0 {
+			return grown(d, float64(base))
+		}
 		return clamp(d)
 	}
 }
 
 // JitteredExponential is the shape of the Azure IoT Java SDK's documented
 // default: Cmin + (2^(n-1) - 1) * J, capped at Cmax, where J is c jittered
-// uniformly in [c*(1-jitterDown), c*(1+jitterUp)). For the SDK's released
+// uniformly in [c*(1-jitterDown), c*(1+jitterUp)). cmax <= 0 means no cap
+// of its own: the delays grow up to [MaxBackoff]. For the SDK's released
 // code, defaults included, use [AzureIoTJava].
 func JitteredExponential(c, cmin, cmax time.Duration, jitterDown, jitterUp float64) Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
@@ -141,6 +167,9 @@ func JitteredExponential(c, cmin, cmax time.Duration, jitterDown, jitterUp float
 		d := float64(cmin) + (pow2(n)-1)*j
 		if cmax > 0 && d > float64(cmax) {
 			d = float64(cmax)
+		}
+		if cmax <= 0 {
+			return grown(d, float64(cmin))
 		}
 		return clamp(d)
 	}

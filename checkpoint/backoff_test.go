@@ -99,3 +99,37 @@ func TestPolicyDelayCaps(t *testing.T) {
 		t.Fatalf("schedule of a 2-retry policy has %d delays", n)
 	}
 }
+
+// A growing backoff with no cap of its own stops at MaxBackoff (a day)
+// instead of growing to a wait of centuries; one whose first delay is
+// longer keeps that first delay.
+func TestBackoffCeiling(t *testing.T) {
+	half := constU(0.5)
+	for _, tc := range []struct {
+		name string
+		b    checkpoint.Backoff
+		n    int
+		want time.Duration
+	}{
+		{"Exponential", checkpoint.Exponential(time.Second), 64, checkpoint.MaxBackoff},
+		{"Exponential, below", checkpoint.Exponential(time.Second), 17, 65536 * time.Second},
+		{"Exponential, a first delay over a day", checkpoint.Exponential(48 * time.Hour), 10, 48 * time.Hour},
+		{"Linear", checkpoint.Linear(time.Hour), 1 << 40, checkpoint.MaxBackoff},
+		{"ExponentialJitter", checkpoint.ExponentialJitter(time.Second, 100), 100, checkpoint.MaxBackoff},
+		{"FullJitter", checkpoint.FullJitter(time.Second, 0), 100, checkpoint.MaxBackoff / 2},
+		{"FullJitter with its ceiling", checkpoint.FullJitter(time.Second, 1<<62), 100, 1 << 61},
+		{"JitteredExponential", checkpoint.JitteredExponential(time.Second, time.Second, 0, 0, 0), 100, checkpoint.MaxBackoff},
+	} {
+		if got := tc.b(tc.n, 0, half); got != tc.want {
+			t.Errorf("%s, retry %d: %v, want %v", tc.name, tc.n, got, tc.want)
+		}
+	}
+	d := checkpoint.DecorrelatedJitter(time.Second, 0)
+	prev := time.Duration(0)
+	for n := 1; n <= 200; n++ {
+		prev = d(n, prev, constU(0.99))
+	}
+	if prev != checkpoint.MaxBackoff {
+		t.Errorf("DecorrelatedJitter after 200 retries: %v, want %v", prev, checkpoint.MaxBackoff)
+	}
+}

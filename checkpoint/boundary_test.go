@@ -1,0 +1,167 @@
+package checkpoint_test
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// constU is a Rand that always draws u.
+type constU float64
+
+func (u constU) Float64() float64 { return float64(u) }
+
+// boundaryPolicies are every delay algorithm and preset, with a retry
+// count long enough to reach the budgets the test sets.
+func boundaryPolicies(t *testing.T) map[string]checkpoint.Policy {
+	t.Helper()
+	ps := map[string]checkpoint.Policy{
+		"Fixed":              {Backoff: checkpoint.Fixed(3 * time.Second)},
+		"Immediate":          {Backoff: checkpoint.Immediate()},
+		"Linear":             {Backoff: checkpoint.Linear(2 * time.Second)},
+		"Exponential":        {Backoff: checkpoint.Exponential(time.Second)},
+		"ExponentialJitter":  {Backoff: checkpoint.ExponentialJitter(time.Second, 20)},
+		"Random":             {Backoff: checkpoint.Random(4 * time.Second)},
+		"FullJitter":         {Backoff: checkpoint.FullJitter(time.Second, 10*time.Second)},
+		"DecorrelatedJitter": {Backoff: checkpoint.DecorrelatedJitter(time.Second, 20*time.Second)},
+		"JitteredExponential": {Backoff: checkpoint.JitteredExponential(time.Second, 500*time.Millisecond, 30*time.Second,
+			0.5, 0.25)},
+		"AzureIoTJava":     checkpoint.AzureIoTJava(),
+		"BackoffAlgorithm": checkpoint.BackoffAlgorithm(500, 5000, checkpoint.BackoffAlgorithmRetryForever),
+	}
+	for _, r := range []checkpoint.AzureIoTCRetry{checkpoint.AzureIoTCRetryImmediate, checkpoint.AzureIoTCRetryInterval,
+		checkpoint.AzureIoTCRetryLinearBackoff, checkpoint.AzureIoTCRetryExponentialBackoff,
+		checkpoint.AzureIoTCRetryExponentialBackoffWithJitter, checkpoint.AzureIoTCRetryRandom} {
+		p, err := checkpoint.NewAzureIoTC(r, 0).Policy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps["AzureIoTC "+r.String()] = p
+	}
+	p, err := checkpoint.AzureFunctionsExponentialBackoff(checkpoint.Infinite, time.Second, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps["AzureFunctionsExponentialBackoff"] = p
+	for name, p := range ps {
+		p.MaxRetries = checkpoint.Infinite
+		ps[name] = p
+	}
+	return ps
+}
+
+// dueTimes returns when the first n retries of p fall due, from a first
+// failure at t0, for a handler that fails at once (each failure at its
+// retry's due time).
+func dueTimes(p checkpoint.Policy, n int, rnd checkpoint.Rand) []time.Time {
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	var out []time.Time
+	now := t0
+	for range n {
+		d := m.Fail(now, errBoom, rnd)
+		out = append(out, d.At)
+		now = d.At
+		m.Start(now)
+	}
+	return out
+}
+
+// At the edge of MaxRetryTime every policy decides as the Azure IoT C
+// SDK's retry_control_should_retry does: a retry due at the budget or past
+// it is not scheduled (STOP_RETRYING once current_time - first_retry_time
+// >= max_retry_time_in_secs), one due a nanosecond before it is. Checked
+// for each retry of the first six whose due time is past the first
+// failure, for every delay algorithm and preset.
+func TestMaxRetryTimeBoundary(t *testing.T) {
+	for name, p := range boundaryPolicies(t) {
+		t.Run(name, func(t *testing.T) {
+			rnd := constU(0.6)
+			due := dueTimes(p, 6, rnd)
+			checked := 0
+			for k, at := range due {
+				budget := at.Sub(t0)
+				if budget <= 0 {
+					continue // due with the first failure: no budget reaches it
+				}
+				checked++
+				for _, tc := range []struct {
+					budget time.Duration
+					want   int // retries scheduled
+				}{
+					{budget, k},         // retry k+1 due at the budget: not scheduled
+					{budget + 1, k + 1}, // a nanosecond more: scheduled
+					{budget - 1, k},     // a nanosecond less: not scheduled either
+				} {
+					q := p
+					q.MaxRetryTime = tc.budget
+					got := len(scheduled(q, rnd, k+1))
+					if got != tc.want {
+						t.Errorf("retry %d due at +%v, MaxRetryTime %v: %d retries scheduled, want %d", k+1, budget, tc.budget, got, tc.want)
+					}
+				}
+			}
+			if checked == 0 && name != "Immediate" && name != "AzureIoTC IOTHUB_CLIENT_RETRY_IMMEDIATE" {
+				t.Fatalf("no retry due after the first failure among %v", due)
+			}
+		})
+	}
+}
+
+// scheduled runs p's machine for at most n retries, each failing at once,
+// and returns the due times of those it scheduled before it stopped.
+func scheduled(p checkpoint.Policy, rnd checkpoint.Rand, n int) []time.Time {
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	var out []time.Time
+	now := t0
+	for range n {
+		d := m.Fail(now, errBoom, rnd)
+		if d.Action == checkpoint.StopRetrying {
+			break
+		}
+		if s := m.Start(d.At); s.Action == checkpoint.StopRetrying {
+			break
+		}
+		out = append(out, d.At)
+		now = d.At
+	}
+	return out
+}
+
+// The Azure IoT C SDK's LINEAR_BACKOFF (5s, 10s, 15s ... after an
+// immediate first retry) with max_retry_time_in_secs of 15: the retry due
+// at 15s is not made, as retry_control_should_retry answers STOP_RETRYING
+// when current_time - first_retry_time >= 15; with 16, it is.
+func ExampleAzureIoTC_maxRetryTime() {
+	for _, secs := range []time.Duration{15, 16} {
+		p, err := checkpoint.NewAzureIoTC(checkpoint.AzureIoTCRetryLinearBackoff, secs*time.Second).Policy()
+		if err != nil {
+			fmt.Println(err)
+			return
+		}
+		m := checkpoint.NewMachine(p)
+		m.Begin(time.Time{})
+		now := time.Unix(0, 0)
+		for {
+			d := m.Fail(now, errBoom, nil)
+			if d.Action == checkpoint.StopRetrying {
+				fmt.Printf("max %v: stopped at %v: %v\n", secs*time.Second, now.Sub(time.Unix(0, 0)), d.Reason)
+				break
+			}
+			fmt.Printf("max %v: retry %d at %v\n", secs*time.Second, d.Retry, d.At.Sub(time.Unix(0, 0)))
+			now = d.At
+			m.Start(now)
+		}
+	}
+	// Output:
+	// max 15s: retry 1 at 0s
+	// max 15s: retry 2 at 5s
+	// max 15s: stopped at 5s: retry time budget spent
+	// max 16s: retry 1 at 0s
+	// max 16s: retry 2 at 5s
+	// max 16s: retry 3 at 15s
+	// max 16s: stopped at 15s: retry time budget spent
+}
