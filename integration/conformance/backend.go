@@ -135,7 +135,7 @@ func deadLetterBackend(t *testing.T, e *env) {
 
 // commitFailuresBackend is commitFailuresScenario on a backend that can
 // fail checkpoint writes: one write in three fails.
-func commitFailuresBackend(t *testing.T, e *env) Figures {
+func commitFailuresBackend(t *testing.T, e *env, perRecord bool) Figures {
 	f, ok := e.backend.(CommitFaulter)
 	if !ok {
 		t.Skip("the backend cannot fail checkpoint writes")
@@ -160,7 +160,7 @@ func commitFailuresBackend(t *testing.T, e *env) Figures {
 	var hist streamtest.History
 	var handlerFaults atomic.Int64
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 10*time.Millisecond)}
-	e.start("a", spec{handler: faultyHandler(0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n0, longWait)
 	e.stopAll()
 	r := check(t, &hist, e.ends(parts, n0))

@@ -35,6 +35,7 @@ var cases = []struct {
 	{"DeadLetterAfterExhaustion", deadLetterAfterExhaustion},
 	{"PartialSuccess", partialSuccess},
 	{"PoisonRecordDeadLettered", poisonRecordDeadLettered},
+	{"RecordsFailOnceNothingGivenUp", recordsFailOnce},
 }
 
 func succeed(context.Context, *stream.Batch) error { return nil }

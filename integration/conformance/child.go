@@ -39,6 +39,9 @@ type ChildConfig struct {
 	// retry number last until its context ends (or a minute), so that a
 	// kill lands during it.
 	SlowRetry int
+	// PerRecord makes the handler per record (stream.PerRecord): the
+	// record at Poison fails every time, the one before it fails once.
+	PerRecord bool
 }
 
 func (c ChildConfig) poison(b *stream.Batch) bool {
@@ -46,6 +49,28 @@ func (c ChildConfig) poison(b *stream.Batch) bool {
 }
 
 func (c ChildConfig) handler() stream.Handler {
+	if c.PerRecord {
+		var (
+			mu     sync.Mutex
+			before int
+		)
+		return stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+			if r.Partition != 0 {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case r.Offset == c.Poison:
+				return errInjected
+			case r.Offset == c.Poison-1:
+				if before++; before == 1 {
+					return errInjected
+				}
+			}
+			return nil
+		})
+	}
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if c.poison(b) {
 			if c.SlowRetry > 0 && b.Attempt.Retry == c.SlowRetry {

@@ -89,15 +89,21 @@ func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
 		name string
 		run  func(t *testing.T, e *env) Figures
 	}{
-		{"HandlerErrorsAndPanics", faultsScenario},
-		{"MembersJoinAndLeave", membersScenario},
-		{"RetryBudgetAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, "") }},
-		{"InMemoryOverrunAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, "") }},
-		{"SIGKILLDuringBackoff", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, childName) }},
+		{"HandlerErrorsAndPanics", func(t *testing.T, e *env) Figures { return faultsScenario(t, e, false) }},
+		{"HandlerErrorsAndPanicsPerRecord", func(t *testing.T, e *env) Figures { return faultsScenario(t, e, true) }},
+		{"MembersJoinAndLeave", func(t *testing.T, e *env) Figures { return membersScenario(t, e, false) }},
+		{"MembersJoinAndLeavePerRecord", func(t *testing.T, e *env) Figures { return membersScenario(t, e, true) }},
+		{"RetryBudgetAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, "", false) }},
+		{"RetryBudgetAcrossRebalancePerRecord", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, "", true) }},
+		{"InMemoryOverrunAcrossRebalance", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, "", false) }},
+		{"SIGKILLDuringBackoff", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, childName, false) }},
+		{"SIGKILLDuringBackoffPerRecord", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, childName, true) }},
 		{"SIGKILLDuringDelivery", func(t *testing.T, e *env) Figures { return killDuringDelivery(t, e, childName) }},
-		{"SIGKILLInMemoryOverrun", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, childName) }},
-		{"BrokerRestart", restartScenario},
-		{"CommitFailures", commitFailuresScenario},
+		{"SIGKILLInMemoryOverrun", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, childName, false) }},
+		{"BrokerRestart", func(t *testing.T, e *env) Figures { return restartScenario(t, e, false) }},
+		{"BrokerRestartPerRecord", func(t *testing.T, e *env) Figures { return restartScenario(t, e, true) }},
+		{"CommitFailures", func(t *testing.T, e *env) Figures { return commitFailuresScenario(t, e, false) }},
+		{"CommitFailuresPerRecord", func(t *testing.T, e *env) Figures { return commitFailuresScenario(t, e, true) }},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			b := p.Start(t)
@@ -147,6 +153,48 @@ func faultyHandler(delay time.Duration, pErr, pPanic float64, faults *atomic.Int
 		}
 		return nil
 	})
+}
+
+// faultyRecords is faultyHandler for each record ([stream.PerRecord]):
+// each call of a record takes delay, then fails with probability pErr or
+// panics with probability pPanic, drawn from the record and how many times
+// this handler was called on it. A failure names its record, whose retry
+// count is its own.
+func faultyRecords(delay time.Duration, pErr, pPanic float64, faults *atomic.Int64) stream.Handler {
+	var (
+		mu    sync.Mutex
+		calls = map[[2]int64]int{}
+	)
+	return stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		k := [2]int64{int64(r.Partition), r.Offset}
+		mu.Lock()
+		calls[k]++
+		n := calls[k]
+		mu.Unlock()
+		if delay > 0 {
+			time.Sleep(delay)
+		}
+		u := unit(r.Partition, r.Offset, n)
+		switch {
+		case u < pErr:
+			faults.Add(1)
+			return errInjected
+		case u < pErr+pPanic:
+			faults.Add(1)
+			panic("injected handler panic")
+		}
+		return nil
+	})
+}
+
+// faulty returns faultyHandler, or with perRecord faultyRecords with the
+// batch's figures spread over its records (a tenth of the delay, a third
+// of the probabilities).
+func faulty(perRecord bool, delay time.Duration, pErr, pPanic float64, faults *atomic.Int64) stream.Handler {
+	if perRecord {
+		return faultyRecords(delay/10, pErr/3, pPanic/3, faults)
+	}
+	return faultyHandler(delay, pErr, pPanic, faults)
 }
 
 // fill creates the case's topic with the given partitions and produces n
@@ -223,7 +271,7 @@ func figures(r streamtest.Report, faults int64) Figures {
 
 // faultsScenario: 10^4 records, two consumers, a handler that fails or
 // panics on half of its deliveries.
-func faultsScenario(t *testing.T, e *env) Figures {
+func faultsScenario(t *testing.T, e *env, perRecord bool) Figures {
 	const parts, n = 4, 2500
 	e.fill(parts, n)
 	var (
@@ -231,7 +279,7 @@ func faultsScenario(t *testing.T, e *env) Figures {
 		faults atomic.Int64
 	)
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 5*time.Millisecond)}
-	h := faultyHandler(0, 0.35, 0.15, &faults)
+	h := faulty(perRecord, 0, 0.35, 0.15, &faults)
 	for _, name := range []string{"a", "b"} {
 		e.start(name, spec{handler: h, policy: policy, maxBatch: 8, hooks: hist.Hooks(name)})
 	}
@@ -278,7 +326,7 @@ func counted(h *streamtest.History) map[streamtest.TopicPartition]map[int64]int 
 
 // membersScenario: consumers join and leave while batches are being
 // retried.
-func membersScenario(t *testing.T, e *env) Figures {
+func membersScenario(t *testing.T, e *env, perRecord bool) Figures {
 	const parts, n = 6, 800
 	e.fill(parts, n)
 	var (
@@ -286,7 +334,7 @@ func membersScenario(t *testing.T, e *env) Figures {
 		faults atomic.Int64
 	)
 	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(5*time.Millisecond, 50*time.Millisecond)}
-	h := faultyHandler(5*time.Millisecond, 0.3, 0.05, &faults)
+	h := faulty(perRecord, 5*time.Millisecond, 0.3, 0.05, &faults)
 	run := func(name string) *member {
 		return e.start(name, spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true})
 	}
@@ -348,7 +396,11 @@ func (e *env) stopAll() {
 // deliveries in all, a crash included: each retry is committed as started
 // before it runs, so a retry in flight when the process died counts; in
 // memory the count starts over and overruns, as seed 004 warns.
-func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
+//
+// With perRecord the handler is per record: the poison record fails every
+// time and the record before it fails once, so that the poison record's
+// count is its own, from its own first failure.
+func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord bool) Figures {
 	if child != "" && e.backend != nil {
 		t.Skip("the backend's events live in this test process; a child process cannot share them")
 	}
@@ -358,7 +410,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
 	e.produce(0, 0, n)
 	e.produce(1, 0, n)
 	cfg := ChildConfig{
-		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, Memory: memory,
+		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, Memory: memory, PerRecord: perRecord,
 		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
 	}
 	hist := streamtest.History{MemoryOnly: memory}
@@ -422,8 +474,18 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string) Figures {
 
 	got := 0
 	for first, k := range hist.Deliveries()[streamtest.TopicPartition{Topic: e.topic, Partition: 0}] {
-		if first <= poison && (first+5 > poison) {
+		if first <= poison && (first+5 > poison) && !perRecord {
 			got += k
+		}
+	}
+	if perRecord {
+		// The deliveries that reached the poison record: those that
+		// failed at it.
+		for _, ev := range hist.Events() {
+			if ev.Kind == streamtest.Delivered && ev.Partition == 0 && ev.First+int64(ev.Index) == poison &&
+				(ev.Outcome == stream.Failed || ev.Outcome == stream.Cancelled && ev.First == poison) {
+				got++
+			}
 		}
 	}
 	bound := retries + 1 // a crash included
@@ -531,9 +593,9 @@ func (e *env) waitCommittedWithin(want map[int32]int64, within time.Duration) {
 // commitFailuresScenario: one offset commit request in three fails, on
 // kfake, which lets a test answer a request in the broker's place. A real
 // broker's commits fail for real in the broker-restart scenario.
-func commitFailuresScenario(t *testing.T, e *env) Figures {
+func commitFailuresScenario(t *testing.T, e *env, perRecord bool) Figures {
 	if e.backend != nil {
-		return commitFailuresBackend(t, e)
+		return commitFailuresBackend(t, e, perRecord)
 	}
 	if e.control == nil {
 		t.Skip("commit failures are injected through kfake's request control; see BrokerRestart for a real broker's")
@@ -569,7 +631,7 @@ func commitFailuresScenario(t *testing.T, e *env) Figures {
 	var hist streamtest.History
 	var handlerFaults atomic.Int64
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 10*time.Millisecond)}
-	e.start("a", spec{handler: faultyHandler(0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n0, longWait)
 	e.stopAll()
 	r := check(t, &hist, e.ends(parts, n0))
@@ -583,7 +645,7 @@ func commitFailuresScenario(t *testing.T, e *env) Figures {
 
 // restartScenario: the broker restarts (keeping its data) while consumers
 // retry failing batches.
-func restartScenario(t *testing.T, e *env) Figures {
+func restartScenario(t *testing.T, e *env, perRecord bool) Figures {
 	cmd := os.Getenv(EnvRestart)
 	if cmd == "" || strings.Join(e.b.Addrs, ",") != os.Getenv("REDELIVER_KAFKA_BROKERS") {
 		t.Skipf("needs an external broker and %s, a command that restarts it (integration/kafka.sh restart)", EnvRestart)
@@ -595,7 +657,7 @@ func restartScenario(t *testing.T, e *env) Figures {
 		faults atomic.Int64
 	)
 	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(10*time.Millisecond, 100*time.Millisecond)}
-	h := faultyHandler(5*time.Millisecond, 0.2, 0.05, &faults)
+	h := faulty(perRecord, 5*time.Millisecond, 0.2, 0.05, &faults)
 	e.start("a", spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n/4, longWait)
 	out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
