@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/franz/share"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
@@ -474,6 +475,150 @@ func TestShareBackoffPastTheLock(t *testing.T) {
 				if e.Kind == streamtest.ShareAcquired && e.DeliveryCount != 1 {
 					t.Errorf("offset %d acquired with delivery count %d: the broker handed it out again (lock not renewed?)", e.Offset, e.DeliveryCount)
 				}
+			}
+		})
+	}
+}
+
+// A per-record handler in a share group whose records each fail once
+// under a policy of one retry: nothing is given up but the one poison
+// record, whose dead letter counts its own deliveries (2, in memory: the
+// broker counted 1), on kfake and, when REDELIVER_KAFKA_BROKERS is set,
+// on the real broker.
+func TestShareRecordsCountTheirOwnDeliveries(t *testing.T) {
+	type target struct {
+		name  string
+		setup func(t *testing.T, topic, dlq string) []string
+	}
+	targets := []target{{"kfake", func(t *testing.T, topic, dlq string) []string {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.SeedTopics(1, dlq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c.ListenAddrs()
+	}}}
+	if b := os.Getenv("REDELIVER_KAFKA_BROKERS"); b != "" {
+		targets = append(targets, target{"broker", func(t *testing.T, topic, dlq string) []string {
+			brokers := strings.Split(b, ",")
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			adm := kadm.NewClient(cl)
+			if _, err := adm.CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := adm.CreateTopic(ctx, 1, 1, nil, dlq); err != nil {
+				t.Fatal(err)
+			}
+			return brokers
+		}})
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			topic := fmt.Sprintf("share-records-%d", time.Now().UnixNano())
+			group, dlq := topic+"-g", topic+"-dlq"
+			brokers := tg.setup(t, topic, dlq)
+			const perPartition = 30
+			produceShare(t, brokers, topic, perPartition)
+			pcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pcl.Close()
+			pub, err := franz.NewPublisher(pcl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dl, err := stream.DeadLetter(pub, dlq)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var (
+				mu    sync.Mutex
+				calls = map[[2]int64]int{}
+				first time.Time
+			)
+			proc, err := stream.NewProcessor(stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+				mu.Lock()
+				defer mu.Unlock()
+				k := [2]int64{int64(r.Partition), r.Offset}
+				calls[k]++
+				switch {
+				case k == [2]int64{0, 7}:
+					if calls[k] == 1 {
+						first = time.Now()
+					}
+					return errors.New("poison")
+				case calls[k] == 1:
+					return errors.New("once")
+				}
+				return nil
+			}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(100 * time.Millisecond)}),
+				stream.WithExhaustionAction(dl))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var hist streamtest.ShareHistory
+			c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(brokers...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
+				share.WithResetEarliest(), share.WithEvents(func(e share.Event) { hist.Add(toShareEvent(e)) }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			rctx, stop := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- c.Run(rctx) }()
+			dcl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer dcl.Close()
+			var got []*kgo.Record
+			for len(got) == 0 && ctx.Err() == nil {
+				got = append(got, dcl.PollFetches(ctx).Records()...)
+			}
+			for {
+				mu.Lock()
+				n := len(calls)
+				mu.Unlock()
+				r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: topic, Partition: 0}: perPartition, {Topic: topic, Partition: 1}: perPartition})
+				if n == 2*perPartition && r.Lost == 0 || ctx.Err() != nil {
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			stop()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+			// Anything more would be in the topic by now: every record is done.
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			got = append(got, dcl.PollFetches(pctx).Records()...)
+			pcancel()
+			r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: topic, Partition: 0}: perPartition, {Topic: topic, Partition: 1}: perPartition})
+			for _, v := range r.Violations {
+				t.Error(v)
+			}
+			if len(got) != 1 {
+				t.Fatalf("%d records dead-lettered, want the poison record alone: the others failed once under a policy of one retry", len(got))
+			}
+			hs := map[string]string{}
+			for _, h := range got[0].Headers {
+				hs[h.Key] = string(h.Value)
+			}
+			at, err := time.Parse(time.RFC3339Nano, hs[stream.HeaderFirstFailure])
+			mu.Lock()
+			firstCall := first
+			mu.Unlock()
+			if hs[stream.HeaderOffset] != "7" || hs[stream.HeaderDeliveries] != "2" || hs[stream.HeaderDLQDeliveryCount] != "2" ||
+				hs[stream.HeaderError] != "poison" || err != nil || at.Before(firstCall) || at.Sub(firstCall) > time.Second {
+				t.Fatalf("dead letter headers %v (first call at %v), want record 7 with its own 2 deliveries, first failure and error", hs, firstCall)
 			}
 		})
 	}
