@@ -18,14 +18,21 @@ import (
 // BatchListenerFailedException or Lambda's batch item failures do); Index
 // counts from 0 in the batch as delivered. The checkpoint advances to the
 // record at Index, and the rest of the batch, from Index on, is retried
-// with the batch's retry count going on: under the policy when Err is an
-// error, under the RetryResult when Err is a [*RetryResult].
+// under the policy when Err is an error, under the RetryResult when Err is
+// a [*RetryResult].
+//
+// Retries are counted per record: the retry state belongs to the batch's
+// first record, and a BatchError with an Index above 0 names another one,
+// whose own count, time budget (MaxRetryTime from its first failure) and
+// age (MaxRecordAge from its timestamp) start with this failure. An Index
+// of 0 goes on with the first record's count, as a plain error does.
+// docs/COUNTING.md walks through an example.
 //
 // When such a batch is given up (its retries spent, or Err not retryable),
 // the record that failed goes to the exhaustion action alone, with Err as
 // its last error, and the records after it are delivered as the next
-// batch, with a fresh count: one poison record costs one record, not the
-// batch. [PerRecord] returns a BatchError for the record that failed.
+// batch, with counts of their own: one poison record costs one record, not
+// the batch. [PerRecord] returns a BatchError for the record that failed.
 //
 // An Index out of range fails the whole batch, as a plain error does.
 type BatchError struct {

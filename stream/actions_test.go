@@ -14,8 +14,8 @@ import (
 )
 
 // A handler that reports the records before index 3 done moves the
-// checkpoint to record 3, and the rest of the batch is retried with the
-// count going on.
+// checkpoint to record 3, and the rest of the batch is retried with record
+// 3's own count.
 func TestPartialSuccessAdvancesToFailedRecord(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := streamtest.NewPartition("t", 0, 10)

@@ -30,8 +30,18 @@
 // crashes too (unless [WithInMemoryState]): its retry state is committed
 // with the checkpoint, and each retry is committed as started before it is
 // delivered, so a retry that a revocation or a crash interrupts counts. A
-// first delivery commits nothing before it runs: one that is interrupted is
-// delivered again as a first delivery.
+// first delivery commits nothing before it runs: one that is interrupted,
+// or whose failure was not committed before the move, is delivered again
+// as a first delivery.
+//
+// The retry state belongs to a record: the batch's first. When a handler
+// names the record that failed ([FailedAt], [PerRecord]) after records
+// that succeeded, the checkpoint moves to that record and its own count
+// begins, so a record is never given up for failures of the records
+// before it. The committed state names its record's offset, and a next
+// owner applies it to that record only. docs/COUNTING.md says what is
+// counted per batch and per record, and what the dead-letter headers
+// describe.
 //
 // # Pieces
 //

@@ -42,7 +42,9 @@ func (b *Batch) FirstOffset() int64 { return b.Records[0].Offset }
 func (b *Batch) LastOffset() int64 { return b.Records[len(b.Records)-1].Offset }
 
 // Attempt describes one delivery of a batch, as Azure Functions' RetryContext
-// does for one execution.
+// does for one execution. Its count, first failure and last error are those
+// of the batch's first record, which the retry state belongs to (see
+// [BatchError]).
 type Attempt struct {
 	// Retry is this delivery's retry number: 0 for the first delivery, n
 	// for the n-th retry (the n-th redelivery). It is the number the
