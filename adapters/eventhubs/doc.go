@@ -26,7 +26,8 @@
 //     ([stream.WithInMemoryState]) is so found again by any next owner,
 //     whatever its start position: with the SDK's default (the latest
 //     event) a next owner would otherwise open after it and never see it.
-//     It costs one storage write per partition, once per consumer group.
+//     It costs one checkpoint write, and the fence's ownership renewal
+//     before it, per partition, once per consumer group.
 //   - Events that expired from the hub before they were handled (a first
 //     batch that starts past the checkpoint; a batch that starts past the
 //     previous one, or holds a gap, when the consumer lags by more than
