@@ -17,7 +17,8 @@ import (
 // The context is cancelled when the partition is revoked or lost or the
 // consumer shuts down; a handler should then return promptly. Whatever it
 // returns after that, the batch is abandoned and its checkpoint is not moved:
-// the partition's next owner delivers it again.
+// the partition's next owner delivers it again. A batch whose claim has
+// ended by the time it is to be delivered is abandoned without a call.
 type Handler interface {
 	Handle(ctx context.Context, b *Batch) error
 }
