@@ -104,6 +104,8 @@ func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
 		{"BrokerRestartPerRecord", func(t *testing.T, e *env) Figures { return restartScenario(t, e, true) }},
 		{"CommitFailures", func(t *testing.T, e *env) Figures { return commitFailuresScenario(t, e, false) }},
 		{"CommitFailuresPerRecord", func(t *testing.T, e *env) Figures { return commitFailuresScenario(t, e, true) }},
+		{"TopicRecreated", topicRecreatedScenario},
+		{"SlowPartition", slowPartitionScenario},
 	} {
 		t.Run(s.name, func(t *testing.T) {
 			b := p.Start(t)
