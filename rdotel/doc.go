@@ -21,6 +21,13 @@
 //	tel, err := rdotel.New(rdotel.WithConsumerGroup("orders-app"))
 //	h.Register("orders", handler, host.WithHooks(tel.Hooks()), host.WithMiddleware(tel.Middleware()))
 //
+// The re-drive of parked records (package redrive) reports through hooks
+// of its own: give [Telemetry.RedriveHooks] with redrive.WithHooks to the
+// scheduler and to the Park action, or to host.WithRedrive, which gives
+// its options to both:
+//
+//	h, err := host.New(cfg, host.WithRedrive(store, redrive.WithHooks(tel.RedriveHooks())))
+//
 // # Semantic conventions
 //
 // Names and attributes follow the OpenTelemetry semantic conventions for
@@ -35,8 +42,9 @@
 // messaging.destination.name (the topic), messaging.destination.partition.id
 // and messaging.consumer.group.name (when set); topic = the same without
 // the partition; processor = messaging.system and
-// messaging.consumer.group.name (when set). An attribute in parentheses is
-// there only when it applies.
+// messaging.consumer.group.name (when set): the Telemetry's, also for the
+// re-drive's metrics. An attribute in parentheses is there only when it
+// applies.
 //
 //	metric                              instrument     unit         attributes
 //	messaging.client.consumed.messages  counter        {message}    partition, messaging.operation.name
@@ -52,6 +60,11 @@
 //	redeliver.outage.active             updowncounter  {processor}  processor
 //	redeliver.outage.probes             counter        {probe}      processor
 //	redeliver.outage.duration           histogram      s            processor
+//	redeliver.redrive.redrives          counter        {redrive}    processor, (messaging.destination.name)
+//	redeliver.redrive.reparks           counter        {repark}     processor, (messaging.destination.name)
+//	redeliver.redrive.timeouts          counter        {timeout}    processor, (messaging.destination.name)
+//	redeliver.redrive.failures          counter        {failure}    processor, (messaging.destination.name), error.type
+//	redeliver.redrive.sweeps.failed     counter        {sweep}      processor, error.type
 //
 // What each one says:
 //
@@ -88,6 +101,26 @@
 //     (stream.WithOutageBudget), the outages begun, the processors in one
 //     now, the batches delivered to probe the downstream, and how long
 //     each outage lasted.
+//   - redeliver.redrive.redrives, redeliver.redrive.reparks,
+//     redeliver.redrive.timeouts, redeliver.redrive.failures,
+//     redeliver.redrive.sweeps.failed: the re-drive of parked records,
+//     from [Telemetry.RedriveHooks]. messaging.destination.name is the
+//     topic of the entry's record (its original topic, not the retry
+//     topic), absent for an entry whose record has none.
+//   - redeliver.redrive.redrives: entries re-published and marked
+//     retrying (a publish whose mark a store error lost is published
+//     again, and counted then).
+//   - redeliver.redrive.reparks: re-driven records that failed again and
+//     were handed back to their entry by the Park action, each re-drive
+//     once. The count to alert on: a poison record going round until its
+//     entry times out.
+//   - redeliver.redrive.timeouts: entries timed out after the retry
+//     timeout or the maximum re-drives, and reported.
+//   - redeliver.redrive.failures: entries that could not be re-published,
+//     or reported to the reply topic, by the publisher's error.type; each
+//     is tried again after the interval.
+//   - redeliver.redrive.sweeps.failed: sweeps ended early by a store
+//     error, by its error.type; the next sweep starts over.
 //
 // # Traces
 //

@@ -64,6 +64,8 @@ type meter struct {
 	outageDuration metric.Float64Histogram
 	procOpt        metric.MeasurementOption // system and group: the processor-wide instruments'
 
+	redrive *redriveMeter
+
 	scopes atomic.Uint64 // the latest scope's ID
 	parts  sync.Map      // partKey -> *part
 	totals sync.Map      // topicPartition -> *total: kept across claims and scopes, for the cumulative counter
@@ -168,6 +170,9 @@ func newMeter(cfg *config) (*meter, error) {
 		procAttrs = append(procAttrs, semconv.MessagingConsumerGroupName(cfg.group))
 	}
 	m.procOpt = metric.WithAttributeSet(attribute.NewSet(procAttrs...))
+	var rerrs []error
+	m.redrive, rerrs = newRedriveMeter(mt, procAttrs)
+	errs = append(errs, rerrs...)
 	backoff, err := mt.Int64ObservableGauge("redeliver.partitions.backoff", metric.WithUnit("{partition}"),
 		metric.WithDescription("Partitions waiting out a backoff."))
 	add(err)

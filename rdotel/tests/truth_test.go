@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/redrive/redrivetest"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -372,8 +374,29 @@ func TestNilAndZeroValues(t *testing.T) {
 		}
 		cancel()
 		<-done
+
+		// Its re-drive hooks, given to Park and a scheduler, report
+		// nothing and break nothing.
+		store := redrivetest.NewMemStore()
+		park, err := redrive.Park(store, time.Microsecond, redrive.WithHooks(tel.RedriveHooks()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := park(t.Context(), &stream.Batch{Topic: "orders", Records: []stream.Record{{Topic: "orders", Offset: 7}}}, nil); err != nil {
+			t.Errorf("%s Telemetry: Park: %v", name, err)
+		}
+		pub := &redrivetest.Publisher{}
+		later := streamtest.NewClock(time.Now().Add(time.Hour)) // the entry is due
+		sch, err := redrive.NewScheduler(store, pub, redrive.WithHooks(tel.RedriveHooks()), redrive.WithClock(later),
+			redrive.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev := sch.Sweep(t.Context()); ev.Redriven != 1 || len(pub.Records()) != 1 {
+			t.Errorf("%s Telemetry: sweep %+v, published %d, want the entry re-driven", name, ev, len(pub.Records()))
+		}
 	}
-	for _, m := range []string{"Hooks", "Middleware"} {
+	for _, m := range []string{"Hooks", "Middleware", "RedriveHooks"} {
 		want := "rdotel: Telemetry." + m + " called on a Telemetry that rdotel.New did not make"
 		if n := strings.Count(logs.String(), want); n != 1 {
 			t.Errorf("log says %q %d times, want once:\n%s", want, n, logs.String())
