@@ -80,6 +80,9 @@ func TestGolden(t *testing.T) {
 		{"explain_bad_file", []string{"explain", "testdata/problems.json"}, nil, 1},
 		{"state", []string{"state", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
 		{"state_json", []string{"state", "-json", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
+		// The record the state belongs to, and time waited out in outages.
+		{"state_record_outage", []string{"state", "rd1;o=40;r=2;f=1795427700000;d=5000;n=1795428005000;w=60000"}, nil, 0},
+		{"state_record_outage_json", []string{"state", "-json", "rd1;o=40;r=2;f=1795427700000;d=5000;n=1795428005000;w=60000"}, nil, 0},
 		// One retry due: one delivery so far, not one retry.
 		{"state_one_retry", []string{"state", "rd1;r=1;f=1795427995000;d=5000;n=1795428005000"}, nil, 0},
 		// A started retry and the handler's RetryResult, in words and as JSON.

@@ -278,6 +278,10 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 	case s.Retries == 0:
 		r.State = "no retry state"
 		return
+	case s.Offset >= 0 && s.Offset != r.Committed:
+		// The engine applies a state only to the record it names.
+		r.State = fmt.Sprintf("retry state of the record at offset %d, not of the one at the checkpoint: ignored, the record at %d starts its count over", s.Offset, r.Committed)
+		return
 	}
 	r.Withheld, r.Retries, r.MaxRetries, r.Started = true, s.Retries, maxRetries, s.Started
 	if s.Request != (checkpoint.Request{}) {

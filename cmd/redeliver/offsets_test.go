@@ -39,7 +39,7 @@ func seedGroup(t *testing.T, brokers []string, group, topic string) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	state := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute),
+	state := checkpoint.EncodeState(checkpoint.State{Offset: 4, Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute),
 		LastDelay: 2 * time.Second, NextAt: fixedNow.Add(30 * time.Second)})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 10, LeaderEpoch: -1})
@@ -172,12 +172,14 @@ func TestOffsetsStateAndMistakes(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	asked := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: 2 * time.Second,
+	asked := checkpoint.EncodeState(checkpoint.State{Offset: 3, Retries: 2, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: 2 * time.Second,
 		NextAt: fixedNow.Add(2 * time.Second), Request: checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}})
-	started := checkpoint.EncodeState(checkpoint.State{Retries: 1, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: time.Second, Started: true})
+	started := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 1, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: time.Second, Started: true})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 3, LeaderEpoch: -1, Metadata: asked})
 	offs.Add(kadm.Offset{Topic: "orders", Partition: 1, At: 5, LeaderEpoch: -1, Metadata: started})
+	other := checkpoint.EncodeState(checkpoint.State{Offset: 6, Retries: 4, FirstFailure: fixedNow.Add(-time.Minute)})
+	offs.Add(kadm.Offset{Topic: "orders", Partition: 2, At: 9, LeaderEpoch: -1, Metadata: other})
 	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, "app", offs); err != nil || resp.Error() != nil {
 		t.Fatal(err, resp.Error())
 	}
@@ -201,6 +203,10 @@ func TestOffsetsStateAndMistakes(t *testing.T) {
 	}
 	if !p1.Started || p1.MaxRetries == nil || *p1.MaxRetries != 10 || !strings.Contains(p1.State, "retry 1 of 10, started") {
 		t.Errorf("partition 1 = %+v\nwant retry 1 of 10, started", p1)
+	}
+	// The engine applies a state only to the record it names.
+	if p2 := out.Partitions[2]; p2.Withheld || p2.Retries != 0 || p2.State != "retry state of the record at offset 6, not of the one at the checkpoint: ignored, the record at 9 starts its count over" {
+		t.Errorf("partition 2 = %+v\nwant the state of another record, ignored", p2)
 	}
 
 	for _, tc := range []struct {

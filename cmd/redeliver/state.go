@@ -15,6 +15,9 @@ type stateJSON struct {
 	Error     string `json:"error,omitempty"`
 	// Summary is the state in words, as the engine's decoder writes it.
 	Summary string `json:"summary,omitempty"`
+	// Offset is the offset of the record the state belongs to; absent
+	// when the state does not name one (written before states did).
+	Offset *int64 `json:"offset,omitempty"`
 	// Retries is the number of the retry due, or started when Started.
 	Retries int  `json:"retries"`
 	Started bool `json:"started,omitempty"`
@@ -25,6 +28,9 @@ type stateJSON struct {
 	LastDelay    string       `json:"lastDelay,omitempty"`
 	NextAt       time.Time    `json:"nextAt,omitzero"`
 	RetryResult  *retryResult `json:"retryResult,omitempty"`
+	// OutageTime is the time waited out in outages since the first
+	// failure, which maxRetryTime does not count.
+	OutageTime string `json:"outageTime,omitempty"`
 }
 
 func runState(args []string, e env) int {
@@ -56,6 +62,12 @@ func runState(args []string, e env) int {
 	if s.Request != (checkpoint.Request{}) {
 		out.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
 	}
+	if s.Offset >= 0 && s.Retries > 0 {
+		out.Offset = &s.Offset
+	}
+	if s.OutageTime > 0 {
+		out.OutageTime = s.OutageTime.String()
+	}
 	if err != nil {
 		out.Error = err.Error()
 	}
@@ -83,6 +95,11 @@ func runState(args []string, e env) int {
 	now := e.now()
 	fmt.Fprintf(e.stdout, "retry state written by redeliver (%s)\n", md)
 	fmt.Fprintf(e.stdout, "  state:           %s\n", s)
+	if s.Offset >= 0 {
+		fmt.Fprintf(e.stdout, "  record:          offset %d: a next owner applies the state only with the checkpoint at that offset\n", s.Offset)
+	} else {
+		fmt.Fprintln(e.stdout, "  record:          not named (a state written before states named their record): applied to the record at the checkpoint")
+	}
 	sofar := "the first" // the deliveries before the retry due or started
 	if made := s.Retries - 1; made > 0 {
 		sofar += " and " + retries(made)
@@ -101,6 +118,9 @@ func runState(args []string, e env) int {
 	}
 	if !s.NextAt.IsZero() {
 		fmt.Fprintf(e.stdout, "  retry %d due:     %s (%s)\n", s.Retries, stamp(s.NextAt), relative(now, s.NextAt))
+	}
+	if s.OutageTime > 0 {
+		fmt.Fprintf(e.stdout, "  outage waits:    %v since the first failure, which maxRetryTime does not count\n", s.OutageTime)
 	}
 	if r := s.Request; r != (checkpoint.Request{}) {
 		fmt.Fprintf(e.stdout, "  RetryResult:     the handler asked for %s, %v apart: they replace the policy for this batch\n", retries(r.MaxRetries), r.Delay)
