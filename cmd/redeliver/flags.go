@@ -46,9 +46,10 @@ words with the delays of its first retries and its worst case, each value in
 force with where it was written (file:line:col, an environment variable, or
 a default), and the function's trigger.`,
 	"state": `The metadata is what redeliver commits with the checkpoint of a batch it
-retries, e.g. rd1;r=3;f=1732262400000;d=5000;n=1732262405000: the retry due
-(r; with s=1, the retry that started), the first failure (f), the last
-backoff (d), when the retry is due (n), and a handler's RetryResult (rr).
+retries, e.g. rd1;o=40;r=3;f=1732262400000;d=5000;n=1732262405000: the
+record it belongs to (o), the retry due (r; with s=1, the retry that
+started), the first failure (f), the last backoff (d), when the retry is due
+(n), the time waited out in outages (w), and a handler's RetryResult (rr).
 It is read with the decoder the engine uses. The exit status is 1 for
 metadata another tool wrote or damaged metadata.`,
 	"offsets": `Reads the group's committed offsets and the partitions' end offsets, and
