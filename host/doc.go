@@ -61,7 +61,10 @@
 // park parks there (without a store, it is an error at start); the host
 // runs the re-drive's scheduler on that store and completes an entry when a
 // function handles its re-driven record ([WithoutScheduler] leaves the
-// re-drive to another process).
+// re-drive to another process). The re-drive's options given to
+// [WithRedrive] go to the scheduler and to every function's Park action:
+// rdotel's re-drive metrics come from
+// host.WithRedrive(store, redrive.WithHooks(tel.RedriveHooks())).
 //
 // # Shutdown
 //

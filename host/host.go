@@ -126,11 +126,14 @@ func WithDrain(d time.Duration) Option {
 // WithRedrive gives the host a re-drive store: a function whose policy says
 // onExhausted park parks its given-up records there (through [redrive.Park],
 // with the expiry of host.json's redrive section, 5 minutes without one;
-// opts go to Park, such as [redrive.WithClock]), and the status page lists
-// each function's entries (those of records from its trigger's topic). Open
-// the store from the redrive section (sqlitestore.Open, pgstore.Open) and
-// close it after Run returns. The default has no store, and Run refuses to
-// start a function whose policy parks.
+// opts go to Park and to the scheduler below, such as [redrive.WithClock],
+// or redrive.WithHooks(tel.RedriveHooks()) for rdotel's re-drive metrics:
+// the scheduler's re-drives and time-outs and Park's re-parks), and the
+// status page lists each function's entries (those of records from its
+// trigger's topic). Open the store from the redrive section
+// (sqlitestore.Open, pgstore.Open) and close it after Run returns. The
+// default has no store, and Run refuses to start a function whose policy
+// parks.
 //
 // The host also runs a [redrive.Scheduler] on the store, configured by
 // host.json's redrive section (its interval, retry topic, retry timeout and

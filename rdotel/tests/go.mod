@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver/host v0.0.0
 	github.com/redeliver-go/redeliver/rdotel v0.0.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
@@ -25,5 +26,6 @@ require (
 
 replace (
 	github.com/redeliver-go/redeliver => ../..
+	github.com/redeliver-go/redeliver/host => ../../host
 	github.com/redeliver-go/redeliver/rdotel => ..
 )

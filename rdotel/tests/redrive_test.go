@@ -15,6 +15,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/rdotel"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/redrive/redrivetest"
@@ -386,4 +388,78 @@ func checkRedriveHistory(t *testing.T, m map[string]metricdata.Metrics, hist *re
 		}
 	}
 	return want
+}
+
+// In a functions host, the options after the store of host.WithRedrive go
+// to the functions' Park action and to the host's scheduler, so
+// redrive.WithHooks(tel.RedriveHooks()) there counts both: the re-parks
+// of a poison record going round the default wiring (re-driven to its own
+// topic, consumed by the function that parked it) and the scheduler's
+// re-drives and time-out.
+func TestRedriveHooksInAHost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		reader := sdkmetric.NewManualReader()
+		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+			rdotel.WithConsumerGroup("orders-app"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := hostconfig.Loader{Environ: func() []string { return nil }}.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "00:00:01", "onExhausted": "park"},
+  "redrive": {"maxRedrives": 2}
+}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		brk := newBroker()
+		if err := brk.Publish(t.Context(), "orders", []stream.Record{{Value: []byte("poison")}}); err != nil {
+			t.Fatal(err)
+		}
+		store := redrivetest.NewMemStore()
+		h, err := host.New(cfg, host.WithPublisher(brk), host.WithLogger(slog.New(slog.DiscardHandler)),
+			host.WithRedrive(store, redrive.WithHooks(tel.RedriveHooks())))
+		if err != nil {
+			t.Fatal(err)
+		}
+		poison := stream.PerRecord(func(context.Context, *stream.Record) error { return errors.New("poison: cannot decode") })
+		if err := h.Register("orders", poison, host.Source{Describe: "orders, in memory", Topic: "orders",
+			New: func(proc *stream.Processor) (func(context.Context) error, error) {
+				return func(ctx context.Context) error {
+					if err := proc.Process(ctx, brk.claim("orders", 0)); ctx.Err() == nil {
+						return err
+					}
+					return nil
+				}, nil
+			}}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- h.Run(ctx) }()
+		time.Sleep(time.Hour) // sweeps every 5 minutes: re-drives at 10 and 15, the time-out at 20
+		synctest.Wait()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+
+		es, err := store.List(t.Context(), redrive.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(es) != 1 || es[0].Status != redrive.TimedOut || es[0].Redrives != 2 || es[0].Reparks != 2 {
+			t.Fatalf("entries %+v, want one, timed out after 2 re-drives and 2 re-parks", es)
+		}
+		m := collect(t, reader)
+		point := expected("messaging.system=kafka", "messaging.consumer.group.name=orders-app", "messaging.destination.name=orders")
+		for name, want := range map[string]float64{
+			"redeliver.redrive.redrives": float64(es[0].Redrives),
+			"redeliver.redrive.reparks":  float64(es[0].Reparks),
+			"redeliver.redrive.timeouts": 1,
+		} {
+			if got, _ := values(m[name]); !maps.Equal(got, map[string]float64{point: want}) {
+				t.Errorf("%s = %v, want %v at %s", name, got, want, point)
+			}
+		}
+	})
 }
