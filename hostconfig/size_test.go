@@ -52,7 +52,9 @@ func TestLoadTimeIsLinear(t *testing.T) {
 		if len(cfg.Functions) != n || len(cfg.Triggers) != n {
 			t.Fatalf("%d functions, %d triggers: want %d of each", len(cfg.Functions), len(cfg.Triggers), n)
 		}
-		if took > 2*bound {
+		if took > 15*bound {
+			// Far beyond any busy machine's delay: stop instead of
+			// waiting minutes for the other loads.
 			t.Fatalf("a load of %d bytes took %v", len(doc), took)
 		}
 		return took
