@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -14,6 +15,8 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/rdotel"
+	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/redrive/redrivetest"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -110,4 +113,62 @@ func Example_spans() {
 	// Output:
 	// process orders, attempt 1: Error (linked to the first: false)
 	// process orders, attempt 2: Unset (linked to the first: true)
+}
+
+// Metrics of the re-drive: a parked record is re-driven, fails again and
+// goes back to its entry (a re-park), and is timed out after the maximum
+// re-drives.
+func Example_redrive() {
+	reader := sdkmetric.NewManualReader() // an exporter, in a real program
+	tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		rdotel.WithConsumerGroup("orders-app"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	ctx := context.Background()
+	store, pub := redrivetest.NewMemStore(), &redrivetest.Publisher{}
+	clock := streamtest.NewClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	opts := []redrive.Option{redrive.WithHooks(tel.RedriveHooks()), redrive.WithClock(clock), redrive.WithLogger(slog.New(slog.DiscardHandler))}
+	park, err := redrive.Park(store, time.Minute, opts...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sch, err := redrive.NewScheduler(store, pub, append(opts, redrive.WithMaxRedrives(1))...)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	// A processor gives the poison record up and parks it; a minute later
+	// the scheduler re-drives it to orders, where it fails again and goes
+	// back to its entry; a minute later it is timed out.
+	poison := stream.Record{Topic: "orders", Offset: 7, Value: []byte("poison")}
+	if err := park(ctx, &stream.Batch{Topic: "orders", Records: []stream.Record{poison}}, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	clock.Advance(time.Minute)
+	sch.Sweep(ctx)
+	if err := park(ctx, &stream.Batch{Topic: "orders", Records: pub.Records()}, nil); err != nil {
+		fmt.Println(err)
+		return
+	}
+	clock.Advance(time.Minute)
+	sch.Sweep(ctx)
+
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(ctx, &rm); err != nil {
+		fmt.Println(err)
+		return
+	}
+	for _, m := range rm.ScopeMetrics[0].Metrics {
+		p := m.Data.(metricdata.Sum[int64]).DataPoints[0]
+		topic, _ := p.Attributes.Value("messaging.destination.name")
+		fmt.Printf("%s{topic=%s}: %d\n", m.Name, topic.Emit(), p.Value)
+	}
+	// Unordered output:
+	// redeliver.redrive.redrives{topic=orders}: 1
+	// redeliver.redrive.reparks{topic=orders}: 1
+	// redeliver.redrive.timeouts{topic=orders}: 1
 }

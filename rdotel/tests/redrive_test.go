@@ -271,9 +271,12 @@ func TestRedriveConformance(t *testing.T) {
 			t.Errorf("sweep at 200s: %+v, want 1 re-driven", ev)
 		}
 		stop()
-		_, stop = consume(4)
+		again, stop := consume(4)
 		time.Sleep(5 * time.Second)
 		synctest.Wait()
+		if got := again.checkpoint(); got != 5 {
+			t.Fatalf("the new owner checkpointed orders at %d, want 5: re-drive 2 given up again and handed back", got)
+		}
 		// 260s: the maximum re-drives made: timed out, reported. Then a
 		// sweep a minute until device-7's retry timeout passes.
 		if ev := sweep(260 * time.Second); ev.TimedOut != 1 {
