@@ -21,10 +21,15 @@ import (
 // in milliseconds; w the time spent waiting out outages in milliseconds
 // ([State.OutageTime]); s=1 marks a started retry ([State.Started]); rr the
 // handler's own [Request] as its retry limit (-1 for none) and its delay in
-// milliseconds, rounded up. Fields at their zero value are left out (o is
-// written whenever it is known, 0 included), and a State with no retry
-// state encodes as "". Every count a policy can reach round-trips, up to
-// the largest int; the longest encoding is under 200 bytes.
+// milliseconds, rounded up; x the [Reason] of a batch given up whose
+// exhaustion action has not succeeded ([State.GivenUp]) and e its last
+// error, percent-encoded (every byte outside printable ASCII, and ';',
+// '=' and '%'); h=1 a partition stopped at the batch ([State.Halted]).
+// Fields at their zero value are left out (o is written
+// whenever it is known, 0 included), and a State with no retry state
+// encodes as "". Every count a policy can reach round-trips, up to the
+// largest int; the longest encoding is under 600 bytes, within the 1024
+// of the Event Hubs Kafka endpoint.
 //
 // Readers skip the fields they do not know, whatever their key or value,
 // with or without a value, so that a later version can add some; every
@@ -69,6 +74,17 @@ func EncodeState(s State) string {
 	if s.Started {
 		b = append(b, ";s=1"...)
 	}
+	if s.GivenUp != 0 {
+		b = append(b, ";x="...)
+		b = strconv.AppendInt(b, int64(s.GivenUp), 10)
+	}
+	if s.LastError != "" {
+		b = append(b, ";e="...)
+		b = appendEscaped(b, truncate(s.LastError, maxLastError))
+	}
+	if s.Halted {
+		b = append(b, ";h=1"...)
+	}
 	if s.Request != (Request{}) {
 		b = append(b, ";rr="...)
 		b = strconv.AppendInt(b, int64(s.Request.MaxRetries), 10)
@@ -104,12 +120,20 @@ func DecodeState(md string) (State, error) {
 	for field := range strings.SplitSeq(strings.TrimPrefix(rest, ";"), ";") {
 		k, v, hasValue := strings.Cut(field, "=")
 		switch k {
-		case "o", "r", "f", "d", "n", "w", "s", "rr":
+		case "o", "r", "f", "d", "n", "w", "s", "x", "e", "h", "rr":
 		default:
 			continue // unknown: a later version's
 		}
 		if !hasValue {
 			return damaged("field %q has no value", k)
+		}
+		if k == "e" {
+			text, ok := unescape(v)
+			if !ok {
+				return damaged("field e=%q: a bad escape", v)
+			}
+			s.LastError = text
+			continue
 		}
 		if k == "rr" {
 			r, err := decodeRequest(v)
@@ -144,6 +168,16 @@ func DecodeState(md string) (State, error) {
 				return damaged("field s=%q: want 1 (started) or 0", v)
 			}
 			s.Started = n == 1
+		case "h":
+			if n > 1 {
+				return damaged("field h=%q: want 1 (halted) or 0", v)
+			}
+			s.Halted = n == 1
+		case "x":
+			if n < int64(RetriesSpent) || n > int64(NotRetryable) {
+				return damaged("field x=%q: want a reason from %d to %d", v, RetriesSpent, NotRetryable)
+			}
+			s.GivenUp = Reason(n)
 		}
 	}
 	if s == (State{Offset: s.Offset}) {
@@ -167,6 +201,45 @@ func decodeRequest(v string) (Request, error) {
 		return Request{}, errors.New("delay: want a non-negative number of milliseconds")
 	}
 	return Request{MaxRetries: int(n), Delay: millis(ms)}, nil
+}
+
+// appendEscaped appends s to b with every byte outside printable ASCII,
+// and ';', '=' and '%', as %XX.
+func appendEscaped(b []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c < 0x20 || c > 0x7e || c == ';' || c == '=' || c == '%' {
+			b = append(b, '%', hex[c>>4], hex[c&15])
+			continue
+		}
+		b = append(b, c)
+	}
+	return b
+}
+
+// unescape undoes appendEscaped; false for a bad escape.
+func unescape(v string) (string, bool) {
+	if !strings.Contains(v, "%") {
+		return v, true
+	}
+	out := make([]byte, 0, len(v))
+	for i := 0; i < len(v); i++ {
+		if v[i] != '%' {
+			out = append(out, v[i])
+			continue
+		}
+		if i+2 >= len(v) {
+			return "", false
+		}
+		n, err := strconv.ParseUint(v[i+1:i+3], 16, 8)
+		if err != nil {
+			return "", false
+		}
+		out = append(out, byte(n))
+		i += 2
+	}
+	return string(out), true
 }
 
 // millis returns ms milliseconds as a Duration, the largest Duration for

@@ -63,8 +63,8 @@ func TestDecodeStateForeignAndDamaged(t *testing.T) {
 func TestDecodeStateSkipsUnknownFields(t *testing.T) {
 	want := checkpoint.State{Offset: -1, Retries: 2, FirstFailure: time.UnixMilli(1732262400000), LastDelay: 5 * time.Second}
 	for _, md := range []string{
-		"rd1;r=2;x=abc;f=1732262400000;d=5000",
-		"rd1;r=2;x;f=1732262400000;d=5000",
+		"rd1;r=2;z=abc;f=1732262400000;d=5000",
+		"rd1;r=2;z;f=1732262400000;d=5000",
 		"rd1;r=2;f=1732262400000;zz;d=5000;q=-1",
 		"rd1;r=2;f=1732262400000;d=5000;;;y=1:2:3;v=",
 		"rd1;k;r=2;f=1732262400000;d=5000;future=a=b",
@@ -107,8 +107,9 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 		t.Errorf("sub-millisecond request delay encoded as %q", md)
 	}
 	longest := checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
-		OutageTime: 1<<63 - 1, Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: 1<<63 - 1}}
-	if md := checkpoint.EncodeState(longest); len(md) >= 200 {
+		OutageTime: 1<<63 - 1, Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: 1<<63 - 1},
+		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500)}
+	if md := checkpoint.EncodeState(longest); len(md) >= 600 {
 		t.Errorf("longest encoding %q is %d bytes", md, len(md))
 	}
 	// What the previous rd1 writer wrote.
@@ -134,4 +135,36 @@ func FuzzDecodeState(f *testing.F) {
 			t.Fatalf("%q -> %+v -> %+v (%v)", md, s, again, err)
 		}
 	})
+}
+
+// A given-up state round-trips, its last error escaped, truncated to 128
+// bytes at a rune's start; a reader that does not know it counts every
+// retry as made (s=1).
+func TestGivenUpStateRoundTrip(t *testing.T) {
+	long := strings.Repeat("é", 100) // 200 bytes
+	for _, s := range []checkpoint.State{
+		{Offset: 3, Retries: 2, FirstFailure: time.UnixMilli(1000), Started: true, GivenUp: checkpoint.RetriesSpent,
+			LastError: "order 7; amount=-5 (100%)\nnot\tvalid"},
+		{Offset: 0, Retries: 0, Started: true, GivenUp: checkpoint.NotRetryable, LastError: long[:128]},
+		{Offset: 9, Retries: 3, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Halted: true},
+	} {
+		md := checkpoint.EncodeState(s)
+		if !strings.Contains(md, ";s=1") || strings.Count(md, ";") != strings.Count(md, "=") {
+			t.Fatalf("%q: a field holds a ';' or '='", md)
+		}
+		got, err := checkpoint.DecodeState(md)
+		if err != nil || got != s {
+			t.Fatalf("%q decoded to %+v, %v; want %+v", md, got, err, s)
+		}
+	}
+	md := checkpoint.EncodeState(checkpoint.State{Retries: 1, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: long})
+	got, err := checkpoint.DecodeState(md)
+	if err != nil || len(got.LastError) != 128 || got.LastError != long[:128] {
+		t.Fatalf("a 200-byte error kept as %d bytes %q (%v), want its first 128", len(got.LastError), got.LastError, err)
+	}
+	for _, bad := range []string{"rd1;r=1;x=9", "rd1;r=1;x=0", "rd1;r=1;e=%4", "rd1;r=1;e=%zz"} {
+		if _, err := checkpoint.DecodeState(bad); err == nil {
+			t.Errorf("%q decoded without an error", bad)
+		}
+	}
 }

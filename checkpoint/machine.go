@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"time"
+	"unicode/utf8"
 )
 
 // Action is what a [Decision] tells the caller to do.
@@ -114,7 +115,58 @@ type State struct {
 	// batch (stream's RetryResult), which replaces the policy; the zero
 	// Request is none.
 	Request Request
+	// GivenUp, when set, says that the batch was given up for this reason
+	// and its exhaustion action has not succeeded yet: Retries is then the
+	// retries it was given up after, and [Machine.Resume] gives it up
+	// again at once, without a delivery. Started is set with it, so that a
+	// reader that does not know GivenUp counts every retry as made.
+	GivenUp Reason
+	// LastError is the text of the last error of a batch GivenUp (its
+	// first 128 bytes), for the exhaustion action of a next owner.
+	LastError string
+	// Halted, with GivenUp, says that the partition was stopped at the
+	// batch (stream.StopPartition) until an operator resumes or skips it:
+	// a next owner delivers the batch again with a fresh count, as a
+	// resume would.
+	Halted bool
 }
+
+// GivenUpState returns the State that records, for a next owner, that the
+// current batch was given up with err and that its exhaustion action has
+// not succeeded yet; the zero State when the machine has not stopped.
+func (m *Machine) GivenUpState() State {
+	var xerr *ExhaustedError
+	if !errors.As(m.Err(), &xerr) {
+		return State{}
+	}
+	s := State{Offset: m.state.Offset, Retries: xerr.Retries, FirstFailure: xerr.FirstFailure, LastDelay: m.state.LastDelay,
+		OutageTime: m.state.OutageTime, Started: true, Request: m.state.Request, GivenUp: xerr.Reason}
+	if xerr.Last != nil {
+		s.LastError = truncate(xerr.Last.Error(), maxLastError)
+	}
+	return s
+}
+
+// maxLastError is how many bytes of a given-up batch's last error a State
+// keeps.
+const maxLastError = 128
+
+// truncate returns the first n bytes of s at most, cut at a rune's start.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// restoredError is the last error of a batch given up by a previous
+// owner, of which only the text is kept.
+type restoredError struct{ msg string }
+
+func (e *restoredError) Error() string { return e.msg }
 
 // Request is a handler's own request for retries, MaxRetries of them
 // ([Infinite] for no limit) Delay apart: stream's RetryResult. While it is
@@ -200,12 +252,35 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 //     hint included), or than the policy's Backoff with the largest random
 //     draw when that is longer, is brought back to that (a skewed clock, a
 //     foreign writer);
+//   - a State given up by the previous owner ([State.GivenUp], its
+//     exhaustion action not done): StopRetrying for the same reason, at
+//     once, with the same retries, first failure and last error (its text);
+//     but the zero Decision, a fresh count, for a State [State.Halted];
 //   - a State with no retry (the zero State): the zero Decision.
 //
 // A State without a first failure time, or with one after now (the clocks
 // of two owners disagree), is taken to have first failed at now.
 func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 	m.Restore(s)
+	if s.Halted {
+		// A partition stopped at the batch: delivered again, with a
+		// fresh count, as Resume of the stopped partition would.
+		m.Begin(m.oldest)
+		return Decision{}
+	}
+	if s.GivenUp != 0 {
+		// Given up by the previous owner, whose exhaustion action had
+		// not succeeded: given up again, with what it was given up with.
+		m.state.GivenUp, m.state.LastError, m.state.Started = 0, "", false
+		if m.state.FirstFailure.IsZero() || m.state.FirstFailure.After(now) {
+			m.state.FirstFailure = now
+		}
+		m.last = nil
+		if s.LastError != "" {
+			m.last = &restoredError{s.LastError}
+		}
+		return m.stop(s.GivenUp)
+	}
 	if m.state.Retries <= 0 {
 		if m.state.Started || !m.state.NextAt.IsZero() {
 			m.state.Started, m.state.NextAt = false, time.Time{}

@@ -150,8 +150,8 @@ func TestRebindingRefused(t *testing.T) {
 	if p, _ := partition(h.Status(), "payments"); p.State != host.StateStopped || p.FirstOffset != 0 {
 		t.Fatalf("after the rebinding requests, payments/0 = %+v, want still stopped at offset 0", p)
 	}
-	if c, _ := part.Checkpoint(); c != -1 {
-		t.Fatalf("after the rebinding requests, payments/0 has a checkpoint: %d", c)
+	if c, _ := part.Checkpoint(); c > 0 {
+		t.Fatalf("after the rebinding requests, payments/0's checkpoint moved past the stopped batch: %d", c)
 	}
 	// Health stays open to any name.
 	if code, _, body := send(t, base, "GET", "/healthz", "evil.example:8080", nil, rebound); code != 200 || body != "ok\n" {

@@ -59,7 +59,9 @@ var errStop = errors.New("stream: stop partition")
 // and the Stopped hook fires, until [Processor.Resume] delivers the batch
 // again with a fresh retry count or [Processor.Skip] moves past it. Other
 // partitions go on. If the partition is revoked meanwhile, its next owner
-// delivers the batch again.
+// delivers the batch again, with a fresh retry count: the batch's retry
+// state is committed as halted when the partition stops. An action that wraps
+// StopPartition's error (with %w) stops the partition too.
 func StopPartition(context.Context, *Batch, *checkpoint.ExhaustedError) error { return errStop }
 
 // StoppedPartition describes a partition held by [StopPartition].
@@ -88,48 +90,77 @@ func (p *Processor) Stopped() []StoppedPartition {
 }
 
 // Resume releases a stopped partition: its batch is delivered again, with a
-// fresh retry count.
+// fresh retry count. It returns nil once the partition's worker has taken
+// the command, and an error wrapping [ErrNotStopped] when the partition is
+// not stopped, or stopped being before the command arrived (revoked, or
+// the consumer shut down): its next owner then delivers the batch again
+// all the same.
 func (p *Processor) Resume(topic string, partition int32) error {
 	return p.release(topic, partition, true)
 }
 
 // Skip releases a stopped partition past its batch: the checkpoint moves on
-// as if the exhaustion action had succeeded.
+// as if the exhaustion action had succeeded. It returns nil once the
+// checkpoint has moved past the batch, and an error when it did not: an
+// error wrapping [ErrNotStopped] when the partition is not stopped or
+// stopped being before the command arrived, one wrapping [ErrRevoked] (or
+// the claim's end) when the partition moved before the checkpoint was
+// written. Either way the skip did not happen, and the partition's next
+// owner delivers the batch again.
 func (p *Processor) Skip(topic string, partition int32) error {
 	return p.release(topic, partition, false)
 }
 
 func (p *Processor) release(topic string, partition int32, redeliver bool) error {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	k := partitionKey{topic, partition}
 	e, ok := p.stopped[k]
-	if !ok {
-		return fmt.Errorf("%w: %s/%d", ErrNotStopped, topic, partition)
+	if ok {
+		delete(p.stopped, k)
 	}
-	delete(p.stopped, k)
-	e.cmd <- redeliver // buffered: the worker may be gone already
-	return nil
+	p.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("%w: %s/%d is not held by StopPartition on this processor (never stopped, released already, or moved: a next owner delivers a stopped batch again)",
+			ErrNotStopped, topic, partition)
+	}
+	reply := make(chan error, 1)
+	select {
+	case e.cmd <- command{redeliver: redeliver, reply: reply}:
+	case <-e.gone:
+		return fmt.Errorf("%w: %s/%d: its worker stopped (revoked, or the consumer shut down) before the command arrived; its next owner delivers the batch again",
+			ErrNotStopped, topic, partition)
+	}
+	return <-reply
 }
 
-func (p *Processor) register(sp StoppedPartition) chan bool {
+// command is what Processor.Resume and Processor.Skip hand a stopped
+// partition's worker, with where to answer.
+type command struct {
+	redeliver bool
+	reply     chan<- error
+}
+
+func (p *Processor) register(sp StoppedPartition) *stoppedEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped == nil {
 		p.stopped = map[partitionKey]*stoppedEntry{}
 	}
-	e := &stoppedEntry{info: sp, cmd: make(chan bool, 1)}
+	e := &stoppedEntry{info: sp, cmd: make(chan command), gone: make(chan struct{})}
 	p.stopped[partitionKey{sp.Topic, sp.Partition}] = e
-	return e.cmd
+	return e
 }
 
-func (p *Processor) unregister(topic string, partition int32, cmd chan bool) {
+// unregister removes e, the entry of a worker that stops waiting, and
+// tells a Resume or Skip that came too late.
+func (p *Processor) unregister(topic string, partition int32, e *stoppedEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	k := partitionKey{topic, partition}
-	if e, ok := p.stopped[k]; ok && e.cmd == cmd {
+	if cur, ok := p.stopped[k]; ok && cur == e {
 		delete(p.stopped, k)
 	}
+	close(e.gone)
 }
 
 // Publisher produces records to a topic and returns once the broker has

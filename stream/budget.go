@@ -32,9 +32,15 @@ type BudgetConfig struct {
 	MinPartitions int
 	// ProbeBackoff is the wait before each probe of an outage, n counting
 	// the probes of the outage from 1 (default: 1s, doubled after each
-	// failed probe up to 30s).
+	// failed probe up to 30s). A wait shorter than [MinProbeDelay] is
+	// taken as MinProbeDelay: probes never run hot.
 	ProbeBackoff checkpoint.Backoff
 }
+
+// MinProbeDelay is the shortest wait before a probe of an outage, whatever
+// the ProbeBackoff says: a ProbeBackoff of 0 would otherwise probe the
+// downstream back to back while it is down.
+const MinProbeDelay = 100 * time.Millisecond
 
 // DefaultProbeBackoff is the default [BudgetConfig.ProbeBackoff]: 1s before
 // the first probe, doubled after each failed one, up to 30s.
@@ -43,8 +49,14 @@ func DefaultProbeBackoff(n int, _ time.Duration, _ checkpoint.Rand) time.Duratio
 }
 
 // ProbeBackoff returns a probe backoff of first before the first probe,
-// doubled after each failed probe, up to most.
+// doubled after each failed probe, up to most. most <= 0 means no ceiling
+// of its own, as elsewhere in redeliver: the waits double up to
+// [checkpoint.MaxBackoff]. Waits below [MinProbeDelay] (first <= 0) are
+// taken as MinProbeDelay by the Budget.
 func ProbeBackoff(first, most time.Duration) checkpoint.Backoff {
+	if most <= 0 {
+		most = max(checkpoint.MaxBackoff, first)
+	}
 	return func(n int, _ time.Duration, _ checkpoint.Rand) time.Duration {
 		d := float64(first) * math.Pow(2, float64(max(n, 1)-1))
 		if d >= float64(most) {
@@ -52,6 +64,12 @@ func ProbeBackoff(first, most time.Duration) checkpoint.Backoff {
 		}
 		return time.Duration(d)
 	}
+}
+
+// probeDelay returns the wait before probe n: the ProbeBackoff's, at least
+// MinProbeDelay.
+func (b *Budget) probeDelay(n int) time.Duration {
+	return max(b.cfg.ProbeBackoff(n, 0, nil), MinProbeDelay)
 }
 
 // Budget tells an outage of the downstream from a poison batch, for the
@@ -83,9 +101,46 @@ func ProbeBackoff(first, most time.Duration) checkpoint.Backoff {
 // likely.
 //
 // Time spent waiting out an outage does not count against a policy's
-// MaxRetryTime: a batch's first failure moves forward by it. MaxRecordAge
-// still applies. A RetryResult, and an error the policy does not retry
-// (Permanent), neither spend nor refill the budget.
+// MaxRetryTime (the retry state keeps it as OutageTime; the first failure
+// stays what it was). MaxRecordAge still applies. A RetryResult, and an
+// error the policy does not retry (Permanent), neither spend nor refill
+// the budget.
+//
+// # State machine
+//
+// The budget is in one of three states; each partition worker (a member)
+// is failing or not, and waiting in the queue or not:
+//
+//	Open          no outage: failures count as the policy says
+//	Outage        no probe in flight; the next at probeAt, for the first in the queue
+//	Probing(m)    member m delivers the probe; nobody else probes
+//
+// Events, and what they do:
+//
+//	failure counted          Open: a token spent, m failing; if tokens <= MaxTokens/2
+//	                         and failing >= MinPartitions, Outage (OutageBegan),
+//	                         the failure not counted, probeAt = now + probe delay 1
+//	failure during outage    Outage/Probing: not counted; m failing, waits in the queue
+//	retry due during outage  Outage/Probing: m waits in the queue, paused
+//	probe granted            Outage, m first in the queue, now >= probeAt: Probing(m)
+//	probe failed             Probing(m): Outage, probeAt = now + the next probe delay,
+//	                         m back at the end of the queue
+//	success (any member)     tokens refilled; in Outage/Probing: Open (OutageEnded),
+//	                         tokens full, every waiter released; m not failing
+//	RetryResult              m not failing; Probing(m): Outage, probeAt = now + the
+//	                         next probe delay
+//	not retryable (filter)   Probing(m): Outage, probeAt = now + the next probe delay
+//	probe refused when due   Probing(m) (its time limits reached): Outage at once,
+//	                         probeAt unchanged (nothing tested the downstream)
+//	batch done               m not failing (committed past: a success, a spent
+//	                         RetryResult, a give-up whose action succeeded);
+//	                         Probing(m): Outage at once
+//	worker stops             m not failing, out of the queue; Probing(m): Outage at once
+//
+// Whoever holds the probe releases it: by its delivery's outcome, by its
+// batch's end, or by stopping; the probe slot is never held by a member
+// that no longer delivers. Probe delays come from ProbeBackoff, at least
+// [MinProbeDelay] each.
 //
 // A Budget is safe for concurrent use.
 type Budget struct {
@@ -261,7 +316,7 @@ func (m *budgetMember) failed(now time.Time, info BatchInfo) (counts, began bool
 	b.tokens = max(b.tokens-1, 0)
 	if b.probe == m {
 		b.probe = nil
-		b.probeAt = now.Add(b.cfg.ProbeBackoff(b.probes+1, 0, nil))
+		b.probeAt = now.Add(b.probeDelay(b.probes + 1))
 		b.signal()
 	}
 	if b.open {
@@ -273,7 +328,7 @@ func (m *budgetMember) failed(now time.Time, info BatchInfo) (counts, began bool
 		return true, false
 	}
 	b.open, b.since, b.probes, b.probe = true, now, 0, nil
-	b.probeAt = now.Add(b.cfg.ProbeBackoff(1, 0, nil))
+	b.probeAt = now.Add(b.probeDelay(1))
 	b.signal()
 	b.note(true, OutageEvent{BatchInfo: info, Since: now, Failing: b.failing})
 	return false, true
@@ -308,21 +363,30 @@ func (m *budgetMember) succeeded(now time.Time, info BatchInfo) (e OutageEvent, 
 }
 
 // neutral reports a delivery that neither spends nor refills the budget
-// (a RetryResult, an error the policy does not retry): if it was the
-// probe, the next probe follows after the probe backoff.
+// (an error the policy does not retry): if it was the probe, the next
+// probe follows after the probe backoff.
 func (m *budgetMember) neutral(now time.Time) {
 	b := m.b
 	b.mu.Lock()
 	if b.probe == m {
 		b.probe = nil
-		b.probeAt = now.Add(b.cfg.ProbeBackoff(b.probes+1, 0, nil))
+		b.probeAt = now.Add(b.probeDelay(b.probes + 1))
 		b.signal()
 	}
 	b.mu.Unlock()
 }
 
-// resolved reports that m's failing batch was given up and its exhaustion
-// action succeeded: the partition no longer counts as failing.
+// requested reports a delivery that asked for a retry (a RetryResult): as
+// neutral, and the partition's latest delivery did not fail, so it no
+// longer counts as failing.
+func (m *budgetMember) requested(now time.Time) {
+	m.neutral(now)
+	m.resolved()
+}
+
+// resolved reports that m's batch is done (committed past, or given up
+// and its exhaustion action succeeded): the partition no longer counts as
+// failing, and a probe it held is given up.
 func (m *budgetMember) resolved() {
 	b := m.b
 	b.mu.Lock()
@@ -330,6 +394,23 @@ func (m *budgetMember) resolved() {
 	if m.failing {
 		m.failing = false
 		b.failing--
+	}
+	if b.probe == m {
+		b.probe = nil
+		b.signal()
+	}
+}
+
+// dropProbe gives up m's probe without a delivery (its retry was refused
+// when due): the next waiting partition may probe at once, since nothing
+// tested the downstream.
+func (m *budgetMember) dropProbe() {
+	b := m.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.probe == m {
+		b.probe = nil
+		b.signal()
 	}
 }
 

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 func TestNewBudgetDefaultsAndErrors(t *testing.T) {
@@ -295,4 +297,167 @@ func TestBudgetHookReadsState(t *testing.T) {
 	if len(seen) != 2 || !seen[0].Outage || seen[1].Outage {
 		t.Fatalf("states seen by the hooks %+v, want in an outage, then not", seen)
 	}
+}
+
+// Each transition of the budget's state machine, as its doc lists them.
+func TestBudgetTransitions(t *testing.T) {
+	// outage returns a budget in an outage since now, with members p and
+	// q failing and waiting, the next probe due at now+1s.
+	outage := func(t *testing.T, now time.Time) (*Budget, *budgetMember, *budgetMember) {
+		b, _ := NewBudget(BudgetConfig{})
+		p, q := b.join(), b.join()
+		for !b.State().Outage {
+			p.failed(now, BatchInfo{})
+			q.failed(now, BatchInfo{})
+		}
+		return b, p, q
+	}
+	// probing grants p the probe, at now+1s.
+	probing := func(t *testing.T, b *Budget, p, q *budgetMember) {
+		t.Helper()
+		clk := fixedClock{b.State().Since.Add(time.Second)}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		// q waits behind p: put p first in the queue.
+		b.mu.Lock()
+		p.queued, q.queued = true, true
+		b.queue = append(b.queue, p, q)
+		b.mu.Unlock()
+		if n, _, err := p.await(ctx, clk); n != 1 || err != nil {
+			t.Fatalf("probe granted: %d %v, want probe 1", n, err)
+		}
+	}
+	now := time.Unix(1000, 0)
+	t.Run("failure counted", func(t *testing.T) {
+		b, _ := NewBudget(BudgetConfig{})
+		p, q := b.join(), b.join()
+		counts, began := p.failed(now, BatchInfo{})
+		if s := b.State(); !counts || began || s.Tokens != 9 || s.Failing != 1 || s.Outage {
+			t.Fatalf("%v %v %+v", counts, began, s)
+		}
+		for !b.State().Outage {
+			counts, began = q.failed(now, BatchInfo{})
+		}
+		if s := b.State(); counts || !began || s.Tokens != 5 || s.Failing != 2 || !s.Since.Equal(now) {
+			t.Fatalf("the failure that ran it out: counts %v, began %v, %+v", counts, began, s)
+		}
+		if !b.probeAt.Equal(now.Add(time.Second)) {
+			t.Fatalf("first probe at %v, want now+1s", b.probeAt)
+		}
+	})
+	t.Run("failure during outage", func(t *testing.T) {
+		b, _, _ := outage(t, now)
+		r := b.join()
+		if counts, began := r.failed(now, BatchInfo{}); counts || began || b.State().Failing != 3 {
+			t.Fatalf("counts %v began %v %+v", counts, began, b.State())
+		}
+	})
+	t.Run("probe granted only when due and first", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if n, _, _ := p.await(ctx, fixedClock{now}); n != 0 {
+			t.Fatal("a probe before probeAt")
+		}
+		probing(t, b, p, q)
+		if s := b.State(); s.Probes != 1 || b.probe != p || s.Waiting != 1 {
+			t.Fatalf("%+v", s)
+		}
+		if n, _, _ := q.await(ctx, fixedClock{now.Add(time.Hour)}); n != 0 {
+			t.Fatal("a second probe while one is in flight")
+		}
+	})
+	t.Run("probe failed", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		at := now.Add(time.Second)
+		p.failed(at, BatchInfo{})
+		if b.probe != nil || !b.probeAt.Equal(at.Add(2*time.Second)) || !b.open {
+			t.Fatalf("probe %v, next at %v, want none and +2s", b.probe, b.probeAt.Sub(at))
+		}
+	})
+	t.Run("success ends the outage", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		e, ended := q.succeeded(now.Add(time.Minute), BatchInfo{})
+		if s := b.State(); !ended || e.Duration != time.Minute || s.Outage || s.Tokens != 10 || s.Waiting != 0 || s.Failing != 1 {
+			t.Fatalf("ended %v %+v, state %+v", ended, e, s)
+		}
+	})
+	t.Run("RetryResult", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		at := now.Add(time.Second)
+		p.requested(at)
+		if s := b.State(); b.probe != nil || !b.probeAt.Equal(at.Add(2*time.Second)) || s.Failing != 1 || !s.Outage {
+			t.Fatalf("probe %v next %v, %+v", b.probe, b.probeAt, s)
+		}
+	})
+	t.Run("not retryable", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		at := now.Add(time.Second)
+		p.neutral(at)
+		if s := b.State(); b.probe != nil || !b.probeAt.Equal(at.Add(2*time.Second)) || s.Failing != 2 {
+			t.Fatalf("probe %v next %v, %+v", b.probe, b.probeAt, s)
+		}
+	})
+	t.Run("probe refused when due", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		before := b.probeAt
+		p.dropProbe()
+		if b.probe != nil || !b.probeAt.Equal(before) {
+			t.Fatalf("probe %v, next at %v, want none and unchanged", b.probe, b.probeAt)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		if n, _, _ := q.await(ctx, fixedClock{before}); n != 2 {
+			t.Fatalf("the next waiter's probe: %d, want 2 at once", n)
+		}
+	})
+	t.Run("batch done", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		p.resolved()
+		if s := b.State(); b.probe != nil || s.Failing != 1 || !s.Outage {
+			t.Fatalf("probe %v, %+v", b.probe, s)
+		}
+	})
+	t.Run("worker stops", func(t *testing.T) {
+		b, p, q := outage(t, now)
+		probing(t, b, p, q)
+		p.leave()
+		q.leave()
+		if s := b.State(); b.probe != nil || s.Failing != 0 || s.Waiting != 0 {
+			t.Fatalf("probe %v, %+v", b.probe, s)
+		}
+	})
+}
+
+// A probe delay of 0 is taken as MinProbeDelay: probes never run hot. A
+// ProbeBackoff with no ceiling (0) doubles on, as 0 means elsewhere, up to
+// checkpoint.MaxBackoff.
+func TestProbeDelays(t *testing.T) {
+	b, _ := NewBudget(BudgetConfig{ProbeBackoff: ProbeBackoff(0, 0)})
+	for n := 1; n <= 5; n++ {
+		if d := b.probeDelay(n); d != MinProbeDelay {
+			t.Fatalf("probe %d after %v, want %v", n, d, MinProbeDelay)
+		}
+	}
+	grow := ProbeBackoff(time.Second, 0)
+	if d := grow(7, 0, nil); d != 64*time.Second {
+		t.Fatalf("probe 7 of ProbeBackoff(1s, 0) after %v, want 64s (no ceiling)", d)
+	}
+	if d := grow(100, 0, nil); d != checkpoint.MaxBackoff {
+		t.Fatalf("probe 100 after %v, want %v", d, checkpoint.MaxBackoff)
+	}
+}
+
+// fixedClock reads one instant; its timers never fire.
+type fixedClock struct{ t time.Time }
+
+func (c fixedClock) Now() time.Time { return c.t }
+func (c fixedClock) NewTimer(time.Duration) (<-chan time.Time, func() bool) {
+	return nil, func() bool { return false }
 }

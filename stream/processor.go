@@ -131,7 +131,8 @@ type partitionKey struct {
 
 type stoppedEntry struct {
 	info StoppedPartition
-	cmd  chan bool // receives true to redeliver, false to skip
+	cmd  chan command  // from Resume or Skip, taken by the worker
+	gone chan struct{} // closed when the worker no longer waits for a command
 }
 
 // NewProcessor returns a Processor that runs h. It returns an error when h is
@@ -381,7 +382,14 @@ func (w *worker) run(ctx context.Context) error {
 				continue
 			}
 			outcome = Failed // a retry refused when due: the budget ran out
+			if w.probe > 0 {
+				// It was to be the outage's probe: another partition
+				// probes instead.
+				w.member.dropProbe()
+				w.probe = 0
+			}
 		}
+		done, reply := b, chan<- error(nil)
 		if d.Action == checkpoint.StopRetrying && outcome == Failed {
 			// A batch that failed at a known record gives up that record
 			// only; the records after it are delivered as the next batch.
@@ -389,23 +397,36 @@ func (w *worker) run(ctx context.Context) error {
 			if w.poison && len(b.Records) > 1 {
 				given = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:1], Attempt: b.Attempt}
 			}
-			again, err := w.exhausted(ctx, given)
+			if w.p.cfg.exhaustion != nil && !w.p.cfg.memoryOnly {
+				// Until its action succeeds, a next owner gives it up
+				// again at once, with what it was given up with.
+				s := w.m.GivenUpState()
+				s.Offset = b.FirstOffset()
+				if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
+					return err
+				}
+			}
+			again, r, err := w.exhausted(ctx, given)
 			if err != nil {
 				return w.abandon(ctx)
-			}
-			if w.member != nil && !again {
-				w.member.resolved() // the failure is dealt with
 			}
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
 				continue
 			}
+			done, reply = given, r
 			if given != b {
 				w.rest = b.Records[1:]
-				return w.commit(ctx, given)
 			}
 		}
-		return w.commit(ctx, b)
+		err := w.commit(ctx, done)
+		if reply != nil {
+			if err != nil {
+				err = fmt.Errorf("stream: skip of %s/%d at offset %d not written (%w): its next owner delivers the batch again", b.Topic, b.Partition, done.FirstOffset(), err)
+			}
+			reply <- err
+		}
+		return err
 	}
 }
 
@@ -437,7 +458,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		// time.Now, less any step of the wall clock during the call:
 		// one read of the monotonic clock instead of two clocks.
 		now = start.Add(time.Since(start))
-	case err != nil || hooks.Delivered != nil:
+	case err != nil || hooks.Delivered != nil || w.member != nil:
 		now = clock.Now()
 	}
 	if ctx.Err() != nil {
@@ -470,7 +491,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 			outcome = RetryRequested
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
 			if w.member != nil {
-				w.member.neutral(now)
+				w.member.requested(now)
 			}
 		} else {
 			outcome = Failed
@@ -642,9 +663,10 @@ func (w *worker) wait(ctx context.Context, at time.Time) error {
 
 // exhausted reports the given-up batch and runs the exhaustion action until
 // it succeeds. It reports whether the batch is to be delivered again (a
-// stopped partition resumed with Processor.Resume), and returns an error only
-// when ctx ends first.
-func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error) {
+// stopped partition resumed with Processor.Resume) and, for a stopped
+// partition released by Processor.Skip, where to report how the skip's
+// checkpoint went; it returns an error only when ctx ends first.
+func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, reply chan<- error, err error) {
 	var xerr *checkpoint.ExhaustedError
 	errors.As(w.m.Err(), &xerr)
 	if h := w.p.cfg.hooks.Exhausted; h != nil {
@@ -659,7 +681,7 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 	action := w.p.cfg.exhaustion
 	if action == nil {
 		w.actionTried(b, 1, nil, false)
-		return false, nil
+		return false, nil, nil
 	}
 	stop, try := false, 0
 	// The action's errors are its own: one that wraps ErrRevoked is a
@@ -668,7 +690,7 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 	err = w.repeat(ctx, "exhaustion action", false, func() error {
 		try++
 		err := callAction(actx, action, b, xerr)
-		if errors.Is(err, errStop) {
+		if IsStop(err) {
 			stop = true
 			return nil
 		}
@@ -676,7 +698,7 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, err error
 		return err
 	})
 	if err != nil || !stop {
-		return false, err
+		return false, nil, err
 	}
 	return w.halt(ctx, b, xerr)
 }
@@ -710,35 +732,50 @@ func (w *worker) actionTried(b *Batch, try int, err error, skipped bool) {
 }
 
 // halt keeps the partition stopped, paused, until Processor.Resume or
-// Processor.Skip names it or ctx ends.
-func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) (again bool, err error) {
+// Processor.Skip names it or ctx ends. It first commits the batch's state
+// as halted, so that a next owner, should the partition move meanwhile,
+// delivers the batch again with a fresh count.
+func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) (again bool, reply chan<- error, err error) {
 	if !w.paused {
 		w.c.Pause()
 		w.paused = true
 	}
+	if !w.p.cfg.memoryOnly {
+		s := w.m.GivenUpState()
+		s.Offset, s.Halted = b.FirstOffset(), true
+		if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
+			return false, nil, err
+		}
+	}
 	sp := StoppedPartition{BatchInfo: w.infoOf(b), Err: xerr}
-	cmd := w.p.register(sp)
-	defer w.p.unregister(sp.Topic, sp.Partition, cmd)
+	e := w.p.register(sp)
+	defer w.p.unregister(sp.Topic, sp.Partition, e)
 	if h := w.p.cfg.hooks.Stopped; h != nil {
 		h(StoppedEvent{BatchInfo: sp.BatchInfo, Err: xerr})
 	}
 	w.log.Error("redeliver: partition stopped until resumed or skipped", "offset", b.FirstOffset(), "records", len(b.Records), "error", xerr)
 	select {
-	case redeliver := <-cmd:
-		w.log.Info("redeliver: stopped partition released", "offset", b.FirstOffset(), "redeliver", redeliver)
-		if !redeliver {
-			w.actionTried(b, 1, nil, true)
+	case c := <-e.cmd:
+		w.log.Info("redeliver: stopped partition released", "offset", b.FirstOffset(), "redeliver", c.redeliver)
+		if c.redeliver {
+			c.reply <- nil // the batch is delivered again from here
+			return true, nil, nil
 		}
-		return redeliver, nil
+		w.actionTried(b, 1, nil, true)
+		return false, c.reply, nil
 	case <-ctx.Done():
-		return false, ctx.Err()
+		return false, nil, ctx.Err()
 	}
 }
 
-// commit writes the checkpoint past b and resumes a paused claim.
+// commit writes the checkpoint past b and resumes a paused claim. The
+// partition no longer counts as failing in the outage budget.
 func (w *worker) commit(ctx context.Context, b *Batch) error {
 	if err := w.write(ctx, b, b.LastOffset()+1, ""); err != nil {
 		return err
+	}
+	if w.member != nil {
+		w.member.resolved()
 	}
 	if w.paused {
 		w.c.Resume()

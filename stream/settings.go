@@ -2,6 +2,7 @@ package stream
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -51,8 +52,8 @@ func RecordFuncOf(h Handler) (RecordFunc, bool) {
 	return RecordFunc(pr), ok
 }
 
-// IsStop reports whether err is what [StopPartition] returns.
-func IsStop(err error) bool { return err == errStop }
+// IsStop reports whether err is what [StopPartition] returns, or wraps it.
+func IsStop(err error) bool { return errors.Is(err, errStop) }
 
 // Source describes where a dead-lettered record came from beyond its topic,
 // partition and offset, for [DeadLetter]'s headers: the group that gave up on

@@ -408,15 +408,16 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if h.MemoryOnly {
 				break
 			}
-			n, started, first := stateCount(e.Metadata)
+			st := stateOf(e.Metadata)
 			if e.Offset < 0 {
-				n = 0
+				st = committedState{}
 			}
 			if p.commit == start {
-				if m, st, f := stateCount(p.commitMD); m > n {
-					n, started, first = m, st, f
+				if c := stateOf(p.commitMD); c.n > st.n {
+					st = c
 				}
 			}
+			n, first := st.n, st.first
 			if n == 0 {
 				break
 			}
@@ -427,7 +428,10 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 					o.first = kept.first
 				}
 			}
-			if started {
+			switch {
+			case st.givenUp:
+				o.lastErr = st.lastErr // given up again with it
+			case st.started:
 				// The next owner cannot know how the started retry
 				// ended.
 				o.lastErr = interrupted
@@ -513,7 +517,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if o.count > 0 && e.Error != o.lastErr {
 				bad("%s: record %d given up with the last error %q, but its last counted delivery's was %q", where(), e.First, e.Error, o.lastErr)
 			}
-			p.gave[e.First] = gaveUp{deliveries: e.Retries + 1, first: e.At, err: e.Error}
+			for o := e.First; o <= e.Last; o++ {
+				p.gave[o] = gaveUp{deliveries: e.Retries + 1, first: e.At, err: e.Error}
+			}
 			delete(s.own, e.First)
 		case ActionTried:
 			if e.Error == "" {
@@ -582,7 +588,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				n = o.count
 				o.stateAt = true
 			}
-			if c, started, _ := stateCount(e.Metadata); c-b2i(started) != n {
+			// A started retry is committed before its delivery; a
+			// given-up state after every delivery it counts.
+			if st := stateOf(e.Metadata); st.n-b2i(st.started && !st.givenUp) != n {
 				bad("%s: retry state %q committed for the record at %d, but the record has had %d counted deliveries", where(), e.Metadata, e.Offset, n)
 			}
 		}
@@ -613,16 +621,23 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 	return r
 }
 
-// stateCount returns the deliveries a committed retry state counts (its
-// retries so far, and the started one), whether a retry was started, and
-// the first failure it holds; 0 for no state, or metadata that is not
-// redeliver's.
-func stateCount(md string) (n int, started bool, first time.Time) {
+// committedState is what a committed retry state says of its record.
+type committedState struct {
+	n       int       // the deliveries it counts: the retries so far, and the started one
+	started bool      // a retry was started
+	givenUp bool      // given up, its exhaustion action not done
+	lastErr string    // a given-up record's last error
+	first   time.Time // its first failure
+}
+
+// stateOf reads a committed retry state; the zero committedState for no
+// state, or metadata that is not redeliver's.
+func stateOf(md string) committedState {
 	s, err := checkpoint.DecodeState(md)
-	if err != nil || s.Retries <= 0 {
-		return 0, false, time.Time{}
+	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 {
+		return committedState{} // a halted partition's next owner starts afresh
 	}
-	return s.Retries + b2i(s.Started), s.Started, s.FirstFailure
+	return committedState{n: s.Retries + b2i(s.Started), started: s.Started, givenUp: s.GivenUp != 0, lastErr: s.LastError, first: s.FirstFailure}
 }
 
 func b2i(b bool) int {

@@ -1,0 +1,441 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// runParts runs proc over parts until each is committed to its end or
+// within (fake time) passes, and returns whether they all were.
+func runParts(t *testing.T, proc *stream.Processor, within time.Duration, parts ...*streamtest.Partition) bool {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- streamtest.Run(ctx, proc, parts...) }()
+	wctx, wcancel := context.WithTimeout(ctx, within)
+	defer wcancel()
+	ok := true
+	for _, p := range parts {
+		if err := p.WaitCommitted(wctx, p.End()); err != nil {
+			t.Log(err)
+			ok = false
+			break
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+// A probe whose retry is refused when due (its record too old) gives the
+// probe up: the next waiting partition probes, the outage ends when the
+// downstream is back, and every other record is handled. The probe slot
+// stayed taken, and the outage never ended.
+//
+// Two processors share the budget: partition 0's has a long backoff, so
+// that it is waiting out a retry when the others' failures begin the
+// outage, joins the queue when the retry falls due, and probes when its
+// record is too old to be retried.
+func TestOutageRefusedProbeFreesTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := stream.NewBudget(stream.BudgetConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var parts []*streamtest.Partition
+		for i := range 3 {
+			p := streamtest.NewPartition("orders", int32(i), 3)
+			if i == 0 {
+				// One record, too old to retry from 10s on: once it is
+				// given up, its partition is idle.
+				p.Append(time.Now().Add(-20*time.Second), "a")
+			} else {
+				p.Append(time.Now(), "a", "b", "c")
+			}
+			parts = append(parts, p)
+		}
+		recovery := time.Now().Add(time.Minute)
+		var mu sync.Mutex
+		handled := map[string]int{}
+		h := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+			if time.Now().Before(recovery) {
+				return errDown
+			}
+			mu.Lock()
+			handled[fmt.Sprintf("%d/%d", r.Partition, r.Offset)]++
+			mu.Unlock()
+			return nil
+		})
+		var given givenUp
+		var ended atomic.Int32
+		hooks := stream.WithHooks(stream.Hooks{OutageEnded: func(stream.OutageEvent) { ended.Add(1) }})
+		slow, err := stream.NewProcessor(h, stream.WithOutageBudget(budget), stream.WithExhaustionAction(given.action), hooks,
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(5 * time.Second), MaxRecordAge: 30 * time.Second}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		fast, err := stream.NewProcessor(h, stream.WithOutageBudget(budget), stream.WithExhaustionAction(given.action),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(100 * time.Millisecond)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		var wg sync.WaitGroup
+		wg.Go(func() { streamtest.Run(ctx, slow, parts[0]) })
+		wg.Go(func() { streamtest.Run(ctx, fast, parts[1:]...) })
+		wctx, wcancel := context.WithTimeout(ctx, 2*time.Hour)
+		defer wcancel()
+		for _, p := range parts {
+			if err := p.WaitCommitted(wctx, p.End()); err != nil {
+				t.Errorf("%v: budget %+v, given up %v", err, budget.State(), given.got)
+				break
+			}
+		}
+		cancel()
+		wg.Wait()
+		if fmt.Sprint(given.got) != "[0-0: "+errDown.Error()+"]" || given.errs[0].Reason != checkpoint.RecordTooOld {
+			t.Errorf("given up %v, want partition 0's record 0 alone, too old", given.got)
+		}
+		if ended.Load() != 1 || len(handled) != 6 {
+			t.Fatalf("outages ended %d, records handled %v; want 1 and the 6 records of partitions 1 and 2", ended.Load(), handled)
+		}
+	})
+}
+
+// A partition that failed once and then ended its batch through a spent
+// RetryResult is not failing any more: one poison batch on another
+// partition is then no outage, and is given up as the policy says.
+func TestRetryResultEndsAFailingPartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := stream.NewBudget(stream.BudgetConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := streamtest.NewPartition("orders", 0, 5), streamtest.NewPartition("orders", 1, 5)
+		a.Append(time.Now(), "a")
+		b.Append(time.Now(), "poison")
+		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
+			switch {
+			case bt.Partition == 1:
+				return errPoison
+			case bt.Attempt.Retry == 0:
+				return errTransient
+			}
+			return stream.Retry(1, time.Second)
+		})
+		var given givenUp
+		var began atomic.Int32
+		proc, err := stream.NewProcessor(h, stream.WithOutageBudget(budget), stream.WithExhaustionAction(given.action), fixed(12, time.Second),
+			stream.WithHooks(stream.Hooks{OutageBegan: func(stream.OutageEvent) { began.Add(1) }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, proc, time.Hour, a, b) || began.Load() != 0 || len(given.errs) != 1 || given.errs[0].Retries != 12 {
+			t.Fatalf("outages %d, given up %v, budget %+v; want no outage and the poison batch given up after 12 retries", began.Load(), given.got, budget.State())
+		}
+	})
+}
+
+// OutageEnded's Duration is how long the outage lasted, with or without a
+// Delivered hook (without one, the zero time ended it: -2562047h).
+func TestOutageDurationWithoutDeliveredHook(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := stream.NewBudget(stream.BudgetConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var parts []*streamtest.Partition
+		for i := range 2 {
+			p := streamtest.NewPartition("orders", int32(i), 5)
+			p.AppendN(time.Now(), 5)
+			parts = append(parts, p)
+		}
+		recovery := time.Now().Add(10 * time.Second)
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			if time.Now().Before(recovery) {
+				return errDown
+			}
+			return nil
+		})
+		var mu sync.Mutex
+		var ended []stream.OutageEvent
+		proc, err := stream.NewProcessor(h, stream.WithOutageBudget(budget), fixed(10, time.Second),
+			stream.WithHooks(stream.Hooks{OutageEnded: func(e stream.OutageEvent) { mu.Lock(); ended = append(ended, e); mu.Unlock() }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, proc, time.Hour, parts...) {
+			t.Fatal("not done")
+		}
+		if len(ended) != 1 || ended[0].Duration <= 0 || ended[0].Duration > 30*time.Second {
+			t.Fatalf("OutageEnded %+v, want one that lasted the 10s to 30s of the outage", ended)
+		}
+	})
+}
+
+// A partition stopped by StopPartition and then revoked: its next owner
+// delivers the batch again with a fresh count, as StopPartition's doc
+// says, instead of stopping at once without a delivery.
+func TestStoppedPartitionRedeliveredByTheNextOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hist streamtest.History
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		var calls atomic.Int32
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			if calls.Add(1) <= 3 {
+				return errPoison
+			}
+			return nil
+		})
+		stopped := make(chan struct{}, 1)
+		a, err := stream.NewProcessor(h, fixed(2, time.Second), stream.WithExhaustionAction(stream.StopPartition),
+			stream.WithHooks(stream.MergeHooks(hist.Hooks("a"), stream.Hooks{Stopped: func(stream.StoppedEvent) { stopped <- struct{}{} }})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(t.Context(), a, p) }()
+		<-stopped
+		synctest.Wait()
+		p.Revoke()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		b, err := stream.NewProcessor(h, fixed(2, time.Second), stream.WithExhaustionAction(stream.StopPartition),
+			stream.WithHooks(hist.Hooks("b")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, b, time.Hour, p) || calls.Load() != 4 || len(b.Stopped()) != 0 {
+			t.Fatalf("after the move: %d deliveries in all, stopped %v; want the batch delivered again and handled", calls.Load(), b.Stopped())
+		}
+		if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 5}); len(r.Violations) > 0 {
+			t.Fatalf("violations %v", r.Violations)
+		}
+	})
+}
+
+// A record given up whose dead-letter action fails until its partition
+// moves: the next owner gives it up again at once, without a delivery,
+// with the retries and the error it was given up with, not with
+// ErrInterrupted.
+func TestFailedActionThenMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hist streamtest.History
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		var calls atomic.Int32
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			calls.Add(1)
+			return errPoison
+		})
+		down := &memPublisher{fail: 1 << 30}
+		dlA, _ := stream.DeadLetter(hist.Publisher(down), "dlq")
+		tried := make(chan struct{}, 10)
+		a, err := stream.NewProcessor(h, fixed(2, time.Second), stream.WithExhaustionAction(dlA),
+			stream.WithHooks(stream.MergeHooks(hist.Hooks("a"), stream.Hooks{ActionTried: func(stream.ActionEvent) { tried <- struct{}{} }})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(t.Context(), a, p) }()
+		<-tried
+		<-tried
+		p.Revoke()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		up := &memPublisher{}
+		dlB, _ := stream.DeadLetter(hist.Publisher(up), "dlq")
+		b, err := stream.NewProcessor(h, fixed(2, time.Second), stream.WithExhaustionAction(dlB), stream.WithHooks(hist.Hooks("b")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, b, time.Hour, p) {
+			t.Fatal("not done")
+		}
+		if calls.Load() != 3 || len(up.got["dlq"]) != 5 {
+			t.Fatalf("%d deliveries, %d dead-lettered; want 3 (retryCount 2) and the 5 records", calls.Load(), len(up.got["dlq"]))
+		}
+		h0 := headers(up.got["dlq"][0])
+		if h0[stream.HeaderDeliveries] != "3" || h0[stream.HeaderError] != errPoison.Error() {
+			t.Fatalf("dead letter headers %v, want 3 deliveries and %q", h0, errPoison)
+		}
+		if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 5}); len(r.Violations) > 0 {
+			t.Fatalf("violations %v", r.Violations)
+		}
+	})
+}
+
+// A restored retry keeps a throttled delay across a move (a retry-after
+// hint here), and the next owner does not give up a batch whose Decide
+// retries only the errors it knows when the previous owner's retry was
+// cut short.
+func TestMovedRetryKeepsItsDelayAndDecide(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		throttled := errors.New("throttled")
+		var calls []time.Time
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			calls = append(calls, time.Now())
+			if len(calls) == 1 {
+				return checkpoint.RetryAfter(throttled, time.Minute)
+			}
+			return nil
+		})
+		policy := checkpoint.Policy{MaxRetries: 3, Decide: func(_ int, err error, _ time.Duration, _ checkpoint.Rand) (time.Duration, bool) {
+			return time.Second, errors.Is(err, throttled)
+		}}
+		revoke := stream.Hooks{Checkpointed: func(e stream.CheckpointEvent) {
+			if e.Metadata != "" {
+				p.Revoke()
+			}
+		}}
+		a, err := stream.NewProcessor(h, stream.WithPolicy(policy), stream.WithHooks(revoke))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := streamtest.Run(t.Context(), a, p); err != nil {
+			t.Fatal(err)
+		}
+		b, err := stream.NewProcessor(h, stream.WithPolicy(policy))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, b, time.Hour, p) {
+			t.Fatal("not done")
+		}
+		if len(calls) != 2 || calls[1].Sub(calls[0]) < time.Minute {
+			t.Fatalf("deliveries at %v, want the retry a minute after the first, as its hint said", calls)
+		}
+	})
+}
+
+// stream.Permanent is never retried, whatever the policy's error filter.
+func TestPermanentNeverRetried(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		var calls atomic.Int32
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			calls.Add(1)
+			return stream.Permanent(errPoison)
+		})
+		proc, err := stream.NewProcessor(h, stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Retryable: func(error) bool { return true }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, proc, time.Hour, p) || calls.Load() != 1 {
+			t.Fatalf("%d deliveries of a Permanent error under a filter that retries all, want 1", calls.Load())
+		}
+	})
+}
+
+// A restored first failure after now (two owners' clocks disagree) does
+// not stretch MaxRetryTime: a 10s budget allows about 10s of retries.
+func TestFutureFirstFailureDoesNotStretchTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		p.SetCheckpoint(0, fmt.Sprintf("rd1;o=0;r=1;f=%d;d=10;s=1", time.Now().Add(time.Hour).UnixMilli()))
+		var calls atomic.Int32
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			calls.Add(1)
+			return errTransient
+		})
+		begin := time.Now()
+		proc, err := stream.NewProcessor(h, stream.WithPolicy(checkpoint.Policy{MaxRetries: checkpoint.Infinite,
+			Backoff: checkpoint.Fixed(10 * time.Millisecond), MaxRetryTime: 10 * time.Second}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, proc, 2*time.Hour, p) {
+			t.Fatal("not done")
+		}
+		if took := time.Since(begin); took > 11*time.Second || calls.Load() > 1001 {
+			t.Fatalf("%d retries over %v with a 10s budget", calls.Load(), took)
+		}
+	})
+}
+
+// Decisions: an operator's Skip that races a revocation returns an error,
+// never nil for a skip that was lost; a Skip that returns nil has moved
+// the checkpoint past the batch.
+func TestSkipRacingARevocation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for _, race := range []bool{false, true} {
+			p := streamtest.NewPartition("orders", 0, 5)
+			p.AppendN(time.Now(), 5)
+			h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error { return errPoison })
+			stopped := make(chan struct{}, 1)
+			proc, err := stream.NewProcessor(h, fixed(0, 0), stream.WithExhaustionAction(stream.StopPartition),
+				stream.WithHooks(stream.Hooks{Stopped: func(stream.StoppedEvent) { stopped <- struct{}{} }}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan error, 1)
+			go func() { done <- streamtest.Run(t.Context(), proc, p) }()
+			<-stopped
+			synctest.Wait()
+			if race {
+				p.Revoke() // the worker has not seen it yet
+			}
+			err = proc.Skip("orders", 0)
+			c, _ := p.Checkpoint()
+			switch {
+			case race && (err == nil || c == 5):
+				t.Fatalf("Skip racing a revocation: %v, checkpoint %d; want an error and the checkpoint in place", err, c)
+			case !race && (err != nil || c != 5):
+				t.Fatalf("Skip: %v, checkpoint %d; want nil and the checkpoint past the batch when it returns", err, c)
+			}
+			if race && (!strings.Contains(err.Error(), "next owner") || !errors.Is(err, stream.ErrNotStopped) && !errors.Is(err, stream.ErrRevoked)) {
+				t.Errorf("Skip's error %q does not say what happens next", err)
+			}
+			p.Revoke()
+			if err := <-done; err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// Decisions: stream.IsStop and the engine both see StopPartition's result
+// through wrapping.
+func TestWrappedStopStopsThePartition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stop := func(ctx context.Context, b *stream.Batch, x *checkpoint.ExhaustedError) error {
+			return fmt.Errorf("orders: %w", stream.StopPartition(ctx, b, x))
+		}
+		if !stream.IsStop(stop(context.Background(), nil, nil)) {
+			t.Fatal("IsStop of a wrapped stop is false")
+		}
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		stopped := make(chan struct{}, 1)
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errPoison }),
+			stream.WithExhaustionAction(stop), stream.WithHooks(stream.Hooks{Stopped: func(stream.StoppedEvent) { stopped <- struct{}{} }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(t.Context(), proc, p) }()
+		<-stopped
+		p.Revoke()
+		<-done
+	})
+}
