@@ -336,15 +336,17 @@ func (c *Consumer) Close() error {
 		return errNotMade
 	}
 	inside := c.life.Close()
-	if c.owned {
-		if inside {
-			// From a callback of the client or a goroutine Run waits
-			// for: the client's Close would wait for it.
-			go c.closeClient()
-		} else {
-			c.closeClient()
-		}
+	switch {
+	case !c.owned:
+	case !inside:
+		c.closeClient()
+	case !c.life.Started():
+		// From a callback of the client before Run (WithOnAssigned):
+		// the client's Close would wait for the callback.
+		go c.closeClient()
 	}
+	// Called inside Run, Close leaves the client to Run's end, which
+	// closes it once every worker has stopped.
 	return nil
 }
 

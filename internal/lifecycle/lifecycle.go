@@ -134,6 +134,13 @@ func (l *Life) Close() (inside bool) {
 	return false
 }
 
+// Started reports whether Run was called.
+func (l *Life) Started() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.started
+}
+
 // Closed reports whether Close was called.
 func (l *Life) Closed() bool {
 	l.mu.Lock()
