@@ -459,8 +459,8 @@ func (cl *claim) Resume() {
 // broker's answer. It returns [stream.ErrRevoked] once the claim is ending
 // (its context is done: revocation, loss or shutdown). A commit that was
 // sent is not cancelled by a revocation, which waits for it (up to the
-// commit timeout) rather than leave its outcome unknown; a shutdown cuts it
-// short.
+// commit timeout) rather than leave its outcome unknown; a shutdown waits
+// for it at most 250ms, then cuts it short.
 //
 // A commit is sent only under the group session the claim was confirmed
 // in (see confirmedFor). When the client has moved on to a new session

@@ -9,6 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 )
 
 // errCommitterStopped answers a commit made after the committer stopped;
@@ -34,7 +36,8 @@ type commitReq struct {
 // gathered into one synchronous OffsetCommit request: while one request is
 // in flight, the next collects whatever is asked for meanwhile.
 type committer struct {
-	ctx     context.Context // Run's: done at shutdown, which cuts a commit in flight short
+	ctx     context.Context // done commitGrace after Run's: a shutdown cuts a commit in flight short
+	cancel  context.CancelFunc
 	cl      *kgo.Client
 	timeout time.Duration
 	kip848  bool // the client asks for KIP-848 groups (see claim.confirmedFor)
@@ -48,9 +51,14 @@ func newCommitter(cl *kgo.Client, timeout time.Duration) *committer {
 	return &committer{cl: cl, timeout: timeout, kip848: kip848, reqs: make(chan *commitReq), quit: make(chan struct{}), done: make(chan struct{})}
 }
 
+// commitGrace is how long a shutdown waits for a commit in flight before it
+// cuts it short: the broker may have written it already, and its answer
+// tells the worker so (its Checkpointed hook fires).
+const commitGrace = 250 * time.Millisecond
+
 // start starts the loop; ctx is Run's context.
 func (m *committer) start(ctx context.Context) {
-	m.ctx = ctx
+	m.ctx, m.cancel = lifecycle.Linger(ctx, commitGrace)
 	go m.loop()
 }
 
@@ -59,6 +67,9 @@ func (m *committer) start(ctx context.Context) {
 func (m *committer) stop() {
 	close(m.quit)
 	<-m.done
+	if m.cancel != nil {
+		m.cancel()
+	}
 }
 
 // commit commits at with metadata for cl's partition and waits for the

@@ -21,7 +21,7 @@ const defaultFetchMaxWait = 500 * time.Millisecond
 
 // leaveWait is how long closing a client the consumer owns waits for the
 // broker to answer its requests in flight and the leave of the group.
-const leaveWait = 500 * time.Millisecond
+const leaveWait = 400 * time.Millisecond
 
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("franz: consumer closed")
@@ -127,7 +127,8 @@ func WithBufferBytes(n int) Option {
 
 // WithCommitTimeout bounds one offset commit, overriding the default 10s. A
 // commit that was sent is not cancelled by a revocation: the revocation
-// waits for it, for at most this long. A shutdown cuts it short.
+// waits for it, for at most this long. A shutdown waits for it at most
+// 250ms, then cuts it short.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.commitTimeout = d })
 }
@@ -281,10 +282,10 @@ func (c *Consumer) Client() *kgo.Client {
 // On return, every worker has stopped, its batch in flight abandoned without
 // a commit, and a client the consumer owns is closed (leaving the group).
 // Run returns within a second of its context's end whatever the broker is
-// slow to answer: a commit in flight is cut short, and closing an owned
-// client waits at most 500ms for the broker before its requests in flight
-// are cancelled (the broker then removes the member at its session
-// timeout). An owned client is built with kgo.WithContext for this; a
+// slow to answer: a commit in flight is cut short after 250ms, and closing
+// an owned client waits at most 400ms for the broker before its requests
+// in flight are cancelled (the broker then removes the member at its
+// session timeout). An owned client is built with kgo.WithContext for this; a
 // kgo.WithContext given in WithKgoOptions replaces it.
 //
 // Run returns nil after a clean shutdown: ctx done (cancelled or past its

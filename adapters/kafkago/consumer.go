@@ -70,7 +70,8 @@ func WithMaxWait(d time.Duration) Option {
 
 // WithCommitTimeout bounds one offset commit, overriding the default 10s. A
 // commit that was sent is not cancelled by the end of its generation: the
-// end waits for it, for at most this long. A shutdown cuts it short.
+// end waits for it, for at most this long. A shutdown waits for it at most
+// 250ms, then cuts it short.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *engine.Config) { c.CommitTimeout = d })
 }

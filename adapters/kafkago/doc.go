@@ -125,8 +125,8 @@
 // context ended or [Consumer.Close] was called. Fetch connections are
 // closed at once, so a fetch waiting for data (up to its MaxWait, 10s by
 // default) does not hold the shutdown up; neither does a commit in flight,
-// which is cut short.
-// Leaving the group waits at most 500ms for kafka-go's consumer group to
+// which is cut short after 250ms.
+// Leaving the group waits at most 400ms for kafka-go's consumer group to
 // close: past that (a JoinGroup, SyncGroup or metadata request the broker
 // has not answered, which kafka-go would wait for up to the group's
 // RebalanceTimeout) the group's connections are closed, and the broker

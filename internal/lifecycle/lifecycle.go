@@ -26,6 +26,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"time"
 )
 
 // Life is the lifecycle of one long-running value. Make it with [New]. It
@@ -146,6 +147,32 @@ func (l *Life) Closed() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.closed
+}
+
+// Linger returns a context that ends d after ctx ends, or when cancel is
+// called, and carries ctx's values: for a request in flight at a shutdown
+// that is better finished than cut short (a commit the broker may have
+// written already), within a bound.
+func Linger(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	var (
+		mu    sync.Mutex
+		timer *time.Timer
+	)
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		timer = time.AfterFunc(d, cancel)
+		mu.Unlock()
+	})
+	return lctx, func() {
+		stop()
+		mu.Lock()
+		if timer != nil {
+			timer.Stop()
+		}
+		mu.Unlock()
+		cancel()
+	}
 }
 
 // Inside runs fn on the calling goroutine, marked as one that a Run waits

@@ -151,3 +151,25 @@ func TestCloseFromInside(t *testing.T) {
 		}
 	})
 }
+
+// A lingering context ends its delay after its parent, not before.
+func TestLinger(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		parent, cancel := context.WithCancel(context.Background())
+		ctx, stop := lifecycle.Linger(parent, 250*time.Millisecond)
+		defer stop()
+		cancel()
+		began := time.Now()
+		<-ctx.Done()
+		if d := time.Since(began); d != 250*time.Millisecond {
+			t.Fatalf("ended %v after its parent, want 250ms", d)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		ctx, stop := lifecycle.Linger(context.Background(), time.Hour)
+		stop()
+		if ctx.Err() == nil {
+			t.Fatal("not ended by its cancel")
+		}
+	})
+}

@@ -319,7 +319,7 @@ func (cl *claim) Resume() {
 // [stream.ErrRevoked] once the claim is ending or its generation has ended.
 // A commit that was sent is not cancelled by the generation's end, which
 // waits for it (up to the commit timeout) rather than leave its outcome
-// unknown; a shutdown cuts it short.
+// unknown; a shutdown waits for it at most 250ms, then cuts it short.
 //
 // The commit carries the leader epoch of the record before next when that
 // record ended the last batch (a batch handled), and -1 (unknown)

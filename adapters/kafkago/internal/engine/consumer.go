@@ -18,7 +18,12 @@ import (
 // leaveWait is how long Run's shutdown waits for kafka-go's consumer group
 // to close (end its generation and leave the group) before it closes the
 // group's connections.
-const leaveWait = 500 * time.Millisecond
+const leaveWait = 400 * time.Millisecond
+
+// commitGrace is how long a shutdown waits for a commit in flight before it
+// cuts it short: the broker may have written it already, and its answer
+// tells the worker so (its Checkpointed hook fires).
+const commitGrace = 250 * time.Millisecond
 
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("kafkago: consumer closed")
@@ -162,6 +167,8 @@ func (c *Consumer) run(ctx context.Context) error {
 		c.checks.Run(ctx, checkInterval, checkTimeout, c.check)
 	}()
 	defer func() { <-checked }()
+	commitCtx, stopCommits := lifecycle.Linger(ctx, commitGrace)
+	defer stopCommits()
 	for ctx.Err() == nil {
 		gen, err := cg.Next(ctx)
 		if err != nil {
@@ -172,7 +179,7 @@ func (c *Consumer) run(ctx context.Context) error {
 			}
 			continue
 		}
-		c.serve(ctx, gen)
+		c.serve(ctx, commitCtx, gen)
 	}
 	cause := context.Cause(ctx)
 	// Closing the group ends the generation: its manager ends every claim

@@ -30,9 +30,10 @@ type generation struct {
 	gen  *kafka.Generation
 	gctx context.Context // kafka-go's context of the generation: done when it ends
 	fail func(error)     // stops Run when a worker fails
-	// runCtx is Run's: done at shutdown, which cuts a commit in flight
-	// short (a rebalance waits for it, up to the commit timeout).
-	runCtx context.Context
+	// commitCtx is done commitGrace after Run's context: a shutdown cuts a
+	// commit in flight short (a rebalance waits for it, up to the commit
+	// timeout).
+	commitCtx context.Context
 
 	mu     sync.RWMutex // commits hold it shared for their request; end holds it exclusively
 	ended  bool
@@ -63,8 +64,8 @@ type commitCall struct {
 var errLead = errors.New("kafkago: send the pending commits")
 
 // serve starts the manager of gen.
-func (c *Consumer) serve(ctx context.Context, gen *kafka.Generation) {
-	g := &generation{c: c, gen: gen, fail: c.life.Fail, stale: make(chan struct{}), runCtx: ctx}
+func (c *Consumer) serve(ctx, commitCtx context.Context, gen *kafka.Generation) {
+	g := &generation{c: c, gen: gen, fail: c.life.Fail, stale: make(chan struct{}), commitCtx: commitCtx}
 	n := 0
 	for _, as := range gen.Assignments {
 		n += len(as)
@@ -351,7 +352,7 @@ func (g *generation) send(calls []*commitCall) {
 // sendRequest sends req, the commits of calls, and gives each call its
 // outcome.
 func (g *generation) sendRequest(req *offsetcommit.Request, calls []*commitCall) {
-	ctx, cancel := context.WithTimeout(g.runCtx, g.c.cfg.CommitTimeout)
+	ctx, cancel := context.WithTimeout(g.commitCtx, g.c.cfg.CommitTimeout)
 	defer cancel()
 	// kafka.Client.OffsetCommit sends leader epoch 0 with every commit
 	// (its OffsetCommit has no epoch), so the request is sent as Kafka

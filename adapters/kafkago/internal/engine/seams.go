@@ -21,7 +21,7 @@ type TestGeneration struct {
 // as kafka-go's context of the generation, and a claim of the partition
 // with no committed offset.
 func NewTestGeneration(c *Consumer, gen *kafka.Generation, gctx context.Context, topic string, partition int32) *TestGeneration {
-	g := &generation{c: c, gen: gen, gctx: gctx, fail: func(error) {}, stale: make(chan struct{}), runCtx: context.Background()}
+	g := &generation{c: c, gen: gen, gctx: gctx, fail: func(error) {}, stale: make(chan struct{}), commitCtx: context.Background()}
 	cl := newClaim(g, tp{topic, partition}, -1, "", context.Background())
 	g.claims = append(g.claims, cl)
 	return &TestGeneration{g: g, cl: cl}
