@@ -234,6 +234,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		c.cancelClient = cancel
 		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait), kgo.WithContext(cctx)}, cfg.kopts...)
 		if err := checkOpts(kopts); err != nil {
+			cancel()
 			return nil, err
 		}
 		kopts = append(kopts, ClientOptions()...)
