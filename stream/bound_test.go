@@ -439,3 +439,33 @@ func TestWrappedStopStopsThePartition(t *testing.T) {
 		<-done
 	})
 }
+
+// A retry started under a RetryResult whose count it spends, cut short by
+// a move: its outcome is not known, so the next owner counts it as
+// failed and gives the batch up to the exhaustion action, instead of
+// moving past it unhandled as a spent RetryResult would (found by
+// TestRandomEngine, seed 367).
+func TestStartedLastRetryResultAfterAMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		p.SetCheckpoint(0, fmt.Sprintf("rd1;o=0;r=2;f=%d;d=1000;s=1;rr=2:1000", time.Now().UnixMilli()))
+		var hist streamtest.History
+		var given givenUp
+		var calls atomic.Int32
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { calls.Add(1); return nil }),
+			fixed(5, time.Second), stream.WithExhaustionAction(given.action), stream.WithHooks(hist.Hooks("b")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, proc, time.Hour, p) {
+			t.Fatal("not done")
+		}
+		if len(given.errs) != 1 || given.errs[0].Retries != 2 || !errors.Is(given.errs[0], checkpoint.ErrInterrupted) {
+			t.Fatalf("given up %v, want the batch after its 2 retries, its last one interrupted", given.got)
+		}
+		if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 5}); len(r.Violations) > 0 {
+			t.Fatalf("violations %v", r.Violations)
+		}
+	})
+}

@@ -616,12 +616,18 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started,
 		"next", d.Action.String())
 	outcome = Failed
-	if s.Request != (checkpoint.Request{}) {
-		outcome = RetryRequested
-	} else if s.Started {
+	switch {
+	case s.GivenUp != 0 && !s.Halted:
+		cause = w.m.LastError()
+	case s.Started:
+		// Its outcome is not known: counted as failed, under a
+		// RetryResult too, so that a spent count gives the batch up to
+		// the exhaustion action instead of moving past it unhandled.
 		cause = checkpoint.ErrInterrupted
+	case s.Request != (checkpoint.Request{}):
+		outcome = RetryRequested
 	}
-	return d, outcome, cause, s.Started
+	return d, outcome, cause, s.Started && !s.Halted
 }
 
 // saveState commits the retry state of the withheld batch b, with the

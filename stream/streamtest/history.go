@@ -489,7 +489,15 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				}
 				t := ownOf(s, target)
 				t.count++
-				t.limit, t.stateAt = e.MaxRetries, false
+				t.stateAt = false
+				// The limit the delivery reports is that of the policy
+				// in force for its first record; a record after it
+				// begins under the processor's own, not known here until
+				// a delivery starts at it.
+				t.limit = -1
+				if target == e.First {
+					t.limit = e.MaxRetries
+				}
 				t.lastErr = e.Error
 				if t.count == 1 {
 					t.first = e.At

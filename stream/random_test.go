@@ -1,0 +1,450 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+var (
+	randomSeeds = flag.Int("random.seeds", 0, "seeds of TestRandomEngine (default 2000, or REDELIVER_RANDOM_SEEDS)")
+	randomSeed  = flag.Uint64("random.seed", 0, "run TestRandomEngine with this one seed only (a failure names its seed)")
+	randomFirst = flag.Uint64("random.first", 1, "the first seed of TestRandomEngine")
+)
+
+// TestRandomEngine runs the engine over streamtest partitions on synctest's
+// fake clock with everything drawn from a seed: several partitions and
+// batch sizes, a policy (retry count, backoff, time limits), handler
+// outcomes (success, error, a failure at a known record, a RetryResult,
+// a panic, Permanent), per-record and whole-batch handlers, an exhaustion
+// action (skip, a dead-letter topic whose publisher fails now and then,
+// StopPartition with an operator who skips or resumes), an outage budget
+// with the downstream down for a while, and revocations at random
+// moments after which a new processor takes the partition over from what
+// was committed. Every history is checked by streamtest.History, which
+// counts each record's retries itself, and every partition must reach its
+// end. 2000 seeds by default; -random.seeds=N or REDELIVER_RANDOM_SEEDS=N
+// runs more, -random.seed=S one.
+func TestRandomEngine(t *testing.T) {
+	n := 2000
+	if v := os.Getenv("REDELIVER_RANDOM_SEEDS"); v != "" {
+		if x, err := strconv.Atoi(v); err == nil {
+			n = x
+		}
+	}
+	if *randomSeeds > 0 {
+		n = *randomSeeds
+	}
+	if testing.Short() {
+		n = min(n, 200)
+	}
+	first := *randomFirst
+	if *randomSeed != 0 {
+		first, n = *randomSeed, 1
+	}
+	var tally randomTally
+	defer func() { t.Logf("%d seeds: %s", n, &tally) }()
+	for seed := first; seed < first+uint64(n); seed++ {
+		ok := t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newScenario(seed)
+				s.run(t, &tally)
+				if t.Failed() {
+					t.Logf("seed %d: %s (replay: go test ./stream -run TestRandomEngine -random.seed=%d -v)", seed, s.describe(), seed)
+				}
+			})
+		})
+		if !ok {
+			return // one failing seed at a time
+		}
+	}
+}
+
+// scenario is one seed's world.
+type scenario struct {
+	seed      uint64
+	rnd       *rand.Rand
+	parts     int
+	records   int
+	maxBatch  int
+	policy    checkpoint.Policy
+	policyStr string
+	perRecord bool
+	action    string // "skip", "deadletter", "stop"
+	budget    bool
+	down      [2]time.Duration // the downstream is down from down[0] to down[1] after the start
+	revokes   int
+	commits   int           // commits made to fail
+	memory    bool          // stream.WithInMemoryState
+	failsOf   map[int64]int // offset -> failing calls of that record (-1: poison)
+	pRetryRes float64
+	pPanic    float64
+	pPerm     float64
+	pBatchErr float64 // a failure reported for the whole batch, not FailedAt
+}
+
+func newScenario(seed uint64) *scenario {
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	s := &scenario{seed: seed, rnd: r, parts: 1 + r.IntN(4), records: 3 + r.IntN(20), maxBatch: 1 + r.IntN(6),
+		perRecord: r.IntN(2) == 0, failsOf: map[int64]int{}}
+	s.action = []string{"skip", "deadletter", "stop"}[r.IntN(3)]
+	retries := []int{0, 1, 2, 3, 5}[r.IntN(5)]
+	var backoff checkpoint.Backoff
+	bs := ""
+	switch r.IntN(4) {
+	case 0:
+		backoff, bs = checkpoint.Immediate(), "immediate"
+	case 1:
+		d := time.Duration(1+r.IntN(3000)) * time.Millisecond
+		backoff, bs = checkpoint.Fixed(d), "fixed "+d.String()
+	case 2:
+		backoff, bs = checkpoint.Exponential(100*time.Millisecond), "exponential 100ms"
+	case 3:
+		backoff, bs = checkpoint.FullJitter(200*time.Millisecond, 5*time.Second), "full jitter 200ms-5s"
+	}
+	s.policy = checkpoint.Policy{MaxRetries: retries, Backoff: backoff}
+	if r.IntN(4) == 0 {
+		s.policy.MaxRetries = checkpoint.Infinite
+		s.policy.MaxRetryTime = time.Duration(2+r.IntN(20)) * time.Second // an infinite policy needs an end
+	} else if r.IntN(4) == 0 {
+		s.policy.MaxRetryTime = time.Duration(1+r.IntN(10)) * time.Second
+	}
+	if r.IntN(5) == 0 {
+		s.policy.MaxRecordAge = time.Duration(5+r.IntN(60)) * time.Second
+	}
+	s.policyStr = fmt.Sprintf("retries %d, %s, max retry time %v, max record age %v", s.policy.MaxRetries, bs, s.policy.MaxRetryTime, s.policy.MaxRecordAge)
+	for o := range int64(s.records) {
+		switch x := r.Float64(); {
+		case x < 0.08:
+			s.failsOf[o] = -1
+		case x < 0.5:
+			s.failsOf[o] = 1 + r.IntN(4)
+		}
+	}
+	s.pRetryRes, s.pPanic, s.pPerm, s.pBatchErr = 0.15*r.Float64(), 0.1*r.Float64(), 0.1*r.Float64(), r.Float64()
+	if r.IntN(3) == 0 {
+		s.budget = true
+		start := time.Duration(r.IntN(10)) * time.Second
+		s.down = [2]time.Duration{start, start + time.Duration(5+r.IntN(90))*time.Second}
+	}
+	s.revokes = r.IntN(6)
+	s.commits = r.IntN(4)
+	s.memory = r.IntN(8) == 0
+	return s
+}
+
+func (s *scenario) describe() string {
+	return fmt.Sprintf("%d partitions of %d records, batches of %d, %s, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d failed commits, in memory %v, fails %v",
+		s.parts, s.records, s.maxBatch, s.policyStr, s.perRecord, s.action, s.budget, s.down[0], s.down[1], s.revokes, s.commits, s.memory, s.failsOf)
+}
+
+// world is what a running scenario shares between its goroutines.
+type world struct {
+	s     *scenario
+	begin time.Time
+	mu    sync.Mutex
+	calls map[[2]int64]int // partition, offset -> handler calls of the record
+	draws *rand.Rand       // the handler's draws (under mu)
+	procs map[int]*stream.Processor
+}
+
+var errRandom = errors.New("random failure")
+
+// fails reports whether the record's call n fails: while the downstream is
+// down, or for its first failsOf calls (or always for a poison record).
+func (w *world) fails(off int64, n int) bool {
+	if now := time.Since(w.begin); w.s.budget && now >= w.s.down[0] && now < w.s.down[1] {
+		return true
+	}
+	k, ok := w.s.failsOf[off]
+	return ok && (k < 0 || n <= k)
+}
+
+func (w *world) call(r *stream.Record) (n int, fail bool) {
+	k := [2]int64{int64(r.Partition), r.Offset}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.calls[k]++
+	n = w.calls[k]
+	return n, w.fails(r.Offset, n)
+}
+
+// failure returns how a failing call is reported, drawn from the seed.
+func (w *world) failure(err error) error {
+	w.mu.Lock()
+	x := w.draws.Float64()
+	w.mu.Unlock()
+	switch {
+	case x < w.s.pPanic:
+		panic(err)
+	case x < w.s.pPanic+w.s.pPerm:
+		return stream.Permanent(err)
+	case x < w.s.pPanic+w.s.pPerm+w.s.pRetryRes:
+		return stream.Retry(w.drawInt(3), time.Duration(w.drawInt(1500))*time.Millisecond)
+	}
+	return err
+}
+
+func (w *world) drawInt(n int) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.draws.IntN(n)
+}
+
+// work takes a while now and then (so that revocations land during
+// deliveries too), and returns ctx's error when it ends meanwhile.
+func (w *world) work(ctx context.Context) error {
+	if d := w.drawInt(1000); d < 800 {
+		select {
+		case <-time.After(time.Duration(d) * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+func (w *world) handler() stream.Handler {
+	if w.s.perRecord {
+		return stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
+			if err := w.work(ctx); err != nil {
+				return err
+			}
+			if _, fail := w.call(r); fail {
+				return w.failure(fmt.Errorf("record %d/%d: %w", r.Partition, r.Offset, errRandom))
+			}
+			return nil
+		})
+	}
+	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if err := w.work(ctx); err != nil {
+			return err
+		}
+		for i := range b.Records {
+			r := &b.Records[i]
+			if _, fail := w.call(r); fail {
+				err := w.failure(fmt.Errorf("record %d/%d: %w", r.Partition, r.Offset, errRandom))
+				if i > 0 || w.drawInt(1000) >= int(1000*w.s.pBatchErr) {
+					return stream.FailedAt(i, err)
+				}
+				return err // the whole batch
+			}
+		}
+		return nil
+	})
+}
+
+// flakyPublisher fails a third of its calls.
+type flakyPublisher struct {
+	mu  sync.Mutex
+	rnd *rand.Rand
+}
+
+func (f *flakyPublisher) Publish(context.Context, string, []stream.Record) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rnd.IntN(3) == 0 {
+		return errors.New("dead-letter topic unavailable")
+	}
+	return nil
+}
+
+// randomTally counts what the seeds did, to show what they cover.
+type randomTally struct {
+	mu                                                     sync.Mutex
+	deliveries, failed, retryResults, cancelled, uncounted int
+	givenUp, deadLettered, stops, skips, resumes, revokes  int
+	outages, probes, claims                                int
+}
+
+func (r *randomTally) String() string {
+	return fmt.Sprintf("%d deliveries (%d failed, %d retry requests, %d cut short, %d during outages), %d given up, %d dead letters, "+
+		"%d stops (%d skipped, %d resumed), %d revocations, %d claims, %d outages, %d probes",
+		r.deliveries, r.failed, r.retryResults, r.cancelled, r.uncounted, r.givenUp, r.deadLettered, r.stops, r.skips, r.resumes,
+		r.revokes, r.claims, r.outages, r.probes)
+}
+
+func (s *scenario) run(t *testing.T, tally *randomTally) {
+	w := &world{s: s, begin: time.Now(), calls: map[[2]int64]int{}, draws: rand.New(rand.NewPCG(s.seed, 7)), procs: map[int]*stream.Processor{}}
+	hist := streamtest.History{MemoryOnly: s.memory}
+	var budget *stream.Budget
+	if s.budget {
+		var err error
+		if budget, err = stream.NewBudget(stream.BudgetConfig{ProbeBackoff: stream.ProbeBackoff(time.Second, 8*time.Second)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pub := hist.Publisher(&flakyPublisher{rnd: rand.New(rand.NewPCG(s.seed, 11))})
+	newProc := func(member string) *stream.Processor {
+		count := stream.Hooks{
+			Stopped:     func(stream.StoppedEvent) { tally.mu.Lock(); tally.stops++; tally.mu.Unlock() },
+			OutageBegan: func(stream.OutageEvent) { tally.mu.Lock(); tally.outages++; tally.mu.Unlock() },
+			Probing:     func(stream.ProbeEvent) { tally.mu.Lock(); tally.probes++; tally.mu.Unlock() },
+		}
+		opts := []stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(stream.MergeHooks(hist.Hooks(member), count)),
+			stream.WithOperationBackoff(checkpoint.Fixed(200 * time.Millisecond)),
+			stream.WithRand(func() checkpoint.Rand { return rand.New(rand.NewPCG(s.seed, 13)) }),
+			stream.WithLogger(slog.New(slog.DiscardHandler))}
+		switch s.action {
+		case "deadletter":
+			dl, err := stream.DeadLetter(pub, "dlq")
+			if err != nil {
+				t.Fatal(err)
+			}
+			opts = append(opts, stream.WithExhaustionAction(dl))
+		case "stop":
+			opts = append(opts, stream.WithExhaustionAction(stream.StopPartition))
+		}
+		if budget != nil {
+			opts = append(opts, stream.WithOutageBudget(budget))
+		}
+		if s.memory {
+			opts = append(opts, stream.WithInMemoryState())
+		}
+		p, err := stream.NewProcessor(w.handler(), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	parts := make([]*streamtest.Partition, s.parts)
+	ends := map[streamtest.TopicPartition]int64{}
+	for i := range parts {
+		parts[i] = streamtest.NewPartition("t", int32(i), s.maxBatch)
+		parts[i].AppendN(time.Now(), s.records)
+		ends[streamtest.TopicPartition{Topic: "t", Partition: int32(i)}] = int64(s.records)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var wg sync.WaitGroup
+	// Each partition's owners, one after the other: a revocation ends one,
+	// and a new processor takes over from what was committed.
+	for i, p := range parts {
+		wg.Go(func() {
+			for gen := 0; ctx.Err() == nil; gen++ {
+				proc := newProc(fmt.Sprintf("p%d-%d", i, gen))
+				w.mu.Lock()
+				w.procs[i] = proc
+				w.mu.Unlock()
+				if err := streamtest.Run(ctx, proc, p); err != nil {
+					t.Errorf("partition %d, owner %d: %v", i, gen, err)
+					return
+				}
+			}
+		})
+	}
+	// Revocations at random moments, and an operator who skips or resumes
+	// stopped partitions now and then.
+	ops := rand.New(rand.NewPCG(s.seed, 17))
+	wg.Go(func() {
+		revokes, commits := s.revokes, s.commits
+		for ctx.Err() == nil {
+			select {
+			case <-time.After(time.Duration(100+ops.IntN(3000)) * time.Millisecond):
+			case <-ctx.Done():
+				return
+			}
+			if commits > 0 && ops.IntN(3) == 0 {
+				commits--
+				parts[ops.IntN(len(parts))].FailCommits(errors.New("commit failed"))
+			}
+			if revokes > 0 && ops.IntN(3) == 0 {
+				revokes--
+				parts[ops.IntN(len(parts))].Revoke()
+				tally.mu.Lock()
+				tally.revokes++
+				tally.mu.Unlock()
+			}
+			w.mu.Lock()
+			procs := make([]*stream.Processor, 0, len(w.procs))
+			for _, p := range w.procs {
+				procs = append(procs, p)
+			}
+			w.mu.Unlock()
+			for _, p := range procs {
+				for _, sp := range p.Stopped() {
+					var err error
+					resume := ops.IntN(3) == 0
+					if resume {
+						err = p.Resume(sp.Topic, sp.Partition)
+					} else {
+						err = p.Skip(sp.Topic, sp.Partition)
+					}
+					tally.mu.Lock()
+					switch {
+					case err != nil:
+					case resume:
+						tally.resumes++
+					default:
+						tally.skips++
+					}
+					tally.mu.Unlock()
+				}
+			}
+		}
+	})
+	wctx, wcancel := context.WithTimeout(ctx, 6*time.Hour) // fake time
+	defer wcancel()
+	for i, p := range parts {
+		if err := p.WaitCommitted(wctx, int64(s.records)); err != nil {
+			t.Errorf("partition %d not done: %v", i, err)
+			break
+		}
+	}
+	cancel()
+	wg.Wait()
+	r := hist.Check(ends)
+	tally.mu.Lock()
+	for _, e := range hist.Events() {
+		switch e.Kind {
+		case streamtest.Delivered:
+			tally.deliveries++
+			switch {
+			case e.Uncounted:
+				tally.uncounted++
+			case e.Outcome == stream.Failed:
+				tally.failed++
+			case e.Outcome == stream.RetryRequested:
+				tally.retryResults++
+			case e.Outcome == stream.Cancelled:
+				tally.cancelled++
+			}
+		case streamtest.GivenUp:
+			tally.givenUp++
+		case streamtest.DeadLettered:
+			tally.deadLettered++
+		case streamtest.Claimed:
+			tally.claims++
+		}
+	}
+	tally.mu.Unlock()
+	for i, v := range r.Violations {
+		if i == 10 {
+			t.Errorf("... and %d more", len(r.Violations)-10)
+			break
+		}
+		t.Error(v)
+	}
+	if t.Failed() && testing.Verbose() {
+		var b strings.Builder
+		for i, e := range hist.Events() {
+			fmt.Fprintf(&b, "%d %s#%d %s p%d %d-%d retry %d max %d %v handled %d index %d uncounted %v off %d md %q err %q retries %d\n",
+				i, e.Member, e.Claim, e.Kind, e.Partition, e.First, e.Last, e.Retry, e.MaxRetries, e.Outcome, e.Handled, e.Index, e.Uncounted, e.Offset, e.Metadata, e.Error, e.Retries)
+		}
+		t.Log(b.String())
+	}
+}
