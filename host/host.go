@@ -601,7 +601,7 @@ func (h *Host) prepare(fns []*function) (func(), error) {
 		}
 	}
 	if sweep {
-		opts := append(redrive.SchedulerOptions(h.cfg.Redrive), h.c.parkOpts...)
+		opts := append(schedulerOptions(h.cfg.Redrive), h.c.parkOpts...)
 		opts = append(opts, redrive.WithLogger(h.log.With("component", "redrive")))
 		sch, err := redrive.NewScheduler(h.c.store, pub, opts...)
 		if err != nil {
@@ -700,17 +700,15 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 		opts []stream.Option
 		err  error
 	)
+	sel := []hostconfig.Option{hostconfig.Function(f.name)}
 	if h.c.store != nil {
-		opts, err = redrive.FunctionHostOptions(h.cfg, f.name, pub, h.c.store, h.c.parkOpts...)
-		if errors.Is(err, hostconfig.ErrUnknownFunction) {
-			opts, err = redrive.HostOptions(h.cfg, pub, h.c.store, h.c.parkOpts...)
+		park, perr := redrive.Park(h.c.store, redriveExpiry(h.cfg.Redrive), h.c.parkOpts...)
+		if perr != nil {
+			return fmt.Errorf("host: function %s: %w", f.name, perr)
 		}
-	} else {
-		opts, err = h.cfg.FunctionOptions(f.name, pub)
-		if errors.Is(err, hostconfig.ErrUnknownFunction) {
-			opts, err = h.cfg.Options(pub)
-		}
+		sel = append(sel, hostconfig.Park(park))
 	}
+	opts, err = h.cfg.Options(pub, sel...)
 	if err != nil {
 		return fmt.Errorf("host: function %s: %w", f.name, err)
 	}
@@ -872,4 +870,27 @@ func (h *Host) serve() (*http.Server, error) {
 	}()
 	h.log.Info("redeliver: http endpoints", "addr", "http://"+ln.Addr().String()+"/")
 	return srv, nil
+}
+
+// schedulerOptions returns the options a host.json redrive section sets:
+// interval, retry timeout, maximum re-drives, retry and reply topics, error
+// code and batch size. A nil section gives none (the defaults).
+func schedulerOptions(r *hostconfig.Redrive) []redrive.Option {
+	if r == nil {
+		return nil
+	}
+	return []redrive.Option{
+		redrive.WithInterval(r.Interval), redrive.WithRetryTimeout(r.RetryTimeout), redrive.WithMaxRedrives(r.MaxRedrives),
+		redrive.WithRetryTopic(r.RetryTopic), redrive.WithReplyTopic(r.ReplyTopic), redrive.WithErrorCode(r.ErrorCode), redrive.WithBatchSize(r.BatchSize),
+	}
+}
+
+// redriveExpiry is how long a parked record waits before its first
+// re-drive: the redrive section's expiry, or the scheduler's default
+// interval without a section.
+func redriveExpiry(r *hostconfig.Redrive) time.Duration {
+	if r == nil {
+		return redrive.DefaultInterval
+	}
+	return r.Expiry
 }

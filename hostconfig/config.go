@@ -1,10 +1,7 @@
 package hostconfig
 
 import (
-	"errors"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
@@ -63,14 +60,9 @@ type Config struct {
 	settings map[string][]Setting // by function name, "" for the host-wide policy
 }
 
-// ErrUnknownFunction is matched by the error of [Config.FunctionPolicy] and
-// [Config.FunctionOptions] for a function that has no policy of its own.
-var ErrUnknownFunction = errors.New("no policy for function")
-
 // Function returns the policy in force for the function called name: its
 // own from checkpointRetryPolicy.functions (names match case-insensitively),
-// else the host-wide one. Nil means no retries. [Config.FunctionPolicy]
-// tells a misspelt name apart from a function without a policy of its own.
+// else the host-wide one. Nil means no retries.
 func (c *Config) Function(name string) *RetryPolicy {
 	if p, ok := c.function(name); ok {
 		return p
@@ -89,44 +81,6 @@ func (c *Config) function(name string) (*RetryPolicy, bool) {
 		}
 	}
 	return nil, false
-}
-
-// ownFunction returns the function's own policy, or an error wrapping
-// ErrUnknownFunction that suggests a name.
-func (c *Config) ownFunction(name string) (*RetryPolicy, error) {
-	if p, ok := c.function(name); ok {
-		return p, nil
-	}
-	names := slices.Sorted(maps.Keys(c.Functions))
-	hint := ": the file gives no function a policy of its own"
-	if len(names) > 0 {
-		hint = ": the functions with a policy of their own are " + strings.Join(names, ", ")
-		if s := suggest(name, names); s != "" {
-			hint = ": did you mean " + s + "?"
-		}
-	}
-	return nil, fmt.Errorf("hostconfig: %s: %w %q in checkpointRetryPolicy.functions%s (Config.Policy and Config.Options give the host-wide policy)",
-		c.File, ErrUnknownFunction, name, hint)
-}
-
-// Policy converts the host-wide policy into a [checkpoint.Policy]; the zero
-// Policy, which never retries, when the file sets none.
-func (c *Config) Policy() (checkpoint.Policy, error) {
-	return c.Host.Policy()
-}
-
-// FunctionPolicy converts the policy of the function called name, its own
-// from checkpointRetryPolicy.functions with the host-wide settings it does
-// not set, into a [checkpoint.Policy]. For a name that has no policy of its
-// own, it returns an error that matches [ErrUnknownFunction] and suggests
-// the name meant: use [Config.Policy] for a function that follows the
-// host-wide policy.
-func (c *Config) FunctionPolicy(name string) (checkpoint.Policy, error) {
-	p, err := c.ownFunction(name)
-	if err != nil {
-		return checkpoint.Policy{}, err
-	}
-	return p.Policy()
 }
 
 // RetryPolicy is one retry policy of a host.json: checkpointRetryPolicy, one

@@ -91,21 +91,21 @@ func ExampleConfig_Function() {
 		return
 	}
 	fmt.Println("orders", orders.MaxRetries, orders.Schedule(8, nil))
-	payments, err := cfg.FunctionPolicy("payments")
+	payments, err := cfg.Policy(hostconfig.Function("payments"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	fmt.Println("payments", payments.MaxRetries, payments.Schedule(8, nil))
 	// A misspelt name is an error, not the host-wide policy.
-	_, err = cfg.FunctionPolicy("paymnets")
+	_, err = cfg.Policy(hostconfig.Function("paymnets"))
 	fmt.Println(err)
 	// An entry that names none of the program's functions is flagged.
 	fmt.Println(cfg.CheckFunctions([]string{"orders", "payment"}))
 	// Output:
 	// orders 10 [5s 5s 5s 5s 5s 5s 5s 5s]
 	// payments -1 [1s 2s 4s 8s 16s 32s 1m0s 1m0s]
-	// hostconfig: host.json: no policy for function "paymnets" in checkpointRetryPolicy.functions: did you mean payments? (Config.Policy and Config.Options give the host-wide policy)
+	// hostconfig: host.json: function "paymnets" has no policy of its own in checkpointRetryPolicy.functions: did you mean payments? (a function that follows the host-wide policy needs no Function option)
 	// hostconfig: host.json:6:7: checkpointRetryPolicy.functions.payments: a policy for function "payments", which the host does not run: did you mean payment?
 }
 

@@ -51,8 +51,8 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("Policy of a loaded Config: %v", err)
 		}
 		for name := range cfg.Functions {
-			if _, err := cfg.FunctionPolicy(name); err != nil {
-				t.Fatalf("FunctionPolicy(%q) of a loaded Config: %v", name, err)
+			if _, err := cfg.Policy(Function(name)); err != nil {
+				t.Fatalf("Policy(Function(%q)) of a loaded Config: %v", name, err)
 			}
 		}
 		if cfg.Explain() == "" {

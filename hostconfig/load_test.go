@@ -195,8 +195,8 @@ func TestValid(t *testing.T) {
 				t.Errorf("Policy: %v", err)
 			}
 			for name := range cfg.Functions {
-				if _, err := cfg.FunctionPolicy(name); err != nil {
-					t.Errorf("FunctionPolicy(%s): %v", name, err)
+				if _, err := cfg.Policy(hostconfig.Function(name)); err != nil {
+					t.Errorf("Policy(Function(%s)): %v", name, err)
 				}
 			}
 		})

@@ -1,59 +1,113 @@
 package hostconfig
 
 import (
+	"errors"
 	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// Options converts the host-wide policy into [stream.Processor] options:
-// [stream.WithPolicy] with the policy of [Config.Policy], and for the
-// exhaustion action, [stream.WithExhaustionAction] with
-// [stream.StopPartition] (stop) or [stream.DeadLetter] to pub (deadLetter).
-// pub is only used by deadLetter, for which it must not be nil; skip keeps
-// the Processor's default, which moves past the batch.
+// An Option selects what [Config.Options] and [Config.Policy] convert:
+// [Function] for a function's policy, [Park] for the re-drive's park
+// action.
+type Option interface{ apply(*selection) }
+
+type selection struct {
+	function    string
+	hasFunction bool
+	park        stream.ExhaustionAction
+}
+
+type optionFunc func(*selection)
+
+func (f optionFunc) apply(s *selection) { f(s) }
+
+// Function selects the policy in force for the function called name: its
+// own, from checkpointRetryPolicy.functions with the host-wide settings it
+// does not set, or the host-wide policy when the file gives it none.
+// Without it, [Config.Options] and [Config.Policy] convert the host-wide
+// policy. A name the file names nowhere that is one or two letters from a
+// function with a policy of its own is an error with a suggestion, not the
+// host-wide policy in silence.
+func Function(name string) Option {
+	return optionFunc(func(s *selection) { s.function, s.hasFunction = name, true })
+}
+
+// Park gives the exhaustion action of a policy whose onExhausted is park:
+// typically redrive.Park(store, expiry) with the redrive section's expiry
+// (the functions host builds it from its re-drive store). Without it, such
+// a policy is an error, since there is nowhere to park the records.
+func Park(action stream.ExhaustionAction) Option {
+	return optionFunc(func(s *selection) { s.park = action })
+}
+
+// selected returns the policy opts select, and the selection.
+func (c *Config) selected(opts []Option) (*RetryPolicy, selection, error) {
+	var s selection
+	for i, o := range opts {
+		if o == nil {
+			return nil, s, fmt.Errorf("hostconfig: option %d of %d is nil", i+1, len(opts))
+		}
+		o.apply(&s)
+	}
+	if c == nil {
+		return nil, s, errors.New("hostconfig: nil *Config: load it with hostconfig.Load, Parse or Read")
+	}
+	if !s.hasFunction {
+		return c.Host, s, nil
+	}
+	if p, ok := c.function(s.function); ok {
+		return p, s, nil
+	}
+	// A name the file neither gives a policy nor a trigger, next to one it
+	// gives a policy: a misspelling in the program, which would otherwise
+	// run that function on the host-wide policy without a word.
+	if _, isTrigger := c.Triggers[s.function]; !isTrigger {
+		if near := suggest(s.function, slices.Sorted(maps.Keys(c.Functions))); near != "" {
+			return nil, s, fmt.Errorf("hostconfig: %s: function %q has no policy of its own in checkpointRetryPolicy.functions: did you mean %s? (a function that follows the host-wide policy needs no Function option)",
+				c.File, s.function, near)
+		}
+	}
+	return c.Host, s, nil
+}
+
+// Policy converts the selected policy (the host-wide one, or a function's
+// with [Function]) into a [checkpoint.Policy]: the zero Policy, which
+// never retries, when the file sets none.
+func (c *Config) Policy(opts ...Option) (checkpoint.Policy, error) {
+	p, _, err := c.selected(opts)
+	if err != nil {
+		return checkpoint.Policy{}, err
+	}
+	return p.Policy()
+}
+
+// Options converts the selected policy (the host-wide one, or a
+// function's with [Function]) into [stream.Processor] options:
+// [stream.WithPolicy] with its [checkpoint.Policy], and for its exhaustion
+// action [stream.WithExhaustionAction] with [stream.StopPartition] (stop),
+// [stream.DeadLetter] to pub (deadLetter) or the action given with [Park]
+// (park). pub is used by deadLetter only, for which it must not be nil;
+// skip keeps the Processor's default, which moves past the batch.
 //
 // When the outageBudget section is on, each call adds
 // [stream.WithOutageBudget] with a new budget: one per processor. To share
 // one budget among a host's processors, make it with
 // [OutageBudget.Budget] and give each processor that option yourself.
-func (c *Config) Options(pub stream.Publisher) ([]stream.Option, error) {
-	return c.withBudget(c.Host.options(pub, nil))
-}
-
-func (c *Config) withBudget(opts []stream.Option, err error) ([]stream.Option, error) {
+func (c *Config) Options(pub stream.Publisher, opts ...Option) ([]stream.Option, error) {
+	p, s, err := c.selected(opts)
 	if err != nil {
 		return nil, err
 	}
-	return c.budgetOption(opts)
-}
-
-// FunctionOptions converts the policy of the function called name (see
-// [Config.FunctionPolicy], whose errors it shares) into [stream.Processor]
-// options, as [Config.Options] does.
-func (c *Config) FunctionOptions(name string, pub stream.Publisher) ([]stream.Option, error) {
-	p, err := c.ownFunction(name)
+	popts, err := p.options(pub, s.park)
 	if err != nil {
 		return nil, err
 	}
-	return c.withBudget(p.options(pub, nil))
-}
-
-// OptionsWithPark is [Config.Options] for a policy whose onExhausted may be
-// park: park is the exhaustion action it then uses, typically
-// redrive.Park(store, cfg.Redrive.Expiry) (redrive.HostOptions builds both).
-func (c *Config) OptionsWithPark(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
-	return c.withBudget(c.Host.options(pub, park))
-}
-
-// FunctionOptionsWithPark is [Config.FunctionOptions] for a policy whose
-// onExhausted may be park; see [Config.OptionsWithPark].
-func (c *Config) FunctionOptionsWithPark(name string, pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
-	p, err := c.ownFunction(name)
-	if err != nil {
-		return nil, err
-	}
-	return c.withBudget(p.options(pub, park))
+	return c.budgetOption(popts)
 }
 
 func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
@@ -83,7 +137,7 @@ func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction
 		opts = append(opts, stream.WithExhaustionAction(dl))
 	case ActionPark:
 		if park == nil {
-			return nil, fmt.Errorf("hostconfig: %s: onExhausted park needs a re-drive store: build the options with redrive.HostOptions, or Config.OptionsWithPark and redrive.Park", p.Origin)
+			return nil, fmt.Errorf("hostconfig: %s: onExhausted park needs a re-drive store: give Config.Options the option hostconfig.Park(action), with action from redrive.Park", p.Origin)
 		}
 		opts = append(opts, stream.WithExhaustionAction(park))
 	default:

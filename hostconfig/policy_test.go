@@ -130,8 +130,8 @@ func TestPolicyOfNothing(t *testing.T) {
 	if p := cfg.Function("any"); p != nil {
 		t.Errorf("Function = %+v, want nil (the host-wide policy: none)", p)
 	}
-	if _, err := cfg.FunctionPolicy("any"); !errors.Is(err, hostconfig.ErrUnknownFunction) {
-		t.Errorf("FunctionPolicy of a function without a policy: %v, want ErrUnknownFunction", err)
+	if p, err := cfg.Policy(hostconfig.Function("any")); err != nil || p.MaxRetries != 0 {
+		t.Errorf("Policy(Function) of a function without a policy = %+v, %v; want the host-wide policy (none)", p, err)
 	}
 }
 
@@ -228,14 +228,14 @@ func TestOptionsRun(t *testing.T) {
 		}
 	})
 	t.Run("stop", func(t *testing.T) {
-		opts, err := cfg.FunctionOptions("audit", nil)
+		opts, err := cfg.Options(nil, hostconfig.Function("audit"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		run(t, opts, func(proc *stream.Processor, _ *streamtest.Partition) bool { return len(proc.Stopped()) == 1 })
 	})
 	t.Run("skip", func(t *testing.T) {
-		opts, err := cfg.FunctionOptions("lax", nil)
+		opts, err := cfg.Options(nil, hostconfig.Function("lax"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -60,9 +60,9 @@ func TestRedriveSection(t *testing.T) {
 	}
 	parked := 0
 	park := func(context.Context, *stream.Batch, *checkpoint.ExhaustedError) error { parked++; return nil }
-	opts, err := cfg.OptionsWithPark(nil, park)
+	opts, err := cfg.Options(nil, hostconfig.Park(park))
 	if err != nil || len(opts) != 2 {
-		t.Fatalf("OptionsWithPark: %d options, %v", len(opts), err)
+		t.Fatalf("Options with Park: %d options, %v", len(opts), err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package hostconfig_test
 
 import (
-	"errors"
 	"reflect"
 	"strings"
 	"testing"
@@ -87,22 +86,39 @@ func TestEnvPrefix(t *testing.T) {
 	}
 }
 
-// FunctionPolicy and FunctionOptions of a function that has no policy of
-// its own are an error, with a suggestion, not the host-wide policy.
+// A function selected by a name one letter from a function with a policy
+// of its own, which the file names nowhere, is an error with a suggestion,
+// not the host-wide policy; a function the file names nowhere else follows
+// the host-wide policy.
 func TestUnknownFunction(t *testing.T) {
 	cfg, err := noEnv.Parse("host.json", []byte(envBase))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cfg.FunctionPolicy("orders"); err != nil {
-		t.Fatalf("FunctionPolicy(orders): %v", err)
+	if _, err := cfg.Policy(hostconfig.Function("orders")); err != nil {
+		t.Fatalf("Policy(Function(orders)): %v", err)
 	}
-	_, err = cfg.FunctionPolicy("ordres")
-	if !errors.Is(err, hostconfig.ErrUnknownFunction) || !strings.Contains(err.Error(), `"ordres"`) || !strings.Contains(err.Error(), "did you mean orders?") {
-		t.Fatalf("FunctionPolicy(ordres): %v", err)
+	_, err = cfg.Policy(hostconfig.Function("ordres"))
+	if err == nil || !strings.Contains(err.Error(), `"ordres"`) || !strings.Contains(err.Error(), "did you mean orders?") {
+		t.Fatalf("Policy(Function(ordres)): %v", err)
 	}
-	if _, err := cfg.FunctionOptions("ordres", nil); !errors.Is(err, hostconfig.ErrUnknownFunction) {
-		t.Fatalf("FunctionOptions(ordres): %v", err)
+	if _, err := cfg.Options(nil, hostconfig.Function("ordres")); err == nil || !strings.Contains(err.Error(), "did you mean orders?") {
+		t.Fatalf("Options(nil, Function(ordres)): %v", err)
+	}
+	host, err := cfg.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	billing, err := cfg.Policy(hostconfig.Function("billing"))
+	if err != nil || billing.MaxRetries != host.MaxRetries {
+		t.Fatalf("Policy(Function(billing)) = %+v, %v; want the host-wide policy %+v", billing, err, host)
+	}
+	if _, err := cfg.Options(nil, nil); err == nil || !strings.Contains(err.Error(), "option 1 of 1 is nil") {
+		t.Fatalf("Options with a nil option: %v", err)
+	}
+	var none *hostconfig.Config
+	if _, err := none.Options(nil); err == nil || !strings.Contains(err.Error(), "nil *Config") {
+		t.Fatalf("Options of a nil Config: %v", err)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redeliver-go/redeliver/hostconfig"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/redrive/redrivetest"
 )
@@ -75,24 +74,3 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 	}
 }
 
-func TestHostOptions(t *testing.T) {
-	cfg, err := hostconfig.Parse("host.json", []byte(`{
-  "checkpointRetryPolicy": {"retryCount": 1, "sleepDuration": "1s", "onExhausted": "park"},
-  "redrive": {"interval": "30s", "retryTopic": "r"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := redrive.HostOptions(cfg, nil, nil); err == nil || !strings.Contains(err.Error(), "park") {
-		t.Fatalf("HostOptions without a store for onExhausted park: %v", err)
-	}
-	opts, err := redrive.HostOptions(cfg, nil, fakeStore{})
-	if err != nil || len(opts) != 2 {
-		t.Fatalf("HostOptions: %d options, %v", len(opts), err)
-	}
-	if got := len(redrive.SchedulerOptions(cfg.Redrive)); got != 7 {
-		t.Fatalf("SchedulerOptions: %d options", got)
-	}
-	if _, err := redrive.NewScheduler(fakeStore{}, &redrivetest.Publisher{}, redrive.SchedulerOptions(cfg.Redrive)...); err != nil {
-		t.Fatalf("NewScheduler with the section's options: %v", err)
-	}
-}

@@ -62,14 +62,6 @@ func TestZeroAndNil(t *testing.T) {
 			return err
 		}, "not text"},
 		{"Complete with a nil store", func() error { _, err := redrive.Complete(ctx, nil, "k"); return err }, "nil store"},
-		{"HostOptions with a nil configuration", func() error {
-			_, err := redrive.HostOptions(nil, &redrivetest.Publisher{}, redrivetest.NewMemStore())
-			return err
-		}, "nil host configuration"},
-		{"FunctionHostOptions with a nil configuration", func() error {
-			_, err := redrive.FunctionHostOptions(nil, "f", &redrivetest.Publisher{}, redrivetest.NewMemStore())
-			return err
-		}, "nil host configuration"},
 		{"ReadMigrations of a nil file system", func() error { _, err := redrive.ReadMigrations(nil, "m"); return err }, "nil file system"},
 		{"CompleteOnSuccess with a nil store, on a re-driven record", func() error {
 			h := stream.Chain(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), redrive.CompleteOnSuccess(nil))
@@ -94,9 +86,6 @@ func TestZeroAndNil(t *testing.T) {
 	}
 	if _, err := redrive.Park(redrivetest.NewMemStore(), time.Minute, nil); err != nil {
 		t.Errorf("Park with a nil option: %v", err)
-	}
-	if got := redrive.SchedulerOptions(nil); got != nil {
-		t.Errorf("SchedulerOptions(nil) = %v, want none", got)
 	}
 	// A zero MemStore is an empty store.
 	var m redrivetest.MemStore

@@ -145,14 +145,18 @@ func run(ctx context.Context) error {
 		wg.Go(func() { cons.Run(runCtx) })
 	}
 
-	sch, err := redrive.NewScheduler(store, pub, append(redrive.SchedulerOptions(rd), redrive.WithHooks(redrive.Hooks{
-		Redriven: func(e redrive.EntryEvent) {
-			tl.add(e.Entry.Key, fmt.Sprintf("re-driven #%d to %s, now %s", e.Entry.Redrives, rd.RetryTopic, e.Entry.State()))
-		},
-		TimedOut: func(e redrive.EntryEvent) {
-			tl.add(e.Entry.Key, fmt.Sprintf("timed out, now %s (%s)", e.Entry.State(), e.Entry.LastError))
-		},
-	}))...)
+	sch, err := redrive.NewScheduler(store, pub,
+		// The redrive section of host.json, as a host applies it.
+		redrive.WithInterval(rd.Interval), redrive.WithRetryTimeout(rd.RetryTimeout), redrive.WithMaxRedrives(rd.MaxRedrives),
+		redrive.WithRetryTopic(rd.RetryTopic), redrive.WithReplyTopic(rd.ReplyTopic), redrive.WithErrorCode(rd.ErrorCode),
+		redrive.WithHooks(redrive.Hooks{
+			Redriven: func(e redrive.EntryEvent) {
+				tl.add(e.Entry.Key, fmt.Sprintf("re-driven #%d to %s, now %s", e.Entry.Redrives, rd.RetryTopic, e.Entry.State()))
+			},
+			TimedOut: func(e redrive.EntryEvent) {
+				tl.add(e.Entry.Key, fmt.Sprintf("timed out, now %s (%s)", e.Entry.State(), e.Entry.LastError))
+			},
+		}))
 	if err != nil {
 		return err
 	}
