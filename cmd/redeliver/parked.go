@@ -318,7 +318,7 @@ func openStore(ctx context.Context, spec, schema string, cfg *hostconfig.Config,
 		if schema != "" {
 			name += " schema " + schema
 		}
-		return st, name, st.Close, nil
+		return st, name, func() { st.Close() }, nil
 	}
 	shown := spec
 	if strings.Contains(spec, "@") || strings.Contains(spec, "password") {

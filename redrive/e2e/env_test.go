@@ -141,7 +141,7 @@ func openPG(t testing.TB, url, schema string) *pgstore.Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 

@@ -147,10 +147,11 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 }
 
 // Close closes the store's connections.
-func (s *Store) Close() {
+func (s *Store) Close() error {
 	if s != nil && s.pool != nil {
 		s.pool.Close()
 	}
+	return nil
 }
 
 // ready checks s and ctx and migrates the schema once: one call at a time,

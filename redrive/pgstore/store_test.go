@@ -54,7 +54,7 @@ func openStore(t testing.TB, url, schema string, opts ...pgstore.Option) *pgstor
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() { s.Close() })
 	return s
 }
 
