@@ -2,6 +2,7 @@ package redrive
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -39,17 +40,20 @@ const (
 	DefaultErrorCode    = "REDRIVE_TIMEOUT"
 )
 
-func newConfig(opts []Option) config {
+// newConfig applies opts, given to the function called by (for errors),
+// to the defaults. A nil option is an error.
+func newConfig(by string, opts []Option) (config, error) {
 	c := config{
 		interval:     DefaultInterval,
 		retryTimeout: DefaultRetryTimeout,
 		errorCode:    DefaultErrorCode,
 		batchSize:    DefaultBatchSize,
 	}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(&c)
+	for i, o := range opts {
+		if o == nil {
+			return c, fmt.Errorf("redrive: %s: option %d of %d is nil", by, i+1, len(opts))
 		}
+		o.apply(&c)
 	}
 	if c.clock == nil {
 		c.clock = systemClock{}
@@ -57,7 +61,7 @@ func newConfig(opts []Option) config {
 	if c.logger == nil {
 		c.logger = slog.New(warnings{slog.Default().Handler()})
 	}
-	return c
+	return c, nil
 }
 
 // warnings passes the records of Warn level and above to h: what a

@@ -45,7 +45,10 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 		return nil, fmt.Errorf("redrive: Park: expiry %v: want at least %v (stores keep times to the microsecond)", expiry, Resolution)
 	}
 	expiry = ceil(expiry)
-	c := newConfig(opts)
+	c, err := newConfig("Park", opts)
+	if err != nil {
+		return nil, err
+	}
 	return func(ctx context.Context, b *stream.Batch, xerr *checkpoint.ExhaustedError) error {
 		if b == nil {
 			return errors.New("redrive: park: nil batch")
@@ -258,9 +261,12 @@ func Complete(ctx context.Context, store Store, key string) (Entry, error) {
 // that says so (a completion is never dropped in silence), and the others
 // pass through.
 func CompleteOnSuccess(store Store, opts ...Option) stream.Middleware {
-	c := newConfig(opts)
+	c, cerr := newConfig("CompleteOnSuccess", opts)
 	return func(next stream.Handler) stream.Handler {
 		return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			if cerr != nil {
+				return cerr // a wiring mistake: every batch says so
+			}
 			if isNil(store) {
 				for _, r := range b.Records {
 					if _, ok := headerValue(r.Headers, HeaderKey); ok {

@@ -73,4 +73,3 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 		}
 	}
 }
-

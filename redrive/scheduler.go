@@ -87,7 +87,10 @@ func NewScheduler(store Store, pub stream.Publisher, opts ...Option) (*Scheduler
 	if isNil(pub) {
 		return nil, errors.New("redrive: NewScheduler: nil publisher: give one such as franz.NewPublisher(client)")
 	}
-	c := newConfig(opts)
+	c, err := newConfig("NewScheduler", opts)
+	if err != nil {
+		return nil, err
+	}
 	switch {
 	case c.interval <= 0:
 		return nil, fmt.Errorf("redrive: interval %v: want more than 0", c.interval)

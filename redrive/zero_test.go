@@ -80,12 +80,16 @@ func TestZeroAndNil(t *testing.T) {
 			t.Errorf("%s: %v, want an error about %s", c.name, err, c.want)
 		}
 	}
-	// Nil options are skipped.
-	if _, err := redrive.NewScheduler(redrivetest.NewMemStore(), &redrivetest.Publisher{}, nil, redrive.WithInterval(time.Minute), nil); err != nil {
-		t.Errorf("NewScheduler with nil options: %v", err)
+	// A nil option is a wiring mistake, named by its place.
+	if _, err := redrive.NewScheduler(redrivetest.NewMemStore(), &redrivetest.Publisher{}, redrive.WithInterval(time.Minute), nil); err == nil || err.Error() != "redrive: NewScheduler: option 2 of 2 is nil" {
+		t.Errorf("NewScheduler with a nil option: %v", err)
 	}
-	if _, err := redrive.Park(redrivetest.NewMemStore(), time.Minute, nil); err != nil {
+	if _, err := redrive.Park(redrivetest.NewMemStore(), time.Minute, nil); err == nil || err.Error() != "redrive: Park: option 1 of 1 is nil" {
 		t.Errorf("Park with a nil option: %v", err)
+	}
+	h := stream.Chain(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), redrive.CompleteOnSuccess(redrivetest.NewMemStore(), nil))
+	if err := h.Handle(ctx, &stream.Batch{}); err == nil || err.Error() != "redrive: CompleteOnSuccess: option 1 of 1 is nil" {
+		t.Errorf("CompleteOnSuccess with a nil option: %v", err)
 	}
 	// A zero MemStore is an empty store.
 	var m redrivetest.MemStore
@@ -93,7 +97,7 @@ func TestZeroAndNil(t *testing.T) {
 		t.Errorf("Park on a zero MemStore: %d, %v", n, err)
 	}
 	// CompleteOnSuccess with a nil store lets other records through.
-	h := stream.Chain(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), redrive.CompleteOnSuccess(nil))
+	h = stream.Chain(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), redrive.CompleteOnSuccess(nil))
 	if err := h.Handle(ctx, &stream.Batch{Records: []stream.Record{{Value: []byte("v")}}}); err != nil {
 		t.Errorf("CompleteOnSuccess with a nil store on a plain record: %v", err)
 	}

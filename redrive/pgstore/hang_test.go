@@ -162,9 +162,12 @@ func TestZeroAndNil(t *testing.T) {
 	if _, err := pgstore.Open(nil, "postgres://127.0.0.1/db"); err == nil || !strings.Contains(err.Error(), "nil context") {
 		t.Errorf("Open with a nil context: %v", err)
 	}
-	s, err := pgstore.Open(ctx, "postgres://127.0.0.1:1/db", nil, pgstore.WithDeferredMigrate(), nil)
+	if _, err := pgstore.Open(ctx, "postgres://127.0.0.1:1/db", pgstore.WithDeferredMigrate(), nil); err == nil || err.Error() != "pgstore: Open: option 2 of 2 is nil" {
+		t.Errorf("Open with a nil option: %v", err)
+	}
+	s, err := pgstore.Open(ctx, "postgres://127.0.0.1:1/db", pgstore.WithDeferredMigrate())
 	if err != nil {
-		t.Fatalf("Open with nil options: %v", err)
+		t.Fatal(err)
 	}
 	defer s.Close()
 	if _, err := s.Get(nil, "k"); err == nil || !strings.Contains(err.Error(), "nil context") {

@@ -113,10 +113,11 @@ func Open(ctx context.Context, connString string, opts ...Option) (*Store, error
 		return nil, errors.New("pgstore: Open: nil context")
 	}
 	s := &Store{migrateTimeout: DefaultMigrateTimeout, migrating: make(chan struct{}, 1)}
-	for _, o := range opts {
-		if o != nil {
-			o.apply(s)
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("pgstore: Open: option %d of %d is nil", i+1, len(opts))
 		}
+		o.apply(s)
 	}
 	if s.migrateTimeout <= 0 {
 		return nil, fmt.Errorf("pgstore: migrate timeout %v: want more than 0", s.migrateTimeout)

@@ -82,10 +82,11 @@ func WithoutMigrate() Option { return optionFunc(func(o *options) { o.noMigrate 
 // Store.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	var o options
-	for _, opt := range opts {
-		if opt != nil {
-			opt.apply(&o)
+	for i, opt := range opts {
+		if opt == nil {
+			return nil, fmt.Errorf("sqlitestore: Open: option %d of %d is nil", i+1, len(opts))
 		}
+		opt.apply(&o)
 	}
 	switch {
 	case ctx == nil:

@@ -61,9 +61,12 @@ func TestZeroAndNil(t *testing.T) {
 	if _, err := nilStore.Get(ctx, "k"); err == nil {
 		t.Error("Get on a nil *Store: no error")
 	}
-	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "x.db"), nil, sqlitestore.WithoutMigrate(), nil)
+	if _, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "x.db"), sqlitestore.WithoutMigrate(), nil); err == nil || err.Error() != "sqlitestore: Open: option 2 of 2 is nil" {
+		t.Errorf("Open with a nil option: %v", err)
+	}
+	s, err := sqlitestore.Open(ctx, filepath.Join(t.TempDir(), "x.db"), sqlitestore.WithoutMigrate())
 	if err != nil {
-		t.Fatalf("Open with nil options: %v", err)
+		t.Fatal(err)
 	}
 	defer s.Close()
 	if _, err := sqlitestore.Open(nil, "x.db"); err == nil || !strings.Contains(err.Error(), "nil context") {
