@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"math"
+	"math/rand/v2"
 	"time"
 )
 
@@ -13,6 +14,30 @@ type Rand interface {
 	Float64() float64
 }
 
+// globalRand draws from math/rand/v2's global source, which is safe for
+// concurrent use: the Rand of callers that pass none.
+type globalRand struct{}
+
+func (globalRand) Float64() float64 { return rand.Float64() }
+
+// orGlobal returns rnd, or globalRand for a nil rnd, so that a Backoff or a
+// DecideFunc is never given a nil Rand.
+func orGlobal(rnd Rand) Rand {
+	if rnd == nil {
+		return globalRand{}
+	}
+	return rnd
+}
+
+// draw returns rnd's next number, or the next of math/rand/v2's global
+// source for a nil rnd.
+func draw(rnd Rand) float64 {
+	if rnd == nil {
+		return rand.Float64()
+	}
+	return rnd.Float64()
+}
+
 // A Backoff returns the delay before retry n. Retries are numbered from 1:
 // n = 1 is the first redelivery after the first failed attempt.
 //
@@ -20,7 +45,8 @@ type Rand interface {
 // [DecorrelatedJitter] uses it; it keeps every Backoff a pure function of its
 // arguments, so one Backoff can be shared by any number of goroutines and
 // tested exactly with a seeded Rand. rnd is never nil when a [Policy] calls a
-// Backoff; a Backoff that needs no randomness ignores it.
+// Backoff; a Backoff that needs no randomness ignores it, and those of this
+// package draw from math/rand/v2's global source when it is nil.
 //
 // A Backoff should not return a negative delay; [Policy] treats one as 0.
 type Backoff func(n int, prev time.Duration, rnd Rand) time.Duration
@@ -70,8 +96,10 @@ func Immediate() Backoff {
 }
 
 // Fixed waits d before every retry: host.json's sleepDuration, INTERVAL in the
-// Azure IoT C SDK and Azure Functions' fixedDelay strategy.
+// Azure IoT C SDK and Azure Functions' fixedDelay strategy. A negative d
+// waits 0.
 func Fixed(d time.Duration) Backoff {
+	d = max(d, 0)
 	return func(int, time.Duration, Rand) time.Duration { return d }
 }
 
@@ -99,7 +127,7 @@ func Exponential(initial time.Duration) Backoff {
 // [MaxBackoff].
 func ExponentialJitter(initial time.Duration, percent float64) Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
-		j := 1 + percent/100*rnd.Float64()
+		j := 1 + percent/100*draw(rnd)
 		return grown(float64(initial)*pow2(n)*j, float64(initial)*j)
 	}
 }
@@ -112,7 +140,7 @@ const DefaultJitterPercent = 5
 // Azure IoT C SDK.
 func Random(initial time.Duration) Backoff {
 	return func(_ int, _ time.Duration, rnd Rand) time.Duration {
-		return clamp(float64(initial) * rnd.Float64())
+		return clamp(float64(initial) * draw(rnd))
 	}
 }
 
@@ -128,7 +156,7 @@ func FullJitter(base, maxDelay time.Duration) Backoff {
 		} else if maxDelay <= 0 {
 			window = min(window, max(float64(MaxBackoff), float64(base)))
 		}
-		return clamp(window * rnd.Float64())
+		return clamp(window * draw(rnd))
 	}
 }
 
@@ -143,7 +171,7 @@ func DecorrelatedJitter(base, ceiling time.Duration) Backoff {
 			prev = base
 		}
 		hi := 3 * float64(prev)
-		d := float64(base) + rnd.Float64()*(hi-float64(base))
+		d := float64(base) + draw(rnd)*(hi-float64(base))
 		if ceiling > 0 && d > float64(ceiling) {
 			d = float64(ceiling)
 		}
@@ -163,7 +191,7 @@ func JitteredExponential(c, cmin, cmax time.Duration, jitterDown, jitterUp float
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
 		lo := float64(c) * (1 - jitterDown)
 		hi := float64(c) * (1 + jitterUp)
-		j := lo + rnd.Float64()*(hi-lo)
+		j := lo + draw(rnd)*(hi-lo)
 		d := float64(cmin) + (pow2(n)-1)*j
 		if cmax > 0 && d > float64(cmax) {
 			d = float64(cmax)

@@ -321,7 +321,7 @@ func (m *Machine) interrupted(now time.Time, rnd Rand) Decision {
 	n := next(m.state.Retries)
 	d := m.state.LastDelay
 	if p.Backoff != nil {
-		d = p.Backoff(n, m.state.LastDelay, rnd)
+		d = p.Backoff(n, m.state.LastDelay, orGlobal(rnd))
 	}
 	return m.schedule(now, n, p.capped(d))
 }
@@ -398,7 +398,8 @@ func (m *Machine) policyRef() *Policy {
 
 // Fail records that the delivery under way failed with err at now and decides
 // what follows: a retry (now or later) or, when the policy's filter rejects
-// err or its limits are reached, a stop.
+// err or its limits are reached, a stop. rnd is the random source of the
+// policy's Backoff or Decide; nil draws from math/rand/v2's global source.
 func (m *Machine) Fail(now time.Time, err error, rnd Rand) Decision {
 	return m.fail(now, err, rnd, true)
 }

@@ -77,12 +77,13 @@ func (p Policy) Validate() error {
 }
 
 // Delay returns the delay before retry n (1-based) after a delay of prev,
-// capped by MaxDelay and never negative.
+// capped by MaxDelay and never negative. A nil rnd draws from
+// math/rand/v2's global source.
 func (p Policy) Delay(n int, prev time.Duration, rnd Rand) time.Duration {
 	if p.Backoff == nil {
 		return 0
 	}
-	d := p.Backoff(n, prev, rnd)
+	d := p.Backoff(n, prev, orGlobal(rnd))
 	if d < 0 {
 		d = 0
 	}
@@ -121,6 +122,7 @@ type DecideFunc func(n int, err error, prev time.Duration, rnd Rand) (delay time
 // Backoff's delay, raised to err's retry-after hint unless IgnoreRetryAfter,
 // then capped by MaxDelay.
 func (p *Policy) next(n int, prev time.Duration, err error, rnd Rand) (time.Duration, bool) {
+	rnd = orGlobal(rnd)
 	var d time.Duration
 	switch {
 	case p.Decide != nil && err != nil:

@@ -38,7 +38,7 @@ import (
 // unitDraw returns rnd.Float64() forced into [0, 1), so that a Rand that
 // breaks its contract cannot push a mapped integer out of its range.
 func unitDraw(rnd Rand) float64 {
-	u := rnd.Float64()
+	u := draw(rnd)
 	switch {
 	case !(u >= 0): // negative or NaN
 		return 0

@@ -233,7 +233,20 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 	if t, ok := pub.(interface{ DeadLetterTo(topic string) }); ok {
 		t.DeadLetterTo(topic)
 	}
+	return deadLetter(pub, topic), nil
+}
+
+// deadLetter is the action DeadLetter returns. It is never inlined, so
+// that its actions share one code pointer, which DeadLetterOf knows them
+// by (an inlined copy of a closure is compiled apart).
+//
+//go:noinline
+func deadLetter(pub Publisher, topic string) ExhaustionAction {
 	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
+		if q, ok := ctx.Value(deadLetterQuery{}).(*deadLetterTarget); ok {
+			q.pub, q.topic = pub, topic // DeadLetterOf asks: nothing is published
+			return nil
+		}
 		recs := make([]Record, len(b.Records))
 		deliveries := strconv.Itoa(xerr.Retries + 1)
 		first := xerr.FirstFailure.UTC().Format(time.RFC3339Nano)
@@ -277,7 +290,36 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 		}
 		loggerFrom(ctx).Info("redeliver: dead-lettered", "offset", b.FirstOffset(), "records", len(recs), "dead_letter_topic", topic)
 		return nil
-	}, nil
+	}
+}
+
+type deadLetterQuery struct{}
+
+type deadLetterTarget struct {
+	pub   Publisher
+	topic string
+}
+
+// deadLetterCode identifies the code of the actions DeadLetter makes.
+var deadLetterCode = reflect.ValueOf(deadLetter(nil, "")).Pointer()
+
+// DeadLetterOf returns the publisher and the topic of an exhaustion action
+// made by [DeadLetter], and false for any other action (one of the
+// application's own, or DeadLetter's wrapped in a function of its own). An
+// adapter checks with it, when it is built, that the publisher of the
+// processor's dead-letter action can publish (see [Processor.Settings]):
+// a publisher that can never publish would otherwise be found at the first
+// record given up, which would then wait for ever. Only actions made by
+// DeadLetter are asked; no other action runs.
+func DeadLetterOf(a ExhaustionAction) (pub Publisher, topic string, ok bool) {
+	if a == nil || reflect.ValueOf(a).Pointer() != deadLetterCode {
+		return nil, "", false
+	}
+	var q deadLetterTarget
+	if err := a(context.WithValue(context.Background(), deadLetterQuery{}, &q), nil, nil); err != nil || q.pub == nil {
+		return nil, "", false
+	}
+	return q.pub, q.topic, true
 }
 
 func records(n int) string {

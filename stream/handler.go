@@ -80,9 +80,17 @@ type Middleware func(Handler) Handler
 // Chain wraps h in middleware; the first is outermost:
 //
 //	Chain(h, a, b) handles a batch as  a -> b -> h -> b -> a
+//
+// A nil Middleware is skipped. Chain of a nil h returns nil, which
+// NewProcessor refuses.
 func Chain(h Handler, mw ...Middleware) Handler {
+	if isNil(h) {
+		return nil
+	}
 	for i := len(mw) - 1; i >= 0; i-- {
-		h = mw[i](h)
+		if mw[i] != nil {
+			h = mw[i](h)
+		}
 	}
 	return h
 }

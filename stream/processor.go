@@ -42,12 +42,18 @@ type config struct {
 
 // WithPolicy sets the retry policy. The default is the zero
 // [checkpoint.Policy], which never retries (a host.json without a
-// checkpointRetryPolicy).
+// checkpointRetryPolicy): a batch that fails is given up at once, and the
+// exhaustion action runs (by default it skips the batch). A give-up is
+// never silent: it is logged at Error level (to slog.Default() unless
+// [WithLogger] names another logger) and reported to the Exhausted hook.
 func WithPolicy(p checkpoint.Policy) Option {
 	return optionFunc(func(c *config) { c.policy = p })
 }
 
-// WithLogger sets the logger. The default, like a nil logger, discards.
+// WithLogger sets the logger. The default, like a nil logger, sends
+// warnings and errors (a batch given up, an outage, a commit or an
+// exhaustion action that fails) to slog.Default() and drops the rest; give
+// slog.New(slog.DiscardHandler) to discard everything.
 func WithLogger(l *slog.Logger) Option {
 	return optionFunc(func(c *config) { c.logger = l })
 }
@@ -65,8 +71,9 @@ func WithClock(clk Clock) Option {
 }
 
 // WithRand sets the random source of backoff jitter: newRand is called once
-// per partition worker, and the Rand it returns is used by that worker only.
-// The default is a randomly seeded PCG generator per worker.
+// per partition worker, and the Rand it returns is used by that worker only
+// (a nil Rand stands for the default). The default is a randomly seeded PCG
+// generator per worker.
 func WithRand(newRand func() checkpoint.Rand) Option {
 	return optionFunc(func(c *config) { c.newRand = newRand })
 }
@@ -135,11 +142,17 @@ type stoppedEntry struct {
 	gone chan struct{} // closed when the worker no longer waits for a command
 }
 
-// NewProcessor returns a Processor that runs h. It returns an error when h is
-// nil or the policy is invalid.
+// NewProcessor returns a Processor that runs h. It returns an error that
+// says what is wrong when h is nil in any form (a nil Handler, a nil
+// HandlerFunc, PerRecord(nil), a nil pointer), when an option is nil or
+// out of range (a nil clock, rand factory or operation backoff, a Budget
+// not made by NewBudget), or when the policy is invalid.
 func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
-	if h == nil {
-		return nil, errors.New("stream: nil handler")
+	if isNil(h) {
+		if h == nil {
+			return nil, errors.New("stream: NewProcessor: nil handler")
+		}
+		return nil, fmt.Errorf("stream: NewProcessor: nil handler (a nil %T)", h)
 	}
 	cfg := config{
 		clock: systemClock{},
@@ -148,18 +161,28 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 		},
 		opBackoff: checkpoint.FullJitter(100*time.Millisecond, 10*time.Second),
 	}
-	for _, o := range opts {
+	for i, o := range opts {
+		if isNil(o) {
+			return nil, fmt.Errorf("stream: NewProcessor: option %d is nil", i+1)
+		}
 		o.apply(&cfg)
 	}
 	if err := cfg.policy.Validate(); err != nil {
 		return nil, fmt.Errorf("stream: %w", err)
 	}
-	if cfg.clock == nil || cfg.newRand == nil || cfg.opBackoff == nil {
-		return nil, errors.New("stream: nil clock, rand or backoff option")
+	switch {
+	case isNil(cfg.clock):
+		return nil, errors.New("stream: NewProcessor: WithClock(nil): give a clock, or leave the option out for the system clock")
+	case cfg.newRand == nil:
+		return nil, errors.New("stream: NewProcessor: WithRand(nil): give a function that returns a Rand, or leave the option out")
+	case cfg.opBackoff == nil:
+		return nil, errors.New("stream: NewProcessor: WithOperationBackoff(nil): give a backoff, or leave the option out")
+	case cfg.budget != nil && cfg.budget.cfg.ProbeBackoff == nil:
+		return nil, errors.New("stream: NewProcessor: WithOutageBudget: the Budget was not made by NewBudget")
 	}
 	p := &Processor{h: h, cfg: cfg, log: cfg.logger}
 	if p.log == nil {
-		p.log = slog.New(slog.DiscardHandler)
+		p.log = defaultLogger()
 	}
 	if cfg.budget != nil {
 		cfg.budget.listen(&p.cfg.hooks)
@@ -167,12 +190,27 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	return p, nil
 }
 
+// newRand returns a worker's Rand: WithRand's, or a randomly seeded PCG
+// when that gives none.
+func (p *Processor) newRand() checkpoint.Rand {
+	if r := p.cfg.newRand(); !isNil(r) {
+		return r
+	}
+	return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+}
+
 // Policy returns the processor's retry policy.
 func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
 
-// Logger returns the processor's logger (one that discards when none was
-// given): adapters log to it unless they are given a logger of their own.
-func (p *Processor) Logger() *slog.Logger { return p.log }
+// Logger returns the processor's logger (when none was given, one that
+// sends warnings and errors to slog.Default()): adapters log to it unless
+// they are given a logger of their own.
+func (p *Processor) Logger() *slog.Logger {
+	if p == nil || p.log == nil {
+		return defaultLogger()
+	}
+	return p.log
+}
 
 // Process runs the claim's partition until ctx is done or the claim fails:
 // it fetches a batch, delivers it until it succeeds or is given up, writes the
@@ -200,6 +238,14 @@ func (p *Processor) Logger() *slog.Logger { return p.log }
 // spent. A retry whose time budget ran out by the time it is due is not
 // delivered. Metadata written by other tools is ignored.
 func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
+	switch {
+	case p == nil || p.h == nil:
+		return errors.New("stream: Process on a Processor not made by NewProcessor")
+	case isNil(c):
+		return errors.New("stream: Process: nil claim")
+	case ctx == nil:
+		return errors.New("stream: Process: nil context")
+	}
 	off, md := c.Committed()
 	id := p.claims.Add(1)
 	if h := p.cfg.hooks.Claimed; h != nil {
@@ -213,7 +259,7 @@ func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
 		p:     p,
 		c:     c,
 		m:     checkpoint.NewMachine(p.cfg.policy),
-		rnd:   p.cfg.newRand(),
+		rnd:   p.newRand(),
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
 		log:   p.log.With("topic", c.Topic(), "partition", c.Partition()),
 		from:  -1,
@@ -474,6 +520,9 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		cause = err
 		if partial = asBatchError(err, len(b.Records)); partial != nil {
 			cause = partial.Err
+			if cause == nil {
+				cause = fmt.Errorf("stream: the handler returned FailedAt(%d, nil): the record at offset %d failed with no error", partial.Index, b.Records[partial.Index].Offset)
+			}
 			if partial.Index > 0 {
 				// The retry state belongs to the batch's first record,
 				// which is done: the record that failed starts its own

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -53,7 +54,8 @@ type harness struct {
 func start(t *testing.T, h stream.Handler, parts []*streamtest.Partition, opts ...stream.Option) *harness {
 	t.Helper()
 	hs := &harness{t: t, rec: &streamtest.Recorder{}, ev: &events{}, parts: parts, done: make(chan error, 1)}
-	opts = append([]stream.Option{stream.WithHooks(hs.ev.hooks())}, opts...)
+	// Quiet unless the test gives a logger of its own (a later option wins).
+	opts = append([]stream.Option{stream.WithHooks(hs.ev.hooks()), stream.WithLogger(slog.New(slog.DiscardHandler))}, opts...)
 	proc, err := stream.NewProcessor(stream.Chain(h, hs.rec.Middleware()), opts...)
 	if err != nil {
 		t.Fatal(err)

@@ -262,6 +262,12 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 			return fail(err)
 		}
 	}
+	if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+		if fp, isFranz := pub.(*Publisher); isFranz && !fp.Bound() {
+			// It would fail every record given up, for ever.
+			return fail(fmt.Errorf("franz: the processor dead-letters to %q through a franz.Publisher bound to no client: give it to New with WithPublisher(pub), or make it with NewPublisher", topic))
+		}
+	}
 	if err := c.g.bind(c); err != nil {
 		return fail(err)
 	}

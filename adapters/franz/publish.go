@@ -61,6 +61,10 @@ func NewPublisher(cl *kgo.Client) (*Publisher, error) {
 	return p, nil
 }
 
+// Bound reports whether p produces through a client: made by
+// [NewPublisher], or bound to a consumer's by [WithPublisher].
+func (p *Publisher) Bound() bool { return p != nil && p.cl.Load() != nil }
+
 // bind makes p produce through cl, unless p is bound to another client.
 func (p *Publisher) bind(cl *kgo.Client) error {
 	if p == nil {

@@ -7,7 +7,8 @@ import (
 )
 
 // Clock is a manual [stream.Clock]: time stands still until [Clock.Advance]
-// moves it, and timers fire only then. It is safe for concurrent use.
+// moves it, and timers fire only then. It is safe for concurrent use. The
+// zero Clock reads the zero time.
 type Clock struct {
 	mu      sync.Mutex
 	now     time.Time
@@ -42,7 +43,9 @@ func (c *Clock) NewTimer(d time.Duration) (<-chan time.Time, func() bool) {
 		return t.ch, func() bool { return false }
 	}
 	c.timers = append(c.timers, t)
-	close(c.changed)
+	if c.changed != nil {
+		close(c.changed)
+	}
 	c.changed = make(chan struct{})
 	return t.ch, func() bool { return c.stop(t) }
 }
@@ -88,6 +91,9 @@ func (c *Clock) Timers() int {
 func (c *Clock) WaitTimers(ctx context.Context, n int) error {
 	for {
 		c.mu.Lock()
+		if c.changed == nil {
+			c.changed = make(chan struct{})
+		}
 		got, ch := len(c.timers), c.changed
 		c.mu.Unlock()
 		if got >= n {

@@ -33,8 +33,15 @@ func NewGenerator(batches, size, valueLen int) *Generator {
 	return g
 }
 
-// Done is closed when the last batch has been committed.
-func (g *Generator) Done() <-chan struct{} { return g.done }
+// Done is closed when the last batch has been committed (at once for a
+// zero Generator, which has no batch).
+func (g *Generator) Done() <-chan struct{} {
+	if g.done == nil {
+		g.done = make(chan struct{})
+		close(g.done)
+	}
+	return g.done
+}
 
 // Committed returns the last committed offset.
 func (g *Generator) Committed() (int64, string) {
@@ -73,8 +80,12 @@ func (g *Generator) Fetch(ctx context.Context) ([]stream.Record, error) {
 // Commit records next; the commit of the last batch closes Done.
 func (g *Generator) Commit(_ context.Context, next int64, _ string) error {
 	g.last = next
-	if next == g.next && g.sent == g.batches {
-		close(g.done)
+	if next == g.next && g.sent == g.batches && g.done != nil {
+		select {
+		case <-g.done:
+		default:
+			close(g.done)
+		}
 	}
 	return nil
 }

@@ -29,7 +29,9 @@ type Commit struct {
 
 // Partition is an in-memory partition with a committed offset. It implements
 // [stream.Claim] for one owner at a time (see [Run] and [Partition.Revoke]).
-// It is safe for concurrent use.
+// It is safe for concurrent use. The zero Partition is an empty partition
+// with no topic, number 0, batches of one record and offset 0 committed;
+// [NewPartition] names it.
 type Partition struct {
 	topic     string
 	partition int32
@@ -57,8 +59,19 @@ func NewPartition(topic string, partition int32, maxBatch int) *Partition {
 
 // notify wakes whoever waits for a change; p.mu is held.
 func (p *Partition) notify() {
-	close(p.changed)
+	if p.changed != nil {
+		close(p.changed)
+	}
 	p.changed = make(chan struct{})
+}
+
+// waiter returns the channel notify closes next; p.mu is held. A zero
+// Partition makes it on first use.
+func (p *Partition) waiter() chan struct{} {
+	if p.changed == nil {
+		p.changed = make(chan struct{})
+	}
+	return p.changed
 }
 
 // Append adds records with the given values, timestamped at ts, and returns
@@ -139,7 +152,7 @@ func (p *Partition) Paused() (now bool, times int) {
 func (p *Partition) WaitCommitted(ctx context.Context, next int64) error {
 	for {
 		p.mu.Lock()
-		c, ch := p.committed, p.changed
+		c, ch := p.committed, p.waiter()
 		p.mu.Unlock()
 		if c >= next {
 			return nil
@@ -202,13 +215,13 @@ func (p *Partition) Fetch(ctx context.Context) ([]stream.Record, error) {
 			return nil, fmt.Errorf("streamtest: %s/%d: fetch while paused", p.topic, p.partition)
 		}
 		if n := int64(len(p.log)) - p.pos; n > 0 {
-			end := p.pos + min(n, int64(p.maxBatch))
+			end := p.pos + min(n, int64(max(p.maxBatch, 1)))
 			recs := p.log[p.pos:end:end]
 			p.pos = end
 			p.mu.Unlock()
 			return recs, nil
 		}
-		ch := p.changed
+		ch := p.waiter()
 		p.mu.Unlock()
 		select {
 		case <-ch:
@@ -263,6 +276,14 @@ func (p *Partition) Commit(_ context.Context, next int64, metadata string) error
 // revoked stops its worker only; Run it again to reassign it. Run returns
 // the first worker error that is not a cancellation or revocation.
 func Run(ctx context.Context, proc *stream.Processor, parts ...*Partition) error {
+	if proc == nil {
+		return errors.New("streamtest: Run: nil processor")
+	}
+	for i, p := range parts {
+		if p == nil {
+			return fmt.Errorf("streamtest: Run: partition %d is nil", i+1)
+		}
+	}
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex

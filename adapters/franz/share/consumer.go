@@ -187,6 +187,12 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	// A client built here to check the options would join the group, so
 	// Run checks them, before any lane polls.
 	set := proc.Settings()
+	if pub, topic, ok := stream.DeadLetterOf(set.Exhaustion); ok {
+		if b, isBound := pub.(interface{ Bound() bool }); isBound && !b.Bound() {
+			// It would hold every record given up, for ever.
+			return nil, fmt.Errorf("share: the processor dead-letters to %q through a publisher bound to no client: make it with franz.NewPublisher(client)", topic)
+		}
+	}
 	c := &Consumer{set: set, cfg: cfg, log: set.Logger, life: lifecycle.New("share", ErrClosed)}
 	if cfg.logger != nil {
 		c.log = cfg.logger

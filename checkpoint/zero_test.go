@@ -1,0 +1,111 @@
+package checkpoint_test
+
+import (
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+)
+
+// The exported constructors and the zero values of the package, given nil
+// and zero values, return a value that works or an error, never panic: a
+// nil Rand draws from math/rand/v2's global source.
+func TestZeroAndNilValues(t *testing.T) {
+	backoffs := map[string]checkpoint.Backoff{
+		"Immediate": checkpoint.Immediate(), "Fixed(0)": checkpoint.Fixed(0), "Fixed(-1)": checkpoint.Fixed(-1),
+		"Linear(0)": checkpoint.Linear(0), "Exponential(0)": checkpoint.Exponential(0),
+		"ExponentialJitter(0, NaN)": checkpoint.ExponentialJitter(0, math.NaN()), "Random(0)": checkpoint.Random(0),
+		"FullJitter(0, 0)": checkpoint.FullJitter(0, 0), "DecorrelatedJitter(0, 0)": checkpoint.DecorrelatedJitter(0, 0),
+		"JitteredExponential(0...)": checkpoint.JitteredExponential(0, 0, 0, 0, 0),
+		"ExponentialJitter(1s, 5)":  checkpoint.ExponentialJitter(time.Second, 5), "FullJitter(1s, 0)": checkpoint.FullJitter(time.Second, 0),
+		"AzureIoTJava": checkpoint.AzureIoTJava().Backoff, "BackoffAlgorithm(0, 0, 0)": checkpoint.BackoffAlgorithm(0, 0, 0).Backoff,
+	}
+	for name, b := range backoffs {
+		for _, n := range []int{-1, 0, 1, 2, 64} {
+			if d := b(n, -time.Second, nil); d < 0 {
+				t.Errorf("%s(%d) with a nil Rand: %v", name, n, d)
+			}
+		}
+		p := checkpoint.Policy{MaxRetries: 3, Backoff: b}
+		_ = p.Delay(1, 0, nil)
+		_ = p.Schedule(3, nil)
+		m := checkpoint.NewMachine(p)
+		m.Begin(time.Time{})
+		if d := m.Fail(time.Unix(0, 0), errors.New("x"), nil); d.Action == 0 {
+			t.Errorf("%s: Fail with a nil Rand decided nothing", name)
+		}
+	}
+	// A Decide and a user Backoff never see a nil Rand.
+	seen := 0
+	p := checkpoint.Policy{MaxRetries: 2,
+		Decide: func(_ int, _ error, _ time.Duration, rnd checkpoint.Rand) (time.Duration, bool) {
+			seen++
+			return time.Duration(rnd.Float64()), true
+		},
+		Backoff: func(_ int, _ time.Duration, rnd checkpoint.Rand) time.Duration {
+			seen++
+			return time.Duration(rnd.Float64())
+		}}
+	m := checkpoint.NewMachine(p)
+	m.Begin(time.Time{})
+	m.Fail(time.Unix(0, 0), errors.New("x"), nil)
+	m.Request(time.Unix(1, 0), nil)
+	if seen != 2 {
+		t.Fatalf("Decide and Backoff called %d times, want 2", seen)
+	}
+	// The zero Machine and the zero Policy never retry.
+	var zero checkpoint.Machine
+	if d := zero.Fail(time.Unix(0, 0), errors.New("x"), nil); d.Action != checkpoint.StopRetrying || zero.Err() == nil {
+		t.Fatalf("zero Machine: %+v", d)
+	}
+	if zero.Start(time.Unix(0, 0)).Action != 0 || zero.Decide(time.Unix(0, 0)).Action != checkpoint.StopRetrying {
+		t.Fatal("zero Machine's Start or Decide")
+	}
+	var fresh checkpoint.Machine
+	if d := fresh.Resume(checkpoint.State{}, time.Unix(0, 0), nil); d.Action != 0 {
+		t.Fatalf("Resume of the zero State: %+v", d)
+	}
+	if err := (checkpoint.Policy{}).Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if checkpoint.Permanent(nil) != nil || checkpoint.RetryAfter(nil, time.Second) != nil || checkpoint.IsPermanent(nil) {
+		t.Fatal("Permanent(nil), RetryAfter(nil) or IsPermanent(nil)")
+	}
+	if _, ok := checkpoint.RetryAfterOf(nil); ok {
+		t.Fatal("RetryAfterOf(nil)")
+	}
+	for _, f := range []func(error) bool{checkpoint.RetryUnless(), checkpoint.RetryUnless(nil), checkpoint.RetryOnly(), checkpoint.RetryOnly(nil),
+		checkpoint.RetryUnlessType[*checkpoint.ExhaustedError](), checkpoint.DefaultRetryable} {
+		_ = f(nil)
+		_ = f(errors.New("x"))
+	}
+	if md := checkpoint.EncodeState(checkpoint.State{}); md != "" {
+		t.Fatalf("EncodeState of the zero State: %q", md)
+	}
+	if s, err := checkpoint.DecodeState(""); err != nil || s != (checkpoint.State{}) {
+		t.Fatalf("DecodeState(\"\"): %+v %v", s, err)
+	}
+	_ = checkpoint.Describe("", 0)
+	_ = (&checkpoint.ExhaustedError{}).Error()
+	_ = checkpoint.State{}.String()
+	for _, f := range []func() error{
+		func() error { _, err := checkpoint.AzureIoTC{}.Policy(); return err },
+		func() error { _, err := checkpoint.NewAzureIoTC(0, 0).Policy(); return err },
+	} {
+		if err := f(); err != nil {
+			t.Errorf("the zero AzureIoTC: %v", err)
+		}
+	}
+	for _, f := range []func() error{
+		func() error { _, err := checkpoint.AzureIoTJavaWith(0, 0, 0, 0, false); return err },
+		func() error { _, err := checkpoint.NewAzureIoTC(99, -1).Policy(); return err },
+		func() error { _, err := checkpoint.AzureFunctionsExponentialBackoff(-2, -1, -1); return err },
+		func() error { _, err := checkpoint.WebJobsRandomizedExponentialBackoff(-1, -1, -1); return err },
+	} {
+		if err := f(); err == nil {
+			t.Error("a constructor accepted values out of range")
+		}
+	}
+}
