@@ -267,6 +267,7 @@ func (s State) String() string { return s.describe(0, false) }
 // in the state replaces it):
 //
 //	retry 2 of 5, due at 12:00:01.5 UTC
+//	given up after 3 deliveries (retries spent), its exhaustion action not done; last error: timeout
 //
 // Empty metadata reads "no retry"; metadata of another tool or damaged
 // metadata says so.
@@ -282,6 +283,17 @@ func Describe(md string, maxRetries int) string {
 }
 
 func (s State) describe(maxRetries int, withMax bool) string {
+	if s.GivenUp != 0 {
+		// Given up: what happens next, then what it was given up with.
+		what := "given up after " + count(s.Retries+1, "delivery", "deliveries") + " (" + s.GivenUp.String() + "), its exhaustion action not done"
+		if s.Halted {
+			what = "stopped by StopPartition after " + count(s.Retries+1, "delivery", "deliveries") + " (" + s.GivenUp.String() + "): a next owner delivers it again with a fresh count"
+		}
+		if s.LastError != "" {
+			what += "; last error: " + s.LastError
+		}
+		return what
+	}
 	if s.Retries == 0 {
 		return "no retry"
 	}

@@ -78,6 +78,15 @@ func TestDescribeState(t *testing.T) {
 			t.Errorf("Describe(%+v) = %q, want %q", tt.s, got, tt.want)
 		}
 	}
+	for md, want := range map[string]string{
+		"rd1;o=3;r=2;s=1;x=1;e=time%3Bout":     "given up after 3 deliveries (retries spent), its exhaustion action not done; last error: time;out",
+		"rd1;o=3;r=0;s=1;x=4;h=1":              "stopped by StopPartition after 1 delivery (error not retryable): a next owner delivers it again with a fresh count",
+		"rd1;o=3;r=1;f=1;d=1000;s=1;rr=2:1000": "retry 1 of 2, started (RetryResult: 2 retries, 1s apart)",
+	} {
+		if got := checkpoint.Describe(md, 5); got != want {
+			t.Errorf("Describe(%q) = %q, want %q", md, got, want)
+		}
+	}
 	if got := checkpoint.Describe("offset=3", 5); got != `not redeliver's metadata ("offset=3")` {
 		t.Errorf("Describe of foreign metadata = %q", got)
 	}
