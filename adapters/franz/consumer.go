@@ -10,6 +10,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/kclient"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -18,10 +20,6 @@ import (
 // defaultFetchMaxWait is the kgo.FetchMaxWait of a client the consumer
 // builds, unless the caller's options set it.
 const defaultFetchMaxWait = 500 * time.Millisecond
-
-// leaveWait is how long closing a client the consumer owns waits for the
-// broker to answer its requests in flight and the leave of the group.
-const leaveWait = 400 * time.Millisecond
 
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
 var ErrClosed = errors.New("franz: consumer closed")
@@ -167,7 +165,7 @@ type Consumer struct {
 	commit *committer
 	life   *lifecycle.Life
 
-	fetchErrs fetchErrs
+	fetchErrs fetcherr.Tracker
 	checks    health.Checker
 
 	closeCl      sync.Once
@@ -221,7 +219,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		log = proc.Logger()
 	}
 	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
-	c.fetchErrs.log = log
+	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
 	c.checks.Log = log
 	if cfg.client != nil {
 		g, err := checkClient(cfg.client)
@@ -358,35 +356,17 @@ func (c *Consumer) Close() error {
 	return nil
 }
 
-// closeClient closes the client the consumer owns, leaving the group. The
-// leave waits at most leaveWait for the broker: past that (a JoinGroup,
-// SyncGroup or other request the broker has not answered, which franz-go
-// waits for), the client's context is cancelled, which fails the requests
-// in flight, and the broker removes the member at its session timeout.
+// closeClient closes the client the consumer owns, leaving the group,
+// within kclient.LeaveWait (see kclient.Close).
 func (c *Consumer) closeClient() {
-	c.closeCl.Do(func() {
-		closed := make(chan struct{})
-		go func() {
-			c.cl.Close()
-			close(closed)
-		}()
-		t := time.NewTimer(leaveWait)
-		defer t.Stop()
-		select {
-		case <-closed:
-		case <-t.C:
-			c.log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; it is cancelled, and the broker removes the member at its session timeout", "waited", leaveWait)
-			c.cancelClient()
-			<-closed
-		}
-		c.cancelClient()
-	})
+	c.closeCl.Do(func() { kclient.Close(c.cl, c.cancelClient, c.log) })
 }
 
 // poll is the poll loop: it hands every polled record to its partition's
 // claim and allows rebalances after each poll, so the group's callbacks run
 // between polls, never while a poll's records are being handed out.
 func (c *Consumer) poll(ctx context.Context) {
+	var backoff fetcherr.Backoff
 	for ctx.Err() == nil {
 		c.g.throttle(ctx)
 		fetches := c.cl.PollFetches(ctx)
@@ -395,7 +375,7 @@ func (c *Consumer) poll(ctx context.Context) {
 			c.cl.AllowRebalance()
 			return
 		}
-		fatal, wait := c.fetchErrs.seen(fetches, time.Now())
+		fatal, failed := c.fetchErrs.Seen(fetches, time.Now())
 		c.g.dispatch(fetches)
 		c.cl.AllowRebalance()
 		if fatal != nil {
@@ -403,13 +383,6 @@ func (c *Consumer) poll(ctx context.Context) {
 			c.life.Fail(fatal)
 			return
 		}
-		if wait > 0 {
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-				t.Stop()
-			}
-		}
+		fetcherr.Wait(ctx, backoff.Next(failed))
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -18,9 +19,7 @@ import (
 // permanentAfter shortened) ends Run with an error that says what failed
 // and for how long.
 func TestLastingFetchErrorEndsRun(t *testing.T) {
-	saved := permanentAfter
-	permanentAfter = time.Second
-	t.Cleanup(func() { permanentAfter = saved })
+	t.Cleanup(fetcherr.SetPermanentAfter(time.Second))
 	kc, addrs, _ := cluster(t, 3)
 	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
 	if err != nil {

@@ -30,7 +30,7 @@ func (c *Consumer) Health() error {
 	if c == nil || c.life == nil {
 		return errNotMade
 	}
-	return errors.Join(append([]error{c.checks.Err()}, c.fetchErrs.problems(time.Now())...)...)
+	return errors.Join(append([]error{c.checks.Err()}, c.fetchErrs.Problems(time.Now())...)...)
 }
 
 // check is the start check: one metadata request for the consumed topics

@@ -15,7 +15,7 @@ import (
 // Run returns within a second of its context's cancellation whatever
 // request the broker is slow to answer.
 func TestShutdownUnderSlowAnswers(t *testing.T) {
-	kafkatest.ShutdownUnderSlowAnswers(t, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
+	kafkatest.ShutdownUnderSlowAnswers(t, kafkatest.SlowKeys, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
 		c, err := franz.New(newProcessor(t, streamtest.Succeed), franz.WithKgoOptions(kgo.SeedBrokers(addrs...),
 			kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.FetchMaxWait(100*time.Millisecond)))

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/kcheck"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/health"
@@ -145,8 +146,9 @@ type Consumer struct {
 	limit     atomic.Int64 // the broker's delivery count limit; 0 unknown
 	noRenewal atomic.Bool  // the group refuses lock renewals
 
-	life   *lifecycle.Life
-	checks health.Checker
+	life      *lifecycle.Life
+	checks    health.Checker
+	fetchErrs fetcherr.Tracker // of every lane
 }
 
 // New returns a Consumer that runs proc's handler under proc's policy,
@@ -198,6 +200,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		c.log = cfg.logger
 	}
 	c.checks.Log = c.log
+	c.fetchErrs.Log, c.fetchErrs.Pkg = c.log, "share"
 	c.fn, _ = stream.RecordFuncOf(set.Handler)
 	return c, nil
 }
@@ -208,7 +211,8 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 //
 // Run returns nil after a clean shutdown (ctx done or Close called), as the
 // checkpoint adapters' Run does, and otherwise the error that kept it from
-// starting. It returns [ErrClosed] when Close was called before it.
+// starting or the fetch error that stopped it (see the package doc). It
+// returns [ErrClosed] when Close was called before it.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.life == nil {
 		return errNotMade
@@ -220,16 +224,18 @@ func (c *Consumer) run(ctx context.Context) error {
 	lanes := make([]*lane, c.cfg.lanes)
 	for i := range lanes {
 		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
-		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0), kgo.ShareMaxRecords(1000)}, c.cfg.kopts...)
+		cctx, cancel := context.WithCancel(context.Background())
+		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0), kgo.ShareMaxRecords(1000), kgo.WithContext(cctx)}, c.cfg.kopts...)
 		opts = append(opts, kgo.ShareAckCallback(l.acked))
 		cl, err := kgo.NewClient(opts...)
 		if err != nil {
+			cancel()
 			for _, o := range lanes[:i] {
-				o.cl.Close()
+				o.closeClient()
 			}
 			return fmt.Errorf("share: kgo options: %w", err)
 		}
-		l.cl = cl
+		l.cl, l.cancel = cl, cancel
 		lanes[i] = l
 	}
 	c.group, _ = lanes[0].cl.OptValue(kgo.ShareGroup).(string)
@@ -238,7 +244,7 @@ func (c *Consumer) run(ctx context.Context) error {
 	}
 	if c.group == "" {
 		for _, l := range lanes {
-			l.cl.Close()
+			l.closeClient()
 		}
 		return errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
 	}
@@ -258,7 +264,7 @@ func (c *Consumer) run(ctx context.Context) error {
 		cancel()
 		<-checked
 		for _, l := range lanes {
-			l.cl.Close()
+			l.closeClient()
 		}
 		return err
 	}
@@ -274,7 +280,7 @@ func (c *Consumer) run(ctx context.Context) error {
 		c.cfg.onReady()
 	}
 	wg.Wait()
-	return nil // only ctx or Close stops the lanes: a clean shutdown
+	return nil // ctx or Close stopped the lanes, or a lane's Fail: Run returns its error
 }
 
 // How Run checks at start that the brokers answer and the topics exist:
@@ -290,14 +296,16 @@ const (
 // checks pass, that the brokers answer (within 5s) and that the topics it
 // consumes exist and may be read; it logs each problem when it finds it,
 // at Error for brokers that do not answer and at Warn for a topic, and at
-// Info when it is gone. The error joins one error per problem. Health is
+// Info when it is gone. While Run runs, a partition whose fetches fail is
+// reported too (see the package doc). The error joins one error per
+// problem. Health is
 // safe for concurrent use; it returns an error for a Consumer not made by
 // [New].
 func (c *Consumer) Health() error {
 	if c == nil || c.life == nil {
 		return errNotMade
 	}
-	return c.checks.Err()
+	return errors.Join(append([]error{c.checks.Err()}, c.fetchErrs.Problems(time.Now())...)...)
 }
 
 // Close stops Run and waits for it to return. Close is idempotent and may

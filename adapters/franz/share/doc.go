@@ -119,6 +119,17 @@
 //     accepted unhandled. A record whose exhaustion action succeeded is
 //     rejected.
 //
+// # Fetch errors
+//
+// A fetch error that franz-go reports (it retries the others itself) is
+// logged at Warn when it first comes for a partition, then at most every
+// 30s with how often it came, as the checkpoint adapter does; a lane whose
+// poll brought errors and no record waits a backoff (10ms, doubling up to
+// 500ms) before it polls again. An error that lasts a minute on a
+// partition with no record fetched from it, or UNKNOWN_TOPIC_ID (the topic
+// was deleted, or deleted and created again), ends [Consumer.Run] with
+// that error; [Consumer.Health] reports the partitions whose fetches fail.
+//
 // # Starting offset
 //
 // A share group starts at the latest offset (share.auto.offset.reset):

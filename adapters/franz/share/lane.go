@@ -13,6 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/kclient"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -26,12 +28,13 @@ func kerrFor(code int16) error { return kerr.ErrorForCode(code) }
 // or its lock is known lost, since franz-go accepts the others at the next
 // poll.
 type lane struct {
-	c    *Consumer
-	id   int
-	name string
-	cl   *kgo.Client
-	rnd  checkpoint.Rand
-	log  *slog.Logger
+	c      *Consumer
+	id     int
+	name   string
+	cl     *kgo.Client
+	cancel context.CancelFunc // cl's context (kgo.WithContext)
+	rnd    checkpoint.Rand
+	log    *slog.Logger
 
 	mu      sync.Mutex
 	ackErrs map[tp]ackErr // the latest failed acknowledgement per partition
@@ -83,7 +86,10 @@ func (l *lane) ackErrSince(k tp, t time.Time) error {
 
 func (l *lane) run(ctx context.Context) {
 	defer l.close()
-	var gone []*item // records whose locks were lost
+	var (
+		gone    []*item // records whose locks were lost
+		backoff fetcherr.Backoff
+	)
 	for ctx.Err() == nil {
 		if len(gone) > 0 {
 			l.forget(ctx, gone)
@@ -96,15 +102,20 @@ func (l *lane) run(ctx context.Context) {
 			fs.EachRecord(func(r *kgo.Record) { r.Ack(kgo.AckRelease) })
 			return
 		}
-		fs.EachError(func(t string, p int32, err error) {
-			if !errors.Is(err, context.Canceled) && !errors.Is(err, kgo.ErrClientClosed) {
-				l.log.Warn("redeliver: share fetch error", "topic", t, "partition", p, "error", err)
-			}
-		})
+		fatal, failed := l.c.fetchErrs.Seen(fs, time.Now())
+		if fatal != nil {
+			// The poll's records go back to the broker unhandled.
+			fs.EachRecord(func(r *kgo.Record) { r.Ack(kgo.AckRelease) })
+			l.log.Error("redeliver: share consumer stopped by a fetch error", "error", fatal)
+			l.c.life.Fail(fatal)
+			return
+		}
 		items, recs := l.items(fs)
 		if len(items) == 0 {
+			fetcherr.Wait(ctx, backoff.Next(failed))
 			continue
 		}
+		backoff.Next(false)
 		s := settle{l: l, items: items, recs: recs}
 		for _, it := range items {
 			s.event(Acquired, it, func(e *Event) { e.DeliveryCount = int(it.dc) })
@@ -119,16 +130,27 @@ func (l *lane) run(ctx context.Context) {
 	}
 }
 
+// flushWait is how long a lane's shutdown waits for its last
+// acknowledgements (the releases of the records in flight) before it
+// leaves the group: what is left goes with the leave, or the broker
+// releases the records when their locks run out.
+const flushWait = 250 * time.Millisecond
+
 // close flushes what is left to acknowledge and leaves the group; the
-// client releases every record that has no final acknowledgement.
+// client releases every record that has no final acknowledgement. It
+// takes at most flushWait and kclient.LeaveWait, whatever the broker is
+// slow to answer.
 func (l *lane) close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), flushWait)
 	defer cancel()
 	if err := l.cl.FlushAcks(ctx); err != nil {
 		l.log.Warn("redeliver: flushing acknowledgements at shutdown", "error", err)
 	}
-	l.cl.Close()
+	l.closeClient()
 }
+
+// closeClient closes the lane's client within kclient.LeaveWait.
+func (l *lane) closeClient() { kclient.Close(l.cl, l.cancel, l.log) }
 
 // forget sends, alone, the release of records whose locks were lost. They
 // are not ours any more, and the broker refuses the acknowledgement; but

@@ -10,10 +10,15 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
-// SlowKeys are the requests whose slow answers [ShutdownUnderSlowAnswers]
-// tries, one at a time: every request a consumer makes on its way from
+// SlowKeys are the requests of a group consumer whose slow answers
+// [ShutdownUnderSlowAnswers] tries: every request it makes on its way from
 // joining to committing.
 var SlowKeys = []kmsg.Key{kmsg.Metadata, kmsg.ListOffsets, kmsg.JoinGroup, kmsg.SyncGroup, kmsg.Fetch, kmsg.OffsetCommit}
+
+// ShareSlowKeys are the same for a share-group consumer: reading and
+// setting the group's configuration, joining, fetching and acknowledging.
+var ShareSlowKeys = []kmsg.Key{kmsg.Metadata, kmsg.FindCoordinator, kmsg.IncrementalAlterConfigs, kmsg.DescribeConfigs,
+	kmsg.ShareGroupHeartbeat, kmsg.ShareFetch, kmsg.ShareAcknowledge}
 
 // ShutdownBound is how soon after its context's cancellation a consumer's
 // Run must return, whatever the broker is slow to answer.
@@ -45,14 +50,14 @@ func Hold(t testing.TB, kc *kfake.Cluster, key kmsg.Key) (held <-chan struct{}, 
 	return ch, release
 }
 
-// ShutdownUnderSlowAnswers checks, for each of SlowKeys, that a consumer's
-// Run returns nil within ShutdownBound of its context's cancellation while
-// the broker holds every request of that key. Each key gets a new kfake
-// cluster with topic "t" of 2 partitions holding 10 records each; run
-// starts the adapter's consumer of "t" in group "g", its handler
-// succeeding, with ctx, and returns a channel that gets Run's error.
-func ShutdownUnderSlowAnswers(t *testing.T, run func(t *testing.T, ctx context.Context, addrs []string) <-chan error) {
-	for _, key := range SlowKeys {
+// ShutdownUnderSlowAnswers checks, for each of keys ([SlowKeys],
+// [ShareSlowKeys]), that a consumer's Run returns nil within ShutdownBound
+// of its context's cancellation while the broker holds every request of
+// that key. Each key gets a new kfake cluster with topic "t" of 2
+// partitions holding 10 records each; run starts the adapter's consumer of
+// "t" in group "g" with ctx, and returns a channel that gets Run's error.
+func ShutdownUnderSlowAnswers(t *testing.T, keys []kmsg.Key, run func(t *testing.T, ctx context.Context, addrs []string) <-chan error) {
+	for _, key := range keys {
 		t.Run(key.Name(), func(t *testing.T) {
 			kc, addrs := NewCluster(t, "t", 2)
 			for p := range int32(2) {

@@ -12,7 +12,7 @@ import (
 // Run returns within a second of its context's cancellation whatever
 // request the broker is slow to answer.
 func TestShutdownUnderSlowAnswers(t *testing.T) {
-	kafkatest.ShutdownUnderSlowAnswers(t, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
+	kafkatest.ShutdownUnderSlowAnswers(t, kafkatest.SlowKeys, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
 		c, err := kafkago.New(newProcessor(t, streamtest.Succeed), kafkago.WithGroupConfig(groupConfig(addrs, "g", "t")))
 		if err != nil {
 			t.Fatal(err)
