@@ -10,6 +10,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/redeliver-go/redeliver/adapters/kafkago/internal/engine"
+	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -118,6 +119,13 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		o.apply(&cfg)
 	}
+	if proc != nil {
+		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+			if kp, isKafkago := pub.(*Publisher); isKafkago && kp.w != nil {
+				cfg.DeadLetterCheck = func(ctx context.Context) []health.Problem { return kp.checkTopic(ctx, topic) }
+			}
+		}
+	}
 	e, err := engine.New(proc, cfg)
 	if err != nil {
 		return nil, err
@@ -144,7 +152,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 // Health reports what the consumer knows to be wrong now, or nil: for a
 // host's readiness, say. Run checks at start, and again every 2s until the
 // checks pass, that the brokers answer (within 5s) and that the group's
-// topics exist and may be read; it logs each problem when it finds it, at
+// topics exist and may be read, and, when the processor's exhaustion action
+// is a [stream.DeadLetter] through a [Publisher], that its topic exists
+// (asked through the publisher's writer); it logs each problem when it finds it, at
 // Error for brokers that do not answer and at Warn for a topic, and at
 // Info when it is gone. While Run runs, a partition whose fetches fail is
 // reported too, until one succeeds (see the package doc). The error joins

@@ -116,7 +116,9 @@
 // topic.
 //
 // Health. At start, [Consumer.Run] checks that the brokers answer and that
-// the group's topics exist, and logs what it finds wrong within seconds;
+// the group's topics exist, and the topic of the processor's
+// [stream.DeadLetter] action through a [Publisher] (asked through the
+// publisher's writer), and logs what it finds wrong within seconds;
 // [Consumer.Health] reports it, with the partitions whose fetches fail,
 // for a host's readiness.
 //

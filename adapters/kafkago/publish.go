@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -15,6 +17,36 @@ import (
 // [stream.DeadLetter]. It is safe for concurrent use.
 type Publisher struct {
 	w *kafka.Writer
+}
+
+// checkTopic is a consumer's start check of the topic its processor
+// dead-letters to through p: one metadata request through the writer's
+// transport, to the writer's cluster, which may not be the consumer's.
+// The transport answers from the cluster's metadata it keeps (refreshed
+// every few seconds, kafka.Transport's MetadataTTL), and never asks to
+// create a topic.
+func (p *Publisher) checkTopic(ctx context.Context, topic string) []health.Problem {
+	rt := p.w.Transport
+	if rt == nil {
+		rt = kafka.DefaultTransport
+	}
+	cl := &kafka.Client{Addr: p.w.Addr, Transport: rt}
+	res, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
+	if err != nil {
+		return []health.Problem{{Subject: "dead-letter brokers", Level: slog.LevelError,
+			Msg: "redeliver: the brokers of the dead-letter publisher do not answer",
+			Err: fmt.Errorf("kafkago: the brokers of the dead-letter publisher's writer do not answer: %w", err)}}
+	}
+	err = kafka.UnknownTopicOrPartition
+	for _, t := range res.Topics {
+		if t.Name == topic {
+			err = t.Error
+		}
+	}
+	if err != nil {
+		return []health.Problem{health.Topic("kafkago", topic, "dead-letter", err)}
+	}
+	return nil
 }
 
 // NewPublisher returns a Publisher that produces through w. A dead letter

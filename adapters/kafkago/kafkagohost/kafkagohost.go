@@ -17,7 +17,6 @@ package kafkagohost
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -45,8 +44,9 @@ func WithGroupConfig(fn func(*kafka.ConsumerGroupConfig)) Option {
 // WithWriter adds a function that edits the writer of the host's
 // dead-letter producer, when the adapter builds it (its transport for TLS
 // and SASL, balancer, ...), after the adapter has set its brokers,
-// RequiredAcks (kafka.RequireAll) and BatchTimeout (1ms, so that a dead
-// letter does not wait for kafka-go's default of 1s to fill a batch). The
+// RequiredAcks (kafka.RequireAll) and BatchTimeout
+// ([kafkago.PublisherBatchTimeout], so that a dead letter does not wait
+// for kafka-go's default of 1s to fill a batch). The
 // writer must stay synchronous, with acknowledgements and no topic of its
 // own ([kafkago.NewPublisher] says why). The default edits nothing.
 func WithWriter(fn func(*kafka.Writer)) Option {
@@ -130,7 +130,7 @@ func (a *Adapter) Publisher(brokers []string) (stream.Publisher, func() error, e
 	if a == nil {
 		return nil, nil, errNotNew
 	}
-	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond}
+	w := &kafka.Writer{Addr: kafka.TCP(brokers...), RequiredAcks: kafka.RequireAll, BatchTimeout: kafkago.PublisherBatchTimeout}
 	for _, fn := range a.writer {
 		fn(w)
 	}

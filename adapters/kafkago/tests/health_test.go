@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
+	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
@@ -58,6 +59,43 @@ func TestStartChecks(t *testing.T) {
 				t.Fatalf("Health still says %v after the topic was created", r.c.Health())
 			}
 		}
+	})
+	t.Run("dead-letter topic", func(t *testing.T) {
+		_, addrs := newCluster(t, "t", 1)
+		var lr logRecorder
+		w := &kafka.Writer{Addr: kafka.TCP(addrs...), RequiredAcks: kafka.RequireAll}
+		defer w.Close()
+		pub, err := kafkago.NewPublisher(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dl, err := stream.DeadLetter(pub, "t.dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := start(t, addrs, "g", "t", newProcessor(t, streamtest.Succeed, stream.WithExhaustionAction(dl)), kafkago.WithLogger(lr.logger()))
+		waitLogged(t, &lr, "WARN", "a dead-letter topic is not there", 5*time.Second)
+		if err := r.c.Health(); err == nil || !strings.Contains(err.Error(), `dead-letter topic "t.dlq"`) {
+			t.Errorf("Health: %v, want it to name the dead-letter topic t.dlq", err)
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		if _, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, nil, "t.dlq"); err != nil {
+			t.Fatal(err)
+		}
+		// The writer's transport refreshes what it knows of the cluster
+		// every few seconds (its MetadataTTL, 6s).
+		for deadline := time.Now().Add(15 * time.Second); r.c.Health() != nil; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("Health still says %v after the topic was created", r.c.Health())
+			}
+		}
+		waitLogged(t, &lr, "INFO", "start check passes now", time.Second)
 	})
 	t.Run("unreachable", func(t *testing.T) {
 		var lr logRecorder

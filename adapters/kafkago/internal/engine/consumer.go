@@ -44,6 +44,9 @@ type Config struct {
 	CommitTimeout time.Duration
 	Logger        *slog.Logger
 	OnAssigned    func(map[string][]int32)
+	// DeadLetterCheck checks the topic of the processor's dead-letter
+	// action, when it has one through a kafkago.Publisher.
+	DeadLetterCheck func(context.Context) []health.Problem
 }
 
 // DefaultConfig returns the configuration before any option.

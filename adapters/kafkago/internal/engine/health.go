@@ -79,8 +79,26 @@ func (c *Consumer) Health() error {
 }
 
 // check is the start check: one metadata request for the group's topics,
-// to the first broker that answers.
+// to the first broker that answers, and beside it the check of the
+// dead-letter topic, through its publisher (which may write to another
+// cluster).
 func (c *Consumer) check(ctx context.Context) []health.Problem {
+	if c.cfg.DeadLetterCheck == nil {
+		return c.checkTopics(ctx)
+	}
+	var dl []health.Problem
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dl = c.cfg.DeadLetterCheck(ctx)
+	}()
+	ps := c.checkTopics(ctx)
+	<-done
+	return append(ps, dl...)
+}
+
+// checkTopics checks the group's topics.
+func (c *Consumer) checkTopics(ctx context.Context) []health.Problem {
 	topics := slices.Sorted(slices.Values(c.cfg.Group.Topics))
 	f := &fetcher{dialer: c.dialer}
 	var err error
