@@ -60,7 +60,6 @@ require (
 replace (
 	github.com/redeliver-go/redeliver => ..
 	github.com/redeliver-go/redeliver/adapters/franz => ../adapters/franz
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../adapters/internal/kafkatest
 	github.com/redeliver-go/redeliver/adapters/kafkago => ../adapters/kafkago
 	github.com/redeliver-go/redeliver/rdotel => ../rdotel
 )

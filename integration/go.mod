@@ -113,4 +113,3 @@ replace github.com/redeliver-go/redeliver/adapters/franz => ../adapters/franz
 
 replace github.com/redeliver-go/redeliver/adapters/kafkago => ../adapters/kafkago
 
-replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../adapters/internal/kafkatest

@@ -33,10 +33,11 @@ trap 'rm -rf "$bin"' EXIT
 echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)'), $(go version | cut -d' ' -f3-), $(nproc) cores, ${REDELIVER_KAFKA_BROKERS:-kfake}"
 echo "# ROUNDS=$ROUNDS RECORDS=$RECORDS; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# Each adapter is a module of its own; kafka-go's tests (and benchmarks)
-# live in adapters/kafkago/tests, apart from the adapter's module.
+# Each adapter is a module of its own; its tests (and benchmarks) live in
+# a module apart, adapters/franz/tests and adapters/kafkago/tests, so that
+# the adapter's module requires no test broker.
 go test -c -o "$bin/stream.test" ./stream
-(cd adapters/franz && go test -c -o "$bin/franz.test" . && go test -c -o "$bin/share.test" ./share)
+(cd adapters/franz/tests && go test -c -o "$bin/franz.test" . && go test -c -o "$bin/share.test" ./share)
 (cd adapters/kafkago/tests && go test -c -o "$bin/kafkago.test" .)
 # The peers (raw loops, kafka.Reader, Watermill) live in the module bench, so
 # that no user of redeliver pulls them.

@@ -76,7 +76,7 @@ upstream=$(go env GOPROXY)
 export GOWORK=off GOFLAGS=-mod=mod GOPROXY="file://$proxy,$upstream"
 export GONOSUMDB="$MODULE_ROOT,$MODULE_ROOT/*" GONOSUMCHECK=1
 export GOTOOLCHAIN=local
-testonly='github.com/twmb/franz-go/pkg/kfake|github.com/redeliver-go/redeliver/(adapters/internal/kafkatest|adapters/kafkago/tests|integration|bench|host/browser|host/tests|redrive/e2e|tools)|go.opentelemetry.io/otel/sdk|github.com/testcontainers|github.com/chromedp'
+testonly='github.com/twmb/franz-go/pkg/kfake|github.com/redeliver-go/redeliver/(adapters/internal/kafkatest|adapters/franz/tests|adapters/kafkago/tests|integration|bench|host/browser|host/tests|redrive/e2e|tools)|go.opentelemetry.io/otel/sdk|github.com/testcontainers|github.com/chromedp'
 # kadm is test-only too, except where adapters/franz is used: its share
 # consumer reads the broker's configuration through it.
 testonly_for() {

@@ -5,38 +5,37 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
+	"slices"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
-	"github.com/redeliver-go/redeliver/adapters/franz/internal/kclient"
-	"github.com/redeliver-go/redeliver/internal/health"
-	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// defaultFetchMaxWait is the kgo.FetchMaxWait of a client the consumer
-// builds, unless the caller's options set it.
-const defaultFetchMaxWait = 500 * time.Millisecond
-
 // ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
-var ErrClosed = errors.New("franz: consumer closed")
+var ErrClosed = engine.ErrClosed
 
 // errNotMade is what the methods of a Consumer not made by New return.
 var errNotMade = errors.New("franz: the Consumer was not made by franz.New: build it with franz.New(proc, options...)")
 
-// errClientClosed is the error Run returns when the client was closed under
-// it.
-var errClientClosed = errors.New("franz: kgo client closed")
-
-// errRevoked is the cause of a claim whose partition was revoked.
-var errRevoked = fmt.Errorf("franz: partition revoked: %w", stream.ErrRevoked)
-
-// errLost is the cause of a claim whose partition was lost (a fatal group
-// error) rather than revoked.
-var errLost = fmt.Errorf("franz: partition lost: %w", stream.ErrRevoked)
+// ClientOptions returns the kgo options a client needs to serve a
+// [Consumer]: autocommit off, rebalances blocked while a poll's records are
+// handed out (BlockRebalanceOnPoll), and the callbacks that turn assignments
+// into claims (OnOffsetsFetched), confirm the claims a new group session
+// keeps (OnPartitionsAssigned, which franz-go calls at the end of every
+// session's assignment) and end them (OnPartitionsRevoked,
+// OnPartitionsLost). Add them after your own options, so that they win:
+//
+//	cl, err := kgo.NewClient(append(opts, franz.ClientOptions()...)...)
+//
+// Call it for each client: the callbacks it returns serve one client. A
+// client built with them is bound to the first Consumer given it with
+// [WithClient]; partitions assigned before that wait for [Consumer.Run].
+// The adapter keeps no state outside the client and the Consumer: both are
+// freed once neither is referenced.
+func ClientOptions() []kgo.Opt { return engine.ClientOptions() }
 
 // Option configures a [Consumer].
 type Option interface{ apply(*config) }
@@ -46,17 +45,8 @@ type optionFunc func(*config)
 func (f optionFunc) apply(c *config) { f(c) }
 
 type config struct {
-	client        *kgo.Client
-	clientSet     bool
-	kopts         []kgo.Opt
-	kset          bool
-	maxBatch      int
-	maxWait       time.Duration
-	bufferBytes   int
-	commitTimeout time.Duration
-	logger        *slog.Logger
-	publishers    []*Publisher
-	onAssigned    func(map[string][]int32)
+	engine.Config
+	publishers []*Publisher
 }
 
 // WithOnAssigned calls fn at the end of each group session's assignment
@@ -69,7 +59,7 @@ type config struct {
 // before the Consumer was bound to it (before New returned) is reported
 // from New.
 func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
-	return optionFunc(func(c *config) { c.onAssigned = fn })
+	return optionFunc(func(c *config) { c.OnAssigned = fn })
 }
 
 // WithClient makes the consumer use cl, a group consuming client that was
@@ -78,7 +68,7 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // its partitions stay assigned to it. A client serves one Consumer, once. It
 // cannot be combined with [WithKgoOptions].
 func WithClient(cl *kgo.Client) Option {
-	return optionFunc(func(c *config) { c.client, c.clientSet = cl, true })
+	return optionFunc(func(c *config) { c.Client, c.ClientSet = cl, true })
 }
 
 // WithKgoOptions makes the consumer build its own client from opts, which
@@ -89,20 +79,20 @@ func WithClient(cl *kgo.Client) Option {
 // opts may override. The consumer owns this client and closes it when
 // [Consumer.Run] returns or at [Consumer.Close].
 func WithKgoOptions(opts ...kgo.Opt) Option {
-	return optionFunc(func(c *config) { c.kopts = append(c.kopts, opts...); c.kset = true })
+	return optionFunc(func(c *config) { c.Kopts = append(c.Kopts, opts...); c.KoptsSet = true })
 }
 
 // WithMaxBatch sets the most records a batch holds, overriding the default
 // 500.
 func WithMaxBatch(n int) Option {
-	return optionFunc(func(c *config) { c.maxBatch = n })
+	return optionFunc(func(c *config) { c.MaxBatch = n })
 }
 
 // WithMaxWait sets how long a partition's worker waits for a batch to fill up
 // to the maximum once its first record is there, overriding the default 0: a
 // batch is whatever has been fetched, up to the maximum.
 func WithMaxWait(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxWait = d })
+	return optionFunc(func(c *config) { c.MaxWait = d })
 }
 
 // WithBufferBytes sets how much polled data a partition holds ahead of its
@@ -120,7 +110,7 @@ func WithMaxWait(d time.Duration) Option {
 // until the client's fetches include it again: franz-go would leave it out
 // of the fetch in flight, which can wait up to the fetch max wait.
 func WithBufferBytes(n int) Option {
-	return optionFunc(func(c *config) { c.bufferBytes = n })
+	return optionFunc(func(c *config) { c.BufferBytes = n })
 }
 
 // WithCommitTimeout bounds one offset commit, overriding the default 10s. A
@@ -128,13 +118,13 @@ func WithBufferBytes(n int) Option {
 // waits for it, for at most this long. A shutdown waits for it at most
 // 250ms, then cuts it short.
 func WithCommitTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.commitTimeout = d })
+	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }
 
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger = l })
+	return optionFunc(func(c *config) { c.Logger = l })
 }
 
 // WithPublisher binds pub, an unbound [Publisher] (new(franz.Publisher)),
@@ -156,130 +146,52 @@ func WithPublisher(pub *Publisher) Option {
 // zero value is not usable: its methods return an error that says to call
 // [New].
 type Consumer struct {
-	proc   *stream.Processor
-	cl     *kgo.Client
-	owned  bool // the consumer built cl and closes it
-	g      *group
-	log    *slog.Logger
-	cfg    config
-	commit *committer
-	life   *lifecycle.Life
-
-	fetchErrs fetcherr.Tracker
-	checks    health.Checker
-
-	closeCl      sync.Once
-	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
+	e *engine.Consumer
 }
 
 // New returns a Consumer that runs proc over the partitions of a franz-go
 // group consumer given by [WithClient] or built from [WithKgoOptions]. It
 // returns an error when proc is nil, when neither or both of those options
-// are given, when an option is out of range, or when the client is not set
-// up for the adapter.
+// are given, when an option is out of range, when the client is not set
+// up for the adapter, or when the processor dead-letters through a
+// [Publisher] bound to no client.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
-	if proc == nil {
-		return nil, errors.New("franz: nil processor")
-	}
-	cfg := config{maxBatch: 500, bufferBytes: 16 << 20, commitTimeout: 10 * time.Second}
+	cfg := config{Config: engine.DefaultConfig()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("franz: option %d of New is nil", i+1)
 		}
 		o.apply(&cfg)
 	}
-	for i, o := range cfg.kopts {
-		if o == nil {
-			return nil, fmt.Errorf("franz: WithKgoOptions: kgo option %d is nil", i+1)
-		}
-	}
-	switch {
-	case cfg.maxBatch < 1:
-		return nil, fmt.Errorf("franz: max batch %d, want at least 1", cfg.maxBatch)
-	case cfg.bufferBytes < 1:
-		return nil, fmt.Errorf("franz: buffer bytes %d, want at least 1", cfg.bufferBytes)
-	case cfg.maxWait < 0:
-		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.maxWait)
-	case cfg.commitTimeout <= 0:
-		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.commitTimeout)
-	case cfg.clientSet && cfg.client == nil:
-		return nil, errors.New("franz: WithClient(nil): give a client built with franz.ClientOptions(), or use WithKgoOptions")
-	case cfg.client != nil && cfg.kset:
-		return nil, errors.New("franz: both WithClient and WithKgoOptions given")
-	case cfg.client == nil && !cfg.kset:
-		return nil, errors.New("franz: no client: give WithClient or WithKgoOptions")
-	}
 	for _, pub := range cfg.publishers {
-		if pub == nil {
-			return nil, errors.New("franz: WithPublisher: nil publisher")
+		var b engine.Publisher // a nil publisher: New refuses it
+		if pub != nil {
+			b = engine.Publisher{Bind: pub.bind, DeadLetterTopics: pub.deadLetterTopics}
+		}
+		cfg.Publishers = append(cfg.Publishers, b)
+	}
+	if proc != nil {
+		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+			if fp, isFranz := pub.(*Publisher); isFranz && !fp.Bound() && !slices.Contains(cfg.publishers, fp) {
+				// It would fail every record given up, for ever.
+				return nil, fmt.Errorf("franz: the processor dead-letters to %q through a franz.Publisher bound to no client: give it to New with WithPublisher(pub), or make it with NewPublisher", topic)
+			}
 		}
 	}
-	log := cfg.logger
-	if log == nil {
-		log = proc.Logger()
-	}
-	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
-	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
-	c.checks.Log = log
-	if cfg.client != nil {
-		g, err := checkClient(cfg.client)
-		if err != nil {
-			return nil, err
-		}
-		c.cl, c.g = cfg.client, g
-	} else {
-		cctx, cancel := context.WithCancel(context.Background())
-		c.cancelClient = cancel
-		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait), kgo.WithContext(cctx)}, cfg.kopts...)
-		if err := checkOpts(kopts); err != nil {
-			cancel()
-			return nil, err
-		}
-		kopts = append(kopts, ClientOptions()...)
-		cl, err := kgo.NewClient(kopts...)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("franz: %w", err)
-		}
-		g, err := checkClient(cl)
-		if err != nil {
-			cl.Close()
-			cancel()
-			return nil, err
-		}
-		c.cl, c.g, c.owned = cl, g, true
-	}
-	fail := func(err error) (*Consumer, error) {
-		if c.owned {
-			c.closeClient()
-		}
+	e, err := engine.New(proc, cfg.Config)
+	if err != nil {
 		return nil, err
 	}
-	for _, pub := range cfg.publishers {
-		if err := pub.bind(c.cl); err != nil {
-			return fail(err)
-		}
-	}
-	if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
-		if fp, isFranz := pub.(*Publisher); isFranz && !fp.Bound() {
-			// It would fail every record given up, for ever.
-			return fail(fmt.Errorf("franz: the processor dead-letters to %q through a franz.Publisher bound to no client: give it to New with WithPublisher(pub), or make it with NewPublisher", topic))
-		}
-	}
-	if err := c.g.bind(c); err != nil {
-		return fail(err)
-	}
-	c.commit = newCommitter(c.cl, cfg.commitTimeout)
-	return c, nil
+	return &Consumer{e: e}, nil
 }
 
 // Client returns the consumer's franz-go client, for producing, admin
 // requests or inspection. Do not poll it or commit with it.
 func (c *Consumer) Client() *kgo.Client {
-	if c == nil {
+	if c == nil || c.e == nil {
 		return nil
 	}
-	return c.cl
+	return c.e.Client()
 }
 
 // Run polls the client and runs a worker per assigned partition until ctx is
@@ -299,35 +211,10 @@ func (c *Consumer) Client() *kgo.Client {
 // returns [ErrClosed] when Close was called before it. It may be called
 // once.
 func (c *Consumer) Run(ctx context.Context) error {
-	if c == nil || c.life == nil {
+	if c == nil || c.e == nil {
 		return errNotMade
 	}
-	err := c.life.Run(ctx, c.run)
-	if errors.Is(err, ErrClosed) && c.owned {
-		c.closeClient() // Close came first, maybe from a callback of the client
-	}
-	return err
-}
-
-func (c *Consumer) run(ctx context.Context) error {
-	checked := make(chan struct{})
-	go func() {
-		defer close(checked)
-		c.checks.Run(ctx, checkInterval, checkTimeout, c.check)
-	}()
-	defer func() { <-checked }()
-	c.commit.start(ctx)
-	c.g.start(ctx, c.life.Fail)
-	c.poll(ctx)
-	cause := context.Cause(ctx)
-	c.g.stop(cause)
-	c.commit.stop()
-	c.cl.AllowRebalance()
-	if c.owned {
-		c.closeClient()
-	}
-	c.log.Info("redeliver: consumer stopped", "cause", cause)
-	return nil
+	return c.e.Run(ctx)
 }
 
 // Close stops [Consumer.Run] if it runs and waits for it to return, and
@@ -338,51 +225,25 @@ func (c *Consumer) run(ctx context.Context) error {
 // it, and Run closes an owned client when it returns. It returns an error
 // only for a Consumer not made by [New].
 func (c *Consumer) Close() error {
-	if c == nil || c.life == nil {
+	if c == nil || c.e == nil {
 		return errNotMade
 	}
-	inside := c.life.Close()
-	switch {
-	case !c.owned:
-	case !inside:
-		c.closeClient()
-	case !c.life.Started():
-		// From a callback of the client before Run (WithOnAssigned):
-		// the client's Close would wait for the callback.
-		go c.closeClient()
-	}
-	// Called inside Run, Close leaves the client to Run's end, which
-	// closes it once every worker has stopped.
+	c.e.Close()
 	return nil
 }
 
-// closeClient closes the client the consumer owns, leaving the group,
-// within kclient.LeaveWait (see kclient.Close).
-func (c *Consumer) closeClient() {
-	c.closeCl.Do(func() { kclient.Close(c.cl, c.cancelClient, c.log) })
-}
-
-// poll is the poll loop: it hands every polled record to its partition's
-// claim and allows rebalances after each poll, so the group's callbacks run
-// between polls, never while a poll's records are being handed out.
-func (c *Consumer) poll(ctx context.Context) {
-	var backoff fetcherr.Backoff
-	for ctx.Err() == nil {
-		c.g.throttle(ctx)
-		fetches := c.cl.PollFetches(ctx)
-		if fetches.IsClientClosed() {
-			c.life.Fail(errClientClosed)
-			c.cl.AllowRebalance()
-			return
-		}
-		fatal, failed := c.fetchErrs.Seen(fetches, time.Now())
-		c.g.dispatch(fetches)
-		c.cl.AllowRebalance()
-		if fatal != nil {
-			c.log.Error("redeliver: consumer stopped by a fetch error", "error", fatal)
-			c.life.Fail(fatal)
-			return
-		}
-		fetcherr.Wait(ctx, backoff.Next(failed))
+// Health reports what the consumer knows to be wrong now, or nil: for a
+// host's readiness, say. Run checks at start, and again every 2s until the
+// checks pass, that the brokers answer (within 5s) and that the topics it
+// consumes and the dead-letter topics of its publishers ([WithPublisher],
+// as [stream.DeadLetter] names them) exist and may be used; it logs each
+// problem when it finds it, at Error for brokers that do not answer and at
+// Warn for a topic, and at Info when it is gone. While Run runs, a
+// partition whose fetches fail is reported too (see the package doc). The
+// error joins one error per problem. Health is safe for concurrent use.
+func (c *Consumer) Health() error {
+	if c == nil || c.e == nil {
+		return errNotMade
 	}
+	return c.e.Health()
 }

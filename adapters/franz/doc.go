@@ -1,6 +1,21 @@
 // Package franz turns a twmb/franz-go ([kgo]) group consumer into
 // [stream.Claim]s for a [stream.Processor]: each assigned partition gets a
-// worker goroutine that runs [stream.Processor.Process] over it.
+// worker goroutine that runs [stream.Processor.Process] over it:
+//
+//	proc, err := stream.NewProcessor(handler,
+//		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}))
+//	...
+//	consumer, err := franz.New(proc, franz.WithKgoOptions(
+//		kgo.SeedBrokers("localhost:9092"),
+//		kgo.ConsumerGroup("shipping"),
+//		kgo.ConsumeTopics("orders"),
+//	))
+//	...
+//	err = consumer.Run(ctx) // nil once ctx is cancelled
+//
+// The adapter's tests, and runnable examples on an embedded Kafka, are in
+// the module adapters/franz/tests, so that this module requires nothing a
+// program using it does not build.
 //
 // # What the adapter does
 //

@@ -7,10 +7,8 @@ require github.com/redeliver-go/redeliver v0.0.0
 replace github.com/redeliver-go/redeliver => ../..
 
 require (
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest v0.0.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
-	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0
 )
 
@@ -19,5 +17,3 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
 )
-
-replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../internal/kafkatest

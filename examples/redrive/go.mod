@@ -34,4 +34,3 @@ replace (
 
 replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
 
-replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest

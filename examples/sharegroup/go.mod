@@ -21,4 +21,3 @@ require (
 
 replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
 
-replace github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest

@@ -26,7 +26,6 @@ replace (
 	github.com/redeliver-go/redeliver => ../..
 	github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
 	github.com/redeliver-go/redeliver/adapters/franz/franzhost => ../../adapters/franz/franzhost
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../adapters/internal/kafkatest
 	github.com/redeliver-go/redeliver/adapters/kafkago => ../../adapters/kafkago
 	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost => ../../adapters/kafkago/kafkagohost
 	github.com/redeliver-go/redeliver/host => ..

@@ -20,6 +20,5 @@ require (
 replace (
 	github.com/redeliver-go/redeliver => ../../..
 	github.com/redeliver-go/redeliver/adapters/franz => ..
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../internal/kafkatest
 	github.com/redeliver-go/redeliver/host => ../../../host
 )

@@ -19,41 +19,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-// New says in its own words what the options lack, before a client runs:
-// no consumer group (kgo's own error was "invalid autocommit options"), or
-// nothing to consume (Run idled).
-func TestNewRejectsIncompleteKgoOptions(t *testing.T) {
-	proc := newProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
-	for _, tt := range []struct {
-		name string
-		opts []kgo.Opt
-		want string
-	}{
-		{"no group", []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumeTopics("t")}, "no consumer group: add kgo.ConsumerGroup"},
-		{"no topics", []kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g")}, "consumes no topic: add kgo.ConsumeTopics"},
-		{"bad option", []kgo.Opt{kgo.SeedBrokers("127.0.0.1:port"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, "franz: "},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			c, err := franz.New(proc, franz.WithKgoOptions(tt.opts...))
-			if err == nil || !strings.Contains(err.Error(), tt.want) {
-				if c != nil {
-					c.Close()
-				}
-				t.Fatalf("New: %v, want an error saying %q", err, tt.want)
-			}
-		})
-	}
-	// The same checks for a client given with WithClient.
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g")}, franz.ClientOptions()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	if _, err := franz.New(proc, franz.WithClient(cl)); err == nil || !strings.Contains(err.Error(), "consumes no topic") {
-		t.Fatalf("New with a client that consumes nothing: %v", err)
-	}
-}
-
 // Run returns nil when it stopped because its context ended or Close was
 // called: a clean shutdown is not an error.
 func TestRunReturnsNilOnCleanShutdown(t *testing.T) {

@@ -1,4 +1,4 @@
-package franz
+package engine
 
 import (
 	"context"
@@ -17,19 +17,9 @@ const (
 	checkInterval = 2 * time.Second
 )
 
-// Health reports what the consumer knows to be wrong now, or nil: for a
-// host's readiness, say. Run checks at start, and again every 2s until the
-// checks pass, that the brokers answer (within 5s) and that the topics it
-// consumes and the dead-letter topics of its publishers ([WithPublisher],
-// as [stream.DeadLetter] names them) exist and may be used; it logs each
-// problem when it finds it, at Error for brokers that do not answer and at
-// Warn for a topic, and at Info when it is gone. While Run runs, a
-// partition whose fetches fail is reported too (see the package doc). The
-// error joins one error per problem. Health is safe for concurrent use.
+// Health reports what the consumer knows to be wrong now, or nil; see
+// the franz package's Health.
 func (c *Consumer) Health() error {
-	if c == nil || c.life == nil {
-		return errNotMade
-	}
 	return errors.Join(append([]error{c.checks.Err()}, c.fetchErrs.Problems(time.Now())...)...)
 }
 
@@ -37,8 +27,8 @@ func (c *Consumer) Health() error {
 // and the dead-letter topics.
 func (c *Consumer) check(ctx context.Context) []health.Problem {
 	topics := kcheck.Consumed(c.cl)
-	for _, pub := range c.cfg.publishers {
-		for _, name := range pub.deadLetterTopics() {
+	for _, pub := range c.cfg.Publishers {
+		for _, name := range pub.DeadLetterTopics() {
 			topics = append(topics, kcheck.Topic{Name: name, Role: "dead-letter"})
 		}
 	}

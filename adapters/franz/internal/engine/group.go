@@ -1,4 +1,4 @@
-package franz
+package engine
 
 import (
 	"context"
@@ -19,20 +19,7 @@ import (
 )
 
 // ClientOptions returns the kgo options a client needs to serve a
-// [Consumer]: autocommit off, rebalances blocked while a poll's records are
-// handed out (BlockRebalanceOnPoll), and the callbacks that turn assignments
-// into claims (OnOffsetsFetched), confirm the claims a new group session
-// keeps (OnPartitionsAssigned, which franz-go calls at the end of every
-// session's assignment) and end them (OnPartitionsRevoked,
-// OnPartitionsLost). Add them after your own options, so that they win:
-//
-//	cl, err := kgo.NewClient(append(opts, franz.ClientOptions()...)...)
-//
-// Call it for each client: the callbacks it returns serve one client. A
-// client built with them is bound to the first Consumer given it with
-// [WithClient]; partitions assigned before that wait for [Consumer.Run].
-// The adapter keeps no state outside the client and the Consumer: both are
-// freed once neither is referenced.
+// Consumer; see the franz package's ClientOptions.
 func ClientOptions() []kgo.Opt {
 	g := &group{claims: make(map[tp]*claim), wakeup: make(chan struct{}, 1)}
 	return []kgo.Opt{
@@ -132,8 +119,8 @@ func (g *group) onAssigned(_ context.Context, cl *kgo.Client, assigned map[strin
 		g.early, g.hasEarly = assigned, true
 	}
 	g.mu.Unlock()
-	if c != nil && c.cfg.onAssigned != nil {
-		lifecycle.Inside(func() { c.cfg.onAssigned(assigned) })
+	if c != nil && c.cfg.OnAssigned != nil {
+		lifecycle.Inside(func() { c.cfg.OnAssigned(assigned) })
 	}
 }
 
@@ -192,9 +179,9 @@ func (g *group) bind(c *Consumer) error {
 	early, hasEarly := g.early, g.hasEarly
 	g.early, g.hasEarly = nil, false
 	g.mu.Unlock()
-	if hasEarly && c.cfg.onAssigned != nil {
+	if hasEarly && c.cfg.OnAssigned != nil {
 		// WithOnAssigned hears of an assignment made before New returned.
-		lifecycle.Inside(func() { c.cfg.onAssigned(early) })
+		lifecycle.Inside(func() { c.cfg.OnAssigned(early) })
 	}
 	return nil
 }
@@ -491,7 +478,7 @@ func (g *group) pauseOverfull(times int) {
 	defer g.mu.Unlock()
 	for _, cl := range g.claims {
 		cl.mu.Lock()
-		if cl.full && cl.started && (times <= 1 || cl.bytes >= times*cl.c.cfg.bufferBytes) {
+		if cl.full && cl.started && (times <= 1 || cl.bytes >= times*cl.c.cfg.BufferBytes) {
 			cl.setPauseLocked(pauseFull, true)
 		}
 		cl.mu.Unlock()

@@ -1,4 +1,4 @@
-package franz
+package engine
 
 import (
 	"context"
@@ -48,7 +48,7 @@ func (cl *claim) fetchAhead() {
 	for {
 		cl.mu.Lock()
 		stop := cl.dead || cl.pause != 0 || cl.polled || cl.hwm >= 0 && cl.last+1 >= cl.hwm
-		need := cl.bytes < cl.c.cfg.bufferBytes/2
+		need := cl.bytes < cl.c.cfg.BufferBytes/2
 		from, topicID := cl.last+1, cl.topicID
 		cl.mu.Unlock()
 		switch {

@@ -3,7 +3,6 @@ package franz_test
 import (
 	"context"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,58 +16,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
-
-// A zero or nil Consumer or Publisher, a nil option or a nil argument gets
-// an error that says what to call, never a panic.
-func TestZeroValuesAndNilArguments(t *testing.T) {
-	proc := newProcessor(t, streamtest.Succeed)
-	ctx := context.Background()
-	var zero franz.Consumer
-	var nilc *franz.Consumer
-	var nilp *franz.Publisher
-	for _, tc := range []struct {
-		name string
-		call func() error
-		want string
-	}{
-		{"Run of a zero Consumer", func() error { return zero.Run(ctx) }, "franz.New"},
-		{"Close of a zero Consumer", func() error { return zero.Close() }, "franz.New"},
-		{"Run of a nil *Consumer", func() error { return nilc.Run(ctx) }, "franz.New"},
-		{"Close of a nil *Consumer", func() error { return nilc.Close() }, "franz.New"},
-		{"New with a nil option", func() error {
-			_, err := franz.New(proc, nil)
-			return err
-		}, "option 1 of New is nil"},
-		{"New with a nil kgo option", func() error {
-			_, err := franz.New(proc, franz.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), nil))
-			return err
-		}, "kgo option 2 is nil"},
-		{"New with WithClient(nil)", func() error {
-			_, err := franz.New(proc, franz.WithClient(nil))
-			return err
-		}, "WithClient(nil)"},
-		{"New with a nil processor", func() error {
-			_, err := franz.New(nil, franz.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")))
-			return err
-		}, "nil processor"},
-		{"NewPublisher(nil)", func() error {
-			_, err := franz.NewPublisher(nil)
-			return err
-		}, "nil client"},
-		{"Publish of a nil *Publisher", func() error { return nilp.Publish(ctx, "t", []stream.Record{{}}) }, "NewPublisher"},
-		{"Publish of a zero Publisher", func() error { return new(franz.Publisher).Publish(ctx, "t", []stream.Record{{}}) }, "NewPublisher"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error saying %q", err, tc.want)
-			}
-		})
-	}
-	if nilc.Client() != nil {
-		t.Error("Client of a nil *Consumer is not nil")
-	}
-}
 
 // closeFrom runs a consumer whose handler, hook or WithOnAssigned function
 // calls its Close, and checks that Close and Run return.

@@ -1,4 +1,4 @@
-package franz
+package franz_test
 
 import (
 	"context"
@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -20,18 +22,18 @@ import (
 func joinedClient(t *testing.T, kc *kfake.Cluster) *kgo.Client {
 	t.Helper()
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.HeartbeatInterval(100 * time.Millisecond)}, ClientOptions()...)...)
+		kgo.HeartbeatInterval(100 * time.Millisecond)}, franz.ClientOptions()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	waitFor(t, "the client joins the group", func() bool { _, gen := cl.GroupMetadata(); return gen > 0 })
+	waitUntil(t, "the client joins the group", func() bool { _, gen := cl.GroupMetadata(); return gen > 0 })
 	return cl
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(testWait); !cond(); {
+	for deadline := time.Now().Add(wait); !cond(); {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting until %s", what)
 		}
@@ -88,12 +90,11 @@ func TestCommitWaitsForTheSessionsAssignment(t *testing.T) {
 	member, gen := cl.GroupMetadata()
 	spy := spyCommits(kc)
 
-	m := newCommitter(cl, testWait)
-	m.start(context.Background())
-	defer m.stop()
-	c := newClaim(groupOf(cl), tp{"t", 0}, -1, "")
-	c.confirm(member, gen)
-	if err := m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 5}, ""); err != nil {
+	m := engine.NewTestCommitter(cl, wait)
+	defer m.Stop()
+	c := engine.NewTestClaim(cl, "t", 0, engine.DefaultConfig(), nil)
+	c.Confirm(member, gen)
+	if err := m.Commit(c, 5, ""); err != nil {
 		t.Fatalf("commit in the claim's own session: %v", err)
 	}
 	if n := spy.count(0); n != 1 {
@@ -106,10 +107,10 @@ func TestCommitWaitsForTheSessionsAssignment(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	waitFor(t, "the client moves to a new generation", func() bool { _, g := cl.GroupMetadata(); return g != gen })
+	waitUntil(t, "the client moves to a new generation", func() bool { _, g := cl.GroupMetadata(); return g != gen })
 
-	err = m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 3}, "")
-	if !errors.Is(err, errUnconfirmed) {
+	err = m.Commit(c, 3, "")
+	if !engine.IsUnconfirmed(err) {
 		t.Fatalf("commit under a generation the claim is not confirmed in: %v, want errUnconfirmed", err)
 	}
 	if n := spy.count(0); n != 1 {
@@ -126,13 +127,13 @@ func TestCommitWaitsForTheSessionsAssignment(t *testing.T) {
 	// Confirmed in the new session (the partition was kept): it goes out.
 	// A cooperative rebalance takes two generations; one confirmed too
 	// early is left out again.
-	for deadline := time.Now().Add(testWait); ; {
-		c.confirm(cl.GroupMetadata())
-		err := m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: 7}, "")
+	for deadline := time.Now().Add(wait); ; {
+		c.Confirm(cl.GroupMetadata())
+		err := m.Commit(c, 7, "")
 		if err == nil {
 			break
 		}
-		if !errors.Is(err, errUnconfirmed) || time.Now().After(deadline) {
+		if !engine.IsUnconfirmed(err) || time.Now().After(deadline) {
 			t.Fatalf("commit once confirmed in the new generation: %v", err)
 		}
 	}
@@ -154,23 +155,18 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 	defer kc.Close()
 	cl := joinedClient(t, kc)
 	spy := spyCommits(kc)
-	m := newCommitter(cl, testWait)
-	m.start(context.Background())
-	defer m.stop()
-	c := &Consumer{commit: m}
-	stale := func(p int32) *claim {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		t.Cleanup(func() { cancel(nil) })
-		k := newClaim(groupOf(cl), tp{"t", p}, -1, "")
-		k.begin(ctx, cancel, c)
-		k.confirm("gone-member", 1) // an older session's
+	m := engine.NewTestCommitter(cl, wait)
+	defer m.Stop()
+	stale := func(p int32) *engine.TestClaim {
+		k := engine.NewTestClaim(cl, "t", p, engine.DefaultConfig(), m)
+		k.Confirm("gone-member", 1) // an older session's
 		return k
 	}
 
 	kept, lost := stale(0), stale(1)
 	keptErr, lostErr := make(chan error, 1), make(chan error, 1)
-	go func() { keptErr <- kept.Commit(context.Background(), 4, "") }()
-	go func() { lostErr <- lost.Commit(context.Background(), 4, "") }()
+	go func() { keptErr <- kept.Claim().Commit(context.Background(), 4, "") }()
+	go func() { lostErr <- lost.Claim().Commit(context.Background(), 4, "") }()
 	time.Sleep(200 * time.Millisecond) // both go to the committer and are left out
 	select {
 	case err := <-keptErr:
@@ -183,8 +179,8 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 		t.Fatalf("the broker got %d and %d commits, want none", n, k)
 	}
 
-	kept.confirm(cl.GroupMetadata())
-	lost.revoke(errRevoked)
+	kept.Confirm(cl.GroupMetadata())
+	lost.Revoke()
 	for _, w := range []struct {
 		name string
 		ch   chan error
@@ -195,7 +191,7 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 			if !errors.Is(err, w.want) && err != w.want {
 				t.Errorf("%s: Commit returned %v, want %v", w.name, err, w.want)
 			}
-		case <-time.After(testWait):
+		case <-time.After(wait):
 			t.Fatalf("%s: Commit did not return", w.name)
 		}
 	}
@@ -216,18 +212,13 @@ func TestOnAssignedBeforeNew(t *testing.T) {
 	}
 	defer kc.Close()
 	cl := joinedClient(t, kc)
-	g := groupOf(cl)
-	waitFor(t, "the assignment kept for a Consumer not bound yet", func() bool {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return g.hasEarly
-	})
+	waitUntil(t, "the assignment kept for a Consumer not bound yet", func() bool { return engine.EarlyAssignment(cl) })
 	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got map[string][]int32
-	if _, err := New(proc, WithClient(cl), WithOnAssigned(func(a map[string][]int32) { got = a })); err != nil {
+	if _, err := franz.New(proc, franz.WithClient(cl), franz.WithOnAssigned(func(a map[string][]int32) { got = a })); err != nil {
 		t.Fatal(err)
 	}
 	if len(got["t"]) != 2 {

@@ -20,52 +20,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-// A zero or nil Consumer, a nil option or a nil argument gets an error
-// that says what to call, never a panic.
-func TestZeroValuesAndNilArguments(t *testing.T) {
-	proc, err := stream.NewProcessor(streamtest.Succeed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	var zero share.Consumer
-	var nilc *share.Consumer
-	kopts := share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ShareGroup("g"), kgo.ConsumeTopics("t"))
-	for _, tc := range []struct {
-		name string
-		call func() error
-		want string
-	}{
-		{"Run of a zero Consumer", func() error { return zero.Run(ctx) }, "share.New"},
-		{"Close of a zero Consumer", func() error { return zero.Close() }, "share.New"},
-		{"Run of a nil *Consumer", func() error { return nilc.Run(ctx) }, "share.New"},
-		{"Close of a nil *Consumer", func() error { return nilc.Close() }, "share.New"},
-		{"New with a nil option", func() error {
-			_, err := share.New(proc, kopts, nil)
-			return err
-		}, "option 2 of New is nil"},
-		{"New with a nil kgo option", func() error {
-			_, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), nil))
-			return err
-		}, "kgo option 2 is nil"},
-		{"New with a nil processor", func() error {
-			_, err := share.New(nil, kopts)
-			return err
-		}, "nil processor"},
-		{"New without kgo options", func() error {
-			_, err := share.New(proc)
-			return err
-		}, "WithKgoOptions"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			err := tc.call()
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("got %v, want an error saying %q", err, tc.want)
-			}
-		})
-	}
-}
-
 // Run returns nil after its context is cancelled or Close, ErrClosed after
 // an earlier Close, and an error when called twice.
 func TestRunRule(t *testing.T) {

@@ -1,4 +1,4 @@
-package franz
+package engine
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package franz
+package engine
 
 import (
 	"context"
@@ -262,7 +262,7 @@ func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 		cl.bytes += recordSize(r)
 		cl.last = r.Offset
 	}
-	if !cl.full && cl.bytes >= cl.c.cfg.bufferBytes {
+	if !cl.full && cl.bytes >= cl.c.cfg.BufferBytes {
 		cl.full = true
 		cl.g.nfull.Add(1)
 	}
@@ -318,8 +318,8 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // were first there, or at once when the maximum wait is 0.
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	var (
-		maxBatch = cl.c.cfg.maxBatch
-		maxWait  = cl.c.cfg.maxWait
+		maxBatch = cl.c.cfg.MaxBatch
+		maxWait  = cl.c.cfg.MaxWait
 		timer    *time.Timer
 		timeout  <-chan time.Time
 		waited   bool
@@ -390,7 +390,7 @@ func (cl *claim) takeLocked(n int) {
 		default:
 		}
 	}
-	if cl.full && cl.bytes <= cl.c.cfg.bufferBytes/2 {
+	if cl.full && cl.bytes <= cl.c.cfg.BufferBytes/2 {
 		cl.full = false
 		cl.g.nfull.Add(-1)
 		cl.setPauseLocked(pauseFull, false)

@@ -1,9 +1,8 @@
-package franz
+package franz_test
 
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 	"testing"
 	"time"
@@ -13,10 +12,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
 	"github.com/redeliver-go/redeliver/stream"
 )
-
-const testWait = 20 * time.Second
 
 // cluster starts kfake with one 1-partition topic "t" holding n records and
 // returns its addresses and an admin client.
@@ -33,7 +32,7 @@ func cluster(t *testing.T, n int) (*kfake.Cluster, []string, *kadm.Client) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cl.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for range n {
 		if err := cl.ProduceSync(ctx, &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
@@ -44,15 +43,17 @@ func cluster(t *testing.T, n int) (*kfake.Cluster, []string, *kadm.Client) {
 }
 
 // runConsumer runs a consumer of "t" in group "g" over h until the test
-// ends.
-func runConsumer(t *testing.T, addrs []string, h stream.HandlerFunc) *Consumer {
+// ends: the engine's, whose claims the test reaches.
+func runConsumer(t *testing.T, addrs []string, h stream.HandlerFunc) *engine.Consumer {
 	t.Helper()
 	proc, err := stream.NewProcessor(h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := New(proc, WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())))
+	cfg := engine.DefaultConfig()
+	cfg.Kopts, cfg.KoptsSet = []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, true
+	c, err := engine.New(proc, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,22 +64,16 @@ func runConsumer(t *testing.T, addrs []string, h stream.HandlerFunc) *Consumer {
 		cancel()
 		select {
 		case <-done:
-		case <-time.After(testWait):
+		case <-time.After(wait):
 			t.Error("Run did not return")
 		}
 	})
 	return c
 }
 
-func (c *Consumer) claimOf(topic string, partition int32) *claim {
-	c.g.mu.Lock()
-	defer c.g.mu.Unlock()
-	return c.g.claims[tp{topic, partition}]
-}
-
 func fetchOffset(t *testing.T, adm *kadm.Client) kadm.OffsetResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	offs, err := adm.FetchOffsets(ctx, "g")
 	if err != nil {
@@ -93,7 +88,7 @@ func fetchOffset(t *testing.T, adm *kadm.Client) kadm.OffsetResponse {
 // metadata given to Commit reaches the broker.
 func TestCommittedAndMetadata(t *testing.T) {
 	_, addrs, adm := cluster(t, 10)
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	var pre kadm.Offsets
 	pre.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1, Metadata: "other-tool:1"})
@@ -108,11 +103,11 @@ func TestCommittedAndMetadata(t *testing.T) {
 		err       error
 	}
 	got := make(chan seen, 1)
-	var c *Consumer
+	var c *engine.Consumer
 	ready := make(chan struct{})
 	c = runConsumer(t, addrs, func(ctx context.Context, b *stream.Batch) error {
 		<-ready
-		cl := c.claimOf("t", 0)
+		cl := engine.ClaimOf(c, "t", 0)
 		off, md := cl.Committed()
 		err := cl.Commit(ctx, 7, "rd-test;x=1")
 		select {
@@ -126,7 +121,7 @@ func TestCommittedAndMetadata(t *testing.T) {
 	var s seen
 	select {
 	case s = <-got:
-	case <-time.After(testWait):
+	case <-time.After(wait):
 		t.Fatal("no batch delivered")
 	}
 	if s.first != 5 || s.committed != 5 || s.metadata != "other-tool:1" || s.err != nil {
@@ -143,7 +138,7 @@ func TestCommittedAndMetadata(t *testing.T) {
 func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 	kc, addrs, adm := cluster(t, 3)
 	var (
-		c        *Consumer
+		c        *engine.Consumer
 		ready    = make(chan struct{})
 		inCommit = make(chan struct{})
 		release  = make(chan struct{})
@@ -157,7 +152,7 @@ func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 	})
 	c = runConsumer(t, addrs, func(ctx context.Context, b *stream.Batch) error {
 		<-ready
-		cl := c.claimOf("t", 0)
+		cl := engine.ClaimOf(c, "t", 0)
 		results <- cl.Commit(ctx, 1, "")
 		results <- cl.Commit(ctx, 2, "")
 		<-ctx.Done()
@@ -166,12 +161,12 @@ func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 	close(ready)
 	select {
 	case <-inCommit:
-	case <-time.After(testWait):
+	case <-time.After(wait):
 		t.Fatal("no commit reached the broker")
 	}
 	revoked := make(chan struct{})
 	go func() {
-		c.g.end(map[string][]int32{"t": {0}}, nil)
+		engine.Revoke(c, "t", 0)
 		close(revoked)
 	}()
 	select {
@@ -182,7 +177,7 @@ func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 	close(release)
 	select {
 	case <-revoked:
-	case <-time.After(testWait):
+	case <-time.After(wait):
 		t.Fatal("the revocation did not return")
 	}
 	if err := <-results; err != nil {
@@ -204,13 +199,13 @@ func TestCommitsCoalesce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kc.Close()
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, ClientOptions()...)...)
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, franz.ClientOptions()...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
 	// Join the group, so that commits carry a live generation.
-	ctx, cancel := context.WithTimeout(context.Background(), testWait)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for {
 		if _, gen := cl.GroupMetadata(); gen > 0 {
@@ -236,15 +231,14 @@ func TestCommitsCoalesce(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	m := newCommitter(cl, testWait)
-	m.start(context.Background())
-	defer m.stop()
+	m := engine.NewTestCommitter(cl, wait)
+	defer m.Stop()
 	errs := make(chan error, 4)
 	for p := range int32(4) {
 		go func() {
-			c := newClaim(&group{}, tp{"t", p}, -1, "")
-			c.confirm(cl.GroupMetadata())
-			errs <- m.commit(c, kgo.EpochOffset{Epoch: -1, Offset: int64(p) + 1}, "m"+string(rune('0'+p)))
+			c := engine.NewTestClaim(nil, "t", p, engine.DefaultConfig(), nil)
+			c.Confirm(cl.GroupMetadata())
+			errs <- m.Commit(c, int64(p)+1, "m"+string(rune('0'+p)))
 		}()
 		if p == 0 {
 			<-reqs // the first is in flight; the others queue behind it
@@ -258,7 +252,7 @@ func TestCommitsCoalesce(t *testing.T) {
 			if err != nil {
 				t.Error(err)
 			}
-		case <-time.After(testWait):
+		case <-time.After(wait):
 			t.Fatal("a commit did not return")
 		}
 	}
@@ -283,9 +277,9 @@ func TestCommitsCoalesce(t *testing.T) {
 }
 
 func TestClaimRefusesCommitAfterRevoke(t *testing.T) {
-	cl := newClaim(&group{}, tp{"t", 0}, -1, "")
-	cl.revoke(errRevoked)
-	if err := cl.Commit(context.Background(), 1, ""); !errors.Is(err, stream.ErrRevoked) {
+	cl := engine.NewTestClaim(nil, "t", 0, engine.DefaultConfig(), nil)
+	cl.Revoke()
+	if err := cl.Claim().Commit(context.Background(), 1, ""); !errors.Is(err, stream.ErrRevoked) {
 		t.Fatalf("Commit after revoke: %v, want stream.ErrRevoked", err)
 	}
 }
@@ -295,11 +289,10 @@ func TestClaimRefusesCommitAfterRevoke(t *testing.T) {
 // batch of its own, and fetchAhead's records that do not follow the last
 // one (a rewind came first) are dropped.
 func TestPushTellsRepeatsFromRewinds(t *testing.T) {
-	c := &Consumer{cfg: config{bufferBytes: 1 << 20, maxBatch: 100}, log: slog.New(slog.DiscardHandler)}
-	cl := newClaim(&group{wakeup: make(chan struct{}, 1)}, tp{"t", 0}, -1, "")
-	ctx, cancel := context.WithCancelCause(context.Background())
-	defer cancel(nil)
-	cl.begin(ctx, cancel, c)
+	cfg := engine.DefaultConfig()
+	cfg.BufferBytes, cfg.MaxBatch = 1<<20, 100
+	cl := engine.NewTestClaim(nil, "t", 0, cfg, nil)
+	ctx := context.Background()
 	recs := func(from, to int64) []*kgo.Record {
 		var rs []*kgo.Record
 		for o := from; o <= to; o++ {
@@ -307,21 +300,15 @@ func TestPushTellsRepeatsFromRewinds(t *testing.T) {
 		}
 		return rs
 	}
-	cl.push(recs(0, 4), 10, -1)   // polled
-	cl.push(recs(5, 9), 20, 5)    // fetchAhead from 5
-	cl.push(recs(5, 12), 20, -1)  // the poll repeats 5-9
-	cl.push(recs(0, 3), 4, -1)    // a rewind: the log starts over
-	cl.push(recs(30, 31), 40, 30) // fetchAhead from a position before the rewind
-	cl.push(recs(4, 5), 6, -1)
+	cl.Push(recs(0, 4), 10, -1)   // polled
+	cl.Push(recs(5, 9), 20, 5)    // fetchAhead from 5
+	cl.Push(recs(5, 12), 20, -1)  // the poll repeats 5-9
+	cl.Push(recs(0, 3), 4, -1)    // a rewind: the log starts over
+	cl.Push(recs(30, 31), 40, 30) // fetchAhead from a position before the rewind
+	cl.Push(recs(4, 5), 6, -1)
 	var got [][2]int64
-	for {
-		cl.mu.Lock()
-		n := len(cl.buf) - cl.head
-		cl.mu.Unlock()
-		if n == 0 {
-			break
-		}
-		b, err := cl.Fetch(ctx)
+	for cl.Buffered() > 0 {
+		b, err := cl.Claim().Fetch(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}

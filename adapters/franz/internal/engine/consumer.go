@@ -1,0 +1,262 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/kclient"
+	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// defaultFetchMaxWait is the kgo.FetchMaxWait of a client the consumer
+// builds, unless the caller's options set it.
+const defaultFetchMaxWait = 500 * time.Millisecond
+
+// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
+var ErrClosed = errors.New("franz: consumer closed")
+
+// errClientClosed is the error Run returns when the client was closed under
+// it.
+var errClientClosed = errors.New("franz: kgo client closed")
+
+// errRevoked is the cause of a claim whose partition was revoked.
+var errRevoked = fmt.Errorf("franz: partition revoked: %w", stream.ErrRevoked)
+
+// errLost is the cause of a claim whose partition was lost (a fatal group
+// error) rather than revoked.
+var errLost = fmt.Errorf("franz: partition lost: %w", stream.ErrRevoked)
+
+// Config is what the franz package's options set; its fields are
+// documented on those options.
+type Config struct {
+	Client        *kgo.Client
+	ClientSet     bool
+	Kopts         []kgo.Opt
+	KoptsSet      bool
+	MaxBatch      int
+	MaxWait       time.Duration
+	BufferBytes   int
+	CommitTimeout time.Duration
+	Logger        *slog.Logger
+	Publishers    []Publisher
+	OnAssigned    func(map[string][]int32)
+}
+
+// Publisher is a franz.Publisher given with WithPublisher, as the
+// consumer sees it.
+type Publisher struct {
+	// Bind binds it to the consumer's client; nil for a nil publisher.
+	Bind func(*kgo.Client) error
+	// DeadLetterTopics returns the topics stream.DeadLetter publishes to
+	// through it.
+	DeadLetterTopics func() []string
+}
+
+// DefaultConfig returns the configuration before any option.
+func DefaultConfig() Config {
+	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second}
+}
+
+// Consumer runs a [stream.Processor] over the partitions a franz-go group
+// consumer is assigned: one worker goroutine per assigned partition, started
+// when the partition's committed offset has been fetched and stopped (its
+// context cancelled, then waited for) when the partition is revoked or lost
+// or the consumer stops.
+//
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
+// [Consumer.Close] may be called from anywhere, a handler included.
+type Consumer struct {
+	proc   *stream.Processor
+	cl     *kgo.Client
+	owned  bool // the consumer built cl and closes it
+	g      *group
+	log    *slog.Logger
+	cfg    Config
+	commit *committer
+	life   *lifecycle.Life
+
+	fetchErrs fetcherr.Tracker
+	checks    health.Checker
+
+	closeCl      sync.Once
+	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
+}
+
+// New returns a Consumer that runs proc over the partitions of a franz-go
+// group consumer given by cfg.Client or built from cfg.Kopts; see the
+// franz package's New.
+func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
+	if proc == nil {
+		return nil, errors.New("franz: nil processor")
+	}
+	for i, o := range cfg.Kopts {
+		if o == nil {
+			return nil, fmt.Errorf("franz: WithKgoOptions: kgo option %d is nil", i+1)
+		}
+	}
+	switch {
+	case cfg.MaxBatch < 1:
+		return nil, fmt.Errorf("franz: max batch %d, want at least 1", cfg.MaxBatch)
+	case cfg.BufferBytes < 1:
+		return nil, fmt.Errorf("franz: buffer bytes %d, want at least 1", cfg.BufferBytes)
+	case cfg.MaxWait < 0:
+		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.MaxWait)
+	case cfg.CommitTimeout <= 0:
+		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	case cfg.ClientSet && cfg.Client == nil:
+		return nil, errors.New("franz: WithClient(nil): give a client built with franz.ClientOptions(), or use WithKgoOptions")
+	case cfg.Client != nil && cfg.KoptsSet:
+		return nil, errors.New("franz: both WithClient and WithKgoOptions given")
+	case cfg.Client == nil && !cfg.KoptsSet:
+		return nil, errors.New("franz: no client: give WithClient or WithKgoOptions")
+	}
+	for _, pub := range cfg.Publishers {
+		if pub.Bind == nil {
+			return nil, errors.New("franz: WithPublisher: nil publisher")
+		}
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = proc.Logger()
+	}
+	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
+	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
+	c.checks.Log = log
+	if cfg.Client != nil {
+		g, err := checkClient(cfg.Client)
+		if err != nil {
+			return nil, err
+		}
+		c.cl, c.g = cfg.Client, g
+	} else {
+		cctx, cancel := context.WithCancel(context.Background())
+		c.cancelClient = cancel
+		kopts := append([]kgo.Opt{kgo.FetchMaxWait(defaultFetchMaxWait), kgo.WithContext(cctx)}, cfg.Kopts...)
+		if err := checkOpts(kopts); err != nil {
+			cancel()
+			return nil, err
+		}
+		kopts = append(kopts, ClientOptions()...)
+		cl, err := kgo.NewClient(kopts...)
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("franz: %w", err)
+		}
+		g, err := checkClient(cl)
+		if err != nil {
+			cl.Close()
+			cancel()
+			return nil, err
+		}
+		c.cl, c.g, c.owned = cl, g, true
+	}
+	for _, pub := range cfg.Publishers {
+		if err := pub.Bind(c.cl); err != nil {
+			if c.owned {
+				c.closeClient()
+			}
+			return nil, err
+		}
+	}
+	if err := c.g.bind(c); err != nil {
+		if c.owned {
+			c.closeClient()
+		}
+		return nil, err
+	}
+	c.commit = newCommitter(c.cl, cfg.CommitTimeout)
+	return c, nil
+}
+
+// Client returns the consumer's franz-go client.
+func (c *Consumer) Client() *kgo.Client { return c.cl }
+
+// Run polls the client and runs a worker per assigned partition until ctx
+// is done, Close is called, the client is closed, or a worker fails; see
+// the franz package's Run.
+func (c *Consumer) Run(ctx context.Context) error {
+	err := c.life.Run(ctx, c.run)
+	if errors.Is(err, ErrClosed) && c.owned {
+		c.closeClient() // Close came first, maybe from a callback of the client
+	}
+	return err
+}
+
+func (c *Consumer) run(ctx context.Context) error {
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		c.checks.Run(ctx, checkInterval, checkTimeout, c.check)
+	}()
+	defer func() { <-checked }()
+	c.commit.start(ctx)
+	c.g.start(ctx, c.life.Fail)
+	c.poll(ctx)
+	cause := context.Cause(ctx)
+	c.g.stop(cause)
+	c.commit.stop()
+	c.cl.AllowRebalance()
+	if c.owned {
+		c.closeClient()
+	}
+	c.log.Info("redeliver: consumer stopped", "cause", cause)
+	return nil
+}
+
+// Close stops Run if it runs and waits for it to return, unless called
+// from a goroutine Run waits for, and closes a client the consumer owns;
+// see the franz package's Close.
+func (c *Consumer) Close() {
+	inside := c.life.Close()
+	switch {
+	case !c.owned:
+	case !inside:
+		c.closeClient()
+	case !c.life.Started():
+		// From a callback of the client before Run (WithOnAssigned):
+		// the client's Close would wait for the callback.
+		go c.closeClient()
+	}
+	// Called inside Run, Close leaves the client to Run's end, which
+	// closes it once every worker has stopped.
+}
+
+// closeClient closes the client the consumer owns, leaving the group,
+// within kclient.LeaveWait (see kclient.Close).
+func (c *Consumer) closeClient() {
+	c.closeCl.Do(func() { kclient.Close(c.cl, c.cancelClient, c.log) })
+}
+
+// poll is the poll loop: it hands every polled record to its partition's
+// claim and allows rebalances after each poll, so the group's callbacks run
+// between polls, never while a poll's records are being handed out.
+func (c *Consumer) poll(ctx context.Context) {
+	var backoff fetcherr.Backoff
+	for ctx.Err() == nil {
+		c.g.throttle(ctx)
+		fetches := c.cl.PollFetches(ctx)
+		if fetches.IsClientClosed() {
+			c.life.Fail(errClientClosed)
+			c.cl.AllowRebalance()
+			return
+		}
+		fatal, failed := c.fetchErrs.Seen(fetches, time.Now())
+		c.g.dispatch(fetches)
+		c.cl.AllowRebalance()
+		if fatal != nil {
+			c.log.Error("redeliver: consumer stopped by a fetch error", "error", fatal)
+			c.life.Fail(fatal)
+			return
+		}
+		fetcherr.Wait(ctx, backoff.Next(failed))
+	}
+}
