@@ -4,7 +4,9 @@
 # every change to it is deliberate and shows in review.
 #
 #   scripts/api.sh check    fails, with the difference, when the code's API and
-#                           api/ differ (CI runs this)
+#                           api/ differ, or when docs/API.md (the API review)
+#                           does not name every exported name in its package's
+#                           section, or names one that is gone (CI runs this)
 #   scripts/api.sh update   rewrites api/ from the code: run it after a
 #                           deliberate change, and commit the result with it
 set -euo pipefail
@@ -14,7 +16,7 @@ repo=$PWD
 
 work=$(mktemp -d /tmp/redeliver-api.XXXXXX)
 trap 'rm -rf "$work"' EXIT
-(cd tools && go build -o "$work/apitxt" ./apitxt)
+(cd tools && go build -o "$work/apitxt" ./apitxt && go build -o "$work/apidoc" ./apidoc)
 
 # file DIR: the api/ file of a module directory.
 file() { if [ "$1" = . ]; then echo api/redeliver.txt; else echo "api/$(echo "$1" | tr / -).txt"; fi; }
@@ -39,6 +41,12 @@ case "${1:-}" in
       exit 1
     fi
     echo "api.sh: the public API matches api/ ($(cat api/*.txt | wc -l) features)"
+    # The API review names every exported name, and nothing else.
+    if ! "$work/apidoc" -doc docs/API.md -module "$MODULE_ROOT" api/*.txt; then
+      echo "api.sh: docs/API.md and the public API differ: name each exported name in its package's section, and remove what is gone"
+      exit 1
+    fi
+    echo "api.sh: docs/API.md names every exported name of the $(ls api/*.txt | wc -l) public modules"
     ;;
   *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
