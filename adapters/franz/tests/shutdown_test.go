@@ -9,6 +9,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
@@ -17,6 +18,23 @@ import (
 func TestShutdownUnderSlowAnswers(t *testing.T) {
 	kafkatest.ShutdownUnderSlowAnswers(t, kafkatest.SlowKeys, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
 		c, err := franz.New(newProcessor(t, streamtest.Succeed), franz.WithKgoOptions(kgo.SeedBrokers(addrs...),
+			kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchMaxWait(100*time.Millisecond)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	})
+}
+
+// A commit in flight when Run's context is cancelled, answered by the
+// broker soon after, is reported to the worker: a clean shutdown keeps the
+// final commit of the records it handled.
+func TestShutdownKeepsCommitInFlight(t *testing.T) {
+	kafkatest.CommitAnsweredAtShutdown(t, func(t *testing.T, ctx context.Context, addrs []string, hooks stream.Hooks) <-chan error {
+		c, err := franz.New(newProcessor(t, streamtest.Succeed, stream.WithHooks(hooks)), franz.WithKgoOptions(kgo.SeedBrokers(addrs...),
 			kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 			kgo.FetchMaxWait(100*time.Millisecond)))
 		if err != nil {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/stream"
 )
 
 // SlowKeys are the requests of a group consumer whose slow answers
@@ -91,5 +93,65 @@ func ShutdownUnderSlowAnswers(t *testing.T, keys []kmsg.Key, run func(t *testing
 				t.Fatalf("Run did not return in %v after its context was cancelled while the broker held a %s request", Wait, key.Name())
 			}
 		})
+	}
+}
+
+// CommitAnsweredAtShutdown checks that a consumer's shutdown keeps the
+// commit it has in flight when the broker answers it soon (100ms): the
+// broker holds the consumer's first OffsetCommit of topic "t" (1 partition,
+// 10 records, group "g"), the consumer's context is cancelled, and the
+// broker then writes and answers the commit. The consumer's worker must
+// report the commit the broker wrote (the Checkpointed hook, which the
+// history checker and the telemetry read), and Run must return nil within
+// ShutdownBound. A shutdown that cut the commit short at once would leave
+// the broker ahead of what the consumer reports. run starts the adapter's
+// consumer of "t" in group "g" with ctx and a processor that has hooks,
+// and returns a channel that gets Run's error.
+func CommitAnsweredAtShutdown(t *testing.T, run func(t *testing.T, ctx context.Context, addrs []string, hooks stream.Hooks) <-chan error) {
+	kc, addrs := NewCluster(t, "t", 1)
+	Produce(t, addrs, "t", 0, 0, 10)
+	held, release := Hold(t, kc, kmsg.OffsetCommit)
+	var (
+		mu       sync.Mutex
+		reported = int64(-1) // the latest commit the worker reported
+	)
+	hooks := stream.Hooks{Checkpointed: func(ev stream.CheckpointEvent) {
+		mu.Lock()
+		reported = max(reported, ev.Next)
+		mu.Unlock()
+	}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := run(t, ctx, addrs, hooks)
+	select {
+	case <-held:
+	case err := <-done:
+		t.Fatalf("Run returned %v before it committed", err)
+	case <-time.After(Wait):
+		t.Fatalf("the consumer made no commit in %v", Wait)
+	}
+	cancelled := time.Now()
+	cancel()
+	time.Sleep(100 * time.Millisecond)
+	release()
+	select {
+	case err := <-done:
+		if took := time.Since(cancelled); took > ShutdownBound {
+			t.Errorf("Run took %v to return after its context was cancelled, want at most %v", took, ShutdownBound)
+		}
+		if err != nil {
+			t.Errorf("Run returned %v, want nil: a clean shutdown", err)
+		}
+	case <-time.After(Wait):
+		t.Fatalf("Run did not return in %v after its context was cancelled", Wait)
+	}
+	at := OffsetsOf(Committed(t, addrs, "g"), "t")[0]
+	mu.Lock()
+	defer mu.Unlock()
+	switch {
+	case at <= 0:
+		t.Fatalf("the broker has %d committed after the shutdown, want the commit that was in flight: the shutdown cut it short, and the records handled will be delivered again", at)
+	case reported != at:
+		t.Errorf("the broker wrote the commit of %d, answered 100ms after the shutdown began, but the consumer reported %d as checkpointed (-1: none): its shutdown cut the commit short", at, reported)
 	}
 }

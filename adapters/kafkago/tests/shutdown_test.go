@@ -6,6 +6,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
+	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
@@ -14,6 +15,21 @@ import (
 func TestShutdownUnderSlowAnswers(t *testing.T) {
 	kafkatest.ShutdownUnderSlowAnswers(t, kafkatest.SlowKeys, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
 		c, err := kafkago.New(newProcessor(t, streamtest.Succeed), kafkago.WithGroupConfig(groupConfig(addrs, "g", "t")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	})
+}
+
+// A commit in flight when Run's context is cancelled, answered by the
+// broker soon after, is reported to the worker: a clean shutdown keeps the
+// final commit of the records it handled.
+func TestShutdownKeepsCommitInFlight(t *testing.T) {
+	kafkatest.CommitAnsweredAtShutdown(t, func(t *testing.T, ctx context.Context, addrs []string, hooks stream.Hooks) <-chan error {
+		c, err := kafkago.New(newProcessor(t, streamtest.Succeed, stream.WithHooks(hooks)), kafkago.WithGroupConfig(groupConfig(addrs, "g", "t")))
 		if err != nil {
 			t.Fatal(err)
 		}
