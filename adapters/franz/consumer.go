@@ -11,6 +11,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/kcheck"
+	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -172,9 +174,16 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	}
 	if proc != nil {
 		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
-			if fp, isFranz := pub.(*Publisher); isFranz && !fp.Bound() && !slices.Contains(cfg.publishers, fp) {
-				// It would fail every record given up, for ever.
-				return nil, fmt.Errorf("franz: the processor dead-letters to %q through a franz.Publisher bound to no client: give it to New with WithPublisher(pub), or make it with NewPublisher", topic)
+			if fp, isFranz := pub.(*Publisher); isFranz && !slices.Contains(cfg.publishers, fp) {
+				if !fp.Bound() {
+					// It would fail every record given up, for ever.
+					return nil, fmt.Errorf("franz: the processor dead-letters to %q through a franz.Publisher bound to no client: give it to New with WithPublisher(pub), or make it with NewPublisher", topic)
+				}
+				// A publisher on a client of its own (NewPublisher): its
+				// topic is checked through that client.
+				cfg.DeadLetterCheck = func(ctx context.Context) []health.Problem {
+					return kcheck.DeadLetter(ctx, fp.cl.Load(), "franz", topic)
+				}
 			}
 		}
 	}
@@ -236,7 +245,9 @@ func (c *Consumer) Close() error {
 // host's readiness, say. Run checks at start, and again every 2s until the
 // checks pass, that the brokers answer (within 5s) and that the topics it
 // consumes and the dead-letter topics of its publishers ([WithPublisher],
-// as [stream.DeadLetter] names them) exist and may be used; it logs each
+// as [stream.DeadLetter] names them, and the processor's
+// [stream.DeadLetter] through a [Publisher] of [NewPublisher], through its
+// client) exist and may be used; it logs each
 // problem when it finds it, at Error for brokers that do not answer and at
 // Warn for a topic, and at Info when it is gone. While Run runs, a
 // partition whose fetches fail is reported too (see the package doc). The

@@ -78,7 +78,9 @@
 //
 // At start, [Consumer.Run] checks that the brokers answer and that the
 // topics it consumes, and the dead-letter topics of the publishers given
-// with [WithPublisher], exist; it logs what it finds wrong within seconds
+// with [WithPublisher] or of the processor's [stream.DeadLetter] action (a
+// [Publisher] of [NewPublisher] is asked through its own client), exist;
+// it logs what it finds wrong within seconds
 // (a wrong topic name no longer stalls in silence), and [Consumer.Health]
 // reports it, with the partitions whose fetches fail, for a host's
 // readiness.

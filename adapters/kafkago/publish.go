@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -33,9 +32,7 @@ func (p *Publisher) checkTopic(ctx context.Context, topic string) []health.Probl
 	cl := &kafka.Client{Addr: p.w.Addr, Transport: rt}
 	res, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
-		return []health.Problem{{Subject: "dead-letter brokers", Level: slog.LevelError,
-			Msg: "redeliver: the brokers of the dead-letter publisher do not answer",
-			Err: fmt.Errorf("kafkago: the brokers of the dead-letter publisher's writer do not answer: %w", err)}}
+		return []health.Problem{health.DeadLetterUnreachable("kafkago", err)}
 	}
 	err = kafka.UnknownTopicOrPartition
 	for _, t := range res.Topics {

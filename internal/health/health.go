@@ -100,6 +100,13 @@ func Unreachable(pkg string, err error) Problem {
 		Err: fmt.Errorf("%s: the brokers do not answer: %w", pkg, err)}
 }
 
+// DeadLetterUnreachable is the problem of the brokers of a dead-letter
+// publisher, which may not be the consumer's, that did not answer a check.
+func DeadLetterUnreachable(pkg string, err error) Problem {
+	return Problem{Subject: "dead-letter brokers", Level: slog.LevelError, Msg: "redeliver: the brokers of the dead-letter publisher do not answer",
+		Err: fmt.Errorf("%s: the brokers of the dead-letter publisher do not answer: %w", pkg, err)}
+}
+
 // Topic is the problem of a topic the consumer reads (role "consumed") or
 // writes to (role "dead-letter") that the brokers answered with err: it
 // does not exist, or may not be used.

@@ -49,6 +49,10 @@ type Config struct {
 	Logger        *slog.Logger
 	Publishers    []Publisher
 	OnAssigned    func(map[string][]int32)
+	// DeadLetterCheck checks the topic of the processor's dead-letter
+	// action when it publishes through a client other than the
+	// consumer's; nil for none.
+	DeadLetterCheck func(context.Context) []health.Problem
 }
 
 // Publisher is a franz.Publisher given with WithPublisher, as the

@@ -24,8 +24,26 @@ func (c *Consumer) Health() error {
 }
 
 // check is the start check: one metadata request for the consumed topics
-// and the dead-letter topics.
+// and the dead-letter topics, and beside it the check of the dead-letter
+// topic of a publisher of its own.
 func (c *Consumer) check(ctx context.Context) []health.Problem {
+	if c.cfg.DeadLetterCheck == nil {
+		return c.checkTopics(ctx)
+	}
+	var dl []health.Problem
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dl = c.cfg.DeadLetterCheck(ctx)
+	}()
+	ps := c.checkTopics(ctx)
+	<-done
+	return append(ps, dl...)
+}
+
+// checkTopics checks the consumed topics and those of the publishers bound
+// to the consumer's client.
+func (c *Consumer) checkTopics(ctx context.Context) []health.Problem {
 	topics := kcheck.Consumed(c.cl)
 	for _, pub := range c.cfg.Publishers {
 		for _, name := range pub.DeadLetterTopics() {

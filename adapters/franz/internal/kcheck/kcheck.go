@@ -39,6 +39,16 @@ func Consumed(cl *kgo.Client) []Topic {
 // create one, and returns what it finds wrong: brokers that do not answer,
 // topics that do not exist or may not be used. pkg prefixes the errors.
 func Check(ctx context.Context, cl *kgo.Client, pkg string, topics []Topic) []health.Problem {
+	return check(ctx, cl, pkg, topics, health.Unreachable)
+}
+
+// DeadLetter checks the dead-letter topic of a publisher whose client, cl,
+// is not the consumer's (it may reach another cluster), as Check does.
+func DeadLetter(ctx context.Context, cl *kgo.Client, pkg, topic string) []health.Problem {
+	return check(ctx, cl, pkg, []Topic{{topic, "dead-letter"}}, health.DeadLetterUnreachable)
+}
+
+func check(ctx context.Context, cl *kgo.Client, pkg string, topics []Topic, unreachable func(string, error) health.Problem) []health.Problem {
 	topics = slices.Clone(topics)
 	slices.SortFunc(topics, func(a, b Topic) int { return strings.Compare(a.Name, b.Name) })
 	req := kmsg.NewPtrMetadataRequest()
@@ -51,7 +61,7 @@ func Check(ctx context.Context, cl *kgo.Client, pkg string, topics []Topic) []he
 	}
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {
-		return []health.Problem{health.Unreachable(pkg, err)}
+		return []health.Problem{unreachable(pkg, err)}
 	}
 	var ps []health.Problem
 	for _, t := range topics {
