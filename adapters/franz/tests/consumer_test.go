@@ -27,64 +27,6 @@ func newProcessor(t *testing.T, h stream.Handler, opts ...stream.Option) *stream
 	return p
 }
 
-func TestConsumeInOrderInBatches(t *testing.T) {
-	addrs := newCluster(t, "t", 3)
-	for p := range int32(3) {
-		produce(t, addrs, "t", p, 0, 250)
-	}
-	var (
-		rec      streamtest.Recorder
-		maxSeen  atomic.Int64
-		badValue atomic.Value
-	)
-	h := stream.Chain(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		maxSeen.Store(max(maxSeen.Load(), int64(len(b.Records))))
-		for _, r := range b.Records {
-			if r.Topic != "t" || r.Partition != b.Partition {
-				badValue.Store(r)
-			}
-		}
-		return nil
-	}), rec.Middleware())
-	start(t, addrs, "g", "t", newProcessor(t, h), franz.WithMaxBatch(40))
-	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 250, 1: 250, 2: 250})
-	for p := range int32(3) {
-		checkHistory(t, rec.Of("t", p), 250)
-	}
-	if n := maxSeen.Load(); n > 40 {
-		t.Errorf("a batch had %d records, want at most 40", n)
-	}
-	if v := badValue.Load(); v != nil {
-		t.Errorf("record of another partition in a batch: %+v", v)
-	}
-}
-
-// TestMaxWaitFillsBatches produces records one at a time and checks that a
-// maximum wait gathers them into fuller batches.
-func TestMaxWaitFillsBatches(t *testing.T) {
-	const maxWait = 300 * time.Millisecond
-	addrs := newCluster(t, "t", 1)
-	var rec streamtest.Recorder
-	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())),
-		franz.WithMaxBatch(10), franz.WithMaxWait(maxWait), kgo.FetchMaxWait(10*time.Millisecond))
-	began := time.Now()
-	for i := range 10 {
-		produce(t, addrs, "t", 0, i, 1)
-		time.Sleep(5 * time.Millisecond)
-	}
-	// The records are meant to arrive within 50ms, but each produce waits
-	// for its answer: on a loaded machine they can be spread over more
-	// than one maximum wait, and each wait that ends before the last record
-	// arrives may close a batch.
-	spread := time.Since(began)
-	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
-	ds := rec.Of("t", 0)
-	checkHistory(t, ds, 10)
-	if want := 3 + int(spread/maxWait); len(ds) > want {
-		t.Errorf("%d batches for 10 records produced within %v with a %v maximum wait, want at most %d", len(ds), spread, maxWait, want)
-	}
-}
-
 // TestBackoffKeepsBufferedOrder fails the first delivery of one batch with
 // a backoff while many more records are buffered behind it, and checks that
 // the partition stays in the client's fetches during the backoff (its buffer
@@ -244,7 +186,7 @@ func TestRevocationCancelsAndWaits(t *testing.T) {
 	}
 	waitCommitted(t, addrs, "g", "t", want)
 
-	if err := first.stop(t); err != nil {
+	if err := first.Stop(t); err != nil {
 		t.Errorf("Run returned %v, want nil: a clean shutdown", err)
 	}
 	// The first consumer's partitions went to the second on its leave.
@@ -301,77 +243,30 @@ func TestBalancers(t *testing.T) {
 	}
 }
 
-func TestRunStops(t *testing.T) {
+// Run ends with an error that says so when the client it was given is
+// closed under it (the Run rule the adapters share is in kafkatest.Run).
+func TestRunEndsWhenTheClientCloses(t *testing.T) {
 	addrs := newCluster(t, "t", 1)
-	proc := newProcessor(t, streamtest.Succeed)
-	newConsumer := func() *franz.Consumer {
-		c, err := franz.New(proc, franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, franz.ClientOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	run := func(c *franz.Consumer, ctx context.Context) chan error {
-		done := make(chan error, 1)
-		go func() { done <- c.Run(ctx) }()
-		return done
+	c, err := franz.New(newProcessor(t, streamtest.Succeed), franz.WithClient(cl))
+	if err != nil {
+		t.Fatal(err)
 	}
-	await := func(done chan error) error {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(wait):
-			t.Fatal("Run did not return")
-			return nil
-		}
-	}
-
-	t.Run("context", func(t *testing.T) {
-		c := newConsumer()
-		ctx, cancel := context.WithCancelCause(context.Background())
-		done := run(c, ctx)
-		time.Sleep(50 * time.Millisecond)
-		cancel(errors.New("shutting down"))
-		if err := await(done); err != nil {
-			t.Errorf("Run returned %v, want nil: a clean shutdown", err)
-		}
-		if err := c.Run(context.Background()); err == nil {
-			t.Error("a second Run returned nil")
-		}
-	})
-	t.Run("close", func(t *testing.T) {
-		c := newConsumer()
-		done := run(c, context.Background())
-		time.Sleep(50 * time.Millisecond)
-		c.Close()
-		if err := await(done); err != nil {
-			t.Errorf("Run returned %v, want nil: a clean shutdown", err)
-		}
-		c.Close()
-	})
-	t.Run("close before run", func(t *testing.T) {
-		c := newConsumer()
-		c.Close()
-		if err := c.Run(context.Background()); !errors.Is(err, franz.ErrClosed) {
-			t.Errorf("Run returned %v, want ErrClosed", err)
-		}
-	})
-	t.Run("client closed", func(t *testing.T) {
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g2"), kgo.ConsumeTopics("t")}, franz.ClientOptions()...)...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c, err := franz.New(proc, franz.WithClient(cl))
-		if err != nil {
-			t.Fatal(err)
-		}
-		done := run(c, context.Background())
-		time.Sleep(50 * time.Millisecond)
-		cl.Close()
-		if err := await(done); err == nil || errors.Is(err, context.Canceled) {
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background()) }()
+	time.Sleep(50 * time.Millisecond)
+	cl.Close()
+	select {
+	case err := <-done:
+		if err == nil || errors.Is(err, context.Canceled) {
 			t.Errorf("Run returned %v, want an error saying the client closed", err)
 		}
-	})
+	case <-time.After(wait):
+		t.Fatal("Run did not return")
+	}
 }
 
 func TestNewErrors(t *testing.T) {

@@ -2,7 +2,6 @@ package franz_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -26,17 +25,17 @@ import (
 func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 	kc, addrs := kafkatest.NewCluster(t, "t", 1)
 	produce(t, addrs, "t", 0, 0, 5)
-	var buf syncBuffer
+	var buf kafkatest.LogBuffer
 	var rec streamtest.Recorder
 	proc := newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()))
-	r := start(t, addrs, "g", "t", proc, franz.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+	r := start(t, addrs, "g", "t", proc, franz.WithLogger(buf.Logger()))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 5})
 
 	fetches := kc.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Fetch}, Topic: "t", Err: kerr.TopicAuthorizationFailed, Count: -1})
 	const window = 2 * time.Second
 	time.Sleep(window)
 	n := fetches.Hits()
-	if err := r.c.Health(); err == nil || !strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
+	if err := r.C.Health(); err == nil || !strings.Contains(err.Error(), "TOPIC_AUTHORIZATION_FAILED") {
 		t.Errorf("Health during the fetch errors: %v, want them reported", err)
 	}
 	fetches.Remove()
@@ -50,12 +49,12 @@ func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 	}
 	produce(t, addrs, "t", 0, 5, 2)
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 7})
-	if err := r.c.Health(); err != nil {
+	if err := r.C.Health(); err != nil {
 		t.Errorf("Health once fetching works again: %v", err)
 	}
 	select {
-	case err := <-r.done:
-		t.Fatalf("Run returned %v during a passing fetch error", err)
+	case <-r.Done():
+		t.Fatalf("Run returned %v during a passing fetch error", r.Err())
 	default:
 	}
 }
@@ -67,8 +66,8 @@ func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 func TestRecreatedTopicEndsRun(t *testing.T) {
 	addrs := newCluster(t, "t", 1)
 	produce(t, addrs, "t", 0, 0, 5)
-	var buf syncBuffer
-	c, err := franz.New(newProcessor(t, streamtest.Succeed), franz.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))),
+	var buf kafkatest.LogBuffer
+	c, err := franz.New(newProcessor(t, streamtest.Succeed), franz.WithLogger(buf.Logger()),
 		franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(100*time.Millisecond)))
 	if err != nil {

@@ -3,7 +3,6 @@ package franz_test
 import (
 	"context"
 	"fmt"
-	"os"
 	"runtime"
 	"strings"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -22,7 +22,7 @@ import (
 // leaves and metrics of BenchmarkSuccessPath). Run it with
 // -benchtime=1000000x.
 func BenchmarkScale(b *testing.B) {
-	runLeaves(b, []int32{1000}, false, func(int32, int) scenario { return scenario{poisonPartition: -1} })
+	kafkatest.RunLeaves(b, loops, []int32{1000}, false, kafkatest.Success)
 }
 
 // BenchmarkIdlePartitions measures what a consumer of many partitions
@@ -36,22 +36,22 @@ func BenchmarkIdlePartitions(b *testing.B) {
 	for _, partitions := range []int32{1000, 10000} {
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
 			profileEveryAllocation(b)
-			addrs := benchAddrs(b)
+			addrs := kafkatest.BenchAddrs(b)
 			for _, loop := range []struct {
 				name string
 				run  func(b *testing.B, addrs []string, topic string, partitions int32) (stop func())
 			}{{"raw", rawIdle}, {"redeliver", redeliverIdle}} {
 				b.Run(loop.name, func(b *testing.B) {
 					for range b.N {
-						topic := fmt.Sprintf("idle-%d-%d", os.Getpid(), benchRun.Add(1))
-						benchProduce(b, addrs, topic, partitions, int(partitions), false)
+						topic := kafkatest.BenchTopic("idle")
+						kafkatest.ProduceBench(b, addrs, topic, partitions, int(partitions), 100, false)
 						heap0, g0 := heapAndGoroutines()
 						stop := loop.run(b, addrs, topic, partitions)
 						heap1, g1 := heapAndGoroutines()
 						stop()
 						b.ReportMetric(float64(heap1-heap0)/float64(partitions), "heap-B/partition")
 						b.ReportMetric(float64(g1-g0)/float64(partitions), "goroutines/partition")
-						benchDelete(b, addrs, topic)
+						kafkatest.DeleteTopic(b, addrs, topic)
 					}
 				})
 			}
@@ -74,10 +74,10 @@ func BenchmarkWithheldBatchHeap(b *testing.B) {
 		size       = 1000
 	)
 	profileEveryAllocation(b)
-	addrs := benchAddrs(b)
+	addrs := kafkatest.BenchAddrs(b)
 	for range b.N {
-		topic := fmt.Sprintf("held-%d-%d", os.Getpid(), benchRun.Add(1))
-		benchProduceSized(b, addrs, topic, partitions, partitions*perBatch, size)
+		topic := kafkatest.BenchTopic("held")
+		kafkatest.ProduceBench(b, addrs, topic, int32(partitions), partitions*perBatch, size, false)
 		heap0, _ := heapAndGoroutines()
 		var withheld atomic.Int64
 		var bytes atomic.Int64
@@ -92,7 +92,7 @@ func BenchmarkWithheldBatchHeap(b *testing.B) {
 				}
 				bytes.Add(int64(n))
 			}
-			return errBench
+			return kafkatest.ErrBench
 		})
 		proc, err := stream.NewProcessor(h,
 			stream.WithPolicy(checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(time.Hour)}),
@@ -109,7 +109,7 @@ func BenchmarkWithheldBatchHeap(b *testing.B) {
 		}
 		b.ReportMetric(float64(heap1-heap0)/float64(bytes.Load()), "held-x")
 		b.ReportMetric(float64(heap1-heap0-bytes.Load())/float64(partitions*perBatch), "overhead-B/record")
-		benchDelete(b, addrs, topic)
+		kafkatest.DeleteTopic(b, addrs, topic)
 	}
 }
 
@@ -162,24 +162,14 @@ func redeliverIdle(b *testing.B, addrs []string, topic string, partitions int32)
 }
 
 // runFranz runs the adapter over topic with the benchmarks' options and
-// returns a function that stops it.
-func runFranz(b *testing.B, proc *stream.Processor, addrs []string, topic string, opts ...franz.Option) func() {
-	c, err := franz.New(proc, append([]franz.Option{franz.WithKgoOptions(benchOpts(addrs, topic)...)}, opts...)...)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
+// opts (franz.Option and kgo.Opt values); the function it returns stops it.
+func runFranz(b *testing.B, proc *stream.Processor, addrs []string, topic string, opts ...any) func() {
+	cfg := kafkatest.BenchConfig(addrs, topic, proc)
+	cfg.Options = opts
+	stop := kafkatest.RunBench(b, adapter, cfg)
 	return func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				b.Errorf("Run: %v", err)
-			}
-		case <-time.After(time.Minute):
-			b.Fatal("Run did not return")
+		if err := stop(); err != nil {
+			b.Errorf("Run: %v", err)
 		}
 	}
 }

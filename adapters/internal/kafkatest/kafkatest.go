@@ -1,6 +1,9 @@
-// Package kafkatest holds what the adapters' tests share: an in-process
-// kfake cluster, producing records, reading committed offsets back through
-// the broker, and checking a partition's deliveries.
+// Package kafkatest holds what the Kafka adapters' tests share: the tests
+// every adapter runs ([Run], given an [Adapter] description), the
+// throughput benchmarks' harness ([RunLeaves], [RedeliverLoop],
+// [BenchLateness]), an in-process kfake cluster, producing records, reading
+// committed offsets back through the broker, and checking a partition's
+// deliveries. It is a module of its own that no public module requires.
 package kafkatest
 
 import (

@@ -17,66 +17,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-func TestConsumeInOrderInBatches(t *testing.T) {
-	_, addrs := newCluster(t, "t", 3)
-	for p := range int32(3) {
-		produce(t, addrs, "t", p, 0, 250)
-	}
-	var (
-		rec      streamtest.Recorder
-		maxSeen  atomic.Int64
-		badValue atomic.Value
-	)
-	h := stream.Chain(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		maxSeen.Store(max(maxSeen.Load(), int64(len(b.Records))))
-		for _, r := range b.Records {
-			if r.Topic != "t" || r.Partition != b.Partition || string(r.Value) != valueOf(r.Partition, r.Offset) {
-				badValue.Store(r)
-			}
-		}
-		return nil
-	}), rec.Middleware())
-	start(t, addrs, "g", "t", newProcessor(t, h), kafkago.WithMaxBatch(40))
-	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 250, 1: 250, 2: 250})
-	for p := range int32(3) {
-		checkHistory(t, rec.Of("t", p), 250)
-	}
-	if n := maxSeen.Load(); n > 40 {
-		t.Errorf("a batch had %d records, want at most 40", n)
-	}
-	if v := badValue.Load(); v != nil {
-		t.Errorf("wrong record in a batch: %+v", v)
-	}
-}
-
-// TestMaxWaitFillsBatches produces records one at a time and checks that a
-// maximum wait gathers them into fuller batches.
-func TestMaxWaitFillsBatches(t *testing.T) {
-	const maxWait = 300 * time.Millisecond
-	_, addrs := newCluster(t, "t", 1)
-	var rec streamtest.Recorder
-	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())),
-		kafkago.WithMaxBatch(10), kafkago.WithMaxWait(maxWait))
-	// Let the consumer join and reach the end of the empty partition.
-	time.Sleep(300 * time.Millisecond)
-	began := time.Now()
-	for i := range 10 {
-		produce(t, addrs, "t", 0, i, 1)
-		time.Sleep(5 * time.Millisecond)
-	}
-	// The records are meant to arrive within 50ms, but each produce waits
-	// for its answer: on a loaded machine they can be spread over more
-	// than one maximum wait, and each wait that ends before the last record
-	// arrives may close a batch.
-	spread := time.Since(began)
-	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
-	ds := rec.Of("t", 0)
-	checkHistory(t, ds, 10)
-	if want := 3 + int(spread/maxWait); len(ds) > want {
-		t.Errorf("%d batches for 10 records produced within %v with a %v maximum wait, want at most %d", len(ds), spread, maxWait, want)
-	}
-}
-
 // TestBackoffKeepsOrderAndOtherPartitions fails the first delivery of one
 // batch with a backoff while many more records wait behind it, and checks
 // that the other partition goes on meanwhile and that nothing fetched before
@@ -205,63 +145,6 @@ func TestRebalanceCancelsAndWaits(t *testing.T) {
 	}
 }
 
-func TestRunStops(t *testing.T) {
-	_, addrs := newCluster(t, "t", 1)
-	proc := newProcessor(t, streamtest.Succeed)
-	newConsumer := func(group string) *kafkago.Consumer {
-		c, err := kafkago.New(proc, kafkago.WithGroupConfig(groupConfig(addrs, group, "t")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	run := func(c *kafkago.Consumer, ctx context.Context) chan error {
-		done := make(chan error, 1)
-		go func() { done <- c.Run(ctx) }()
-		return done
-	}
-	await := func(done chan error) error {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(wait):
-			t.Fatal("Run did not return")
-			return nil
-		}
-	}
-
-	t.Run("context", func(t *testing.T) {
-		c := newConsumer("g1")
-		ctx, cancel := context.WithCancelCause(context.Background())
-		done := run(c, ctx)
-		time.Sleep(50 * time.Millisecond)
-		cancel(errors.New("shutting down"))
-		if err := await(done); err != nil {
-			t.Errorf("Run returned %v, want nil: a clean shutdown", err)
-		}
-		if err := c.Run(context.Background()); err == nil {
-			t.Error("a second Run returned nil")
-		}
-	})
-	t.Run("close", func(t *testing.T) {
-		c := newConsumer("g2")
-		done := run(c, context.Background())
-		time.Sleep(50 * time.Millisecond)
-		c.Close()
-		if err := await(done); err != nil {
-			t.Errorf("Run returned %v, want nil: a clean shutdown", err)
-		}
-		c.Close()
-	})
-	t.Run("close before run", func(t *testing.T) {
-		c := newConsumer("g3")
-		c.Close()
-		if err := c.Run(context.Background()); !errors.Is(err, kafkago.ErrClosed) {
-			t.Errorf("Run returned %v, want ErrClosed", err)
-		}
-	})
-}
-
 // TestShutdownIsPrompt stops a consumer whose partitions are idle (their
 // fetches wait for an answer, for up to 10s with the default MaxWait) and
 // one of which waits out a long backoff: Run returns within a
@@ -282,7 +165,7 @@ func TestShutdownIsPrompt(t *testing.T) {
 	}
 	time.Sleep(200 * time.Millisecond) // the idle partitions are waiting for their fetches now
 	t0 := time.Now()
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Errorf("Run returned %v, want nil: a clean shutdown", err)
 	}
 	if d := time.Since(t0); d > time.Second {
@@ -341,7 +224,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	r := start(t, addrs, "g", "t", proc, kafkago.WithMaxBatch(5))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 0, 1: 0, 2: 0, 3: 0})
 	time.Sleep(200 * time.Millisecond) // every partition in its backoff
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatalf("Run returned %v", err)
 	}
 	deadline := time.Now().Add(5 * time.Second)

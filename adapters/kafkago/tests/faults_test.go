@@ -17,7 +17,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -61,46 +60,6 @@ func (l *valueLog) wait(t *testing.T) []string {
 	return slices.Clone(l.values)
 }
 
-// TestTransactionalTopic writes a partition with plain records, one aborted
-// and one committed transaction, and plain records again, and consumes it
-// under both isolation levels: the handler never sees a transaction marker
-// (a control record), and under read_committed never sees the aborted
-// transaction's records.
-func TestTransactionalTopic(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		isolation kafka.IsolationLevel
-	}{
-		{"read_committed", kafka.ReadCommitted},
-		{"read_uncommitted", kafka.ReadUncommitted},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, addrs := newCluster(t, "t", 1)
-			produce(t, addrs, "t", 0, 0, 3)
-			kafkatest.ProduceTxn(t, addrs, "t", 0, false, kafkatest.TxnValues("aborted", 4)...)
-			kafkatest.ProduceTxn(t, addrs, "t", 0, true, kafkatest.TxnValues("committed", 4)...)
-			produce(t, addrs, "t", 0, 3, 3)
-			// Offsets: 0-2 plain, 3-6 aborted, 7 abort marker, 8-11
-			// committed, 12 commit marker, 13-15 plain.
-			want := []string{"0-0", "0-1", "0-2"}
-			if tc.isolation == kafka.ReadUncommitted {
-				want = append(want, kafkatest.TxnValues("aborted", 4)...)
-			}
-			want = append(want, kafkatest.TxnValues("committed", 4)...)
-			want = append(want, "0-3", "0-4", "0-5")
-
-			vl := newValueLog("0-5")
-			start(t, addrs, "g", "t", newProcessor(t, vl.handler()), kafkago.WithMaxBatch(5),
-				func(fc *kafka.ReadBatchConfig) { fc.IsolationLevel = tc.isolation })
-			got := vl.wait(t)
-			if !slices.Equal(got, want) {
-				t.Errorf("handler saw %q\nwant        %q", got, want)
-			}
-			waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 16})
-		})
-	}
-}
-
 // TestCommitsLeaderEpoch moves the partition's leadership (its leader epoch
 // goes from 0 to 1) between two halves of the records, consumes them all,
 // and checks that the commit carries the epoch of the last record, so that
@@ -116,7 +75,7 @@ func TestCommitsLeaderEpoch(t *testing.T) {
 
 	r := start(t, addrs, "g", "t", newProcessor(t, newValueLog("").handler()), kafkago.WithMaxBatch(30))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 100})
-	if err := r.stop(t); err != nil {
+	if err := r.Stop(t); err != nil {
 		t.Fatalf("Run returned %v, want nil: a clean shutdown", err)
 	}
 	o, _ := committed(t, addrs, "g").Lookup("t", 0)

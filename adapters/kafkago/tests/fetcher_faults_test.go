@@ -110,8 +110,8 @@ func TestLastingFetchErrorEndsRun(t *testing.T) {
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 5})
 	deleteTopic(t, addrs, "t")
 	select {
-	case err := <-r.done:
-		r.done <- err
+	case <-r.Done():
+		err := r.Err()
 		if err == nil || !strings.Contains(err.Error(), "t/0") || !strings.Contains(err.Error(), "Unknown Topic Or Partition") {
 			t.Fatalf("Run returned %v, want an error naming t/0 and the unknown topic", err)
 		}

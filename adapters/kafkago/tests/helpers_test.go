@@ -13,7 +13,6 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
-	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -41,56 +40,12 @@ func groupConfig(addrs []string, group, topic string) kafka.ConsumerGroupConfig 
 	}
 }
 
-// running is a consumer started by start.
-type running struct {
-	c      *kafkago.Consumer
-	cancel context.CancelFunc
-	done   chan error
-}
-
 // start runs a consumer of topic in group over proc and stops it at the end
 // of the test. Options of type func(*kafka.ConsumerGroupConfig) and
 // func(*kafka.ReadBatchConfig) change the group and fetch configurations.
-func start(t testing.TB, addrs []string, group, topic string, proc *stream.Processor, opts ...any) *running {
+func start(t testing.TB, addrs []string, group, topic string, proc *stream.Processor, opts ...any) *kafkatest.Running {
 	t.Helper()
-	gc := groupConfig(addrs, group, topic)
-	fc := kafka.ReadBatchConfig{MaxWait: 100 * time.Millisecond}
-	var kopts []kafkago.Option
-	for _, o := range opts {
-		switch o := o.(type) {
-		case func(*kafka.ConsumerGroupConfig):
-			o(&gc)
-		case func(*kafka.ReadBatchConfig):
-			o(&fc)
-		case kafkago.Option:
-			kopts = append(kopts, o)
-		default:
-			t.Fatalf("option %T", o)
-		}
-	}
-	c, err := kafkago.New(proc, append([]kafkago.Option{kafkago.WithGroupConfig(gc), kafkago.WithFetchConfig(fc)}, kopts...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- c.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
-	return r
-}
-
-// stop stops the consumer and returns Run's error.
-func (r *running) stop(t testing.TB) error {
-	t.Helper()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		r.done <- err
-		return err
-	case <-time.After(wait):
-		t.Fatal("consumer did not stop")
-		return nil
-	}
+	return kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: group, Topic: topic, Processor: proc, Options: opts})
 }
 
 func newProcessor(t testing.TB, h stream.Handler, opts ...stream.Option) *stream.Processor {

@@ -1,0 +1,69 @@
+package franz_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// adapter describes the franz-go adapter to the tests every Kafka adapter
+// runs. Options of a Config are kgo.Opt and franz.Option values.
+var adapter = kafkatest.Adapter{
+	Name:      "franz",
+	ErrClosed: franz.ErrClosed,
+	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
+		kopts := []kgo.Opt{kgo.SeedBrokers(cfg.Addrs...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(cfg.Topic),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(cfg.FetchWait())}
+		if cfg.ReadCommitted {
+			kopts = append(kopts, kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+		}
+		var fopts []franz.Option
+		if cfg.MaxBatch > 0 {
+			fopts = append(fopts, franz.WithMaxBatch(cfg.MaxBatch))
+		}
+		if cfg.MaxWait > 0 {
+			fopts = append(fopts, franz.WithMaxWait(cfg.MaxWait))
+		}
+		if cfg.Logger != nil {
+			fopts = append(fopts, franz.WithLogger(cfg.Logger))
+		}
+		if cfg.OnAssigned != nil {
+			fopts = append(fopts, franz.WithOnAssigned(cfg.OnAssigned))
+		}
+		for _, o := range cfg.Options {
+			switch o := o.(type) {
+			case kgo.Opt:
+				kopts = append(kopts, o)
+			case franz.Option:
+				fopts = append(fopts, o)
+			default:
+				return nil, fmt.Errorf("franz tests: option %T", o)
+			}
+		}
+		c, err := franz.New(cfg.Processor, append(fopts, franz.WithKgoOptions(kopts...))...)
+		if err != nil {
+			return nil, err
+		}
+		return c, nil
+	},
+	NewPublisher: func(t testing.TB, addrs []string) stream.Publisher {
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.UnknownTopicRetries(0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(cl.Close)
+		pub, err := franz.NewPublisher(cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pub
+	},
+}
+
+// TestAdapter runs the tests every Kafka adapter passes.
+func TestAdapter(t *testing.T) { kafkatest.Run(t, adapter) }

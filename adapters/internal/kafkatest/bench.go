@@ -1,0 +1,484 @@
+package kafkatest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// The adapters' throughput benchmarks share this harness. Each consumes b.N
+// records of 100 bytes from a fresh topic of an in-process kfake cluster,
+// or of the external broker named by REDELIVER_KAFKA_BROKERS
+// (integration/kafka.sh starts one), through loops given the same group,
+// start offset and 500ms fetch max wait: the adapter's own raw client
+// loops, and [RedeliverLoop], the adapter with the Processor. Every loop
+// handles batches of at most BenchBatch records of a partition, touches
+// each record's value, and commits each batch synchronously.
+//
+// b.N is the number of records: run with -benchtime=1000000x or so, each
+// leaf in a process of its own (scripts/bench.sh does). records/s counts
+// from the first record handed out (a poll's return, a handler call) to the
+// commit of the last one, so the group join is left out; ns/op includes
+// it. cpu-ns/record is the CPU time of the whole process per record (the
+// in-process broker included, the producing of the records not); commits
+// the commits the loop made. Every leaf checks that every record was
+// handled (or given up) and that the commits reached every partition's
+// end.
+const (
+	// BenchBatch is the most records a loop handles and commits at once.
+	BenchBatch = 500
+	// BenchMaxWait is every loop's fetch max wait (franz-go adapter's
+	// default).
+	BenchMaxWait = 500 * time.Millisecond
+	// FailDelay is the delay of a failing batch's retry.
+	FailDelay = time.Millisecond
+	// PoisonRetries and PoisonDelay are the retries of the poison record.
+	PoisonRetries = 5
+	PoisonDelay   = 10 * time.Millisecond
+)
+
+// ErrBench is the error of a failing batch.
+var ErrBench = errors.New("bench: handler failed")
+
+// Scenario is what a benchmark's handler does with a batch.
+type Scenario struct {
+	// FailOnce makes every n-th batch (counting first deliveries) fail
+	// once; it succeeds on its retry, FailDelay later. 0: none.
+	FailOnce int
+	// The poison record always fails: it is given up after PoisonRetries
+	// retries, PoisonDelay apart. PoisonPartition < 0: none.
+	PoisonPartition int32
+	PoisonOffset    int64
+}
+
+// Success is the scenario where every batch succeeds.
+func Success(int32, int) Scenario { return Scenario{PoisonPartition: -1} }
+
+// FailEveryTenth is the scenario where every 10th batch fails once.
+func FailEveryTenth(int32, int) Scenario { return Scenario{FailOnce: 10, PoisonPartition: -1} }
+
+// PoisonInTheMiddle is the scenario of one poison record, in the middle of
+// partition 0.
+func PoisonInTheMiddle(partitions int32, n int) Scenario {
+	return Scenario{PoisonPartition: 0, PoisonOffset: int64(n/int(partitions)) / 2}
+}
+
+// Leaf is one run of a loop over a topic: it counts the records handled
+// per partition, and measures.
+type Leaf struct {
+	B  *testing.B
+	Sc Scenario
+	// Per is the number of records of each partition.
+	Per     []int64
+	handled [][]bool // handled[p][offset]: the record succeeded or was given up
+	batches atomic.Int64
+	commits atomic.Int64
+	sink    atomic.Int64
+
+	mu          sync.Mutex
+	start       time.Time
+	poisonFirst time.Time // the poison record's first failure
+	poisonGone  time.Time // when it was given up
+	othersDone  time.Time // when the last good record of the other partitions was handled
+	othersLeft  int64
+	during      int64 // records of other partitions handled while the poison record retried
+}
+
+func newLeaf(b *testing.B, sc Scenario, partitions int32) *Leaf {
+	l := &Leaf{B: b, Sc: sc, Per: make([]int64, partitions), handled: make([][]bool, partitions)}
+	for i := range int64(b.N) {
+		l.Per[i%int64(partitions)]++
+	}
+	for p := range l.handled {
+		l.handled[p] = make([]bool, l.Per[p])
+		if int32(p) != sc.PoisonPartition {
+			l.othersLeft += l.Per[p]
+		}
+	}
+	return l
+}
+
+// Started notes that a loop handed out its first record.
+func (l *Leaf) Started() {
+	l.mu.Lock()
+	if l.start.IsZero() {
+		l.start = time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// Start returns when the first record was handed out.
+func (l *Leaf) Start() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.start
+}
+
+// FailsFirst reports whether a batch's first delivery fails, counting it
+// as one batch.
+func (l *Leaf) FailsFirst() bool {
+	return l.Sc.FailOnce > 0 && l.batches.Add(1)%int64(l.Sc.FailOnce) == 0
+}
+
+// Poisoned reports whether offsets [first, last] of partition p hold the
+// poison record.
+func (l *Leaf) Poisoned(p int32, first, last int64) bool {
+	return p == l.Sc.PoisonPartition && first <= l.Sc.PoisonOffset && l.Sc.PoisonOffset <= last
+}
+
+// PoisonFailed notes a failure of the poison record, and whether it was
+// given up.
+func (l *Leaf) PoisonFailed(gaveUp bool) {
+	l.mu.Lock()
+	now := time.Now()
+	if l.poisonFirst.IsZero() {
+		l.poisonFirst = now
+	}
+	if gaveUp {
+		l.poisonGone = now
+	}
+	l.mu.Unlock()
+}
+
+// Handled marks offsets [first, last] of partition p handled (or given
+// up); bytes is the sum of their values' lengths, which the loop read.
+func (l *Leaf) Handled(p int32, first, last int64, bytes int) {
+	for off := first; off <= last; off++ {
+		l.handled[p][off] = true
+	}
+	l.sink.Add(int64(bytes))
+	if p == l.Sc.PoisonPartition || l.Sc.PoisonPartition < 0 {
+		return
+	}
+	n := last - first + 1
+	l.mu.Lock()
+	if !l.poisonFirst.IsZero() && l.poisonGone.IsZero() {
+		l.during += n
+	}
+	l.othersLeft -= n
+	if l.othersLeft == 0 {
+		l.othersDone = time.Now()
+	}
+	l.mu.Unlock()
+}
+
+// Committed counts a commit.
+func (l *Leaf) Committed() { l.commits.Add(1) }
+
+// check fails the benchmark unless every record was handled, and reports
+// the leaf's metrics for a run of d.
+func (l *Leaf) check(d time.Duration) {
+	for p, hs := range l.handled {
+		if i := slices.Index(hs, false); i >= 0 {
+			l.B.Fatalf("partition %d: record at offset %d never handled", p, i)
+		}
+	}
+	l.B.ReportMetric(float64(l.B.N)/d.Seconds(), "records/s")
+	l.B.ReportMetric(float64(l.commits.Load()), "commits")
+	if l.Sc.PoisonPartition >= 0 {
+		l.B.ReportMetric(float64(l.othersDone.Sub(l.start).Milliseconds()), "others-done-ms")
+		l.B.ReportMetric(float64(l.during), "others-during-retries")
+	}
+}
+
+// Loop is one way of consuming a benchmark's topic: Run consumes it,
+// records every record handled in l, and returns the time from the first
+// record handed out to the last commit.
+type Loop struct {
+	Name string
+	Run  func(l *Leaf, addrs []string, topic string) time.Duration
+}
+
+// BenchAddrs returns the external broker's addresses, or starts a kfake
+// cluster for the benchmark.
+func BenchAddrs(b *testing.B) []string {
+	addrs := strings.Split(os.Getenv("REDELIVER_KAFKA_BROKERS"), ",")
+	if addrs[0] != "" {
+		return addrs
+	}
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(cluster.Close)
+	return cluster.ListenAddrs()
+}
+
+var benchRun atomic.Int64
+
+// BenchTopic returns a topic name no other benchmark of the process or of
+// an earlier run uses.
+func BenchTopic(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), benchRun.Add(1))
+}
+
+// BenchGroup is the group the loops consume topic in.
+func BenchGroup(topic string) string { return topic + "-group" }
+
+// RunLeaves runs every loop over every partition count with the scenario
+// sc(partitions, b.N), each as a benchmark loop-name/partitions=N;
+// compressed produces the records with franz-go's default compression
+// (snappy) instead of none, and names the leaves partitions=N-snappy.
+func RunLeaves(b *testing.B, loops []Loop, counts []int32, compressed bool, sc func(partitions int32, n int) Scenario) {
+	addrs := BenchAddrs(b)
+	for _, loop := range loops {
+		b.Run(loop.Name, func(b *testing.B) {
+			for _, partitions := range counts {
+				name := fmt.Sprintf("partitions=%d", partitions)
+				if compressed {
+					name += "-snappy"
+				}
+				b.Run(name, func(b *testing.B) {
+					topic := BenchTopic("bench")
+					ProduceBench(b, addrs, topic, partitions, b.N, 100, compressed)
+					l := newLeaf(b, sc(partitions, b.N), partitions)
+					b.ReportAllocs()
+					cpu0 := CPUTime()
+					b.ResetTimer()
+					d := loop.Run(l, addrs, topic)
+					b.StopTimer()
+					l.check(d)
+					b.ReportMetric(float64(CPUTime()-cpu0)/float64(b.N), "cpu-ns/record")
+					CheckCommitted(b, addrs, BenchGroup(topic), topic, l.Per)
+					DeleteTopic(b, addrs, topic)
+				})
+			}
+		})
+	}
+}
+
+// CPUTime returns the CPU time the process has used, user and system, in
+// nanoseconds.
+func CPUTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// ProduceBench creates topic and spreads n records of size bytes over its
+// partitions, record i to partition i % partitions, compressed with
+// franz-go's default (snappy) or not at all.
+func ProduceBench(b *testing.B, addrs []string, topic string, partitions int32, n, size int, compressed bool) {
+	b.Helper()
+	opts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
+		// A new topic's partitions can take a while to get leaders on a
+		// real broker: retry until they have (the context bounds it).
+		kgo.ProducerLinger(0), kgo.MaxBufferedRecords(1 << 20), kgo.UnknownTopicRetries(-1)}
+	if !compressed {
+		opts = append(opts, kgo.ProducerBatchCompression(kgo.NoCompression()))
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if resp, err := kadm.NewClient(cl).CreateTopic(ctx, partitions, 1, nil, topic); err != nil || resp.Err != nil {
+		b.Fatal(err, resp.Err)
+	}
+	value := make([]byte, size)
+	var (
+		wg    sync.WaitGroup
+		first atomic.Value
+	)
+	for i := range n {
+		wg.Add(1)
+		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Value: value}, func(_ *kgo.Record, err error) {
+			if err != nil {
+				first.CompareAndSwap(nil, err)
+			}
+			wg.Done()
+		})
+	}
+	wg.Wait()
+	if err, _ := first.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// DeleteTopic deletes topic, so that the cluster's memory does not grow
+// from run to run.
+func DeleteTopic(b *testing.B, addrs []string, topic string) {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := kadm.NewClient(cl).DeleteTopics(ctx, topic); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// CheckCommitted fails the benchmark unless group's commits reached every
+// partition's end, per[p].
+func CheckCommitted(b *testing.B, addrs []string, group, topic string, per []int64) {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for p, want := range per {
+		o, ok := offs.Lookup(topic, int32(p))
+		if !ok && want == 0 {
+			continue
+		}
+		if !ok || o.At != want {
+			b.Fatalf("partition %d: committed %d, want %d", p, o.At, want)
+		}
+	}
+}
+
+// BenchConfig is the Config of an adapter's consumer in a benchmark: the
+// topic's group, batches of BenchBatch, BenchMaxWait, the adapter's and
+// the client's defaults otherwise.
+func BenchConfig(addrs []string, topic string, proc *stream.Processor) Config {
+	return Config{Addrs: addrs, Group: BenchGroup(topic), Topic: topic, Processor: proc, MaxBatch: BenchBatch,
+		FetchMaxWait: BenchMaxWait, Defaults: true}
+}
+
+// RunBench runs the adapter's consumer of cfg until stop is called, which
+// returns Run's error.
+func RunBench(b *testing.B, a Adapter, cfg Config) (stop func() error) {
+	c, err := a.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() error {
+		cancel()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(time.Minute):
+			b.Fatal("Run did not return")
+			return nil
+		}
+	}
+}
+
+// RedeliverLoop is the loop of the adapter and the Processor: batches of
+// up to BenchBatch records of a partition, a synchronous commit per batch,
+// under the scenario's failures, until every partition's checkpoint is at
+// its end.
+func RedeliverLoop(a Adapter) Loop {
+	return Loop{Name: "redeliver", Run: func(l *Leaf, addrs []string, topic string) time.Duration {
+		b := l.B
+		var (
+			mu    sync.Mutex
+			next  = make(map[int32]int64)
+			total int64
+			done  = make(chan time.Time, 1)
+		)
+		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
+			l.Started()
+			first, last := bt.FirstOffset(), bt.LastOffset()
+			if l.Poisoned(bt.Partition, first, last) {
+				l.PoisonFailed(bt.Attempt.Last)
+				return ErrBench
+			}
+			if bt.Attempt.Retry == 0 && l.FailsFirst() {
+				return ErrBench
+			}
+			n := 0
+			for i := range bt.Records {
+				n += len(bt.Records[i].Value)
+			}
+			l.Handled(bt.Partition, first, last, n)
+			return nil
+		})
+		hooks := stream.Hooks{
+			Checkpointed: func(e stream.CheckpointEvent) {
+				l.Committed()
+				if e.Metadata != "" {
+					return // the retry state of a withheld batch
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				total += e.Next - next[e.Partition]
+				next[e.Partition] = e.Next
+				if total == int64(b.N) {
+					done <- time.Now()
+				}
+			},
+			// The given-up batch: its poison record is gone, and the
+			// records beside it in the batch count as handled too.
+			Exhausted: func(e stream.ExhaustedEvent) { l.Handled(e.Partition, e.FirstOffset, e.LastOffset, 0) },
+		}
+		policy := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(FailDelay)}
+		if l.Sc.PoisonPartition >= 0 {
+			policy = checkpoint.Policy{MaxRetries: PoisonRetries, Backoff: checkpoint.Fixed(PoisonDelay)}
+		}
+		proc, err := stream.NewProcessor(h, stream.WithHooks(hooks), stream.WithPolicy(policy))
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := a.New(BenchConfig(addrs, topic, proc))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		go func() { stopped <- c.Run(ctx) }()
+		defer func() {
+			cancel()
+			<-stopped
+		}()
+		select {
+		case end := <-done:
+			return end.Sub(l.Start())
+		case err := <-stopped:
+			b.Fatalf("consumer stopped: %v", err)
+		case <-time.After(5 * time.Minute):
+			b.Fatal("records not all committed in 5 minutes")
+		}
+		return 0
+	}}
+}
+
+// BenchLateness measures, through the adapter, how late a redelivery
+// starts (from its due time to the handler's call) with 1, 8 or 100
+// partitions in backoff at once; see [Lateness]. b.N is the number of
+// redeliveries.
+func BenchLateness(b *testing.B, a Adapter) {
+	for _, partitions := range []int32{1, 8, 100} {
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			addrs := BenchAddrs(b)
+			topic := BenchTopic("late")
+			ProduceBench(b, addrs, topic, partitions, int(partitions)*10, 100, false)
+			Lateness(b, partitions, func(proc *stream.Processor) func() error {
+				return RunBench(b, a, BenchConfig(addrs, topic, proc))
+			})
+			DeleteTopic(b, addrs, topic)
+		})
+	}
+}
