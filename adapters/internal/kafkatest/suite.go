@@ -226,6 +226,7 @@ func Run(t *testing.T, a Adapter) {
 		{"PublishReportsPartialWrites", publishReportsPartialWrites},
 		{"StartChecks", startChecks},
 		{"ShutdownUnderSlowAnswers", shutdownUnderSlowAnswers},
+		{"ShutdownKeepsCommitInFlight", shutdownKeepsCommitInFlight},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}
@@ -757,6 +758,21 @@ func waitHealthy(t *testing.T, c Consumer, within time.Duration) {
 func shutdownUnderSlowAnswers(t *testing.T, a Adapter) {
 	ShutdownUnderSlowAnswers(t, SlowKeys, func(t *testing.T, ctx context.Context, addrs []string) <-chan error {
 		c, err := a.New(Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		return done
+	})
+}
+
+// A commit in flight when Run's context is cancelled, answered by the
+// broker soon after, is reported to the worker: a clean shutdown keeps the
+// final commit of the records it handled.
+func shutdownKeepsCommitInFlight(t *testing.T, a Adapter) {
+	CommitAnsweredAtShutdown(t, func(t *testing.T, ctx context.Context, addrs []string, hooks stream.Hooks) <-chan error {
+		c, err := a.New(Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed, stream.WithHooks(hooks))})
 		if err != nil {
 			t.Fatal(err)
 		}
