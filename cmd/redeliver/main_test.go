@@ -88,6 +88,15 @@ func TestGolden(t *testing.T) {
 		// A started retry and the handler's RetryResult, in words and as JSON.
 		{"state_started_retry_result", []string{"state", "rd1;r=1;f=1795427995000;d=5000;s=1;rr=3:2000"}, nil, 0},
 		{"state_started_retry_result_json", []string{"state", "-json", "rd1;r=1;f=1795427995000;d=5000;s=1;rr=3:2000"}, nil, 0},
+		// A record given up whose exhaustion action has not succeeded, with
+		// its last error; one given up on its first delivery; a partition
+		// stopped at its record (StopPartition).
+		{"state_given_up", []string{"state", "rd1;o=40;r=2;f=1795427700000;d=5000;w=60000;s=1;x=1;e=timeout%3B upstream%3Dorders"}, nil, 0},
+		{"state_given_up_json", []string{"state", "-json", "rd1;o=40;r=2;f=1795427700000;d=5000;w=60000;s=1;x=1;e=timeout%3B upstream%3Dorders"}, nil, 0},
+		{"state_given_up_first_delivery", []string{"state", "rd1;o=7;r=0;f=1795427995000;s=1;x=4;e=bad payload"}, nil, 0},
+		{"state_given_up_first_delivery_json", []string{"state", "-json", "rd1;o=7;r=0;f=1795427995000;s=1;x=4;e=bad payload"}, nil, 0},
+		{"state_halted", []string{"state", "rd1;o=40;r=3;f=1795427700000;d=5000;s=1;x=1;e=timeout;h=1"}, nil, 0},
+		{"state_halted_json", []string{"state", "-json", "rd1;o=40;r=3;f=1795427700000;d=5000;s=1;x=1;e=timeout;h=1"}, nil, 0},
 		{"state_foreign", []string{"state", "checkpointed by kcat"}, nil, 1},
 		{"state_damaged", []string{"state", "rd1;r=x"}, nil, 1},
 		{"state_empty", []string{"state", ""}, nil, 0},
@@ -162,6 +171,10 @@ func TestDeliveriesOfLargestCount(t *testing.T) {
 		{checkpoint.State{Retries: 1}, 1},
 		{checkpoint.State{Retries: 1, Started: true}, 2},
 		{checkpoint.State{Retries: math.MaxInt, Started: true}, 1 << 63},
+		// Given up: the first delivery and every retry it was given up after.
+		{checkpoint.State{Started: true, GivenUp: checkpoint.NotRetryable}, 1},
+		{checkpoint.State{Retries: 2, Started: true, GivenUp: checkpoint.RetriesSpent, Halted: true}, 3},
+		{checkpoint.State{Retries: math.MaxInt, Started: true, GivenUp: checkpoint.RetriesSpent}, 1 << 63},
 	} {
 		if got := deliveriesOf(tc.s); got != tc.want {
 			t.Errorf("deliveriesOf(%+v) = %d, want %d", tc.s, got, tc.want)

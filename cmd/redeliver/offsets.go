@@ -33,9 +33,15 @@ type offsetRow struct {
 	End       int64  `json:"end"`
 	Lag       int64  `json:"lag"`
 	Metadata  string `json:"metadata,omitempty"`
-	// Withheld reports a checkpoint withheld at a batch being retried.
-	Withheld bool `json:"withheld"`
-	Retries  int  `json:"retries,omitempty"`
+	// Withheld reports a checkpoint withheld at a record being retried,
+	// given up or stopped at (see GivenUp and Halted); StateOffset is that
+	// record's offset, which the state names (absent for a state written
+	// before states named their record).
+	Withheld    bool   `json:"withheld"`
+	StateOffset *int64 `json:"stateOffset,omitempty"`
+	// Retries is the number of the retry due or started, or, for a record
+	// given up, the retries it was given up after.
+	Retries int `json:"retries,omitempty"`
 	// MaxRetries is the retry limit in force: the handler's RetryResult
 	// when the state holds one, else the policy's (with -config).
 	MaxRetries *int `json:"maxRetries,omitempty"`
@@ -46,7 +52,19 @@ type offsetRow struct {
 	NextAt       time.Time    `json:"nextAt,omitzero"`
 	FirstFailure time.Time    `json:"firstFailure,omitzero"`
 	Overdue      bool         `json:"overdue,omitempty"`
-	State        string       `json:"state"`
+	// OutageTime is the time the record waited out outages of the
+	// downstream since its first failure, which maxRetryTime does not
+	// count.
+	OutageTime string `json:"outageTime,omitempty"`
+	// GivenUp is why the record was given up ("retries spent", ...): its
+	// exhaustion action has not succeeded yet, or, with Halted, it stopped
+	// the partition at the record (StopPartition) until an operator
+	// resumes or skips it. LastError is the record's last error as the
+	// state keeps it (its first 128 bytes).
+	GivenUp   string `json:"givenUp,omitempty"`
+	Halted    bool   `json:"halted,omitempty"`
+	LastError string `json:"lastError,omitempty"`
+	State     string `json:"state"`
 }
 
 func runOffsets(args []string, e env) int {
@@ -119,13 +137,25 @@ func runOffsets(args []string, e env) int {
 		fmt.Fprintf(e.stdout, "group %s has no committed offsets%s\n", *group, map[bool]string{true: " for topic " + *topic}[*topic != ""])
 		return exitOK
 	}
-	withheld := 0
+	withheld, givenUp, stopped := 0, 0, 0
 	for _, r := range rows {
-		if r.Withheld {
+		switch {
+		case r.Halted:
+			stopped++
+		case r.GivenUp != "":
+			givenUp++
+		case r.Withheld:
 			withheld++
 		}
 	}
-	fmt.Fprintf(e.stdout, "group %s: %d %s, %d withheld by a retry\n", *group, len(rows), plural(len(rows), "partition"), withheld)
+	fmt.Fprintf(e.stdout, "group %s: %d %s, %d withheld by a retry", *group, len(rows), plural(len(rows), "partition"), withheld)
+	if givenUp > 0 {
+		fmt.Fprintf(e.stdout, ", %d at a record given up", givenUp)
+	}
+	if stopped > 0 {
+		fmt.Fprintf(e.stdout, ", %d stopped", stopped)
+	}
+	fmt.Fprintln(e.stdout)
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TOPIC\tPARTITION\tCOMMITTED\tEND\tLAG\tSTATE")
 	for _, r := range rows {
@@ -275,7 +305,7 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 	case err != nil:
 		r.State = fmt.Sprintf("damaged retry state, ignored: %v", err)
 		return
-	case s.Retries == 0:
+	case s.Retries == 0 && s.GivenUp == 0:
 		r.State = "no retry state"
 		return
 	case s.Offset >= 0 && s.Offset != r.Committed:
@@ -283,17 +313,29 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		r.State = fmt.Sprintf("retry state of the record at offset %d, not of the one at the checkpoint: ignored, the record at %d starts its count over", s.Offset, r.Committed)
 		return
 	}
-	r.Withheld, r.Retries, r.MaxRetries, r.Started = true, s.Retries, maxRetries, s.Started
+	r.Withheld, r.Retries = true, s.Retries
+	if s.Offset >= 0 {
+		r.StateOffset = &s.Offset
+	}
+	if s.OutageTime > 0 {
+		r.OutageTime = s.OutageTime.String()
+	}
+	r.FirstFailure = s.FirstFailure.UTC()
+	if s.FirstFailure.IsZero() {
+		r.FirstFailure = time.Time{}
+	}
+	if s.GivenUp != 0 {
+		givenUpRow(r, s, now)
+		return
+	}
+	r.MaxRetries, r.Started = maxRetries, s.Started
 	if s.Request != (checkpoint.Request{}) {
 		r.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
 		r.MaxRetries = &s.Request.MaxRetries // it replaces the policy's limit for this batch
 	}
-	r.NextAt, r.FirstFailure = s.NextAt.UTC(), s.FirstFailure.UTC()
+	r.NextAt = s.NextAt.UTC()
 	if s.NextAt.IsZero() {
 		r.NextAt = time.Time{}
-	}
-	if s.FirstFailure.IsZero() {
-		r.FirstFailure = time.Time{}
 	}
 	of := ""
 	if r.MaxRetries != nil {
@@ -315,13 +357,43 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		fmt.Fprintf(&b, ", due %s (%s)", stamp(s.NextAt), relative(now, s.NextAt))
 		if now.Sub(s.NextAt) > overdue {
 			r.Overdue = true
-			b.WriteString(", overdue: its partition is stopped (onExhausted stop) or has no running consumer")
+			// A stopped partition commits its stop (see givenUpRow): a
+			// retry this late has no consumer, or an outage holds it.
+			b.WriteString(", overdue: no running consumer holds the partition, or an outage of the downstream (the outage budget) holds the retry")
 		}
 	default:
 		b.WriteString(", due now")
 	}
-	if !s.FirstFailure.IsZero() {
-		fmt.Fprintf(&b, "; failing since %s (%s)", stamp(s.FirstFailure), relative(now, s.FirstFailure))
+	failingSince(&b, r, s, now)
+	r.State = b.String()
+}
+
+// givenUpRow describes the row of a record given up: its exhaustion action
+// not done yet, or, halted, its partition stopped at it.
+func givenUpRow(r *offsetRow, s checkpoint.State, now time.Time) {
+	r.GivenUp, r.Halted, r.LastError = s.GivenUp.String(), s.Halted, s.LastError
+	deliveries := fmt.Sprintf("%d %s", deliveriesOf(s), map[bool]string{true: "delivery", false: "deliveries"}[deliveriesOf(s) == 1])
+	var b strings.Builder
+	if s.Halted {
+		fmt.Fprintf(&b, "stopped at %d: given up after %s (%s), its partition stopped (StopPartition) until an operator's Resume or Skip; a next owner delivers the record again with a fresh count",
+			r.Committed, deliveries, s.GivenUp)
+	} else {
+		fmt.Fprintf(&b, "given up at %d after %s (%s), its exhaustion action not done yet: it is tried again, and a next owner gives the record up again at once, without delivering it",
+			r.Committed, deliveries, s.GivenUp)
+	}
+	failingSince(&b, r, s, now)
+	if s.LastError != "" {
+		fmt.Fprintf(&b, "; last error: %s", s.LastError)
 	}
 	r.State = b.String()
+}
+
+// failingSince adds the first failure and the time waited out in outages.
+func failingSince(b *strings.Builder, r *offsetRow, s checkpoint.State, now time.Time) {
+	if !s.FirstFailure.IsZero() {
+		fmt.Fprintf(b, "; failing since %s (%s)", stamp(s.FirstFailure), relative(now, s.FirstFailure))
+	}
+	if r.OutageTime != "" {
+		fmt.Fprintf(b, ", %s of it waiting out outages of the downstream", r.OutageTime)
+	}
 }

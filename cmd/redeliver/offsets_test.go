@@ -54,6 +54,35 @@ func seedGroup(t *testing.T, brokers []string, group, topic string) {
 	}
 }
 
+// seedStopped commits, for group, the states of records the engine gave up
+// on the topic seedGroup filled: partition 0 at 4, a record given up after
+// 3 deliveries whose exhaustion action has not succeeded, partition 1 at
+// 5, a partition stopped at its record (StopPartition), and partition 2
+// at 6, a retry 5 minutes overdue that waited out a minute of outages.
+func seedStopped(t *testing.T, brokers []string, group, topic string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	givenUp := checkpoint.EncodeState(checkpoint.State{Offset: 4, Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute), LastDelay: 2 * time.Second,
+		Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "timeout; upstream=orders"})
+	halted := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 0, FirstFailure: fixedNow.Add(-time.Hour),
+		Started: true, GivenUp: checkpoint.NotRetryable, LastError: "bad payload", Halted: true})
+	overdue := checkpoint.EncodeState(checkpoint.State{Offset: 6, Retries: 1, FirstFailure: fixedNow.Add(-10 * time.Minute), LastDelay: time.Second,
+		NextAt: fixedNow.Add(-5 * time.Minute), OutageTime: time.Minute})
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 4, LeaderEpoch: -1, Metadata: givenUp})
+	offs.Add(kadm.Offset{Topic: topic, Partition: 1, At: 5, LeaderEpoch: -1, Metadata: halted})
+	offs.Add(kadm.Offset{Topic: topic, Partition: 2, At: 6, LeaderEpoch: -1, Metadata: overdue})
+	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, offs); err != nil || resp.Error() != nil {
+		t.Fatal(err, resp.Error())
+	}
+}
+
 func kfakeBrokers(t *testing.T, topic string) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
@@ -69,12 +98,17 @@ func kfakeBrokers(t *testing.T, topic string) []string {
 func TestOffsetsGolden(t *testing.T) {
 	brokers := kfakeBrokers(t, "orders")
 	seedGroup(t, brokers, "orders-app", "orders")
+	seedStopped(t, brokers, "stopped-app", "orders")
 	for _, tc := range []struct {
 		name string
 		args []string
 	}{
 		{"offsets", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "orders-app", "-config", "testdata/app.json", "-function", "orders"}},
 		{"offsets_no_config", []string{"offsets", "-group", "orders-app", "-brokers", strings.Join(brokers, ",")}},
+		// Given up, stopped, and overdue after outages: what the engine
+		// committed, in words and as JSON.
+		{"offsets_given_up_stopped", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "stopped-app", "-config", "testdata/app.json", "-function", "orders"}},
+		{"offsets_given_up_stopped_json", []string{"offsets", "-json", "-brokers", strings.Join(brokers, ","), "-group", "stopped-app", "-config", "testdata/app.json", "-function", "orders"}},
 		{"offsets_unknown_group", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "nobody"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -31,6 +31,16 @@ type stateJSON struct {
 	// OutageTime is the time waited out in outages since the first
 	// failure, which maxRetryTime does not count.
 	OutageTime string `json:"outageTime,omitempty"`
+	// GivenUp is why the record was given up ("retries spent", ...) when
+	// its exhaustion action has not succeeded yet: a next owner gives it
+	// up again at once, without a delivery. LastError is its last
+	// error, as the state keeps it (its first 128 bytes).
+	GivenUp   string `json:"givenUp,omitempty"`
+	LastError string `json:"lastError,omitempty"`
+	// Halted reports a partition stopped at the record (StopPartition)
+	// until an operator resumes or skips it; a next owner delivers the
+	// record again with a fresh count.
+	Halted bool `json:"halted,omitempty"`
 }
 
 func runState(args []string, e env) int {
@@ -62,11 +72,14 @@ func runState(args []string, e env) int {
 	if s.Request != (checkpoint.Request{}) {
 		out.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
 	}
-	if s.Offset >= 0 && s.Retries > 0 {
+	if s.Offset >= 0 && (s.Retries > 0 || s.GivenUp != 0) {
 		out.Offset = &s.Offset
 	}
 	if s.OutageTime > 0 {
 		out.OutageTime = s.OutageTime.String()
+	}
+	if s.GivenUp != 0 {
+		out.GivenUp, out.LastError, out.Halted = s.GivenUp.String(), s.LastError, s.Halted
 	}
 	if err != nil {
 		out.Error = err.Error()
@@ -88,7 +101,7 @@ func runState(args []string, e env) int {
 	case md == "":
 		fmt.Fprintln(e.stdout, "empty metadata: no retry state; the batch at the checkpoint is delivered as a first delivery")
 		return exitOK
-	case s.Retries == 0:
+	case s.Retries == 0 && s.GivenUp == 0:
 		fmt.Fprintln(e.stdout, "no retry in the state: the batch at the checkpoint is delivered as a first delivery")
 		return exitOK
 	}
@@ -104,16 +117,33 @@ func runState(args []string, e env) int {
 	if made := s.Retries - 1; made > 0 {
 		sofar += " and " + retries(made)
 	}
-	if s.Started {
+	switch {
+	case s.GivenUp != 0:
+		made := "the first, which failed"
+		if s.Retries > 0 {
+			made = "the first and " + retries(s.Retries) + ", all failed"
+		}
+		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s\n", out.Deliveries, made)
+		if s.Halted {
+			fmt.Fprintf(e.stdout, "  stopped:         given up (%s), and its exhaustion action stopped the partition at this record (StopPartition):\n", s.GivenUp)
+			fmt.Fprintln(e.stdout, "                   its consumer waits for an operator's Resume or Skip; a next owner delivers the record again with a fresh count")
+		} else {
+			fmt.Fprintf(e.stdout, "  given up:        %s; its exhaustion action (a dead letter, a park) has not succeeded yet:\n", s.GivenUp)
+			fmt.Fprintln(e.stdout, "                   it is tried again, and a next owner gives the record up again at once, without delivering it")
+		}
+		if s.LastError != "" {
+			fmt.Fprintf(e.stdout, "  last error:      %s\n", s.LastError)
+		}
+	case s.Started:
 		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s, then retry %d, which started: its outcome is not recorded, and a next owner counts it as made\n",
 			out.Deliveries, sofar, s.Retries)
-	} else {
+	default:
 		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s (retry %d is due)\n", out.Deliveries, sofar, s.Retries)
 	}
 	if !s.FirstFailure.IsZero() {
 		fmt.Fprintf(e.stdout, "  first failure:   %s (%s)\n", stamp(s.FirstFailure), relative(now, s.FirstFailure))
 	}
-	if s.LastDelay > 0 {
+	if s.LastDelay > 0 && s.Retries > 0 {
 		fmt.Fprintf(e.stdout, "  last backoff:    %v, before retry %d\n", s.LastDelay, s.Retries)
 	}
 	if !s.NextAt.IsZero() {
@@ -129,9 +159,12 @@ func runState(args []string, e env) int {
 }
 
 // deliveriesOf counts the deliveries of the batch a state describes: the
-// first, the retries made, and a started retry.
+// first, the retries made, and a started retry; a record given up had the
+// first and every retry it was given up after.
 func deliveriesOf(s checkpoint.State) uint64 {
 	switch {
+	case s.GivenUp != 0:
+		return uint64(max(s.Retries, 0)) + 1 // no overflow at the largest count
 	case s.Retries <= 0:
 		return 0
 	case s.Started:
