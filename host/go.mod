@@ -1,9 +1,9 @@
 module github.com/redeliver-go/redeliver/host
 
-go 1.26.0
+go 1.25.0
 
 require github.com/redeliver-go/redeliver v0.0.0
 
-require github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
+require github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 
 replace github.com/redeliver-go/redeliver => ../

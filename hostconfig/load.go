@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/tailscale/hujson"
 )
@@ -301,11 +302,17 @@ func (d *decoder) parse(src []byte) *node {
 	if bytes.HasPrefix(src, []byte("\uFEFF")) { // a byte order mark, as Windows editors write
 		src = append([]byte("   "), src[3:]...)
 	}
-	if off := tooDeep(src); off >= 0 {
-		d.addAt(off, "", "nesting deeper than %d levels", maxDepth)
+	deep, sep := scan(src)
+	if deep >= 0 {
+		d.addAt(deep, "", "nesting deeper than %d levels", maxDepth)
 		return nil
 	}
 	v, err := hujson.Parse(src)
+	if sep.off >= 0 && d.separatorFirst(sep, err) {
+		r, _ := utf8.DecodeRune(src[sep.off:])
+		d.addAt(sep.off, "", `syntax error: invalid character '\u%04x' in line comment`, r)
+		return nil
+	}
 	if err != nil {
 		d.syntax(err)
 		return nil
@@ -323,10 +330,23 @@ func (d *decoder) parse(src []byte) *node {
 // stack, which no program can recover from.
 const maxDepth = 1000
 
-// tooDeep returns the offset of the first object or array nested deeper
-// than maxDepth, or -1. It skips strings and comments, and leaves every
-// other syntax error to the parser.
-func tooDeep(src []byte) int {
+// lineSeparator locates a U+2028 or U+2029 inside a // comment, which the
+// loader refuses: JavaScript ends a line comment there, so an editor shows
+// the rest of the line as a setting, while the parser reads it as part of
+// the comment, up to the newline.
+type lineSeparator struct {
+	off   int  // of the separator, -1 for none
+	start int  // of the comment's "//"
+	open  bool // the comment runs to the end of the document with no newline
+}
+
+// scan reads src once as the parser does, skipping strings and comments,
+// and finds what the parser leaves to us: the offset of the first object or
+// array nested deeper than maxDepth (deep, -1 if none; the scan stops there)
+// and the first line separator inside a // comment. It leaves every other
+// syntax error to the parser.
+func scan(src []byte) (deep int, sep lineSeparator) {
+	sep.off = -1
 	depth := 0
 	for i := 0; i < len(src); i++ {
 		switch src[i] {
@@ -339,11 +359,17 @@ func tooDeep(src []byte) int {
 		case '/':
 			switch {
 			case i+1 < len(src) && src[i+1] == '/':
-				if j := bytes.IndexByte(src[i:], '\n'); j >= 0 {
-					i += j
-				} else {
-					i = len(src)
+				end := bytes.IndexByte(src[i:], '\n')
+				open := end < 0
+				if open {
+					end = len(src) - i
 				}
+				if sep.off < 0 {
+					if k := bytes.IndexFunc(src[i:i+end], isLineSeparator); k >= 0 {
+						sep = lineSeparator{off: i + k, start: i, open: open}
+					}
+				}
+				i += end
 			case i+1 < len(src) && src[i+1] == '*':
 				if j := bytes.Index(src[i+2:], []byte("*/")); j >= 0 {
 					i += j + 3
@@ -353,27 +379,57 @@ func tooDeep(src []byte) int {
 			}
 		case '{', '[':
 			if depth++; depth > maxDepth {
-				return i
+				return i, sep
 			}
 		case '}', ']':
 			depth--
 		}
 	}
-	return -1
+	return -1, sep
+}
+
+func isLineSeparator(r rune) bool { return r == '\u2028' || r == '\u2029' }
+
+// separatorFirst tells whether the line separator sep is the first syntax
+// error of the document, given the parser's error err (nil if it read the
+// document). Versions of hujson differ here: the newer ones stop at the
+// separator with the error we report, the older ones read the comment to
+// the newline (or, for a comment left open at the end, report that
+// comment as unterminated, at its start). Deciding it here gives every
+// program the same answer whichever version its build selects.
+func (d *decoder) separatorFirst(sep lineSeparator, err error) bool {
+	if err == nil {
+		return true
+	}
+	line, col, ok := syntaxPos(err)
+	if !ok {
+		return false
+	}
+	sepLine, sepCol := d.lineCol(sep.off)
+	if line > sepLine || line == sepLine && col >= sepCol {
+		return true
+	}
+	startLine, startCol := d.lineCol(sep.start)
+	return sep.open && line == startLine && col == startCol
 }
 
 // syntax reports a hujson syntax error, which reads
 // "hujson: line 3, column 5: invalid character ...".
 func (d *decoder) syntax(err error) {
 	p := &Problem{File: d.file, Msg: "syntax error: " + strings.TrimPrefix(err.Error(), "hujson: ")}
-	if n, _ := fmt.Sscanf(err.Error(), "hujson: line %d, column %d:", &p.Line, &p.Col); n == 2 {
+	if line, col, ok := syntaxPos(err); ok {
+		p.Line, p.Col = line, col
 		_, rest, _ := strings.Cut(err.Error(), "column ")
 		_, rest, _ = strings.Cut(rest, ": ")
 		p.Msg = "syntax error: " + rest
-	} else {
-		p.Line, p.Col = 0, 0
 	}
 	d.problems = append(d.problems, p)
+}
+
+// syntaxPos reads the line and column (in bytes) of a hujson syntax error.
+func syntaxPos(err error) (line, col int, ok bool) {
+	n, _ := fmt.Sscanf(err.Error(), "hujson: line %d, column %d:", &line, &col)
+	return line, col, n == 2
 }
 
 // convert turns a parsed value into a node at path.

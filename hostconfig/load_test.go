@@ -215,8 +215,7 @@ func TestInvalid(t *testing.T) {
 		{"syntax", "{\n  \"retry\": {,}\n}", []string{`host.json:2:13: syntax error: invalid character ','`}},
 		{"unterminated comment", "{ /* ", []string{`host.json:1:3: syntax error: parsing comment: unexpected EOF`}},
 		// An editor shows U+2028 as a line break: inside a // comment it
-		// would hide the setting after it. Every module reads host.json
-		// with the same parser version, which rejects it.
+		// would hide the setting after it. TestLineSeparators has more.
 		{"line separator in a line comment", "{\"version\": \"2.0\", // note\u2028\"checkpointRetryPolicy\": {\"retryCount\": 99}\n}", []string{
 			`host.json:1:27: syntax error: invalid character '\u2028' in line comment`}},
 		{"not an object", `[1]`, []string{`host.json:1:1: the document is an array: want a JSON object`}},
@@ -350,6 +349,67 @@ func TestInvalid(t *testing.T) {
 				t.Fatalf("Parse = %+v, want an error", cfg)
 			}
 			checkProblems(t, err, tc.want)
+		})
+	}
+}
+
+// TestLineSeparators checks where a U+2028 or U+2029 is refused: inside
+// a // comment, where JavaScript and editors end the comment and show the
+// rest of the line as a setting that the parser does not read. The wanted
+// errors are what the newer hujson versions report, which stop at the
+// separator; the older ones read on, and the loader must give the same
+// answer with either (scripts/test.sh runs this test with both).
+func TestLineSeparators(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		doc  string
+		want string // the only problem; "" for a document that loads
+	}{
+		{"U+2028 in a line comment", "{\"version\": \"2.0\", // note\u2028\"checkpointRetryPolicy\": {\"retryCount\": 99}\n}",
+			`host.json:1:27: syntax error: invalid character '\u2028' in line comment`},
+		{"U+2029 in a line comment", "{\"version\": \"2.0\" // note\u2029\"x\": 1\n}",
+			`host.json:1:26: syntax error: invalid character '\u2029' in line comment`},
+		{"the first of two", "{\"version\": \"2.0\", // x\u2029 y \u2028\n}",
+			`host.json:1:24: syntax error: invalid character '\u2029' in line comment`},
+		{"column in bytes", "{\"version\": \"2.0\"}\n\n   // é\u2028\n",
+			`host.json:3:9: syntax error: invalid character '\u2028' in line comment`},
+		{"comment after a number", "{\"version\": \"2.0\", \"a\": 1// x\u2028\n}",
+			`host.json:1:30: syntax error: invalid character '\u2028' in line comment`},
+		{"last comment with no newline", "{\"version\": \"2.0\"}\n// hidden\u2028",
+			`host.json:2:10: syntax error: invalid character '\u2028' in line comment`},
+		{"last comment with no newline and a bad byte", "{\"version\": \"2.0\"} // x\xff\u2028",
+			`host.json:1:25: syntax error: invalid character '\u2028' in line comment`},
+		{"a comment with a bad byte", "{\"version\": \"2.0\", // x\xff\u2028\n}",
+			`host.json:1:20: syntax error: invalid UTF-8 in comment`},
+		{"an earlier syntax error", "{\"version\": \"2.0\",, // x\u2028\n}",
+			`host.json:1:19: syntax error: invalid character ',' at start of value`},
+		{"a later syntax error", "{\"version\": \"2.0\", // x\u2028\n ,}",
+			`host.json:1:24: syntax error: invalid character '\u2028' in line comment`},
+		{"a last comment with no newline", "{\"version\": \"2.0\"} // x",
+			`host.json:1:20: syntax error: parsing comment: unexpected EOF`},
+		{"as white space", "{\"version\": \"2.0\"}\u2028",
+			`host.json:1:19: syntax error: invalid character '\u2028' after top-level value`},
+		{"in a key", "{\"version\": \"2.0\", \"a\u2028b\": 1}", ""},
+		{"in a string that looks like a comment", "{\"version\": \"2.0\", \"a\": \"// x\u2028\"}", ""},
+		{"in a block comment", "{\"version\": \"2.0\" /* a\u2028b */}", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := noEnv.Parse("host.json", []byte(tc.doc))
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Parse: %v, want no error", err)
+			case tc.want == "":
+				if cfg.Version != "2.0" {
+					t.Fatalf("Version = %q, want 2.0", cfg.Version)
+				}
+			case err == nil:
+				t.Fatalf("Parse = %+v, want an error", cfg)
+			default:
+				var e *hostconfig.Error
+				if !errors.As(err, &e) || len(e.Problems) != 1 || e.Problems[0].Error() != "hostconfig: "+tc.want {
+					t.Fatalf("Parse: %v, want hostconfig: %s", err, tc.want)
+				}
+			}
 		})
 	}
 }

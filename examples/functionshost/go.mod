@@ -18,7 +18,7 @@ require (
 	github.com/redeliver-go/redeliver/adapters/franz v0.0.0 // indirect
 	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0 // indirect
 	github.com/segmentio/kafka-go v0.4.51 // indirect
-	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
+	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 )
 

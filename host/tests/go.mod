@@ -19,7 +19,7 @@ require (
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/redeliver-go/redeliver/adapters/franz v0.0.0 // indirect
 	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0 // indirect
-	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
+	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 )
 
 replace (

@@ -1,6 +1,6 @@
 module github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost
 
-go 1.26.0
+go 1.25.0
 
 require (
 	github.com/redeliver-go/redeliver v0.0.0
@@ -12,7 +12,7 @@ require (
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
-	github.com/tailscale/hujson v0.0.0-20260727124030-b80ff77dac4f // indirect
+	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 )
 
 replace (
