@@ -1,5 +1,5 @@
 module github.com/redeliver-go/redeliver
 
-go 1.25.0
+go 1.25.2
 
 require github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a

@@ -1,6 +1,6 @@
 module github.com/redeliver-go/redeliver/adapters/kafkago
 
-go 1.25.0
+go 1.25.2
 
 require (
 	github.com/redeliver-go/redeliver v0.0.0
