@@ -61,6 +61,9 @@ func TestGolden(t *testing.T) {
 		code    int
 	}{
 		{"check_syntax", []string{"check", "testdata/syntax.json"}, nil, 1},
+		// A line separator in a // comment, where an editor shows a second
+		// retryCount: refused, as the library refuses it.
+		{"check_line_separator", []string{"check", "testdata/separator.json"}, nil, 1},
 		{"check_problems", []string{"check", "testdata/problems.json"}, nil, 1},
 		{"check_problems_json", []string{"check", "-json", "testdata/problems.json"}, nil, 1},
 		{"check_warnings", []string{"check", "testdata/warnings.json"}, nil, 0},
