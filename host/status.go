@@ -199,8 +199,10 @@ type PartitionStatus struct {
 	// when nothing was committed.
 	Checkpoint int64 `json:"checkpoint"`
 	// Metadata is the committed metadata: the retry state of a withheld
-	// batch.
-	Metadata string `json:"metadata,omitempty"`
+	// batch. CommittedState is that state as the engine's decoder reads
+	// it; nil when nothing is committed or the metadata is empty.
+	Metadata       string          `json:"metadata,omitempty"`
+	CommittedState *CommittedState `json:"committedState,omitempty"`
 	// Deliveries counts handler calls on this partition since it was
 	// claimed; Failures those that failed.
 	Deliveries int64 `json:"deliveries"`
@@ -224,6 +226,79 @@ type PartitionStatus struct {
 	Note string `json:"note,omitempty"`
 	// Since is when the partition entered its state.
 	Since time.Time `json:"since"`
+}
+
+// CommittedState is the retry state committed with a partition's
+// checkpoint, as the engine reads it (see [checkpoint.DecodeState]): what a
+// next owner of the partition, after a rebalance or a restart, continues.
+type CommittedState struct {
+	// Offset is the offset of the record the state belongs to; -1 when the
+	// state names none (written before states did). Applies reports
+	// whether that is the record at the checkpoint: the engine applies a
+	// state to that record only and ignores it otherwise.
+	Offset  int64 `json:"offset"`
+	Applies bool  `json:"applies"`
+	// Retries is the number of the retry due or started (Started: its
+	// outcome is not committed, and a next owner counts it as made), or,
+	// for a record given up, the retries it was given up after.
+	Retries      int       `json:"retries"`
+	Started      bool      `json:"started,omitempty"`
+	NextAt       time.Time `json:"nextAt,omitzero"`
+	FirstFailure time.Time `json:"firstFailure,omitzero"`
+	// OutageTime is the time the record waited out outages of the
+	// downstream since its first failure, which maxRetryTime does not
+	// count ("1m0s").
+	OutageTime string `json:"outageTime,omitempty"`
+	// GivenUp is why the record was given up ("retries spent", ...) while
+	// its exhaustion action has not succeeded: a next owner gives it up
+	// again at once. With Halted, the action stopped the partition at the
+	// record until an operator resumes or skips it; a next owner delivers
+	// it again with a fresh count. LastError is the record's last error as
+	// the state keeps it (its first 128 bytes).
+	GivenUp   string `json:"givenUp,omitempty"`
+	Halted    bool   `json:"halted,omitempty"`
+	LastError string `json:"lastError,omitempty"`
+	// Summary says all of it in words; Error why the metadata is not a
+	// state the engine reads (another tool's, or damaged), which it
+	// ignores.
+	Summary string `json:"summary"`
+	Error   string `json:"error,omitempty"`
+}
+
+// committedState decodes the metadata committed at checkpoint, with
+// maxRetries the policy's limit; nil when there is none.
+func committedState(at int64, md string, maxRetries int) *CommittedState {
+	if at < 0 || md == "" {
+		return nil
+	}
+	st, err := checkpoint.DecodeState(md)
+	if err != nil {
+		return &CommittedState{Offset: -1, Summary: checkpoint.Describe(md, maxRetries) + ": ignored", Error: err.Error()}
+	}
+	if st.Retries == 0 && st.GivenUp == 0 {
+		return &CommittedState{Offset: -1, Summary: "no retry"}
+	}
+	c := &CommittedState{Offset: st.Offset, Applies: st.Offset < 0 || st.Offset == at, Retries: st.Retries,
+		Started: st.Started && st.GivenUp == 0, NextAt: st.NextAt, FirstFailure: st.FirstFailure, Halted: st.Halted, LastError: st.LastError}
+	if st.OutageTime > 0 {
+		c.OutageTime = st.OutageTime.String()
+	}
+	if st.GivenUp != 0 {
+		c.GivenUp = st.GivenUp.String()
+	}
+	switch {
+	case !c.Applies:
+		c.Summary = fmt.Sprintf("retry state of the record at offset %d, not of the one at the checkpoint (%d): ignored, the record at %d starts its count over", st.Offset, at, at)
+		return c
+	case st.Offset >= 0:
+		c.Summary = fmt.Sprintf("record at offset %d: %s", st.Offset, checkpoint.Describe(md, maxRetries))
+	default:
+		c.Summary = checkpoint.Describe(md, maxRetries)
+	}
+	if c.OutageTime != "" {
+		c.Summary += "; " + c.OutageTime + " waited out in outages of the downstream"
+	}
+	return c
 }
 
 // MarshalJSON writes p with firstOffset and lastOffset, unless the
@@ -309,14 +384,7 @@ func (s *fnStatus) hooks() stream.Hooks {
 			s.mu.Unlock()
 			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
 				p.Checkpoint, p.Metadata = e.Committed, e.Metadata
-				st, err := checkpoint.DecodeState(e.Metadata)
-				if err != nil || e.Committed < 0 || st.Retries == 0 {
-					return
-				}
-				s.set(p, StateBackoff)
-				p.FirstOffset, p.Retry, p.MaxRetries = e.Committed, st.Retries, s.maxRetries()
-				p.NextAt, p.FirstFailure = st.NextAt, st.FirstFailure
-				p.Note = "continuing a previous owner's retries"
+				s.claimed(p, e)
 			})
 		},
 		Released: func(e stream.ReleaseEvent) {
@@ -421,6 +489,55 @@ func (s *fnStatus) hooks() stream.Hooks {
 	}
 }
 
+// claimed shows what the engine does with the retry state a previous owner
+// committed for the partition it claims (see stream.Processor.Process).
+func (s *fnStatus) claimed(p *PartitionStatus, e stream.ClaimEvent) {
+	st, err := checkpoint.DecodeState(e.Metadata)
+	switch {
+	case err != nil || e.Committed < 0 || st.Retries == 0 && st.GivenUp == 0:
+		return // no state: a first delivery
+	case st.Offset >= 0 && st.Offset != e.Committed:
+		p.Note = fmt.Sprintf("the committed retry state belongs to the record at offset %d, not to the one at the checkpoint: ignored, the record at %d starts its count over",
+			st.Offset, e.Committed)
+		return
+	case st.Halted:
+		// Delivered again with a fresh count, as a Resume would.
+		p.LastError = st.LastError
+		p.Note = fmt.Sprintf("its previous owner stopped it at offset %d, given up after %d %s (%s): delivered again with a fresh count",
+			e.Committed, st.Retries+1, plural(st.Retries+1, "delivery", "deliveries"), st.GivenUp)
+		return
+	}
+	p.FirstOffset, p.LastOffset, p.Retry, p.FirstFailure = e.Committed, e.Committed, st.Retries, st.FirstFailure
+	p.MaxRetries = s.maxRetries()
+	if st.Request != (checkpoint.Request{}) {
+		p.MaxRetries = st.Request.MaxRetries // the handler's RetryResult replaces the policy
+	}
+	if st.GivenUp != 0 {
+		// Given up again at once: its exhaustion action runs.
+		s.set(p, StateExhausted)
+		p.LastError = fmt.Sprintf("given up (%v): %s", st.GivenUp, st.LastError)
+		p.Note = "given up by its previous owner, whose exhaustion action had not succeeded: the action runs again"
+		return
+	}
+	s.set(p, StateBackoff)
+	p.NextAt = st.NextAt
+	p.Note = "continuing a previous owner's retries"
+	switch {
+	case st.Started:
+		// Counted as made: the engine schedules the next retry (the
+		// RetryScheduled hook), or gives the record up.
+		p.NextAt = time.Time{}
+		p.Note += fmt.Sprintf(": retry %d had started, and counts as made", st.Retries)
+	case s.proc != nil:
+		// The engine's own decision: it brings a due time beyond the
+		// policy's delay for the retry back to it.
+		m := checkpoint.NewMachine(s.proc.Policy())
+		if d := m.Resume(st, s.now(), nil); d.Action == checkpoint.RetryLater || d.Action == checkpoint.RetryNow {
+			p.NextAt = d.At
+		}
+	}
+}
+
 // released records an operator's Resume or Skip of a stopped partition.
 func (s *fnStatus) released(topic string, partition int32, how string) {
 	s.update(topic, partition, false, func(p *PartitionStatus) {
@@ -456,8 +573,10 @@ func (s *fnStatus) snapshot() FunctionStatus {
 		o := *s.outage
 		fs.Outage = &o
 	}
+	maxRetries := s.maxRetries()
 	for k, p := range s.parts {
 		ps := *p
+		ps.CommittedState = committedState(ps.Checkpoint, ps.Metadata, maxRetries)
 		switch {
 		case ps.State == StateStopped && !stopped[k] && s.proc != nil:
 			// The processor says which partitions are stopped; a stopped

@@ -258,6 +258,12 @@ func TestStatusPageInChromium(t *testing.T) {
 	if !strings.Contains(stopped, "stopped after 2 retries") || !strings.Contains(stopped, "currency XTS") {
 		t.Errorf("payments/0 row = %q, want stopped after 2 retries with its error", stopped)
 	}
+	// The stop is committed with the checkpoint, for a next owner: the
+	// row says what, as the engine decodes it.
+	if committed := waitPage("payments/0's committed stop", `document.querySelector("#p-payments-payments-0 .committed")?.innerText || ""`); !strings.Contains(committed, "committed state: record at offset 7: stopped by StopPartition after 3 deliveries (retries spent)") ||
+		!strings.Contains(committed, "currency XTS") {
+		t.Errorf("payments/0's committed state = %q, want the stop at offset 7 after 3 deliveries with its error", committed)
+	}
 	// audit's downstream is down: both partitions wait out the outage,
 	// which the function's header shows; /status.json says the same.
 	outage := waitPage("audit's partitions in the outage state", `(() => {
