@@ -25,8 +25,22 @@ const (
 )
 
 // Explain describes the configuration in words: the host-wide policy, each
-// function's, and the warnings. See [RetryPolicy.Explain].
-func (c *Config) Explain() string {
+// function's, the redrive, outageBudget and statusPage sections, and the
+// warnings (see [RetryPolicy.Explain]). With [Function], it describes the
+// policy in force for that function instead, in the terms of the
+// function's trigger: through a share group, each record is retried on its
+// own, and a record given up is rejected (the broker archives it) once its
+// exhaustion action has run; there is no checkpoint. A wrong option is
+// described by its error.
+func (c *Config) Explain(opts ...Option) string {
+	p, s, err := c.selected(opts)
+	if err != nil {
+		return err.Error() + "\n"
+	}
+	if s.hasFunction {
+		t, ok := c.Trigger(s.function)
+		return p.explain(ok && t.ShareGroup != "")
+	}
 	var b strings.Builder
 	if c.Host == nil {
 		b.WriteString("No host-wide retry policy: a failed batch is not retried and the stream moves on.\n")
@@ -40,7 +54,7 @@ func (c *Config) Explain() string {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, c.ExplainFunction(n))
+		fmt.Fprintf(&b, "\nFunction %s:\n%s", n, c.Explain(Function(n)))
 		b.WriteString(explainSettings(c.Settings(n)))
 	}
 	if c.Redrive != nil {
@@ -81,16 +95,6 @@ func explainSettings(settings []Setting) string {
 // and the worst case takes every draw at the upper end of its range. The
 // handler's own run time is never included.
 func (p *RetryPolicy) Explain() string { return p.explain(false) }
-
-// ExplainFunction describes the policy in force for the function called
-// name as [RetryPolicy.Explain] does, in the terms of the function's
-// trigger: through a share group, each record is retried on its own, and
-// a record given up is rejected (the broker archives it) once its
-// exhaustion action has run; there is no checkpoint.
-func (c *Config) ExplainFunction(name string) string {
-	t, ok := c.Trigger(name)
-	return c.Function(name).explain(ok && t.ShareGroup != "")
-}
 
 // explain is Explain, for records of a share group when share is set.
 func (p *RetryPolicy) explain(share bool) string {

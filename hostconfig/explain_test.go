@@ -3,6 +3,8 @@ package hostconfig_test
 import (
 	"strings"
 	"testing"
+
+	"github.com/redeliver-go/redeliver/hostconfig"
 )
 
 func explain(t *testing.T, doc string) string {
@@ -178,11 +180,11 @@ First retry delays: 1s, 1s.
 Worst case: 2s of waiting over 2 retries (the handler's run time not included; the record age limit of 1h0m0s may end it sooner).
 Then the record is sent to topic "emails-dlq" and, once it is, rejected: the broker archives it.
 `
-	if got := cfg.ExplainFunction("emails"); got != want {
-		t.Errorf("ExplainFunction(emails) =\n%s\nwant\n%s", got, want)
+	if got := cfg.Explain(hostconfig.Function("emails")); got != want {
+		t.Errorf("Explain(Function(emails)) =\n%s\nwant\n%s", got, want)
 	}
-	if got := cfg.ExplainFunction("orders"); !strings.Contains(got, "retries a failed batch") || !strings.Contains(got, "the checkpoint advances past it") {
-		t.Errorf("ExplainFunction(orders) =\n%s\nwant the batch and its checkpoint", got)
+	if got := cfg.Explain(hostconfig.Function("orders")); !strings.Contains(got, "retries a failed batch") || !strings.Contains(got, "the checkpoint advances past it") {
+		t.Errorf("Explain(Function(orders)) =\n%s\nwant the batch and its checkpoint", got)
 	}
 	if got := cfg.Explain(); !strings.Contains(got, "Function emails:\n"+want) {
 		t.Errorf("Explain =\n%s\nwant the share group's words for emails", got)

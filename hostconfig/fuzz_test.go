@@ -59,7 +59,7 @@ func FuzzLoad(f *testing.F) {
 			t.Fatal("empty explanation")
 		}
 		for _, name := range cfg.FunctionNames() {
-			if cfg.ExplainFunction(name) == "" {
+			if cfg.Explain(Function(name)) == "" {
 				t.Fatalf("empty explanation of function %q", name)
 			}
 		}
