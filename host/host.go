@@ -806,8 +806,11 @@ func (h *Host) lookup(name string) *function {
 var ErrUnknownFunction = errors.New("host: no such function")
 
 // Resume releases a stopped partition of a function: its batch is
-// delivered again with a fresh retry count ([stream.Processor.Resume]).
-func (h *Host) Resume(function, topic string, partition int32) error {
+// delivered again with a fresh retry count ([stream.Processor.Resume]). It
+// waits for the partition's worker to take the command until ctx is done;
+// then it returns an error that wraps ctx's error and says that the
+// partition is still stopped.
+func (h *Host) Resume(ctx context.Context, function, topic string, partition int32) error {
 	if err := h.usable(); err != nil {
 		return err
 	}
@@ -815,17 +818,21 @@ func (h *Host) Resume(function, topic string, partition int32) error {
 	if f == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
 	}
-	if err := f.proc.Resume(topic, partition); err != nil {
+	if err := f.proc.Resume(ctx, topic, partition); err != nil {
 		return err
 	}
-	f.status.released(topic, partition, "resumed")
+	f.status.released(topic, partition, "resumed", -1)
 	h.log.Info("redeliver: stopped partition resumed by an operator", "function", f.name, "topic", topic, "partition", partition)
 	return nil
 }
 
 // Skip releases a stopped partition of a function past its batch
-// ([stream.Processor.Skip]).
-func (h *Host) Skip(function, topic string, partition int32) error {
+// ([stream.Processor.Skip]). It waits until the checkpoint has moved past
+// the batch or ctx is done; then it returns an error that wraps ctx's
+// error and says what state the partition is in: still stopped (nothing
+// was done), or no longer stopped, its checkpoint past the batch being
+// written (the status page shows it as given up until it is).
+func (h *Host) Skip(ctx context.Context, function, topic string, partition int32) error {
 	if err := h.usable(); err != nil {
 		return err
 	}
@@ -833,12 +840,30 @@ func (h *Host) Skip(function, topic string, partition int32) error {
 	if f == nil {
 		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
 	}
-	if err := f.proc.Skip(topic, partition); err != nil {
+	sp, _ := f.stopped(topic, partition)
+	if err := f.proc.Skip(ctx, topic, partition); err != nil {
+		if _, still := f.stopped(topic, partition); ctx != nil && ctx.Err() != nil && errors.Is(err, ctx.Err()) && !still {
+			// The worker took the skip; its checkpoint is being written.
+			f.status.released(topic, partition, "skipped", sp.LastOffset)
+			h.log.Info("redeliver: stopped partition skipped by an operator, its checkpoint not written yet", "function", f.name,
+				"topic", topic, "partition", partition, "error", err)
+		}
 		return err
 	}
-	f.status.released(topic, partition, "skipped")
+	f.status.released(topic, partition, "skipped", sp.LastOffset)
 	h.log.Info("redeliver: stopped partition skipped by an operator", "function", f.name, "topic", topic, "partition", partition)
 	return nil
+}
+
+// stopped returns the partition as f's processor holds it stopped, and
+// whether it does.
+func (f *function) stopped(topic string, partition int32) (stream.StoppedPartition, bool) {
+	for _, sp := range f.proc.Stopped() {
+		if sp.Topic == topic && sp.Partition == partition {
+			return sp, true
+		}
+	}
+	return stream.StoppedPartition{}, false
 }
 
 // serve starts the HTTP server, when one is configured.

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -36,6 +37,11 @@ import (
 //	POST /actions/resume          form or query: function, topic, partition; [Host.Resume]
 //	POST /actions/skip            the same; [Host.Skip]
 //	POST /actions/signin          form: token; sets a cookie the actions accept
+//
+// An action waits for its outcome at most 10 seconds, and no longer than
+// its request lasts: past that it answers 504 Gateway Timeout with the
+// state the partition is in (still stopped, or, for a skip the worker
+// took, its checkpoint past the batch being written).
 //
 // Anyone who reaches /healthz and /readyz may read them. Every other path
 // answers only to the names it is meant for, so that a web page cannot
@@ -378,8 +384,15 @@ func reply(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	http.Redirect(w, r, "/?msg="+url.QueryEscape(msg), http.StatusSeeOther)
 }
 
-// action handles a Resume or Skip.
-func (h *Host) action(do func(function, topic string, partition int32) error) http.HandlerFunc {
+// actionWait bounds how long an action's request waits for the partition's
+// worker: the command taken, and for a skip the checkpoint written.
+const actionWait = 10 * time.Second
+
+// action handles a Resume or Skip. It waits for the outcome at most
+// actionWait, and no longer than the request lasts (a client that goes
+// away ends the wait); a wait cut short answers 504 with the state the
+// partition is in.
+func (h *Host) action(do func(ctx context.Context, function, topic string, partition int32) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.authorize(w, r) {
 			return
@@ -391,10 +404,15 @@ func (h *Host) action(do func(function, topic string, partition int32) error) ht
 			return
 		}
 		verb := strings.TrimPrefix(r.URL.Path, "/actions/")
-		if err := do(fn, topic, int32(p)); err != nil {
+		ctx, cancel := context.WithTimeout(r.Context(), actionWait)
+		defer cancel()
+		if err := do(ctx, fn, topic, int32(p)); err != nil {
 			code := http.StatusConflict
-			if errors.Is(err, ErrUnknownFunction) {
+			switch {
+			case errors.Is(err, ErrUnknownFunction):
 				code = http.StatusNotFound
+			case ctx.Err() != nil && errors.Is(err, ctx.Err()):
+				code = http.StatusGatewayTimeout
 			}
 			reply(w, r, code, fmt.Sprintf("%s %s %s/%d: %v", verb, fn, topic, p, err))
 			return

@@ -397,10 +397,10 @@ func TestNilAndZeroValues(t *testing.T) {
 			if st := h.Status(); st.Ready || st.Reason != notNew || len(st.Functions) != 0 {
 				t.Errorf("Status = %+v", st)
 			}
-			if err := h.Resume("f", "t", 0); err == nil || err.Error() != notNew {
+			if err := h.Resume(context.Background(), "f", "t", 0); err == nil || err.Error() != notNew {
 				t.Errorf("Resume = %v", err)
 			}
-			if err := h.Skip("f", "t", 0); err == nil || err.Error() != notNew {
+			if err := h.Skip(context.Background(), "f", "t", 0); err == nil || err.Error() != notNew {
 				t.Errorf("Skip = %v", err)
 			}
 			if code, body := get(t, h.Handler(), "/readyz"); code != http.StatusInternalServerError || !strings.Contains(body, notNew) {

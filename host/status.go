@@ -539,9 +539,12 @@ func (s *fnStatus) claimed(p *PartitionStatus, e stream.ClaimEvent) {
 }
 
 // released records an operator's Resume or Skip of a stopped partition.
-func (s *fnStatus) released(topic string, partition int32, how string) {
+// A skip leaves the partition given up until its checkpoint moves past
+// last, the offset of the stopped batch's last record, unless it has
+// already.
+func (s *fnStatus) released(topic string, partition int32, how string, last int64) {
 	s.update(topic, partition, false, func(p *PartitionStatus) {
-		if how == "resumed" {
+		if how == "resumed" || p.Checkpoint > last {
 			s.flowing(p)
 		} else {
 			s.set(p, StateExhausted) // until the checkpoint moves past the batch

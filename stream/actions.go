@@ -92,11 +92,15 @@ func (p *Processor) Stopped() []StoppedPartition {
 // Resume releases a stopped partition: its batch is delivered again, with a
 // fresh retry count. It returns nil once the partition's worker has taken
 // the command, and an error wrapping [ErrNotStopped] when the partition is
-// not stopped, or stopped being before the command arrived (revoked, or
-// the consumer shut down): its next owner then delivers the batch again
-// all the same.
-func (p *Processor) Resume(topic string, partition int32) error {
-	return p.release(topic, partition, true)
+// not stopped, or stopped being before the command arrived (another Resume
+// or Skip released it, or it was revoked, or the consumer shut down: its
+// next owner then delivers the batch again all the same).
+//
+// It waits for the worker until ctx is done: then it returns an error that
+// wraps ctx's error and says what state the partition is in (still
+// stopped: nothing was done).
+func (p *Processor) Resume(ctx context.Context, topic string, partition int32) error {
+	return p.release(ctx, topic, partition, true)
 }
 
 // Skip releases a stopped partition past its batch: the checkpoint moves on
@@ -107,30 +111,59 @@ func (p *Processor) Resume(topic string, partition int32) error {
 // the claim's end) when the partition moved before the checkpoint was
 // written. Either way the skip did not happen, and the partition's next
 // owner delivers the batch again.
-func (p *Processor) Skip(topic string, partition int32) error {
-	return p.release(topic, partition, false)
+//
+// Writing the checkpoint is tried again until it succeeds or the partition
+// moves, which can take long while the broker is away: Skip waits until
+// ctx is done, then returns an error that wraps ctx's error and says what
+// state the partition is in: still stopped (the worker had not taken the
+// command: nothing was done), or no longer stopped, its checkpoint past
+// the batch being written (the Checkpointed hook tells when it is).
+func (p *Processor) Skip(ctx context.Context, topic string, partition int32) error {
+	return p.release(ctx, topic, partition, false)
 }
 
-func (p *Processor) release(topic string, partition int32, redeliver bool) error {
-	p.mu.Lock()
-	k := partitionKey{topic, partition}
-	e, ok := p.stopped[k]
-	if ok {
-		delete(p.stopped, k)
+func (p *Processor) release(ctx context.Context, topic string, partition int32, redeliver bool) error {
+	verb := map[bool]string{true: "resume", false: "skip"}[redeliver]
+	if ctx == nil {
+		return fmt.Errorf("stream: %s of %s/%d: nil context", verb, topic, partition)
 	}
+	p.mu.Lock()
+	e, ok := p.stopped[partitionKey{topic, partition}]
 	p.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s/%d is not held by StopPartition on this processor (never stopped, released already, or moved: a next owner delivers a stopped batch again)",
 			ErrNotStopped, topic, partition)
 	}
+	// The entry stays registered until its worker takes a command (and
+	// unregisters it): a wait cut short leaves the partition stopped, and
+	// listed by Stopped, as it is.
+	stillStopped := func() error {
+		return fmt.Errorf("stream: %s of %s/%d not done (%w): the partition is still stopped at offset %d, waiting for a Resume or Skip",
+			verb, topic, partition, ctx.Err(), e.info.FirstOffset)
+	}
+	if ctx.Err() != nil {
+		return stillStopped()
+	}
 	reply := make(chan error, 1)
 	select {
 	case e.cmd <- command{redeliver: redeliver, reply: reply}:
 	case <-e.gone:
-		return fmt.Errorf("%w: %s/%d: its worker stopped (revoked, or the consumer shut down) before the command arrived; its next owner delivers the batch again",
+		return fmt.Errorf("%w: %s/%d stopped being held before the command arrived: another Resume or Skip released it, or its worker stopped (revoked, or the consumer shut down: its next owner delivers the batch again)",
 			ErrNotStopped, topic, partition)
+	case <-ctx.Done():
+		return stillStopped()
 	}
-	return <-reply
+	select {
+	case err := <-reply:
+		return err
+	case <-ctx.Done():
+		if redeliver {
+			return fmt.Errorf("stream: resume of %s/%d not confirmed (%w): the partition's worker took it, and delivers its batch at offset %d again",
+				topic, partition, ctx.Err(), e.info.FirstOffset)
+		}
+		return fmt.Errorf("stream: skip of %s/%d not confirmed (%w): the partition's worker took it and is no longer stopped; its checkpoint past offset %d is being written, tried again until it is or the partition moves (the Checkpointed hook tells when)",
+			topic, partition, ctx.Err(), e.info.LastOffset)
+	}
 }
 
 // command is what Processor.Resume and Processor.Skip hand a stopped

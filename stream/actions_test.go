@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -119,13 +121,13 @@ func TestStopPartitionResumeAndSkip(t *testing.T) {
 		if paused, _ := p.Paused(); !paused || len(stoppedEvents) != 1 {
 			t.Fatalf("paused %v, stopped events %d", paused, len(stoppedEvents))
 		}
-		if err := proc.Resume("t", 1); !errors.Is(err, stream.ErrNotStopped) {
+		if err := proc.Resume(ctx, "t", 1); !errors.Is(err, stream.ErrNotStopped) {
 			t.Fatalf("Resume of a running partition: %v", err)
 		}
 
 		// Resume: delivered again from retry 0; still failing, it stops again.
 		before := len(rec.Of("t", 0))
-		if err := proc.Resume("t", 0); err != nil {
+		if err := proc.Resume(ctx, "t", 0); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Hour)
@@ -142,7 +144,7 @@ func TestStopPartitionResumeAndSkip(t *testing.T) {
 		mu.Lock()
 		healthy = true
 		mu.Unlock()
-		if err := proc.Skip("t", 0); err != nil {
+		if err := proc.Skip(ctx, "t", 0); err != nil {
 			t.Fatal(err)
 		}
 		waitCtx, wcancel = context.WithTimeout(ctx, time.Hour)
@@ -236,6 +238,87 @@ func TestDeadLetterHeadersAndAck(t *testing.T) {
 		}
 		if c, _ := p.Checkpoint(); c != 4 {
 			t.Fatalf("checkpoint %d, want 4", c)
+		}
+	})
+}
+
+// Resume and Skip wait for the stopped partition's worker no longer than
+// their caller's context: a wait cut short returns the context's error
+// and says what state the partition is in. Cancelled before the worker
+// took the command, the partition is still stopped (and listed by
+// Stopped); a skip the worker took while its checkpoint cannot be written
+// (the broker away) is no longer stopped, its checkpoint written once the
+// commits succeed again.
+func TestSkipAndResumeWaitNoLongerThanTheirContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("t", 0, 1)
+		p.AppendN(time.Now(), 3)
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.FirstOffset() == 1 {
+				return errTransient
+			}
+			return nil
+		})
+		proc, err := stream.NewProcessor(h, fixed(0, 0), stream.WithExhaustionAction(stream.StopPartition),
+			stream.WithOperationBackoff(checkpoint.Fixed(time.Second)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(ctx, proc, p) }()
+		synctest.Wait()
+		if st := proc.Stopped(); len(st) != 1 || st[0].FirstOffset != 1 {
+			t.Fatalf("stopped %+v, want the partition stopped at 1", st)
+		}
+
+		// A context already done: nothing happens.
+		gone, stop := context.WithCancel(ctx)
+		stop()
+		for _, op := range []func(context.Context, string, int32) error{proc.Resume, proc.Skip} {
+			err := op(gone, "t", 0)
+			if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "still stopped at offset 1") {
+				t.Errorf("with a cancelled context: %v; want context.Canceled, saying the partition is still stopped at offset 1", err)
+			}
+		}
+		if st := proc.Stopped(); len(st) != 1 {
+			t.Fatalf("stopped %+v after cancelled calls, want the partition still stopped", st)
+		}
+
+		// The broker away for a minute: the skip's checkpoint cannot be
+		// written, and the caller's 5s end the wait.
+		faults := make([]error, 60)
+		for i := range faults {
+			faults[i] = errors.New("coordinator not available")
+		}
+		p.FailCommits(faults...)
+		wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
+		defer wcancel()
+		began := time.Now()
+		err = proc.Skip(wctx, "t", 0)
+		if took := time.Since(began); took != 5*time.Second {
+			t.Errorf("Skip returned after %v, want 5s: the caller's deadline", took)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "no longer stopped") ||
+			!strings.Contains(err.Error(), "checkpoint past offset 1 is being written") {
+			t.Errorf("Skip = %v; want context.DeadlineExceeded, saying the partition is no longer stopped and its checkpoint is being written", err)
+		}
+		if st := proc.Stopped(); len(st) != 0 {
+			t.Errorf("stopped %+v after the worker took the skip, want none", st)
+		}
+		if c, _ := p.Checkpoint(); c != 1 {
+			t.Errorf("checkpoint %d while the commits fail, want 1", c)
+		}
+		// Once the broker is back, the skip's checkpoint is written and the
+		// partition goes on.
+		wait, wcancel2 := context.WithTimeout(ctx, time.Hour)
+		defer wcancel2()
+		if err := p.WaitCommitted(wait, 3); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -395,7 +395,7 @@ func TestSkipRacingARevocation(t *testing.T) {
 			if race {
 				p.Revoke() // the worker has not seen it yet
 			}
-			err = proc.Skip("orders", 0)
+			err = proc.Skip(t.Context(), "orders", 0)
 			c, _ := p.Checkpoint()
 			switch {
 			case race && (err == nil || c == 5):

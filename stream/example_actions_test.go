@@ -178,11 +178,11 @@ func ExampleStopPartition() {
 	go func() {
 		<-stopped
 		fmt.Println("operator: resume")
-		_ = proc.Resume("orders", 0) // delivered again, with a fresh count
+		_ = proc.Resume(context.Background(), "orders", 0) // delivered again, with a fresh count
 		<-stopped
 		fmt.Println("operator: skip")
-		fixed = true               // the next batches succeed (none here)
-		_ = proc.Skip("orders", 0) // the checkpoint moves past the batch
+		fixed = true                                     // the next batches succeed (none here)
+		_ = proc.Skip(context.Background(), "orders", 0) // the checkpoint moves past the batch
 	}()
 	runToEnd(proc, part)
 	c, _ := part.Checkpoint()

@@ -237,7 +237,7 @@ func TestPoisonRecordStopAndSkip(t *testing.T) {
 		if len(st) != 1 || st[0].FirstOffset != 6 || st[0].LastOffset != 6 {
 			t.Fatalf("stopped %+v, want record 6 alone", st)
 		}
-		if err := hs.proc.Skip("orders", 0); err != nil {
+		if err := hs.proc.Skip(t.Context(), "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		hs.waitAll()

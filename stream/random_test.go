@@ -380,9 +380,9 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 					var err error
 					resume := ops.IntN(3) == 0
 					if resume {
-						err = p.Resume(sp.Topic, sp.Partition)
+						err = p.Resume(ctx, sp.Topic, sp.Partition)
 					} else {
-						err = p.Skip(sp.Topic, sp.Partition)
+						err = p.Skip(ctx, sp.Topic, sp.Partition)
 					}
 					tally.mu.Lock()
 					switch {

@@ -71,7 +71,7 @@ func TestZeroValuesOfStream(t *testing.T) {
 	if err := zero.Process(context.Background(), streamtest.NewPartition("t", 0, 1)); err == nil {
 		t.Error("Process on a zero Processor: nil")
 	}
-	if zero.Logger() == nil || len(zero.Stopped()) != 0 || zero.Skip("t", 0) == nil || zero.Resume("t", 0) == nil {
+	if zero.Logger() == nil || len(zero.Stopped()) != 0 || zero.Skip(context.Background(), "t", 0) == nil || zero.Resume(context.Background(), "t", 0) == nil {
 		t.Error("a zero Processor's Logger, Stopped, Skip or Resume")
 	}
 	var nilProc *stream.Processor

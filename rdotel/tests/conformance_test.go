@@ -321,7 +321,7 @@ func TestConformance(t *testing.T) {
 			}
 		}
 		fixed = true
-		if err := shipping.Resume("orders", 0); err != nil {
+		if err := shipping.Resume(t.Context(), "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		for _, p := range append(append(orders, shipped), payments...) {

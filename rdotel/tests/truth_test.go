@@ -199,7 +199,7 @@ func consumedAfterResume(t *testing.T) {
 	{
 		tel, reader := metered(t)
 		proc, p := stopped(t, tel)
-		if err := proc.Resume("orders", 0); err != nil {
+		if err := proc.Resume(t.Context(), "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		if err := p.WaitCommitted(t.Context(), 1); err != nil {
@@ -252,7 +252,7 @@ func TestStoppedGaugeClearsOnResume(t *testing.T) {
 		if s, b := gauge[int64](t, m["redeliver.partitions.stopped"], orders), gauge[int64](t, m["redeliver.partitions.backoff"], orders); s != 1 || b != 0 {
 			t.Errorf("stopped: gauges stopped %d, backoff %d; want 1, 0", s, b)
 		}
-		if err := proc.Resume("orders", 0); err != nil {
+		if err := proc.Resume(t.Context(), "orders", 0); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(time.Second) // the first delivery after Resume fails: a minute's backoff
