@@ -244,6 +244,14 @@ const (
 // backoff (the ActionTried hook reports each try), and the partition waits.
 // A dead-letter that succeeds is logged at Info level.
 //
+// When a produce fails after writing some of the records and pub says
+// which (a [*PublishError], as the Kafka adapters' publishers return), the
+// next tries produce only the records not written yet, so that each lands
+// in topic once. A record can still be produced twice when pub cannot tell
+// which records it wrote, and when the partition moves to another consumer
+// between two tries: its next owner gives the batch up again and produces
+// all of it.
+//
 // The topic must exist (or the broker must create topics on first use),
 // and pub's client must be allowed to write to it: a missing topic holds
 // the partition until it is created.
@@ -317,9 +325,40 @@ func deadLetter(pub Publisher, topic string) ExhaustionAction {
 			)
 			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
 		}
-		if err := pub.Publish(ctx, topic, recs); err != nil {
-			return fmt.Errorf("dead-letter of %s to topic %q failed, tried again after a backoff while the partition waits "+
-				"(check that the topic exists and that the publisher's client may write to it): %w", records(len(recs)), topic, err)
+		call := actionCallFrom(ctx)
+		send, at := recs, []int(nil) // at: the index in recs of each record of send, when some are left out
+		if call != nil && len(call.written) == len(recs) {
+			send = nil
+			for i, ok := range call.written {
+				if !ok {
+					send, at = append(send, recs[i]), append(at, i)
+				}
+			}
+		}
+		if len(send) > 0 {
+			if err := pub.Publish(ctx, topic, send); err != nil {
+				var pe *PublishError
+				if call != nil && errors.As(err, &pe) && len(pe.Errs) == len(send) {
+					if call.written == nil {
+						call.written = make([]bool, len(recs))
+					}
+					for j := range send {
+						if pe.Written(j) {
+							i := j
+							if at != nil {
+								i = at[j]
+							}
+							call.written[i] = true
+						}
+					}
+				}
+				what := records(len(send))
+				if len(send) < len(recs) {
+					what = fmt.Sprintf("%s (of %d: the others were written by an earlier try)", what, len(recs))
+				}
+				return fmt.Errorf("dead-letter of %s to topic %q failed, tried again after a backoff while the partition waits "+
+					"(check that the topic exists and that the publisher's client may write to it): %w", what, topic, err)
+			}
 		}
 		loggerFrom(ctx).Info("redeliver: dead-lettered", "offset", b.FirstOffset(), "records", len(recs), "dead_letter_topic", topic)
 		return nil

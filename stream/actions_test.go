@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -319,6 +320,92 @@ func TestSkipAndResumeWaitNoLongerThanTheirContext(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// partialPublisher is an in-memory Publisher whose first call writes the
+// first `writes` records and fails the rest, reporting which with a
+// *stream.PublishError, as a Kafka publisher does when one partition's
+// leader is away; later calls write everything.
+type partialPublisher struct {
+	mu     sync.Mutex
+	writes int
+	calls  [][]int64 // the original offsets of each call's records
+	got    []stream.Record
+}
+
+func (m *partialPublisher) Publish(_ context.Context, _ string, recs []stream.Record) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var offs []int64
+	for _, r := range recs {
+		offs = append(offs, originalOffset(r))
+	}
+	m.calls = append(m.calls, offs)
+	if len(m.calls) > 1 {
+		m.got = append(m.got, recs...)
+		return nil
+	}
+	pe := &stream.PublishError{Errs: make([]error, len(recs))}
+	for i, r := range recs {
+		if i < m.writes {
+			m.got = append(m.got, r)
+		} else {
+			pe.Errs[i] = errors.New("not leader for partition")
+		}
+	}
+	return pe
+}
+
+// originalOffset reads a dead letter's original offset header.
+func originalOffset(r stream.Record) int64 {
+	for _, h := range r.Headers {
+		if h.Key == stream.HeaderOffset {
+			var n int64
+			fmt.Sscan(string(h.Value), &n)
+			return n
+		}
+	}
+	return -1
+}
+
+// A dead letter that the publisher wrote in part is completed on the next
+// try with the records not written yet: each given-up record lands in the
+// dead-letter topic once.
+func TestDeadLetterAfterPartialPublishWritesEachRecordOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		fail := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errors.New("schema mismatch") })
+		pub := &partialPublisher{writes: 2}
+		hist := &streamtest.History{}
+		dl, err := stream.DeadLetter(hist.Publisher(pub), "orders.dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tries []stream.ActionEvent
+		hs := start(t, fail, []*streamtest.Partition{p}, fixed(0, 0), stream.WithExhaustionAction(dl),
+			stream.WithHooks(stream.Hooks{ActionTried: func(e stream.ActionEvent) { tries = append(tries, e) }}))
+		hs.waitAll()
+		hs.stop()
+		if len(pub.calls) != 2 || !slices.Equal(pub.calls[0], []int64{0, 1, 2, 3, 4}) || !slices.Equal(pub.calls[1], []int64{2, 3, 4}) {
+			t.Errorf("publish calls %v, want [0 1 2 3 4] then [2 3 4]: the records written by the first are not published again", pub.calls)
+		}
+		var got []int64
+		for _, r := range pub.got {
+			got = append(got, originalOffset(r))
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, []int64{0, 1, 2, 3, 4}) {
+			t.Errorf("dead-letter topic holds offsets %v, want each of 0-4 once", got)
+		}
+		if len(tries) != 2 || tries[0].Err == nil || !strings.Contains(tries[0].Err.Error(), "3 of 5 records not published") || tries[1].Err != nil {
+			t.Errorf("action tries %+v, want a failure that says 3 of 5 were not published, then a success", tries)
+		}
+		// The history records what was published, partial writes included.
+		if n := len(hist.Events()); n != 5 {
+			t.Errorf("the history recorded %d dead letters, want 5", n)
 		}
 	})
 }

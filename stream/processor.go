@@ -741,7 +741,7 @@ func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, reply cha
 	stop, try := false, 0
 	// The action's errors are its own: one that wraps ErrRevoked is a
 	// failed try like any other (the claim's end shows in ctx).
-	actx := context.WithValue(ctx, loggerKey{}, w.log)
+	actx := context.WithValue(ctx, actionKey{}, &actionCall{log: w.log})
 	err = w.repeat(ctx, "exhaustion action", false, func() error {
 		try++
 		err := callAction(actx, action, b, xerr)
@@ -769,13 +769,28 @@ func callAction(ctx context.Context, action ExhaustionAction, b *Batch, xerr *ch
 	return action(ctx, b, xerr)
 }
 
-// loggerKey is the context key of the partition worker's logger, in the
-// context of an exhaustion action, for the actions of this package.
-type loggerKey struct{}
+// actionKey is the context key of an *actionCall, in the context of an
+// exhaustion action, for the actions of this package.
+type actionKey struct{}
+
+// actionCall is what the actions of this package know of the batch given
+// up that they are called for, across the tries of that batch.
+type actionCall struct {
+	log *slog.Logger // the partition worker's
+	// written reports, by index in the batch, the dead letters that a
+	// publish wrote in a try that failed (see PublishError): the next
+	// tries publish only the others. Nil until a try wrote some.
+	written []bool
+}
+
+func actionCallFrom(ctx context.Context) *actionCall {
+	c, _ := ctx.Value(actionKey{}).(*actionCall)
+	return c
+}
 
 func loggerFrom(ctx context.Context) *slog.Logger {
-	if l, ok := ctx.Value(loggerKey{}).(*slog.Logger); ok {
-		return l
+	if c := actionCallFrom(ctx); c != nil && c.log != nil {
+		return c.log
 	}
 	return slog.New(slog.DiscardHandler)
 }

@@ -189,6 +189,16 @@ type historyPublisher struct {
 func (p historyPublisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
 	if p.next != nil {
 		if err := p.next.Publish(ctx, topic, recs); err != nil {
+			// A publish that wrote some records says which: those were
+			// dead-lettered.
+			var pe *stream.PublishError
+			if errors.As(err, &pe) && len(pe.Errs) == len(recs) {
+				for i, r := range recs {
+					if pe.Written(i) {
+						p.h.add(DeadLetteredEvent(r))
+					}
+				}
+			}
 			return err
 		}
 	}
