@@ -283,6 +283,7 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 //
 //go:noinline
 func deadLetter(pub Publisher, topic string) ExhaustionAction {
+	id := new(deadLetterID) // what this action wrote is its own, whatever other action runs with it
 	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
 		if q, ok := ctx.Value(deadLetterQuery{}).(*deadLetterTarget); ok {
 			q.pub, q.topic = pub, topic // DeadLetterOf asks: nothing is published
@@ -325,13 +326,18 @@ func deadLetter(pub Publisher, topic string) ExhaustionAction {
 			)
 			recs[i] = Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: h, Timestamp: r.Timestamp}
 		}
+		// The records an earlier try of this batch wrote are left out.
 		call := actionCallFrom(ctx)
-		send, at := recs, []int(nil) // at: the index in recs of each record of send, when some are left out
-		if call != nil && len(call.written) == len(recs) {
-			send = nil
-			for i, ok := range call.written {
-				if !ok {
-					send, at = append(send, recs[i]), append(at, i)
+		var written map[recordID]bool
+		if call != nil {
+			written = call.written[id]
+		}
+		send, from := recs, b.Records // from: the given-up record of each of send
+		if len(written) > 0 {
+			send, from = nil, nil
+			for i, r := range b.Records {
+				if !written[recordID{r.Topic, r.Partition, r.Offset}] {
+					send, from = append(send, recs[i]), append(from, r)
 				}
 			}
 		}
@@ -339,18 +345,7 @@ func deadLetter(pub Publisher, topic string) ExhaustionAction {
 			if err := pub.Publish(ctx, topic, send); err != nil {
 				var pe *PublishError
 				if call != nil && errors.As(err, &pe) && len(pe.Errs) == len(send) {
-					if call.written == nil {
-						call.written = make([]bool, len(recs))
-					}
-					for j := range send {
-						if pe.Written(j) {
-							i := j
-							if at != nil {
-								i = at[j]
-							}
-							call.written[i] = true
-						}
-					}
+					note(call, id, from, pe.Written)
 				}
 				what := records(len(send))
 				if len(send) < len(recs) {
@@ -360,10 +355,36 @@ func deadLetter(pub Publisher, topic string) ExhaustionAction {
 					"(check that the topic exists and that the publisher's client may write to it): %w", what, topic, err)
 			}
 		}
+		if call != nil {
+			// All written: a later try of the batch (the action that
+			// runs this one failed after it) publishes none again.
+			note(call, id, from, func(int) bool { return true })
+		}
 		loggerFrom(ctx).Info("redeliver: dead-lettered", "offset", b.FirstOffset(), "records", len(recs), "dead_letter_topic", topic)
 		return nil
 	}
 }
+
+// note records in call, for the DeadLetter action id, the given-up records
+// of from whose dead letters were written.
+func note(call *actionCall, id *deadLetterID, from []Record, written func(i int) bool) {
+	m := call.written[id]
+	if m == nil {
+		m = map[recordID]bool{}
+		if call.written == nil {
+			call.written = map[*deadLetterID]map[recordID]bool{}
+		}
+		call.written[id] = m
+	}
+	for i, r := range from {
+		if written(i) {
+			m[recordID{r.Topic, r.Partition, r.Offset}] = true
+		}
+	}
+}
+
+// deadLetterID identifies an action made by DeadLetter.
+type deadLetterID struct{ _ byte }
 
 type deadLetterQuery struct{}
 

@@ -355,6 +355,9 @@ func (m *partialPublisher) Publish(_ context.Context, _ string, recs []stream.Re
 			pe.Errs[i] = errors.New("not leader for partition")
 		}
 	}
+	if pe.Failed() == 0 {
+		return nil
+	}
 	return pe
 }
 
@@ -406,6 +409,50 @@ func TestDeadLetterAfterPartialPublishWritesEachRecordOnce(t *testing.T) {
 		// The history records what was published, partial writes included.
 		if n := len(hist.Events()); n != 5 {
 			t.Errorf("the history recorded %d dead letters, want 5", n)
+		}
+	})
+}
+
+// Two DeadLetter actions run by one action of the application's (a copy
+// to an audit topic, then the dead-letter topic) each keep what they
+// wrote: when the second fails part-way, the next try publishes neither
+// the first's records again nor the second's written ones, and nothing
+// the second has not written is left out.
+func TestDeadLetterActionsKeepTheirOwnWrites(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		fail := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errors.New("schema mismatch") })
+		audit, dlq := &partialPublisher{writes: 5}, &partialPublisher{writes: 2}
+		toAudit, err := stream.DeadLetter(audit, "orders.audit")
+		if err != nil {
+			t.Fatal(err)
+		}
+		toDLQ, err := stream.DeadLetter(dlq, "orders.dlq")
+		if err != nil {
+			t.Fatal(err)
+		}
+		both := func(ctx context.Context, b *stream.Batch, xerr *checkpoint.ExhaustedError) error {
+			if err := toAudit(ctx, b, xerr); err != nil {
+				return err
+			}
+			return toDLQ(ctx, b, xerr)
+		}
+		hs := start(t, fail, []*streamtest.Partition{p}, fixed(0, 0), stream.WithExhaustionAction(both))
+		hs.waitAll()
+		hs.stop()
+		for name, pub := range map[string]*partialPublisher{"audit": audit, "dlq": dlq} {
+			var got []int64
+			for _, r := range pub.got {
+				got = append(got, originalOffset(r))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, []int64{0, 1, 2, 3, 4}) {
+				t.Errorf("%s topic holds offsets %v (publish calls %v), want each of 0-4 once", name, got, pub.calls)
+			}
+		}
+		if len(audit.calls) != 1 || len(dlq.calls) != 2 || !slices.Equal(dlq.calls[1], []int64{2, 3, 4}) {
+			t.Errorf("publish calls: audit %v, dlq %v; want audit once, dlq [0-4] then [2 3 4]", audit.calls, dlq.calls)
 		}
 	})
 }

@@ -777,10 +777,18 @@ type actionKey struct{}
 // up that they are called for, across the tries of that batch.
 type actionCall struct {
 	log *slog.Logger // the partition worker's
-	// written reports, by index in the batch, the dead letters that a
-	// publish wrote in a try that failed (see PublishError): the next
-	// tries publish only the others. Nil until a try wrote some.
-	written []bool
+	// written holds, for each DeadLetter action (by its identity), the
+	// records whose dead letters a publish wrote in a try that failed
+	// (see PublishError): the next tries publish only the others. Nil
+	// until a try wrote some.
+	written map[*deadLetterID]map[recordID]bool
+}
+
+// recordID names a record by its position.
+type recordID struct {
+	topic     string
+	partition int32
+	offset    int64
 }
 
 func actionCallFrom(ctx context.Context) *actionCall {
