@@ -38,8 +38,9 @@
 // No pause. kafka-go cannot pause a partition, and a kafka.Reader keeps
 // fetching into its queue whether or not it is read. The adapter pauses a
 // partition by not fetching it: while its batch waits out a backoff, or
-// while its buffer holds max(4 x max batch, 2048) records or more, no fetch
-// request is sent for it (one in flight completes). Records fetched before
+// once its buffer has held max(4 x max batch, 2048) records or more, until
+// the worker has taken it down to half, no fetch request is sent for it
+// (one in flight completes). Records fetched before
 // the pause stay buffered, in order, and come out after the resume. Memory
 // stays bounded: per partition, the buffer's bound plus one fetch answer (at
 // most the fetch's MaxBytes of record batches, which may be compressed).

@@ -47,9 +47,9 @@ func (cl *claim) fetchAhead() {
 	}()
 	for {
 		cl.mu.Lock()
-		stop := cl.dead || cl.pause != 0 || cl.polled || cl.hwm >= 0 && cl.last+1 >= cl.hwm
-		need := cl.bytes < cl.c.cfg.BufferBytes/2
-		from, topicID := cl.last+1, cl.topicID
+		stop := cl.dead || cl.pause != 0 || cl.polled || cl.hwm >= 0 && cl.buf.Last()+1 >= cl.hwm
+		need := cl.buf.Size() < cl.c.cfg.BufferBytes/2
+		from, topicID := cl.buf.Last()+1, cl.topicID
 		cl.mu.Unlock()
 		switch {
 		case stop:

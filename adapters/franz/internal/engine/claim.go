@@ -3,12 +3,11 @@ package engine
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -18,7 +17,7 @@ import (
 const pauseFull uint8 = 1
 
 // claim is one assignment of one partition: a [stream.Claim] fed by the poll
-// loop through a buffer of polled records.
+// loop through a buffer of polled records (batching.Buffer).
 //
 // The poll loop appends to the buffer (push); the worker takes batches from
 // it (Fetch). franz-go advances a partition's fetch position only for
@@ -60,20 +59,17 @@ type claim struct {
 	started bool
 	done    chan struct{}
 
-	mu    sync.Mutex
-	buf   []*kgo.Record // buf[head:] are the records not yet fetched
-	head  int
-	bytes int   // the size of buf[head:], as recordSize counts it
-	full  bool  // bytes reached the limit and have not yet come down to half
-	hwm   int64 // the partition's high watermark in the last fetch; -1 unknown
-	last  int64 // offset of the last record pushed; -1 before any
+	mu sync.Mutex
+	// The records polled and not yet in a batch, made by begin; its limit
+	// is the buffer bytes, as recordSize counts them, and the worker's
+	// backoff (Pause) is its pause.
+	buf *batching.Buffer[*kgo.Record]
+	hwm int64 // the partition's high watermark in the last fetch; -1 unknown
 	// The offsets of the records fetchAhead got, which the polls repeat;
 	// aheadTo is -1 when the polls have nothing of fetchAhead's to repeat.
 	aheadFrom, aheadTo int64
-	pause              uint8 // why the partition is paused in the client
-	backoff            bool  // the worker waits out a backoff (Pause); it takes nothing
-	dead               bool  // the worker ended: push drops, nothing pauses
-	wake               chan struct{}
+	pause              uint8    // why the partition is paused in the client
+	dead               bool     // the worker ended: push drops, nothing pauses
 	topicID            [16]byte // from the client's fetches, for fetchAhead
 
 	// fetchAhead's state: ahead while it runs; polled once a poll handed
@@ -106,8 +102,8 @@ type claim struct {
 func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		done: make(chan struct{}), last: -1, lastOff: -1, hwm: -1, aheadTo: -1,
-		wake: make(chan struct{}, 1), aheadWake: make(chan struct{}, 1), owned: true,
+		done: make(chan struct{}), lastOff: -1, hwm: -1, aheadTo: -1,
+		aheadWake: make(chan struct{}, 1), owned: true,
 		confGen: -1, confWake: make(chan struct{}),
 	}
 }
@@ -163,6 +159,19 @@ func (cl *claim) confirmedFor(member string, gen int32, kip848 bool) bool {
 // begin prepares the claim for its worker; g.mu is held.
 func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *Consumer) {
 	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
+	cl.buf = batching.New(&cl.mu, batching.Config[*kgo.Record]{
+		Offset: func(r **kgo.Record) int64 { return (*r).Offset },
+		Size:   func(r **kgo.Record) int { return recordSize(*r) },
+		Limit:  c.cfg.BufferBytes,
+		OnFull: func() { cl.g.nfull.Add(1) },
+		// Resumes a partition paused for a full buffer once it has
+		// drained.
+		OnDrained: func() {
+			cl.g.nfull.Add(-1)
+			cl.setPauseLocked(pauseFull, false)
+			cl.g.notify()
+		},
+	})
 }
 
 // revoke cancels the claim's context with cause, so that Commit refuses
@@ -191,11 +200,7 @@ func (cl *claim) finish() {
 	cl.mu.Lock()
 	cl.dead = true
 	cl.setPauseLocked(cl.pause, false)
-	cl.buf, cl.head, cl.bytes = nil, 0, 0
-	if cl.full {
-		cl.full = false
-		cl.g.nfull.Add(-1)
-	}
+	cl.buf.Drop()
 	cl.mu.Unlock()
 	cl.g.notify()
 	close(cl.done)
@@ -213,44 +218,51 @@ func recordSize(r *kgo.Record) int { return len(r.Key) + len(r.Value) + 256 }
 // those repeats are dropped. Any other polled record at or before the last
 // one appended is a rewind of the partition: its topic was deleted and
 // created again, or its log truncated, and the client went back to an
-// earlier offset. It is appended, after a warning, and Fetch starts a new
-// batch with it: the records of the log as it is now are all delivered,
-// never filtered. Records of fetchAhead that do not follow the last one
-// appended (a rewind came in between) are dropped: the polls bring them.
+// earlier offset. It is appended, after a warning, and the buffer starts a
+// new batch with it: the records of the log as it is now are all
+// delivered, never filtered. Records of fetchAhead that do not follow the
+// last one appended (a rewind came in between) are dropped: the polls
+// bring them.
 func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
 	if cl.dead {
-		cl.mu.Unlock()
 		return
 	}
+	last := cl.buf.Last()
 	polled := from < 0
 	if polled {
 		cl.polled = true
-	} else if from > cl.last+1 {
-		cl.mu.Unlock()
+	} else if from > last+1 {
 		return
 	}
 	cl.hwm = max(cl.hwm, hwm)
-	if len(recs) == 0 {
-		cl.mu.Unlock()
-		return
-	}
-	cl.buf = slices.Grow(cl.buf, len(recs))
-	for _, r := range recs {
+	var (
+		kept    []*kgo.Record // the records appended, once one was dropped
+		dropped bool
+	)
+	for i, r := range recs {
+		keep := true
 		switch {
-		case r.Offset > cl.last:
+		case r.Offset > last:
 			if polled && r.Offset > cl.aheadTo {
 				cl.aheadTo = -1 // the polls have gone past what fetchAhead got
 			}
 		case !polled:
-			continue // a poll got it first
+			keep = false // a poll got it first
 		case cl.aheadTo >= 0 && cl.aheadFrom <= r.Offset && r.Offset <= cl.aheadTo:
-			continue // a repeat of what fetchAhead got
+			keep = false // a repeat of what fetchAhead got
 		default:
 			cl.c.log.Warn("redeliver: partition rewound: the client reads it again from an earlier offset (the topic was deleted and created again, or its log truncated); its records are delivered from there",
-				"topic", cl.key.topic, "partition", cl.key.partition, "offset", r.Offset, "after", cl.last, "high_watermark", hwm)
+				"topic", cl.key.topic, "partition", cl.key.partition, "offset", r.Offset, "after", last, "high_watermark", hwm)
 			cl.aheadTo = -1
 			cl.hwm = hwm
+		}
+		if !keep {
+			if !dropped {
+				dropped, kept = true, append(make([]*kgo.Record, 0, len(recs)-1), recs[:i]...)
+			}
+			continue
 		}
 		if !polled {
 			if cl.aheadTo < 0 {
@@ -258,19 +270,15 @@ func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 			}
 			cl.aheadTo = r.Offset
 		}
-		cl.buf = append(cl.buf, r)
-		cl.bytes += recordSize(r)
-		cl.last = r.Offset
+		if dropped {
+			kept = append(kept, r)
+		}
+		last = r.Offset
 	}
-	if !cl.full && cl.bytes >= cl.c.cfg.BufferBytes {
-		cl.full = true
-		cl.g.nfull.Add(1)
+	if !dropped {
+		kept = recs
 	}
-	cl.mu.Unlock()
-	select {
-	case cl.wake <- struct{}{}:
-	default:
-	}
+	cl.buf.Push(kept)
 }
 
 // setPauseLocked sets or clears pause reasons and pauses or resumes the
@@ -294,8 +302,9 @@ func (cl *claim) setPauseLocked(reasons uint8, on bool) {
 		}
 		cl.g.cl.ResumeFetchPartitions(m)
 		cl.polled = false
-		if !cl.dead && !cl.ahead && cl.last >= 0 {
-			// The worker's goroutine (takeLocked) holds g.wg here.
+		if !cl.dead && !cl.ahead && cl.buf.Last() >= 0 {
+			// The worker's goroutine (Fetch, through the buffer's
+			// OnDrained) holds g.wg here.
 			cl.ahead = true
 			cl.g.wg.Add(1)
 			go cl.fetchAhead()
@@ -315,89 +324,28 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 
 // Fetch returns the next batch: at most the maximum batch size of buffered
 // records, once the batch is full, the maximum wait has passed since records
-// were first there, or at once when the maximum wait is 0.
+// were first there, or at once when the maximum wait is 0; never across a
+// rewind.
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
-	var (
-		maxBatch = cl.c.cfg.MaxBatch
-		maxWait  = cl.c.cfg.MaxWait
-		timer    *time.Timer
-		timeout  <-chan time.Time
-		waited   bool
-	)
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	for {
-		cl.mu.Lock()
-		n := len(cl.buf) - cl.head
-		// A batch ends before a rewind: it is complete once the rewind is
-		// buffered.
-		k := cl.runLocked(min(n, maxBatch))
-		if k < min(n, maxBatch) || n >= maxBatch || n > 0 && (maxWait == 0 || waited) {
-			cl.takeLocked(k)
-			cl.mu.Unlock()
-			return cl.convert(), nil
-		}
-		cl.mu.Unlock()
-		if n > 0 && timer == nil {
-			timer = time.NewTimer(maxWait)
-			timeout = timer.C
-		}
-		select {
-		case <-cl.wake:
-		case <-timeout:
-			waited = true
-		case <-ctx.Done():
-			return nil, context.Cause(ctx)
-		}
+	cl.taken = cl.taken[:0]
+	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
+		cl.taken = append(cl.taken, part...)
+	})
+	if err != nil {
+		return nil, err
 	}
-}
-
-// runLocked returns how many of the next n buffered records follow one
-// another in offset order: the records before the first rewind (see push);
-// cl.mu is held.
-func (cl *claim) runLocked(n int) int {
-	rs := cl.buf[cl.head : cl.head+n]
-	for i := 1; i < len(rs); i++ {
-		if rs[i].Offset <= rs[i-1].Offset {
-			return i
-		}
-	}
-	return n
-}
-
-// takeLocked moves the next n buffered records to cl.taken and resumes a
-// partition paused for a full buffer once it has drained; cl.mu is held.
-func (cl *claim) takeLocked(n int) {
-	cl.taken = append(cl.taken[:0], cl.buf[cl.head:cl.head+n]...)
-	for _, r := range cl.taken {
-		cl.bytes -= recordSize(r)
-	}
-	clear(cl.buf[cl.head : cl.head+n])
-	cl.head += n
-	switch rest := len(cl.buf) - cl.head; {
-	case rest == 0:
-		cl.buf, cl.head = cl.buf[:0], 0
-	case cl.head >= 1024 && cl.head >= rest:
-		cl.buf = cl.buf[:copy(cl.buf, cl.buf[cl.head:])]
-		cl.head = 0
-	}
+	cl.mu.Lock()
 	if cl.ahead {
 		select {
 		case cl.aheadWake <- struct{}{}:
 		default:
 		}
 	}
-	if cl.full && cl.bytes <= cl.c.cfg.BufferBytes/2 {
-		cl.full = false
-		cl.g.nfull.Add(-1)
-		cl.setPauseLocked(pauseFull, false)
-		cl.g.notify()
-	} else if cl.bytes == 0 && cl.g.nfull.Load() > 0 {
+	if cl.buf.Size() == 0 && cl.g.nfull.Load() > 0 {
 		cl.g.notify() // this partition starves while another is full
 	}
+	cl.mu.Unlock()
+	return cl.convert(), nil
 }
 
 // convert turns cl.taken into the batch's records, reusing the previous
@@ -429,7 +377,7 @@ func (cl *claim) convert() []stream.Record {
 // partition has more records than it got; cl.mu is held. A partition whose
 // high watermark is not known yet counts as starving.
 func (cl *claim) starvingLocked() bool {
-	return !cl.full && cl.pause == 0 && !cl.backoff && cl.bytes == 0 && (cl.hwm < 0 || cl.last+1 < cl.hwm)
+	return !cl.buf.Full() && cl.pause == 0 && !cl.buf.Paused() && cl.buf.Size() == 0 && (cl.hwm < 0 || cl.buf.Last()+1 < cl.hwm)
 }
 
 // Pause notes that the Processor waits out a backoff. The partition stays in
@@ -437,7 +385,7 @@ func (cl *claim) starvingLocked() bool {
 // and a full buffer pauses it in the client (see claim).
 func (cl *claim) Pause() {
 	cl.mu.Lock()
-	cl.backoff = true
+	cl.buf.Pause()
 	cl.mu.Unlock()
 	if cl.g.nfull.Load() > 0 {
 		cl.g.notify() // a full claim in a backoff is paused in the client at once
@@ -447,7 +395,7 @@ func (cl *claim) Pause() {
 // Resume undoes Pause.
 func (cl *claim) Resume() {
 	cl.mu.Lock()
-	cl.backoff = false
+	cl.buf.Resume()
 	starving := cl.g.nfull.Load() > 0 && cl.starvingLocked()
 	cl.mu.Unlock()
 	if starving {

@@ -455,15 +455,16 @@ func (g *group) pressure() (wait, starving, others bool) {
 			continue
 		}
 		cl.mu.Lock()
+		full := cl.buf.Full()
 		switch {
-		case cl.full && cl.pause == 0 && cl.backoff:
+		case full && cl.pause == 0 && cl.buf.Paused():
 			cl.setPauseLocked(pauseFull, true)
-		case cl.full && cl.pause == 0:
+		case full && cl.pause == 0:
 			wait = true
 		case cl.starvingLocked():
 			starving = true
 		}
-		if !cl.full && cl.pause == 0 && !cl.backoff {
+		if !full && cl.pause == 0 && !cl.buf.Paused() {
 			others = true
 		}
 		cl.mu.Unlock()
@@ -478,7 +479,7 @@ func (g *group) pauseOverfull(times int) {
 	defer g.mu.Unlock()
 	for _, cl := range g.claims {
 		cl.mu.Lock()
-		if cl.full && cl.started && (times <= 1 || cl.bytes >= times*cl.c.cfg.BufferBytes) {
+		if cl.started && cl.buf.Full() && (times <= 1 || cl.buf.Size() >= times*cl.c.cfg.BufferBytes) {
 			cl.setPauseLocked(pauseFull, true)
 		}
 		cl.mu.Unlock()

@@ -104,5 +104,5 @@ func (t *TestClaim) Push(recs []*kgo.Record, hwm, from int64) { t.cl.push(recs, 
 func (t *TestClaim) Buffered() int {
 	t.cl.mu.Lock()
 	defer t.cl.mu.Unlock()
-	return len(t.cl.buf) - t.cl.head
+	return t.cl.buf.Len()
 }

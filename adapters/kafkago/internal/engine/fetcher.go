@@ -634,7 +634,7 @@ func (cl *claim) fetchLoop(offset int64) {
 		return true
 	}
 	for {
-		if !cl.waitRoom() {
+		if !cl.buf.WaitRoom(ctx) {
 			return
 		}
 		if attempt > 0 && !sleep(ctx, backoff(attempt)) {

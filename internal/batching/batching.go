@@ -1,0 +1,307 @@
+// Package batching is the batching loop of the Kafka adapters' claims (the
+// franz-go and the kafka-go adapters): a partition's records fetched ahead
+// of its worker wait in a [Buffer], and the worker takes them in batches
+// of at most a maximum of records, within a maximum wait, never across a
+// rewind of the partition; the buffer is bounded, and the fetch side
+// waits, or pauses the partition, while it is full or while the worker
+// waits out a backoff.
+package batching
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Config is what a [Buffer] needs to know of its records and its bound.
+type Config[R any] struct {
+	// Offset returns a record's offset in its partition.
+	Offset func(*R) int64
+	// Size returns what a record counts against Limit; nil counts each
+	// record 1.
+	Size func(*R) int
+	// Limit bounds the buffer: it is full once its records' sizes add up
+	// to Limit, and stays full until the worker has taken it down to
+	// Limit/2.
+	Limit int
+	// OnFull and OnDrained, when not nil, are called as the buffer
+	// becomes full and as it stops being full (drained to Limit/2, or
+	// dropped), with the owner's lock held.
+	OnFull, OnDrained func()
+	// Reuse keeps the slices of spent pushes (up to two, of at most 65536
+	// records each), emptied, for the fetch side to fill again ([Buffer.Slice]).
+	Reuse bool
+}
+
+// maxSpare is the largest slice kept for reuse.
+const maxSpare = 1 << 16
+
+// Buffer is one partition's records fetched ahead of its worker. The
+// fetch side appends what each fetch brought ([Buffer.Push]); the worker
+// takes batches ([Buffer.Next]). Its invariant: the records buffered,
+// followed by those the fetch side has not pushed yet, are the partition's
+// records in the order they are read; a batch holds consecutive buffered
+// records, at most the maximum, and never spans a rewind (a record whose
+// offset is not above the offset of the record pushed before it: the
+// partition was read again from an earlier offset), which begins a batch
+// of its own.
+//
+// A Buffer is guarded by its owner's lock, given to [New]: every method
+// but Next and WaitRoom is called with the lock held; Next and WaitRoom
+// take it, and release it while they wait.
+type Buffer[R any] struct {
+	mu  sync.Locker
+	cfg Config[R]
+
+	chunks [][]R // what each push brought; chunks[0][head:] and the rest are buffered
+	head   int
+	n      int   // records buffered
+	size   int   // their sizes, as Config.Size counts them
+	last   int64 // the offset of the last record pushed; -1 before any
+	pushed int64 // records ever pushed, and taken: a record's sequence number
+	taken  int64
+	cuts   []int64 // the sequence numbers of buffered records that begin a rewind
+	full   bool
+	paused bool
+	spare  [][]R
+
+	waiting     bool // the worker waits on wake
+	roomWaiting bool // the fetch side waits on room
+	wake        chan struct{}
+	room        chan struct{}
+}
+
+// New returns an empty buffer guarded by mu.
+func New[R any](mu sync.Locker, cfg Config[R]) *Buffer[R] {
+	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+func (b *Buffer[R]) sizeOf(r *R) int {
+	if b.cfg.Size == nil {
+		return 1
+	}
+	return b.cfg.Size(r)
+}
+
+// Push appends recs, in order, and wakes a worker waiting for them. The
+// buffer keeps recs: the caller gives it up. A record at or before the one
+// pushed before it begins a rewind.
+func (b *Buffer[R]) Push(recs []R) {
+	if len(recs) == 0 {
+		b.spareSlice(recs)
+		return
+	}
+	for i := range recs {
+		r := &recs[i]
+		off := b.cfg.Offset(r)
+		if off <= b.last {
+			b.cuts = append(b.cuts, b.pushed+int64(i))
+		}
+		b.last = off
+		if b.cfg.Size != nil {
+			b.size += b.cfg.Size(r)
+		}
+	}
+	if b.cfg.Size == nil {
+		b.size += len(recs)
+	}
+	b.chunks = append(b.chunks, recs)
+	b.n += len(recs)
+	b.pushed += int64(len(recs))
+	if !b.full && b.size >= b.cfg.Limit {
+		b.full = true
+		if b.cfg.OnFull != nil {
+			b.cfg.OnFull()
+		}
+	}
+	if b.waiting {
+		b.waiting = false
+		signal(b.wake)
+	}
+}
+
+// Next waits for the next batch and hands it to take, in one or more
+// consecutive parts, with the lock held: at most maxBatch records, once
+// that many are buffered, or a rewind ends the batch, or maxWait has
+// passed since records were first there (at once when maxWait is 0). The
+// parts are the buffer's memory: take copies what it keeps, and the buffer
+// clears them afterwards. Next returns the cause of ctx when ctx ends
+// first.
+func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duration, take func(part []R)) error {
+	var (
+		timer   *time.Timer
+		timeout <-chan time.Time
+		waited  bool
+	)
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		b.mu.Lock()
+		k := min(b.n, maxBatch)
+		cut := false
+		for len(b.cuts) > 0 && b.cuts[0] <= b.taken {
+			b.cuts = b.cuts[1:] // a rewind that begins the batch
+		}
+		if len(b.cuts) > 0 && b.cuts[0]-b.taken < int64(k) {
+			k, cut = int(b.cuts[0]-b.taken), true // the batch ends before the rewind
+		}
+		if cut || b.n >= maxBatch || b.n > 0 && (maxWait == 0 || waited) {
+			b.takeLocked(k, take)
+			b.mu.Unlock()
+			return nil
+		}
+		b.waiting = true
+		n := b.n
+		b.mu.Unlock()
+		if n > 0 && timer == nil {
+			timer = time.NewTimer(maxWait)
+			timeout = timer.C
+		}
+		select {
+		case <-b.wake:
+		case <-timeout:
+			waited = true
+		case <-ctx.Done():
+			b.mu.Lock()
+			b.waiting = false
+			b.mu.Unlock()
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// takeLocked hands the next k records to take and removes them.
+func (b *Buffer[R]) takeLocked(k int, take func([]R)) {
+	for k > 0 {
+		chunk := b.chunks[0]
+		part := chunk[b.head:min(len(chunk), b.head+k)]
+		take(part)
+		if b.cfg.Size != nil {
+			for i := range part {
+				b.size -= b.cfg.Size(&part[i])
+			}
+		} else {
+			b.size -= len(part)
+		}
+		clear(part) // let go of what the records hold
+		b.head += len(part)
+		b.n -= len(part)
+		b.taken += int64(len(part))
+		k -= len(part)
+		if b.head == len(chunk) {
+			b.chunks[0] = nil
+			b.chunks = b.chunks[1:]
+			b.head = 0
+			b.spareSlice(chunk)
+		}
+	}
+	if len(b.chunks) == 0 {
+		b.chunks = b.chunks[:0:0] // the slice's array does not grow for ever
+	}
+	if b.full && b.size <= b.cfg.Limit/2 {
+		b.drainedLocked()
+	}
+}
+
+func (b *Buffer[R]) drainedLocked() {
+	b.full = false
+	if b.cfg.OnDrained != nil {
+		b.cfg.OnDrained()
+	}
+	b.wakeRoomLocked()
+}
+
+// spareSlice keeps a spent push's slice for the fetch side, when the
+// buffer reuses them.
+func (b *Buffer[R]) spareSlice(s []R) {
+	if b.cfg.Reuse && len(b.spare) < 2 && cap(s) <= maxSpare {
+		clear(s)
+		b.spare = append(b.spare, s[:0])
+	}
+}
+
+// Slice returns an empty slice for the fetch side to read its next records
+// into: a spent push's, when the buffer reuses them, or nil.
+func (b *Buffer[R]) Slice() []R {
+	if n := len(b.spare); n > 0 {
+		s := b.spare[n-1]
+		b.spare = b.spare[:n-1]
+		return s
+	}
+	return nil
+}
+
+// Len returns how many records are buffered.
+func (b *Buffer[R]) Len() int { return b.n }
+
+// Size returns what the buffered records count against the limit.
+func (b *Buffer[R]) Size() int { return b.size }
+
+// Last returns the offset of the last record pushed, or -1.
+func (b *Buffer[R]) Last() int64 { return b.last }
+
+// Full reports whether the buffer is full: it reached its limit and has
+// not been taken down to half since.
+func (b *Buffer[R]) Full() bool { return b.full }
+
+// Pause notes that the worker waits out a backoff: the fetch side's
+// WaitRoom waits until Resume.
+func (b *Buffer[R]) Pause() { b.paused = true }
+
+// Resume undoes Pause.
+func (b *Buffer[R]) Resume() {
+	b.paused = false
+	b.wakeRoomLocked()
+}
+
+// Paused reports whether the worker waits out a backoff.
+func (b *Buffer[R]) Paused() bool { return b.paused }
+
+func (b *Buffer[R]) wakeRoomLocked() {
+	if b.roomWaiting && !b.paused && !b.full {
+		b.roomWaiting = false
+		signal(b.room)
+	}
+}
+
+// WaitRoom waits until the fetch side may fetch more: the buffer is not
+// full and not paused. It reports false when ctx ends first.
+func (b *Buffer[R]) WaitRoom(ctx context.Context) bool {
+	b.mu.Lock()
+	for b.paused || b.full {
+		b.roomWaiting = true
+		b.mu.Unlock()
+		select {
+		case <-b.room:
+		case <-ctx.Done():
+			return false
+		}
+		b.mu.Lock()
+	}
+	b.mu.Unlock()
+	return ctx.Err() == nil
+}
+
+// Drop empties the buffer, as when its partition's claim ends; a full
+// buffer is drained.
+func (b *Buffer[R]) Drop() {
+	for i := range b.chunks {
+		clear(b.chunks[i])
+	}
+	b.chunks, b.spare, b.head, b.n, b.size, b.cuts = nil, nil, 0, 0, 0, nil
+	b.taken = b.pushed
+	if b.full {
+		b.drainedLocked()
+	}
+}
+
+// signal wakes whoever waits on ch, without blocking.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}

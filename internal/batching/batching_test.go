@@ -1,0 +1,313 @@
+package batching
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+type rec struct {
+	off  int64
+	size int
+	data *int // something the buffer must let go of
+}
+
+func recs(from, to int64) []rec {
+	var rs []rec
+	for o := from; o <= to; o++ {
+		rs = append(rs, rec{off: o, size: 1, data: new(int)})
+	}
+	return rs
+}
+
+type fixture struct {
+	mu        sync.Mutex
+	b         *Buffer[rec]
+	full      int // OnFull calls
+	drained   int // OnDrained calls
+	partsSeen [][]rec
+}
+
+func newFixture(limit int, sized, reuse bool) *fixture {
+	f := &fixture{}
+	cfg := Config[rec]{Offset: func(r *rec) int64 { return r.off }, Limit: limit, Reuse: reuse,
+		OnFull: func() { f.full++ }, OnDrained: func() { f.drained++ }}
+	if sized {
+		cfg.Size = func(r *rec) int { return r.size }
+	}
+	f.b = New(&f.mu, cfg)
+	return f
+}
+
+func (f *fixture) push(rs []rec) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.b.Push(rs)
+}
+
+// next takes a batch and returns its offsets.
+func (f *fixture) next(t *testing.T, ctx context.Context, maxBatch int, maxWait time.Duration) ([]int64, error) {
+	t.Helper()
+	var offs []int64
+	err := f.b.Next(ctx, maxBatch, maxWait, func(part []rec) {
+		f.partsSeen = append(f.partsSeen, part)
+		for _, r := range part {
+			if r.data == nil {
+				t.Errorf("record %d handed out cleared", r.off)
+			}
+			offs = append(offs, r.off)
+		}
+	})
+	return offs, err
+}
+
+func (f *fixture) locked(fn func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	fn()
+}
+
+// Batches of at most maxBatch buffered records, in order, taken at once
+// when maxWait is 0, across the pushes' parts.
+func TestBatchesOfAtMostMaxBatch(t *testing.T) {
+	f := newFixture(1000, false, false)
+	f.push(recs(0, 2))
+	f.push(recs(3, 9))
+	var got [][]int64
+	for range 3 {
+		offs, err := f.next(t, context.Background(), 4, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, offs)
+	}
+	want := [][]int64{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}
+	if !slices.EqualFunc(got, want, slices.Equal) {
+		t.Fatalf("batches %v, want %v", got, want)
+	}
+	if len(f.partsSeen) != 4 {
+		t.Errorf("%d parts, want 4 (the first batch spans two pushes)", len(f.partsSeen))
+	}
+	for _, p := range f.partsSeen {
+		for _, r := range p {
+			if r.data != nil {
+				t.Fatalf("record %+v still held by the buffer after it was taken", r)
+			}
+		}
+	}
+	f.locked(func() {
+		if n := f.b.Len(); n != 0 {
+			t.Errorf("Len %d after every record was taken", n)
+		}
+	})
+}
+
+// A batch waits up to maxWait from when its first record was there, and
+// no longer; a full batch does not wait.
+func TestMaxWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(1000, false, false)
+		start := time.Now()
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			f.push(recs(0, 0))
+			time.Sleep(300 * time.Millisecond)
+			f.push(recs(1, 2))
+		}()
+		offs, err := f.next(t, context.Background(), 10, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 1100*time.Millisecond || !slices.Equal(offs, []int64{0, 1, 2}) {
+			t.Fatalf("batch %v after %v, want 0-2 after 1.1s (the first record at 100ms, then the maximum wait)", offs, took)
+		}
+
+		start = time.Now()
+		go func() {
+			time.Sleep(100 * time.Millisecond)
+			f.push(recs(3, 5))
+			time.Sleep(100 * time.Millisecond)
+			f.push(recs(6, 20))
+		}()
+		offs, err = f.next(t, context.Background(), 10, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took := time.Since(start); took != 200*time.Millisecond || !slices.Equal(offs, []int64{3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
+			t.Fatalf("batch %v after %v, want 3-12 at once once 10 records are there (200ms)", offs, took)
+		}
+	})
+}
+
+// A batch never spans a rewind: the records before it are a batch at once
+// (without waiting maxWait), and the rewind begins the next, whether it
+// comes in a push of its own or inside one.
+func TestNeverAcrossARewind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(1000, false, false)
+		f.push(recs(0, 4))
+		f.push(append(recs(2, 3), recs(0, 1)...)) // rewinds at 2, then at 0
+		f.push(recs(2, 2))
+		start := time.Now()
+		var got [][]int64
+		for i := range 3 {
+			offs, err := f.next(t, context.Background(), 100, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, offs)
+			// The first two end at a rewind; the last waits for more.
+			if want := map[bool]time.Duration{true: time.Hour, false: 0}[i == 2]; time.Since(start) != want {
+				t.Errorf("batch %d came after %v, want %v", i, time.Since(start), want)
+			}
+		}
+		want := [][]int64{{0, 1, 2, 3, 4}, {2, 3}, {0, 1, 2}}
+		if !slices.EqualFunc(got, want, slices.Equal) {
+			t.Fatalf("batches %v, want %v", got, want)
+		}
+		f.locked(func() {
+			if last := f.b.Last(); last != 2 {
+				t.Errorf("Last %d, want 2", last)
+			}
+		})
+	})
+}
+
+// Next returns the cause of its context's end, and a later push does not
+// wait for it.
+func TestNextEndsWithItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(1000, false, false)
+		cause := errors.New("revoked")
+		ctx, cancel := context.WithCancelCause(context.Background())
+		go func() {
+			time.Sleep(time.Second)
+			cancel(cause)
+		}()
+		if _, err := f.next(t, ctx, 10, 0); !errors.Is(err, cause) {
+			t.Fatalf("Next: %v, want the context's cause", err)
+		}
+		f.push(recs(0, 1))
+		if offs, err := f.next(t, context.Background(), 10, 0); err != nil || len(offs) != 2 {
+			t.Fatalf("after: %v %v", offs, err)
+		}
+	})
+}
+
+// The buffer is full at its limit, as the records' sizes count, until it
+// has been taken down to half; the fetch side's WaitRoom waits while it is
+// full or paused.
+func TestLimitPauseAndRoom(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(20, true, false)
+		big := recs(0, 9)
+		for i := range big {
+			big[i].size = 2
+		}
+		f.push(big) // 20: full
+		f.locked(func() {
+			if !f.b.Full() || f.full != 1 || f.b.Size() != 20 {
+				t.Fatalf("full %v (OnFull %d), size %d after 20 of 20", f.b.Full(), f.full, f.b.Size())
+			}
+		})
+		room := make(chan bool, 1)
+		go func() { room <- f.b.WaitRoom(context.Background()) }()
+		synctest.Wait()
+		select {
+		case <-room:
+			t.Fatal("WaitRoom returned while the buffer was full")
+		default:
+		}
+		if _, err := f.next(t, context.Background(), 4, 0); err != nil { // 12 left: still full
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case <-room:
+			t.Fatal("WaitRoom returned above half the limit")
+		default:
+		}
+		if _, err := f.next(t, context.Background(), 1, 0); err != nil { // 10 left: half
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		select {
+		case ok := <-room:
+			if !ok {
+				t.Fatal("WaitRoom: false")
+			}
+		default:
+			t.Fatal("WaitRoom still waits once the buffer is down to half")
+		}
+		f.locked(func() {
+			if f.b.Full() || f.drained != 1 {
+				t.Fatalf("full %v, OnDrained %d at half the limit", f.b.Full(), f.drained)
+			}
+			f.b.Pause()
+		})
+		go func() { room <- f.b.WaitRoom(context.Background()) }()
+		synctest.Wait()
+		select {
+		case <-room:
+			t.Fatal("WaitRoom returned while paused")
+		default:
+		}
+		f.locked(f.b.Resume)
+		synctest.Wait()
+		select {
+		case <-room:
+		default:
+			t.Fatal("WaitRoom still waits after Resume")
+		}
+		f.locked(f.b.Pause)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { room <- f.b.WaitRoom(ctx) }()
+		synctest.Wait()
+		cancel()
+		if ok := <-room; ok {
+			t.Fatal("WaitRoom reported room after its context ended")
+		}
+	})
+}
+
+// Drop empties the buffer and drains it; pushes go on after it.
+func TestDrop(t *testing.T) {
+	f := newFixture(5, false, false)
+	f.push(recs(0, 9))
+	f.locked(func() {
+		f.b.Drop()
+		if f.b.Len() != 0 || f.b.Size() != 0 || f.b.Full() || f.full != 1 || f.drained != 1 {
+			t.Fatalf("after Drop: len %d size %d full %v, OnFull %d OnDrained %d", f.b.Len(), f.b.Size(), f.b.Full(), f.full, f.drained)
+		}
+	})
+	f.push(recs(10, 11))
+	if offs, err := f.next(t, context.Background(), 10, 0); err != nil || !slices.Equal(offs, []int64{10, 11}) {
+		t.Fatalf("after Drop: %v %v", offs, err)
+	}
+}
+
+// With Reuse, a spent push's slice comes back emptied for the next fetch;
+// without, nothing is kept.
+func TestReuse(t *testing.T) {
+	for _, reuse := range []bool{true, false} {
+		f := newFixture(1000, false, reuse)
+		rs := recs(0, 3)
+		f.push(rs)
+		if _, err := f.next(t, context.Background(), 10, 0); err != nil {
+			t.Fatal(err)
+		}
+		f.locked(func() {
+			s := f.b.Slice()
+			switch {
+			case reuse && (len(s) != 0 || cap(s) != cap(rs) || &s[:1][0] != &rs[0]):
+				t.Errorf("Slice with Reuse: len %d cap %d, want the spent push's slice, empty", len(s), cap(s))
+			case !reuse && s != nil:
+				t.Errorf("Slice without Reuse: %v, want nil", s)
+			}
+		})
+	}
+}
