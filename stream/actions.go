@@ -77,6 +77,9 @@ var ErrNotStopped = errors.New("stream: partition not stopped")
 // Stopped returns the partitions held by [StopPartition], by topic and
 // partition.
 func (p *Processor) Stopped() []StoppedPartition {
+	if p == nil {
+		return nil
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := make([]StoppedPartition, 0, len(p.stopped))
@@ -124,7 +127,10 @@ func (p *Processor) Skip(ctx context.Context, topic string, partition int32) err
 
 func (p *Processor) release(ctx context.Context, topic string, partition int32, redeliver bool) error {
 	verb := map[bool]string{true: "resume", false: "skip"}[redeliver]
-	if ctx == nil {
+	switch {
+	case p == nil:
+		return fmt.Errorf("stream: %s of %s/%d on a nil Processor", verb, topic, partition)
+	case ctx == nil:
 		return fmt.Errorf("stream: %s of %s/%d: nil context", verb, topic, partition)
 	}
 	p.mu.Lock()

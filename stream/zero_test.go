@@ -78,9 +78,16 @@ func TestZeroValuesOfStream(t *testing.T) {
 	if err := nilProc.Process(context.Background(), streamtest.NewPartition("t", 0, 1)); err == nil {
 		t.Error("Process on a nil Processor: nil")
 	}
+	if len(nilProc.Stopped()) != 0 || nilProc.Skip(context.Background(), "t", 0) == nil || nilProc.Resume(context.Background(), "t", 0) == nil {
+		t.Error("a nil Processor's Stopped, Skip or Resume")
+	}
 	proc, err := stream.NewProcessor(streamtest.Succeed)
 	if err != nil {
 		t.Fatal(err)
+	}
+	//lint:ignore SA1012 the point of the check
+	if err := proc.Skip(nil, "t", 0); err == nil || !strings.Contains(err.Error(), "nil context") { //nolint:staticcheck
+		t.Errorf("Skip with a nil context: %v", err)
 	}
 	if err := proc.Process(context.Background(), nil); err == nil {
 		t.Error("Process of a nil claim: nil")
