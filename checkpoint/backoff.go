@@ -49,6 +49,13 @@ func draw(rnd Rand) float64 {
 // package draw from math/rand/v2's global source when it is nil.
 //
 // A Backoff should not return a negative delay; [Policy] treats one as 0.
+//
+// The constructors of this package take one parameter of each type: a
+// schedule with two durations is composed from decorators ([Capped],
+// [FullJitter]), as sethvargo/go-retry composes its backoffs, or described by
+// a struct with named fields ([JitteredExponential]):
+//
+//	checkpoint.FullJitter(checkpoint.Capped(20*time.Second, checkpoint.Exponential(time.Second)))
 type Backoff func(n int, prev time.Duration, rnd Rand) time.Duration
 
 // maxDuration is the largest representable delay; every computation clamps
@@ -56,18 +63,33 @@ type Backoff func(n int, prev time.Duration, rnd Rand) time.Duration
 const maxDuration = time.Duration(math.MaxInt64)
 
 // MaxBackoff is the ceiling of the delays that the growing backoffs of this
-// package compute when nothing else caps them: [Linear], [Exponential],
-// [ExponentialJitter], and [FullJitter], [DecorrelatedJitter] and
-// [JitteredExponential] without a ceiling of their own. Without it, retry 64
-// of Exponential(time.Second) would wait 292 years. A backoff whose first
-// delay is already longer keeps that first delay as its ceiling. Set
-// [Policy.MaxDelay] for a lower cap; the presets keep their SDKs' own caps.
+// package compute when no [Capped] sets one: [Linear], [Exponential],
+// [ExponentialJitter], [DecorrelatedJitter], and [JitteredExponential]
+// without a Max. Without it, retry 64 of Exponential(time.Second) would wait
+// 292 years. A backoff whose first delay is already longer keeps that first
+// delay as its ceiling. Under Capped(max, b), the growing backoffs grow up to
+// max instead, be it shorter or longer than MaxBackoff; [Policy.MaxDelay]
+// caps the delays after that. The presets keep their SDKs' own caps.
 const MaxBackoff = 24 * time.Hour
 
+// cappedRand is the Rand that [Capped] passes to the Backoff it caps: it
+// draws from the caller's Rand and carries the cap, which the growing
+// backoffs of this package take as their ceiling instead of MaxBackoff.
+type cappedRand struct {
+	Rand
+	max time.Duration
+}
+
 // grown clamps ns, a delay grown from a first delay of first (both in
-// nanoseconds), to MaxBackoff, or to first when that is longer.
-func grown(ns, first float64) time.Duration {
-	return clamp(min(ns, max(float64(MaxBackoff), first)))
+// nanoseconds), to the ceiling of a growing backoff called with rnd (the
+// max of the Capped that called it, or MaxBackoff), or to first when that
+// is longer.
+func grown(ns, first float64, rnd Rand) time.Duration {
+	ceiling := MaxBackoff
+	if c, ok := rnd.(cappedRand); ok {
+		ceiling = c.max
+	}
+	return clamp(min(ns, max(float64(ceiling), first)))
 }
 
 // clamp converts a float number of nanoseconds to a Duration in
@@ -106,8 +128,8 @@ func Fixed(d time.Duration) Backoff {
 // Linear waits initial*n before retry n: LINEAR_BACKOFF in the Azure IoT C
 // SDK. With initial = 5s: 5s 10s 15s 20s ..., up to [MaxBackoff].
 func Linear(initial time.Duration) Backoff {
-	return func(n int, _ time.Duration, _ Rand) time.Duration {
-		return grown(float64(initial)*float64(max(n, 1)), float64(initial))
+	return func(n int, _ time.Duration, rnd Rand) time.Duration {
+		return grown(float64(initial)*float64(max(n, 1)), float64(initial), rnd)
 	}
 }
 
@@ -115,8 +137,8 @@ func Linear(initial time.Duration) Backoff {
 // Azure IoT C SDK. With initial = 1s: 1s 2s 4s 8s ..., up to [MaxBackoff]
 // (from retry 18 on).
 func Exponential(initial time.Duration) Backoff {
-	return func(n int, _ time.Duration, _ Rand) time.Duration {
-		return grown(float64(initial)*pow2(n), float64(initial))
+	return func(n int, _ time.Duration, rnd Rand) time.Duration {
+		return grown(float64(initial)*pow2(n), float64(initial), rnd)
 	}
 }
 
@@ -128,7 +150,7 @@ func Exponential(initial time.Duration) Backoff {
 func ExponentialJitter(initial time.Duration, percent float64) Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
 		j := 1 + percent/100*draw(rnd)
-		return grown(float64(initial)*pow2(n)*j, float64(initial)*j)
+		return grown(float64(initial)*pow2(n)*j, float64(initial)*j, rnd)
 	}
 }
 
@@ -144,61 +166,120 @@ func Random(initial time.Duration) Backoff {
 	}
 }
 
-// FullJitter waits a uniform pick in [0, min(maxDelay, base*2^(n-1))) before
-// retry n: the AWS IoT Device SDK's exponential backoff with full jitter.
-// maxDelay <= 0 means no ceiling of its own: the window grows up to
-// [MaxBackoff].
-func FullJitter(base, maxDelay time.Duration) Backoff {
-	return func(n int, _ time.Duration, rnd Rand) time.Duration {
-		window := float64(base) * pow2(n)
-		if maxDelay > 0 && window > float64(maxDelay) {
-			window = float64(maxDelay)
-		} else if maxDelay <= 0 {
-			window = min(window, max(float64(MaxBackoff), float64(base)))
-		}
-		return clamp(window * draw(rnd))
-	}
-}
-
-// DecorrelatedJitter waits min(ceiling, a uniform pick between base and
-// 3*prev) before each retry, prev being the previous delay (base before the
-// first retry). The delays wander upward from base without the lockstep of
-// plain exponential backoff. ceiling <= 0 means no ceiling of its own: the
-// delays grow up to [MaxBackoff].
-func DecorrelatedJitter(base, ceiling time.Duration) Backoff {
+// DecorrelatedJitter waits a uniform pick between base and 3*prev before
+// each retry, prev being the previous delay (base before the first retry):
+// the "decorrelated jitter" of the AWS Architecture Blog's "Exponential
+// Backoff And Jitter". The delays wander upward from base without the
+// lockstep of plain exponential backoff, up to [MaxBackoff]. The article's
+// min(cap, ...) is Capped(cap, DecorrelatedJitter(base)): the [Policy]
+// passes the delay it used as prev, so the next pick starts from the
+// capped delay.
+func DecorrelatedJitter(base time.Duration) Backoff {
 	return func(_ int, prev time.Duration, rnd Rand) time.Duration {
 		if prev < base {
 			prev = base
 		}
 		hi := 3 * float64(prev)
 		d := float64(base) + draw(rnd)*(hi-float64(base))
-		if ceiling > 0 && d > float64(ceiling) {
-			d = float64(ceiling)
-		}
-		if ceiling <= 0 {
-			return grown(d, float64(base))
-		}
-		return clamp(d)
+		return grown(d, float64(base), rnd)
 	}
 }
 
-// JitteredExponential is the shape of the Azure IoT Java SDK's documented
-// default: Cmin + (2^(n-1) - 1) * J, capped at Cmax, where J is c jittered
-// uniformly in [c*(1-jitterDown), c*(1+jitterUp)). cmax <= 0 means no cap
-// of its own: the delays grow up to [MaxBackoff]. For the SDK's released
-// code, defaults included, use [AzureIoTJava].
-func JitteredExponential(c, cmin, cmax time.Duration, jitterDown, jitterUp float64) Backoff {
+// Capped caps each delay of b at max, as sethvargo/go-retry's
+// WithCappedDuration does. max <= 0 returns b as it is, as a
+// [Policy.MaxDelay] of 0 caps nothing; a nil b retries at once, as a nil
+// [Policy.Backoff] does.
+//
+// Under Capped, the growing backoffs of this package ([Exponential] and the
+// others [MaxBackoff] names) grow up to max instead of MaxBackoff, so max
+// may be longer than a day. To tell them, Capped calls b with a Rand of its
+// own that carries max and draws from the caller's: a Backoff of yours under
+// Capped gets the same numbers, from another value.
+//
+// Capped or MaxDelay. Capped is part of the Backoff: a decorator around it
+// sees the capped delay, so FullJitter(Capped(max, b)) picks below the cap,
+// evenly (the AWS formula random(0, min(max, base*2^(n-1)))), and
+// [DecorrelatedJitter] under it starts its next pick from the capped delay.
+// Policy.MaxDelay caps the delay the Policy is about to wait, last: after the
+// Backoff, after a [DecideFunc], and after an error's [RetryAfter] hint, which
+// a Capped Backoff does not cap (a hint of 1m waits 1m whatever the
+// Backoff's cap). Use Capped to shape the schedule, the ceiling a backoff
+// grows to or the window jitter picks from; use MaxDelay for the longest
+// any wait may be, a server's hint included.
+func Capped(max time.Duration, b Backoff) Backoff {
+	if b == nil {
+		b = Immediate()
+	}
+	if max <= 0 {
+		return b
+	}
+	return func(n int, prev time.Duration, rnd Rand) time.Duration {
+		if c, ok := rnd.(cappedRand); ok {
+			rnd = c.Rand // a Capped inside a Capped: the inner cap rules b
+		}
+		return min(b(n, prev, cappedRand{Rand: orGlobal(rnd), max: max}), max)
+	}
+}
+
+// FullJitter waits a uniform pick in [0, d) before retry n, d being b's
+// delay: the "full jitter" of the AWS Architecture Blog's "Exponential
+// Backoff And Jitter", whose random(0, min(cap, base*2^(n-1))) reads
+//
+//	FullJitter(Capped(cap, Exponential(base)))
+//
+// (the backoff of the AWS IoT Device SDKs; [BackoffAlgorithm] reproduces the
+// released C library's). It draws one number from rnd after b's draws. A nil
+// b retries at once.
+func FullJitter(b Backoff) Backoff {
+	if b == nil {
+		b = Immediate()
+	}
+	return func(n int, prev time.Duration, rnd Rand) time.Duration {
+		return clamp(float64(b(n, prev, rnd)) * draw(rnd))
+	}
+}
+
+// JitteredExponential is the shape of the Azure IoT Java SDK's retry guide:
+//
+//	Min + (2^(n-1) - 1) * J   before retry n, capped at Max,
+//	J uniform in [Delta*(1-JitterDown), Delta*(1+JitterUp))
+//
+// with one J drawn per retry. The guide's defaults are Delta = Min = 100ms,
+// Max = 10s, JitterDown = 0.5 and JitterUp = 0.25; host.json's
+// jitteredExponential strategy starts from them. For the SDK's released code,
+// which differs from the guide, use [AzureIoTJava].
+//
+// Its zero value waits 0 before every retry: each field means its own value
+// at zero, not a default.
+type JitteredExponential struct {
+	// Delta is C, the delay that is jittered and doubled. 0 makes every
+	// delay Min.
+	Delta time.Duration
+	// Min is Cmin, the delay before retry 1.
+	Min time.Duration
+	// Max is Cmax, the cap of every delay. 0 means no cap of its own: the
+	// delays grow up to [MaxBackoff], or to the max of a [Capped] around
+	// the Backoff.
+	Max time.Duration
+	// JitterDown is Jd, how far below Delta J may be, as a fraction of it
+	// (0.5 for 50%). 0 means J is never below Delta.
+	JitterDown float64
+	// JitterUp is Ju, how far above Delta J may be, as a fraction of it. 0
+	// means J is never above Delta; with JitterDown also 0, J is Delta.
+	JitterUp float64
+}
+
+// Backoff returns the delays of j. It is safe for concurrent use, and j can
+// be changed afterwards without changing it.
+func (j JitteredExponential) Backoff() Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
-		lo := float64(c) * (1 - jitterDown)
-		hi := float64(c) * (1 + jitterUp)
-		j := lo + draw(rnd)*(hi-lo)
-		d := float64(cmin) + (pow2(n)-1)*j
-		if cmax > 0 && d > float64(cmax) {
-			d = float64(cmax)
+		lo := float64(j.Delta) * (1 - j.JitterDown)
+		hi := float64(j.Delta) * (1 + j.JitterUp)
+		jj := lo + draw(rnd)*(hi-lo)
+		d := float64(j.Min) + (pow2(n)-1)*jj
+		if j.Max > 0 {
+			return clamp(min(d, float64(j.Max)))
 		}
-		if cmax <= 0 {
-			return grown(d, float64(cmin))
-		}
-		return clamp(d)
+		return grown(d, float64(j.Min), rnd)
 	}
 }

@@ -24,12 +24,24 @@ func boundaryPolicies(t *testing.T) map[string]checkpoint.Policy {
 		"Exponential":        {Backoff: checkpoint.Exponential(time.Second)},
 		"ExponentialJitter":  {Backoff: checkpoint.ExponentialJitter(time.Second, 20)},
 		"Random":             {Backoff: checkpoint.Random(4 * time.Second)},
-		"FullJitter":         {Backoff: checkpoint.FullJitter(time.Second, 10*time.Second)},
-		"DecorrelatedJitter": {Backoff: checkpoint.DecorrelatedJitter(time.Second, 20*time.Second)},
-		"JitteredExponential": {Backoff: checkpoint.JitteredExponential(time.Second, 500*time.Millisecond, 30*time.Second,
-			0.5, 0.25)},
-		"AzureIoTJava":     checkpoint.AzureIoTJava(),
-		"BackoffAlgorithm": checkpoint.BackoffAlgorithm(500, 5000, checkpoint.BackoffAlgorithmRetryForever),
+		"FullJitter":         {Backoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Second, checkpoint.Exponential(time.Second)))},
+		"DecorrelatedJitter": {Backoff: checkpoint.Capped(20*time.Second, checkpoint.DecorrelatedJitter(time.Second))},
+		"JitteredExponential": {Backoff: checkpoint.JitteredExponential{Delta: time.Second, Min: 500 * time.Millisecond,
+			Max: 30 * time.Second, JitterDown: 0.5, JitterUp: 0.25}.Backoff()},
+	}
+	for name, preset := range map[string]interface {
+		Policy() (checkpoint.Policy, error)
+	}{
+		"AzureIoTJava":                        checkpoint.NewAzureIoTJava(),
+		"BackoffAlgorithm":                    checkpoint.BackoffAlgorithm{BackOffBase: 500 * time.Millisecond, MaxBackOff: 5000 * time.Millisecond, MaxAttempts: checkpoint.BackoffAlgorithmRetryForever},
+		"AzureFunctionsExponentialBackoff":    checkpoint.AzureFunctionsExponentialBackoff{MaxRetryCount: checkpoint.Infinite, MinimumInterval: time.Second, MaximumInterval: 30 * time.Second},
+		"WebJobsRandomizedExponentialBackoff": checkpoint.WebJobsRandomizedExponentialBackoff{MinimumInterval: time.Second, MaximumInterval: 30 * time.Second, DeltaBackoff: 500 * time.Millisecond},
+	} {
+		p, err := preset.Policy()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[name] = p
 	}
 	for _, r := range []checkpoint.AzureIoTCRetry{checkpoint.AzureIoTCRetryImmediate, checkpoint.AzureIoTCRetryInterval,
 		checkpoint.AzureIoTCRetryLinearBackoff, checkpoint.AzureIoTCRetryExponentialBackoff,
@@ -40,11 +52,6 @@ func boundaryPolicies(t *testing.T) map[string]checkpoint.Policy {
 		}
 		ps["AzureIoTC "+r.String()] = p
 	}
-	p, err := checkpoint.AzureFunctionsExponentialBackoff(checkpoint.Infinite, time.Second, 30*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps["AzureFunctionsExponentialBackoff"] = p
 	for name, p := range ps {
 		p.MaxRetries = checkpoint.Infinite
 		ps[name] = p

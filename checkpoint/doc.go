@@ -6,6 +6,28 @@
 // Retries, not attempts: a policy with MaxRetries 10 delivers a batch at most
 // 11 times; retry n (n >= 1) is the n-th redelivery.
 //
+// Delays. A [Backoff] is a pure function of the retry number. The
+// constructors take one parameter of each type ([Fixed], [Exponential],
+// [ExponentialJitter], ...); decorators compose them, so that a schedule
+// reads at the call site:
+//
+//	checkpoint.FullJitter(checkpoint.Capped(20*time.Second, checkpoint.Exponential(time.Second)))
+//
+// and a shape with several parameters of one type is a struct with named
+// fields ([JitteredExponential]).
+//
+// Presets. Each SDK that redeliver's users migrate from has a struct type
+// named for it ([AzureIoTC], [AzureIoTJava], [BackoffAlgorithm],
+// [AzureFunctionsExponentialBackoff], [WebJobsRandomizedExponentialBackoff])
+// whose fields are the SDK's parameters; its Policy method checks them and
+// returns the [Policy] that reproduces that SDK's released code. Where the
+// SDK's defaults are not the zero value, New<Preset> returns them.
+//
+// Errors. [Permanent] marks an error that must not be retried, [RetryAfter]
+// one that says when to retry; [DefaultRetryable], [RetryOnly],
+// [RetryUnless] and [RetryUnlessType] are error filters for
+// [Policy.Retryable].
+//
 // Nothing in this package sleeps, starts a goroutine, reads the clock or uses
 // a global random source. Decisions are pure functions of the state, the time
 // and the random source the caller passes in, as in the Azure IoT C SDK's

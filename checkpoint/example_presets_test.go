@@ -16,8 +16,12 @@ func (u fixedU) Float64() float64 { return float64(u) }
 // The Azure IoT Java SDK's default policy. With U = 0.5 the jitter J, drawn
 // by nextInt(40) + 80, is 100ms: retry n waits min(100ms + (2^(n-1)-1)*100ms,
 // 10s), after an immediate first retry.
-func ExampleAzureIoTJava() {
-	p := checkpoint.AzureIoTJava()
+func ExampleNewAzureIoTJava() {
+	p, err := checkpoint.NewAzureIoTJava().Policy()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(p.MaxRetries, p.MaxRetryTime)
 	fmt.Println(p.Schedule(9, fixedU(0.5)))
 	fmt.Println(p.Schedule(9, fixedU(0))) // J = 80ms
@@ -29,8 +33,11 @@ func ExampleAzureIoTJava() {
 
 // A custom ExponentialBackoffWithJitter(5, 1000, 60000, 500, false): no fast
 // first retry, so the first retry waits minBackoff.
-func ExampleAzureIoTJavaWith() {
-	p, err := checkpoint.AzureIoTJavaWith(5, time.Second, time.Minute, 500*time.Millisecond, false)
+func ExampleAzureIoTJava() {
+	j := checkpoint.NewAzureIoTJava()
+	j.RetryCount, j.MinBackoff, j.MaxBackoff, j.DeltaBackoff = 5, time.Second, time.Minute, 500*time.Millisecond
+	j.FirstFastRetry = false
+	p, err := j.Policy()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -44,7 +51,11 @@ func ExampleAzureIoTJavaWith() {
 // cap 5000ms, 5 retries. Each wait is randomValue % (window+1) ms, the window
 // doubling from 500 to 4000 and then set to 5000.
 func ExampleBackoffAlgorithm() {
-	p := checkpoint.BackoffAlgorithm(500, 5000, 5)
+	p, err := checkpoint.BackoffAlgorithm{BackOffBase: 500 * time.Millisecond, MaxBackOff: 5000 * time.Millisecond, MaxAttempts: 5}.Policy()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Println(p.MaxRetries)
 	// randomValue = floor(U * 2^32) = 2^32 - 1: the top of the range.
 	fmt.Println(p.Schedule(10, fixedU(0.9999999999999999)))
@@ -78,7 +89,7 @@ func ExampleNewAzureIoTC() {
 // maximumInterval 00:01:00: the minimum, then the minimum plus a doubling
 // increment of 2s * R, R in [0.8, 1.2), until the maximum.
 func ExampleAzureFunctionsExponentialBackoff() {
-	p, err := checkpoint.AzureFunctionsExponentialBackoff(8, 2*time.Second, time.Minute)
+	p, err := checkpoint.AzureFunctionsExponentialBackoff{MaxRetryCount: 8, MinimumInterval: 2 * time.Second, MaximumInterval: time.Minute}.Policy()
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -88,4 +99,22 @@ func ExampleAzureFunctionsExponentialBackoff() {
 	// Output:
 	// [2s 4s 6s 10s 18s 34s 1m0s 1m0s]
 	// [2s 3.6s 5.2s 8.4s 14.8s 27.6s 53.2s 1m0s]
+}
+
+// The WebJobs strategy with an increment of 500ms apart from its 1s minimum.
+// It has no retry count of its own, so its Policy retries forever.
+func ExampleWebJobsRandomizedExponentialBackoff() {
+	w := checkpoint.WebJobsRandomizedExponentialBackoff{
+		MinimumInterval: time.Second, MaximumInterval: 10 * time.Second, DeltaBackoff: 500 * time.Millisecond,
+	}
+	p, err := w.Policy()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(p.MaxRetries == checkpoint.Infinite)
+	fmt.Println(p.Schedule(8, fixedU(0.5))) // R = 1
+	// Output:
+	// true
+	// [1s 1.5s 2s 3s 5s 9s 10s 10s]
 }

@@ -93,10 +93,6 @@ func (r AzureIoTCRetry) String() string {
 	return azureIoTCRetryNames[r]
 }
 
-// AzureIoTCMaxDelay is the default of the C SDK's max_delay_in_secs option
-// (DEFAULT_MAX_DELAY_IN_SECS), the cap of the linear and exponential policies.
-const AzureIoTCMaxDelay = 30 * time.Second
-
 // cRandMax is RAND_MAX of glibc, whose rand() the preset models.
 const cRandMax = 1<<31 - 1
 
@@ -176,7 +172,7 @@ type AzureIoTC struct {
 	MaxJitterPercent int
 
 	// MaxDelay is max_delay_in_secs, whole seconds: the cap of the linear and
-	// exponential policies. The C default is [AzureIoTCMaxDelay] (30s); 0 is a
+	// exponential policies. The C default is 30s (DEFAULT_MAX_DELAY_IN_SECS); 0 is a
 	// valid setting that makes those policies retry without waiting.
 	MaxDelay time.Duration
 }
@@ -195,7 +191,7 @@ func NewAzureIoTC(retry AzureIoTCRetry, maxRetryTime time.Duration) AzureIoTC {
 		MaxRetryTime:     maxRetryTime,
 		InitialWait:      initial,
 		MaxJitterPercent: DefaultJitterPercent,
-		MaxDelay:         AzureIoTCMaxDelay,
+		MaxDelay:         30 * time.Second, // DEFAULT_MAX_DELAY_IN_SECS
 	}
 }
 
@@ -301,19 +297,13 @@ func cUnsigned(x float64) uint32 {
 // ---------------------------------------------------------------------------
 // Azure IoT Java SDK
 
-// The defaults of the Azure IoT Java device SDK's retry policy: the fields of
-// ExponentialBackoffWithJitter and the transport's operation timeout.
-const (
-	AzureIoTJavaRetryCount       = math.MaxInt32          // retryCount = Integer.MAX_VALUE
-	AzureIoTJavaMinBackoff       = 100 * time.Millisecond // minBackoff = 100
-	AzureIoTJavaMaxBackoff       = 10 * time.Second       // maxBackoff = 10*1000
-	AzureIoTJavaDeltaBackoff     = 100 * time.Millisecond // deltaBackoff = 100
-	AzureIoTJavaOperationTimeout = 4 * time.Minute        // the client's default operation timeout
-)
-
-// AzureIoTJava returns the Policy of the Azure IoT Java device SDK's default
-// retry policy, new ExponentialBackoffWithJitter(): up to Integer.MAX_VALUE
-// retries, a fast first retry, then
+// AzureIoTJava is the Azure IoT Java device SDK's retry policy,
+// ExponentialBackoffWithJitter(retryCount, minBackoff, maxBackoff,
+// deltaBackoff, firstFastRetry), together with the client's operation
+// timeout. [NewAzureIoTJava] fills it with the SDK's defaults, those of
+// new ExponentialBackoffWithJitter(); change a field as the constructor's
+// arguments would, then call [AzureIoTJava.Policy]. With the defaults: up to
+// Integer.MAX_VALUE retries, a fast first retry, then
 //
 //	min(100ms + (2^(n-1) - 1) * J, 10s)   J uniform in whole ms 80 ... 119
 //
@@ -321,19 +311,8 @@ const (
 // minutes (MaxRetryTime; the SDK's retry policy document: "the retry
 // mechanism will stop after DefaultOperationTimeoutInMilliseconds", 4
 // minutes, which the SDK counts from the start of the operation, redeliver
-// from the first failure). See [AzureIoTJavaWith] for the arithmetic, the
-// source file and the differences from the SDK's retry guide. With n = 1 .. 8 and every J
-// at 100ms: 0s 200ms 400ms 800ms 1.6s 3.2s 6.4s 10s.
-func AzureIoTJava() Policy {
-	return azureIoTJavaPolicy(AzureIoTJavaRetryCount, 100, 10000, 100, true)
-}
-
-// AzureIoTJavaWith returns the Policy of the Azure IoT Java device SDK's
-// new ExponentialBackoffWithJitter(retryCount, minBackoff, maxBackoff,
-// deltaBackoff, firstFastRetry), with MaxRetryTime set to the client's
-// default operation timeout, [AzureIoTJavaOperationTimeout]. The durations
-// are Java longs of milliseconds: they must be whole milliseconds and not
-// negative. retryCount must be positive, as the Java constructor demands.
+// from the first failure). With n = 1 .. 8 and every J at 100ms: 0s 200ms
+// 400ms 800ms 1.6s 3.2s 6.4s 10s.
 //
 // It reproduces getRetryDecision of ExponentialBackoffWithJitter.java in
 // Azure/azure-iot-sdk-java (device/iot-device-client/src/main/java/com/
@@ -349,7 +328,8 @@ func AzureIoTJava() Policy {
 //	  e  = (int)((Math.pow(2, x) - 1) * (r + lo))
 //	  wait = (int)Math.min(minBackoff + (double)e, maxBackoff) milliseconds
 //
-// with Java's saturating (int) casts. Where the code differs from the SDK's retry guide:
+// with Java's saturating (int) casts. Where the code differs from the SDK's retry guide
+// (whose formula is [JitteredExponential]):
 //   - The guide gives the jitter as rand(C*(1-Jd), C*(1-Ju)) with Jd = 0.5 and
 //     Ju = 0.25, that is 50ms to 75ms (and a "1-Ju" that should read "1+Ju");
 //     the code draws a whole number of milliseconds in [0.8*delta, 1.2*delta),
@@ -365,38 +345,96 @@ func AzureIoTJava() Policy {
 //
 // IotHubTransport's message resend path passes the retry number after
 // incrementing it (x = n); to reproduce that path, note that its schedule is
-// this one shifted by one retry. A deltaBackoff for which hi - lo <= 0 (0ms,
+// this one shifted by one retry. A DeltaBackoff for which hi - lo <= 0 (0ms,
 // or one so large that both bounds saturate) makes nextInt throw in Java at
-// the first delayed retry; AzureIoTJavaWith returns an error for it instead,
-// unless no retry can draw.
+// the first delayed retry; Policy returns an error for it instead, unless no
+// retry can draw.
 //
 // The SDK's error filter treats unknown errors as terminal; the Policy keeps
 // [DefaultRetryable]: set Retryable (for example to [RetryOnly]) to match.
-func AzureIoTJavaWith(retryCount int, minBackoff, maxBackoff, deltaBackoff time.Duration, firstFastRetry bool) (Policy, error) {
-	var errs []error
-	if retryCount <= 0 || retryCount > math.MaxInt32 {
-		errs = append(errs, fmt.Errorf("checkpoint: AzureIoTJava retryCount is %d: want 1 to 2^31-1 (a Java int greater than 0)", retryCount))
+//
+// The zero AzureIoTJava is not valid (the SDK demands a positive
+// retryCount): start from NewAzureIoTJava.
+type AzureIoTJava struct {
+	// RetryCount is retryCount, the most retries: 1 to 2^31-1 (a Java int
+	// greater than 0). The SDK's default is Integer.MAX_VALUE.
+	RetryCount int
+
+	// MinBackoff is minBackoff, the base of every delayed retry's wait:
+	// whole milliseconds, not negative (a Java long of ms). The SDK's
+	// default is 100ms.
+	MinBackoff time.Duration
+
+	// MaxBackoff is maxBackoff, the cap of every wait: whole milliseconds,
+	// not negative. The SDK's default is 10s.
+	MaxBackoff time.Duration
+
+	// DeltaBackoff is deltaBackoff, the delay that is jittered by -20% to
+	// +20% and doubled: whole milliseconds, from 1ms up to where both
+	// bounds of the jitter saturate a Java int (about 31 days). The SDK's
+	// default is 100ms.
+	DeltaBackoff time.Duration
+
+	// FirstFastRetry is firstFastRetry: the first retry waits nothing. The
+	// SDK's default is true.
+	FirstFastRetry bool
+
+	// OperationTimeout is the device client's operation timeout, which
+	// ends the retries of an operation: the Policy's MaxRetryTime. Whole
+	// milliseconds, not negative; 0 sets no time limit, which the SDK does
+	// not offer. The SDK's default is 4 minutes.
+	OperationTimeout time.Duration
+}
+
+// NewAzureIoTJava returns the defaults of the Azure IoT Java device SDK:
+// new ExponentialBackoffWithJitter() (RetryCount Integer.MAX_VALUE,
+// MinBackoff 100ms, MaxBackoff 10s, DeltaBackoff 100ms, FirstFastRetry)
+// and the client's default operation timeout of 4 minutes.
+func NewAzureIoTJava() AzureIoTJava {
+	return AzureIoTJava{
+		RetryCount:       math.MaxInt32,
+		MinBackoff:       100 * time.Millisecond,
+		MaxBackoff:       10 * time.Second,
+		DeltaBackoff:     100 * time.Millisecond,
+		FirstFastRetry:   true,
+		OperationTimeout: 4 * time.Minute,
 	}
-	ms := make([]int64, 3)
+}
+
+// Policy returns the Policy that reproduces j: at most RetryCount retries
+// (MaxRetries), the waits of getRetryDecision, and MaxRetryTime set to
+// OperationTimeout. It returns an error that names each field the Java SDK
+// could not hold or would reject.
+func (j AzureIoTJava) Policy() (Policy, error) {
+	var errs []error
+	if j.RetryCount <= 0 || j.RetryCount > math.MaxInt32 {
+		errs = append(errs, fmt.Errorf("checkpoint: AzureIoTJava.RetryCount is %d: want 1 to 2^31-1 (retryCount, a Java int greater than 0; NewAzureIoTJava gives the SDK's defaults)", j.RetryCount))
+	}
+	ms := make([]int64, 4)
 	for i, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"minBackoff", minBackoff}, {"maxBackoff", maxBackoff}, {"deltaBackoff", deltaBackoff}} {
+		name, java string
+		d          time.Duration
+	}{{"MinBackoff", "minBackoff", j.MinBackoff}, {"MaxBackoff", "maxBackoff", j.MaxBackoff},
+		{"DeltaBackoff", "deltaBackoff", j.DeltaBackoff}, {"OperationTimeout", "the operation timeout", j.OperationTimeout}} {
 		v, ok := wholeUnits(f.d, time.Millisecond, math.MaxInt64)
 		if !ok {
-			errs = append(errs, fmt.Errorf("checkpoint: AzureIoTJava %s is %v: want whole milliseconds, not negative (a Java long of ms)", f.name, f.d))
+			errs = append(errs, fmt.Errorf("checkpoint: AzureIoTJava.%s is %v: want whole milliseconds, not negative (%s, a Java long of ms)", f.name, f.d, f.java))
 		}
 		ms[i] = v
 	}
-	if len(errs) == 0 && (retryCount > 1 || !firstFastRetry) {
+	if len(errs) == 0 && (j.RetryCount > 1 || !j.FirstFastRetry) {
 		if lo, hi := azureIoTJavaBounds(ms[2]); hi-lo <= 0 {
-			errs = append(errs, fmt.Errorf("checkpoint: AzureIoTJava deltaBackoff is %v: (int)(delta*1.2) - (int)(delta*0.8) = %d, and Java's nextInt needs a positive bound", deltaBackoff, hi-lo))
+			errs = append(errs, fmt.Errorf("checkpoint: AzureIoTJava.DeltaBackoff is %v: (int)(delta*1.2) - (int)(delta*0.8) = %d, and Java's nextInt needs a positive bound", j.DeltaBackoff, hi-lo))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
 		return Policy{}, err
 	}
-	return azureIoTJavaPolicy(retryCount, ms[0], ms[1], ms[2], firstFastRetry), nil
+	return Policy{
+		MaxRetries:   j.RetryCount,
+		Backoff:      azureIoTJavaBackoff(ms[0], ms[1], ms[2], j.FirstFastRetry),
+		MaxRetryTime: j.OperationTimeout,
+	}, nil
 }
 
 // azureIoTJavaBounds returns deltaBackoffLowbound and deltaBackoffUpperbound
@@ -405,10 +443,11 @@ func azureIoTJavaBounds(deltaMs int64) (lo, hi int32) {
 	return javaD2I(float64(deltaMs) * 0.8), javaD2I(float64(deltaMs) * 1.2)
 }
 
-func azureIoTJavaPolicy(retryCount int, minMs, maxMs, deltaMs int64, firstFastRetry bool) Policy {
+// azureIoTJavaBackoff is getRetryDecision's wait: see [AzureIoTJava].
+func azureIoTJavaBackoff(minMs, maxMs, deltaMs int64, firstFastRetry bool) Backoff {
 	lo, hi := azureIoTJavaBounds(deltaMs)
 	bound := hi - lo // Java int subtraction (wraps)
-	backoff := func(n int, _ time.Duration, rnd Rand) time.Duration {
+	return func(n int, _ time.Duration, rnd Rand) time.Duration {
 		x := max(n-1, 0) // currentRetryCount
 		if x == 0 && firstFastRetry {
 			return 0
@@ -417,11 +456,6 @@ func azureIoTJavaPolicy(retryCount int, minMs, maxMs, deltaMs int64, firstFastRe
 		e := javaD2I((math.Ldexp(1, x) - 1.0) * float64(r+int64(lo)))        // (int)((Math.pow(2.0, x) - 1.0) * (r + lo))
 		wait := javaD2I(math.Min(float64(minMs)+float64(e), float64(maxMs))) // (int)Math.min(minBackoff + (double)e, maxBackoff)
 		return time.Duration(wait) * time.Millisecond
-	}
-	return Policy{
-		MaxRetries:   retryCount,
-		Backoff:      backoff,
-		MaxRetryTime: AzureIoTJavaOperationTimeout,
 	}
 }
 
@@ -447,12 +481,13 @@ func javaD2I(x float64) int32 {
 // stops retrying.
 const BackoffAlgorithmRetryForever = math.MaxUint32
 
-// BackoffAlgorithm returns the Policy of the AWS IoT Device SDK for Embedded
-// C's backoff library after BackoffAlgorithm_InitializeParams(ctx,
-// backOffBase, maxBackOff, maxAttempts): "full jitter" exponential backoff in
-// milliseconds, at most maxAttempts retries ([BackoffAlgorithmRetryForever]
-// for no limit). The library has no defaults; its MQTT demos use 500, 5000
-// and 5.
+// BackoffAlgorithm is the retry parameters of the AWS IoT Device SDK for
+// Embedded C's backoff library, as BackoffAlgorithm_InitializeParams(ctx,
+// backOffBase, maxBackOff, maxAttempts) sets them: "full jitter" exponential
+// backoff in milliseconds, at most MaxAttempts retries
+// ([BackoffAlgorithmRetryForever] for no limit). The library has no
+// defaults; its MQTT demos use 500ms, 5000ms and 5. The zero
+// BackoffAlgorithm never retries (maxAttempts 0).
 //
 // It reproduces BackoffAlgorithm_GetNextBackoff of FreeRTOS/backoffAlgorithm
 // (source/backoff_algorithm.c, v1.4.1), called once per retry: retry n waits
@@ -463,7 +498,8 @@ const BackoffAlgorithmRetryForever = math.MaxUint32
 // while it is below maxBackOff/2 (integer division) and otherwise becomes
 // maxBackOff. randomValue is the caller's uint32, drawn as floor(U * 2^32).
 // Where the code differs from the retry utilities of the AWS IoT Device
-// SDK for Embedded C (202009.00) and their formula random_between(0, min(2^n * base, max)):
+// SDK for Embedded C (202009.00) and their formula random_between(0, min(2^n * base, max))
+// (which is [FullJitter] of a [Capped] [Exponential]):
 //   - The unit is milliseconds in uint16 (at most 65.535s), not seconds.
 //   - The first window is exactly backOffBase: the SDK's reset adds a random
 //     rand() % MAX_JITTER_VALUE_SECONDS to it. It is not capped either: a base
@@ -478,12 +514,44 @@ const BackoffAlgorithmRetryForever = math.MaxUint32
 //   - maxAttempts counts retries; 0 means none. In the SDK's utilities, and in the
 //     first backoffAlgorithm (as shipped in the SDK's 202011.00 release),
 //     0 meant forever.
-func BackoffAlgorithm(backOffBase, maxBackOff uint16, maxAttempts uint32) Policy {
-	retries := Infinite
-	if maxAttempts != BackoffAlgorithmRetryForever {
-		retries = int(min(uint64(maxAttempts), uint64(math.MaxInt)))
+type BackoffAlgorithm struct {
+	// BackOffBase is backOffBase, the first window: whole milliseconds up
+	// to 65.535s (a uint16 of ms).
+	BackOffBase time.Duration
+
+	// MaxBackOff is maxBackOff, the largest window: whole milliseconds up
+	// to 65.535s.
+	MaxBackOff time.Duration
+
+	// MaxAttempts is maxAttempts, the most retries: 0 for none,
+	// [BackoffAlgorithmRetryForever] for no limit.
+	MaxAttempts uint32
+}
+
+// Policy returns the Policy that reproduces a: at most MaxAttempts retries
+// and the waits of BackoffAlgorithm_GetNextBackoff. It returns an error
+// that names each field the library could not hold.
+func (a BackoffAlgorithm) Policy() (Policy, error) {
+	var errs []error
+	ms := make([]uint32, 2)
+	for i, f := range []struct {
+		name, c string
+		d       time.Duration
+	}{{"BackOffBase", "backOffBase", a.BackOffBase}, {"MaxBackOff", "maxBackOff", a.MaxBackOff}} {
+		v, ok := wholeUnits(f.d, time.Millisecond, math.MaxUint16)
+		if !ok {
+			errs = append(errs, fmt.Errorf("checkpoint: BackoffAlgorithm.%s is %v: want whole milliseconds up to %v (%s, a uint16 of ms)", f.name, f.d, math.MaxUint16*time.Millisecond, f.c))
+		}
+		ms[i] = uint32(v)
 	}
-	base, ceiling := uint32(backOffBase), uint32(maxBackOff)
+	if err := errors.Join(errs...); err != nil {
+		return Policy{}, err
+	}
+	retries := Infinite
+	if a.MaxAttempts != BackoffAlgorithmRetryForever {
+		retries = int(min(uint64(a.MaxAttempts), uint64(math.MaxInt)))
+	}
+	base, ceiling := ms[0], ms[1]
 	return Policy{
 		MaxRetries: retries,
 		Backoff: func(n int, _ time.Duration, rnd Rand) time.Duration {
@@ -501,7 +569,7 @@ func BackoffAlgorithm(backOffBase, maxBackOff uint16, maxAttempts uint32) Policy
 			randomValue := uint32(unitDraw(rnd) * (1 << 32))
 			return time.Duration(randomValue%(jitterMax+1)) * time.Millisecond
 		},
-	}
+	}, nil
 }
 
 // ---------------------------------------------------------------------------
@@ -514,13 +582,14 @@ const webJobsRandomizationFactor = 0.2
 // tick is the resolution of .NET's TimeSpan.
 const tick = 100 * time.Nanosecond
 
-// WebJobsRandomizedExponentialBackoff returns the schedule of the WebJobs
-// SDK's RandomizedExponentialBackoffStrategy(minimumInterval,
-// maximumInterval, deltaBackoff), fresh and called with
-// GetNextDelay(executionSucceeded: false) once per retry. The intervals are
-// TimeSpans: they must be whole multiples of 100ns, not negative, and
-// minimumInterval must not exceed maximumInterval (ValidateIntervals); a
-// negative deltaBackoff, which the SDK would accept, is refused.
+// WebJobsRandomizedExponentialBackoff is the WebJobs SDK's
+// RandomizedExponentialBackoffStrategy(minimumInterval, maximumInterval,
+// deltaBackoff), fresh and called with GetNextDelay(executionSucceeded:
+// false) once per retry. The strategy is only a schedule of delays, with no
+// retry count (the WebJobs host polls with it for as long as it runs): its
+// Policy retries forever (MaxRetries is [Infinite]); set MaxRetries on the
+// Policy to bound it, or see [AzureFunctionsExponentialBackoff] for Azure
+// Functions' use of it. The zero value waits 0 before every retry.
 //
 // It reproduces src/Microsoft.Azure.WebJobs.Host/Timers/
 // RandomizedExponentialBackoffStrategy.cs of Azure/azure-webjobs-sdk, with
@@ -539,33 +608,65 @@ const tick = 100 * time.Nanosecond
 // drawing. The Backoff returns the strategy's TimeSpan; Task.Delay then waits
 // it in whole milliseconds. Past the range of a Duration (292 years) the
 // arithmetic saturates where .NET would throw an OverflowException.
-func WebJobsRandomizedExponentialBackoff(minimumInterval, maximumInterval, deltaBackoff time.Duration) (Backoff, error) {
-	var errs []error
-	for _, f := range []struct {
-		name string
-		d    time.Duration
-	}{{"minimumInterval", minimumInterval}, {"maximumInterval", maximumInterval}, {"deltaBackoff", deltaBackoff}} {
-		if _, ok := wholeUnits(f.d, tick, math.MaxInt64); !ok {
-			errs = append(errs, fmt.Errorf("checkpoint: WebJobs %s is %v: want a TimeSpan, a non-negative multiple of 100ns", f.name, f.d))
-		}
-	}
-	if minimumInterval > maximumInterval {
-		errs = append(errs, fmt.Errorf("checkpoint: WebJobs minimumInterval %v is greater than maximumInterval %v", minimumInterval, maximumInterval))
-	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return webJobsBackoff(int64(minimumInterval/tick), int64(maximumInterval/tick), int64(deltaBackoff/tick)), nil
+type WebJobsRandomizedExponentialBackoff struct {
+	// MinimumInterval is minimumInterval, the delay before retry 1 and the
+	// base of every later one: a TimeSpan (a non-negative multiple of
+	// 100ns), not above MaximumInterval (ValidateIntervals).
+	MinimumInterval time.Duration
+
+	// MaximumInterval is maximumInterval, the longest delay: a TimeSpan.
+	MaximumInterval time.Duration
+
+	// DeltaBackoff is deltaBackoff, the increment that is randomized and
+	// doubled: a TimeSpan. A negative one, which the SDK would accept, is
+	// refused.
+	DeltaBackoff time.Duration
 }
 
-func webJobsBackoff(minTicks, maxTicks, deltaTicks int64) Backoff {
+// Policy returns the Policy that reproduces w: the strategy's delays,
+// retried forever. It returns an error that names each field a TimeSpan
+// could not hold or ValidateIntervals would reject.
+func (w WebJobsRandomizedExponentialBackoff) Policy() (Policy, error) {
+	err := webJobsCheck("WebJobsRandomizedExponentialBackoff",
+		timeSpan{"MinimumInterval", w.MinimumInterval}, timeSpan{"MaximumInterval", w.MaximumInterval}, timeSpan{"DeltaBackoff", w.DeltaBackoff})
+	if err != nil {
+		return Policy{}, err
+	}
+	return Policy{MaxRetries: Infinite, Backoff: webJobsBackoff(w.MinimumInterval, w.MaximumInterval, w.DeltaBackoff)}, nil
+}
+
+// timeSpan is a field of a WebJobs preset that holds a .NET TimeSpan.
+type timeSpan struct {
+	name string
+	d    time.Duration
+}
+
+// webJobsCheck checks the TimeSpan fields of the preset typ, and that its
+// minimum (fields[0]) is not above its maximum (fields[1]), as the
+// strategy's ValidateIntervals does.
+func webJobsCheck(typ string, fields ...timeSpan) error {
+	var errs []error
+	for _, f := range fields {
+		if _, ok := wholeUnits(f.d, tick, math.MaxInt64); !ok {
+			errs = append(errs, fmt.Errorf("checkpoint: %s.%s is %v: want a TimeSpan, a non-negative multiple of 100ns", typ, f.name, f.d))
+		}
+	}
+	if lo, hi := fields[0], fields[1]; lo.d > hi.d {
+		errs = append(errs, fmt.Errorf("checkpoint: %s.%s %v is greater than %s %v", typ, lo.name, lo.d, hi.name, hi.d))
+	}
+	return errors.Join(errs...)
+}
+
+// webJobsBackoff is the strategy's schedule: see
+// [WebJobsRandomizedExponentialBackoff].
+func webJobsBackoff(minimum, maximum, delta time.Duration) Backoff {
+	minTicks, maxTicks, deltaTicks := int64(minimum/tick), int64(maximum/tick), int64(delta/tick)
 	// Computed at run time, as the C# compiler folds them: 1.0 - 0.2 and
 	// 1.0 + 0.2 round to the doubles nearest 0.8 and 1.2, but their
 	// difference, computed in Random.Next, is 0.3999999999999999, not 0.4.
 	lo, hi := 1.0-webJobsRandomizationFactor, 1.0+webJobsRandomizationFactor
 	span := hi - lo
 	deltaMs := float64(deltaTicks) / 10000 // TimeSpan.TotalMilliseconds
-	maximum := time.Duration(maxTicks) * tick
 	return func(n int, prev time.Duration, rnd Rand) time.Duration {
 		if n <= 1 {
 			// _backoffExponent 0: no increment. The strategy returns
@@ -598,16 +699,17 @@ func webJobsBackoff(minTicks, maxTicks, deltaTicks int64) Backoff {
 	}
 }
 
-// AzureFunctionsExponentialBackoff returns the Policy of Azure Functions'
-// exponentialBackoff retry strategy ("retry": {"strategy":
-// "exponentialBackoff", "maxRetryCount": ..., "minimumInterval": ...,
-// "maximumInterval": ...}): at most maxRetryCount retries (-1 for no limit)
-// with the delays of [WebJobsRandomizedExponentialBackoff] with
-// deltaBackoff = minimumInterval, a fresh strategy per batch:
+// AzureFunctionsExponentialBackoff is Azure Functions' exponentialBackoff
+// retry strategy ("retry": {"strategy": "exponentialBackoff",
+// "maxRetryCount": ..., "minimumInterval": ..., "maximumInterval": ...}): at
+// most MaxRetryCount retries (-1 for no limit) with the delays of
+// [WebJobsRandomizedExponentialBackoff] with DeltaBackoff = MinimumInterval,
+// a fresh strategy per batch:
 //
 //	min, then min + R*min, min + 2*R*min, min + 4*R*min, ...   R uniform in [0.8, 1.2)
 //
-// until a delay reaches maximumInterval, which every later retry then waits.
+// until a delay reaches MaximumInterval, which every later retry then waits.
+// The zero value never retries (maxRetryCount 0).
 //
 // It reproduces src/Microsoft.Azure.WebJobs.Host/ExponentialBackoffRetryAttribute.cs
 // and Executors/FunctionExecutorExtensions.cs of Azure/azure-webjobs-sdk: the
@@ -626,13 +728,30 @@ func webJobsBackoff(minTicks, maxTicks, deltaTicks int64) Backoff {
 //
 // Azure Functions' fixedDelay strategy is [Fixed] with MaxRetries set to its
 // maxRetryCount.
-func AzureFunctionsExponentialBackoff(maxRetryCount int, minimumInterval, maximumInterval time.Duration) (Policy, error) {
-	backoff, err := WebJobsRandomizedExponentialBackoff(minimumInterval, maximumInterval, minimumInterval)
-	if maxRetryCount < Infinite {
-		err = errors.Join(err, fmt.Errorf("checkpoint: Azure Functions maxRetryCount is %d: want -1 (infinite) or a count of retries", maxRetryCount))
+type AzureFunctionsExponentialBackoff struct {
+	// MaxRetryCount is maxRetryCount, the most retries: -1 ([Infinite]) for
+	// no limit, 0 for none.
+	MaxRetryCount int
+
+	// MinimumInterval is minimumInterval, the delay before retry 1 and the
+	// increment that is randomized and doubled: a TimeSpan (a non-negative
+	// multiple of 100ns), not above MaximumInterval.
+	MinimumInterval time.Duration
+
+	// MaximumInterval is maximumInterval, the longest delay: a TimeSpan.
+	MaximumInterval time.Duration
+}
+
+// Policy returns the Policy that reproduces f: at most MaxRetryCount retries
+// and the strategy's delays. It returns an error that names each field
+// Azure Functions would reject.
+func (f AzureFunctionsExponentialBackoff) Policy() (Policy, error) {
+	err := webJobsCheck("AzureFunctionsExponentialBackoff", timeSpan{"MinimumInterval", f.MinimumInterval}, timeSpan{"MaximumInterval", f.MaximumInterval})
+	if f.MaxRetryCount < Infinite {
+		err = errors.Join(err, fmt.Errorf("checkpoint: AzureFunctionsExponentialBackoff.MaxRetryCount is %d: want -1 (infinite) or a count of retries", f.MaxRetryCount))
 	}
 	if err != nil {
 		return Policy{}, err
 	}
-	return Policy{MaxRetries: maxRetryCount, Backoff: backoff}, nil
+	return Policy{MaxRetries: f.MaxRetryCount, Backoff: webJobsBackoff(f.MinimumInterval, f.MaximumInterval, f.MinimumInterval)}, nil
 }

@@ -235,11 +235,12 @@ func TestAzureIoTCInvalid(t *testing.T) {
 // = floor(U*(hi-lo)), wait = (int)min(min + (int)((2^x - 1)*(r+lo)), max) ms.
 func TestAzureIoTJava(t *testing.T) {
 	const ms, s = time.Millisecond, time.Second
-	slow := mustPolicy(t)(checkpoint.AzureIoTJavaWith(3, 50*ms, time.Hour, 1000*ms, false))
+	slow := mustPolicy(t)(checkpoint.AzureIoTJava{RetryCount: 3, MinBackoff: 50 * ms, MaxBackoff: time.Hour, DeltaBackoff: 1000 * ms}.Policy())
+	def := mustPolicy(t)(checkpoint.NewAzureIoTJava().Policy())
 	runPresetCases(t, []presetCase{{
 		// Defaults: lo = (int)(100*0.8) = 80, hi = (int)(100*1.2) = 120, bound 40.
 		name: "defaults",
-		p:    checkpoint.AzureIoTJava(),
+		p:    def,
 		vals: []float64{0, 0, 0.999, 0.5, 0.5, 0.5, 0.5, 0.25},
 		want: []time.Duration{
 			0,         // x=0, firstFastRetry: no draw
@@ -268,7 +269,7 @@ func TestAzureIoTJava(t *testing.T) {
 
 	// Java's (int) casts saturate: with maxBackoff 3e9 ms (34.7 days), delta
 	// 1000 (J=800 at U=0) and minBackoff 7:
-	big := mustPolicy(t)(checkpoint.AzureIoTJavaWith(40, 7*ms, 3_000_000_000*ms, 1000*ms, true))
+	big := mustPolicy(t)(checkpoint.AzureIoTJava{RetryCount: 40, MinBackoff: 7 * ms, MaxBackoff: 3_000_000_000 * ms, DeltaBackoff: 1000 * ms, FirstFastRetry: true}.Policy())
 	for _, tc := range []struct {
 		n    int
 		want time.Duration
@@ -282,41 +283,48 @@ func TestAzureIoTJava(t *testing.T) {
 		}
 	}
 
-	p := checkpoint.AzureIoTJava()
-	if p.MaxRetries != math.MaxInt32 || p.MaxRetryTime != 4*time.Minute {
-		t.Errorf("defaults: got MaxRetries %d, MaxRetryTime %v; want 2147483647, 4m0s", p.MaxRetries, p.MaxRetryTime)
+	if def.MaxRetries != math.MaxInt32 || def.MaxRetryTime != 4*time.Minute {
+		t.Errorf("defaults: got MaxRetries %d, MaxRetryTime %v; want 2147483647, 4m0s", def.MaxRetries, def.MaxRetryTime)
 	}
-	if slow.MaxRetries != 3 {
-		t.Errorf("retryCount 3: got MaxRetries %d", slow.MaxRetries)
+	if want := (checkpoint.AzureIoTJava{RetryCount: math.MaxInt32, MinBackoff: 100 * ms, MaxBackoff: 10 * s,
+		DeltaBackoff: 100 * ms, FirstFastRetry: true, OperationTimeout: 4 * time.Minute}); checkpoint.NewAzureIoTJava() != want {
+		t.Errorf("NewAzureIoTJava() = %+v, want %+v", checkpoint.NewAzureIoTJava(), want)
+	}
+	if slow.MaxRetries != 3 || slow.MaxRetryTime != 0 {
+		t.Errorf("RetryCount 3, no OperationTimeout: got MaxRetries %d, MaxRetryTime %v", slow.MaxRetries, slow.MaxRetryTime)
 	}
 }
 
 func TestAzureIoTJavaInvalid(t *testing.T) {
 	const ms, s = time.Millisecond, time.Second
 	for _, tc := range []struct {
-		name          string
-		count         int
-		lo, hi, delta time.Duration
-		fast          bool
-		field         string
+		name  string
+		edit  func(*checkpoint.AzureIoTJava)
+		field string
 	}{
-		{"retryCount 0", 0, 100 * ms, s, 100 * ms, true, "retryCount"},
-		{"retryCount past int", math.MaxInt32 + 1, 100 * ms, s, 100 * ms, true, "retryCount"},
-		{"minBackoff not whole ms", 3, 1500 * time.Microsecond, s, 100 * ms, true, "minBackoff"},
-		{"maxBackoff negative", 3, 100 * ms, -s, 100 * ms, true, "maxBackoff"},
-		{"deltaBackoff 0", 3, 100 * ms, s, 0, true, "deltaBackoff"},
-		{"deltaBackoff 0, first retry slow", 1, 100 * ms, s, 0, false, "deltaBackoff"},
+		{"RetryCount 0", func(j *checkpoint.AzureIoTJava) { j.RetryCount = 0 }, "RetryCount"},
+		{"RetryCount past int", func(j *checkpoint.AzureIoTJava) { j.RetryCount = math.MaxInt32 + 1 }, "RetryCount"},
+		{"MinBackoff not whole ms", func(j *checkpoint.AzureIoTJava) { j.MinBackoff = 1500 * time.Microsecond }, "MinBackoff"},
+		{"MaxBackoff negative", func(j *checkpoint.AzureIoTJava) { j.MaxBackoff = -s }, "MaxBackoff"},
+		{"DeltaBackoff 0", func(j *checkpoint.AzureIoTJava) { j.RetryCount, j.DeltaBackoff = 3, 0 }, "DeltaBackoff"},
+		{"DeltaBackoff 0, first retry slow", func(j *checkpoint.AzureIoTJava) { j.RetryCount, j.DeltaBackoff, j.FirstFastRetry = 1, 0, false }, "DeltaBackoff"},
+		{"OperationTimeout negative", func(j *checkpoint.AzureIoTJava) { j.OperationTimeout = -ms }, "OperationTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := checkpoint.AzureIoTJavaWith(tc.count, tc.lo, tc.hi, tc.delta, tc.fast)
-			if err == nil || !strings.Contains(err.Error(), tc.field) {
-				t.Errorf("got %v; want an error naming %s", err, tc.field)
+			j := checkpoint.NewAzureIoTJava()
+			tc.edit(&j)
+			_, err := j.Policy()
+			if err == nil || !strings.Contains(err.Error(), "AzureIoTJava."+tc.field) {
+				t.Errorf("got %v; want an error naming AzureIoTJava.%s", err, tc.field)
 			}
 		})
 	}
 	// One fast retry never draws: Java never calls nextInt(0).
-	if _, err := checkpoint.AzureIoTJavaWith(1, 100*ms, s, 0, true); err != nil {
-		t.Errorf("retryCount 1, firstFastRetry, deltaBackoff 0: %v", err)
+	if _, err := (checkpoint.AzureIoTJava{RetryCount: 1, MinBackoff: 100 * ms, MaxBackoff: s, FirstFastRetry: true}).Policy(); err != nil {
+		t.Errorf("RetryCount 1, FirstFastRetry, DeltaBackoff 0: %v", err)
+	}
+	if _, err := (checkpoint.AzureIoTJava{}).Policy(); err == nil || !strings.Contains(err.Error(), "NewAzureIoTJava") {
+		t.Errorf("the zero AzureIoTJava: got %v; want an error that points to NewAzureIoTJava", err)
 	}
 }
 
@@ -326,10 +334,11 @@ func TestAzureIoTJavaInvalid(t *testing.T) {
 func TestBackoffAlgorithm(t *testing.T) {
 	const ms, s = time.Millisecond, time.Second
 	const two32 = 1 << 32
+	ba := func(a checkpoint.BackoffAlgorithm) checkpoint.Policy { return mustPolicy(t)(a.Policy()) }
 	runPresetCases(t, []presetCase{{
 		// The MQTT demos' values: windows 500, 1000, 2000, 4000, 5000.
 		name: "demo values",
-		p:    checkpoint.BackoffAlgorithm(500, 5000, 5),
+		p:    ba(checkpoint.BackoffAlgorithm{BackOffBase: 500 * ms, MaxBackOff: 5000 * ms, MaxAttempts: 5}),
 		vals: []float64{0.5, 0.5, presetAlmostOne, 0.25, 0.75},
 		want: []time.Duration{
 			254 * ms,  // 2147483648 = 501*4286394 + 254
@@ -343,7 +352,7 @@ func TestBackoffAlgorithm(t *testing.T) {
 		// Windows 5, 11, 11 where min(2^n*5, 11) would give 5, 10, 11; the top
 		// of each window is reachable: randomValue = J gives J.
 		name: "window jumps to the cap, inclusive top",
-		p:    checkpoint.BackoffAlgorithm(5, 11, checkpoint.BackoffAlgorithmRetryForever),
+		p:    ba(checkpoint.BackoffAlgorithm{BackOffBase: 5 * ms, MaxBackOff: 11 * ms, MaxAttempts: checkpoint.BackoffAlgorithmRetryForever}),
 		vals: []float64{5.0 / two32, 11.0 / two32, 11.0 / two32, presetAlmostOne},
 		want: []time.Duration{
 			5 * ms,  // 5 % 6
@@ -354,7 +363,7 @@ func TestBackoffAlgorithm(t *testing.T) {
 		draws: 4,
 	}, {
 		name: "base above the cap is used once",
-		p:    checkpoint.BackoffAlgorithm(9, 3, checkpoint.BackoffAlgorithmRetryForever),
+		p:    ba(checkpoint.BackoffAlgorithm{BackOffBase: 9 * ms, MaxBackOff: 3 * ms, MaxAttempts: checkpoint.BackoffAlgorithmRetryForever}),
 		vals: []float64{9.0 / two32, presetAlmostOne},
 		want: []time.Duration{
 			9 * ms, // window 9, not capped
@@ -363,7 +372,7 @@ func TestBackoffAlgorithm(t *testing.T) {
 		draws: 2,
 	}, {
 		name:  "base 0 stays 0",
-		p:     checkpoint.BackoffAlgorithm(0, 100, 3),
+		p:     ba(checkpoint.BackoffAlgorithm{BackOffBase: 0, MaxBackOff: 100 * ms, MaxAttempts: 3}),
 		vals:  []float64{presetAlmostOne},
 		want:  []time.Duration{0, 0, 0}, // 0 < 50: 0+0 = 0; x % 1 = 0
 		draws: 3,
@@ -373,13 +382,39 @@ func TestBackoffAlgorithm(t *testing.T) {
 		attempts uint32
 		want     int
 	}{{5, 5}, {0, 0}, {checkpoint.BackoffAlgorithmRetryForever, checkpoint.Infinite}} {
-		if got := checkpoint.BackoffAlgorithm(500, 5000, tc.attempts).MaxRetries; got != tc.want {
+		if got := ba(checkpoint.BackoffAlgorithm{BackOffBase: 500 * ms, MaxBackOff: 5000 * ms, MaxAttempts: tc.attempts}).MaxRetries; got != tc.want {
 			t.Errorf("maxAttempts %d: MaxRetries %d, want %d", tc.attempts, got, tc.want)
 		}
 	}
 	// maxAttempts counts retries: 5 means 5 delays.
-	if got := checkpoint.BackoffAlgorithm(500, 5000, 5).Schedule(10, &presetRand{}); len(got) != 5 {
+	if got := ba(checkpoint.BackoffAlgorithm{BackOffBase: 500 * ms, MaxBackOff: 5000 * ms, MaxAttempts: 5}).Schedule(10, &presetRand{}); len(got) != 5 {
 		t.Errorf("maxAttempts 5 gave %d retries", len(got))
+	}
+}
+
+// The library's parameters are uint16 milliseconds: a duration it could not
+// hold is an error that names the field, not a wrapped uint16.
+func TestBackoffAlgorithmInvalid(t *testing.T) {
+	const ms = time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		a     checkpoint.BackoffAlgorithm
+		field string
+	}{
+		{"base past uint16", checkpoint.BackoffAlgorithm{BackOffBase: 65536 * ms, MaxBackOff: 5000 * ms}, "BackOffBase"},
+		{"base not whole ms", checkpoint.BackoffAlgorithm{BackOffBase: 1500 * time.Microsecond, MaxBackOff: 5000 * ms}, "BackOffBase"},
+		{"max negative", checkpoint.BackoffAlgorithm{BackOffBase: 500 * ms, MaxBackOff: -ms}, "MaxBackOff"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.a.Policy()
+			if err == nil || !strings.Contains(err.Error(), "BackoffAlgorithm."+tc.field) {
+				t.Errorf("got %v; want an error naming BackoffAlgorithm.%s", err, tc.field)
+			}
+		})
+	}
+	// The largest values the library holds are accepted.
+	if _, err := (checkpoint.BackoffAlgorithm{BackOffBase: 65535 * ms, MaxBackOff: 65535 * ms}).Policy(); err != nil {
+		t.Errorf("65535ms: %v", err)
 	}
 }
 
@@ -390,11 +425,11 @@ func TestAzureFunctionsExponentialBackoff(t *testing.T) {
 	const ms, s = time.Millisecond, time.Second
 	const tick = 100 * time.Nanosecond // a .NET TimeSpan tick
 	fn := func(count int, lo, hi time.Duration) checkpoint.Policy {
-		return mustPolicy(t)(checkpoint.AzureFunctionsExponentialBackoff(count, lo, hi))
+		return mustPolicy(t)(checkpoint.AzureFunctionsExponentialBackoff{MaxRetryCount: count, MinimumInterval: lo, MaximumInterval: hi}.Policy())
 	}
-	delta, err := checkpoint.WebJobsRandomizedExponentialBackoff(s, time.Minute, 250*ms)
-	if err != nil {
-		t.Fatal(err)
+	delta := mustPolicy(t)(checkpoint.WebJobsRandomizedExponentialBackoff{MinimumInterval: s, MaximumInterval: time.Minute, DeltaBackoff: 250 * ms}.Policy())
+	if delta.MaxRetries != checkpoint.Infinite {
+		t.Errorf("WebJobs strategy: MaxRetries %d, want %d (the strategy has no retry count)", delta.MaxRetries, checkpoint.Infinite)
 	}
 	runPresetCases(t, []presetCase{{
 		name: "1s to 1m",
@@ -436,7 +471,7 @@ func TestAzureFunctionsExponentialBackoff(t *testing.T) {
 		draws: 2,
 	}, {
 		name: "deltaBackoff apart from the minimum",
-		p:    checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: delta},
+		p:    delta,
 		vals: []float64{0, 0},
 		want: []time.Duration{
 			s,
@@ -465,20 +500,25 @@ func TestAzureFunctionsInvalid(t *testing.T) {
 		lo, hi time.Duration
 		want   string
 	}{
-		{"minimum above maximum", 3, time.Minute, s, "greater than maximumInterval"},
-		{"negative minimum", 3, -s, s, "minimumInterval"},
+		{"minimum above maximum", 3, time.Minute, s, "AzureFunctionsExponentialBackoff.MinimumInterval 1m0s is greater than MaximumInterval 1s"},
+		{"negative minimum", 3, -s, s, "AzureFunctionsExponentialBackoff.MinimumInterval is -1s"},
 		{"not whole ticks", 3, 50 * time.Nanosecond, s, "100ns"},
-		{"maxRetryCount -2", -2, s, time.Minute, "maxRetryCount"},
+		{"maxRetryCount -2", -2, s, time.Minute, "AzureFunctionsExponentialBackoff.MaxRetryCount"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := checkpoint.AzureFunctionsExponentialBackoff(tc.count, tc.lo, tc.hi)
+			_, err := checkpoint.AzureFunctionsExponentialBackoff{MaxRetryCount: tc.count, MinimumInterval: tc.lo, MaximumInterval: tc.hi}.Policy()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("got %v; want an error with %q", err, tc.want)
 			}
 		})
 	}
-	if _, err := checkpoint.WebJobsRandomizedExponentialBackoff(s, time.Minute, -s); err == nil {
-		t.Error("negative deltaBackoff: no error")
+	for _, w := range []checkpoint.WebJobsRandomizedExponentialBackoff{
+		{MinimumInterval: s, MaximumInterval: time.Minute, DeltaBackoff: -s},
+		{MinimumInterval: s, MaximumInterval: time.Minute, DeltaBackoff: 150 * time.Nanosecond},
+	} {
+		if _, err := w.Policy(); err == nil || !strings.Contains(err.Error(), "WebJobsRandomizedExponentialBackoff.DeltaBackoff") {
+			t.Errorf("DeltaBackoff %v: got %v; want an error naming WebJobsRandomizedExponentialBackoff.DeltaBackoff", w.DeltaBackoff, err)
+		}
 	}
 }
 
@@ -486,15 +526,17 @@ func TestAzureFunctionsInvalid(t *testing.T) {
 func TestPresetsOutOfRangeRand(t *testing.T) {
 	const ms, s = time.Millisecond, time.Second
 	jitter := mustPolicy(t)(checkpoint.NewAzureIoTC(checkpoint.AzureIoTCRetryExponentialBackoffWithJitter, 0).Policy())
+	java := mustPolicy(t)(checkpoint.NewAzureIoTJava().Policy())
+	backoffAlgorithm := mustPolicy(t)(checkpoint.BackoffAlgorithm{BackOffBase: 500 * ms, MaxBackOff: 5000 * ms, MaxAttempts: 5}.Policy())
 	for _, u := range []float64{-1, 1, 2, math.NaN(), math.Inf(1)} {
 		rnd := &presetRand{vals: []float64{u}}
 		if d := jitter.Backoff(8, 0, rnd); d < 30*s || d > 31*s {
 			t.Errorf("C, U=%v: %v", u, d)
 		}
-		if d := checkpoint.AzureIoTJava().Backoff(2, 0, rnd); d < 180*ms || d > 219*ms {
+		if d := java.Backoff(2, 0, rnd); d < 180*ms || d > 219*ms {
 			t.Errorf("Java, U=%v: %v", u, d)
 		}
-		if d := checkpoint.BackoffAlgorithm(500, 5000, 5).Backoff(1, 0, rnd); d > 500*ms {
+		if d := backoffAlgorithm.Backoff(1, 0, rnd); d > 500*ms {
 			t.Errorf("backoffAlgorithm, U=%v: %v", u, d)
 		}
 	}

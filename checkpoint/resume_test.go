@@ -89,7 +89,7 @@ func TestMachineResumeCapsTheWait(t *testing.T) {
 		{"fixed, far", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, t0.Add(90 * 24 * time.Hour), t0.Add(5 * time.Second)},
 		{"fixed, near", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, t0.Add(3 * time.Second), t0.Add(3 * time.Second)},
 		// Retry 2's full jitter window is [0, 2s]: the longest draw.
-		{"jitter, far", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.FullJitter(time.Second, time.Hour)}, t0.Add(time.Hour), t0.Add(2 * time.Second)},
+		{"jitter, far", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.FullJitter(checkpoint.Capped(time.Hour, checkpoint.Exponential(time.Second)))}, t0.Add(time.Hour), t0.Add(2 * time.Second)},
 		{"max delay", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Hour), MaxDelay: time.Minute}, t0.Add(time.Hour), t0.Add(time.Minute)},
 		{"no due time: due now", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, time.Time{}, t0},
 	} {

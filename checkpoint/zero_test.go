@@ -17,10 +17,27 @@ func TestZeroAndNilValues(t *testing.T) {
 		"Immediate": checkpoint.Immediate(), "Fixed(0)": checkpoint.Fixed(0), "Fixed(-1)": checkpoint.Fixed(-1),
 		"Linear(0)": checkpoint.Linear(0), "Exponential(0)": checkpoint.Exponential(0),
 		"ExponentialJitter(0, NaN)": checkpoint.ExponentialJitter(0, math.NaN()), "Random(0)": checkpoint.Random(0),
-		"FullJitter(0, 0)": checkpoint.FullJitter(0, 0), "DecorrelatedJitter(0, 0)": checkpoint.DecorrelatedJitter(0, 0),
-		"JitteredExponential(0...)": checkpoint.JitteredExponential(0, 0, 0, 0, 0),
-		"ExponentialJitter(1s, 5)":  checkpoint.ExponentialJitter(time.Second, 5), "FullJitter(1s, 0)": checkpoint.FullJitter(time.Second, 0),
-		"AzureIoTJava": checkpoint.AzureIoTJava().Backoff, "BackoffAlgorithm(0, 0, 0)": checkpoint.BackoffAlgorithm(0, 0, 0).Backoff,
+		"FullJitter(Exponential(0))": checkpoint.FullJitter(checkpoint.Exponential(0)), "DecorrelatedJitter(0)": checkpoint.DecorrelatedJitter(0),
+		"FullJitter(nil)": checkpoint.FullJitter(nil), "Capped(0, nil)": checkpoint.Capped(0, nil), "Capped(1s, nil)": checkpoint.Capped(time.Second, nil),
+		"Capped(-1s, Exponential(1s))": checkpoint.Capped(-time.Second, checkpoint.Exponential(time.Second)),
+		"JitteredExponential{}":        checkpoint.JitteredExponential{}.Backoff(),
+		"ExponentialJitter(1s, 5)":     checkpoint.ExponentialJitter(time.Second, 5), "FullJitter(Exponential(1s))": checkpoint.FullJitter(checkpoint.Exponential(time.Second)),
+		"Capped(1s, DecorrelatedJitter(1s))": checkpoint.Capped(time.Second, checkpoint.DecorrelatedJitter(time.Second)),
+	}
+	for name, preset := range map[string]interface {
+		Policy() (checkpoint.Policy, error)
+	}{
+		"NewAzureIoTJava()": checkpoint.NewAzureIoTJava(), "BackoffAlgorithm{}": checkpoint.BackoffAlgorithm{},
+		"AzureFunctionsExponentialBackoff{}": checkpoint.AzureFunctionsExponentialBackoff{}, "WebJobsRandomizedExponentialBackoff{}": checkpoint.WebJobsRandomizedExponentialBackoff{},
+	} {
+		p, err := preset.Policy()
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if p.Backoff == nil {
+			t.Fatalf("%s: no Backoff", name)
+		}
+		backoffs[name] = p.Backoff
 	}
 	for name, b := range backoffs {
 		for _, n := range []int{-1, 0, 1, 2, 64} {
@@ -93,16 +110,26 @@ func TestZeroAndNilValues(t *testing.T) {
 	for _, f := range []func() error{
 		func() error { _, err := checkpoint.AzureIoTC{}.Policy(); return err },
 		func() error { _, err := checkpoint.NewAzureIoTC(0, 0).Policy(); return err },
+		func() error { _, err := checkpoint.BackoffAlgorithm{}.Policy(); return err },
+		func() error { _, err := checkpoint.AzureFunctionsExponentialBackoff{}.Policy(); return err },
+		func() error { _, err := checkpoint.WebJobsRandomizedExponentialBackoff{}.Policy(); return err },
 	} {
 		if err := f(); err != nil {
-			t.Errorf("the zero AzureIoTC: %v", err)
+			t.Errorf("a zero preset: %v", err)
 		}
 	}
 	for _, f := range []func() error{
-		func() error { _, err := checkpoint.AzureIoTJavaWith(0, 0, 0, 0, false); return err },
+		func() error { _, err := checkpoint.AzureIoTJava{}.Policy(); return err },
 		func() error { _, err := checkpoint.NewAzureIoTC(99, -1).Policy(); return err },
-		func() error { _, err := checkpoint.AzureFunctionsExponentialBackoff(-2, -1, -1); return err },
-		func() error { _, err := checkpoint.WebJobsRandomizedExponentialBackoff(-1, -1, -1); return err },
+		func() error {
+			_, err := checkpoint.AzureFunctionsExponentialBackoff{MaxRetryCount: -2, MinimumInterval: -1, MaximumInterval: -1}.Policy()
+			return err
+		},
+		func() error {
+			_, err := checkpoint.WebJobsRandomizedExponentialBackoff{MinimumInterval: -1, MaximumInterval: -1, DeltaBackoff: -1}.Policy()
+			return err
+		},
+		func() error { _, err := checkpoint.BackoffAlgorithm{BackOffBase: -1}.Policy(); return err },
 	} {
 		if err := f(); err == nil {
 			t.Error("a constructor accepted values out of range")

@@ -76,8 +76,8 @@
 //
 // exponentialBackoff and the strategies after it reproduce the SDKs' released
 // code through the presets of package checkpoint
-// ([checkpoint.WebJobsRandomizedExponentialBackoff],
-// [checkpoint.AzureIoTJavaWith], [checkpoint.BackoffAlgorithm],
-// [checkpoint.NewAzureIoTC]); only their delays are used: retryCount and the
-// limits come from the policy.
+// ([checkpoint.AzureFunctionsExponentialBackoff], [checkpoint.AzureIoTJava],
+// [checkpoint.BackoffAlgorithm], [checkpoint.AzureIoTC]), with the SDKs'
+// defaults; only their delays are used: retryCount and the limits come from
+// the policy.
 package hostconfig

@@ -315,7 +315,7 @@ func TestInvalid(t *testing.T) {
 		{"azure retry wrong interval", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": 1, "delayInterval": "1s", "minimumInterval": "1s"}}`, []string{
 			`host.json:1:81: retry.minimumInterval: fixedDelay takes delayInterval: minimumInterval is a parameter of exponentialBackoff`}},
 		{"azure retry min above max", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": 1, "minimumInterval": "00:10:00", "maximumInterval": "00:01:00"}}`, []string{
-			`host.json:1:11: retry: strategy exponentialBackoff: WebJobs minimumInterval 10m0s is greater than maximumInterval 1m0s`}},
+			`host.json:1:11: retry: strategy exponentialBackoff: AzureFunctionsExponentialBackoff.MinimumInterval 10m0s is greater than MaximumInterval 1m0s`}},
 		{"azure retry count", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": -3, "delayInterval": "1s"}}`, []string{
 			`host.json:1:55: retry.maxRetryCount: -3 is below -1`}},
 		{"functions not an object", `{"checkpointRetryPolicy": {"functions": []}}`, []string{

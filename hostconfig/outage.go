@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -104,7 +105,7 @@ func (d *decoder) outageBudget(n *node) *OutageBudget {
 // Config returns the section as a [stream.BudgetConfig].
 func (o *OutageBudget) Config() stream.BudgetConfig {
 	return stream.BudgetConfig{MaxTokens: o.MaxTokens, TokenRatio: o.TokenRatio, MinPartitions: o.MinPartitions,
-		ProbeBackoff: stream.ProbeBackoff(o.ProbeDelay, o.MaxProbeDelay)}
+		ProbeBackoff: checkpoint.Capped(o.MaxProbeDelay, checkpoint.Exponential(o.ProbeDelay))}
 }
 
 // Budget returns a new budget as the section configures it, or nil when

@@ -19,8 +19,15 @@ import (
 // TestPolicyDelays checks that each strategy converts to the delays of the
 // checkpoint constructor it names, draw for draw.
 func TestPolicyDelays(t *testing.T) {
-	javaDefault := checkpoint.AzureIoTJava()
-	webJobs, err := checkpoint.WebJobsRandomizedExponentialBackoff(10*time.Second, 15*time.Minute, 10*time.Second)
+	javaDefault, err := checkpoint.NewAzureIoTJava().Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	webJobs, err := checkpoint.WebJobsRandomizedExponentialBackoff{MinimumInterval: 10 * time.Second, MaximumInterval: 15 * time.Minute, DeltaBackoff: 10 * time.Second}.Policy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	awsDemo, err := checkpoint.BackoffAlgorithm{BackOffBase: 500 * time.Millisecond, MaxBackOff: 5 * time.Second, MaxAttempts: 5}.Policy()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,14 +45,16 @@ func TestPolicyDelays(t *testing.T) {
 		{`{"name": "exponential", "initialDelay": "1s"}`, checkpoint.Exponential(time.Second)},
 		{`{"name": "exponentialJitter", "initialDelay": "1s"}`, checkpoint.ExponentialJitter(time.Second, 5)},
 		{`{"name": "random", "initialDelay": "1s"}`, checkpoint.Random(time.Second)},
-		{`{"name": "fullJitter", "initialDelay": "1s", "maxDelay": "20s"}`, checkpoint.FullJitter(time.Second, 20*time.Second)},
-		{`{"name": "decorrelatedJitter", "initialDelay": "1s", "maxDelay": "20s"}`, checkpoint.DecorrelatedJitter(time.Second, 20*time.Second)},
-		{`"jitteredExponential"`, checkpoint.JitteredExponential(100*time.Millisecond, 100*time.Millisecond, 10*time.Second, 0.5, 0.25)},
+		{`{"name": "fullJitter", "initialDelay": "1s", "maxDelay": "20s"}`, checkpoint.FullJitter(checkpoint.Capped(20*time.Second, checkpoint.Exponential(time.Second)))},
+		{`{"name": "decorrelatedJitter", "initialDelay": "1s", "maxDelay": "20s"}`, checkpoint.Capped(20*time.Second, checkpoint.DecorrelatedJitter(time.Second))},
+		{`"jitteredExponential"`, checkpoint.JitteredExponential{
+			Delta: 100 * time.Millisecond, Min: 100 * time.Millisecond, Max: 10 * time.Second, JitterDown: 0.5, JitterUp: 0.25,
+		}.Backoff()},
 		{`{"name": "fixedDelay", "delayInterval": "00:00:03"}`, checkpoint.Fixed(3 * time.Second)},
-		{`{"name": "exponentialBackoff", "minimumInterval": "00:00:10", "maximumInterval": "00:15:00"}`, webJobs},
+		{`{"name": "exponentialBackoff", "minimumInterval": "00:00:10", "maximumInterval": "00:15:00"}`, webJobs.Backoff},
 		{`"azureIotJava"`, javaDefault.Backoff},
 		{`"azureIotCExponentialBackoffWithJitter"`, cExp.Backoff},
-		{`{"name": "backoffAlgorithm", "initialDelay": "500ms", "maxDelay": "5s"}`, checkpoint.BackoffAlgorithm(500, 5000, 5).Backoff},
+		{`{"name": "backoffAlgorithm", "initialDelay": "500ms", "maxDelay": "5s"}`, awsDemo.Backoff},
 	} {
 		t.Run(tc.strategy, func(t *testing.T) {
 			cfg, err := noEnv.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 30, "strategy": `+tc.strategy+`}}`))

@@ -64,6 +64,10 @@ func fromPolicy(f func(Strategy) (checkpoint.Policy, error)) func(Strategy) (che
 	}
 }
 
+// javaDefaults are the Azure IoT Java SDK's defaults, those of the
+// azureIotJava strategy.
+var javaDefaults = checkpoint.NewAzureIoTJava()
+
 // presetError rewords an error of a checkpoint preset for host.json.
 func presetError(err error) error {
 	return errors.New(strings.ReplaceAll(err.Error(), "checkpoint: ", ""))
@@ -134,7 +138,9 @@ var strategies = append([]*strategyDef{
 		name:   "fullJitter",
 		params: []param{pInitial, pCeiling},
 		random: true,
-		build:  always(func(s Strategy) checkpoint.Backoff { return checkpoint.FullJitter(s.InitialDelay, s.MaxDelay) }),
+		build: always(func(s Strategy) checkpoint.Backoff {
+			return checkpoint.FullJitter(checkpoint.Capped(s.MaxDelay, checkpoint.Exponential(s.InitialDelay)))
+		}),
 		describe: func(s Strategy) string {
 			if s.MaxDelay > 0 {
 				return fmt.Sprintf("waits a random time below min(%v * 2^(n-1), %v) before retry n", s.InitialDelay, s.MaxDelay)
@@ -146,7 +152,9 @@ var strategies = append([]*strategyDef{
 		name:   "decorrelatedJitter",
 		params: []param{pInitial, pCeiling},
 		random: true,
-		build:  always(func(s Strategy) checkpoint.Backoff { return checkpoint.DecorrelatedJitter(s.InitialDelay, s.MaxDelay) }),
+		build: always(func(s Strategy) checkpoint.Backoff {
+			return checkpoint.Capped(s.MaxDelay, checkpoint.DecorrelatedJitter(s.InitialDelay))
+		}),
 		describe: func(s Strategy) string {
 			d := fmt.Sprintf("waits a random time between %v and 3 * the previous delay before each retry", s.InitialDelay)
 			if s.MaxDelay > 0 {
@@ -164,7 +172,9 @@ var strategies = append([]*strategyDef{
 		},
 		random: true,
 		build: always(func(s Strategy) checkpoint.Backoff {
-			return checkpoint.JitteredExponential(s.InitialDelay, s.MinDelay, s.MaxDelay, s.JitterDown, s.JitterUp)
+			return checkpoint.JitteredExponential{
+				Delta: s.InitialDelay, Min: s.MinDelay, Max: s.MaxDelay, JitterDown: s.JitterDown, JitterUp: s.JitterUp,
+			}.Backoff()
 		}),
 		describe: func(s Strategy) string {
 			return fmt.Sprintf("waits %v + (2^(n-1) - 1) * a random pick in [%v, %v) before retry n, at most %v (the formula of the Azure IoT Java SDK's retry guide)",
@@ -183,13 +193,11 @@ var strategies = append([]*strategyDef{
 		name:   "exponentialBackoff",
 		params: []param{pMinimum, pMaximum},
 		random: true,
-		build: func(s Strategy) (checkpoint.Backoff, error) {
-			b, err := checkpoint.WebJobsRandomizedExponentialBackoff(s.MinDelay, s.MaxDelay, s.MinDelay)
-			if err != nil {
-				return nil, presetError(err)
-			}
-			return b, nil
-		},
+		build: fromPolicy(func(s Strategy) (checkpoint.Policy, error) {
+			return checkpoint.AzureFunctionsExponentialBackoff{
+				MaxRetryCount: checkpoint.Infinite, MinimumInterval: s.MinDelay, MaximumInterval: s.MaxDelay,
+			}.Policy()
+		}),
 		describe: func(s Strategy) string {
 			return fmt.Sprintf("waits %v before retry 1, then %v + R * 2^(n-2) * %v with R random in [0.8, 1.2), until a delay reaches %v, which later retries keep (Azure Functions exponentialBackoff)",
 				s.MinDelay, s.MinDelay, s.MinDelay, s.MaxDelay)
@@ -197,10 +205,12 @@ var strategies = append([]*strategyDef{
 	},
 	{
 		name:   "azureIotJava",
-		params: []param{pInitial.withDefault(checkpoint.AzureIoTJavaDeltaBackoff), pMin.withDefault(checkpoint.AzureIoTJavaMinBackoff), pMax.withDefault(checkpoint.AzureIoTJavaMaxBackoff), pFastFirst},
+		params: []param{pInitial.withDefault(javaDefaults.DeltaBackoff), pMin.withDefault(javaDefaults.MinBackoff), pMax.withDefault(javaDefaults.MaxBackoff), pFastFirst},
 		random: true,
 		build: fromPolicy(func(s Strategy) (checkpoint.Policy, error) {
-			return checkpoint.AzureIoTJavaWith(checkpoint.AzureIoTJavaRetryCount, s.MinDelay, s.MaxDelay, s.InitialDelay, s.FirstFastRetry)
+			j := javaDefaults
+			j.MinBackoff, j.MaxBackoff, j.DeltaBackoff, j.FirstFastRetry = s.MinDelay, s.MaxDelay, s.InitialDelay, s.FirstFastRetry
+			return j.Policy()
 		}),
 		describe: func(s Strategy) string {
 			first := ""
@@ -208,7 +218,7 @@ var strategies = append([]*strategyDef{
 				first = "retries at once the first time, then "
 			}
 			return fmt.Sprintf("%swaits min(%v + (2^(n-1) - 1) * J, %v) before retry n, J a whole number of ms from %v to %v (the Azure IoT Java SDK's ExponentialBackoffWithJitter; the SDK also stops after its %v operation timeout, which maxRetryTime can reproduce)",
-				first, s.MinDelay, s.MaxDelay, scale(s.InitialDelay, 0.8).Truncate(time.Millisecond), scale(s.InitialDelay, 1.2).Truncate(time.Millisecond)-time.Millisecond, checkpoint.AzureIoTJavaOperationTimeout)
+				first, s.MinDelay, s.MaxDelay, scale(s.InitialDelay, 0.8).Truncate(time.Millisecond), scale(s.InitialDelay, 1.2).Truncate(time.Millisecond)-time.Millisecond, javaDefaults.OperationTimeout)
 		},
 	},
 	{
@@ -225,14 +235,20 @@ var strategies = append([]*strategyDef{
 					return nil, fmt.Errorf("%s is %v: want whole milliseconds up to %v (a uint16 of ms)", d.name, d.v, limit)
 				}
 			}
-			p := checkpoint.BackoffAlgorithm(uint16(s.InitialDelay/time.Millisecond), uint16(s.MaxDelay/time.Millisecond), checkpoint.BackoffAlgorithmRetryForever)
+			p, err := checkpoint.BackoffAlgorithm{
+				BackOffBase: s.InitialDelay, MaxBackOff: s.MaxDelay, MaxAttempts: checkpoint.BackoffAlgorithmRetryForever,
+			}.Policy()
+			if err != nil {
+				return nil, presetError(err)
+			}
 			return p.Backoff, nil
 		},
 		describe: func(s Strategy) string {
 			return fmt.Sprintf("waits a random whole number of ms from 0 to a window that starts at %v and doubles after each retry up to %v (AWS backoffAlgorithm, full jitter)", s.InitialDelay, s.MaxDelay)
 		},
 		// The library takes its random number modulo the window: the
-		// longest delay is the window itself, as BackoffAlgorithm grows it.
+		// longest delay is the window itself, as checkpoint.BackoffAlgorithm
+		// grows it.
 		upper: func(s Strategy) checkpoint.Backoff {
 			return func(n int, _ time.Duration, _ checkpoint.Rand) time.Duration {
 				window, ceiling := s.InitialDelay/time.Millisecond, s.MaxDelay/time.Millisecond
@@ -264,13 +280,23 @@ func azureIoTCStrategies() []*strategyDef {
 		random bool
 	}{
 		{"azureIotCImmediate", checkpoint.AzureIoTCRetryImmediate, nil, false},
-		{"azureIotCInterval", checkpoint.AzureIoTCRetryInterval, []param{pInitial.withDefault(5 * time.Second)}, false},
-		{"azureIotCLinearBackoff", checkpoint.AzureIoTCRetryLinearBackoff, []param{pInitial.withDefault(5 * time.Second), pMax.withDefault(checkpoint.AzureIoTCMaxDelay)}, false},
-		{"azureIotCExponentialBackoff", checkpoint.AzureIoTCRetryExponentialBackoff, []param{pInitial.withDefault(time.Second), pMax.withDefault(checkpoint.AzureIoTCMaxDelay)}, false},
-		{"azureIotCExponentialBackoffWithJitter", checkpoint.AzureIoTCRetryExponentialBackoffWithJitter, []param{pInitial.withDefault(time.Second), pMax.withDefault(checkpoint.AzureIoTCMaxDelay), pJitterPercent}, true},
-		{"azureIotCRandom", checkpoint.AzureIoTCRetryRandom, []param{pInitial.withDefault(5 * time.Second)}, true},
+		{"azureIotCInterval", checkpoint.AzureIoTCRetryInterval, []param{pInitial}, false},
+		{"azureIotCLinearBackoff", checkpoint.AzureIoTCRetryLinearBackoff, []param{pInitial, pMax}, false},
+		{"azureIotCExponentialBackoff", checkpoint.AzureIoTCRetryExponentialBackoff, []param{pInitial, pMax}, false},
+		{"azureIotCExponentialBackoffWithJitter", checkpoint.AzureIoTCRetryExponentialBackoffWithJitter, []param{pInitial, pMax, pJitterPercent}, true},
+		{"azureIotCRandom", checkpoint.AzureIoTCRetryRandom, []param{pInitial}, true},
 	} {
 		retry := v.retry
+		// The parameters default to retry_control_create's values.
+		def := checkpoint.NewAzureIoTC(retry, 0)
+		for i, p := range v.params {
+			switch p.name {
+			case pInitial.name:
+				v.params[i] = p.withDefault(def.InitialWait)
+			case pMax.name:
+				v.params[i] = p.withDefault(def.MaxDelay)
+			}
+		}
 		defs = append(defs, &strategyDef{
 			name:   v.name,
 			params: v.params,

@@ -326,7 +326,7 @@ func TestMovedRetryKeepsItsDelayAndDecide(t *testing.T) {
 	})
 }
 
-// stream.Permanent is never retried, whatever the policy's error filter.
+// checkpoint.Permanent is never retried, whatever the policy's error filter.
 func TestPermanentNeverRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := streamtest.NewPartition("orders", 0, 5)
@@ -334,7 +334,7 @@ func TestPermanentNeverRetried(t *testing.T) {
 		var calls atomic.Int32
 		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
 			calls.Add(1)
-			return stream.Permanent(errPoison)
+			return checkpoint.Permanent(errPoison)
 		})
 		proc, err := stream.NewProcessor(h, stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Retryable: func(error) bool { return true }}))
 		if err != nil {

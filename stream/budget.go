@@ -31,9 +31,11 @@ type BudgetConfig struct {
 	// other partitions do.
 	MinPartitions int
 	// ProbeBackoff is the wait before each probe of an outage, n counting
-	// the probes of the outage from 1 (default: 1s, doubled after each
-	// failed probe up to 30s). A wait shorter than [MinProbeDelay] is
-	// taken as MinProbeDelay: probes never run hot.
+	// the probes of the outage from 1. The default is 1s, doubled after
+	// each failed probe up to 30s:
+	// checkpoint.Capped(30*time.Second, checkpoint.Exponential(time.Second)).
+	// A wait shorter than [MinProbeDelay] is taken as MinProbeDelay: probes
+	// never run hot.
 	ProbeBackoff checkpoint.Backoff
 }
 
@@ -41,30 +43,6 @@ type BudgetConfig struct {
 // the ProbeBackoff says: a ProbeBackoff of 0 would otherwise probe the
 // downstream back to back while it is down.
 const MinProbeDelay = 100 * time.Millisecond
-
-// DefaultProbeBackoff is the default [BudgetConfig.ProbeBackoff]: 1s before
-// the first probe, doubled after each failed one, up to 30s.
-func DefaultProbeBackoff(n int, _ time.Duration, _ checkpoint.Rand) time.Duration {
-	return ProbeBackoff(time.Second, 30*time.Second)(n, 0, nil)
-}
-
-// ProbeBackoff returns a probe backoff of first before the first probe,
-// doubled after each failed probe, up to most. most <= 0 means no ceiling
-// of its own, as elsewhere in redeliver: the waits double up to
-// [checkpoint.MaxBackoff]. Waits below [MinProbeDelay] (first <= 0) are
-// taken as MinProbeDelay by the Budget.
-func ProbeBackoff(first, most time.Duration) checkpoint.Backoff {
-	if most <= 0 {
-		most = max(checkpoint.MaxBackoff, first)
-	}
-	return func(n int, _ time.Duration, _ checkpoint.Rand) time.Duration {
-		d := float64(first) * math.Pow(2, float64(max(n, 1)-1))
-		if d >= float64(most) {
-			return most
-		}
-		return time.Duration(d)
-	}
-}
 
 // probeDelay returns the wait before probe n: the ProbeBackoff's, at least
 // MinProbeDelay.
@@ -103,7 +81,7 @@ func (b *Budget) probeDelay(n int) time.Duration {
 // Time spent waiting out an outage does not count against a policy's
 // MaxRetryTime (the retry state keeps it as OutageTime; the first failure
 // stays what it was). MaxRecordAge still applies. A RetryResult, and an
-// error the policy does not retry (Permanent), neither spend nor refill
+// error the policy does not retry ([checkpoint.Permanent]), neither spend nor refill
 // the budget.
 //
 // # State machine
@@ -175,7 +153,7 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 		cfg.MinPartitions = 2
 	}
 	if cfg.ProbeBackoff == nil {
-		cfg.ProbeBackoff = DefaultProbeBackoff
+		cfg.ProbeBackoff = checkpoint.Capped(30*time.Second, checkpoint.Exponential(time.Second))
 	}
 	switch {
 	case !(cfg.MaxTokens > 0) || math.IsInf(cfg.MaxTokens, 0):

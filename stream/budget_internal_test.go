@@ -167,7 +167,7 @@ func TestBudgetSuccessesRefill(t *testing.T) {
 // the outage and releases every waiter.
 func TestBudgetProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b, _ := NewBudget(BudgetConfig{ProbeBackoff: ProbeBackoff(time.Second, 4*time.Second)})
+		b, _ := NewBudget(BudgetConfig{ProbeBackoff: checkpoint.Capped(4*time.Second, checkpoint.Exponential(time.Second))})
 		var log outageLog
 		h := log.hooks()
 		b.listen(h)
@@ -436,20 +436,19 @@ func TestBudgetTransitions(t *testing.T) {
 }
 
 // A probe delay of 0 is taken as MinProbeDelay: probes never run hot. A
-// ProbeBackoff with no ceiling (0) doubles on, as 0 means elsewhere, up to
-// checkpoint.MaxBackoff.
+// ProbeBackoff with no ceiling doubles on up to checkpoint.MaxBackoff.
 func TestProbeDelays(t *testing.T) {
-	b, _ := NewBudget(BudgetConfig{ProbeBackoff: ProbeBackoff(0, 0)})
+	b, _ := NewBudget(BudgetConfig{ProbeBackoff: checkpoint.Exponential(0)})
 	for n := 1; n <= 5; n++ {
 		if d := b.probeDelay(n); d != MinProbeDelay {
 			t.Fatalf("probe %d after %v, want %v", n, d, MinProbeDelay)
 		}
 	}
-	grow := ProbeBackoff(time.Second, 0)
-	if d := grow(7, 0, nil); d != 64*time.Second {
-		t.Fatalf("probe 7 of ProbeBackoff(1s, 0) after %v, want 64s (no ceiling)", d)
+	grow, _ := NewBudget(BudgetConfig{ProbeBackoff: checkpoint.Exponential(time.Second)})
+	if d := grow.probeDelay(7); d != 64*time.Second {
+		t.Fatalf("probe 7 of Exponential(1s) after %v, want 64s (no ceiling)", d)
 	}
-	if d := grow(100, 0, nil); d != checkpoint.MaxBackoff {
+	if d := grow.probeDelay(100); d != checkpoint.MaxBackoff {
 		t.Fatalf("probe 100 after %v, want %v", d, checkpoint.MaxBackoff)
 	}
 }

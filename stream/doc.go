@@ -12,8 +12,9 @@
 //     is withheld, the partition is paused, and the same batch is delivered
 //     again after the backoff. Without (retryCount 0, retries
 //     spent, time budget spent, or an error the filter rejects, such as one
-//     marked [Permanent]), the batch is given up: the Exhausted hook fires,
-//     the exhaustion action runs, and the checkpoint advances;
+//     marked with [checkpoint.Permanent]), the batch is given up: the
+//     Exhausted hook fires, the exhaustion action runs, and the checkpoint
+//     advances;
 //   - returns a [*RetryResult] ([Retry]): the delivery succeeded but asks to
 //     be repeated; the RetryResult's count and delay replace the policy for
 //     this batch, and once they are spent the checkpoint advances;

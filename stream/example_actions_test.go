@@ -127,7 +127,7 @@ func ExamplePerRecord() {
 	part.Append(time.Now(), "apple", "pear", "???", "plum")
 	handler := stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
 		if strings.Contains(string(r.Value), "?") {
-			return stream.Permanent(errors.New("not a fruit"))
+			return checkpoint.Permanent(errors.New("not a fruit"))
 		}
 		fmt.Println("handled", string(r.Value))
 		return nil

@@ -128,7 +128,7 @@ func TestResultReading(t *testing.T) {
 		{"joined with a failure", errors.Join(real, stream.Retry(1, time.Second)), stream.Failed, true, "database down"},
 		{"joined, failure second", errors.Join(stream.Retry(1, time.Second), real), stream.Failed, true, "database down"},
 		{"joined RetryResults", errors.Join(stream.Retry(1, time.Second), stream.Retry(2, time.Second)), stream.RetryRequested, false, ""},
-		{"Permanent RetryResult", stream.Permanent(stream.Retry(1, time.Second)), stream.Failed, true, "retry requested"},
+		{"Permanent RetryResult", checkpoint.Permanent(stream.Retry(1, time.Second)), stream.Failed, true, "retry requested"},
 		{"negative count", stream.Retry(-5, time.Second), stream.Failed, true, "invalid RetryResult: MaxRetries -5"},
 		{"negative delay", stream.Retry(3, -time.Second), stream.Failed, true, "invalid RetryResult: Delay -1s"},
 		{"FailedAt a RetryResult", stream.FailedAt(0, stream.Retry(1, time.Second)), stream.RetryRequested, false, ""},

@@ -115,9 +115,9 @@ func Chain(h Handler, mw ...Middleware) Handler {
 //  2. a [*BatchError] ([FailedAt]), found with errors.As: the records before
 //     its index are done; its Err is read on by the rules below, for the
 //     rest of the batch.
-//  3. an error marked [Permanent] anywhere in its tree: a failure that is
-//     not retried, even when it wraps a RetryResult
-//     (Permanent(Retry(...)) gives the batch up).
+//  3. an error marked [checkpoint.Permanent] anywhere in its tree: a
+//     failure that is not retried, even when it wraps a RetryResult
+//     (checkpoint.Permanent(Retry(...)) gives the batch up).
 //  4. a retry request: a *RetryResult, alone or wrapped with %w, or an
 //     errors.Join whose every branch is a retry request (the first one
 //     applies). A failure beside a RetryResult wins:
@@ -191,10 +191,6 @@ func retryRequestIn(err error) *RetryResult {
 	}
 	return nil
 }
-
-// Permanent marks err as not retryable: the batch is not delivered again and
-// goes to the exhaustion action. It is [checkpoint.Permanent].
-func Permanent(err error) error { return checkpoint.Permanent(err) }
 
 // PanicError is the error a panic of a handler or of an exhaustion action
 // becomes. A handler's panic is treated as a retryable failure, an

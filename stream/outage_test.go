@@ -174,7 +174,7 @@ func TestOutageGivesNothingUp(t *testing.T) {
 // partition's.
 func TestOutageWithPoisonBatch(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		budget, err := stream.NewBudget(stream.BudgetConfig{ProbeBackoff: stream.ProbeBackoff(time.Second, 5*time.Second)})
+		budget, err := stream.NewBudget(stream.BudgetConfig{ProbeBackoff: checkpoint.Capped(5*time.Second, checkpoint.Exponential(time.Second))})
 		if err != nil {
 			t.Fatal(err)
 		}

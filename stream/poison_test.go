@@ -67,7 +67,7 @@ func TestPoisonRecordGivenUpAlone(t *testing.T) {
 		}), "[0-9#0 0-9#1 0-9#2 1-9#0]", 0},
 		{"Permanent", stream.PerRecord(func(_ context.Context, r *stream.Record) error {
 			if r.Offset == 3 {
-				return stream.Permanent(errPoison)
+				return checkpoint.Permanent(errPoison)
 			}
 			return nil
 		}), "[0-9#0 4-9#0]", 3},

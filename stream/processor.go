@@ -159,7 +159,7 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 		newRand: func() checkpoint.Rand {
 			return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 		},
-		opBackoff: checkpoint.FullJitter(100*time.Millisecond, 10*time.Second),
+		opBackoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Second, checkpoint.Exponential(100*time.Millisecond))),
 	}
 	for i, o := range opts {
 		if isNil(o) {

@@ -380,7 +380,7 @@ func TestNonRetryableErrors(t *testing.T) {
 		err  error
 		opt  stream.Option
 	}{
-		{"Permanent", stream.Permanent(errBad), fixed(5, time.Second)},
+		{"Permanent", checkpoint.Permanent(errBad), fixed(5, time.Second)},
 		{"filter", errBad, stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Retryable: checkpoint.RetryUnless(errBad)})},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -114,7 +114,7 @@ func newScenario(seed uint64) *scenario {
 	case 2:
 		backoff, bs = checkpoint.Exponential(100*time.Millisecond), "exponential 100ms"
 	case 3:
-		backoff, bs = checkpoint.FullJitter(200*time.Millisecond, 5*time.Second), "full jitter 200ms-5s"
+		backoff, bs = checkpoint.FullJitter(checkpoint.Capped(5*time.Second, checkpoint.Exponential(200*time.Millisecond))), "full jitter 200ms-5s"
 	}
 	s.policy = checkpoint.Policy{MaxRetries: retries, Backoff: backoff}
 	if r.IntN(4) == 0 {
@@ -192,7 +192,7 @@ func (w *world) failure(err error) error {
 	case x < w.s.pPanic:
 		panic(err)
 	case x < w.s.pPanic+w.s.pPerm:
-		return stream.Permanent(err)
+		return checkpoint.Permanent(err)
 	case x < w.s.pPanic+w.s.pPerm+w.s.pRetryRes:
 		return stream.Retry(w.drawInt(3), time.Duration(w.drawInt(1500))*time.Millisecond)
 	}
@@ -284,7 +284,7 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	var budget *stream.Budget
 	if s.budget {
 		var err error
-		if budget, err = stream.NewBudget(stream.BudgetConfig{ProbeBackoff: stream.ProbeBackoff(time.Second, 8*time.Second)}); err != nil {
+		if budget, err = stream.NewBudget(stream.BudgetConfig{ProbeBackoff: checkpoint.Capped(8*time.Second, checkpoint.Exponential(time.Second))}); err != nil {
 			t.Fatal(err)
 		}
 	}

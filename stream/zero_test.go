@@ -118,7 +118,7 @@ func TestZeroValuesOfStream(t *testing.T) {
 	if s := b.State(); s.Outage {
 		t.Errorf("a zero Budget's state %+v", s)
 	}
-	if stream.Permanent(nil) != nil || stream.Chain(nil) != nil {
+	if checkpoint.Permanent(nil) != nil || stream.Chain(nil) != nil {
 		t.Error("Permanent(nil) or Chain(nil) is not nil")
 	}
 	if h := stream.Chain(streamtest.Succeed, nil); h == nil {

@@ -180,7 +180,7 @@ func handler() stream.Handler {
 				// The records before it are done; this one can never
 				// succeed: it alone is given up, and the records after
 				// it come next as a batch of their own.
-				return stream.FailedAt(i, stream.Permanent(fmt.Errorf("invalid order %q", r.Value)))
+				return stream.FailedAt(i, checkpoint.Permanent(fmt.Errorf("invalid order %q", r.Value)))
 			}
 		}
 		return nil

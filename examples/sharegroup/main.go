@@ -97,7 +97,7 @@ func run(ctx context.Context) error {
 			return errors.New("downstream busy")
 		case r.Offset == poison:
 			fmt.Printf("%6.2fs  record %d: poison, to the dead-letter topic\n", time.Since(start).Seconds(), r.Offset)
-			return stream.Permanent(errors.New("cannot parse order"))
+			return checkpoint.Permanent(errors.New("cannot parse order"))
 		case r.Offset == flaky:
 			fmt.Printf("%6.2fs  record %d: done on delivery %d\n", time.Since(start).Seconds(), r.Offset, n)
 		}

@@ -159,7 +159,7 @@ func commitFailuresBackend(t *testing.T, e *env, perRecord bool) Figures {
 	e.fill(parts, n0)
 	var hist streamtest.History
 	var handlerFaults atomic.Int64
-	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 10*time.Millisecond)}
+	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Millisecond, checkpoint.Exponential(time.Millisecond)))}
 	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n0, longWait)
 	e.stopAll()

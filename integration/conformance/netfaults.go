@@ -174,7 +174,7 @@ func RunNetworkFaults(t *testing.T, p Provider, a Adapter) {
 
 // netPolicy retries for ever with short backoffs: no batch is given up, so
 // every record must be handled.
-var netPolicy = checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(5*time.Millisecond, 50*time.Millisecond)}
+var netPolicy = checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(checkpoint.Capped(50*time.Millisecond, checkpoint.Exponential(5*time.Millisecond)))}
 
 // netLatencyScenario: two consumers whose every connection has 20ms ± 20ms
 // of latency each way, and a handler that fails now and then.

@@ -46,7 +46,7 @@ func outage(t *testing.T, e *env) {
 	// failure: a batch is given up within about 300ms of failing when
 	// nothing holds it, and never later than 1s.
 	policy := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(100 * time.Millisecond), MaxRetryTime: time.Second}
-	budget, err := stream.NewBudget(stream.BudgetConfig{ProbeBackoff: stream.ProbeBackoff(100*time.Millisecond, 400*time.Millisecond)})
+	budget, err := stream.NewBudget(stream.BudgetConfig{ProbeBackoff: checkpoint.Capped(400*time.Millisecond, checkpoint.Exponential(100*time.Millisecond))})
 	if err != nil {
 		t.Fatal(err)
 	}

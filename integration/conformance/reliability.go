@@ -280,7 +280,7 @@ func faultsScenario(t *testing.T, e *env, perRecord bool) Figures {
 		hist   streamtest.History
 		faults atomic.Int64
 	)
-	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 5*time.Millisecond)}
+	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(checkpoint.Capped(5*time.Millisecond, checkpoint.Exponential(time.Millisecond)))}
 	h := faulty(perRecord, 0, 0.35, 0.15, &faults)
 	for _, name := range []string{"a", "b"} {
 		e.start(name, spec{handler: h, policy: policy, maxBatch: 8, hooks: hist.Hooks(name)})
@@ -335,7 +335,7 @@ func membersScenario(t *testing.T, e *env, perRecord bool) Figures {
 		hist   streamtest.History
 		faults atomic.Int64
 	)
-	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(5*time.Millisecond, 50*time.Millisecond)}
+	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(checkpoint.Capped(50*time.Millisecond, checkpoint.Exponential(5*time.Millisecond)))}
 	h := faulty(perRecord, 5*time.Millisecond, 0.3, 0.05, &faults)
 	run := func(name string) *member {
 		return e.start(name, spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true})
@@ -632,7 +632,7 @@ func commitFailuresScenario(t *testing.T, e *env, perRecord bool) Figures {
 	e.fill(parts, n0)
 	var hist streamtest.History
 	var handlerFaults atomic.Int64
-	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(time.Millisecond, 10*time.Millisecond)}
+	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Millisecond, checkpoint.Exponential(time.Millisecond)))}
 	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n0, longWait)
 	e.stopAll()
@@ -658,7 +658,7 @@ func restartScenario(t *testing.T, e *env, perRecord bool) Figures {
 		hist   streamtest.History
 		faults atomic.Int64
 	)
-	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(10*time.Millisecond, 100*time.Millisecond)}
+	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(checkpoint.Capped(100*time.Millisecond, checkpoint.Exponential(10*time.Millisecond)))}
 	h := faulty(perRecord, 5*time.Millisecond, 0.2, 0.05, &faults)
 	e.start("a", spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n/4, longWait)

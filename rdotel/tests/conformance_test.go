@@ -249,7 +249,7 @@ func TestConformance(t *testing.T) {
 		shipped.AppendN(start, 1)
 		// audit: payments/0 and /1 fail until 12s: an outage, probed
 		// until it ends.
-		budget, err := stream.NewBudget(stream.BudgetConfig{MaxTokens: 2, ProbeBackoff: stream.ProbeBackoff(5*time.Second, 5*time.Second)})
+		budget, err := stream.NewBudget(stream.BudgetConfig{MaxTokens: 2, ProbeBackoff: checkpoint.Capped(5*time.Second, checkpoint.Exponential(5*time.Second))})
 		if err != nil {
 			t.Fatal(err)
 		}

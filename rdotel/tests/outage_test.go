@@ -27,7 +27,7 @@ func TestOutageMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		budget, err := stream.NewBudget(stream.BudgetConfig{MaxTokens: 4, ProbeBackoff: stream.ProbeBackoff(time.Second, 8*time.Second)})
+		budget, err := stream.NewBudget(stream.BudgetConfig{MaxTokens: 4, ProbeBackoff: checkpoint.Capped(8*time.Second, checkpoint.Exponential(time.Second))})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,7 @@ func TestHistoryCleanRun(t *testing.T) {
 			case b.FirstOffset()%3 == 0 && b.Attempt.Retry < 2:
 				return errors.New("transient")
 			case b.FirstOffset() == 49:
-				return stream.Permanent(errors.New("poison"))
+				return checkpoint.Permanent(errors.New("poison"))
 			}
 			return nil
 		})

@@ -24,7 +24,7 @@
 //     not grow. Other records go on meanwhile.
 //   - [stream.FailedAt](i, err) accepts the records before i, retries the
 //     record at i, and delivers the ones after it again at once.
-//   - A [stream.Permanent] error, one the policy's filter rejects, or a
+//   - A [checkpoint.Permanent] error, one the policy's filter rejects, or a
 //     retry budget spent gives the record up: the Exhausted hook fires and
 //     the exhaustion action runs (skip, [stream.DeadLetter], ...). Only once
 //     the action succeeded is the record rejected (AckReject), which archives

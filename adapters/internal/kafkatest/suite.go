@@ -610,7 +610,7 @@ func deadLetterToMissingTopic(t *testing.T, a Adapter) {
 		tries []stream.ActionEvent
 	)
 	failed := make(chan struct{}, 1)
-	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return stream.Permanent(errors.New("schema mismatch")) })
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return checkpoint.Permanent(errors.New("schema mismatch")) })
 	proc := NewProcessor(t, h, stream.WithExhaustionAction(dl), stream.WithOperationBackoff(checkpoint.Fixed(20*time.Millisecond)),
 		stream.WithHooks(stream.Hooks{ActionTried: func(e stream.ActionEvent) {
 			mu.Lock()

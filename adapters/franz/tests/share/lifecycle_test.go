@@ -103,7 +103,7 @@ func TestCloseFromInside(t *testing.T) {
 				case "handler":
 					closeIt()
 				case "action":
-					return stream.Permanent(errors.New("give up"))
+					return checkpoint.Permanent(errors.New("give up"))
 				}
 				return nil
 			})

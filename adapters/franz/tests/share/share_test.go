@@ -280,7 +280,7 @@ func TestExhaustionToDeadLetterTopic(t *testing.T) {
 		l.add(delivery{offset: r.Offset, partition: r.Partition, at: time.Now()})
 		switch {
 		case r.Partition == 0 && r.Offset == 2:
-			return stream.Permanent(errors.New("schema mismatch"))
+			return checkpoint.Permanent(errors.New("schema mismatch"))
 		case r.Partition == 1 && r.Offset == 4:
 			return errors.New("timeout")
 		}
