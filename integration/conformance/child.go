@@ -160,7 +160,7 @@ func runChild(raw string, adapters map[string]Adapter) error {
 		Checkpointed: func(stream.CheckpointEvent) { flush() },
 		Abandoned:    func(stream.AbandonedEvent) { flush() },
 	}
-	s := cfg.spec(streamtest.MergeHooks(hist.Hooks(cfg.Member), relay))
+	s := cfg.spec(stream.MergeHooks(hist.Hooks(cfg.Member), relay))
 	h := s.handler
 	s.handler = stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if cfg.poison(b) {

@@ -74,7 +74,7 @@ func (h *history) hooks(member string, next stream.Hooks) stream.Hooks {
 			h.add(event{member: member, partition: e.Partition, abandoned: true, first: e.FirstOffset, last: e.LastOffset})
 		},
 	}
-	return streamtest.MergeHooks(own, h.rec.Hooks(member), next)
+	return stream.MergeHooks(own, h.rec.Hooks(member), next)
 }
 
 func (h *history) all() []event {

@@ -441,7 +441,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 		cfg.Adapter, cfg.Member = child, "a"
 		kill = e.startChild(&hist, cfg, watch, nil)
 	} else {
-		a := e.start("a", cfg.spec(streamtest.MergeHooks(hist.Hooks("a"), watch)))
+		a := e.start("a", cfg.spec(stream.MergeHooks(hist.Hooks("a"), watch)))
 		kill = a.stop
 	}
 	e.await(fourth.ch, "the poison batch's 4th delivery")
@@ -466,7 +466,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 			resumed.fire()
 		}
 	}}
-	b := e.start("b", cfg.spec(streamtest.MergeHooks(hist.Hooks("b"), after)))
+	b := e.start("b", cfg.spec(stream.MergeHooks(hist.Hooks("b"), after)))
 	e.await(resumed.ch, "the new owner's first delivery")
 	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
 	if err := b.stop(); err != nil {
@@ -548,7 +548,7 @@ func killDuringDelivery(t *testing.T, e *env, child string) Figures {
 		}
 	}}
 	cfg.SlowRetry = 0
-	b := e.start("b", cfg.spec(streamtest.MergeHooks(hist.Hooks("b"), after)))
+	b := e.start("b", cfg.spec(stream.MergeHooks(hist.Hooks("b"), after)))
 	e.await(resumed.ch, "the new owner's first delivery")
 	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
 	if err := b.stop(); err != nil {

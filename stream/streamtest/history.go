@@ -703,7 +703,3 @@ func (h *History) Deliveries() map[TopicPartition]map[int64]int {
 	}
 	return out
 }
-
-// MergeHooks returns hooks that call each of hs in turn: it is
-// [stream.MergeHooks].
-func MergeHooks(hs ...stream.Hooks) stream.Hooks { return stream.MergeHooks(hs...) }
