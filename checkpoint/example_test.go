@@ -60,15 +60,10 @@ func ExampleJitteredExponential() {
 		JitterDown: 0.5, JitterUp: 0.25,
 	}.Backoff()
 	for n := 1; n <= 5; n++ {
-		fmt.Print(b(n, 0, half{}), " ")
+		fmt.Print(b(n, 0, fixedU(0.5)), " ")
 	}
 	// Output: 100ms 187.5ms 362.5ms 712.5ms 1.4125s
 }
-
-// half is a Rand that always draws 0.5.
-type half struct{}
-
-func (half) Float64() float64 { return 0.5 }
 
 func ExampleMachine() {
 	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(5 * time.Second)})
