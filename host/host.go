@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -250,6 +251,7 @@ type Host struct {
 	log  *slog.Logger
 	http http.Handler
 	web  *web
+	life *lifecycle.Life
 
 	mu      sync.Mutex
 	fns     []*function
@@ -289,7 +291,8 @@ func New(cfg *hostconfig.Config, opts ...Option) (*Host, error) {
 	if cfg == nil {
 		cfg = &hostconfig.Config{}
 	}
-	h := &Host{cfg: cfg, c: config{drain: DefaultDrain, refresh: 2 * time.Second, now: time.Now}}
+	h := &Host{cfg: cfg, c: config{drain: DefaultDrain, refresh: 2 * time.Second, now: time.Now},
+		life: lifecycle.New("host", fmt.Errorf("host: %w", stream.ErrClosed))}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("host: New: option %d of %d is nil", i+1, len(opts))
@@ -400,12 +403,13 @@ func (h *Host) Register(name string, handler stream.Handler, opts ...FunctionOpt
 // error wrapping [ErrDrainTimeout] and the workers still running are left
 // to end by themselves.
 //
-// Run returns nil after a clean shutdown, when ctx was done and every
-// worker returned within the drain time, so that log.Fatal(h.Run(ctx))
-// exits 0 on an interrupt. It returns an error for a failure: a wrong
-// binding, a function's consumer that failed or stopped before the host
-// (the error names the function), the drain time running out. It may be
-// called once.
+// Run returns nil after a clean shutdown, when ctx was done or [Host.Close]
+// was called and every worker returned within the drain time, so that
+// log.Fatal(h.Run(ctx)) exits 0 on an interrupt. It returns an error for a
+// failure: a wrong binding, a function's consumer that failed or stopped
+// before the host (the error names the function), the drain time running
+// out; and [stream.ErrClosed] when Close came before it. It may be called
+// once.
 func (h *Host) Run(ctx context.Context) error {
 	if err := h.usable(); err != nil {
 		return err
@@ -413,11 +417,24 @@ func (h *Host) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("host: Run: nil context")
 	}
-	h.mu.Lock()
-	if h.started {
-		h.mu.Unlock()
-		return errors.New("host: Run called more than once")
+	return h.life.Run(ctx, h.run)
+}
+
+// Close stops the host as the end of Run's context does (a drain, then
+// Run returns) and waits for Run to return, unless it is called from
+// within the host (a handler, a hook): then it returns at once, and Run
+// returns once the handler does. It may be called more than once and from
+// any goroutine; a Run after Close returns [stream.ErrClosed] at once.
+func (h *Host) Close() error {
+	if err := h.usable(); err != nil {
+		return err
 	}
+	h.life.Close()
+	return nil
+}
+
+func (h *Host) run(ctx context.Context) error {
+	h.mu.Lock()
 	h.started = true
 	fns := slices.Clone(h.fns)
 	h.mu.Unlock()

@@ -448,3 +448,69 @@ func TestDefaultLoggerWarns(t *testing.T) {
 		t.Errorf("default log:\n%s\nwant no Info lines", l)
 	}
 }
+
+// Close stops a running host (Run returns nil, as after a cancel), a Run
+// after Close returns stream.ErrClosed at once, and a handler may close its
+// own host without a deadlock.
+func TestClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := host.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("orders", 0, 1)
+		p.AppendN(time.Now(), 3)
+		if err := h.Register("orders", okHandler, memSource("orders", p)); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- h.Run(t.Context()) }()
+		synctest.Wait()
+		if err := h.Close(); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v after Close, want nil", err)
+			}
+		default:
+			t.Error("Close returned before Run did")
+		}
+		if err := h.Close(); err != nil {
+			t.Errorf("a second Close = %v", err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		h, err := host.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Register("orders", okHandler, memSource("orders", streamtest.NewPartition("orders", 0, 1))); err != nil {
+			t.Fatal(err)
+		}
+		h.Close()
+		if err := h.Run(t.Context()); !errors.Is(err, stream.ErrClosed) {
+			t.Errorf("Run after Close = %v, want stream.ErrClosed", err)
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		h, err := host.New(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("orders", 0, 1)
+		p.AppendN(time.Now(), 1)
+		closing := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return h.Close() })
+		if err := h.Register("orders", closing, memSource("orders", p)); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Run(t.Context()); err != nil {
+			t.Errorf("Run = %v after its handler closed the host, want nil", err)
+		}
+	})
+	var zero host.Host
+	if err := zero.Close(); err == nil {
+		t.Error("Close of a zero Host: no error")
+	}
+}

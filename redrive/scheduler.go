@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -71,6 +72,7 @@ type Scheduler struct {
 	pub   stream.Publisher
 	cfg   config
 	log   *slog.Logger
+	life  *lifecycle.Life
 }
 
 // errZero is what the methods of a Scheduler not built by NewScheduler
@@ -102,13 +104,15 @@ func NewScheduler(store Store, pub stream.Publisher, opts ...Option) (*Scheduler
 		return nil, fmt.Errorf("redrive: batch size %d: want more than 0", c.batchSize)
 	}
 	c.interval, c.retryTimeout = ceil(c.interval), ceil(c.retryTimeout)
-	return &Scheduler{store: store, pub: pub, cfg: c, log: c.logger}, nil
+	return &Scheduler{store: store, pub: pub, cfg: c, log: c.logger,
+		life: lifecycle.New("redrive", fmt.Errorf("redrive: scheduler %w", stream.ErrClosed))}, nil
 }
 
-// Run sweeps at once and then every interval, until ctx is done. It
-// returns nil after a clean shutdown by ctx, and an error only when it
-// cannot run at all (a Scheduler not built by [NewScheduler], a nil
-// context): failures of a sweep never stop it (see [Scheduler]).
+// Run sweeps at once and then every interval, until ctx is done or Close
+// is called. It returns nil after a clean shutdown by ctx, [stream.ErrClosed]
+// when Close came first, and an error only when it cannot run at all (a
+// Scheduler not built by [NewScheduler], a nil context, a second Run):
+// failures of a sweep never stop it (see [Scheduler]).
 func (s *Scheduler) Run(ctx context.Context) error {
 	if s == nil || s.store == nil {
 		return errZero
@@ -116,6 +120,23 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if ctx == nil {
 		return errors.New("redrive: Scheduler.Run: nil context")
 	}
+	return s.life.Run(ctx, s.run)
+}
+
+// Close stops Run, after the sweep under way (whose store and publisher
+// calls see their context cancelled), and waits for it to return, unless
+// it is called from within Run's sweep (a hook): then it returns at once.
+// It may be called more than once and from any goroutine; a Run after
+// Close returns [stream.ErrClosed] at once.
+func (s *Scheduler) Close() error {
+	if s == nil || s.store == nil {
+		return errZero
+	}
+	s.life.Close()
+	return nil
+}
+
+func (s *Scheduler) run(ctx context.Context) error {
 	for {
 		start := s.cfg.clock.Now()
 		s.Sweep(ctx) // failures are logged and reported by Sweep

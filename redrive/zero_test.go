@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redeliver-go/redeliver/redrive"
@@ -154,5 +155,57 @@ func TestSweepHandlesAnEntryOnce(t *testing.T) {
 	ev := s.Sweep(ctx)
 	if n := len(pub.Records()); n != 1 || ev.Claimed != 2 || ctx.Err() != nil {
 		t.Fatalf("one sweep over a store that hands out one entry again and again: %d publications, %+v; want 1, and the sweep ended at the second claim", n, ev)
+	}
+}
+
+// Close stops a running scheduler (Run returns nil), a Run after Close
+// returns stream.ErrClosed, and a hook may close the scheduler that calls
+// it without a deadlock.
+func TestSchedulerClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s, err := redrive.NewScheduler(redrivetest.NewMemStore(), &redrivetest.Publisher{}, redrive.WithInterval(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(t.Context()) }()
+		synctest.Wait()
+		if err := s.Close(); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v after Close, want nil", err)
+			}
+		default:
+			t.Error("Close returned before Run did")
+		}
+		if err := s.Run(t.Context()); err == nil {
+			t.Error("a second Run: no error")
+		}
+	})
+	s, err := redrive.NewScheduler(redrivetest.NewMemStore(), &redrivetest.Publisher{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := s.Run(t.Context()); !errors.Is(err, stream.ErrClosed) {
+		t.Errorf("Run after Close = %v, want stream.ErrClosed", err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		var s *redrive.Scheduler
+		s, err := redrive.NewScheduler(redrivetest.NewMemStore(), &redrivetest.Publisher{}, redrive.WithInterval(time.Hour),
+			redrive.WithHooks(redrive.Hooks{Swept: func(redrive.SweepEvent) { s.Close() }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Run(t.Context()); err != nil {
+			t.Errorf("Run = %v after its hook closed it, want nil", err)
+		}
+	})
+	var zero redrive.Scheduler
+	if err := zero.Close(); err == nil {
+		t.Error("Close of a zero Scheduler: no error")
 	}
 }

@@ -39,6 +39,12 @@ type Claim interface {
 	Commit(ctx context.Context, next int64, metadata string) error
 }
 
+// ErrClosed is what the Run of a long-running type of redeliver returns
+// when its Close came first: the consumers of every adapter, the share
+// consumer, the functions host and the re-drive scheduler. Each wraps it
+// with its own name ("franz: consumer closed"); match it with errors.Is.
+var ErrClosed = errors.New("closed")
+
 // ErrRevoked is returned by a Claim when its partition is no longer owned by
 // this consumer. The Processor stops the claim's worker without a commit.
 var ErrRevoked = errors.New("stream: partition no longer owned")

@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -85,7 +85,7 @@ type Consumer struct {
 	store *CheckpointStore
 	cfg   config
 	log   *slog.Logger
-	ran   atomic.Bool
+	life  *lifecycle.Life
 }
 
 // New returns a Consumer over an SDK Processor that it builds from
@@ -194,7 +194,8 @@ func newConfig(opts []Option) (config, error) {
 }
 
 func newConsumer(proc *stream.Processor, p Processor, store *CheckpointStore, cfg config) *Consumer {
-	c := &Consumer{proc: proc, ehp: p, store: store, cfg: cfg, log: cfg.logger}
+	c := &Consumer{proc: proc, ehp: p, store: store, cfg: cfg, log: cfg.logger,
+		life: lifecycle.New("eventhubs", fmt.Errorf("eventhubs: consumer %w", stream.ErrClosed))}
 	if c.log == nil {
 		c.log = proc.Logger()
 	}
@@ -222,17 +223,35 @@ var errZeroConsumer = errors.New("eventhubs: Run on a zero Consumer: build it wi
 // (the SDK processor's own hand-back names ownership ETags that the
 // fence of [CheckpointStore] has renewed since, and is refused).
 //
-// Run returns nil when it stopped because ctx was done (a clean shutdown),
-// and an error when the processor stopped on its own (its error, such as
-// a checkpoint store or a namespace that cannot be reached), when Run was
-// called before, or on a zero Consumer.
+// Run returns nil when it stopped because ctx was done or [Consumer.Close]
+// was called (a clean shutdown), [stream.ErrClosed] when Close came before
+// it, and an error when the processor stopped on its own (its error, such
+// as a checkpoint store or a namespace that cannot be reached), when Run
+// was called before, or on a zero Consumer.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.ehp == nil || c.store == nil || c.proc == nil {
 		return errZeroConsumer
 	}
-	if !c.ran.CompareAndSwap(false, true) {
-		return errors.New("eventhubs: Run called more than once")
+	if ctx == nil {
+		return errors.New("eventhubs: Run: nil context")
 	}
+	return c.life.Run(ctx, c.run)
+}
+
+// Close stops Run as the end of its context does and waits for it to
+// return, unless it is called from within the consumer (a handler, a
+// hook): then it returns at once, and Run returns once the handler does.
+// It may be called more than once and from any goroutine; a Run after
+// Close returns [stream.ErrClosed] at once.
+func (c *Consumer) Close() error {
+	if c == nil || c.ehp == nil || c.store == nil || c.proc == nil {
+		return errZeroConsumer
+	}
+	c.life.Close()
+	return nil
+}
+
+func (c *Consumer) run(ctx context.Context) error {
 	procCtx, stopProc := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopProc()
 	claimsCtx, stopClaims := context.WithCancelCause(ctx)

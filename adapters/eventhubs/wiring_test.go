@@ -284,3 +284,48 @@ func TestRunReturnsNilOnlyForShutdown(t *testing.T) {
 		t.Logf("Run: %v", err)
 	})
 }
+
+// Close stops a running consumer (Run returns nil and the partitions are
+// handed back), and a Run after Close returns stream.ErrClosed at once.
+func TestClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 2, 5)
+		cs, _ := eventhubs.NewCheckpointStore(memhub.NewStore(), "a", nil)
+		p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
+		c, err := eventhubs.NewWith(newProc(t), p, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.Run(t.Context()) }()
+		synctest.Wait()
+		if err := c.Close(); err != nil {
+			t.Fatalf("Close = %v", err)
+		}
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run = %v after Close, want nil", err)
+			}
+		default:
+			t.Error("Close returned before Run did")
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 0)
+		cs, _ := eventhubs.NewCheckpointStore(memhub.NewStore(), "a", nil)
+		p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
+		c, err := eventhubs.NewWith(newProc(t), p, cs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if err := c.Run(t.Context()); !errors.Is(err, stream.ErrClosed) {
+			t.Errorf("Run after Close = %v, want stream.ErrClosed", err)
+		}
+	})
+	var zero eventhubs.Consumer
+	if err := zero.Close(); err == nil {
+		t.Error("Close of a zero Consumer: no error")
+	}
+}

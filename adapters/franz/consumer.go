@@ -16,9 +16,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
-var ErrClosed = engine.ErrClosed
-
 // errNotMade is what the methods of a Consumer not made by New return.
 var errNotMade = errors.New("franz: the Consumer was not made by franz.New: build it with franz.New(proc, options...)")
 
@@ -217,7 +214,7 @@ func (c *Consumer) Client() *kgo.Client {
 // Run returns nil after a clean shutdown: ctx done (cancelled or past its
 // deadline) or [Consumer.Close] called. Otherwise it returns the error that
 // stopped it: the client closed under it, or a worker's failure. It
-// returns [ErrClosed] when Close was called before it. It may be called
+// returns [stream.ErrClosed] when Close was called before it. It may be called
 // once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.e == nil {

@@ -42,7 +42,7 @@ func TestUnboundDeadLetterPublisherRefused(t *testing.T) {
 	if !pub.Bound() {
 		t.Fatal("the publisher is not bound")
 	}
-	if err := c.Close(); err != nil && !errors.Is(err, franz.ErrClosed) {
+	if err := c.Close(); err != nil && !errors.Is(err, stream.ErrClosed) {
 		t.Errorf("Close: %v", err)
 	}
 }

@@ -14,9 +14,6 @@ import (
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
-var ErrClosed = engine.ErrClosed
-
 // errNotMade is what the methods of a Consumer not made by New return.
 var errNotMade = errors.New("kafkago: the Consumer was not made by kafkago.New: build it with kafkago.New(proc, options...)")
 
@@ -140,7 +137,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 //
 // Run returns nil after a clean shutdown: ctx done (cancelled or past its
 // deadline) or [Consumer.Close] called. Otherwise it returns the error that
-// stopped it, a worker's failure. It returns [ErrClosed] when Close was
+// stopped it, a worker's failure. It returns [stream.ErrClosed] when Close was
 // called before it. It may be called once.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.e == nil {

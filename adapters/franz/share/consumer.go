@@ -30,9 +30,6 @@ const DefaultMaxHold = 5 * time.Minute
 // not answer the question (Kafka's default, share.record.lock.duration.ms).
 const defaultLock = 30 * time.Second
 
-// ErrClosed is what [Consumer.Run] returns after [Consumer.Close].
-var ErrClosed = errors.New("share: consumer closed")
-
 // errNotMade is what the methods of a Consumer not made by New return.
 var errNotMade = errors.New("share: the Consumer was not made by share.New: build it with share.New(proc, options...)")
 
@@ -195,7 +192,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 			return nil, fmt.Errorf("share: the processor dead-letters to %q through a publisher bound to no client: make it with franz.NewPublisher(client)", topic)
 		}
 	}
-	c := &Consumer{set: set, cfg: cfg, log: set.Logger, life: lifecycle.New("share", ErrClosed)}
+	c := &Consumer{set: set, cfg: cfg, log: set.Logger, life: lifecycle.New("share", fmt.Errorf("share: consumer %w", stream.ErrClosed))}
 	if cfg.logger != nil {
 		c.log = cfg.logger
 	}
@@ -212,7 +209,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 // Run returns nil after a clean shutdown (ctx done or Close called), as the
 // checkpoint adapters' Run does, and otherwise the error that kept it from
 // starting or the fetch error that stopped it (see the package doc). It
-// returns [ErrClosed] when Close was called before it.
+// returns [stream.ErrClosed] when Close was called before it.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.life == nil {
 		return errNotMade

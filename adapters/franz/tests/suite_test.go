@@ -14,8 +14,8 @@ import (
 // adapter describes the franz-go adapter to the tests every Kafka adapter
 // runs. Options of a Config are kgo.Opt and franz.Option values.
 var adapter = kafkatest.Adapter{
-	Name:      "franz",
-	ErrClosed: franz.ErrClosed,
+	Name: "franz",
+
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		kopts := []kgo.Opt{kgo.SeedBrokers(cfg.Addrs...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(cfg.Topic),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchMaxWait(cfg.FetchWait())}

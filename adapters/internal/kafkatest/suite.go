@@ -30,8 +30,6 @@ import (
 type Adapter struct {
 	// Name names the adapter in messages: "franz", "kafkago".
 	Name string
-	// ErrClosed is what the adapter's Run returns after its Close.
-	ErrClosed error
 	// New returns a consumer of cfg, not running.
 	New func(cfg Config) (Consumer, error)
 	// NewPublisher returns a publisher of the adapter on a client (or
@@ -409,8 +407,8 @@ func runRule(t *testing.T, a Adapter) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		if err := c.Run(context.Background()); !errors.Is(err, a.ErrClosed) {
-			t.Errorf("Run returned %v, want %v", err, a.ErrClosed)
+		if err := c.Run(context.Background()); !errors.Is(err, stream.ErrClosed) {
+			t.Errorf("Run returned %v, want stream.ErrClosed", err)
 		}
 	})
 }

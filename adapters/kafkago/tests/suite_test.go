@@ -16,8 +16,8 @@ import (
 // types func(*kafka.ConsumerGroupConfig) and func(*kafka.ReadBatchConfig)
 // that change the group and fetch configurations.
 var adapter = kafkatest.Adapter{
-	Name:      "kafkago",
-	ErrClosed: kafkago.ErrClosed,
+	Name: "kafkago",
+
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		gc := groupConfig(cfg.Addrs, cfg.Group, cfg.Topic)
 		if cfg.Defaults {

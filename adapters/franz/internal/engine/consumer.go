@@ -21,9 +21,6 @@ import (
 // builds, unless the caller's options set it.
 const defaultFetchMaxWait = 500 * time.Millisecond
 
-// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
-var ErrClosed = errors.New("franz: consumer closed")
-
 // errClientClosed is the error Run returns when the client was closed under
 // it.
 var errClientClosed = errors.New("franz: kgo client closed")
@@ -132,7 +129,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	if log == nil {
 		log = proc.Logger()
 	}
-	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", ErrClosed)}
+	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", fmt.Errorf("franz: consumer %w", stream.ErrClosed))}
 	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
 	c.checks.Log = log
 	if cfg.Client != nil {
@@ -189,7 +186,7 @@ func (c *Consumer) Client() *kgo.Client { return c.cl }
 // the franz package's Run.
 func (c *Consumer) Run(ctx context.Context) error {
 	err := c.life.Run(ctx, c.run)
-	if errors.Is(err, ErrClosed) && c.owned {
+	if errors.Is(err, stream.ErrClosed) && c.owned {
 		c.closeClient() // Close came first, maybe from a callback of the client
 	}
 	return err

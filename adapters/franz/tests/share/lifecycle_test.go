@@ -73,7 +73,7 @@ func TestRunRule(t *testing.T) {
 	t.Run("close before run", func(t *testing.T) {
 		c := newConsumer("g3")
 		c.Close()
-		if err := c.Run(context.Background()); !errors.Is(err, share.ErrClosed) {
+		if err := c.Run(context.Background()); !errors.Is(err, stream.ErrClosed) {
 			t.Fatalf("Run after Close returned %v, want ErrClosed", err)
 		}
 	})

@@ -25,9 +25,6 @@ const leaveWait = 400 * time.Millisecond
 // tells the worker so (its Checkpointed hook fires).
 const commitGrace = 250 * time.Millisecond
 
-// ErrClosed is the error [Consumer.Run] returns after [Consumer.Close].
-var ErrClosed = errors.New("kafkago: consumer closed")
-
 // errGenerationEnded is the cause of a claim whose generation ended (a
 // rebalance, a failed heartbeat, a commit the coordinator refused as stale).
 var errGenerationEnded = fmt.Errorf("kafkago: group generation ended: %w", stream.ErrRevoked)
@@ -100,7 +97,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	if err := group.Validate(); err != nil {
 		return nil, fmt.Errorf("kafkago: group config: %v", err)
 	}
-	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, start: group.StartOffset, life: lifecycle.New("kafkago", ErrClosed)}
+	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, start: group.StartOffset, life: lifecycle.New("kafkago", fmt.Errorf("kafkago: consumer %w", stream.ErrClosed))}
 	if c.log == nil {
 		c.log = proc.Logger()
 	}
@@ -152,7 +149,7 @@ func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
 //
 // Run returns nil after a clean shutdown: ctx done (cancelled or past its
 // deadline) or [Consumer.Close] called. Otherwise it returns the error that
-// stopped it, a worker's failure. It returns [ErrClosed] when Close was
+// stopped it, a worker's failure. It returns [stream.ErrClosed] when Close was
 // called before it. It may be called once.
 func (c *Consumer) Run(ctx context.Context) error { return c.life.Run(ctx, c.run) }
 
