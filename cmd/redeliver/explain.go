@@ -149,7 +149,7 @@ func explainFunction(cfg *hostconfig.Config, name string) explained {
 		x.Origin = p.Origin
 	}
 	x.Text = cfg.Explain(hostconfig.Function(name)) // in the terms of its trigger (a share group's records, say)
-	x.Settings = cfg.Settings(name)    // a function without a policy of its own: the host's, marked inherited
+	x.Settings = cfg.Settings(name)                 // a function without a policy of its own: the host's, marked inherited
 	x.Defaults = defaultsOf(x.Settings)
 	if t, ok := cfg.Trigger(name); ok {
 		x.Trigger = &t
