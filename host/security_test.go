@@ -150,7 +150,7 @@ func TestRebindingRefused(t *testing.T) {
 	if p, _ := partition(h.Status(), "payments"); p.State != host.StateStopped || p.FirstOffset != 0 {
 		t.Fatalf("after the rebinding requests, payments/0 = %+v, want still stopped at offset 0", p)
 	}
-	if c, _ := part.Checkpoint(); c > 0 {
+	if c, _ := part.Committed(); c > 0 {
 		t.Fatalf("after the rebinding requests, payments/0's checkpoint moved past the stopped batch: %d", c)
 	}
 	// Health stays open to any name.
@@ -168,7 +168,7 @@ func TestRebindingRefused(t *testing.T) {
 		t.Fatalf("skip by the operator = %d %v %q", code, hdr, body)
 	}
 	waitFor(t, "payments/0 checkpointed past the skipped batch", func() bool {
-		c, _ := part.Checkpoint()
+		c, _ := part.Committed()
 		return c == 3
 	})
 }

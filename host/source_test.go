@@ -76,8 +76,8 @@ func TestSourceTrigger(t *testing.T) {
 	}
 	r := start(t, h)
 	waitFor(t, "both partitions checkpointed to 10", func() bool {
-		a, _ := parts[0].Checkpoint()
-		b, _ := parts[1].Checkpoint()
+		a, _ := parts[0].Committed()
+		b, _ := parts[1].Committed()
 		return a == 10 && b == 10
 	})
 	if ok, why := h.Ready(); !ok {

@@ -116,7 +116,7 @@ func TestStopPartitionResumeAndSkip(t *testing.T) {
 		if len(st) != 1 || st[0].Partition != 0 || st[0].FirstOffset != 0 || st[0].Err.Retries != 2 {
 			t.Fatalf("stopped partitions %+v", st)
 		}
-		if c, _ := p.Checkpoint(); c > 0 {
+		if c, _ := p.Committed(); c > 0 {
 			t.Fatalf("stopped partition checkpoint moved to %d", c)
 		}
 		if paused, _ := p.Paused(); !paused || len(stoppedEvents) != 1 {
@@ -195,7 +195,7 @@ func TestDeadLetterHeadersAndAck(t *testing.T) {
 		pub := &memPublisher{fail: 2}
 		var seen []int64
 		hooks := stream.Hooks{Exhausted: func(stream.ExhaustedEvent) {
-			c, _ := p.Checkpoint()
+			c, _ := p.Committed()
 			seen = append(seen, c)
 		}}
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
@@ -237,7 +237,7 @@ func TestDeadLetterHeadersAndAck(t *testing.T) {
 				t.Fatalf("record %d: value %q headers %v, want %v", i, r.Value, h, want)
 			}
 		}
-		if c, _ := p.Checkpoint(); c != 4 {
+		if c, _ := p.Committed(); c != 4 {
 			t.Fatalf("checkpoint %d, want 4", c)
 		}
 	})
@@ -307,7 +307,7 @@ func TestSkipAndResumeWaitNoLongerThanTheirContext(t *testing.T) {
 		if st := proc.Stopped(); len(st) != 0 {
 			t.Errorf("stopped %+v after the worker took the skip, want none", st)
 		}
-		if c, _ := p.Checkpoint(); c != 1 {
+		if c, _ := p.Committed(); c != 1 {
 			t.Errorf("checkpoint %d while the commits fail, want 1", c)
 		}
 		// Once the broker is back, the skip's checkpoint is written and the

@@ -89,7 +89,7 @@ func TestDurableStateResumesBackoffAndAttempt(t *testing.T) {
 		if a.Retry != 3 || !a.FirstFailure.Equal(time.UnixMilli(first.UnixMilli())) {
 			t.Fatalf("attempt %+v, want retry 3 with the stored first failure", a)
 		}
-		if c, md := p.Checkpoint(); c != 5 || md != "" {
+		if c, md := p.Committed(); c != 5 || md != "" {
 			t.Fatalf("checkpoint %d %q, want 5 with the state cleared", c, md)
 		}
 		// Fake time, whose clock starts on a whole second: the stored due

@@ -35,7 +35,7 @@ func TestRetryResultOfTheLargestCountSurvivesAMove(t *testing.T) {
 		if err := <-a.done; err != nil {
 			t.Fatal(err)
 		}
-		_, md := p.Checkpoint()
+		_, md := p.Committed()
 		if _, err := checkpoint.DecodeState(md); err != nil {
 			t.Fatalf("committed %q, which the next owner cannot read: %v", md, err)
 		}

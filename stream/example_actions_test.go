@@ -185,7 +185,7 @@ func ExampleStopPartition() {
 		_ = proc.Skip(context.Background(), "orders", 0) // the checkpoint moves past the batch
 	}()
 	runToEnd(proc, part)
-	c, _ := part.Checkpoint()
+	c, _ := part.Committed()
 	fmt.Println("checkpoint", c)
 	// Output:
 	// deliver offsets 0-2 (retry 0)

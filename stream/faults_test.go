@@ -119,7 +119,7 @@ func owners(t *testing.T, p *streamtest.Partition, h stream.Handler, opts ...str
 			t.Fatalf("owner: %v", err)
 		}
 		all = append(all, hs.rec.Deliveries()...)
-		if c, _ := p.Checkpoint(); c == p.End() {
+		if c, _ := p.Committed(); c == p.End() {
 			return all
 		}
 	}

@@ -97,7 +97,7 @@ func TestPoisonRecordGivenUpAlone(t *testing.T) {
 				if len(exhausted) != 1 || exhausted[0].Records != 1 || exhausted[0].FirstOffset != off {
 					t.Fatalf("Exhausted events %+v, want one of record %d alone", exhausted, off)
 				}
-				if c, _ := p.Checkpoint(); c != 10 {
+				if c, _ := p.Committed(); c != 10 {
 					t.Fatalf("checkpoint %d, want 10", c)
 				}
 			})

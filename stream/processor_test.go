@@ -161,7 +161,7 @@ func TestScenario2ErrorWithoutPolicyMovesOn(t *testing.T) {
 		if hs.ev.exhausted[0].Err.Reason != checkpoint.RetriesSpent {
 			t.Fatalf("reason %v", hs.ev.exhausted[0].Err.Reason)
 		}
-		if c, _ := p.Checkpoint(); c != 30 {
+		if c, _ := p.Committed(); c != 30 {
 			t.Fatalf("checkpoint %d, want 30", c)
 		}
 	})
@@ -183,7 +183,7 @@ func TestScenario3ErrorWithPolicyWithholdsCheckpoint(t *testing.T) {
 			if b.FirstOffset() != 0 {
 				return nil
 			}
-			c, _ := p.Checkpoint()
+			c, _ := p.Committed()
 			mu.Lock()
 			times = append(times, time.Now())
 			seen = append(seen, c)
@@ -209,7 +209,7 @@ func TestScenario3ErrorWithPolicyWithholdsCheckpoint(t *testing.T) {
 		if len(hs.ev.retries) != 3 || len(hs.ev.exhausted) != 1 {
 			t.Fatalf("retries %d, exhausted %d; want 3, 1", len(hs.ev.retries), len(hs.ev.exhausted))
 		}
-		if c, _ := p.Checkpoint(); c != 20 {
+		if c, _ := p.Committed(); c != 20 {
 			t.Fatalf("checkpoint %d, want 20", c)
 		}
 		if _, pauses := p.Paused(); pauses != 1 {
@@ -499,7 +499,7 @@ func TestBackoffDoesNotBlockOtherPartitions(t *testing.T) {
 		if took := time.Since(begin); took != 0 {
 			t.Fatalf("healthy partition took %v of fake time, want 0 (no wait behind the backoff)", took)
 		}
-		if c, _ := stuck.Checkpoint(); c > 0 {
+		if c, _ := stuck.Committed(); c > 0 {
 			t.Fatalf("stuck partition committed %d", c)
 		}
 		if paused, _ := stuck.Paused(); !paused {
@@ -630,7 +630,7 @@ func TestExhaustionActionRetriedUntilItSucceeds(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			tries++
-			c, _ := p.Checkpoint()
+			c, _ := p.Committed()
 			seen = append(seen, c)
 			if tries < 3 {
 				return errors.New("dead-letter topic unavailable")

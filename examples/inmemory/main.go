@@ -120,7 +120,7 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 	fmt.Println()
 	ok := true
 	for _, p := range parts {
-		c, _ := p.Checkpoint()
+		c, _ := p.Committed()
 		fmt.Printf("partition %d: checkpoint %d of %d\n", p.Partition(), c, p.End())
 		ok = ok && c == p.End()
 	}

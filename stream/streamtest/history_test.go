@@ -365,7 +365,7 @@ func TestHistoryRunWithInterruptedRetries(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c, _ := p.Checkpoint(); c == 20 {
+			if c, _ := p.Committed(); c == 20 {
 				break
 			}
 		}

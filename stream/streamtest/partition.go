@@ -116,8 +116,9 @@ func (p *Partition) FailCommits(errs ...error) {
 	p.faults = append(p.faults, errs...)
 }
 
-// Checkpoint returns the committed offset (-1 for none) and its metadata.
-func (p *Partition) Checkpoint() (int64, string) {
+// Committed returns the committed offset (-1 for none) and its metadata:
+// the partition's checkpoint, as the [stream.Claim] that p is reports it.
+func (p *Partition) Committed() (int64, string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.committed, p.metadata
@@ -198,8 +199,6 @@ func (p *Partition) Topic() string { return p.topic }
 // Partition returns the partition's number.
 func (p *Partition) Partition() int32 { return p.partition }
 
-// Committed returns the committed offset and metadata.
-func (p *Partition) Committed() (int64, string) { return p.Checkpoint() }
 
 // Fetch returns the next batch of at most maxBatch records, waiting for
 // records to be appended. It fails with [stream.ErrRevoked] once revoked.
