@@ -199,7 +199,6 @@ func (p *Partition) Topic() string { return p.topic }
 // Partition returns the partition's number.
 func (p *Partition) Partition() int32 { return p.partition }
 
-
 // Fetch returns the next batch of at most maxBatch records, waiting for
 // records to be appended. It fails with [stream.ErrRevoked] once revoked.
 func (p *Partition) Fetch(ctx context.Context) ([]stream.Record, error) {
