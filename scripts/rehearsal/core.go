@@ -42,6 +42,6 @@ func main() {
 	if err := <-done; err != nil {
 		log.Fatal(err)
 	}
-	next, _ := p.Checkpoint()
+	next, _ := p.Committed()
 	fmt.Println("core: ok, checkpoint", next)
 }
