@@ -30,6 +30,11 @@ done
 step "README's Go versions agree with the go.mod files"
 bash scripts/goversions.sh
 
+step "the public API: api/ and docs/API.md agree with the code"
+# A change to an exported name fails here until api/ and the API review
+# (docs/API.md) are updated with it: bash scripts/api.sh update.
+bash scripts/api.sh check
+
 step "go vet"
 go vet ./...
 

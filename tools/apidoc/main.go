@@ -2,7 +2,8 @@
 // API (the api/*.txt files that tools/apitxt writes) name the same things:
 // every exported name of every public package, and every method of its
 // exported types, is named in that package's section of the review, and
-// the review names nothing a package does not export.
+// the review names nothing a package does not export (a struct's field or
+// an interface's method may be named, as Policy.MaxDelay, but need not).
 //
 // Usage:
 //
@@ -31,7 +32,7 @@ func main() {
 	doc := flag.String("doc", "docs/API.md", "the API review")
 	module := flag.String("module", "github.com/redeliver-go/redeliver", "the module path prefix of the packages")
 	flag.Parse()
-	api := map[string]map[string]bool{} // package -> names
+	api := map[string]map[string]bool{} // package -> names: true for the names the review must name
 	for _, f := range flag.Args() {
 		if err := readAPI(f, *module, api); err != nil {
 			fmt.Fprintln(os.Stderr, "apidoc:", err)
@@ -51,7 +52,7 @@ func main() {
 			continue
 		}
 		for _, name := range sortedKeys(api[pkg]) {
-			if !named[name] {
+			if api[pkg][name] && !named[name] {
 				problems = append(problems, fmt.Sprintf("%s: package %s: %s is exported but not named in its section", *doc, pkg, name))
 			}
 		}
@@ -63,7 +64,7 @@ func main() {
 			continue
 		}
 		for _, name := range sortedKeys(sections[pkg]) {
-			if !names[name] {
+			if _, known := names[name]; !known {
 				problems = append(problems, fmt.Sprintf("%s: package %s: its section names %s, which the package does not export", *doc, pkg, name))
 			}
 		}
@@ -79,6 +80,9 @@ func main() {
 var (
 	featureRE = regexp.MustCompile(`^pkg ([^,]+), (func|type|var|const) ([A-Za-z0-9_]+)`)
 	methodRE  = regexp.MustCompile(`^pkg ([^,]+), method \(\*?([A-Za-z0-9_]+)\) ([A-Za-z0-9_]+)`)
+	// A struct's field or an interface's method: the review may name them
+	// (Policy.MaxDelay), but need not.
+	memberRE = regexp.MustCompile(`^pkg ([^,]+), type ([A-Za-z0-9_]+) (?:struct|interface), ([A-Za-z0-9_]+)`)
 )
 
 // readAPI adds the exported names of an api/*.txt file to api.
@@ -90,7 +94,7 @@ func readAPI(file, module string, api map[string]map[string]bool) error {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	add := func(pkg, name string) {
+	add := func(pkg, name string, required bool) {
 		pkg = strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
 		if pkg == "" {
 			pkg = "."
@@ -98,14 +102,16 @@ func readAPI(file, module string, api map[string]map[string]bool) error {
 		if api[pkg] == nil {
 			api[pkg] = map[string]bool{}
 		}
-		api[pkg][name] = true
+		api[pkg][name] = api[pkg][name] || required
 	}
 	for sc.Scan() {
 		line := sc.Text()
 		if m := methodRE.FindStringSubmatch(line); m != nil {
-			add(m[1], m[2]+"."+m[3])
+			add(m[1], m[2]+"."+m[3], true)
+		} else if m := memberRE.FindStringSubmatch(line); m != nil {
+			add(m[1], m[2]+"."+m[3], false)
 		} else if m := featureRE.FindStringSubmatch(line); m != nil {
-			add(m[1], m[3])
+			add(m[1], m[3], true)
 		}
 	}
 	return sc.Err()
