@@ -6,10 +6,10 @@ require (
 	github.com/IBM/sarama v1.43.3
 	github.com/ThreeDotsLabs/watermill v1.5.1
 	github.com/ThreeDotsLabs/watermill-kafka/v3 v3.0.6
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0
-	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0
-	github.com/redeliver-go/redeliver/rdotel v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0
+	github.com/redeliver-go/redeliver/rdotel v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
@@ -54,11 +54,4 @@ require (
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ..
-	github.com/redeliver-go/redeliver/adapters/franz => ../adapters/franz
-	github.com/redeliver-go/redeliver/adapters/kafkago => ../adapters/kafkago
-	github.com/redeliver-go/redeliver/rdotel => ../rdotel
 )

@@ -7,9 +7,9 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.6.3
 	github.com/Shopify/toxiproxy/v2 v2.12.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0-00010101000000-000000000000
-	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0-00010101000000-000000000000
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0
 	github.com/rs/zerolog v1.33.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/testcontainers/testcontainers-go v0.44.0
@@ -81,8 +81,8 @@ require (
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
 	github.com/prometheus/procfs v0.15.1 // indirect
-	github.com/redeliver-go/redeliver/adapters/eventhubs v0.0.0
-	github.com/redeliver-go/redeliver/redrive/pgstore v0.0.0
+	github.com/redeliver-go/redeliver/adapters/eventhubs v0.1.0
+	github.com/redeliver-go/redeliver/redrive/pgstore v0.1.0
 	github.com/rs/xid v1.5.0 // indirect
 	github.com/shirou/gopsutil/v4 v4.26.6 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
@@ -101,14 +101,3 @@ require (
 	google.golang.org/protobuf v1.36.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../
-
-replace github.com/redeliver-go/redeliver/adapters/eventhubs => ../adapters/eventhubs
-
-replace github.com/redeliver-go/redeliver/redrive/pgstore => ../redrive/pgstore
-
-replace github.com/redeliver-go/redeliver/adapters/franz => ../adapters/franz
-
-replace github.com/redeliver-go/redeliver/adapters/kafkago => ../adapters/kafkago
-

@@ -3,7 +3,7 @@ module github.com/redeliver-go/redeliver/rdotel
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
@@ -16,5 +16,3 @@ require (
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../

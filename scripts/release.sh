@@ -2,11 +2,15 @@
 # Versions and tags the repository's modules, all at one version.
 #
 #   scripts/release.sh check              every module requires its siblings at one
-#                                         version (printed), no public module has a
-#                                         replace directive or requires a module that
-#                                         is never published
+#                                         version (printed); no go.mod has a replace
+#                                         directive for a sibling (a public module none
+#                                         at all); no public module requires a module
+#                                         that is never published; go.work replaces
+#                                         each required sibling at that version with
+#                                         its directory
 #   scripts/release.sh set-version vX.Y.Z  moves every require of a sibling module,
-#                                         in every go.mod, to vX.Y.Z
+#                                         in every go.mod, to vX.Y.Z, and go.work's
+#                                         replaces with them
 #   scripts/release.sh tag vX.Y.Z          tags every public module at HEAD: vX.Y.Z
 #                                         for the root, <dir>/vX.Y.Z for the others
 #
@@ -21,7 +25,12 @@
 #
 # Between releases the requires name the last version set; go.work ties the
 # modules together for development, so a change in one module is seen by the
-# others at once.
+# others at once. A workspace module's require of a sibling still makes the
+# go command read that version's go.mod (the workspace sets the roots of
+# the module graph, it does not replace every version of its modules), and
+# before a version is published nothing serves it: so go.work also replaces
+# each required sibling, at that version only, with its directory. No go.mod
+# has such a replace, and scripts/tidy.sh tidies a module without one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/modules.sh
@@ -38,6 +47,54 @@ sibling_requires() {
       inreq && /"Path":/ { gsub(/[",]/, "", $2); path = $2 }
       inreq && /"Version":/ { gsub(/[",]/, "", $2); if (path == root || index(path, root "/") == 1) print path, $2 }
       /^\t\]/ { inreq = 0 }'
+}
+
+# replaces: "old [version] => new [version]" of each replace directive in
+# the go.mod or go.work printed on stdin (go mod edit -print).
+replaces() {
+  awk '$1 == "replace" && $2 == "(" { block = 1; next }
+       block && $1 == ")" { block = 0; next }
+       block { sub(/^[ \t]+/, ""); print; next }
+       $1 == "replace" { sub(/^replace[ \t]+/, ""); print }'
+}
+
+# is_sibling PATH: whether PATH is the path of one of the repository's modules.
+is_sibling() { [ "$1" = "$MODULE_ROOT" ] || [ "${1#"$MODULE_ROOT"/}" != "$1" ]; }
+
+# module_dir PATH: the directory of a module of the repository, as go.work
+# names it (./ for the root).
+module_dir() { if [ "$1" = "$MODULE_ROOT" ]; then echo ./; else echo "./${1#"$MODULE_ROOT"/}"; fi; }
+
+# required_siblings: each sibling module path that some module requires, once.
+required_siblings() {
+  local d path v
+  for d in $(all_modules); do
+    sibling_requires "$d"
+  done | awk '{ print $1 }' | sort -u
+}
+
+# workspace_replaces VERSION: go.work replaces each required sibling at
+# VERSION with its directory, and has no other replace of a sibling.
+workspace_replaces() {
+  local version=$1 old args=() path
+  while read -r old v _; do
+    if is_sibling "$old"; then
+      if [ "$v" = "=>" ]; then args+=("-dropreplace=$old"); else args+=("-dropreplace=$old@$v"); fi
+    fi
+  done < <(go work edit -print | replaces)
+  [ ${#args[@]} = 0 ] || go work edit "${args[@]}"
+  {
+    echo
+    echo "// Each module the others require, at the version they require, is its"
+    echo "// directory: nothing serves a version before it is published (set by"
+    echo "// scripts/release.sh set-version)."
+    echo "replace ("
+    for path in $(required_siblings); do
+      echo "	$path $version => $(module_dir "$path")"
+    done
+    echo ")"
+  } >>go.work
+  go work edit -fmt
 }
 
 is_public_path() {
@@ -58,10 +115,18 @@ check() {
     done < <(sibling_requires "$d")
   done
   for d in "${PUBLIC_MODULES[@]}"; do
-    if (cd "$d" && go mod edit -json) | grep -q '"Replace": \['; then
+    if [ -n "$(cd "$d" && go mod edit -print | replaces)" ]; then
       echo "release.sh: $d/go.mod has a replace directive: a user's build ignores it, and go install refuses the module" >&2
       problems=1
     fi
+  done
+  for d in $(all_modules); do
+    while read -r path _; do
+      if is_sibling "$path"; then
+        echo "release.sh: $d/go.mod replaces $path: go.work ties the modules together (scripts/tidy.sh tidies a module without a replace)" >&2
+        problems=1
+      fi
+    done < <(cd "$d" && go mod edit -print | replaces)
   done
   local distinct
   distinct=$(echo "$versions" | tr ' ' '\n' | sed '/^$/d' | sort -u)
@@ -69,6 +134,18 @@ check() {
     echo "release.sh: the modules require their siblings at more than one version:" $distinct >&2
     echo "release.sh: run scripts/release.sh set-version <version>" >&2
     problems=1
+  fi
+  # go.work: each required sibling replaced at the one version by its directory.
+  if [ -n "$distinct" ] && [ "$problems" = 0 ]; then
+    local want have
+    want=$(for path in $(required_siblings); do echo "$path $distinct => $(module_dir "$path")"; done | sort)
+    have=$(go work edit -print | replaces | awk -v root="$MODULE_ROOT" '$1 == root || index($1, root "/") == 1' |
+      sed 's|=> \./\{0,1\}$|=> ./|; s|=> \([^.]\)|=> ./\1|' | sort)
+    if [ "$want" != "$have" ]; then
+      echo "release.sh: go.work must replace each module its siblings require, at $distinct, with its directory (run scripts/release.sh set-version $distinct):" >&2
+      diff <(echo "$want") <(echo "$have") | sed -n 's/^< /  missing: replace /p; s/^> /  extra:   replace /p' >&2
+      problems=1
+    fi
   fi
   [ "$problems" = 0 ] || exit 1
   echo "${distinct:-none}"
@@ -87,6 +164,8 @@ set_version() {
       echo "$d/go.mod: ${#args[@]} requires set to $version"
     fi
   done
+  workspace_replaces "$version"
+  echo "go.work: $(required_siblings | wc -l) modules replaced at $version by their directories"
 }
 
 tag() {

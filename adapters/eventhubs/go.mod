@@ -11,9 +11,7 @@ require (
 	github.com/Azure/azure-sdk-for-go/sdk/azcore v1.20.0
 	github.com/Azure/azure-sdk-for-go/sdk/internal v1.11.2 // indirect
 	github.com/Azure/go-amqp v1.5.0 // indirect
-	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../../

@@ -2,9 +2,7 @@ module github.com/redeliver-go/redeliver/adapters/franz
 
 go 1.26.0
 
-require github.com/redeliver-go/redeliver v0.0.0
-
-replace github.com/redeliver-go/redeliver => ../..
+require github.com/redeliver-go/redeliver v0.1.0
 
 require (
 	github.com/twmb/franz-go v1.22.2

@@ -3,7 +3,7 @@ module github.com/redeliver-go/redeliver/adapters/kafkago
 go 1.25.2
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 )
 
@@ -11,5 +11,3 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../..

@@ -4,9 +4,9 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/redrive/pgstore v0.0.0
-	github.com/redeliver-go/redeliver/redrive/sqlitestore v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/redrive/pgstore v0.1.0
+	github.com/redeliver-go/redeliver/redrive/sqlitestore v0.1.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -32,10 +32,4 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.61.1 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../..
-	github.com/redeliver-go/redeliver/redrive/pgstore => ../../redrive/pgstore
-	github.com/redeliver-go/redeliver/redrive/sqlitestore => ../../redrive/sqlitestore
 )

@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2 v2.0.2
 	github.com/Azure/azure-sdk-for-go/sdk/storage/azblob v1.6.3
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/eventhubs v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/eventhubs v0.1.0
 )
 
 require (
@@ -15,9 +15,4 @@ require (
 	github.com/Azure/go-amqp v1.5.0 // indirect
 	golang.org/x/net v0.61.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../..
-	github.com/redeliver-go/redeliver/adapters/eventhubs => ../../adapters/eventhubs
 )

@@ -2,12 +2,10 @@ module github.com/redeliver-go/redeliver/examples/kafkago
 
 go 1.26.0
 
-require github.com/redeliver-go/redeliver v0.0.0
-
-replace github.com/redeliver-go/redeliver => ../..
+require github.com/redeliver-go/redeliver v0.1.0
 
 require (
-	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
@@ -20,5 +18,3 @@ require (
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/redeliver-go/redeliver/adapters/kafkago => ../../adapters/kafkago

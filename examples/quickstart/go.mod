@@ -2,12 +2,10 @@ module github.com/redeliver-go/redeliver/examples/quickstart
 
 go 1.26.0
 
-require github.com/redeliver-go/redeliver v0.0.0
-
-replace github.com/redeliver-go/redeliver => ../..
+require github.com/redeliver-go/redeliver v0.1.0
 
 require (
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -19,6 +17,3 @@ require (
 	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
 )
-
-replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
-

@@ -3,9 +3,9 @@ module github.com/redeliver-go/redeliver/examples/redrive
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0-00010101000000-000000000000
-	github.com/redeliver-go/redeliver/redrive/sqlitestore v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0
+	github.com/redeliver-go/redeliver/redrive/sqlitestore v0.1.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
 )
@@ -26,11 +26,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.61.1 // indirect
 )
-
-replace (
-	github.com/redeliver-go/redeliver => ../..
-	github.com/redeliver-go/redeliver/redrive/sqlitestore => ../../redrive/sqlitestore
-)
-
-replace github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
-

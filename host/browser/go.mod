@@ -4,10 +4,10 @@ go 1.26.0
 
 require (
 	github.com/chromedp/chromedp v0.23.0
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz/franzhost v0.0.0
-	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost v0.0.0
-	github.com/redeliver-go/redeliver/host v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz/franzhost v0.1.0
+	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost v0.1.0
+	github.com/redeliver-go/redeliver/host v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -18,18 +18,9 @@ require (
 	github.com/go-json-experiment/json v0.0.0-20260213210345-44df1a37e875 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0 // indirect
-	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0 // indirect
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0 // indirect
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0 // indirect
 	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.19.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../..
-	github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
-	github.com/redeliver-go/redeliver/adapters/franz/franzhost => ../../adapters/franz/franzhost
-	github.com/redeliver-go/redeliver/adapters/kafkago => ../../adapters/kafkago
-	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost => ../../adapters/kafkago/kafkagohost
-	github.com/redeliver-go/redeliver/host => ..
 )

@@ -3,10 +3,10 @@ module github.com/redeliver-go/redeliver/host/tests
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz/franzhost v0.0.0
-	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost v0.0.0
-	github.com/redeliver-go/redeliver/host v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz/franzhost v0.1.0
+	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost v0.1.0
+	github.com/redeliver-go/redeliver/host v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
@@ -17,16 +17,7 @@ require (
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0 // indirect
-	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0 // indirect
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0 // indirect
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0 // indirect
 	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../..
-	github.com/redeliver-go/redeliver/adapters/franz => ../../adapters/franz
-	github.com/redeliver-go/redeliver/adapters/franz/franzhost => ../../adapters/franz/franzhost
-	github.com/redeliver-go/redeliver/adapters/kafkago => ../../adapters/kafkago
-	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost => ../../adapters/kafkago/kafkagohost
-	github.com/redeliver-go/redeliver/host => ..
 )

@@ -3,9 +3,9 @@ module github.com/redeliver-go/redeliver/rdotel/tests
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/host v0.0.0
-	github.com/redeliver-go/redeliver/rdotel v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/host v0.1.0
+	github.com/redeliver-go/redeliver/rdotel v0.1.0
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/sdk v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
@@ -22,10 +22,4 @@ require (
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../..
-	github.com/redeliver-go/redeliver/host => ../../host
-	github.com/redeliver-go/redeliver/rdotel => ..
 )

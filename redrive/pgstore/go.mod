@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
 )
 
 require (
@@ -14,5 +14,3 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../..

@@ -3,7 +3,7 @@ module github.com/redeliver-go/redeliver/redrive/sqlitestore
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
 	modernc.org/sqlite v1.61.1
 )
 
@@ -18,5 +18,3 @@ require (
 	modernc.org/mathutil v1.7.1 // indirect
 	modernc.org/memory v1.12.1 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../..

@@ -3,9 +3,9 @@ module github.com/redeliver-go/redeliver/adapters/franz/franzhost
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0
-	github.com/redeliver-go/redeliver/host v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0
+	github.com/redeliver-go/redeliver/host v0.1.0
 	github.com/twmb/franz-go v1.22.2
 )
 
@@ -15,10 +15,4 @@ require (
 	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
 	github.com/twmb/franz-go/pkg/kadm v1.19.0 // indirect
 	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../../..
-	github.com/redeliver-go/redeliver/adapters/franz => ..
-	github.com/redeliver-go/redeliver/host => ../../../host
 )

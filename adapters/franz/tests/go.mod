@@ -3,9 +3,9 @@ module github.com/redeliver-go/redeliver/adapters/franz/tests
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
-	github.com/redeliver-go/redeliver/adapters/franz v0.0.0
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/franz v0.1.0
+	github.com/redeliver-go/redeliver/adapters/internal/kafkatest v0.1.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -16,10 +16,4 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver => ../../..
-	github.com/redeliver-go/redeliver/adapters/franz => ..
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../internal/kafkatest
 )

@@ -3,7 +3,7 @@ module github.com/redeliver-go/redeliver/adapters/internal/kafkatest
 go 1.26.0
 
 require (
-	github.com/redeliver-go/redeliver v0.0.0
+	github.com/redeliver-go/redeliver v0.1.0
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
 	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
@@ -14,5 +14,3 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 )
-
-replace github.com/redeliver-go/redeliver => ../../..

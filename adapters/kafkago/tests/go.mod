@@ -2,13 +2,11 @@ module github.com/redeliver-go/redeliver/adapters/kafkago/tests
 
 go 1.26.0
 
-require github.com/redeliver-go/redeliver v0.0.0
-
-replace github.com/redeliver-go/redeliver => ../../..
+require github.com/redeliver-go/redeliver v0.1.0
 
 require (
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest v0.0.0
-	github.com/redeliver-go/redeliver/adapters/kafkago v0.0.0
+	github.com/redeliver-go/redeliver/adapters/internal/kafkatest v0.1.0
+	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go v1.22.2
 	github.com/twmb/franz-go/pkg/kadm v1.19.0
@@ -20,9 +18,4 @@ require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
 	golang.org/x/text v0.43.0 // indirect
-)
-
-replace (
-	github.com/redeliver-go/redeliver/adapters/internal/kafkatest => ../../internal/kafkatest
-	github.com/redeliver-go/redeliver/adapters/kafkago => ..
 )
