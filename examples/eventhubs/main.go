@@ -25,11 +25,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"sort"
 	"sync"
@@ -145,16 +147,40 @@ func run(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- processor(runCtx, name, hub, store, pub, hooks)
+			errs <- processor(runCtx, name, hub, store, pub, hooks, tl.logger())
 		}()
 	}
-	// The second processor starts while the first waits out a backoff.
-	hooks := tl.hooks("a")
-	scheduled := hooks.RetryScheduled
-	hooks.RetryScheduled = func(e stream.RetryEvent) {
-		scheduled(e)
-		spawn.Do(func() { start("b", tl.hooks("b")) })
+	// The second processor starts once the first owns every partition and
+	// waits out a backoff, so that it has partitions to steal.
+	var (
+		mu       sync.Mutex
+		owned    = map[int32]bool{}
+		retrying bool
+	)
+	startB := func() {
+		if len(owned) == partitions && retrying {
+			spawn.Do(func() { start("b", tl.hooks("b")) })
+		}
 	}
+	hooks := stream.MergeHooks(tl.hooks("a"), stream.Hooks{
+		Claimed: func(e stream.ClaimEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			owned[e.Partition] = true
+			startB()
+		},
+		Released: func(e stream.ReleaseEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			delete(owned, e.Partition)
+		},
+		RetryScheduled: func(stream.RetryEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			retrying = true
+			startB()
+		},
+	})
 	start("a", hooks)
 
 	want := map[string]int64{}
@@ -199,7 +225,7 @@ func checkpointStore(ctx context.Context) (azeventhubs.CheckpointStore, string, 
 
 // processor runs one Event Hubs processor named name, with its own fenced
 // checkpoint store, until ctx ends.
-func processor(ctx context.Context, name string, hub *memhub.Hub, store azeventhubs.CheckpointStore, pub stream.Publisher, hooks stream.Hooks) error {
+func processor(ctx context.Context, name string, hub *memhub.Hub, store azeventhubs.CheckpointStore, pub stream.Publisher, hooks stream.Hooks, logger *slog.Logger) error {
 	earliest := true
 	opts := &azeventhubs.ProcessorOptions{
 		LoadBalancingStrategy:       azeventhubs.ProcessorStrategyGreedy, // claim a fair share at once
@@ -220,7 +246,7 @@ func processor(ctx context.Context, name string, hub *memhub.Hub, store azeventh
 		return err
 	}
 	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks),
-		stream.WithExhaustionAction(dl))
+		stream.WithExhaustionAction(dl), stream.WithLogger(logger.With("processor", name)))
 	if err != nil {
 		return err
 	}
@@ -283,8 +309,33 @@ type timeline struct {
 	handled    map[[2]int64]bool // events handled or dead-lettered
 }
 
+// printf prints a line stamped with the time since the start; the caller
+// holds t.mu, so that lines come out in the order their stamps say.
 func (t *timeline) printf(format string, args ...any) {
 	fmt.Printf("%6s  "+format+"\n", append([]any{time.Since(t.begin).Round(10 * time.Millisecond).String()}, args...)...)
+}
+
+// logger returns a logger whose warnings and errors (the adapter's and the
+// processor's) are lines of the timeline, stamped and printed in their
+// place among the events.
+func (t *timeline) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(t, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // the timeline stamps the line
+			}
+			return a
+		},
+	}))
+}
+
+// Write prints a log line as a line of the timeline.
+func (t *timeline) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.printf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
 }
 
 func (t *timeline) hooks(name string) stream.Hooks {
@@ -315,7 +366,6 @@ func (t *timeline) hooks(name string) stream.Hooks {
 				t.printf("%s  partition %d events %d-%d retry %d: %v", name, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Retry, e.Outcome)
 			}
 		},
-		RetryScheduled: func(e stream.RetryEvent) {},
 		Exhausted: func(e stream.ExhaustedEvent) {
 			t.mu.Lock()
 			defer t.mu.Unlock()

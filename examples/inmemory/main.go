@@ -4,10 +4,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -64,11 +66,18 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 		mu        sync.Mutex
 		exhausted int
 	)
+	// print stamps a line under mu, so that lines come out in the order
+	// their stamps say.
 	print := func(format string, args ...any) {
 		mu.Lock()
 		defer mu.Unlock()
 		fmt.Printf("%6.3fs  "+format+"\n", append([]any{time.Since(begin).Seconds()}, args...)...)
 	}
+	// The processor's warnings and errors (a batch given up) are lines of
+	// the timeline too, in their place among the events.
+	logger := slog.New(slog.NewTextHandler(writerFunc(func(p []byte) {
+		print("%s", bytes.TrimRight(p, "\n"))
+	}), &slog.HandlerOptions{Level: slog.LevelWarn, ReplaceAttr: dropTime}))
 	hooks := stream.Hooks{
 		Delivered: func(e stream.DeliveredEvent) {
 			msg := e.Outcome.String()
@@ -97,7 +106,7 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 		},
 	}
 	policy := checkpoint.Policy{MaxRetries: retries, Backoff: checkpoint.Fixed(sleep)}
-	proc, err := stream.NewProcessor(handler, stream.WithPolicy(policy), stream.WithHooks(hooks))
+	proc, err := stream.NewProcessor(handler, stream.WithPolicy(policy), stream.WithHooks(hooks), stream.WithLogger(logger))
 	if err != nil {
 		return err
 	}
@@ -134,4 +143,17 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 	}
 	fmt.Println("ok: every partition checkpointed to its end")
 	return nil
+}
+
+// writerFunc is an io.Writer that hands each write to a function.
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// dropTime drops a log record's time: the timeline stamps the line.
+func dropTime(groups []string, a slog.Attr) slog.Attr {
+	if a.Key == slog.TimeKey && len(groups) == 0 {
+		return slog.Attr{}
+	}
+	return a
 }

@@ -16,10 +16,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -126,7 +128,8 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 
 // member runs a consumer named name in the group until ctx ends.
 func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, seeds []string, group, topic string, batchSize int) error {
-	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks))
+	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks),
+		stream.WithLogger(tl.logger().With("member", name)))
 	if err != nil {
 		return err
 	}
@@ -274,8 +277,33 @@ type timeline struct {
 	claims     map[string]int
 }
 
+// printf prints a line stamped with the time since the start; the caller
+// holds tl.mu, so that lines come out in the order their stamps say.
 func (tl *timeline) printf(format string, args ...any) {
 	fmt.Printf("%6.3fs  "+format+"\n", append([]any{time.Since(tl.begin).Seconds()}, args...)...)
+}
+
+// logger returns a logger whose warnings and errors (the adapter's and the
+// processor's) are lines of the timeline, stamped and printed in their
+// place among the events.
+func (tl *timeline) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // the timeline stamps the line
+			}
+			return a
+		},
+	}))
+}
+
+// Write prints a log line as a line of the timeline.
+func (tl *timeline) Write(p []byte) (int, error) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.printf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
 }
 
 func (tl *timeline) hooks(member string) stream.Hooks {

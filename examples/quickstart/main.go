@@ -13,10 +13,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -126,7 +128,7 @@ func run(ctx context.Context, brokers, hostJSON string, partitions, records, bat
 		return err
 	}
 	tl := &timeline{begin: time.Now(), handled: map[int32]map[int64]bool{}, givenUp: map[int32]map[int64]bool{}, maxRetries: policy.MaxRetries}
-	proc, err := stream.NewProcessor(handler(), append(opts, stream.WithHooks(tl.hooks()))...)
+	proc, err := stream.NewProcessor(handler(), append(opts, stream.WithHooks(tl.hooks()), stream.WithLogger(tl.logger()))...)
 	if err != nil {
 		return err
 	}
@@ -154,7 +156,6 @@ func run(ctx context.Context, brokers, hostJSON string, partitions, records, bat
 	waitErr := waitCommitted(ctx, adm, group, topic, want)
 	stop()
 	if err := <-done; err != nil { // nil after a clean shutdown
-
 		return fmt.Errorf("consumer: %w", err)
 	}
 	if waitErr != nil {
@@ -265,8 +266,33 @@ type timeline struct {
 	delivered  int
 }
 
+// printf prints a line stamped with the time since the start; the caller
+// holds tl.mu, so that lines come out in the order their stamps say.
 func (tl *timeline) printf(format string, args ...any) {
 	fmt.Printf("%7.3fs  "+format+"\n", append([]any{time.Since(tl.begin).Seconds()}, args...)...)
+}
+
+// logger returns a logger whose warnings and errors (the consumer's and
+// the processor's: a record given up, a failing commit) are lines of the
+// timeline, stamped and printed in their place among the events.
+func (tl *timeline) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // the timeline stamps the line
+			}
+			return a
+		},
+	}))
+}
+
+// Write prints a log line as a line of the timeline.
+func (tl *timeline) Write(p []byte) (int, error) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.printf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
 }
 
 func mark(m map[int32]map[int64]bool, p int32, first, last int64) {

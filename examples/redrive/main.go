@@ -1,5 +1,5 @@
-// Command redrive shows the time-based re-drive of seed 003 on an embedded
-// Kafka (kfake) and the embedded SQLite store: no server needed.
+// Command redrive shows the time-based re-drive of parked records on an
+// embedded Kafka (kfake) and the embedded SQLite store: no server needed.
 //
 // A provisioning service consumes requests, sends each device a nonce and
 // parks the request as NONCE_PUBLISHED while it waits for the device's
@@ -15,10 +15,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
@@ -133,7 +135,7 @@ func run(ctx context.Context) error {
 		topic string
 		h     stream.Handler
 	}{{"provision-requests", provision}, {rd.RetryTopic, resend}, {rd.ReplyTopic, replies}} {
-		proc, err := stream.NewProcessor(c.h)
+		proc, err := stream.NewProcessor(c.h, stream.WithLogger(tl.logger()))
 		if err != nil {
 			return err
 		}
@@ -145,16 +147,20 @@ func run(ctx context.Context) error {
 		wg.Go(func() { cons.Run(runCtx) })
 	}
 
-	sch, err := redrive.NewScheduler(store, pub,
+	// The scheduler publishes through the timeline, so that a re-drive is
+	// shown when it is published: before the retry topic's consumer can see
+	// it, and before the entry is marked.
+	sch, err := redrive.NewScheduler(store, timelinePublisher{pub, tl},
 		// The redrive section of host.json, as a host applies it.
 		redrive.WithInterval(rd.Interval), redrive.WithRetryTimeout(rd.RetryTimeout), redrive.WithMaxRedrives(rd.MaxRedrives),
 		redrive.WithRetryTopic(rd.RetryTopic), redrive.WithReplyTopic(rd.ReplyTopic), redrive.WithErrorCode(rd.ErrorCode),
+		redrive.WithLogger(tl.logger()),
 		redrive.WithHooks(redrive.Hooks{
 			Redriven: func(e redrive.EntryEvent) {
-				tl.add(e.Entry.Key, fmt.Sprintf("re-driven #%d to %s, now %s", e.Entry.Redrives, rd.RetryTopic, e.Entry.State()))
+				tl.add(e.Entry.Key, "now "+e.Entry.State())
 			},
 			TimedOut: func(e redrive.EntryEvent) {
-				tl.add(e.Entry.Key, fmt.Sprintf("timed out, now %s (%s)", e.Entry.State(), e.Entry.LastError))
+				tl.add(e.Entry.Key, fmt.Sprintf("now %s (%s)", e.Entry.State(), e.Entry.LastError))
 			},
 		}))
 	if err != nil {
@@ -300,12 +306,55 @@ type timeline struct {
 	mu    sync.Mutex
 }
 
-// add prints a line of the timeline as it happens, so that it keeps its
-// place among the scheduler's warnings (an entry timed out).
+// add prints a line of the timeline as it happens, stamped under t.mu, so
+// that lines come out in the order their stamps say.
 func (t *timeline) add(id, what string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	fmt.Printf("%6.2fs  %s  %s\n", time.Since(t.start).Seconds(), id, what)
+}
+
+// logger returns a logger whose warnings and errors (the scheduler's and
+// the consumers': an entry timed out) are lines of the timeline, stamped
+// and printed in their place among the events.
+func (t *timeline) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(t, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // the timeline stamps the line
+			}
+			return a
+		},
+	}))
+}
+
+// Write prints a log line as a line of the timeline.
+func (t *timeline) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	fmt.Printf("%6.2fs  %s\n", time.Since(t.start).Seconds(), bytes.TrimRight(p, "\n"))
+	return len(p), nil
+}
+
+// timelinePublisher is the scheduler's publisher: it shows each record on
+// the timeline as it publishes it, a re-drive to the retry topic or a
+// time-out reported to the reply topic.
+type timelinePublisher struct {
+	pub stream.Publisher
+	tl  *timeline
+}
+
+func (p timelinePublisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	for _, r := range recs {
+		id := header(r.Headers, redrive.HeaderKey)
+		if code := header(r.Headers, redrive.HeaderErrorCode); code != "" {
+			p.tl.add(id, fmt.Sprintf("timed out: reported to %s with %s", topic, code))
+			continue
+		}
+		p.tl.add(id, fmt.Sprintf("re-driven #%s to %s", header(r.Headers, redrive.HeaderNumber), topic))
+	}
+	return p.pub.Publish(ctx, topic, recs)
 }
 
 func header(hs []stream.Header, key string) string {

@@ -17,10 +17,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -81,31 +83,28 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	start := time.Now()
-	var (
-		mu         sync.Mutex
-		deliveries = map[int64][]time.Duration{}
-	)
+	tl := &timeline{start: time.Now(), deliveries: map[int64][]time.Duration{}}
 	handle := func(_ context.Context, r *stream.Record) error {
-		mu.Lock()
-		deliveries[r.Offset] = append(deliveries[r.Offset], time.Since(start))
-		n := len(deliveries[r.Offset])
-		mu.Unlock()
+		n := tl.delivered(r.Offset)
 		switch {
 		case r.Offset == flaky && n <= 2:
-			fmt.Printf("%6.2fs  record %d: downstream busy (delivery %d), retry in %v\n", time.Since(start).Seconds(), r.Offset, n, backoff)
+			tl.printf("record %d: downstream busy (delivery %d), retry in %v", r.Offset, n, backoff)
 			return errors.New("downstream busy")
 		case r.Offset == poison:
-			fmt.Printf("%6.2fs  record %d: poison, to the dead-letter topic\n", time.Since(start).Seconds(), r.Offset)
+			tl.printf("record %d: poison, to the dead-letter topic", r.Offset)
 			return checkpoint.Permanent(errors.New("cannot parse order"))
 		case r.Offset == flaky:
-			fmt.Printf("%6.2fs  record %d: done on delivery %d\n", time.Since(start).Seconds(), r.Offset, n)
+			tl.printf("record %d: done on delivery %d", r.Offset, n)
 		}
 		return nil
 	}
+	dl, err := stream.DeadLetter(pub, dlq)
+	if err != nil {
+		return err
+	}
 	proc, err := stream.NewProcessor(stream.PerRecord(handle),
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(backoff)}),
-		stream.WithExhaustionAction(mustDeadLetter(pub, dlq)))
+		stream.WithExhaustionAction(dl), stream.WithLogger(tl.logger()))
 	if err != nil {
 		return err
 	}
@@ -121,9 +120,9 @@ func run(ctx context.Context) error {
 
 	// Wait until every record is handled, record 20 three times.
 	for {
-		mu.Lock()
-		ready := len(deliveries) == records && len(deliveries[flaky]) == 3
-		mu.Unlock()
+		tl.mu.Lock()
+		handled, ready := len(tl.deliveries), len(tl.deliveries) == records && len(tl.deliveries[flaky]) == 3
+		tl.mu.Unlock()
 		if ready {
 			break
 		}
@@ -131,7 +130,7 @@ func run(ctx context.Context) error {
 		case <-ctx.Done():
 			stop()
 			<-done
-			return fmt.Errorf("timed out: %d of %d records handled", len(deliveries), records)
+			return fmt.Errorf("timed out: %d of %d records handled", handled, records)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -139,6 +138,8 @@ func run(ctx context.Context) error {
 	if err := <-done; err != nil { // nil after a clean shutdown
 		return fmt.Errorf("consumer: %w", err)
 	}
+	// The consumer has stopped: what follows reads tl.deliveries alone.
+	deliveries := tl.deliveries
 
 	// Check.
 	var problems []error
@@ -161,7 +162,8 @@ func run(ctx context.Context) error {
 	if first := deliveries[flaky][1]; lastGood >= first {
 		problems = append(problems, fmt.Errorf("the other records were done at %v, not before record %d's first retry at %v", lastGood, flaky, first))
 	}
-	fmt.Printf("%6.2fs  every other record done while record %d waited (last at %.2fs)\n", deliveries[flaky][1].Seconds(), flaky, lastGood.Seconds())
+	fmt.Printf("\nevery other record was done at %.2fs, while record %d waited for its first retry at %.2fs\n",
+		lastGood.Seconds(), flaky, deliveries[flaky][1].Seconds())
 
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer dcancel()
@@ -181,7 +183,7 @@ func run(ctx context.Context) error {
 		for _, x := range dead[0].Headers {
 			h[x.Key] = string(x.Value)
 		}
-		fmt.Printf("         dead letter: %s, headers %s=%s %s=%s %s=%s %s=%s %s=%q\n", dead[0].Value,
+		fmt.Printf("dead letter: %s, headers %s=%s %s=%s %s=%s %s=%s %s=%q\n", dead[0].Value,
 			stream.HeaderDLQTopic, h[stream.HeaderDLQTopic], stream.HeaderDLQOffset, h[stream.HeaderDLQOffset],
 			stream.HeaderDLQGroup, h[stream.HeaderDLQGroup], stream.HeaderDLQDeliveryCount, h[stream.HeaderDLQDeliveryCount],
 			stream.HeaderDLQMessage, h[stream.HeaderDLQMessage])
@@ -192,12 +194,46 @@ func run(ctx context.Context) error {
 	return errors.Join(problems...)
 }
 
-// mustDeadLetter is stream.DeadLetter for a publisher and topic known to be
-// good (it refuses a nil publisher or an empty topic).
-func mustDeadLetter(pub stream.Publisher, topic string) stream.ExhaustionAction {
-	dl, err := stream.DeadLetter(pub, topic)
-	if err != nil {
-		panic(err)
-	}
-	return dl
+// timeline counts each record's deliveries and prints the events, each
+// line stamped with the time since the start under mu, so that lines come
+// out in the order their stamps say, whichever lane prints them.
+type timeline struct {
+	start      time.Time
+	mu         sync.Mutex
+	deliveries map[int64][]time.Duration // by offset: when each delivery began
+}
+
+// delivered counts a delivery of the record at off and returns its number.
+func (tl *timeline) delivered(off int64) int {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.deliveries[off] = append(tl.deliveries[off], time.Since(tl.start))
+	return len(tl.deliveries[off])
+}
+
+func (tl *timeline) printf(format string, args ...any) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	fmt.Printf("%6.2fs  "+format+"\n", append([]any{time.Since(tl.start).Seconds()}, args...)...)
+}
+
+// logger returns a logger whose warnings and errors (the consumer's: a
+// record given up) are lines of the timeline, stamped and printed in their
+// place among the events.
+func (tl *timeline) logger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(tl, &slog.HandlerOptions{
+		Level: slog.LevelWarn,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				return slog.Attr{} // the timeline stamps the line
+			}
+			return a
+		},
+	}))
+}
+
+// Write prints a log line as a line of the timeline.
+func (tl *timeline) Write(p []byte) (int, error) {
+	tl.printf("%s", bytes.TrimRight(p, "\n"))
+	return len(p), nil
 }
