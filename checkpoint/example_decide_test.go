@@ -8,15 +8,29 @@ import (
 	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
-// The Azure IoT Java SDK's retry guide lets a custom policy decide from the
-// retry count and the last error together. Here, as in its example, a
-// throttled request waits longer than a dropped connection, and an unknown
-// error is not retried: the SDK's conservative stance.
+// decide fails one delivery after another, each with the next of errs, as
+// the engine does with a batch that keeps failing, and prints what p
+// decides each time.
+func decide(p checkpoint.Policy, errs ...error) {
+	m := checkpoint.NewMachine(p)
+	now := time.Unix(0, 0)
+	for _, err := range errs {
+		d := m.Fail(now, err, nil)
+		if d.Action == checkpoint.StopRetrying {
+			fmt.Printf("%v: give up (%v)\n", err, d.Reason)
+			return
+		}
+		fmt.Printf("%v: retry %d after %v\n", err, d.Retry, d.Delay)
+		now = d.At
+		m.Start(now)
+	}
+}
+
+// A policy can decide from the retry number and the error together, as
+// the Azure IoT Java SDK's custom retry policies do: a throttled request
+// waits longer than a dropped connection, and an unknown error is not
+// retried.
 func ExamplePolicy_decide() {
-	var (
-		errThrottled  = errors.New("throttled")
-		errConnection = errors.New("connection lost")
-	)
 	p := checkpoint.Policy{
 		MaxRetries: 10,
 		Decide: func(n int, err error, _ time.Duration, _ checkpoint.Rand) (time.Duration, bool) {
@@ -26,21 +40,10 @@ func ExamplePolicy_decide() {
 			case errors.Is(err, errConnection):
 				return time.Second, true
 			}
-			return 0, false // unknown: terminal
+			return 0, false // unknown: not retried
 		},
 	}
-	m := checkpoint.NewMachine(p)
-	now := time.Unix(0, 0)
-	for _, err := range []error{errConnection, errThrottled, errThrottled, errors.New("bad certificate")} {
-		d := m.Fail(now, err, nil)
-		if d.Action == checkpoint.StopRetrying {
-			fmt.Printf("%v: give up (%v)\n", err, d.Reason)
-			break
-		}
-		fmt.Printf("%v: retry %d after %v\n", err, d.Retry, d.Delay)
-		now = d.At
-		m.Start(now)
-	}
+	decide(p, errConnection, errThrottled, errThrottled, errors.New("bad certificate"))
 	// Output:
 	// connection lost: retry 1 after 1s
 	// throttled: retry 2 after 20s
@@ -48,37 +51,37 @@ func ExamplePolicy_decide() {
 	// bad certificate: give up (error not retryable)
 }
 
-// The same stance the other way: a filter lets only the known errors
-// retry, on the policy's own backoff, and a throttled request carries the
-// server's retry-after hint, which the next retry waits at least.
+// An error can say when to retry, as an HTTP 429 with Retry-After does: the
+// next retry waits at least that long.
 func ExampleRetryAfter() {
-	var (
-		errThrottled  = errors.New("throttled")
-		errConnection = errors.New("connection lost")
-	)
+	p := checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(time.Second)}
+	decide(p, errConnection, checkpoint.RetryAfter(errThrottled, 30*time.Second))
+	// Output:
+	// connection lost: retry 1 after 1s
+	// throttled (retry after 30s): retry 2 after 30s
+}
+
+// A filter that retries only the errors it knows; any other is given up
+// at once.
+func ExampleRetryOnly() {
 	p := checkpoint.Policy{
 		MaxRetries: 10,
 		Backoff:    checkpoint.Fixed(time.Second),
 		Retryable:  checkpoint.RetryOnly(errThrottled, errConnection),
 	}
-	m := checkpoint.NewMachine(p)
-	now := time.Unix(0, 0)
-	for _, err := range []error{
-		errConnection,
-		checkpoint.RetryAfter(errThrottled, 30*time.Second), // a 429 with Retry-After: 30
-		errors.New("bad certificate"),
-	} {
-		d := m.Fail(now, err, nil)
-		if d.Action == checkpoint.StopRetrying {
-			fmt.Printf("%v: give up (%v)\n", err, d.Reason)
-			break
-		}
-		fmt.Printf("%v: retry %d after %v\n", err, d.Retry, d.Delay)
-		now = d.At
-		m.Start(now)
-	}
+	decide(p, errConnection, errThrottled, errors.New("bad certificate"))
 	// Output:
 	// connection lost: retry 1 after 1s
-	// throttled (retry after 30s): retry 2 after 30s
+	// throttled: retry 2 after 1s
 	// bad certificate: give up (error not retryable)
+}
+
+// A handler marks an error that no retry can cure, such as a record it
+// cannot parse: the batch is given up at once, whatever retries are left.
+func ExamplePermanent() {
+	p := checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(time.Second)}
+	decide(p, errConnection, checkpoint.Permanent(errors.New("invalid order")))
+	// Output:
+	// connection lost: retry 1 after 1s
+	// invalid order: give up (error not retryable)
 }

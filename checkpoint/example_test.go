@@ -15,6 +15,14 @@ func ExampleFixed() {
 }
 
 func ExampleExponential() {
+	p := checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Exponential(time.Second)}
+	fmt.Println(p.Schedule(10, nil))
+	// Output: [1s 2s 4s 8s 16s]
+}
+
+// MaxDelay caps every delay of a policy, whatever its backoff or an
+// error's retry-after hint asks for.
+func ExamplePolicy_maxDelay() {
 	p := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Exponential(time.Second), MaxDelay: 30 * time.Second}
 	fmt.Println(p.Schedule(7, nil))
 	// Output: [1s 2s 4s 8s 16s 30s 30s]

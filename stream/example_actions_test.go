@@ -12,38 +12,11 @@ import (
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-// runToEnd runs proc over part until its checkpoint reaches the end.
-func runToEnd(proc *stream.Processor, part *streamtest.Partition) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go func() {
-		_ = part.WaitCommitted(ctx, part.End())
-		cancel()
-	}()
-	_ = streamtest.Run(ctx, proc, part)
-}
-
-// printPublisher is a stream.Publisher that prints what it is given.
-type printPublisher struct{}
-
-func (printPublisher) Publish(_ context.Context, topic string, recs []stream.Record) error {
-	for _, r := range recs {
-		h := map[string]string{}
-		for _, x := range r.Headers {
-			h[x.Key] = string(x.Value)
-		}
-		fmt.Printf("to %s: %s (from offset %s, %s deliveries, error %q)\n", topic, r.Value,
-			h[stream.HeaderOffset], h[stream.HeaderDeliveries], h[stream.HeaderError])
-	}
-	return nil
-}
-
 // A batch whose retries are spent goes to a dead-letter topic, each record
 // with headers saying where it came from and why; then the checkpoint
-// moves past it.
+// moves past it. printPublisher stands for a Kafka producer
+// (franz.Publisher, kafkago.Publisher).
 func ExampleDeadLetter() {
-	part := streamtest.NewPartition("orders", 0, 3)
-	part.Append(time.Now(), "a", "b", "c", "d")
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if b.FirstOffset() == 0 {
 			return errors.New("schema registry unreachable")
@@ -58,15 +31,13 @@ func ExampleDeadLetter() {
 	proc, err := stream.NewProcessor(handler,
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Immediate()}),
 		stream.WithExhaustionAction(dl),
-		stream.WithHooks(stream.Hooks{Checkpointed: func(e stream.CheckpointEvent) {
-			if e.Metadata == "" {
-				fmt.Println("checkpoint", e.Next)
-			}
-		}}))
+		printCheckpoints())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	part := streamtest.NewPartition("orders", 0, 3)
+	part.Append(time.Now(), "a", "b", "c", "d")
 	runToEnd(proc, part)
 	// Output:
 	// to orders.dlq: a (from offset 0, 2 deliveries, error "schema registry unreachable")
@@ -81,8 +52,6 @@ func ExampleDeadLetter() {
 // retried, and if it is given up, that record alone is; the records after
 // it come next as a batch of their own.
 func ExampleFailedAt() {
-	part := streamtest.NewPartition("orders", 0, 10)
-	part.Append(time.Now(), "1", "2", "x", "4", "5")
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
 		for i, r := range b.Records {
@@ -94,20 +63,13 @@ func ExampleFailedAt() {
 	})
 	proc, err := stream.NewProcessor(handler,
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Immediate()}),
-		stream.WithHooks(stream.Hooks{
-			Exhausted: func(e stream.ExhaustedEvent) {
-				fmt.Printf("given up: offsets %d-%d: %v\n", e.FirstOffset, e.LastOffset, e.Err)
-			},
-			Checkpointed: func(e stream.CheckpointEvent) {
-				if e.Metadata == "" {
-					fmt.Println("checkpoint", e.Next)
-				}
-			},
-		}))
+		printGivenUp(), printCheckpoints())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	part := streamtest.NewPartition("orders", 0, 10)
+	part.Append(time.Now(), "1", "2", "x", "4", "5")
 	runToEnd(proc, part)
 	// Output:
 	// deliver offsets 0-4 (retry 0)
@@ -123,8 +85,6 @@ func ExampleFailedAt() {
 // as FailedAt that record, so a poison record costs one record: here it is
 // not retryable (Permanent) and is given up at once.
 func ExamplePerRecord() {
-	part := streamtest.NewPartition("orders", 0, 10)
-	part.Append(time.Now(), "apple", "pear", "???", "plum")
 	handler := stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
 		if strings.Contains(string(r.Value), "?") {
 			return checkpoint.Permanent(errors.New("not a fruit"))
@@ -134,28 +94,26 @@ func ExamplePerRecord() {
 	})
 	proc, err := stream.NewProcessor(handler,
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Immediate()}),
-		stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
-			fmt.Printf("given up: offset %d: %v\n", e.FirstOffset, e.Err)
-		}}))
+		printGivenUp())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	part := streamtest.NewPartition("orders", 0, 10)
+	part.Append(time.Now(), "apple", "pear", "???", "plum")
 	runToEnd(proc, part)
 	// Output:
 	// handled apple
 	// handled pear
-	// given up: offset 2: given up after 1 delivery (the error is not retryable): not a fruit
+	// given up: offsets 2-2: given up after 1 delivery (the error is not retryable): not a fruit
 	// handled plum
 }
 
 // StopPartition holds a partition whose batch is given up, until an
-// operator resumes it (the batch is delivered again with a fresh count) or
-// skips it (the checkpoint moves past it).
+// operator resumes it (Processor.Resume, or the host's status page): the
+// batch is delivered again with a fresh count.
 func ExampleStopPartition() {
-	part := streamtest.NewPartition("orders", 0, 5)
-	part.Append(time.Now(), "a", "b", "c")
-	fixed := false
+	fixed := false // the payment provider, until the operator fixes it
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
 		if !fixed {
@@ -163,50 +121,72 @@ func ExampleStopPartition() {
 		}
 		return nil
 	})
-	stopped := make(chan struct{}, 1)
+	stopped := make(chan stream.StoppedEvent, 1)
 	proc, err := stream.NewProcessor(handler,
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Immediate()}),
 		stream.WithExhaustionAction(stream.StopPartition),
-		stream.WithHooks(stream.Hooks{Stopped: func(e stream.StoppedEvent) {
-			fmt.Printf("stopped at offset %d: %v\n", e.FirstOffset, e.Err)
-			stopped <- struct{}{}
-		}}))
+		stream.WithHooks(stream.Hooks{Stopped: func(e stream.StoppedEvent) { stopped <- e }}),
+		printCheckpoints())
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	go func() {
-		<-stopped
-		fmt.Println("operator: resume")
-		_ = proc.Resume(context.Background(), "orders", 0) // delivered again, with a fresh count
-		<-stopped
-		fmt.Println("operator: skip")
-		fixed = true                                     // the next batches succeed (none here)
-		_ = proc.Skip(context.Background(), "orders", 0) // the checkpoint moves past the batch
+	go func() { // the operator
+		e := <-stopped
+		fmt.Printf("stopped at offset %d: %v\n", e.FirstOffset, e.Err)
+		fixed = true
+		_ = proc.Resume(context.Background(), "orders", 0)
 	}()
+	part := streamtest.NewPartition("orders", 0, 5)
+	part.Append(time.Now(), "a", "b", "c")
 	runToEnd(proc, part)
-	c, _ := part.Committed()
-	fmt.Println("checkpoint", c)
 	// Output:
 	// deliver offsets 0-2 (retry 0)
 	// deliver offsets 0-2 (retry 1)
 	// stopped at offset 0: given up after 2 deliveries (the retry limit, 1 retry, is reached): payment provider rejects the batch
-	// operator: resume
+	// deliver offsets 0-2 (retry 0)
+	// checkpoint 3
+}
+
+// Skip releases a partition that StopPartition holds by moving its
+// checkpoint past the given-up batch, which is not delivered again.
+func ExampleProcessor_Skip() {
+	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
+		return errors.New("currency XTS is not supported")
+	})
+	stopped := make(chan stream.StoppedEvent, 1)
+	proc, err := stream.NewProcessor(handler,
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Immediate()}),
+		stream.WithExhaustionAction(stream.StopPartition),
+		stream.WithHooks(stream.Hooks{Stopped: func(e stream.StoppedEvent) { stopped <- e }}),
+		printCheckpoints())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	go func() { // the operator
+		e := <-stopped
+		fmt.Printf("stopped at offset %d; skip it\n", e.FirstOffset)
+		_ = proc.Skip(context.Background(), "orders", 0)
+	}()
+	part := streamtest.NewPartition("orders", 0, 5)
+	part.Append(time.Now(), "a", "b", "c")
+	runToEnd(proc, part)
+	// Output:
 	// deliver offsets 0-2 (retry 0)
 	// deliver offsets 0-2 (retry 1)
-	// stopped at offset 0: given up after 2 deliveries (the retry limit, 1 retry, is reached): payment provider rejects the batch
-	// operator: skip
+	// stopped at offset 0; skip it
 	// checkpoint 3
 }
 
 // Hooks report what happens to each batch. While a batch is withheld, its
 // retry state is committed with the checkpoint as metadata;
-// checkpoint.Describe puts it in words.
+// checkpoint.Describe puts it in words. A manual clock makes the times
+// exact.
 func ExampleHooks() {
-	start := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	clock := streamtest.NewClock(start)
-	part := streamtest.NewPartition("orders", 0, 5)
-	part.Append(clock.Now(), "a", "b")
+	clock := streamtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
+	at := func() string { return clock.Now().Format("15:04:05.0") }
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if b.Attempt.Retry < 2 {
 			return errors.New("warehouse unavailable")
@@ -214,35 +194,29 @@ func ExampleHooks() {
 		return nil
 	})
 	policy := checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(1500 * time.Millisecond)}
-	at := func(t time.Time) string { return t.Format("15:04:05.0") }
 	proc, err := stream.NewProcessor(handler, stream.WithPolicy(policy), stream.WithClock(clock),
 		stream.WithHooks(stream.Hooks{
 			Delivered: func(e stream.DeliveredEvent) {
-				fmt.Printf("%s delivered offsets %d-%d, retry %d: %v\n", at(e.Start), e.FirstOffset, e.LastOffset, e.Attempt.Retry, e.Outcome)
+				fmt.Printf("%s delivered offsets %d-%d, retry %d: %v\n", at(), e.FirstOffset, e.LastOffset, e.Attempt.Retry, e.Outcome)
 			},
 			RetryScheduled: func(e stream.RetryEvent) {
-				fmt.Printf("%s retry %d scheduled in %v: %v\n", at(clock.Now()), e.Retry, e.Delay, e.Err)
+				fmt.Printf("%s retry %d scheduled in %v: %v\n", at(), e.Retry, e.Delay, e.Err)
 			},
 			Checkpointed: func(e stream.CheckpointEvent) {
 				if e.Metadata != "" {
-					fmt.Printf("%s retry state written, checkpoint stays at %d: %s\n", at(clock.Now()), e.Next, checkpoint.Describe(e.Metadata, policy.MaxRetries))
+					fmt.Printf("%s retry state written, checkpoint stays at %d: %s\n", at(), e.Next, checkpoint.Describe(e.Metadata, policy.MaxRetries))
 					return
 				}
-				fmt.Printf("%s checkpoint moved to %d\n", at(clock.Now()), e.Next)
+				fmt.Printf("%s checkpoint moved to %d\n", at(), e.Next)
 			},
 		}))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go func() { // time moves only when the worker waits
-		for clock.WaitTimers(ctx, 1) == nil {
-			clock.Advance(1500 * time.Millisecond)
-		}
-	}()
-	runToEnd(proc, part)
+	part := streamtest.NewPartition("orders", 0, 5)
+	part.Append(clock.Now(), "a", "b")
+	runWithClock(proc, part, clock, 1500*time.Millisecond)
 	// Output:
 	// 12:00:00.0 delivered offsets 0-1, retry 0: failed
 	// 12:00:00.0 retry 1 scheduled in 1.5s: warehouse unavailable
@@ -254,4 +228,19 @@ func ExampleHooks() {
 	// 12:00:03.0 retry state written, checkpoint stays at 0: retry 2 of 5, started
 	// 12:00:03.0 delivered offsets 0-1, retry 2: succeeded
 	// 12:00:03.0 checkpoint moved to 2
+}
+
+// printPublisher is a stream.Publisher that prints what it is given.
+type printPublisher struct{}
+
+func (printPublisher) Publish(_ context.Context, topic string, recs []stream.Record) error {
+	for _, r := range recs {
+		h := map[string]string{}
+		for _, x := range r.Headers {
+			h[x.Key] = string(x.Value)
+		}
+		fmt.Printf("to %s: %s (from offset %s, %s deliveries, error %q)\n", topic, r.Value,
+			h[stream.HeaderOffset], h[stream.HeaderDeliveries], h[stream.HeaderError])
+	}
+	return nil
 }

@@ -56,14 +56,7 @@ func ExamplePerRecord_counting() {
 		fmt.Println(err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go func() { // time moves only when the worker waits
-		for clock.WaitTimers(ctx, 1) == nil {
-			clock.Advance(time.Second)
-		}
-	}()
-	runToEnd(proc, part)
+	runWithClock(proc, part, clock, time.Second)
 	// Output:
 	// 12:00:00 offsets 0-4, retry 0: failed at offset 1
 	// 12:00:00   commit 1 ""
