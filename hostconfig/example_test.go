@@ -68,15 +68,15 @@ func ExampleLoader() {
 	// Output: 3
 }
 
-// Each function of a host can have its own policy, inheriting what it does
-// not set.
-func ExampleConfig_Function() {
+// Each function of a host can have its own policy, inheriting what it
+// does not set; Function selects it.
+func ExampleFunction() {
 	cfg, err := hostconfig.Parse("host.json", []byte(`{
   "checkpointRetryPolicy": {
     "retryCount": 10,
     "sleepDuration": "00:00:05",
     "functions": {
-      "payments": {"retryCount": -1, "strategy": {"name": "exponential", "initialDelay": "1s"}, "maxDelay": "00:01:00"},
+      "payments": {"strategy": {"name": "exponential", "initialDelay": "1s"}, "maxDelay": "00:01:00"},
     },
   },
 }`))
@@ -84,29 +84,55 @@ func ExampleConfig_Function() {
 		fmt.Println(err)
 		return
 	}
-	// A function without a policy of its own follows the host-wide one.
-	orders, err := cfg.Policy()
+	orders, err := cfg.Policy() // a function with no policy of its own follows the host-wide one
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("orders", orders.MaxRetries, orders.Schedule(8, nil))
 	payments, err := cfg.Policy(hostconfig.Function("payments"))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
+	fmt.Println("orders", orders.MaxRetries, orders.Schedule(8, nil))
 	fmt.Println("payments", payments.MaxRetries, payments.Schedule(8, nil))
-	// A misspelt name is an error, not the host-wide policy.
-	_, err = cfg.Policy(hostconfig.Function("paymnets"))
-	fmt.Println(err)
-	// An entry that names none of the program's functions is flagged.
-	fmt.Println(cfg.CheckFunctions([]string{"orders", "payment"}))
 	// Output:
 	// orders 10 [5s 5s 5s 5s 5s 5s 5s 5s]
-	// payments -1 [1s 2s 4s 8s 16s 32s 1m0s 1m0s]
+	// payments 10 [1s 2s 4s 8s 16s 32s 1m0s 1m0s]
+}
+
+// A misspelt function name is an error, not the host-wide policy.
+func ExampleFunction_misspelt() {
+	cfg, err := hostconfig.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {"retryCount": 10, "sleepDuration": "00:00:05", "functions": {"payments": {"retryCount": -1}}}
+}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	_, err = cfg.Policy(hostconfig.Function("paymnets"))
+	fmt.Println(err)
+	// Output:
 	// hostconfig: host.json: function "paymnets" has no policy of its own in checkpointRetryPolicy.functions: did you mean payments? (a function that follows the host-wide policy needs no Function option)
-	// hostconfig: host.json:6:7: checkpointRetryPolicy.functions.payments: a policy for function "payments", which the host does not run: did you mean payment?
+}
+
+// CheckFunctions flags an entry of host.json that names none of the
+// functions a program runs.
+func ExampleConfig_CheckFunctions() {
+	cfg, err := hostconfig.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {
+    "retryCount": 3,
+    "sleepDuration": "00:00:05",
+    "functions": {"payments": {"retryCount": -1}},
+  },
+}`))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println(cfg.CheckFunctions([]string{"orders", "payment"}))
+	// Output:
+	// hostconfig: host.json:5:19: checkpointRetryPolicy.functions.payments: a policy for function "payments", which the host does not run: did you mean payment?
 }
 
 func ExampleConfig_Explain() {
@@ -133,40 +159,42 @@ func ExampleConfig_Explain() {
 	// Values: maxRetryTime from host.json:5:21; onExhausted.action from host.json:6:31; onExhausted.topic from host.json:6:54; retryCount from host.json:3:19; strategy.initialDelay from host.json:4:56; strategy.maxDelay from host.json:4:74; strategy.name from host.json:4:26; anything else is a default.
 }
 
-// Options configures a Processor from host.json.
+// Options turns host.json's policy and exhaustion action into processor
+// options. Here a batch is delivered three times (retryCount 2), then
+// dead-lettered through the publisher given to Options (in a program,
+// franz.Publisher or kafkago.Publisher).
 func ExampleConfig_Options() {
-	cfg, err := hostconfig.Parse("host.json", []byte(`{"checkpointRetryPolicy": {"retryCount": 2, "strategy": "immediate"}}`))
+	cfg, err := hostconfig.Parse("host.json", []byte(`{
+  "checkpointRetryPolicy": {
+    "retryCount": 2,
+    "strategy": "immediate",
+    "onExhausted": {"action": "deadLetter", "topic": "orders-dlq"},
+  },
+}`))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	opts, err := cfg.Options(nil) // no publisher: the policy does not dead-letter
+	opts, err := cfg.Options(printPublisher{})
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	part := streamtest.NewPartition("orders", 0, 10)
-	part.Append(time.Now(), "a", "b")
-	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		fmt.Println("delivery", b.Attempt.Number())
 		return errors.New("downstream unavailable")
 	})
-	proc, err := stream.NewProcessor(h, opts...)
+	proc, err := stream.NewProcessor(handler, opts...)
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	go func() {
-		_ = part.WaitCommitted(ctx, part.End())
-		cancel()
-	}()
-	_ = streamtest.Run(ctx, proc, part)
+	runToEnd(proc, "order-7")
 	// Output:
 	// delivery 1
 	// delivery 2
 	// delivery 3
+	// to orders-dlq: order-7
 }
 
 func ExampleParseDuration() {
@@ -196,4 +224,28 @@ func ExampleStrategy_Backoff() {
 	p := checkpoint.Policy{MaxRetries: 5, Backoff: b}
 	fmt.Println(p.Schedule(5, nil))
 	// Output: [1s 2s 4s 8s 16s]
+}
+
+// runToEnd runs proc over an in-memory partition holding values until its
+// checkpoint is past the last one.
+func runToEnd(proc *stream.Processor, values ...string) {
+	part := streamtest.NewPartition("orders", 0, 10)
+	part.Append(time.Now(), values...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	go func() {
+		_ = part.WaitCommitted(ctx, part.End())
+		cancel()
+	}()
+	_ = streamtest.Run(ctx, proc, part)
+}
+
+// printPublisher is a stream.Publisher that prints what it is given.
+type printPublisher struct{}
+
+func (printPublisher) Publish(_ context.Context, topic string, recs []stream.Record) error {
+	for _, r := range recs {
+		fmt.Printf("to %s: %s\n", topic, r.Value)
+	}
+	return nil
 }
