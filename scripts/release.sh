@@ -18,10 +18,10 @@
 #   1. scripts/release.sh set-version vX.Y.Z, and a "## vX.Y.Z" section at the
 #      top of CHANGELOG.md; commit both ("release vX.Y.Z").
 #   2. scripts/release.sh tag vX.Y.Z: it checks that the tree is clean, that
-#      the requires and the CHANGELOG name vX.Y.Z, runs scripts/rehearse.sh (every
-#      module served from a local proxy to fresh programs) and scripts/test.sh
-#      (SKIP_TESTS=1 leaves the test suite out, for a commit CI has passed), then
-#      tags, and prints the push command. It pushes nothing itself.
+#      the requires and the CHANGELOG name vX.Y.Z, runs scripts/test.sh (which
+#      runs scripts/rehearse.sh: every module served from a local proxy to fresh
+#      programs; SKIP_TESTS=1 runs only the rehearsal, for a commit CI has
+#      passed), then tags, and prints the push command. It pushes nothing itself.
 #
 # Between releases the requires name the last version set; go.work ties the
 # modules together for development, so a change in one module is seen by the
@@ -178,8 +178,7 @@ tag() {
     t=$(module_tag "$d" "$version")
     git rev-parse -q --verify "refs/tags/$t" >/dev/null && die "tag $t exists already"
   done
-  bash scripts/rehearse.sh
-  [ "${SKIP_TESTS:-}" = 1 ] || bash scripts/test.sh
+  if [ "${SKIP_TESTS:-}" = 1 ]; then bash scripts/rehearse.sh; else bash scripts/test.sh; fi
   local tags=()
   for d in "${PUBLIC_MODULES[@]}"; do
     t=$(module_tag "$d" "$version")
