@@ -7,7 +7,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
@@ -21,22 +20,12 @@ import (
 // (WithPublisher). One record of the batch is poison: it alone goes to the
 // dead-letter topic.
 func ExampleWithPublisher() {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders", "orders-dlq"))
+	brokers, closeKafka, err := embeddedKafka([]string{"apple", "pear", "???", "plum"}, "orders", "orders-dlq")
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("orders"))
-	if err != nil {
-		panic(err)
-	}
-	defer producer.Close()
-	for _, v := range []string{"apple", "pear", "???", "plum"} {
-		if err := producer.ProduceSync(context.Background(), kgo.StringRecord(v)).FirstErr(); err != nil {
-			panic(err)
-		}
-	}
+	defer closeKafka()
 
 	// 1. host.json
 	cfg, err := hostconfig.Parse("host.json", []byte(`{
@@ -47,13 +36,15 @@ func ExampleWithPublisher() {
 	  }
 	}`))
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 	// 2. the processor's options, with a publisher not bound to a client yet
 	pub := new(franz.Publisher)
 	opts, err := cfg.Options(pub)
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 	// 3. the processor
 	ctx, stop := context.WithCancel(context.Background())
@@ -76,7 +67,8 @@ func ExampleWithPublisher() {
 		},
 	}))...)
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 	// 4. the consumer, which binds pub to its client
 	consumer, err := franz.New(proc,
@@ -85,10 +77,11 @@ func ExampleWithPublisher() {
 		franz.WithMaxWait(time.Second), franz.WithMaxBatch(4),
 	)
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 	if err := consumer.Run(ctx); err != nil {
-		panic(err)
+		fmt.Println(err)
 	}
 	// Output:
 	// handled apple

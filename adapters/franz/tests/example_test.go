@@ -16,25 +16,15 @@ import (
 
 // This example consumes a topic of an in-process Kafka (kfake) with a handler
 // that fails a batch once: the batch is withheld, its partition paused, and
-// delivered again after the backoff; then its checkpoint moves past it.
+// delivered again after the backoff; then its checkpoint moves past it. In a
+// program, give your brokers to kgo.SeedBrokers instead.
 func Example() {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "orders"))
+	brokers, closeKafka, err := embeddedKafka([]string{"apple", "pear", "plum"}, "orders")
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
-	defer cluster.Close()
-	brokers := cluster.ListenAddrs()
-
-	producer, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic("orders"))
-	if err != nil {
-		panic(err)
-	}
-	defer producer.Close()
-	for _, v := range []string{"apple", "pear", "plum"} {
-		if err := producer.ProduceSync(context.Background(), kgo.StringRecord(v)).FirstErr(); err != nil {
-			panic(err)
-		}
-	}
+	defer closeKafka()
 
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -61,7 +51,8 @@ func Example() {
 			}
 		}}))
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 
 	consumer, err := franz.New(proc,
@@ -74,7 +65,8 @@ func Example() {
 		franz.WithMaxWait(time.Second),
 	)
 	if err != nil {
-		panic(err)
+		fmt.Println(err)
+		return
 	}
 	defer consumer.Close()
 	err = consumer.Run(ctx) // nil after a clean shutdown
@@ -86,4 +78,29 @@ func Example() {
 	// offsets 0-2, delivery 2: apple pear plum
 	// checkpoint: next offset 3, retry state: false
 	// stopped, error: <nil>
+}
+
+// embeddedKafka starts an in-process Kafka (kfake) with topics of one
+// partition and produces values to the first, in order.
+func embeddedKafka(values []string, topics ...string) (brokers []string, close func(), err error) {
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, topics...))
+	if err != nil {
+		return nil, nil, err
+	}
+	brokers = cluster.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.DefaultProduceTopic(topics[0]))
+	if err != nil {
+		cluster.Close()
+		return nil, nil, err
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, len(values))
+	for i, v := range values {
+		recs[i] = kgo.StringRecord(v)
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		cluster.Close()
+		return nil, nil, err
+	}
+	return brokers, cluster.Close, nil
 }
