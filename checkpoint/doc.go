@@ -3,6 +3,10 @@
 // filter and optional time limits), the delay algorithms, the per-partition
 // retry state [Machine] and the durable form of its [State].
 //
+//	policy := checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Exponential(time.Second)}
+//	policy.Schedule(5, nil) // [1s 2s 4s 8s 16s]
+//	proc, err := stream.NewProcessor(handler, stream.WithPolicy(policy))
+//
 // Retries, not attempts: a policy with MaxRetries 10 delivers a batch at most
 // 11 times; retry n (n >= 1) is the n-th redelivery.
 //

@@ -2,6 +2,11 @@
 // Functions users write it, and turns it into a [checkpoint.Policy] and
 // [stream.Processor] options.
 //
+//	cfg, err := hostconfig.Load("host.json") // errors name file:line:col and the field
+//	opts, err := cfg.Options(pub)            // the policy and the exhaustion action; pub for deadLetter
+//	proc, err := stream.NewProcessor(handler, opts...)
+//	fmt.Println(cfg.Explain())               // the policy in words, with its schedule
+//
 // A host.json is JSON with // and /* */ comments and trailing commas. Of its
 // sections, hostconfig reads these and ignores the others (logging,
 // extensions, functionTimeout, ...):

@@ -3,6 +3,11 @@
 // re-published to a retry topic and marked, those stuck past a timeout are
 // reported), joined to the in-stream retries.
 //
+//	park, err := redrive.Park(store, 5*time.Minute) // store: sqlitestore.Open or pgstore.Open
+//	proc, err := stream.NewProcessor(handler, stream.WithExhaustionAction(park))
+//	sch, err := redrive.NewScheduler(store, pub, redrive.WithRetryTopic("orders-retry"))
+//	err = sch.Run(ctx) // every interval, re-publishes what is due
+//
 // A record gets into the store in one of two ways:
 //
 //   - the [Park] exhaustion action: a batch whose retries are spent is

@@ -2,6 +2,14 @@
 // partitions a consumer is assigned and applies a retry policy to each, one
 // batch at a time.
 //
+//	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+//		return store(ctx, b.Records) // an error: the same batch comes back after the backoff
+//	})
+//	proc, err := stream.NewProcessor(handler,
+//		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}))
+//	consumer, err := franz.New(proc, ...) // an adapter runs proc over the consumer's partitions
+//	err = consumer.Run(ctx)
+//
 // # Delivery semantics
 //
 // A [Batch] is consecutive records of one partition; it is the unit of

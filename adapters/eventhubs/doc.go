@@ -5,6 +5,13 @@
 // package turns Event Hubs' model into Claims and makes its checkpoint
 // store safe for them.
 //
+//	store, err := checkpoints.NewBlobStore(containerClient, nil) // the SDK's blob checkpoint store
+//	consumer, err := eventhubs.New(proc, consumerClient, store)   // fences store
+//	err = consumer.Run(ctx)                                       // nil once ctx is cancelled
+//
+// For tests and examples, package memhub is an in-memory hub that
+// [NewWith] runs on.
+//
 // # What the adapter does
 //
 //   - A batch is one ReceiveEvents result: at most [WithMaxBatch] events,

@@ -3,6 +3,16 @@
 // each assigned partition gets a worker goroutine that runs
 // [stream.Processor.Process] over it.
 //
+//	consumer, err := kafkago.New(proc, kafkago.WithGroupConfig(kafka.ConsumerGroupConfig{
+//		ID:      "billing",
+//		Brokers: []string{"localhost:9092"},
+//		Topics:  []string{"orders"},
+//	}))
+//	err = consumer.Run(ctx) // nil once ctx is cancelled
+//
+// Its tests, and a runnable example on an embedded Kafka, are in the
+// module adapters/kafkago/tests.
+//
 // # What the adapter does
 //
 //   - It uses kafka-go's [kafka.ConsumerGroup] API ([kafka.ConsumerGroup.Next]

@@ -1,12 +1,18 @@
 // Package pgstore keeps re-drive entries in PostgreSQL, through
-// jackc/pgx v5 (pgxpool). Several schedulers can share one database: a
-// sweep claims due entries with SELECT ... FOR UPDATE SKIP LOCKED, holds
-// them while it publishes, and marks them with compare-and-sets on the
-// status and version it read, in the same transaction. If the scheduler
-// dies before the commit, the server rolls the transaction back and the
-// entries are due again: the next sweep publishes them again (at least
-// once; consumers deduplicate on the redrive.HeaderKey and
-// redrive.HeaderNumber headers).
+// jackc/pgx v5 (pgxpool), for a service of several instances:
+//
+//	store, err := pgstore.Open(ctx, os.Getenv("REDRIVE_DATABASE_URL")) // migrates the schema
+//	defer store.Close()
+//	park, err := redrive.Park(store, 5*time.Minute) // a processor's exhaustion action
+//	sch, err := redrive.NewScheduler(store, pub)    // one in each instance
+//
+// Several schedulers can share one database: a sweep claims due entries
+// with SELECT ... FOR UPDATE SKIP LOCKED, holds them while it publishes,
+// and marks them with compare-and-sets on the status and version it read,
+// in the same transaction. If the scheduler dies before the commit, the
+// server rolls the transaction back and the entries are due again: the
+// next sweep publishes them again (at least once; consumers deduplicate on
+// the redrive.HeaderKey and redrive.HeaderNumber headers).
 //
 // The schema is created and migrated by the package: versioned migrations
 // are embedded (see [Migrations]) and applied by [Open] unless told

@@ -1,6 +1,14 @@
 // Package redrivetest is the conformance suite every [redrive.Store] runs,
 // as Watermill's pubsub tests or River's riverdrivertest are run by each
-// driver, and an in-memory [Publisher] for tests of a scheduler.
+// driver, and what tests of code that parks records need without a
+// database or a broker: [MemStore], a store in memory, and [Publisher],
+// which records what a scheduler publishes:
+//
+//	store, pub := redrivetest.NewMemStore(), &redrivetest.Publisher{}
+//	sch, err := redrive.NewScheduler(store, pub, redrive.WithClock(clock))
+//	...
+//	sch.Sweep(ctx)
+//	recs := pub.Topic("orders") // what the sweep re-published
 //
 // A store's own tests call [Run] with a function that returns a new, empty
 // store for each case (a schema per case for PostgreSQL, a file per case for

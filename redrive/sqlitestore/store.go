@@ -2,6 +2,11 @@
 // the pure-Go driver modernc.org/sqlite: no server and no C compiler. It is
 // the embedded default, for one process and for examples.
 //
+//	store, err := sqlitestore.Open(ctx, "redrive.db") // creates the file and its schema
+//	defer store.Close()
+//	park, err := redrive.Park(store, 5*time.Minute)    // a processor's exhaustion action
+//	sch, err := redrive.NewScheduler(store, pub)
+//
 // What it does not give: several scheduler instances. Claims are exclusive
 // within one Store (one process) only; two processes sweeping the same file
 // could publish an entry twice for one due time. Use pgstore for several

@@ -5,8 +5,16 @@
 // A typical test appends records to partitions, runs a [stream.Processor]
 // over them with [Run], waits until the checkpoints reach the end with
 // [Partition.WaitCommitted], and inspects what the [Recorder] saw and what
-// [Partition.Commits] wrote. Run it under testing/synctest, or give the
-// Processor a [Clock], so that backoffs take no real time.
+// [Partition.Commits] wrote:
+//
+//	part := streamtest.NewPartition("orders", 0, 4) // batches of up to 4 records
+//	part.Append(time.Now(), "a", "b", "c")
+//	go func() { _ = part.WaitCommitted(ctx, part.End()); cancel() }()
+//	err := streamtest.Run(ctx, proc, part) // until ctx is cancelled
+//	next, _ := part.Committed()             // 3
+//
+// Run it under testing/synctest, or give the Processor a [Clock], so that
+// backoffs take no real time.
 package streamtest
 
 import (

@@ -12,6 +12,12 @@
 // [eventhubs.EventSender]), and any [azeventhubs.CheckpointStore] works
 // with it: the SDK's blob store on Azurite, say. It does not speak AMQP;
 // nothing of the SDK's networking is exercised.
+//
+//	hub, err := memhub.New("orders", 4)
+//	err = hub.Send("0", &azeventhubs.EventData{Body: []byte("order 1")})
+//	store, err := eventhubs.NewCheckpointStore(memhub.NewStore(), "processor-1", nil)
+//	p, err := hub.NewProcessor(store, "billing", "processor-1", nil)
+//	consumer, err := eventhubs.NewWith(proc, p, store)
 package memhub
 
 import (

@@ -4,6 +4,18 @@
 // exhaustion actions as the checkpoint adapters, taken from a
 // [stream.Processor] with [stream.Processor.Settings].
 //
+//	proc, err := stream.NewProcessor(stream.PerRecord(handle),
+//		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}))
+//	consumer, err := share.New(proc, share.WithKgoOptions(
+//		kgo.SeedBrokers("localhost:9092"),
+//		kgo.ShareGroup("billing"),
+//		kgo.ConsumeTopics("orders"),
+//	))
+//	err = consumer.Run(ctx) // nil once ctx is cancelled
+//
+// Its tests, and a runnable example on an embedded Kafka, are in the
+// module adapters/franz/tests.
+//
 // In a share group the broker hands records to members one by one, with a
 // lock on each (share.record.lock.duration.ms, 30s by default) and a
 // delivery count it keeps across members; several members read one
