@@ -98,10 +98,7 @@ func ExampleHost_Status() {
 		fmt.Println(err)
 		return
 	}
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- h.Run(ctx) }()
-	defer func() { stop(); <-done }()
+	defer runUntilDone(h)()
 	<-stopped
 	f := h.Status().Functions[0]
 	p := f.Partitions[0]
@@ -133,4 +130,12 @@ func ExampleHost_Register_sharedGroup() {
 	// host: function billing (trigger from code): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has none): give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)
 	// host: function shipping (trigger from code): adapter "franz" (the default: the trigger names no adapter) was not given to the host (it has none): give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)
 	// host: functions billing (trigger from code) and shipping (trigger from code) both consume topic "orders" in group "orders-app": the group would split the topic's records between them, each function getting a part; give each function a group of its own
+}
+
+// runUntilDone runs h until the function it returns is called.
+func runUntilDone(h *host.Host) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	return func() { cancel(); <-done }
 }
