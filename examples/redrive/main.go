@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -123,7 +124,7 @@ func run(ctx context.Context) error {
 	// The device side of the cloud: timed-out devices get an error code.
 	replies := stream.PerRecord(func(ctx context.Context, r *stream.Record) error {
 		id := header(r.Headers, redrive.HeaderKey)
-		tl.add(id, "reply sent to the device on "+r.Topic+": "+header(r.Headers, redrive.HeaderErrorCode))
+		tl.addEffect(id, "the time-out", "reply sent to the device on "+r.Topic+": "+header(r.Headers, redrive.HeaderErrorCode))
 		dev.markReplied(id)
 		return nil
 	})
@@ -197,7 +198,7 @@ func run(ctx context.Context) error {
 	}
 	stop()
 	wg.Wait()
-	return check(ctx, store, rd, dev)
+	return check(ctx, store, rd, dev, tl)
 }
 
 func settled(es []redrive.Entry) bool {
@@ -220,7 +221,7 @@ func count(kind string) int {
 }
 
 // check compares the outcome with what each device does.
-func check(ctx context.Context, store redrive.Store, rd *hostconfig.Redrive, dev *deviceSim) error {
+func check(ctx context.Context, store redrive.Store, rd *hostconfig.Redrive, dev *deviceSim, tl *timeline) error {
 	var bad []string
 	fmt.Println("\nresult:")
 	for _, id := range sortedKeys(devices) {
@@ -245,6 +246,9 @@ func check(ctx context.Context, store redrive.Store, rd *hostconfig.Redrive, dev
 	if len(bad) > 0 {
 		return fmt.Errorf("wrong outcome for %v", bad)
 	}
+	if len(tl.early) > 0 { // the consumers have stopped: tl.early is read alone
+		return fmt.Errorf("the timeline is out of order:\n  %s", strings.Join(tl.early, "\n  "))
+	}
 	fmt.Println("ok: prompt devices done at once, late ones done after a re-drive, silent ones timed out and told so")
 	return nil
 }
@@ -261,7 +265,7 @@ type deviceSim struct {
 
 func (d *deviceSim) nonce(ctx context.Context, id string, n int) {
 	if n > 1 {
-		d.tl.add(id, fmt.Sprintf("nonce %d sent again by the retry topic's consumer", n))
+		d.tl.addEffect(id, fmt.Sprintf("re-drive #%d", n-1), fmt.Sprintf("nonce %d sent again by the retry topic's consumer", n))
 	}
 	kind := devices[id]
 	if kind == "never" || kind == "late" && n < 2 {
@@ -304,6 +308,8 @@ func (d *deviceSim) replies() int {
 type timeline struct {
 	start time.Time
 	mu    sync.Mutex
+	shown map[string]bool // the causes shown, by device and cause
+	early []string        // effects shown before their cause
 }
 
 // add prints a line of the timeline as it happens, stamped under t.mu, so
@@ -311,7 +317,34 @@ type timeline struct {
 func (t *timeline) add(id, what string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.print(id, what)
+}
+
+func (t *timeline) print(id, what string) {
 	fmt.Printf("%6.2fs  %s  %s\n", time.Since(t.start).Seconds(), id, what)
+}
+
+// addCause prints a line that causes others (a re-drive, a time-out
+// reported) and remembers that it was shown.
+func (t *timeline) addCause(id, cause, what string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.shown == nil {
+		t.shown = map[string]bool{}
+	}
+	t.shown[id+" "+cause] = true
+	t.print(id, what)
+}
+
+// addEffect prints a line caused by an earlier one, and notes it when its
+// cause was not shown before it: the timeline would read out of order.
+func (t *timeline) addEffect(id, cause, what string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.shown[id+" "+cause] {
+		t.early = append(t.early, fmt.Sprintf("%s: %q shown before its cause, %s", id, what, cause))
+	}
+	t.print(id, what)
 }
 
 // logger returns a logger whose warnings and errors (the scheduler's and
@@ -349,10 +382,11 @@ func (p timelinePublisher) Publish(ctx context.Context, topic string, recs []str
 	for _, r := range recs {
 		id := header(r.Headers, redrive.HeaderKey)
 		if code := header(r.Headers, redrive.HeaderErrorCode); code != "" {
-			p.tl.add(id, fmt.Sprintf("timed out: reported to %s with %s", topic, code))
+			p.tl.addCause(id, "the time-out", fmt.Sprintf("timed out: reported to %s with %s", topic, code))
 			continue
 		}
-		p.tl.add(id, fmt.Sprintf("re-driven #%s to %s", header(r.Headers, redrive.HeaderNumber), topic))
+		n := header(r.Headers, redrive.HeaderNumber)
+		p.tl.addCause(id, "re-drive #"+n, fmt.Sprintf("re-driven #%s to %s", n, topic))
 	}
 	return p.pub.Publish(ctx, topic, recs)
 }
