@@ -15,13 +15,19 @@
 #                                         for the root, <dir>/vX.Y.Z for the others
 #
 # A release, step by step:
-#   1. scripts/release.sh set-version vX.Y.Z, and a "## vX.Y.Z" section at the
-#      top of CHANGELOG.md; commit both ("release vX.Y.Z").
+#   1. scripts/release.sh set-version vX.Y.Z, and in CHANGELOG.md the heading
+#      "## Unreleased — vX.Y.Z" becomes "## vX.Y.Z — YYYY-MM-DD" (the day of
+#      the tag); commit both ("release vX.Y.Z").
 #   2. scripts/release.sh tag vX.Y.Z: it checks that the tree is clean, that
 #      the requires and the CHANGELOG name vX.Y.Z, runs scripts/test.sh (which
 #      runs scripts/rehearse.sh: every module served from a local proxy to fresh
 #      programs; SKIP_TESTS=1 runs only the rehearsal, for a commit CI has
 #      passed), then tags, and prints the push command. It pushes nothing itself.
+#   3. Once pushed, a new "## Unreleased" section starts at the top of
+#      CHANGELOG.md.
+#
+# check also reads CHANGELOG.md's first section heading: "## Unreleased",
+# "## Unreleased — vX.Y.Z" or "## vX.Y.Z — YYYY-MM-DD", nothing else.
 #
 # Between releases the requires name the last version set; go.work ties the
 # modules together for development, so a change in one module is seen by the
@@ -37,7 +43,11 @@ cd "$(dirname "$0")/.."
 
 die() { echo "release.sh: $*" >&2; exit 1; }
 
-valid_version() { [[ $1 =~ ^v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?$ ]]; }
+semver='v(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)(-[0-9A-Za-z.-]+)?'
+# changelog_top: the first "## " heading of CHANGELOG.md.
+changelog_top() { grep -m 1 '^## ' CHANGELOG.md 2>/dev/null || true; }
+
+valid_version() { [[ $1 =~ ^$semver$ ]]; }
 
 # sibling_requires DIR: "path version" of each require of a repository module.
 sibling_requires() {
@@ -147,6 +157,12 @@ check() {
       problems=1
     fi
   fi
+  local top
+  top=$(changelog_top)
+  if ! [[ $top =~ ^"## Unreleased"(" — "$semver)?$ || $top =~ ^"## "$semver" — "[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]]; then
+    echo "release.sh: CHANGELOG.md's first section is \"${top:-none}\"; it must be \"## Unreleased\", \"## Unreleased — vX.Y.Z\" or \"## vX.Y.Z — YYYY-MM-DD\"" >&2
+    problems=1
+  fi
   [ "$problems" = 0 ] || exit 1
   echo "${distinct:-none}"
 }
@@ -173,7 +189,8 @@ tag() {
   valid_version "$version" || die "$version is not a version (vMAJOR.MINOR.PATCH[-pre])"
   [ -z "$(git status --porcelain)" ] || die "the tree has changes; commit or stash them first"
   [ "$(check)" = "$version" ] || die "the requires do not all name $version: run scripts/release.sh set-version $version and commit"
-  grep -qE "^## \[?$version\]?( |$)" CHANGELOG.md || die "CHANGELOG.md has no \"## $version\" section"
+  [[ $(changelog_top) =~ ^"## $version — "[0-9]{4}-[0-9]{2}-[0-9]{2}$ ]] ||
+    die "CHANGELOG.md's first section is \"$(changelog_top)\", not \"## $version — YYYY-MM-DD\": turn \"## Unreleased — $version\" into it"
   for d in "${PUBLIC_MODULES[@]}"; do
     t=$(module_tag "$d" "$version")
     git rev-parse -q --verify "refs/tags/$t" >/dev/null && die "tag $t exists already"
