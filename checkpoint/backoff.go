@@ -63,33 +63,19 @@ type Backoff func(n int, prev time.Duration, rnd Rand) time.Duration
 const maxDuration = time.Duration(math.MaxInt64)
 
 // MaxBackoff is the ceiling of the delays that the growing backoffs of this
-// package compute when no [Capped] sets one: [Linear], [Exponential],
-// [ExponentialJitter], [DecorrelatedJitter], and [JitteredExponential]
-// without a Max. Without it, retry 64 of Exponential(time.Second) would wait
-// 292 years. A backoff whose first delay is already longer keeps that first
-// delay as its ceiling. Under Capped(max, b), the growing backoffs grow up to
-// max instead, be it shorter or longer than MaxBackoff; [Policy.MaxDelay]
-// caps the delays after that. The presets keep their SDKs' own caps.
+// package compute: [Linear], [Exponential], [ExponentialJitter],
+// [DecorrelatedJitter], and [JitteredExponential] without a Max. Without
+// it, retry 64 of Exponential(time.Second) would wait 292 years. A backoff
+// whose first delay is already longer keeps that first delay as its
+// ceiling. [Capped] lowers the ceiling (a cap above a day leaves it at a
+// day), and [Policy.MaxDelay] caps the delays after that. The presets keep
+// their SDKs' own caps.
 const MaxBackoff = 24 * time.Hour
 
-// cappedRand is the Rand that [Capped] passes to the Backoff it caps: it
-// draws from the caller's Rand and carries the cap, which the growing
-// backoffs of this package take as their ceiling instead of MaxBackoff.
-type cappedRand struct {
-	Rand
-	max time.Duration
-}
-
 // grown clamps ns, a delay grown from a first delay of first (both in
-// nanoseconds), to the ceiling of a growing backoff called with rnd (the
-// max of the Capped that called it, or MaxBackoff), or to first when that
-// is longer.
-func grown(ns, first float64, rnd Rand) time.Duration {
-	ceiling := MaxBackoff
-	if c, ok := rnd.(cappedRand); ok {
-		ceiling = c.max
-	}
-	return clamp(min(ns, max(float64(ceiling), first)))
+// nanoseconds), to MaxBackoff, or to first when that is longer.
+func grown(ns, first float64) time.Duration {
+	return clamp(min(ns, max(float64(MaxBackoff), first)))
 }
 
 // clamp converts a float number of nanoseconds to a Duration in
@@ -128,8 +114,8 @@ func Fixed(d time.Duration) Backoff {
 // Linear waits initial*n before retry n: LINEAR_BACKOFF in the Azure IoT C
 // SDK. With initial = 5s: 5s 10s 15s 20s ..., up to [MaxBackoff].
 func Linear(initial time.Duration) Backoff {
-	return func(n int, _ time.Duration, rnd Rand) time.Duration {
-		return grown(float64(initial)*float64(max(n, 1)), float64(initial), rnd)
+	return func(n int, _ time.Duration, _ Rand) time.Duration {
+		return grown(float64(initial)*float64(max(n, 1)), float64(initial))
 	}
 }
 
@@ -137,8 +123,8 @@ func Linear(initial time.Duration) Backoff {
 // Azure IoT C SDK. With initial = 1s: 1s 2s 4s 8s ..., up to [MaxBackoff]
 // (from retry 18 on).
 func Exponential(initial time.Duration) Backoff {
-	return func(n int, _ time.Duration, rnd Rand) time.Duration {
-		return grown(float64(initial)*pow2(n), float64(initial), rnd)
+	return func(n int, _ time.Duration, _ Rand) time.Duration {
+		return grown(float64(initial)*pow2(n), float64(initial))
 	}
 }
 
@@ -150,7 +136,7 @@ func Exponential(initial time.Duration) Backoff {
 func ExponentialJitter(initial time.Duration, percent float64) Backoff {
 	return func(n int, _ time.Duration, rnd Rand) time.Duration {
 		j := 1 + percent/100*draw(rnd)
-		return grown(float64(initial)*pow2(n)*j, float64(initial)*j, rnd)
+		return grown(float64(initial)*pow2(n)*j, float64(initial)*j)
 	}
 }
 
@@ -181,7 +167,7 @@ func DecorrelatedJitter(base time.Duration) Backoff {
 		}
 		hi := 3 * float64(prev)
 		d := float64(base) + draw(rnd)*(hi-float64(base))
-		return grown(d, float64(base), rnd)
+		return grown(d, float64(base))
 	}
 }
 
@@ -190,11 +176,9 @@ func DecorrelatedJitter(base time.Duration) Backoff {
 // [Policy.MaxDelay] of 0 caps nothing; a nil b retries at once, as a nil
 // [Policy.Backoff] does.
 //
-// Under Capped, the growing backoffs of this package ([Exponential] and the
-// others [MaxBackoff] names) grow up to max instead of MaxBackoff, so max
-// may be longer than a day. To tell them, Capped calls b with a Rand of its
-// own that carries max and draws from the caller's: a Backoff of yours under
-// Capped gets the same numbers, from another value.
+// The growing backoffs of this package ([Exponential] and the others
+// [MaxBackoff] names) stop at MaxBackoff, a day, whatever is around them: a
+// cap longer than a day leaves them there.
 //
 // Capped or MaxDelay. Capped is part of the Backoff: a decorator around it
 // sees the capped delay, so FullJitter(Capped(max, b)) picks below the cap,
@@ -214,10 +198,7 @@ func Capped(max time.Duration, b Backoff) Backoff {
 		return b
 	}
 	return func(n int, prev time.Duration, rnd Rand) time.Duration {
-		if c, ok := rnd.(cappedRand); ok {
-			rnd = c.Rand // a Capped inside a Capped: the inner cap rules b
-		}
-		return min(b(n, prev, cappedRand{Rand: orGlobal(rnd), max: max}), max)
+		return min(b(n, prev, rnd), max)
 	}
 }
 
@@ -280,6 +261,6 @@ func (j JitteredExponential) Backoff() Backoff {
 		if j.Max > 0 {
 			return clamp(min(d, float64(j.Max)))
 		}
-		return grown(d, float64(j.Min), rnd)
+		return grown(d, float64(j.Min))
 	}
 }

@@ -118,7 +118,7 @@ func TestBackoffCeiling(t *testing.T) {
 		{"Linear", checkpoint.Linear(time.Hour), 1 << 40, checkpoint.MaxBackoff},
 		{"ExponentialJitter", checkpoint.ExponentialJitter(time.Second, 100), 100, checkpoint.MaxBackoff},
 		{"FullJitter", checkpoint.FullJitter(checkpoint.Exponential(time.Second)), 100, checkpoint.MaxBackoff / 2},
-		{"FullJitter with its ceiling", checkpoint.FullJitter(checkpoint.Capped(1<<62, checkpoint.Exponential(time.Second))), 100, 1 << 61},
+		{"FullJitter under a cap longer than a day", checkpoint.FullJitter(checkpoint.Capped(1<<62, checkpoint.Exponential(time.Second))), 100, checkpoint.MaxBackoff / 2},
 		{"JitteredExponential", checkpoint.JitteredExponential{Delta: time.Second, Min: time.Second}.Backoff(), 100, checkpoint.MaxBackoff},
 	} {
 		if got := tc.b(tc.n, 0, half); got != tc.want {
@@ -135,8 +135,8 @@ func TestBackoffCeiling(t *testing.T) {
 	}
 }
 
-// Capped caps each delay of the backoff it wraps, and sets the ceiling the
-// growing backoffs under it grow to; max <= 0 caps nothing.
+// Capped caps each delay of the backoff it wraps; max <= 0 caps nothing; a
+// cap longer than MaxBackoff leaves the growing backoffs at MaxBackoff.
 func TestCapped(t *testing.T) {
 	const s = time.Second
 	user := func(n int, _ time.Duration, _ checkpoint.Rand) time.Duration { return time.Duration(n) * 100 * s }
@@ -152,16 +152,16 @@ func TestCapped(t *testing.T) {
 		{"a function of the user's", checkpoint.Capped(250*s, user), 3, 250 * s},
 		{"max 0 caps nothing", checkpoint.Capped(0, checkpoint.Exponential(s)), 10, 512 * s},
 		{"negative max caps nothing", checkpoint.Capped(-s, checkpoint.Fixed(time.Hour)), 1, time.Hour},
-		// The ceiling of growth is the cap, above MaxBackoff too.
-		{"grows past MaxBackoff", checkpoint.Capped(48*time.Hour, checkpoint.Exponential(s)), 200, 48 * time.Hour},
-		{"Linear grows past MaxBackoff", checkpoint.Capped(72*time.Hour, checkpoint.Linear(time.Hour)), 50, 50 * time.Hour},
-		{"without Capped, MaxBackoff", checkpoint.Exponential(s), 200, checkpoint.MaxBackoff},
-		// Nested: the inner cap rules the growth, the outer caps the result.
-		{"inner cap lower", checkpoint.Capped(48*time.Hour, checkpoint.Capped(30*time.Hour, checkpoint.Exponential(s))), 200, 30 * time.Hour},
-		{"inner cap higher", checkpoint.Capped(30*time.Hour, checkpoint.Capped(48*time.Hour, checkpoint.Exponential(s))), 200, 30 * time.Hour},
-		// A FullJitter between two caps picks below the inner one.
-		{"jitter between caps", checkpoint.Capped(time.Hour, checkpoint.FullJitter(checkpoint.Capped(40*time.Hour, checkpoint.Exponential(s)))), 200, time.Hour},
-		{"jitter under a high cap", checkpoint.FullJitter(checkpoint.Capped(40*time.Hour, checkpoint.Exponential(s))), 200, 20 * time.Hour},
+		// A cap above MaxBackoff: the growing backoffs stop at a day.
+		{"a cap above MaxBackoff", checkpoint.Capped(48*time.Hour, checkpoint.Exponential(s)), 200, checkpoint.MaxBackoff},
+		{"Linear under a cap above MaxBackoff", checkpoint.Capped(72*time.Hour, checkpoint.Linear(time.Hour)), 50, checkpoint.MaxBackoff},
+		{"a function of the user's above MaxBackoff", checkpoint.Capped(72*time.Hour, user), 3000, 72 * time.Hour},
+		// Nested: the lower cap rules.
+		{"inner cap lower", checkpoint.Capped(20*time.Hour, checkpoint.Capped(10*time.Hour, checkpoint.Exponential(s))), 200, 10 * time.Hour},
+		{"inner cap higher", checkpoint.Capped(10*time.Hour, checkpoint.Capped(20*time.Hour, checkpoint.Exponential(s))), 200, 10 * time.Hour},
+		// A FullJitter picks below the cap inside it; a cap outside cuts its pick.
+		{"jitter between caps", checkpoint.Capped(time.Hour, checkpoint.FullJitter(checkpoint.Capped(20*time.Hour, checkpoint.Exponential(s)))), 200, time.Hour},
+		{"jitter under a cap", checkpoint.FullJitter(checkpoint.Capped(20*time.Hour, checkpoint.Exponential(s))), 200, 10 * time.Hour},
 	} {
 		if got := tc.b(tc.n, 0, constU(0.5)); got != tc.want {
 			t.Errorf("%s, retry %d: %v, want %v", tc.name, tc.n, got, tc.want)
