@@ -77,7 +77,7 @@ func TestRecreatedTopicEndsRun(t *testing.T) {
 	go func() { done <- c.Run(context.Background()) }()
 	defer c.Close()
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 5})
-	recreate(t, addrs, "t")
+	kafkatest.Recreate(t, addrs, "t")
 	produce(t, addrs, "t", 0, 0, 5)
 	select {
 	case err := <-done:

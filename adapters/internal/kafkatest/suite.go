@@ -37,6 +37,11 @@ type Adapter struct {
 	// it spreads records over a topic's partitions round robin, and tries
 	// a record once when its topic does not exist.
 	NewPublisher func(t testing.TB, addrs []string) stream.Publisher
+	// FetchByName are options of the adapter's own ([Config.Options])
+	// under which its consumer fetches by topic name, as with brokers
+	// before 2.8, so that a topic deleted and created again is the same
+	// topic rewound; nil when it always fetches by name.
+	FetchByName []any
 }
 
 // Config is one consumer for [Adapter.New]: it consumes Topic in Group on
@@ -225,6 +230,7 @@ func Run(t *testing.T, a Adapter) {
 		{"StartChecks", startChecks},
 		{"ShutdownUnderSlowAnswers", shutdownUnderSlowAnswers},
 		{"ShutdownKeepsCommitInFlight", shutdownKeepsCommitInFlight},
+		{"RewindIsDelivered", rewindIsDelivered},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}
