@@ -355,18 +355,24 @@ func transactionalTopic(t *testing.T, a Adapter) {
 	}
 }
 
-// Run returns nil after a clean shutdown (its context cancelled, or Close),
-// ErrClosed when Close came first, and an error when called twice.
+// The Run rule ([RunRule]) of the adapter's consumers.
 func runRule(t *testing.T, a Adapter) {
 	_, addrs := NewCluster(t, "t", 1)
 	proc := NewProcessor(t, streamtest.Succeed)
-	newConsumer := func(group string) Consumer {
+	RunRule(t, func(group string) Consumer {
 		c, err := a.New(Config{Addrs: addrs, Group: group, Topic: "t", Processor: proc})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return c
-	}
+	})
+}
+
+// RunRule checks the Run rule on consumers newConsumer makes, each of a
+// group of its own of a running cluster: Run returns nil after a clean
+// shutdown (its context cancelled, or Close), ErrClosed when Close came
+// first, and an error when called twice; a second Close returns nil.
+func RunRule(t *testing.T, newConsumer func(group string) Consumer) {
 	run := func(c Consumer, ctx context.Context) chan error {
 		done := make(chan error, 1)
 		go func() { done <- c.Run(ctx) }()
@@ -466,28 +472,36 @@ func closeFromInside(t *testing.T, a Adapter) {
 			}
 			cp.Store(&c)
 			close(joined)
-			done := make(chan error, 1)
-			go func() { done <- c.Run(context.Background()) }()
-			select {
-			case err := <-closed:
-				if err != nil {
-					t.Fatalf("Close from the %s: %v", from, err)
-				}
-			case <-time.After(Wait):
-				t.Fatalf("Close called from the %s did not return", from)
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("Run returned %v after Close, want nil", err)
-				}
-			case <-time.After(Wait):
-				t.Fatalf("Run did not return after Close from the %s", from)
-			}
+			RunClosedFromInside(t, c, from, closed)
 			if err := c.Close(); err != nil {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// RunClosedFromInside runs c until Close, called from inside it (from
+// names where: "handler", "hook"), answers on closed: it fails the test
+// unless Close returns nil and then Run returns nil, each within Wait.
+func RunClosedFromInside(t *testing.T, c Consumer, from string, closed <-chan error) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background()) }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close from the %s: %v", from, err)
+		}
+	case <-time.After(Wait):
+		t.Fatalf("Close called from the %s did not return", from)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run returned %v after Close, want nil", err)
+		}
+	case <-time.After(Wait):
+		t.Fatalf("Run did not return after Close from the %s", from)
 	}
 }
 

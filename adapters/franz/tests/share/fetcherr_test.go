@@ -2,7 +2,6 @@ package share_test
 
 import (
 	"context"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ import (
 // once the error stops, records flow again.
 func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 	kc, addrs := kafkatest.NewCluster(t, "t", 1)
-	var buf syncBuffer
+	var buf kafkatest.LogBuffer
 	handled := make(chan struct{}, 100)
 	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error {
 		handled <- struct{}{}
@@ -34,7 +33,7 @@ func TestFetchErrorIsLoggedAtABoundedRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := share.New(proc, share.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), share.WithResetEarliest(), share.WithLanes(2),
+	c, err := share.New(proc, share.WithLogger(buf.Logger()), share.WithResetEarliest(), share.WithLanes(2),
 		share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup("g"), kgo.ConsumeTopics("t"), kgo.FetchMaxWait(100*time.Millisecond)))
 	if err != nil {
 		t.Fatal(err)

@@ -1,12 +1,9 @@
 package share_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -20,11 +17,10 @@ import (
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
-// Run returns nil after its context is cancelled or Close, ErrClosed after
-// an earlier Close, and an error when called twice.
+// The Run rule the Kafka adapters' consumers share (kafkatest.RunRule).
 func TestRunRule(t *testing.T) {
 	addrs := cluster(t, "t", 1, 2*time.Second, 5)
-	newConsumer := func(group string) *share.Consumer {
+	kafkatest.RunRule(t, func(group string) kafkatest.Consumer {
 		proc, err := stream.NewProcessor(streamtest.Succeed)
 		if err != nil {
 			t.Fatal(err)
@@ -34,48 +30,6 @@ func TestRunRule(t *testing.T) {
 			t.Fatal(err)
 		}
 		return c
-	}
-	await := func(done chan error) error {
-		select {
-		case err := <-done:
-			return err
-		case <-time.After(wait):
-			t.Fatal("Run did not return")
-			return nil
-		}
-	}
-	t.Run("context", func(t *testing.T) {
-		c := newConsumer("g1")
-		ctx, cancel := context.WithCancelCause(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- c.Run(ctx) }()
-		time.Sleep(50 * time.Millisecond)
-		cancel(errors.New("ctrl-c"))
-		if err := await(done); err != nil {
-			t.Fatalf("Run returned %v after its context was cancelled, want nil", err)
-		}
-		if err := c.Run(context.Background()); err == nil {
-			t.Fatal("a second Run returned nil")
-		}
-	})
-	t.Run("close", func(t *testing.T) {
-		c := newConsumer("g2")
-		done := make(chan error, 1)
-		go func() { done <- c.Run(context.Background()) }()
-		time.Sleep(50 * time.Millisecond)
-		if err := c.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if err := await(done); err != nil {
-			t.Fatalf("Run returned %v after Close, want nil", err)
-		}
-	})
-	t.Run("close before run", func(t *testing.T) {
-		c := newConsumer("g3")
-		c.Close()
-		if err := c.Run(context.Background()); !errors.Is(err, stream.ErrClosed) {
-			t.Fatalf("Run after Close returned %v, want ErrClosed", err)
-		}
 	})
 }
 
@@ -131,24 +85,7 @@ func TestCloseFromInside(t *testing.T) {
 				t.Fatal(err)
 			}
 			cp.Store(c)
-			done := make(chan error, 1)
-			go func() { done <- c.Run(context.Background()) }()
-			select {
-			case err := <-closed:
-				if err != nil {
-					t.Fatalf("Close from the %s: %v", from, err)
-				}
-			case <-time.After(wait):
-				t.Fatalf("Close called from the %s did not return", from)
-			}
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("Run returned %v after Close, want nil", err)
-				}
-			case <-time.After(wait):
-				t.Fatalf("Run did not return after Close from the %s", from)
-			}
+			kafkatest.RunClosedFromInside(t, c, from, closed)
 		})
 	}
 }
@@ -157,12 +94,12 @@ func TestCloseFromInside(t *testing.T) {
 // reported by Health.
 func TestStartChecks(t *testing.T) {
 	addrs := cluster(t, "t", 1, 2*time.Second, 5)
-	var buf syncBuffer
+	var buf kafkatest.LogBuffer
 	proc, err := stream.NewProcessor(streamtest.Succeed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := share.New(proc, share.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))), share.WithLanes(1),
+	c, err := share.New(proc, share.WithLogger(buf.Logger()), share.WithLanes(1),
 		share.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ShareGroup("g"), kgo.ConsumeTopics("tt")))
 	if err != nil {
 		t.Fatal(err)
@@ -171,11 +108,7 @@ func TestStartChecks(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	for deadline := time.Now().Add(5 * time.Second); !strings.Contains(buf.String(), `level=WARN msg="redeliver: a topic the consumer reads is not there`); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no warning about the missing topic in 5s:\n%s", buf.String())
-		}
-	}
+	buf.WaitFor(t, `level=WARN msg="redeliver: a topic the consumer reads is not there`, 5*time.Second)
 	if err := c.Health(); err == nil || !strings.Contains(err.Error(), `consumed topic "tt"`) {
 		t.Fatalf("Health: %v, want it to name topic tt", err)
 	}
@@ -183,22 +116,4 @@ func TestStartChecks(t *testing.T) {
 	if err := zero.Health(); err == nil {
 		t.Fatal("Health of a zero Consumer returned nil")
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
