@@ -284,7 +284,7 @@ func TestNoTokenBeyondLoopbackRefusedAtStart(t *testing.T) {
 		h := idleHost(t, host.WithListener(ln), opt)
 		r := start(t, h)
 		waitFor(t, "the host ready", func() bool { ok, _ := h.Ready(); return ok })
-		if err, _ := r.stop(t); err != nil {
+		if err, _ := r.Stop(t); err != nil {
 			t.Errorf("with %s: Run = %v, want it to run until cancelled, then nil", name, err)
 		}
 	}

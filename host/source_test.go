@@ -104,7 +104,7 @@ func TestSourceTrigger(t *testing.T) {
 	if want := "in-memory telemetry, 2 partitions"; !strings.Contains(page, want) {
 		t.Errorf("the page lacks %q", want)
 	}
-	if err, _ := r.stop(t); err != nil {
+	if err, _ := r.Stop(t); err != nil {
 		t.Errorf("Run = %v, want nil (a clean shutdown)", err)
 	}
 }

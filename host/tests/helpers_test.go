@@ -16,7 +16,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz/franzhost"
 	"github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost"
 	"github.com/redeliver-go/redeliver/host"
-	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/host/internal/hosttest"
 )
 
 // These are the host's tests that run on an embedded Kafka
@@ -28,8 +28,18 @@ import (
 // token is the status page's token in these tests.
 const token = "0123456789abcdef-status"
 
-// wait bounds every wait of these tests.
-const wait = 20 * time.Second
+// The shared helpers, under the names these tests use.
+const wait = hosttest.Wait
+
+var (
+	waitFor   = hosttest.WaitFor
+	parse     = hosttest.Parse
+	start     = hosttest.Start
+	get       = hosttest.Get
+	status    = hosttest.Status
+	post      = hosttest.Post
+	partition = hosttest.Partition
+)
 
 // newCluster starts an in-process Kafka with the given topics, each of
 // partitions partitions, closed at the end of the test.
@@ -84,18 +94,6 @@ func committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses 
 	return offs
 }
 
-// waitFor polls cond until it holds.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // waitCommitted waits until the group's committed offset of the partition
 // is want.
 func waitCommitted(t testing.TB, addrs []string, group, topic string, partition int32, want int64) {
@@ -114,16 +112,6 @@ func waitCommitted(t testing.TB, addrs []string, group, topic string, partition 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// parse reads a host.json from text, ignoring the environment.
-func parse(t testing.TB, doc string) *hostconfig.Config {
-	t.Helper()
-	cfg, err := hostconfig.Loader{Environ: func() []string { return nil }}.Parse("host.json", []byte(doc))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cfg
 }
 
 // fastKafkaGo makes kafka-go's group quick to join on kfake.
@@ -154,36 +142,4 @@ func adapters(t testing.TB) []host.Option {
 func onKafka(t testing.TB, addrs []string, opts ...host.Option) []host.Option {
 	t.Helper()
 	return append(append(adapters(t), host.WithBrokers(addrs...)), opts...)
-}
-
-// running is a host started by start.
-type running struct {
-	h      *host.Host
-	cancel context.CancelFunc
-	done   chan error
-}
-
-// start runs h until the end of the test.
-func start(t testing.TB, h *host.Host) *running {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{h: h, cancel: cancel, done: make(chan error, 1)}
-	go func() { r.done <- h.Run(ctx) }()
-	t.Cleanup(func() { r.stop(t) })
-	return r
-}
-
-// stop stops the host and returns Run's error and how long it took.
-func (r *running) stop(t testing.TB) (error, time.Duration) {
-	t.Helper()
-	begin := time.Now()
-	r.cancel()
-	select {
-	case err := <-r.done:
-		r.done <- err
-		return err, time.Since(begin)
-	case <-time.After(wait):
-		t.Fatal("host did not stop")
-		return nil, 0
-	}
 }

@@ -137,7 +137,7 @@ func TestShutdownMidBackoff(t *testing.T) {
 				return len(st.Functions[0].Partitions) == 1 && st.Functions[0].Partitions[0].State == host.StateBackoff
 			})
 			waitCommitted(t, addrs, "g", "orders", 0, 3) // the retry state is committed with the checkpoint at the batch
-			err, took := r.stop(t)
+			err, took := r.Stop(t)
 			if err != nil {
 				t.Errorf("Run = %v, want nil (a clean shutdown)", err)
 			}

@@ -2,9 +2,7 @@ package tests
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -56,47 +54,6 @@ func statusHost(t *testing.T, opts ...host.Option) (*host.Host, []string, *atomi
 	return h, addrs, &fixed
 }
 
-func get(t *testing.T, hd http.Handler, path string) (int, string) {
-	t.Helper()
-	rec := httptest.NewRecorder()
-	hd.ServeHTTP(rec, httptest.NewRequest("GET", "http://127.0.0.1:8080"+path, nil)) // a name the host answers to
-	return rec.Code, rec.Body.String()
-}
-
-func status(t *testing.T, hd http.Handler) host.Status {
-	t.Helper()
-	code, body := get(t, hd, "/status.json")
-	if code != 200 {
-		t.Fatalf("/status.json: %d %s", code, body)
-	}
-	var st host.Status
-	if err := json.Unmarshal([]byte(body), &st); err != nil {
-		t.Fatalf("/status.json: %v\n%s", err, body)
-	}
-	return st
-}
-
-// partition returns the status of a function's partition 0.
-func partition(st host.Status, function string) (host.PartitionStatus, bool) {
-	for _, f := range st.Functions {
-		if f.Name == function && len(f.Partitions) == 1 {
-			return f.Partitions[0], true
-		}
-	}
-	return host.PartitionStatus{}, false
-}
-
-func post(hd http.Handler, path string, form url.Values, header map[string]string) *httptest.ResponseRecorder {
-	req := httptest.NewRequest("POST", "http://127.0.0.1:8080"+path, strings.NewReader(form.Encode()))
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	for k, v := range header {
-		req.Header.Set(k, v)
-	}
-	rec := httptest.NewRecorder()
-	hd.ServeHTTP(rec, req)
-	return rec
-}
-
 func TestHealthAndReadiness(t *testing.T) {
 	h, _, _ := statusHost(t)
 	hd := h.Handler()
@@ -116,7 +73,7 @@ func TestHealthAndReadiness(t *testing.T) {
 			t.Fatalf("/readyz still %d %q after %v", code, body, wait)
 		}
 	}
-	r.stop(t)
+	r.Stop(t)
 	if code, _ := get(t, hd, "/readyz"); code != 503 {
 		t.Errorf("/readyz after Run = %d, want 503", code)
 	}
