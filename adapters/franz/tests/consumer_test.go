@@ -38,12 +38,7 @@ func TestBackoffKeepsBufferedOrder(t *testing.T) {
 	produce(t, addrs, "t", 0, 0, 3000)
 	produce(t, addrs, "t", 1, 0, 100)
 
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.FetchMaxWait(50 * time.Millisecond)}, franz.ClientOptions()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := boundClient(t, addrs, kgo.FetchMaxWait(50*time.Millisecond))
 
 	var (
 		rec          streamtest.Recorder
@@ -81,17 +76,7 @@ func TestBackoffKeepsBufferedOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(wait):
-			t.Error("Run did not return")
-		}
-	}()
+	startConsumer(t, c)
 
 	select {
 	case <-retried:
@@ -322,12 +307,7 @@ func TestFullBufferThrottles(t *testing.T) {
 	addrs := newCluster(t, "t", 2)
 	produce(t, addrs, "t", 0, 0, 1000)
 	produce(t, addrs, "t", 1, 0, 1000)
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.FetchMaxWait(50 * time.Millisecond), kgo.FetchMaxPartitionBytes(4 << 10)}, franz.ClientOptions()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := boundClient(t, addrs, kgo.FetchMaxWait(50*time.Millisecond), kgo.FetchMaxPartitionBytes(4<<10))
 	var (
 		rec        streamtest.Recorder
 		pausedSeen atomic.Bool
@@ -354,17 +334,7 @@ func TestFullBufferThrottles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(wait):
-			t.Error("Run did not return")
-		}
-	}()
+	startConsumer(t, c)
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 1000, 1: 1000})
 	checkHistory(t, rec.Of("t", 0), 1000)
 	checkHistory(t, rec.Of("t", 1), 1000)
@@ -389,12 +359,7 @@ func TestResumeDoesNotWaitForFetchInFlight(t *testing.T) {
 		produce(t, addrs, "t", 0, i, 100) // batches of 100: a fetch gets a few
 	}
 	produce(t, addrs, "t", 1, 0, 10)
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
-		kgo.FetchMaxWait(maxWait), kgo.FetchMaxPartitionBytes(4 << 10)}, franz.ClientOptions()...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
+	cl := boundClient(t, addrs, kgo.FetchMaxWait(maxWait), kgo.FetchMaxPartitionBytes(4<<10))
 	var (
 		rec        streamtest.Recorder
 		pausedSeen atomic.Bool
@@ -418,17 +383,7 @@ func TestResumeDoesNotWaitForFetchInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(wait):
-			t.Error("Run did not return")
-		}
-	}()
+	startConsumer(t, c)
 	var start time.Time
 	select {
 	case start = <-retried:

@@ -4,7 +4,9 @@ import (
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -18,6 +20,7 @@ var (
 	waitCommitted = kafkatest.WaitCommitted
 	offsetsOf     = kafkatest.OffsetsOf
 	checkHistory  = kafkatest.CheckHistory
+	startConsumer = kafkatest.StartConsumer
 )
 
 // newCluster starts an in-process kfake cluster with one topic of the given
@@ -33,6 +36,19 @@ func newCluster(t testing.TB, topic string, partitions int32, opts ...kfake.Opt)
 func start(t testing.TB, addrs []string, group, topic string, proc *stream.Processor, opts ...any) *kafkatest.Running {
 	t.Helper()
 	return kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: group, Topic: topic, Processor: proc, Options: opts})
+}
+
+// boundClient returns a client of group "g" on topic "t" for
+// franz.WithClient (with franz.ClientOptions) and opts, closed at the end
+// of the test.
+func boundClient(t testing.TB, addrs []string, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	cl, err := kgo.NewClient(append(append([]kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")}, opts...), franz.ClientOptions()...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
 }
 
 func values(b *stream.Batch) []string {

@@ -105,6 +105,12 @@ func Start(t testing.TB, a Adapter, cfg Config) *Running {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return StartConsumer(t, c)
+}
+
+// StartConsumer runs c, and stops it at the end of the test.
+func StartConsumer(t testing.TB, c Consumer) *Running {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Running{C: c, cancel: cancel, done: make(chan struct{})}
 	go func() {
