@@ -47,6 +47,18 @@ func runProc(t *testing.T, proc *stream.Processor, parts ...*streamtest.Partitio
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// runOrders runs proc on a partition orders/0 of n records, in batches of
+// up to n, until the end of the test, and waits until all are committed.
+func runOrders(t *testing.T, proc *stream.Processor, n int) {
+	t.Helper()
+	p := streamtest.NewPartition("orders", 0, n)
+	p.AppendN(time.Now(), n)
+	runProc(t, proc, p)
+	if err := p.WaitCommitted(t.Context(), int64(n)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A handler that panics: its span ends (failed, error.type the
 // processor's *stream.PanicError, as on the metrics), its redelivery links
 // to it, and the processor's PanicError still holds the handler's stack.
@@ -72,12 +84,7 @@ func TestPanicEndsSpan(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := streamtest.NewPartition("orders", 0, 1)
-		p.AppendN(time.Now(), 1)
-		runProc(t, proc, p)
-		if err := p.WaitCommitted(t.Context(), 1); err != nil {
-			t.Fatal(err)
-		}
+		runOrders(t, proc, 1)
 		spans := sr.Ended()
 		if len(spans) != 2 {
 			t.Fatalf("%d spans ended, want 2: the delivery that panicked and its retry", len(spans))
@@ -123,12 +130,7 @@ func TestDurationBucketsAndOperationName(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				p := streamtest.NewPartition("orders", 0, 5)
-				p.AppendN(time.Now(), 5)
-				runProc(t, proc, p)
-				if err := p.WaitCommitted(t.Context(), 5); err != nil {
-					t.Fatal(err)
-				}
+				runOrders(t, proc, 5)
 				m := collect(t, reader)
 				hist := m["messaging.process.duration"].Data.(metricdata.Histogram[float64])
 				want := []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10}
@@ -167,48 +169,39 @@ func TestConsumedCountsEachRecordOnce(t *testing.T) {
 }
 
 func consumedAfterPoison(t *testing.T) {
-	{
-		tel, reader := metered(t)
-		// orders/0: record 0 is poison, given up alone after its retry; the
-		// four after it come again as a batch of their own.
-		poison := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
-			if r.Offset == 0 {
-				return errDown
-			}
-			return nil
-		})
-		proc, err := stream.NewProcessor(poison, stream.WithHooks(tel.Hooks()),
-			stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(time.Second)}))
-		if err != nil {
-			t.Fatal(err)
+	tel, reader := metered(t)
+	// orders/0: record 0 is poison, given up alone after its retry; the
+	// four after it come again as a batch of their own.
+	poison := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		if r.Offset == 0 {
+			return errDown
 		}
-		p := streamtest.NewPartition("orders", 0, 5)
-		p.AppendN(time.Now(), 5)
-		runProc(t, proc, p)
-		if err := p.WaitCommitted(t.Context(), 5); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		if got := sum(t, collect(t, reader)["messaging.client.consumed.messages"], onP0); got != 5 {
-			t.Errorf("consumed after a poison record: %d, want 5", got)
-		}
+		return nil
+	})
+	proc, err := stream.NewProcessor(poison, stream.WithHooks(tel.Hooks()),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(time.Second)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOrders(t, proc, 5)
+	synctest.Wait()
+	if got := sum(t, collect(t, reader)["messaging.client.consumed.messages"], onP0); got != 5 {
+		t.Errorf("consumed after a poison record: %d, want 5", got)
 	}
 }
 
 func consumedAfterResume(t *testing.T) {
-	{
-		tel, reader := metered(t)
-		proc, p := stopped(t, tel)
-		if err := proc.Resume(t.Context(), "orders", 0); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.WaitCommitted(t.Context(), 1); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		if got := sum(t, collect(t, reader)["messaging.client.consumed.messages"], onP0); got != 1 {
-			t.Errorf("consumed after a stop and a resume: %d, want 1", got)
-		}
+	tel, reader := metered(t)
+	proc, p := stopped(t, tel)
+	if err := proc.Resume(t.Context(), "orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.WaitCommitted(t.Context(), 1); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	if got := sum(t, collect(t, reader)["messaging.client.consumed.messages"], onP0); got != 1 {
+		t.Errorf("consumed after a stop and a resume: %d, want 1", got)
 	}
 }
 
