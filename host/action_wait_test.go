@@ -27,26 +27,7 @@ import (
 // same way.
 func TestActionsWaitNoLongerThanTheirRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := parse(t, `{"checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"}}`)
-		h, err := host.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		part := streamtest.NewPartition("payments", 0, 1)
-		part.AppendN(time.Now(), 3)
-		fail := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.FirstOffset() == 1 {
-				return errBoom
-			}
-			return nil
-		})
-		if err := h.Register("payments", fail, memSource("payments", part)); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- h.Run(ctx) }()
-		synctest.Wait()
+		h, part := stopsAtOne(t, 3)
 		if p, ok := partition(h.Status(), "payments"); !ok || p.State != host.StateStopped || p.FirstOffset != 1 {
 			t.Fatalf("payments/0 = %+v, want stopped at 1", p)
 		}
@@ -64,7 +45,7 @@ func TestActionsWaitNoLongerThanTheirRequest(t *testing.T) {
 		}
 
 		// A client that went away: the wait ends at once, nothing done.
-		gone, stop := context.WithCancel(ctx)
+		gone, stop := context.WithCancel(t.Context())
 		stop()
 		if rec := skip(gone); rec.Code != http.StatusGatewayTimeout || !strings.Contains(rec.Body.String(), "still stopped at offset 1") {
 			t.Errorf("skip from a client gone: %d %s; want 504, the partition still stopped", rec.Code, rec.Body)
@@ -86,7 +67,7 @@ func TestActionsWaitNoLongerThanTheirRequest(t *testing.T) {
 		}
 		part.FailCommits(faults...)
 		began := time.Now()
-		rec := skip(ctx)
+		rec := skip(t.Context())
 		if took := time.Since(began); took != 10*time.Second {
 			t.Errorf("the skip's request took %v, want 10s", took)
 		}
@@ -99,7 +80,7 @@ func TestActionsWaitNoLongerThanTheirRequest(t *testing.T) {
 		}
 
 		// The broker back: the checkpoint moves past the record, and on.
-		wait, wcancel := context.WithTimeout(ctx, time.Hour)
+		wait, wcancel := context.WithTimeout(t.Context(), time.Hour)
 		defer wcancel()
 		if err := part.WaitCommitted(wait, 3); err != nil {
 			t.Fatal(err)
@@ -108,10 +89,6 @@ func TestActionsWaitNoLongerThanTheirRequest(t *testing.T) {
 		if p, _ := partition(h.Status(), "payments"); p.State != host.StateFlowing || p.Checkpoint != 3 {
 			t.Errorf("payments/0 = %+v, want flowing at 3", p)
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
 	})
 }
 
@@ -119,36 +96,47 @@ func TestActionsWaitNoLongerThanTheirRequest(t *testing.T) {
 // the end: no later batch is there to show that the checkpoint moved.
 func TestSkipOfTheLastRecordFlows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := parse(t, `{"checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"}}`)
-		h, err := host.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		part := streamtest.NewPartition("payments", 0, 1)
-		part.AppendN(time.Now(), 2)
-		fail := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.FirstOffset() == 1 {
-				return errBoom
-			}
-			return nil
-		})
-		if err := h.Register("payments", fail, memSource("payments", part)); err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- h.Run(ctx) }()
-		synctest.Wait()
-		if err := h.Skip(ctx, "payments", "payments", 0); err != nil {
+		h, _ := stopsAtOne(t, 2)
+		if err := h.Skip(t.Context(), "payments", "payments", 0); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait()
 		if p, _ := partition(h.Status(), "payments"); p.State != host.StateFlowing || p.Checkpoint != 2 || !strings.Contains(p.Note, "skipped by an operator") {
 			t.Errorf("payments/0 = %+v after the skip of its last record, want flowing at 2, skipped by an operator", p)
 		}
+	})
+}
+
+// stopsAtOne runs a host, in the test's bubble and until its end, whose
+// function "payments" reads payments/0, of n records, and stops the
+// partition at offset 1, whose batch always fails (no retry); Run must
+// return nil at the end. It returns once the host is idle.
+func stopsAtOne(t *testing.T, n int) (*host.Host, *streamtest.Partition) {
+	t.Helper()
+	h, err := host.New(parse(t, `{"checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := streamtest.NewPartition("payments", 0, 1)
+	part.AppendN(time.Now(), n)
+	fail := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 1 {
+			return errBoom
+		}
+		return nil
+	})
+	if err := h.Register("payments", fail, memSource("payments", part)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- h.Run(ctx) }()
+	t.Cleanup(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("Run: %v", err)
 		}
 	})
+	synctest.Wait()
+	return h, part
 }
