@@ -536,7 +536,7 @@ func (h *Host) run(ctx context.Context) error {
 				names = append(names, f.name)
 			}
 		}
-		result = fmt.Errorf("%w: after %v, still running: %s (stopping because: %w)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), why)
+		result = fmt.Errorf("%w: after %v, still running: %s (stopping because: %v)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), why)
 		h.log.Error("redeliver: host drain time over", "still_running", names)
 		break
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 )
 
 // ExhaustionAction runs when a failed batch is given up, before its
@@ -246,6 +247,16 @@ func (p *Processor) Process(ctx context.Context, c Claim) (err error) {
 	case ctx == nil:
 		return errors.New("stream: Process: nil context")
 	}
+	// Everything the worker calls (the handler, hooks, the exhaustion
+	// action) runs inside: the Close of whatever runs this processor (an
+	// adapter's consumer, the functions host), called from there, stops
+	// it without waiting for this worker, which cannot end before the call
+	// returns.
+	lifecycle.Inside(func() { err = p.process(ctx, c) })
+	return err
+}
+
+func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 	off, md := c.Committed()
 	id := p.claims.Add(1)
 	if h := p.cfg.hooks.Claimed; h != nil {

@@ -1,6 +1,8 @@
 // Package lifecycle is the life of redeliver's long-running types (the
-// Kafka adapters' consumers, the share consumer): made by a constructor,
-// run once, closed from anywhere.
+// consumers of every adapter, the share consumer, the functions host, the
+// re-drive scheduler): made by a constructor, run once, closed from
+// anywhere. A stream.Processor runs each claim's worker inside [Inside], so
+// a handler, a hook or an exhaustion action may close what runs it.
 //
 // The rules it keeps, so that every such type keeps them the same way:
 //
