@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/redeliver-go/redeliver/redrive/internal/rowcodec"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -136,15 +137,17 @@ type Entry struct {
 // original topic, partition and offset its message names in
 // [stream.HeaderTopic], [stream.HeaderPartition] and [stream.HeaderOffset]
 // (a re-driven or dead-lettered record carries them), else the message's
-// own. Entries with the same origin are parked copies of one record; the
-// [Park] action keeps one entry per record, so more than one is a sign of
-// a wiring that strips the re-drive headers (see docs/REDRIVE.md).
+// own. A topic header that is empty or not text (invalid UTF-8 or a NUL:
+// no topic is so named) names no origin. Entries with the same origin are
+// parked copies of one record; the [Park] action keeps one entry per
+// record, so more than one is a sign of a wiring that strips the re-drive
+// headers (see docs/REDRIVE.md).
 func (e Entry) Origin() (topic string, partition int32, offset int64) {
 	m := e.Message
 	t, okT := headerValue(m.Headers, stream.HeaderTopic)
 	p, okP := headerValue(m.Headers, stream.HeaderPartition)
 	o, okO := headerValue(m.Headers, stream.HeaderOffset)
-	if okT && okP && okO {
+	if okT && okP && okO && t != "" && rowcodec.Text(t) {
 		pn, errP := strconv.ParseInt(p, 10, 32)
 		on, errO := strconv.ParseInt(o, 10, 64)
 		if errP == nil && errO == nil {

@@ -271,6 +271,25 @@ func testParkOddBatch(t *testing.T, s redrive.Store) {
 	if d := diff(e, w); d != "" || e.LastError != xerr.Error() {
 		t.Fatalf("parked: %s; error %q, want %q", d, e.LastError, xerr.Error())
 	}
+
+	// A record that carries an entry key this store does not hold and an
+	// original topic that no topic name is (odd bytes, or nothing): it is
+	// parked at its own position, under the key it carries.
+	for i, topic := range []string{"bad\xff\xfe", "nul\x00topic", ""} {
+		r := stream.Record{Topic: "retry", Partition: 1, Offset: int64(i), Value: []byte("v"), Headers: []stream.Header{
+			{Key: redrive.HeaderKey, Value: fmt.Appendf(nil, "elsewhere-%d", i)}, {Key: redrive.HeaderNumber, Value: []byte("1")},
+			{Key: stream.HeaderTopic, Value: []byte(topic)}, {Key: stream.HeaderPartition, Value: []byte("2")},
+			{Key: stream.HeaderOffset, Value: []byte("41")},
+		}}
+		if err := park(ctxFor(t), &stream.Batch{Topic: r.Topic, Partition: r.Partition, Records: []stream.Record{r}}, xerr); err != nil {
+			t.Fatalf("parking a re-driven record whose original topic header is %q: %v", topic, err)
+		}
+		e := mustGet(t, s, fmt.Sprintf("elsewhere-%d", i))
+		if tp, p, off := e.Origin(); tp != "retry" || p != 1 || off != int64(i) || e.Message.Topic != "retry" {
+			t.Errorf("entry of a record whose original topic header is %q: at %s/%d/%d, origin %s/%d/%d; want its own position, retry/1/%d",
+				topic, e.Message.Topic, e.Message.Partition, e.Message.Offset, tp, p, off, i)
+		}
+	}
 }
 
 // testWaitsHonourContext: while a sweep holds an entry (its publish hangs),
