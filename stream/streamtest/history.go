@@ -299,7 +299,9 @@ type Report struct {
 //     committed before the move is the one count a move may lose (first
 //     deliveries commit nothing before they run), and a retry committed
 //     as started counts even if no delivery of it was seen (a crash).
-//     Every retry state committed must hold the record's count. A failure
+//     Every retry state committed must name the record at its checkpoint
+//     and hold that record's count; a new owner ignores a state that names
+//     another record, as the engine does. A failure
 //     during an outage (Event.Uncounted) counts nothing. A give-up starts
 //     the record's count over (Processor.Resume of a stopped partition);
 //   - a record given up was given up after its own count: the
@@ -418,12 +420,12 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if h.MemoryOnly {
 				break
 			}
-			st := stateOf(e.Metadata)
+			st := stateOf(e.Metadata, start)
 			if e.Offset < 0 {
 				st = committedState{}
 			}
 			if p.commit == start {
-				if c := stateOf(p.commitMD); c.n > st.n {
+				if c := stateOf(p.commitMD, start); c.n > st.n {
 					st = c
 				}
 			}
@@ -608,7 +610,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			// A started retry is committed before its delivery; a
 			// given-up state after every delivery it counts.
-			if st := stateOf(e.Metadata); st.n-b2i(st.started && !st.givenUp) != n {
+			if at, err := checkpoint.DecodeState(e.Metadata); err == nil && at.Offset >= 0 && at.Offset != e.Offset {
+				bad("%s: retry state %q committed with the checkpoint at %d, but it names the record at %d", where(), e.Metadata, e.Offset, at.Offset)
+			} else if st := stateOf(e.Metadata, e.Offset); st.n-b2i(st.started && !st.givenUp) != n {
 				bad("%s: retry state %q committed for the record at %d, but the record has had %d counted deliveries", where(), e.Metadata, e.Offset, n)
 			}
 		}
@@ -648,11 +652,13 @@ type committedState struct {
 	first   time.Time // its first failure
 }
 
-// stateOf reads a committed retry state; the zero committedState for no
-// state, or metadata that is not redeliver's.
-func stateOf(md string) committedState {
+// stateOf reads a retry state committed with the checkpoint at at; the
+// zero committedState for no state, metadata that is not redeliver's, or
+// a state that names another record than the one at at (a next owner
+// ignores it).
+func stateOf(md string, at int64) committedState {
 	s, err := checkpoint.DecodeState(md)
-	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 {
+	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 || s.Offset >= 0 && s.Offset != at {
 		return committedState{} // a halted partition's next owner starts afresh
 	}
 	return committedState{n: s.Retries + b2i(s.Started), started: s.Started, givenUp: s.GivenUp != 0, lastErr: s.LastError, first: s.FirstFailure}

@@ -295,6 +295,25 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			a.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: 2, Committed: -1})
 			a.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: 1, Next: 10})
 		}, "commit of 10 by a stale claim: claim 2 of the same consumer owns the partition"},
+		// A retry state names its record: a new owner ignores one that
+		// names another record than the one at the checkpoint, and a
+		// state committed naming another record is caught.
+		{"new owner ignores a state naming another record", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 2)
+			commit(a, 3)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			md := checkpoint.EncodeState(checkpoint.State{Offset: 1, Retries: 2, FirstFailure: t0, Started: true})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 3, Metadata: md})
+			ok(b, 3, 9)
+			commit(b, 10)
+		}, ""},
+		{"state committed naming another record", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			retry(a, 0, stream.Failed)
+			md := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 1, FirstFailure: t0})
+			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+		}, "committed with the checkpoint at 0, but it names the record at 5"},
 		{"partial ahead", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
