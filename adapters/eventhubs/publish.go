@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
+	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -40,8 +41,13 @@ type EventSender interface {
 // event too large with none of them (a dead-letter hub with a smaller limit
 // than the source's) can never be sent: Publish returns an error that says
 // so, and the dead-letter action tries again after its backoff while the
-// partition waits. A Publisher is safe
-// for concurrent use. Build it with [NewPublisher] or [NewSenderPublisher]:
+// partition waits. The headers a [redrive.Scheduler] adds to a re-driven
+// record ([redrive.HeaderKey], [redrive.HeaderNumber],
+// [redrive.HeaderState]) are never cut: without them the record could not
+// complete its entry, and failing again it would be parked as a new one.
+// A re-driven record that does not fit with them is not sent: the
+// scheduler reports the failure and times the entry out. A Publisher is
+// safe for concurrent use. Build it with [NewPublisher] or [NewSenderPublisher]:
 // the zero Publisher's Publish returns an error.
 type Publisher struct {
 	hub    string
@@ -176,8 +182,14 @@ func cut(r stream.Record, level int) stream.Record {
 }
 
 // deadLetterHeader reports whether key is a header that stream.DeadLetter
-// adds.
+// adds, one that a cut may drop. The re-drive's headers (its entry's key,
+// its number and state) are never dropped: they tie a re-published record
+// to its entry, which it completes, or goes back to when it fails again.
 func deadLetterHeader(key string) bool {
+	switch key {
+	case redrive.HeaderKey, redrive.HeaderNumber, redrive.HeaderState:
+		return false
+	}
 	return strings.HasPrefix(key, "redeliver-") || strings.HasPrefix(key, "__dlq.errors.")
 }
 

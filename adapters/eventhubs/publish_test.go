@@ -8,13 +8,17 @@ import (
 	"strings"
 	"testing"
 	"testing/synctest"
+	"time"
 	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
 	"github.com/redeliver-go/redeliver/adapters/eventhubs"
 	"github.com/redeliver-go/redeliver/adapters/eventhubs/memhub"
+	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/redrive/redrivetest"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 func TestPublisherSendsRecordsAsEvents(t *testing.T) {
@@ -153,6 +157,62 @@ func TestDeadLetterTooLargeIsCutToFit(t *testing.T) {
 					t.Error("no Warn log line for the cut headers")
 				}
 			})
+		})
+	}
+}
+
+// A re-driven record near the hub's size limit: the headers that tie it to
+// its entry (the re-drive's key and number) are never cut to make it fit,
+// or the record, failing again, would be parked as a new entry and could
+// never complete its own. One that fits with them is sent with the other
+// headers cut; one that does not is a failed re-drive, which the scheduler
+// reports and tries again.
+func TestRedriveHeadersNeverCut(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		value int
+		sent  bool
+	}{
+		{"others-cut", 850, true},
+		{"does-not-fit", 960, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var l logs
+			prev := slog.Default()
+			slog.SetDefault(slog.New(&l))
+			defer slog.SetDefault(prev)
+			hub, _ := memhub.New("orders", 1)
+			hub.SetMaxEventBytes(1000)
+			pub, _ := eventhubs.NewSenderPublisher("orders", hub)
+			store := redrivetest.NewMemStore()
+			now := time.Date(2026, 3, 1, 9, 0, 0, 0, time.UTC)
+			if _, err := store.Park(t.Context(), []redrive.Entry{{Key: "orders/0/5", Base: redrive.ParkedState, Status: redrive.Parked,
+				StateTime: now, Created: now, Expiry: time.Minute, DueAt: now, LastError: strings.Repeat("e", 500),
+				Message: stream.Record{Topic: "orders", Offset: 5, Value: bytes.Repeat([]byte("x"), c.value)}}}); err != nil {
+				t.Fatal(err)
+			}
+			sch, err := redrive.NewScheduler(store, pub, redrive.WithClock(streamtest.NewClock(now)), redrive.WithLogger(slog.New(slog.DiscardHandler)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := sch.Sweep(t.Context())
+			evs, _ := hub.Events("0")
+			if !c.sent {
+				if ev.Failed != 1 || len(evs) != 0 {
+					t.Fatalf("sweep %+v, %d events sent; want the re-drive failed and nothing sent", ev, len(evs))
+				}
+				return
+			}
+			if ev.Redriven != 1 || len(evs) != 1 {
+				t.Fatalf("sweep %+v, %d events sent; want 1 re-driven", ev, len(evs))
+			}
+			r := eventhubs.Record("orders", 0, evs[0])
+			if k, _ := redrivetest.Header(r, redrive.HeaderKey); k != "orders/0/5" {
+				t.Errorf("re-driven event's headers %q: want %s orders/0/5", r.Headers, redrive.HeaderKey)
+			}
+			if n, _ := redrivetest.Header(r, redrive.HeaderNumber); n != "1" {
+				t.Errorf("re-driven event's headers %q: want %s 1", r.Headers, redrive.HeaderNumber)
+			}
 		})
 	}
 }
