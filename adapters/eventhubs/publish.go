@@ -84,7 +84,14 @@ func NewSenderPublisher(hub string, s EventSender) (*Publisher, error) {
 
 // Publish sends recs to the publisher's hub, whose name topic must be, and
 // returns once all are accepted, or the first error. Consecutive records
-// with the same key go in one call.
+// with the same key go in one call to the sender, in order, and a call
+// that fails ends the Publish. When calls before it went through, the
+// error is a [*stream.PublishError] that says which records were sent, so
+// that a re-drive or a dead-letter action sends only the others again. A
+// failed call's records all count as not sent, so some are sent again
+// when the service took them all the same: an acknowledgement lost, or,
+// through the SDK's producer, the batches sent before the one that failed
+// when a call's events need more than one.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
 	if p == nil || p.sender == nil {
 		return errors.New("eventhubs: Publish on a zero Publisher: build it with eventhubs.NewPublisher or eventhubs.NewSenderPublisher")
@@ -111,21 +118,35 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 			evs = append(evs, Event(r))
 		}
 		err := p.sender.SendEvents(ctx, key, evs)
+		sent := 0
 		if errors.Is(err, azeventhubs.ErrEventDataTooLarge) {
-			err = p.sendCut(ctx, hub, key, recs[i:j])
+			sent, err = p.sendCut(ctx, hub, key, recs[i:j])
 		}
 		if err != nil {
-			return fmt.Errorf("eventhubs: send to %s: %w", hub, err)
+			return sentBefore(i+sent, len(recs), fmt.Errorf("eventhubs: send to %s: %w", hub, err))
 		}
 		i = j
 	}
 	return nil
 }
 
+// sentBefore is the error of a Publish of n records whose first sent were
+// sent before err: err itself when none were.
+func sentBefore(sent, n int, err error) error {
+	if sent == 0 {
+		return err
+	}
+	errs := make([]error, n)
+	for i := sent; i < n; i++ {
+		errs[i] = err
+	}
+	return &stream.PublishError{Errs: errs}
+}
+
 // sendCut sends recs one by one, each with its dead-letter headers cut
-// down as far as it needs to fit.
-func (p *Publisher) sendCut(ctx context.Context, hub string, key *string, recs []stream.Record) error {
-	for _, r := range recs {
+// down as far as it needs to fit, and returns how many it sent.
+func (p *Publisher) sendCut(ctx context.Context, hub string, key *string, recs []stream.Record) (int, error) {
+	for i, r := range recs {
 		var err error
 		for level := range cutLevels {
 			if level > 0 {
@@ -139,15 +160,15 @@ func (p *Publisher) sendCut(ctx context.Context, hub string, key *string, recs [
 			}
 		}
 		if errors.Is(err, azeventhubs.ErrEventDataTooLarge) {
-			return fmt.Errorf("the event of %s offset %s (%d bytes of value, %d headers of its own) is too large for event hub %s even with no dead-letter headers, "+
+			return i, fmt.Errorf("the event of %s offset %s (%d bytes of value, %d headers of its own) is too large for event hub %s even with no dead-letter headers, "+
 				"and can never be sent there: use a dead-letter hub whose size limit is the source's: %w",
 				headerValue(r, stream.HeaderTopic), headerValue(r, stream.HeaderOffset), len(r.Value), len(cut(r, len(cutLevels)-1).Headers), hub, err)
 		}
 		if err != nil {
-			return err
+			return i, err
 		}
 	}
-	return nil
+	return len(recs), nil
 }
 
 // cutLevels says what each level of cut keeps of the dead-letter headers.

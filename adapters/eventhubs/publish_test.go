@@ -216,3 +216,46 @@ func TestRedriveHeadersNeverCut(t *testing.T) {
 		})
 	}
 }
+
+// refusingSender sends to hub, but refuses the calls whose partition key
+// is refuse.
+type refusingSender struct {
+	hub    *memhub.Hub
+	refuse string
+}
+
+var errRefused = errors.New("the service refused the send")
+
+func (s refusingSender) SendEvents(ctx context.Context, key *string, evs []*azeventhubs.EventData) error {
+	if key != nil && *key == s.refuse {
+		return errRefused
+	}
+	return s.hub.SendEvents(ctx, key, evs)
+}
+
+// A Publish whose records go out in several sends (one per key), one of
+// which fails after others went through: the error says which records were
+// sent (a *stream.PublishError), so that a re-drive or a dead-letter
+// action sends only the others again.
+func TestPublishSaysWhichRecordsWereSent(t *testing.T) {
+	hub, _ := memhub.New("dlq", 1)
+	pub, _ := eventhubs.NewSenderPublisher("dlq", refusingSender{hub, "b"})
+	recs := []stream.Record{{Key: []byte("a"), Value: []byte("1")}, {Key: []byte("a"), Value: []byte("2")},
+		{Key: []byte("b"), Value: []byte("3")}, {Key: []byte("c"), Value: []byte("4")}}
+	err := pub.Publish(t.Context(), "dlq", recs)
+	var pe *stream.PublishError
+	if !errors.As(err, &pe) || len(pe.Errs) != len(recs) || !pe.Written(0) || !pe.Written(1) || pe.Written(2) || pe.Written(3) {
+		t.Fatalf("Publish with the second send refused: %v; want a *stream.PublishError: records 0 and 1 written, 2 and 3 not", err)
+	}
+	if !errors.Is(err, errRefused) {
+		t.Errorf("Publish's error %v does not match the sender's", err)
+	}
+	if evs, _ := hub.Events("0"); len(evs) != 2 {
+		t.Errorf("%d events in the hub, want the 2 sent", len(evs))
+	}
+	// Nothing sent: a plain error.
+	pub, _ = eventhubs.NewSenderPublisher("dlq", refusingSender{hub, "a"})
+	if err := pub.Publish(t.Context(), "dlq", recs); err == nil || errors.As(err, &pe) || !errors.Is(err, errRefused) {
+		t.Errorf("Publish with its first send refused: %v; want the sender's error, not a PublishError", err)
+	}
+}
