@@ -51,11 +51,13 @@ const (
 // Re-publishing is at least once. A record is published again, with the
 // same [HeaderNumber], when the process dies or the store fails between
 // the publish and the mark (the entries are still due and the next sweep,
-// of any scheduler, publishes them again), and when a publish fails for
-// a record that the broker wrote all the same (an acknowledgement lost, or
-// a publisher that cannot say which records of a failed call were
-// written: see [stream.PublishError]). Nothing else publishes an entry
-// twice for one due time.
+// of any scheduler, publishes them again), when the scheduler is stopped
+// during a publish (the records not acknowledged yet may have been
+// written), and when a publish fails for a record that the broker wrote
+// all the same (an acknowledgement lost, or a publisher that cannot say
+// which records of a failed call were written: see
+// [stream.PublishError]). Nothing else publishes an entry twice for one
+// due time.
 //
 // The scheduler never stops on a failure: a store error ends the sweep (it
 // is logged and reported to the StoreFailed hook) and the next sweep starts
