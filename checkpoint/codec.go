@@ -24,7 +24,8 @@ import (
 // milliseconds, rounded up; x the [Reason] of a batch given up whose
 // exhaustion action has not succeeded ([State.GivenUp]) and e its last
 // error, percent-encoded (every byte outside printable ASCII, and ';',
-// '=' and '%'); h=1 a partition stopped at the batch ([State.Halted]).
+// '=' and '%'); c how many records from o were given up ([State.Records]);
+// h=1 a partition stopped at the batch ([State.Halted]).
 // Fields at their zero value are left out (o is written
 // whenever it is known, 0 included), and a State with no retry state
 // encodes as "". Every count a policy can reach round-trips, up to the
@@ -78,6 +79,10 @@ func EncodeState(s State) string {
 		b = append(b, ";x="...)
 		b = strconv.AppendInt(b, int64(s.GivenUp), 10)
 	}
+	if s.Records > 0 {
+		b = append(b, ";c="...)
+		b = strconv.AppendInt(b, int64(s.Records), 10)
+	}
 	if s.LastError != "" {
 		b = append(b, ";e="...)
 		b = appendEscaped(b, truncate(s.LastError, maxLastError))
@@ -120,7 +125,7 @@ func DecodeState(md string) (State, error) {
 	for field := range strings.SplitSeq(strings.TrimPrefix(rest, ";"), ";") {
 		k, v, hasValue := strings.Cut(field, "=")
 		switch k {
-		case "o", "r", "f", "d", "n", "w", "s", "x", "e", "h", "rr":
+		case "o", "r", "f", "d", "n", "w", "s", "x", "e", "c", "h", "rr":
 		default:
 			continue // unknown: a later version's
 		}
@@ -155,6 +160,11 @@ func DecodeState(md string) (State, error) {
 				return damaged("retries %d out of range", n)
 			}
 			s.Retries = int(n)
+		case "c":
+			if n > math.MaxInt {
+				return damaged("records %d out of range", n)
+			}
+			s.Records = int(n)
 		case "f":
 			s.FirstFailure = time.UnixMilli(n)
 		case "d":

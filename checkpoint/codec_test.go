@@ -49,7 +49,7 @@ func TestDecodeStateForeignAndDamaged(t *testing.T) {
 	if err != nil || s.Retries != 2 {
 		t.Fatalf("unknown fields: %+v %v", s, err)
 	}
-	for _, md := range []string{"rd1;s=2", "rd1;s=x", "rd1;rr=3", "rd1;rr=-2:5", "rd1;rr=a:5", "rd1;rr=1:-5", "rd1;rr", "rd1;s", "rd1;n"} {
+	for _, md := range []string{"rd1;c=-1", "rd1;c=x", "rd1;c", "rd1;s=2", "rd1;s=x", "rd1;rr=3", "rd1;rr=-2:5", "rd1;rr=a:5", "rd1;rr=1:-5", "rd1;rr", "rd1;s", "rd1;n"} {
 		_, err := checkpoint.DecodeState(md)
 		if err == nil || errors.Is(err, checkpoint.ErrForeignMetadata) || !strings.Contains(err.Error(), "checkpoint: metadata") {
 			t.Errorf("%q: %v, want a damage error", md, err)
@@ -92,6 +92,8 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 			"rd1;r=7;s=1;rr=-1:0"},
 		{checkpoint.State{Offset: 1 << 62, Retries: 2, OutageTime: 90 * time.Second},
 			"rd1;o=4611686018427387904;r=2;w=90000"},
+		{checkpoint.State{Offset: 7, Retries: 2, FirstFailure: time.UnixMilli(1), Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 1},
+			"rd1;o=7;r=2;f=1;s=1;x=1;c=1;e=x"},
 	} {
 		if md := checkpoint.EncodeState(tc.s); md != tc.md {
 			t.Errorf("EncodeState(%+v) = %q, want %q", tc.s, md, tc.md)
@@ -108,7 +110,7 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 	}
 	longest := checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
 		OutageTime: 1<<63 - 1, Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: 1<<63 - 1},
-		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500)}
+		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500), Records: math.MaxInt}
 	if md := checkpoint.EncodeState(longest); len(md) >= 600 {
 		t.Errorf("longest encoding %q is %d bytes", md, len(md))
 	}

@@ -124,6 +124,14 @@ type State struct {
 	// LastError is the text of the last error of a batch GivenUp (its
 	// first 128 bytes), for the exhaustion action of a next owner.
 	LastError string
+	// Records is, for a State GivenUp, how many records from Offset were
+	// given up: 1 for a record given up alone (stream.FailedAt), the
+	// batch's size otherwise. Like Offset, the Machine does not use it:
+	// whoever stores the state sets it, so that a next owner, whose batch
+	// may hold more records, gives up those records only and delivers
+	// the ones after them. 0 when unknown (metadata written before
+	// states said so).
+	Records int
 	// Halted, with GivenUp, says that the partition was stopped at the
 	// batch (stream.StopPartition) until an operator resumes or skips it:
 	// a next owner delivers the batch again with a fresh count, as a

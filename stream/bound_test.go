@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -279,6 +280,92 @@ func TestFailedActionThenMove(t *testing.T) {
 			t.Fatalf("violations %v", r.Violations)
 		}
 	})
+}
+
+// A give-up whose dead-letter action fails until the partition moves is
+// given up again by the next owner with the records given up then, no
+// more: a record given up alone (FailedAt) stays alone, and a batch the
+// next owner fetches with more records behind it gives up the records of
+// the batch given up. The records after them are delivered, not
+// dead-lettered (the next owner gave up its whole fetch).
+func TestGiveUpAfterAMoveKeepsItsRecords(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		maxBatch int
+		h        func(calls map[int64]int) stream.Handler
+		dlq      string // the offsets dead-lettered
+	}{
+		{"a record given up alone", 6, func(calls map[int64]int) stream.Handler {
+			return stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+				if calls[r.Offset]++; r.Offset == 2 {
+					return errPoison
+				}
+				return nil
+			})
+		}, "[2]"},
+		{"a batch, more records behind it at the next owner", 10, func(calls map[int64]int) stream.Handler {
+			return stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+				for _, r := range b.Records {
+					calls[r.Offset]++
+				}
+				if b.FirstOffset() == 0 {
+					return errPoison
+				}
+				return nil
+			})
+		}, "[0 1 2]"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var hist streamtest.History
+				p := streamtest.NewPartition("orders", 0, tt.maxBatch)
+				p.AppendN(time.Now(), 3)
+				calls := map[int64]int{}
+				h := tt.h(calls)
+				down := &memPublisher{fail: 1 << 30}
+				dlA, _ := stream.DeadLetter(hist.Publisher(down), "dlq")
+				tried := make(chan struct{}, 10)
+				a, err := stream.NewProcessor(h, fixed(1, time.Second), stream.WithExhaustionAction(dlA), stream.WithLogger(slog.New(slog.DiscardHandler)),
+					stream.WithHooks(stream.MergeHooks(hist.Hooks("a"), stream.Hooks{ActionTried: func(stream.ActionEvent) { tried <- struct{}{} }})))
+				if err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- streamtest.Run(t.Context(), a, p) }()
+				<-tried
+				p.Revoke()
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				p.AppendN(time.Now(), 3) // the next owner's fetch holds them too
+				up := &memPublisher{}
+				dlB, _ := stream.DeadLetter(hist.Publisher(up), "dlq")
+				b, err := stream.NewProcessor(h, fixed(1, time.Second), stream.WithExhaustionAction(dlB), stream.WithLogger(slog.New(slog.DiscardHandler)),
+					stream.WithHooks(hist.Hooks("b")))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !runParts(t, b, time.Hour, p) {
+					t.Fatal("not done")
+				}
+				var got []string
+				for _, r := range up.got["dlq"] {
+					got = append(got, headers(r)[stream.HeaderOffset])
+				}
+				if fmt.Sprint(got) != tt.dlq {
+					t.Errorf("dead-lettered %v, want %s", got, tt.dlq)
+				}
+				for o := int64(3); o < 6; o++ {
+					if calls[o] != 1 {
+						t.Errorf("record %d delivered %d times, want once", o, calls[o])
+					}
+				}
+				if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 6}); len(r.Violations) > 0 {
+					t.Errorf("violations %v", r.Violations)
+				}
+			})
+		})
+	}
 }
 
 // A restored retry keeps a throttled delay across a move (a retry-after

@@ -323,6 +323,9 @@ type worker struct {
 	// the batch's first (FailedAt cut the batch there): if the batch is
 	// given up, that record alone is.
 	poison bool
+	// givenUp is, for a batch a previous owner gave up (restored), how
+	// many of its records it gave up; 0 for all of them.
+	givenUp int
 	// rest holds the records after a record given up alone, fetched
 	// already: they are delivered as the next batch.
 	rest []Record
@@ -373,7 +376,7 @@ func (w *worker) readState(off int64, md string) {
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
-	w.poison = false
+	w.poison, w.givenUp = false, 0
 	var (
 		d       checkpoint.Decision
 		outcome Outcome // of the latest delivery
@@ -449,16 +452,19 @@ func (w *worker) run(ctx context.Context) error {
 		done, reply := b, chan<- error(nil)
 		if d.Action == checkpoint.StopRetrying && outcome == Failed {
 			// A batch that failed at a known record gives up that record
-			// only; the records after it are delivered as the next batch.
+			// only, and a batch a previous owner gave up the records it
+			// gave up; the records after them are delivered as the next
+			// batch.
 			given := b
-			if w.poison && len(b.Records) > 1 {
-				given = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:1], Attempt: b.Attempt}
+			if n := w.giving(); n < len(b.Records) {
+				given = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:n], Attempt: b.Attempt}
 			}
 			if w.p.cfg.exhaustion != nil && !w.p.cfg.memoryOnly {
 				// Until its action succeeds, a next owner gives it up
-				// again at once, with what it was given up with.
+				// again at once, with what it was given up with, and
+				// those records only.
 				s := w.m.GivenUpState()
-				s.Offset = b.FirstOffset()
+				s.Offset, s.Records = b.FirstOffset(), len(given.Records)
 				if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
 					return err
 				}
@@ -469,11 +475,12 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
+				w.givenUp = 0
 				continue
 			}
 			done, reply = given, r
 			if given != b {
-				w.rest = b.Records[1:]
+				w.rest = b.Records[len(given.Records):]
 			}
 		}
 		err := w.commit(ctx, done)
@@ -485,6 +492,19 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		return err
 	}
+}
+
+// giving returns how many records of the batch a give-up gives up: the
+// failed record alone after a failure at a known record, the records a
+// previous owner gave up for a give-up it committed, or all of them.
+func (w *worker) giving() int {
+	switch {
+	case w.poison:
+		return 1
+	case w.givenUp > 0:
+		return w.givenUp
+	}
+	return len(w.batch.Records)
 }
 
 // deliver calls the handler once and returns the machine's decision on
@@ -525,7 +545,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		return d, Cancelled, err, w.abandon(ctx)
 	}
 	outcome = Succeeded
-	w.poison = false
+	w.poison, w.givenUp = false, 0
 	var partial *BatchError // the failed record is known: records before its index are done
 	if err != nil {
 		cause = err
@@ -679,6 +699,7 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 	switch {
 	case s.GivenUp != 0 && !s.Halted:
 		cause = w.m.LastError()
+		w.givenUp = s.Records
 	case s.Started:
 		// Its outcome is not known: counted as failed, under a
 		// RetryResult too, so that a spent count gives the batch up to

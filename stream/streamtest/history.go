@@ -313,6 +313,9 @@ type Report struct {
 //     stream.PerRecord) is given up as that record alone: the checkpoint
 //     moves past it once its action succeeded, and the next batch starts
 //     after it, like any other;
+//   - a next owner that gives up again what a previous owner gave up
+//     (its give-up committed, its exhaustion action not done) gives up
+//     the records given up then and no record after them;
 //   - every dead-lettered record (DeadLettered events) was given up, and
 //     its headers describe it: its topic, partition and offset, its own
 //     deliveries (redeliver-deliveries and __dlq.errors.delivery.count),
@@ -337,6 +340,10 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		lastErr string    // the error of its last counted delivery
 		limit   int       // the policy's MaxRetries at its latest delivery
 		stateAt bool      // a retry state that counts it is committed
+		// gaveTo is, for a record a previous owner gave up (its state
+		// committed as given up), the last record it gave up with it:
+		// a next owner gives up no record past it. -1 for none.
+		gaveTo int64
 	}
 	// gaveUp is a record's give-up, for its dead letter.
 	type gaveUp struct {
@@ -362,6 +369,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		verified  int64  // every offset below is known handled
 		delivered []int  // deliveries per offset
 		gave      map[int64]gaveUp
+		gaveLast  map[int64]int64 // first offset of each give-up -> its last
 	}
 	parts := map[TopicPartition]*part{}
 	var r Report
@@ -371,7 +379,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		if p == nil {
 			end := ends[tp]
 			p = &part{sessions: map[claimKey]*session{}, handled: make([]bool, end), givenUp: make([]bool, end),
-				delivered: make([]int, end), commit: -1, gave: map[int64]gaveUp{}}
+				delivered: make([]int, end), commit: -1, gave: map[int64]gaveUp{}, gaveLast: map[int64]int64{}}
 			parts[tp] = p
 		}
 		return p
@@ -379,7 +387,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 	ownOf := func(s *session, off int64) *own {
 		o := s.own[off]
 		if o == nil {
-			o = &own{limit: -1}
+			o = &own{limit: -1, gaveTo: -1}
 			s.own[off] = o
 		}
 		return o
@@ -433,7 +441,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if n == 0 {
 				break
 			}
-			o := &own{count: n, limit: -1, first: first}
+			o := &own{count: n, limit: -1, first: first, gaveTo: -1}
 			if kept != nil {
 				o.limit = kept.limit
 				if !kept.first.IsZero() {
@@ -443,6 +451,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			switch {
 			case st.givenUp:
 				o.lastErr = st.lastErr // given up again with it
+				if last, ok := p.gaveLast[start]; ok {
+					o.gaveTo = last // and with the records given up with it only
+				}
 			case st.started:
 				// The next owner cannot know how the started retry
 				// ended.
@@ -501,7 +512,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				}
 				t := ownOf(s, target)
 				t.count++
-				t.stateAt = false
+				t.stateAt, t.gaveTo = false, -1
 				// The limit the delivery reports is that of the policy
 				// in force for its first record; a record after it
 				// begins under the processor's own, not known here until
@@ -523,8 +534,12 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			o := s.own[e.First]
 			if o == nil {
-				o = &own{limit: -1}
+				o = &own{limit: -1, gaveTo: -1}
 			}
+			if o.gaveTo >= 0 && e.Last > o.gaveTo {
+				bad("%s: records %d-%d given up again, but a previous owner gave up %d-%d: records after %d given up without a delivery that failed at them", where(), e.First, e.Last, e.First, o.gaveTo, o.gaveTo)
+			}
+			p.gaveLast[e.First] = e.Last
 			switch {
 			case e.Retries+1 != o.count:
 				bad("%s: record %d given up after %s, but it has had %d counted deliveries (its own count)", where(), e.First, count(e.Retries+1, "delivery", "deliveries"), o.count)

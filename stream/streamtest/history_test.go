@@ -314,6 +314,21 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			md := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 1, FirstFailure: t0})
 			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 		}, "committed with the checkpoint at 0, but it names the record at 5"},
+		// A next owner gives up again what its previous owner gave up,
+		// and no record more (its fetch may hold more).
+		{"a next owner gives up more than was given up", func(a, b stream.Hooks) {
+			claim(a, -1)
+			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
+			md := checkpoint.EncodeState(checkpoint.State{FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
+			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, FirstFailure: t0, Last: errors.New("x")}})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, FirstFailure: t0, Last: errors.New("x")}})
+			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
+			commit(b, 10)
+		}, "records 0-9 given up again, but a previous owner gave up 0-4"},
 		{"partial ahead", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
