@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +56,32 @@ func TestOpenPathAsNamed(t *testing.T) {
 				t.Fatalf("Get(k) = %+v, %v: want the entry parked before", got, err)
 			}
 		})
+	}
+}
+
+// Open refuses what it cannot open, or would open as something else than
+// meant, with an error that says why: a URI (it takes a file's path, and
+// would create a file named like the URI), a directory that does not
+// exist, a directory given as the file.
+func TestOpenRefusesWithReason(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct{ path, want string }{
+		{"file:redrive.db?cache=shared", "a URI"},
+		{"file::memory:", "a URI"},
+		{filepath.Join(dir, "missing", "redrive.db"), "does not exist"},
+		{dir, "is a directory"},
+	} {
+		s, err := sqlitestore.Open(context.Background(), c.path)
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%q) succeeded; want an error that says %q", c.path, c.want)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) {
+			t.Errorf("Open(%q): %v; want an error that names the path and says %q", c.path, err, c.want)
+		}
+	}
+	if entries, _ := os.ReadDir("."); slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "file:") }) {
+		t.Error("Open created a file named like a URI in the working directory")
 	}
 }

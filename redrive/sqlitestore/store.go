@@ -22,7 +22,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -83,8 +86,9 @@ func WithoutMigrate() Option { return optionFunc(func(o *options) { o.noMigrate 
 
 // Open opens (creating it if need be) the SQLite database at path, in WAL
 // mode with a busy timeout of 5 seconds, and migrates its schema to the
-// latest version. ":memory:" gives a database that lives as long as the
-// Store.
+// latest version. path is a file's path, whatever bytes it holds ('?',
+// '#' and '%' included), not a URI: one that starts with "file:" is
+// refused. ":memory:" gives a database that lives as long as the Store.
 func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	var o options
 	for i, opt := range opts {
@@ -100,6 +104,8 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		return nil, errors.New("sqlitestore: empty path")
 	case strings.ContainsRune(path, 0):
 		return nil, fmt.Errorf("sqlitestore: path %q holds a NUL", path)
+	case strings.HasPrefix(path, "file:"):
+		return nil, fmt.Errorf("sqlitestore: path %q is a URI: give the file's path (a file whose name starts with file: as ./%s), or \":memory:\"", path, path)
 	}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")
@@ -120,6 +126,9 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 	db.SetConnMaxIdleTime(0)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
+		if why := whyNot(path); why != "" {
+			return nil, fmt.Errorf("sqlitestore: open %s: %s: %w", path, why, err)
+		}
 		return nil, fmt.Errorf("sqlitestore: open %s: %w", path, err)
 	}
 	s := &Store{db: db, claim: make(chan struct{}, 1)}
@@ -130,6 +139,20 @@ func Open(ctx context.Context, path string, opts ...Option) (*Store, error) {
 		}
 	}
 	return s, nil
+}
+
+// whyNot says why SQLite could not open path when the file system tells:
+// a directory, or one that does not exist; "" otherwise.
+func whyNot(path string) string {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return "it is a directory, not a database file"
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			return fmt.Sprintf("directory %s does not exist (create it first)", dir)
+		}
+	}
+	return ""
 }
 
 // uriPath writes path as the path of a file: URI, so that SQLite opens
