@@ -282,6 +282,66 @@ func TestFailedActionThenMove(t *testing.T) {
 	})
 }
 
+// A partition whose batch was given up no longer counts as failing in
+// the outage budget while its exhaustion action runs: stopped by
+// StopPartition, or retrying a dead-letter action that fails. A poison
+// batch on another partition is then given up under its policy, not held
+// as an outage. Before, the given-up partition counted as failing, the
+// second poison batch began an outage, and it was probed for ever.
+func TestGivenUpPartitionIsNotFailing(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		action func(pub *memPublisher) stream.ExhaustionAction
+	}{
+		{"stopped", func(*memPublisher) stream.ExhaustionAction { return stream.StopPartition }},
+		{"dead-letter action failing", func(pub *memPublisher) stream.ExhaustionAction {
+			dl, _ := stream.DeadLetter(pub, "dlq")
+			return dl
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p1 := streamtest.NewPartition("orders", 1, 1)
+				p1.Append(time.Now(), "poison 1")
+				p2 := streamtest.NewPartition("orders", 2, 1)
+				h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errPoison })
+				budget, _ := stream.NewBudget(stream.BudgetConfig{})
+				pub := &memPublisher{fail: 1 << 30} // partition 1's dead letters never go out
+				action := tt.action(pub)
+				var outages atomic.Int32
+				proc, err := stream.NewProcessor(h, fixed(3, time.Second), stream.WithOutageBudget(budget), stream.WithLogger(slog.New(slog.DiscardHandler)),
+					stream.WithOperationBackoff(checkpoint.Fixed(time.Second)),
+					stream.WithExhaustionAction(func(ctx context.Context, b *stream.Batch, x *checkpoint.ExhaustedError) error {
+						if b.Partition == 2 {
+							return nil // skipped
+						}
+						return action(ctx, b, x)
+					}),
+					stream.WithHooks(stream.Hooks{OutageBegan: func(stream.OutageEvent) { outages.Add(1) }}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan error, 1)
+				go func() { done <- streamtest.Run(ctx, proc, p1, p2) }()
+				time.Sleep(time.Minute) // partition 1's batch given up, its action not done
+				p2.Append(time.Now(), "poison 2")
+				wctx, wcancel := context.WithTimeout(ctx, time.Hour)
+				err = p2.WaitCommitted(wctx, 1)
+				wcancel()
+				cancel()
+				if rerr := <-done; rerr != nil {
+					t.Fatal(rerr)
+				}
+				if err != nil || outages.Load() != 0 {
+					t.Fatalf("partition 2's poison batch given up: %v (%v), outages %d, budget %+v; want given up, no outage",
+						err == nil, err, outages.Load(), budget.State())
+				}
+			})
+		})
+	}
+}
+
 // A give-up whose dead-letter action fails until the partition moves is
 // given up again by the next owner with the records given up then, no
 // more: a record given up alone (FailedAt) stays alone, and a batch the

@@ -111,7 +111,8 @@ func (b *Budget) probeDelay(n int) time.Duration {
 //	probe refused when due   Probing(m) (its time limits reached): Outage at once,
 //	                         probeAt unchanged (nothing tested the downstream)
 //	batch done               m not failing (committed past: a success, a spent
-//	                         RetryResult, a give-up whose action succeeded);
+//	                         RetryResult; or given up, before its exhaustion
+//	                         action runs, and while StopPartition holds it);
 //	                         Probing(m): Outage at once
 //	worker stops             m not failing, out of the queue; Probing(m): Outage at once
 //
@@ -362,9 +363,9 @@ func (m *budgetMember) requested(now time.Time) {
 	m.resolved()
 }
 
-// resolved reports that m's batch is done (committed past, or given up
-// and its exhaustion action succeeded): the partition no longer counts as
-// failing, and a probe it held is given up.
+// resolved reports that m's batch is done (committed past, or given up,
+// whatever becomes of its exhaustion action): the partition no longer
+// counts as failing, and a probe it held is given up.
 func (m *budgetMember) resolved() {
 	b := m.b
 	b.mu.Lock()

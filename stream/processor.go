@@ -451,6 +451,12 @@ func (w *worker) run(ctx context.Context) error {
 		}
 		done, reply := b, chan<- error(nil)
 		if d.Action == checkpoint.StopRetrying && outcome == Failed {
+			if w.member != nil {
+				// Given up: the partition no longer counts as failing
+				// in the outage budget, while its exhaustion action
+				// runs or StopPartition holds it.
+				w.member.resolved()
+			}
 			// A batch that failed at a known record gives up that record
 			// only, and a batch a previous owner gave up the records it
 			// gave up; the records after them are delivered as the next
