@@ -2,6 +2,7 @@ package hostconfig_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -510,6 +511,10 @@ func TestWarnings(t *testing.T) {
   "checkpointRetryPolicy": {"retryCount": 0, "functions": {"billing": {}}},
   "triggers": {"payments": {"type": "kafka", "topic": "payments", "consumerGroup": "g"}}
 }`, nil},
+		// Hundreds of each: one warning, not a search quadratic in the
+		// file's size.
+		{"too many policies and triggers apart", manyApart(300), []string{
+			`host.json:1:59: checkpointRetryPolicy.functions.p000: a policy for function "p000", which no trigger names, and 299 more such policies beside 300 triggers of functions without a policy: too many names to look for misspellings among them`}},
 		{"retries", `{"retrys": {}}`, []string{
 			`host.json:1:12: "retrys" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
 		{"Azure sections are quiet", `{"functions": ["a"], "http": {}, "queues": {}, "logging": {}}`, nil},
@@ -536,4 +541,16 @@ func TestWarnings(t *testing.T) {
 			}
 		})
 	}
+}
+
+// manyApart returns a host.json with n policies, for functions p000, p001,
+// ..., and n triggers, for functions t000, t001, ...: each policy's name
+// one edit from a trigger's.
+func manyApart(n int) string {
+	var policies, triggers []string
+	for i := range n {
+		policies = append(policies, fmt.Sprintf(`"p%03d": {}`, i))
+		triggers = append(triggers, fmt.Sprintf(`"t%03d": {"type": "kafka", "topic": "t", "consumerGroup": "g"}`, i))
+	}
+	return `{"checkpointRetryPolicy": {"retryCount": 0, "functions": {` + strings.Join(policies, ", ") + `}}, "triggers": {` + strings.Join(triggers, ", ") + `}}`
 }

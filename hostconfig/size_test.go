@@ -8,12 +8,18 @@ import (
 	"time"
 )
 
-// bigHostJSON returns a one-line host.json of about size bytes: a policy
-// and a trigger for each of n functions, as many as fit. The policies
-// retry at once under a time budget, some without limit of count, so that
-// nothing checked about a policy's effect may count its retries one by
-// one.
-func bigHostJSON(size int) (doc []byte, n int) {
+// bigHostJSON returns a one-line host.json of about size bytes: n
+// policies and n triggers, as many as fit, for the same n functions, or
+// with apart for 2n functions (a policy no trigger names, a trigger of a
+// function without a policy, each name one or two edits from many
+// others). The policies retry at once under a time budget, some without
+// limit of count, so that nothing checked about a policy's effect may
+// count its retries one by one.
+func bigHostJSON(size int, apart bool) (doc []byte, n int) {
+	trigger := "fn"
+	if apart {
+		trigger = "tr"
+	}
 	var policies, triggers strings.Builder
 	for ; policies.Len()+triggers.Len() < size; n++ {
 		i := n
@@ -22,7 +28,7 @@ func bigHostJSON(size int) (doc []byte, n int) {
 			triggers.WriteString(", ")
 		}
 		fmt.Fprintf(&policies, `"fn%06d": {"retryCount": %d}`, i, i%7-1)
-		fmt.Fprintf(&triggers, `"fn%06d": {"type": "kafka", "topic": "t%d", "consumerGroup": "g"}`, i, i)
+		fmt.Fprintf(&triggers, `"%s%06d": {"type": "kafka", "topic": "t%d", "consumerGroup": "g"}`, trigger, i, i)
 	}
 	return []byte(`{"version": "2.0", "checkpointRetryPolicy": {"retryCount": 3, "strategy": "immediate", "maxRetryTime": "00:01:00", "maxDelay": "1s", "functions": {` +
 		policies.String() + `}}, "triggers": {` + triggers.String() + `}}`), n
@@ -38,8 +44,14 @@ func bigHostJSON(size int) (doc []byte, n int) {
 // does not fail the test.
 func TestLoadTimeIsLinear(t *testing.T) {
 	if testing.Short() {
-		t.Skip("loads 12 MB of host.json")
+		t.Skip("loads 24 MB of host.json")
 	}
+	t.Run("policies and triggers of the same functions", func(t *testing.T) { loadTimeIsLinear(t, false) })
+	// Each policy's name is compared with the triggers' for a misspelling.
+	t.Run("policies and triggers of other functions", func(t *testing.T) { loadTimeIsLinear(t, true) })
+}
+
+func loadTimeIsLinear(t *testing.T, apart bool) {
 	bound := raceSlowdown * time.Second
 	load := func(doc []byte, n int) time.Duration {
 		runtime.GC()
@@ -59,9 +71,11 @@ func TestLoadTimeIsLinear(t *testing.T) {
 		}
 		return took
 	}
-	small, nSmall := bigHostJSON(512 << 10)
-	large, nLarge := bigHostJSON(2 << 20)
-	load(small, nSmall) // warm up
+	small, nSmall := bigHostJSON(512<<10, apart)
+	large, nLarge := bigHostJSON(2<<20, apart)
+	if warm := load(small, nSmall); warm > bound {
+		t.Fatalf("512 KB took %v, want well under %v", warm, bound)
+	}
 	tSmall, tLarge := time.Duration(1<<63-1), time.Duration(1<<63-1)
 	for range 5 {
 		tSmall = min(tSmall, load(small, nSmall))

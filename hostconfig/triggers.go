@@ -188,7 +188,8 @@ func (c *Config) CheckFunctions(functions []string) error {
 // nearFunctions warns about a function with a policy of its own that no
 // trigger names, when a trigger names a function without a policy of its
 // own by almost the same name: one of the two names is misspelt, and the
-// policy does not apply to the trigger's function.
+// policy does not apply to the trigger's function. Past nearPairs pairs
+// of such names it warns once, naming the first policy.
 func (d *decoder) nearFunctions() {
 	var policies, triggers []functionKey
 	named := map[bool]map[string]bool{true: {}, false: {}}
@@ -206,6 +207,13 @@ func (d *decoder) nearFunctions() {
 			triggerNames = append(triggerNames, k.name)
 		}
 	}
+	if len(policies)*len(triggers) > nearPairs {
+		w := policies[0].at
+		w.Msg = fmt.Sprintf("a policy for function %q, which no trigger names, and %d more such policies beside %d triggers of functions without a policy: too many names to look for misspellings among them",
+			policies[0].name, len(policies)-1, len(triggers))
+		d.warnings = append(d.warnings, w.text())
+		return
+	}
 	for _, p := range policies {
 		s := suggest(p.name, triggerNames)
 		if s == "" {
@@ -217,6 +225,13 @@ func (d *decoder) nearFunctions() {
 		d.warnings = append(d.warnings, w.text())
 	}
 }
+
+// nearPairs bounds the pairs of names nearFunctions compares, so that
+// loading takes time linear in the file's size: a file with more policies
+// and triggers apart than that (hundreds of each, where a real file has a
+// few) gets one warning that names the first policy instead of one for each
+// misspelling.
+const nearPairs = 1 << 16
 
 // functionKey is where the file names a function: a trigger's or a
 // per-function policy's key.
