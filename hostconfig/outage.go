@@ -128,10 +128,14 @@ func (o *OutageBudget) Explain() string {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "Outage budget: %v tokens per processor; a failed delivery spends 1, a successful one refills %v. ", o.MaxTokens, o.TokenRatio)
+	then := fmt.Sprintf("doubling up to every %v", show(o.MaxProbeDelay))
+	if o.ProbeDelay >= o.MaxProbeDelay {
+		then = fmt.Sprintf("every %v", show(o.MaxProbeDelay))
+	}
 	fmt.Fprintf(&b, "When %v or fewer are left while %d or more partitions are failing, it is an outage, not a poison batch: "+
 		"failures spend no retries and nothing is given up, the failing partitions wait, and one batch at a time probes the downstream, "+
-		"%v after the outage began, then doubling up to every %v, until a delivery succeeds and every partition goes on.\n",
-		o.MaxTokens/2, o.MinPartitions, show(o.ProbeDelay), show(o.MaxProbeDelay))
+		"%v after the outage began, then %s, until a delivery succeeds and every partition goes on.\n",
+		o.MaxTokens/2, o.MinPartitions, show(o.ProbeDelay), then)
 	return b.String()
 }
 

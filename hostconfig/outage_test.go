@@ -51,6 +51,14 @@ func TestOutageBudgetSection(t *testing.T) {
 	if bc.MaxTokens != 20 || bc.TokenRatio != 0.5 || bc.MinPartitions != 3 {
 		t.Fatalf("BudgetConfig %+v", bc)
 	}
+	// A first probe delay at its cap does not double.
+	same, err := noEnv.Parse("host.json", []byte(`{"outageBudget": {"probeDelay": "00:00:40", "maxProbeDelay": "00:00:40"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ex := same.OutageBudget.Explain(); !strings.Contains(ex, "40s after the outage began, then every 40s, until") {
+		t.Errorf("Explain of probeDelay = maxProbeDelay: want \"40s after the outage began, then every 40s, until\"\n%s", ex)
+	}
 	var delays []time.Duration
 	for n := 1; n <= 7; n++ {
 		delays = append(delays, bc.ProbeBackoff(n, 0, nil))
