@@ -19,7 +19,9 @@ import (
 // last error, due for a re-drive after expiry. The checkpoint moves on as
 // soon as the store has the entries; parking a record again (after a crash
 // or a rebalance) leaves the first entry as it is. A store error is
-// returned, so the engine keeps the checkpoint and tries again.
+// returned, so the engine keeps the checkpoint and tries again; so is a
+// store that does not answer within 30 seconds (a database that stopped
+// replying), which would otherwise hold the partition without a word.
 //
 // A record that a [Scheduler] re-published (it carries [HeaderKey] and
 // [HeaderNumber]) and that failed again is never parked as a new entry: it
@@ -87,18 +89,42 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 		if len(entries) == 0 {
 			return nil
 		}
-		if _, err := store.Park(ctx, entries); err != nil {
-			return fmt.Errorf("park %d records: %w", len(entries), err)
+		bctx, said, cancel := bound(ctx)
+		defer cancel()
+		if _, err := store.Park(bctx, entries); err != nil {
+			return fmt.Errorf("park %d records: %w", len(entries), said(err))
 		}
 		return nil
 	}, nil
+}
+
+// storeTimeout bounds each store call of the [Park] action and of
+// [CompleteOnSuccess]. They run under the engine's context, which has no
+// deadline: a database that stops answering (it holds the connection and
+// never replies) so gives an error, which the engine logs and tries again
+// after its backoff, instead of holding the partition without a word.
+const storeTimeout = 30 * time.Second
+
+// bound returns ctx bounded by storeTimeout, and a function that says so
+// in an error the bound caused.
+func bound(ctx context.Context) (context.Context, func(error) error, context.CancelFunc) {
+	bctx, cancel := context.WithTimeout(ctx, storeTimeout)
+	return bctx, func(err error) error {
+		if err != nil && ctx.Err() == nil && bctx.Err() != nil {
+			return fmt.Errorf("the re-drive store did not answer within %v: %w", storeTimeout, err)
+		}
+		return err
+	}, cancel
 }
 
 // repark hands a re-driven record that failed again back to its entry. It
 // reports false when the entry is not in the store.
 func repark(ctx context.Context, store Store, c config, key string, number int, last string) (bool, error) {
 	msg := fmt.Sprintf("re-drive %d failed again: %s", number, last)
-	e, counted, err := store.Repark(ctx, key, number, msg)
+	bctx, said, cancel := bound(ctx)
+	defer cancel()
+	e, counted, err := store.Repark(bctx, key, number, msg)
+	err = said(err)
 	switch {
 	case err == nil:
 		c.logger.Info("redrive: a re-driven record failed again; handed back to its entry", "key", key, "number", number,
@@ -254,7 +280,8 @@ func Complete(ctx context.Context, store Store, key string) (Entry, error) {
 // before the failed one are completed. Records without the header pass
 // through untouched; an entry already done, timed out or gone is left as it
 // is. A store error fails the batch, so it is delivered again and the
-// completion is tried again.
+// completion is tried again; so does a store that does not answer within
+// 30 seconds.
 //
 // It takes [WithClock] and [WithLogger]; other options are ignored. With a
 // nil store, every batch that holds a re-driven record fails with an error
@@ -290,7 +317,10 @@ func CompleteOnSuccess(store Store, opts ...Option) stream.Middleware {
 				if !ok {
 					continue
 				}
-				e, err := store.Complete(ctx, key, now)
+				bctx, said, cancel := bound(ctx)
+				e, err := store.Complete(bctx, key, now)
+				err = said(err)
+				cancel()
 				switch {
 				case err == nil:
 					c.logger.Debug("redrive: entry completed", "key", key, "state", e.State())
