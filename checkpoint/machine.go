@@ -267,7 +267,8 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 //   - a State with no retry (the zero State): the zero Decision.
 //
 // A State without a first failure time, or with one after now (the clocks
-// of two owners disagree), is taken to have first failed at now.
+// of two owners disagree), is taken to have first failed at now, and its
+// OutageTime is at most the time since its first failure.
 func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 	m.Restore(s)
 	if s.Halted {
@@ -280,9 +281,7 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		// Given up by the previous owner, whose exhaustion action had
 		// not succeeded: given up again, with what it was given up with.
 		m.state.GivenUp, m.state.LastError, m.state.Started = 0, "", false
-		if m.state.FirstFailure.IsZero() || m.state.FirstFailure.After(now) {
-			m.state.FirstFailure = now
-		}
+		m.restoredTimes(now)
 		m.last = nil
 		if s.LastError != "" {
 			m.last = &restoredError{s.LastError}
@@ -295,9 +294,7 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		}
 		return Decision{}
 	}
-	if m.state.FirstFailure.IsZero() || m.state.FirstFailure.After(now) {
-		m.state.FirstFailure = now
-	}
+	m.restoredTimes(now)
 	if m.state.Started {
 		return m.interrupted(now, rnd)
 	}
@@ -314,6 +311,18 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		m.state.NextAt = limit
 	}
 	return m.Decide(now)
+}
+
+// restoredTimes brings a restored state's times within what now allows:
+// a first failure that is missing or after now (the clocks of two owners
+// disagree) is taken as now, and the time waited out in outages is at
+// most the time since the first failure, so that neither stretches
+// MaxRetryTime.
+func (m *Machine) restoredTimes(now time.Time) {
+	if m.state.FirstFailure.IsZero() || m.state.FirstFailure.After(now) {
+		m.state.FirstFailure = now
+	}
+	m.state.OutageTime = max(min(m.state.OutageTime, now.Sub(m.state.FirstFailure)), 0)
 }
 
 // interrupted counts the started retry of a restored State as failed at

@@ -218,12 +218,32 @@ func TestPermanentIgnoresTheFilter(t *testing.T) {
 // A restored first failure after now (the clocks of two owners disagree)
 // is taken as now: a 10s MaxRetryTime then allows 10s of retries, not the
 // skew on top.
+//
+// Likewise, time waited out in outages (OutageTime, which MaxRetryTime
+// does not count) is at most the time since the first failure: a state
+// that says more (a foreign writer, a first failure brought back to now)
+// does not buy an hour of retries either.
 func TestMachineResumeCapsAFutureFirstFailure(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		s    checkpoint.State
+	}{
+		{"first failure ahead", checkpoint.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond, Started: true}},
+		{"outage time past the first failure", checkpoint.State{Retries: 1, FirstFailure: t0.Add(-time.Second), LastDelay: 10 * time.Millisecond,
+			Started: true, OutageTime: time.Hour}},
+		{"first failure ahead with outage time", checkpoint.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond,
+			NextAt: t0, OutageTime: 30 * time.Minute}},
+	} {
+		t.Run(tt.name, func(t *testing.T) { resumeWithinBudget(t, tt.s) })
+	}
+}
+
+func resumeWithinBudget(t *testing.T, s checkpoint.State) {
 	p := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(10 * time.Millisecond), MaxRetryTime: 10 * time.Second}
 	m := checkpoint.NewMachine(p)
 	m.Begin(time.Time{})
 	now := t0
-	d := m.Resume(checkpoint.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond, Started: true}, now, nil)
+	d := m.Resume(s, now, nil)
 	retries := 0
 	for d.Action != checkpoint.StopRetrying {
 		now = d.At
@@ -237,6 +257,6 @@ func TestMachineResumeCapsAFutureFirstFailure(t *testing.T) {
 		}
 	}
 	if now.Sub(t0) > 10*time.Second || retries > 1000 {
-		t.Fatalf("%d retries over %v after a move with a first failure an hour ahead, want at most 10s of them", retries, now.Sub(t0))
+		t.Fatalf("%d retries over %v after a move with %+v, want at most 10s of them", retries, now.Sub(t0), s)
 	}
 }
