@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -23,13 +22,57 @@ var policyDefaults = []struct{ field, meaning string }{
 
 // explained is the JSON form of one policy.
 type explained struct {
-	Function string               `json:"function,omitempty"`
-	Own      bool                 `json:"ownPolicy"` // the function has a policy of its own
-	Origin   string               `json:"origin,omitempty"`
-	Text     string               `json:"explanation"`
-	Settings []hostconfig.Setting `json:"settings"`
-	Defaults map[string]string    `json:"defaults"`
-	Trigger  *hostconfig.Trigger  `json:"trigger,omitempty"`
+	Function string            `json:"function,omitempty"`
+	Own      bool              `json:"ownPolicy"` // the function has a policy of its own
+	Origin   string            `json:"origin,omitempty"`
+	Text     string            `json:"explanation"`
+	Settings []setting         `json:"settings"`
+	Defaults map[string]string `json:"defaults"`
+	Trigger  *trigger          `json:"trigger,omitempty"`
+}
+
+// setting is the JSON form of a [hostconfig.Setting], in the casing of the
+// rest of the CLI's JSON.
+type setting struct {
+	Field     string `json:"field"`
+	Value     string `json:"value"`
+	Source    string `json:"source"`
+	Inherited bool   `json:"inherited,omitempty"` // the host-wide policy's, in force for a function
+}
+
+func settingsOf(s []hostconfig.Setting) []setting {
+	out := make([]setting, 0, len(s))
+	for _, v := range s {
+		out = append(out, setting{Field: v.Field, Value: v.Value, Source: v.Source, Inherited: v.Inherited})
+	}
+	return out
+}
+
+// trigger is the JSON form of a function's [hostconfig.Trigger]: the
+// values in force, defaults included, and the settings the file or the
+// environment gave.
+type trigger struct {
+	Origin        string    `json:"origin"`
+	Type          string    `json:"type"`
+	Adapter       string    `json:"adapter"`
+	Topic         string    `json:"topic"`
+	ConsumerGroup string    `json:"consumerGroup,omitempty"`
+	ShareGroup    string    `json:"shareGroup,omitempty"`
+	MaxBatchSize  int       `json:"maxBatchSize"`
+	Settings      []setting `json:"settings"`
+}
+
+// adapterMaxBatch is the most records a batch holds when the trigger does
+// not say: both adapters' default.
+const adapterMaxBatch = 500
+
+func triggerOf(t hostconfig.Trigger) *trigger {
+	max := t.MaxBatchSize
+	if max == 0 {
+		max = adapterMaxBatch
+	}
+	return &trigger{Origin: t.Origin, Type: t.Type, Adapter: t.Adapter, Topic: t.Topic, ConsumerGroup: t.ConsumerGroup,
+		ShareGroup: t.ShareGroup, MaxBatchSize: max, Settings: settingsOf(t.Settings)}
 }
 
 func runExplain(args []string, e env) int {
@@ -90,7 +133,7 @@ func runExplain(args []string, e env) int {
 		}
 	}
 	if *asJSON {
-		doc := map[string]any{"file": file, "policies": out, "warnings": slices.Clone(cfg.Warnings)}
+		doc := map[string]any{"file": file, "policies": out, "warnings": append([]string{}, cfg.Warnings...)}
 		for _, sec := range sections {
 			doc[sec[0]] = sec[1]
 		}
@@ -113,7 +156,7 @@ func runExplain(args []string, e env) int {
 }
 
 func explainHost(cfg *hostconfig.Config) explained {
-	x := explained{Own: cfg.Host != nil, Settings: cfg.Settings(""), Text: cfg.Host.Explain()}
+	x := explained{Own: cfg.Host != nil, Settings: settingsOf(cfg.Settings("")), Text: cfg.Host.Explain()}
 	if cfg.Host != nil {
 		x.Origin = cfg.Host.Origin
 	}
@@ -149,17 +192,20 @@ func explainFunction(cfg *hostconfig.Config, name string) explained {
 		x.Origin = p.Origin
 	}
 	x.Text = cfg.Explain(hostconfig.Function(name)) // in the terms of its trigger (a share group's records, say)
-	x.Settings = cfg.Settings(name)                 // a function without a policy of its own: the host's, marked inherited
+	x.Settings = settingsOf(cfg.Settings(name))     // a function without a policy of its own: the host's, marked inherited
 	x.Defaults = defaultsOf(x.Settings)
 	if t, ok := cfg.Trigger(name); ok {
-		x.Trigger = &t
+		x.Trigger = triggerOf(t)
+		if _, ok := x.Defaults["onExhausted"]; ok && t.ShareGroup != "" {
+			x.Defaults["onExhausted"] = "skip: a record given up is rejected, and the broker archives it"
+		}
 	}
 	return x
 }
 
 // defaultsOf lists the policy fields that no setting gives, with what that
 // means.
-func defaultsOf(s []hostconfig.Setting) map[string]string {
+func defaultsOf(s []setting) map[string]string {
 	out := map[string]string{}
 	for _, d := range policyDefaults {
 		set := false
@@ -211,7 +257,7 @@ func writeExplained(w io.Writer, x explained) {
 			fmt.Fprintf(tw, "    adapter\t-\tdefault: franz\n")
 		}
 		if !hasField(t.Settings, "maxBatchSize") {
-			fmt.Fprintf(tw, "    maxBatchSize\t-\tdefault: the adapter's (500)\n")
+			fmt.Fprintf(tw, "    maxBatchSize\t-\tdefault: the adapter's (%d)\n", adapterMaxBatch)
 		}
 	} else if x.Function != "" {
 		fmt.Fprintf(tw, "  Trigger: none in the file; the host's code must give one\n")
@@ -219,7 +265,7 @@ func writeExplained(w io.Writer, x explained) {
 	tw.Flush()
 }
 
-func hasField(s []hostconfig.Setting, field string) bool {
+func hasField(s []setting, field string) bool {
 	for _, v := range s {
 		if v.Field == field {
 			return true

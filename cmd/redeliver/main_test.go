@@ -81,6 +81,10 @@ func TestGolden(t *testing.T) {
 		{"explain_unknown", []string{"explain", "testdata/app.json", "paymnts"}, nil, 1},
 		{"explain_share_group", []string{"explain", "testdata/share.json", "emails"}, nil, 0},
 		{"explain_bad_file", []string{"explain", "testdata/problems.json"}, nil, 1},
+		// JSON in one casing, the trigger's values in force (the
+		// adapter's batch size when the file sets none).
+		{"explain_function_json", []string{"explain", "-json", "testdata/app.json", "payments"}, nil, 0},
+		{"explain_share_group_json", []string{"explain", "-json", "testdata/share.json", "emails"}, nil, 0},
 		{"state", []string{"state", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
 		{"state_json", []string{"state", "-json", "rd1;r=3;f=1795427700000;d=5000;n=1795428005000"}, nil, 0},
 		// The record the state belongs to, and time waited out in outages.
