@@ -261,6 +261,12 @@ func (d *decoder) triggers(n *node) map[string]Trigger {
 	}
 	out := map[string]Trigger{}
 	seen := firsts{}
+	var inFile []string // the functions of the file's triggers
+	for _, m := range n.members {
+		if !m.val.fromEnv() {
+			inFile = append(inFile, m.key)
+		}
+	}
 	for i := range n.members {
 		m := &n.members[i]
 		if strings.TrimSpace(m.key) == "" {
@@ -270,6 +276,14 @@ func (d *decoder) triggers(n *node) map[string]Trigger {
 		if first := seen.first(m); first != m {
 			d.addKey(m, m.val.path, "duplicate function (names ignore case): also at %s", d.pos(first.val))
 			continue
+		}
+		// A variable for a field of a trigger the file has, with the
+		// function's name misspelt, would make a trigger of its own.
+		if m.val.fromEnv() && m.val.kind == '{' && m.val.lookup("type") == nil {
+			if s := suggest(m.key, inFile); s != "" {
+				d.add(m.val, "the file has no trigger for function %q: did you mean %s? (a variable for a field of a trigger needs the function's name as the file spells it, ignoring case)", m.key, s)
+				continue
+			}
 		}
 		d.keys = append(d.keys, functionKey{name: m.key, at: d.keyAt(m, m.val.path)})
 		if t, ok := d.trigger(m.key, m.val); ok {

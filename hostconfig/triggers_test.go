@@ -179,6 +179,25 @@ func TestTopicFromEnvironmentAndGroupSpaces(t *testing.T) {
 	}
 }
 
+// TestTriggerFromEnvironmentNearMiss checks that an override of a field
+// of a trigger the file does not have, named almost like one it has, is
+// one problem that names the trigger meant, not a new trigger's missing
+// type and group; and that a whole trigger from the environment still
+// loads.
+func TestTriggerFromEnvironmentNearMiss(t *testing.T) {
+	_, err := withEnv("AzureFunctionsJobHost__triggers__ordres__consumerGroup=orders-blue").Parse("host.json", []byte(triggersDoc))
+	checkProblems(t, err, []string{
+		`environment AzureFunctionsJobHost__triggers__ordres__consumerGroup: triggers.ordres: the file has no trigger for function "ordres": did you mean orders? (a variable for a field of a trigger needs the function's name as the file spells it, ignoring case)`})
+	cfg, err := withEnv("AzureFunctionsJobHost__triggers__ordres__type=kafka", "AzureFunctionsJobHost__triggers__ordres__topic=o",
+		"AzureFunctionsJobHost__triggers__ordres__consumerGroup=g").Parse("host.json", []byte(triggersDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr, ok := cfg.Trigger("ordres"); !ok || tr.Topic != "o" {
+		t.Fatalf("trigger ordres = %+v, %v: want the one the environment gives", tr, ok)
+	}
+}
+
 func TestTriggersSectionNearMiss(t *testing.T) {
 	cfg, err := noEnv.Parse("host.json", []byte(`{"trigers": {}}`))
 	if err != nil {
