@@ -61,7 +61,13 @@ func TestStoreCallsAreBounded(t *testing.T) {
 	}{{"park", rec}, {"repark", redriven}} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				park, err := redrive.Park(hungStore{redrivetest.NewMemStore()}, time.Minute)
+				mem := redrivetest.NewMemStore()
+				now := time.Now()
+				if _, err := mem.Park(t.Context(), []redrive.Entry{{Key: "orders/0/1", Base: redrive.ParkedState, Status: redrive.Retrying,
+					StateTime: now, Created: now, Expiry: time.Minute, DueAt: now.Add(time.Minute), Message: rec}}); err != nil {
+					t.Fatal(err)
+				}
+				park, err := redrive.Park(hungStore{mem}, time.Minute)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -30,10 +31,13 @@ import (
 // then re-drives it again when it is due, or times it out. So however the
 // consumers are wired (a retry topic, or the record's own topic as a host
 // does by default), one poison record is one entry, published at most
-// the maximum number of re-drives, and reported once. Only a record whose
+// the maximum number of re-drives, and reported once. A record whose
 // entry is not in the store (a store other than the scheduler's) becomes
 // an entry of its own, under the key it carries, with its original topic,
-// partition and offset.
+// partition and offset. A record that carries the headers but whose key or
+// value is not its entry's record (a record a consumer derived from a
+// re-driven one, with the headers copied) is not that entry's: it is
+// parked as any other record, without the copied headers.
 //
 // It takes [WithClock], [WithLogger] and [WithHooks] (Reparked); other
 // options are ignored. It returns an error for a nil store or an expiry
@@ -75,14 +79,16 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 			}
 			key, number, ok := redriven(r)
 			if ok {
-				handed, err := repark(ctx, store, c, key, number, last)
-				if err != nil {
+				switch handed, other, err := repark(ctx, store, c, key, number, last, r); {
+				case err != nil:
 					return err
-				}
-				if handed {
+				case handed:
 					continue
+				case other:
+					e.Message = plain(r)
+				default:
+					e.Key, e.Message = key, original(r)
 				}
-				e.Key, e.Message = key, original(r)
 			}
 			entries = append(entries, e)
 		}
@@ -117,11 +123,29 @@ func bound(ctx context.Context) (context.Context, func(error) error, context.Can
 	}, cancel
 }
 
-// repark hands a re-driven record that failed again back to its entry. It
-// reports false when the entry is not in the store.
-func repark(ctx context.Context, store Store, c config, key string, number int, last string) (bool, error) {
-	msg := fmt.Sprintf("re-drive %d failed again: %s", number, last)
+// repark hands a re-driven record r that failed again back to its entry,
+// and reports whether it did. It reports other when the entry's record is
+// not r (a record that carries headers copied from a re-driven one, such
+// as one a consumer derived from it): r is a record of its own. Neither
+// when the entry is not in the store.
+func repark(ctx context.Context, store Store, c config, key string, number int, last string, r stream.Record) (handed, other bool, err error) {
 	bctx, said, cancel := bound(ctx)
+	cur, err := store.Get(bctx, key)
+	err = said(err)
+	cancel()
+	switch {
+	case errors.Is(err, ErrNotFound):
+		c.logger.Warn("redrive: a re-driven record failed again and its entry is not in this store; parked as an entry of its own", "key", key, "number", number)
+		return false, false, nil
+	case err != nil:
+		return false, false, fmt.Errorf("park: read entry %q of a re-driven record: %w", key, err)
+	case !bytes.Equal(cur.Message.Key, r.Key) || !bytes.Equal(cur.Message.Value, r.Value):
+		c.logger.Warn("redrive: a record carries the re-drive headers of an entry whose record it is not (headers copied from a re-driven record?); parked as a record of its own",
+			"topic", r.Topic, "partition", r.Partition, "offset", r.Offset, "key", key)
+		return false, true, nil
+	}
+	msg := fmt.Sprintf("re-drive %d failed again: %s", number, last)
+	bctx, said, cancel = bound(ctx)
 	defer cancel()
 	e, counted, err := store.Repark(bctx, key, number, msg)
 	err = said(err)
@@ -136,16 +160,16 @@ func repark(ctx context.Context, store Store, c config, key string, number int, 
 				}
 			})
 		}
-		return true, nil
+		return true, false, nil
 	case errors.Is(err, ErrNotPending):
 		c.logger.Info("redrive: a re-driven record failed again after its entry ended; nothing parked", "key", key, "number", number,
 			"state", e.State(), "error", last)
-		return true, nil
+		return true, false, nil
 	case errors.Is(err, ErrNotFound):
 		c.logger.Warn("redrive: a re-driven record failed again and its entry is not in this store; parked as an entry of its own", "key", key, "number", number)
-		return false, nil
+		return false, false, nil
 	}
-	return false, fmt.Errorf("park: hand re-drive %d back to entry %q: %w", number, key, err)
+	return false, false, fmt.Errorf("park: hand re-drive %d back to entry %q: %w", number, key, err)
 }
 
 // redriven returns the entry key and re-drive number a re-published
@@ -168,6 +192,11 @@ func redriven(r stream.Record) (string, int, bool) {
 func original(r stream.Record) stream.Record {
 	e := Entry{Message: r}
 	r.Topic, r.Partition, r.Offset = e.Origin()
+	return plain(r)
+}
+
+// plain returns r without the headers a re-drive sets.
+func plain(r stream.Record) stream.Record {
 	hs := make([]stream.Header, 0, len(r.Headers))
 	for _, h := range r.Headers {
 		if !redriveHeader(h.Key) {

@@ -464,3 +464,57 @@ func testPartialPublish(t *testing.T, s redrive.Store) {
 		}
 	}
 }
+
+// testCopiedHeaders: a consumer of re-driven records derives a record
+// from one and writes it to another topic with the same headers (as
+// header propagation does); when that record fails and is given up, it is
+// not the entry's record: it is parked as a record of its own, at its own
+// position and without the copied re-drive headers, and the entry is left
+// as it is. Before and after the entry is done: a record handed back to a
+// done entry would be dropped.
+func testCopiedHeaders(t *testing.T, s redrive.Store) {
+	h, sch := newHarness(t, s, false, redrive.WithRetryTopic("orders-retry"))
+	park, err := redrive.Park(s, 5*time.Minute, redrive.WithClock(h.clock), redrive.WithLogger(quiet))
+	if err != nil {
+		t.Fatal(err)
+	}
+	xerr := &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Last: errors.New("shipment refused")}
+	giveUp := func(r stream.Record) {
+		t.Helper()
+		if err := park(ctxFor(t), &stream.Batch{Topic: r.Topic, Partition: r.Partition, Records: []stream.Record{r}}, xerr); err != nil {
+			t.Fatalf("park: %v", err)
+		}
+	}
+	giveUp(stream.Record{Topic: "orders", Partition: 0, Offset: 5, Key: []byte("o-5"), Value: []byte("order 5")})
+	h.clock.Advance(5 * time.Minute)
+	if ev := sch.Sweep(ctxFor(t)); ev.Redriven != 1 {
+		t.Fatalf("sweep: %+v", ev)
+	}
+	redriven := h.pub.Topic("orders-retry")[0]
+	derive := func(offset int64) stream.Record {
+		return stream.Record{Topic: "shipments", Partition: 1, Offset: offset, Key: []byte("o-5"), Value: []byte("shipment of order 5"),
+			Headers: append([]stream.Header{{Key: "traceparent", Value: []byte("00-t")}}, redriven.Headers...)}
+	}
+	before := mustGet(t, s, "orders/0/5")
+	giveUp(derive(9))
+	if e := mustGet(t, s, "orders/0/5"); diff(e, before) != "" || e.Version != before.Version {
+		t.Errorf("the order's entry after a derived record failed: %s; want it unchanged", diff(e, before))
+	}
+	if _, err := redrive.Complete(ctxFor(t), s, "orders/0/5"); err != nil {
+		t.Fatal(err)
+	}
+	giveUp(derive(10))
+	for _, off := range []int64{9, 10} {
+		key := redrive.RecordKey("shipments", 1, off)
+		e, err := s.Get(ctxFor(t), key)
+		if err != nil {
+			t.Fatalf("the derived record at offset %d was not parked as a record of its own: %v", off, err)
+		}
+		if tp, p, o := e.Origin(); tp != "shipments" || p != 1 || o != off || string(e.Message.Value) != "shipment of order 5" {
+			t.Errorf("%s: origin %s/%d/%d, value %q; want its own position and value", key, tp, p, o, e.Message.Value)
+		}
+		if len(e.Message.Headers) != 1 || e.Message.Headers[0].Key != "traceparent" {
+			t.Errorf("%s: headers %q; want its own, without the copied re-drive headers", key, e.Message.Headers)
+		}
+	}
+}

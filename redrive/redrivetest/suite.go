@@ -72,6 +72,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"Repark", testRepark},
 		{"PoisonRecordOneEntry", testPoisonRecordOneEntry},
 		{"RedrivenWithoutEntry", testRedrivenWithoutEntry},
+		{"CopiedHeaders", testCopiedHeaders},
 		{"BytesKeptExactly", testBytesKeptExactly},
 		{"ParkOddBatch", testParkOddBatch},
 		{"WaitsHonourContext", testWaitsHonourContext},
