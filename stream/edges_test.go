@@ -2,6 +2,8 @@ package stream_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"testing"
@@ -64,4 +66,43 @@ func TestInfiniteCountPast2To31(t *testing.T) {
 			t.Fatalf("deliveries %+v, want retry %d", ds, n+1)
 		}
 	})
+}
+
+// RetryRequestOf reads a result as the Processor does, for the consumers
+// that apply the contract with an engine of their own (the share
+// consumer): a retry request alone, wrapped or joined with others is one;
+// a failure beside it, Permanent and an invalid RetryResult are failures.
+func TestRetryRequestOf(t *testing.T) {
+	boom := errors.New("boom")
+	rr := stream.Retry(2, time.Second)
+	for _, tt := range []struct {
+		name    string
+		err     error
+		request bool
+		failure string // the failure to apply instead, when no request
+	}{
+		{"nil", nil, false, ""},
+		{"a failure", boom, false, "boom"},
+		{"a retry request", rr, true, ""},
+		{"wrapped", fmt.Errorf("busy: %w", rr), true, ""},
+		{"joined with another request", errors.Join(rr, stream.Retry(1, 0)), true, ""},
+		{"at a record", stream.FailedAt(2, rr), true, ""},
+		{"beside a failure", errors.Join(boom, rr), false, "boom\n" + rr.Error()},
+		{"marked Permanent", checkpoint.Permanent(rr), false, rr.Error()},
+		{"invalid", stream.Retry(-5, 0), false, "stream: invalid RetryResult: MaxRetries -5, want -1 (no limit) or more"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, failure := stream.RetryRequestOf(tt.err)
+			if (got != nil) != tt.request {
+				t.Fatalf("request %v, want %v", got, tt.request)
+			}
+			msg := ""
+			if failure != nil {
+				msg = failure.Error()
+			}
+			if msg != tt.failure {
+				t.Fatalf("failure %q, want %q", msg, tt.failure)
+			}
+		})
+	}
 }

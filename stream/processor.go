@@ -567,13 +567,8 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				w.m.Begin(b.Records[partial.Index].Timestamp)
 			}
 		}
-		rr := retryRequest(cause)
-		if rr != nil {
-			if invalid := rr.validate(); invalid != nil {
-				rr, cause = nil, invalid
-			}
-		}
-		if rr != nil {
+		var rr *RetryResult
+		if rr, cause = RetryRequestOf(cause); rr != nil {
 			outcome = RetryRequested
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
 			if w.member != nil {

@@ -52,6 +52,24 @@ func RecordFuncOf(h Handler) (RecordFunc, bool) {
 	return RecordFunc(pr), ok
 }
 
+// RetryRequestOf reads a handler's result as a [Processor] does (see
+// [RetryResult] for the rules), for a consumer that applies the retry
+// contract with an engine of its own: it returns the retry request err
+// makes, or nil and the failure to apply instead of err. A failure beside
+// a retry request and an error marked checkpoint.Permanent are failures
+// (err itself); an invalid RetryResult is a failure whose error says what
+// is wrong. A nil err returns nil, nil.
+func RetryRequestOf(err error) (*RetryResult, error) {
+	rr := retryRequest(err)
+	if rr == nil {
+		return nil, err
+	}
+	if invalid := rr.validate(); invalid != nil {
+		return nil, invalid
+	}
+	return rr, nil
+}
+
 // IsStop reports whether err is what [StopPartition] returns, or wraps it.
 func IsStop(err error) bool { return errors.Is(err, errStop) }
 

@@ -738,12 +738,12 @@ func (s *settle) finishRecord(ctx context.Context, cl *call, i int, rerr error, 
 // errLockLost is the cause of a delivery cut short by a lost lock.
 var errLockLost = errors.New("share: acquisition lock lost")
 
+// asRetryResult returns the retry request err makes, read as the
+// Processor reads it (a failure beside a RetryResult, Permanent and an
+// invalid RetryResult are failures); nil for none.
 func asRetryResult(err error) *stream.RetryResult {
-	var rr *stream.RetryResult
-	if errors.As(err, &rr) {
-		return rr
-	}
-	return nil
+	rr, _ := stream.RetryRequestOf(err)
+	return rr
 }
 
 func infoOf(b *stream.Batch) stream.BatchInfo {
@@ -766,13 +766,13 @@ func (s *settle) result(ctx context.Context, it *item, err error, start, now tim
 	}
 	var d checkpoint.Decision
 	failed := true
-	if rr := asRetryResult(err); rr != nil {
+	if rr, ferr := stream.RetryRequestOf(err); rr != nil {
 		failed = false
 		m := it.machine(&s.l.c.set.Policy)
 		m.Override(checkpoint.Policy{MaxRetries: rr.MaxRetries, Backoff: checkpoint.Fixed(rr.Delay)})
 		d = m.Request(now, s.l.rnd)
 	} else {
-		d = it.machine(&s.l.c.set.Policy).Fail(now, err, s.l.rnd)
+		d = it.machine(&s.l.c.set.Policy).Fail(now, ferr, s.l.rnd)
 	}
 	s.event(Handled, it, func(e *Event) { e.OK, e.Start = !failed && d.Action == checkpoint.StopRetrying, start })
 	switch d.Action {
