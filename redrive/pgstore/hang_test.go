@@ -180,3 +180,38 @@ func TestZeroAndNil(t *testing.T) {
 		t.Errorf("Open with a migration timeout of 0: %v", err)
 	}
 }
+
+// TestSweepAgainstHungDatabase: a scheduler's sweep runs under Run's
+// context, which has no deadline; against a database that stopped
+// answering (here one that takes the connection and never replies), its
+// claim gives up after its bound with an error that says so, which the
+// scheduler logs and reports, instead of stopping every sweep for good
+// without a word.
+func TestSweepAgainstHungDatabase(t *testing.T) {
+	defer pgstore.SetClaimReadTimeout(500 * time.Millisecond)()
+	addr, _ := blackhole(t)
+	s, err := pgstore.Open(context.Background(), "postgres://u@"+addr+"/db?sslmode=disable", pgstore.WithoutMigrate())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var failed []redrive.SweepEvent
+	sch, err := redrive.NewScheduler(s, &redrivetest.Publisher{}, redrive.WithLogger(quiet()),
+		redrive.WithHooks(redrive.Hooks{StoreFailed: func(e redrive.SweepEvent) { failed = append(failed, e) }}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	swept := make(chan redrive.SweepEvent, 1)
+	go func() { swept <- sch.Sweep(context.Background()) }()
+	select {
+	case ev := <-swept:
+		if ev.Err == nil || !errors.Is(ev.Err, context.DeadlineExceeded) || !strings.Contains(ev.Err.Error(), "did not answer within 500ms") {
+			t.Errorf("sweep against a hung database: %v; want an error that says the database did not answer", ev.Err)
+		}
+		if len(failed) != 1 {
+			t.Errorf("%d StoreFailed reports, want 1", len(failed))
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sweep against a hung database did not end within 20s (bound 500ms)")
+	}
+}

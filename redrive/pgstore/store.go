@@ -402,6 +402,13 @@ func prefixed(p string) string {
 // recorded.
 const markTimeout = 30 * time.Second
 
+// claimReadTimeout bounds a claim's read of the due entries (its
+// transaction's start and its SELECT), which a scheduler makes under
+// Run's context, with no deadline: a database that stopped answering
+// fails the sweep, which the scheduler logs, instead of holding it for
+// ever. A variable for the tests.
+var claimReadTimeout = markTimeout
+
 // Claim claims due entries with FOR UPDATE SKIP LOCKED and applies fn's
 // changes in the same transaction; see [redrive.Store.Claim].
 func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(context.Context, []redrive.Entry) []redrive.Change) (int, []redrive.Change, error) {
@@ -411,33 +418,44 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(con
 	if err := s.ready(ctx); err != nil {
 		return 0, nil, err
 	}
-	tx, err := s.pool.Begin(ctx)
+	// The read is bounded: the transaction outlives rctx (pgx's context
+	// bounds each call only).
+	rctx, rcancel := context.WithTimeout(ctx, claimReadTimeout)
+	defer rcancel()
+	read := func(err error) error {
+		if ctx.Err() == nil && rctx.Err() != nil {
+			return fmt.Errorf("pgstore: claim: the database did not answer within %v: %w", claimReadTimeout, err)
+		}
+		return wrap("claim", err)
+	}
+	tx, err := s.pool.Begin(rctx)
 	if err != nil {
-		return 0, nil, wrap("claim", err)
+		return 0, nil, read(err)
 	}
 	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), markTimeout)
 	defer cancel()
 	defer tx.Rollback(wctx)
-	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM redrive_entries
+	rows, err := tx.Query(rctx, `SELECT `+columns+` FROM redrive_entries
 		WHERE due_at <= $1 AND status IN ('parked', 'retrying')
 		ORDER BY due_at, id LIMIT $2
 		FOR UPDATE SKIP LOCKED`, now, limit)
 	if err != nil {
-		return 0, nil, wrap("claim", err)
+		return 0, nil, read(err)
 	}
 	var due []redrive.Entry
 	for rows.Next() {
 		e, err := scan(rows)
 		if err != nil {
 			rows.Close()
-			return 0, nil, wrap("claim", err)
+			return 0, nil, read(err)
 		}
 		due = append(due, e)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
-		return 0, nil, wrap("claim", err)
+		return 0, nil, read(err)
 	}
+	rcancel()
 	if len(due) == 0 {
 		return 0, nil, wrap("claim", tx.Commit(wctx))
 	}
