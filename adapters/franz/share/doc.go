@@ -35,7 +35,8 @@
 //     delivered again, alone, from memory. The broker's delivery count does
 //     not grow. Other records go on meanwhile.
 //   - [stream.FailedAt](i, err) accepts the records before i, retries the
-//     record at i, and delivers the ones after it again at once.
+//     record at i (counting a failure for it alone, at index 0 too), and
+//     delivers the ones after it again at once, counting nothing for them.
 //   - A [checkpoint.Permanent] error, one the policy's filter rejects, or a
 //     retry budget spent gives the record up: the Exhausted hook fires and
 //     the exhaustion action runs (skip, [stream.DeadLetter], ...). Only once

@@ -666,11 +666,18 @@ func (s *settle) finish(ctx context.Context, cl *call) {
 	}
 	now := cl.end
 	var be *stream.BatchError
-	if errors.As(cl.err, &be) && asRetryResult(cl.err) == nil && be.Index > 0 && be.Index < len(cl.items) {
+	if errors.As(cl.err, &be) && be.Index >= 0 && be.Index < len(cl.items) {
+		// The record at be.Index failed (or asked for a retry) alone:
+		// the records before it are done, and the ones after it were not
+		// tried and count nothing, at index 0 too.
 		for _, it := range cl.items[:be.Index] {
 			s.result(ctx, it, nil, cl.start, now)
 		}
-		s.result(ctx, cl.items[be.Index], be.Err, cl.start, now)
+		ferr := be.Err
+		if ferr == nil {
+			ferr = fmt.Errorf("stream: the handler returned FailedAt(%d, nil): the record at offset %d failed with no error", be.Index, cl.items[be.Index].rec.Offset)
+		}
+		s.result(ctx, cl.items[be.Index], ferr, cl.start, now)
 		for _, it := range cl.items[be.Index+1:] {
 			if it.state == running {
 				it.state = waiting // not handled: delivered again at once
