@@ -295,7 +295,14 @@ func Describe(md string, maxRetries int) string {
 func (s State) describe(maxRetries int, withMax bool) string {
 	if s.GivenUp != 0 {
 		// Given up: what happens next, then what it was given up with.
-		what := "given up after " + count(s.Retries+1, "delivery", "deliveries") + " (" + s.GivenUp.String() + "), its exhaustion action not done"
+		what := "given up after " + count(s.Retries+1, "delivery", "deliveries") + " (" + s.GivenUp.String() + ")"
+		switch {
+		case s.Records == 1:
+			what += ", the record alone"
+		case s.Records > 1:
+			what += fmt.Sprintf(", with the %d records from it", s.Records)
+		}
+		what += ", its exhaustion action not done"
 		if s.Halted {
 			what = "stopped by StopPartition after " + count(s.Retries+1, "delivery", "deliveries") + " (" + s.GivenUp.String() + "): a next owner delivers it again with a fresh count"
 		}

@@ -80,6 +80,8 @@ func TestDescribeState(t *testing.T) {
 	}
 	for md, want := range map[string]string{
 		"rd1;o=3;r=2;s=1;x=1;e=time%3Bout":     "given up after 3 deliveries (retries spent), its exhaustion action not done; last error: time;out",
+		"rd1;o=3;r=2;s=1;x=1;c=1;e=x":          "given up after 3 deliveries (retries spent), the record alone, its exhaustion action not done; last error: x",
+		"rd1;o=3;r=0;s=1;x=4;c=5":              "given up after 1 delivery (error not retryable), with the 5 records from it, its exhaustion action not done",
 		"rd1;o=3;r=0;s=1;x=4;h=1":              "stopped by StopPartition after 1 delivery (error not retryable): a next owner delivers it again with a fresh count",
 		"rd1;o=3;r=1;f=1;d=1000;s=1;rr=2:1000": "retry 1 of 2, started (RetryResult: 2 retries, 1s apart)",
 	} {
