@@ -51,7 +51,7 @@
 //	messaging.process.duration          histogram      s            partition, messaging.operation.name, redeliver.attempt, (error.type)
 //	redeliver.retries.scheduled         counter        {retry}      partition, (error.type)
 //	redeliver.batches.given_up          counter        {batch}      partition, redeliver.reason
-//	redeliver.exhaustion.actions        counter        {action}     partition, redeliver.action, redeliver.action.outcome
+//	redeliver.exhaustion.actions        counter        {action}     partition, (redeliver.action), redeliver.action.outcome
 //	redeliver.redelivery.lateness       histogram      s            partition
 //	redeliver.partitions.backoff        gauge          {partition}  topic
 //	redeliver.partitions.stopped        gauge          {partition}  topic
@@ -83,9 +83,10 @@
 //     record, when the handler named it), by redeliver.reason:
 //     retries_spent, time_budget_spent, record_too_old, not_retryable.
 //   - redeliver.exhaustion.actions: tries of the exhaustion action on a
-//     given-up batch, by redeliver.action (skip, dead_letter, park, stop:
-//     [WithExhaustionAction]) and redeliver.action.outcome (succeeded,
-//     failed, stopped, skipped by an operator).
+//     given-up batch, by redeliver.action.outcome (succeeded, failed,
+//     stopped, skipped by an operator) and redeliver.action (skip,
+//     dead_letter, park, stop) when [WithExhaustionAction] names the
+//     processor's action.
 //   - redeliver.redelivery.lateness: seconds from a retry's due time to the
 //     start of its delivery, for the retries no outage held back.
 //   - redeliver.partitions.backoff, redeliver.partitions.stopped:

@@ -382,7 +382,7 @@ func (s *scope) actionTried(e stream.ActionEvent) {
 	case e.Err != nil:
 		outcome = "failed"
 	}
-	s.m.actions.Add(context.Background(), 1, p.with(actionKey.String(s.m.cfg.action), outcomeKey.String(outcome)))
+	s.m.actions.Add(context.Background(), 1, p.with(s.m.actionAttrs(outcome)...))
 }
 
 // count adds the records of a delivery that the scope has not counted yet
@@ -474,9 +474,18 @@ func (s *scope) exhausted(e stream.ExhaustedEvent) {
 	p.mu.Unlock()
 }
 
+// actionAttrs returns the attributes of an exhaustion action's try:
+// its outcome, and the action's name when the program gave one.
+func (m *meter) actionAttrs(outcome string) []attribute.KeyValue {
+	if m.cfg.action == "" {
+		return []attribute.KeyValue{outcomeKey.String(outcome)}
+	}
+	return []attribute.KeyValue{actionKey.String(m.cfg.action), outcomeKey.String(outcome)}
+}
+
 func (s *scope) stopped(e stream.StoppedEvent) {
 	p := s.part(e.Topic, e.Partition)
-	s.m.actions.Add(context.Background(), 1, p.with(actionKey.String(s.m.cfg.action), outcomeKey.String("stopped")))
+	s.m.actions.Add(context.Background(), 1, p.with(s.m.actionAttrs("stopped")...))
 	p.mu.Lock()
 	p.stopped, p.backoff = true, false
 	p.mu.Unlock()

@@ -33,7 +33,8 @@ type config struct {
 	system     string
 	group      string
 	maxLinks   int
-	action     string
+	action     string // "" unless WithExhaustionAction names it
+	actionSet  bool
 	now        func() time.Time
 }
 
@@ -76,10 +77,12 @@ func WithMaxLinks(n int) Option {
 }
 
 // WithExhaustionAction names the processor's exhaustion action in the
-// redeliver.action attribute of redeliver.exhaustion.actions: "skip" (the
-// default), "dead_letter", "park" or "stop".
+// redeliver.action attribute of redeliver.exhaustion.actions: "skip",
+// "dead_letter", "park" or "stop", as the processor's action is (the
+// hooks cannot tell one action from another). The default leaves the
+// attribute out, rather than name an action the processor may not have.
 func WithExhaustionAction(name string) Option {
-	return optionFunc(func(c *config) { c.action = name })
+	return optionFunc(func(c *config) { c.action, c.actionSet = name, true })
 }
 
 // Telemetry turns processors' events into metrics and spans. One Telemetry
@@ -99,7 +102,7 @@ type Telemetry struct {
 // New returns a Telemetry. It returns an error when an instrument cannot be
 // created.
 func New(opts ...Option) (*Telemetry, error) {
-	cfg := config{system: "kafka", maxLinks: 32, action: "skip", now: time.Now}
+	cfg := config{system: "kafka", maxLinks: 32, now: time.Now}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("rdotel: New: option %d of %d is nil", i+1, len(opts))
@@ -124,7 +127,7 @@ func New(opts ...Option) (*Telemetry, error) {
 	if cfg.maxLinks < 0 {
 		return nil, errors.New("rdotel: negative maximum of links")
 	}
-	if cfg.action == "" {
+	if cfg.actionSet && cfg.action == "" {
 		return nil, errors.New(`rdotel: WithExhaustionAction: empty name: want skip, dead_letter, park or stop`)
 	}
 	m, err := newMeter(&cfg)

@@ -36,7 +36,7 @@ var metricTable = []tableRow{
 	{"messaging.process.duration", "histogram", "s", "partition, messaging.operation.name, redeliver.attempt, (error.type)"},
 	{"redeliver.retries.scheduled", "counter", "{retry}", "partition, (error.type)"},
 	{"redeliver.batches.given_up", "counter", "{batch}", "partition, redeliver.reason"},
-	{"redeliver.exhaustion.actions", "counter", "{action}", "partition, redeliver.action, redeliver.action.outcome"},
+	{"redeliver.exhaustion.actions", "counter", "{action}", "partition, (redeliver.action), redeliver.action.outcome"},
 	{"redeliver.redelivery.lateness", "histogram", "s", "partition"},
 	{"redeliver.partitions.backoff", "gauge", "{partition}", "topic"},
 	{"redeliver.partitions.stopped", "gauge", "{partition}", "topic"},

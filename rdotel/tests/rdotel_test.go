@@ -110,7 +110,7 @@ var (
 func TestMetrics(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		reader := sdkmetric.NewManualReader()
-		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))),
+		tel, err := rdotel.New(rdotel.WithMeterProvider(sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))), rdotel.WithExhaustionAction("skip"),
 			rdotel.WithConsumerGroup("billing"))
 		if err != nil {
 			t.Fatal(err)

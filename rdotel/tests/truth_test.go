@@ -168,6 +168,46 @@ func TestConsumedCountsEachRecordOnce(t *testing.T) {
 	t.Run("stop and resume", func(t *testing.T) { synctest.Test(t, consumedAfterResume) })
 }
 
+// redeliver.exhaustion.actions names the processor's action only as the
+// program names it (WithExhaustionAction): a processor that dead-letters,
+// with a Telemetry told nothing, has no redeliver.action rather than
+// "skip".
+func TestExhaustionActionNamedOnlyWhenGiven(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []rdotel.Option
+		want string // the redeliver.action of the point, "" for none
+	}{
+		{"not given", nil, ""},
+		{"given", []rdotel.Option{rdotel.WithExhaustionAction("dead_letter")}, "dead_letter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				tel, reader := metered(t, tc.opts...)
+				dl, err := stream.DeadLetter(&redrivetest.Publisher{}, "orders.dlq")
+				if err != nil {
+					t.Fatal(err)
+				}
+				fail := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return errDown })
+				proc, err := stream.NewProcessor(fail, stream.WithHooks(tel.Hooks()), stream.WithExhaustionAction(dl))
+				if err != nil {
+					t.Fatal(err)
+				}
+				runOrders(t, proc, 1)
+				synctest.Wait()
+				s := collect(t, reader)["redeliver.exhaustion.actions"].Data.(metricdata.Sum[int64])
+				if len(s.DataPoints) != 1 || s.DataPoints[0].Value != 1 {
+					t.Fatalf("exhaustion actions: %+v, want one point of 1", s.DataPoints)
+				}
+				got, _ := s.DataPoints[0].Attributes.Value("redeliver.action")
+				if got.AsString() != tc.want {
+					t.Errorf("redeliver.action = %q, want %q", got.AsString(), tc.want)
+				}
+			})
+		})
+	}
+}
+
 func consumedAfterPoison(t *testing.T) {
 	tel, reader := metered(t)
 	// orders/0: record 0 is poison, given up alone after its retry; the
