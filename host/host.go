@@ -280,7 +280,8 @@ type function struct {
 	policy   *hostconfig.RetryPolicy
 	proc     *stream.Processor
 	run      func(context.Context) error
-	close    func() // closes the consumer when Run does not start
+	close    func()       // closes the consumer when Run does not start
+	health   func() error // what the consumer finds wrong now, when it says
 	assigned atomic.Bool
 	status   *fnStatus
 }
@@ -778,8 +779,10 @@ func (f *function) ready() bool {
 }
 
 // Ready reports whether Run runs, is not stopping, and every function's
-// consumer has joined its group and received its assignment; when not, it
-// says why.
+// consumer has joined its group and received its assignment, and finds
+// nothing wrong (a consumer with a Health method, as the Kafka adapters'
+// are, that reports brokers that do not answer, a topic that is not
+// there, fetches that fail); when not, it says why, function by function.
 func (h *Host) Ready() (bool, string) {
 	if err := h.usable(); err != nil {
 		return false, err.Error()
@@ -793,14 +796,26 @@ func (h *Host) Ready() (bool, string) {
 	h.mu.Lock()
 	fns := slices.Clone(h.fns)
 	h.mu.Unlock()
-	var waiting []string
+	var (
+		wrong   []string
+		waiting []string
+	)
 	for _, f := range fns {
+		if f.health != nil {
+			if err := f.health(); err != nil {
+				wrong = append(wrong, f.name+": "+strings.ReplaceAll(err.Error(), "\n", "; "))
+				continue
+			}
+		}
 		if !f.ready() {
 			waiting = append(waiting, f.name)
 		}
 	}
 	if len(waiting) > 0 {
-		return false, "waiting for the group assignment of " + strings.Join(waiting, ", ")
+		wrong = append(wrong, "waiting for the group assignment of "+strings.Join(waiting, ", "))
+	}
+	if len(wrong) > 0 {
+		return false, strings.Join(wrong, "; ")
 	}
 	return true, "ready"
 }

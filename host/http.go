@@ -31,7 +31,8 @@ import (
 //
 //	GET  /healthz                 200 while the process runs
 //	GET  /readyz                  200 once every function's consumer has joined its group and has its
-//	                              assignment; 503 before, and while the host stops
+//	                              assignment, while none reports a problem ([Host.Ready]); 503 before,
+//	                              while one does, and while the host stops
 //	GET  /                        the status page, HTML that reloads itself
 //	GET  /status.json             the same as JSON (a [Status])
 //	POST /actions/resume          form or query: function, topic, partition; [Host.Resume]

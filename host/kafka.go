@@ -38,7 +38,10 @@ type Adapter interface {
 	Publisher(brokers []string) (pub stream.Publisher, close func() error, err error)
 }
 
-// Consumer is one function's consumer, built by an [Adapter].
+// Consumer is one function's consumer, built by an [Adapter]. When it
+// also has a method Health() error, as the Kafka adapters' consumers do,
+// the host asks it while Run runs: the host is not ready ([Host.Ready],
+// /readyz) while it returns an error, and says it.
 type Consumer interface {
 	// Run consumes until ctx is done, then returns nil; it returns an
 	// error only for a failure.
@@ -159,6 +162,9 @@ func (h *Host) consumer(f *function, proc *stream.Processor, log *slog.Logger) (
 		return nil, fmt.Errorf("trigger from %s: %w", f.origin, err)
 	case c == nil:
 		return nil, fmt.Errorf("trigger from %s: adapter %s built no consumer", f.origin, f.trigger.Adapter)
+	}
+	if hc, ok := c.(interface{ Health() error }); ok {
+		f.health = hc.Health
 	}
 	f.close = func() {
 		if err := c.Close(); err != nil {

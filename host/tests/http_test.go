@@ -79,6 +79,46 @@ func TestHealthAndReadiness(t *testing.T) {
 	}
 }
 
+// TestReadinessReflectsStartChecks: a function whose trigger names a
+// topic that does not exist is not ready, on either adapter, and /readyz
+// says which function and which topic, as the adapter's start check
+// found; kafka-go's group, assigned nothing, was reported ready.
+func TestReadinessReflectsStartChecks(t *testing.T) {
+	for _, adapter := range []string{"franz", "kafkago"} {
+		t.Run(adapter, func(t *testing.T) {
+			addrs := newCluster(t, 1, "orders")
+			cfg := parse(t, `{"triggers": {"orders": {"type": "kafka", "adapter": "`+adapter+`", "topic": "ordrs", "consumerGroup": "orders-app"}}}`)
+			h, err := host.New(cfg, onKafka(t, addrs)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Register("orders", stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })); err != nil {
+				t.Fatal(err)
+			}
+			hd := h.Handler()
+			r := start(t, h)
+			defer r.Stop(t)
+			var code int
+			var body string
+			waitFor(t, "/readyz to name the missing topic", func() bool {
+				code, body = get(t, hd, "/readyz")
+				return strings.Contains(body, `"ordrs"`)
+			})
+			if code != 503 || !strings.Contains(body, "orders:") {
+				t.Errorf("/readyz = %d %q, want 503 naming the function and the topic", code, body)
+			}
+			// It stays so: the check is not a moment of the start.
+			time.Sleep(time.Second)
+			if code, body := get(t, hd, "/readyz"); code != 503 {
+				t.Errorf("/readyz a second later = %d %q, want 503", code, body)
+			}
+			if st := status(t, hd); st.Ready || !strings.Contains(st.Reason, `"ordrs"`) {
+				t.Errorf("status.json: ready %v, reason %q, want not ready naming the topic", st.Ready, st.Reason)
+			}
+		})
+	}
+}
+
 func TestStatusAndActions(t *testing.T) {
 	h, addrs, fixed := statusHost(t, host.WithToken(token))
 	hd := h.Handler()
