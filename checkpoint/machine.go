@@ -354,7 +354,9 @@ func (topDraw) Float64() float64 { return 1 - 1.0/(1<<53) }
 // limits are checked again, as the Azure IoT C SDK does when a retry is
 // due: a retry that would start MaxRetryTime or more after the first
 // failure, or when the oldest record is MaxRecordAge old or older, is not
-// started (StopRetrying; a retry restored from a previous owner late, say).
+// started (StopRetrying; a retry restored from a previous owner late, say),
+// nor is one past the policy's MaxRetries (restored from an owner whose
+// policy allowed more).
 // Otherwise the State becomes started and the answer is RetryNow. With no
 // retry scheduled, Start returns the zero Decision.
 func (m *Machine) Start(now time.Time) Decision {
@@ -362,6 +364,12 @@ func (m *Machine) Start(now time.Time) Decision {
 		return Decision{}
 	}
 	p := m.policyRef()
+	if p.MaxRetries != Infinite && m.state.Retries > p.MaxRetries {
+		// Past the limit of the policy in force: a state scheduled under
+		// a policy with more retries (a redeploy that lowered the count).
+		m.refused = true
+		return m.stop(RetriesSpent)
+	}
 	if p.MaxRetryTime > 0 && !m.state.FirstFailure.IsZero() && m.spent(now) >= p.MaxRetryTime {
 		m.refused = true
 		return m.stop(TimeBudgetSpent)

@@ -76,6 +76,38 @@ func TestMachineStartRechecksTimeLimits(t *testing.T) {
 	}
 }
 
+// A scheduled retry restored under a policy with fewer retries (a
+// redeploy that lowered the retry count) is not started past the policy's
+// limit: it is given up, after the retries it had, for spent retries. One
+// at the limit is started, and a started one at the limit is given up.
+func TestMachineStartRechecksTheCount(t *testing.T) {
+	p := checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second)}
+	for _, tt := range []struct {
+		s       checkpoint.State
+		started bool // the retry is started
+		retries int  // else given up after these
+	}{
+		{checkpoint.State{Retries: 4, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, false, 3},
+		{checkpoint.State{Retries: 3, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, false, 2},
+		{checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, true, 0},
+		{checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, Started: true}, false, 2},
+	} {
+		m := checkpoint.NewMachine(p)
+		m.Begin(time.Time{})
+		d := m.Resume(tt.s, t0, nil)
+		if d.Action != checkpoint.StopRetrying {
+			d = m.Start(t0)
+		}
+		var xerr *checkpoint.ExhaustedError
+		switch {
+		case tt.started && d.Action != checkpoint.RetryNow:
+			t.Errorf("%v: %+v, want retry %d started", tt.s, d, tt.s.Retries)
+		case !tt.started && (d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RetriesSpent || !errors.As(m.Err(), &xerr) || xerr.Retries != tt.retries):
+			t.Errorf("%v: %+v (%v), want given up for spent retries after %d", tt.s, d, m.Err(), tt.retries)
+		}
+	}
+}
+
 // A restored due time further than the policy allows (a skewed clock, a
 // foreign writer) is brought back to what the policy allows; a nearer one
 // is kept (issue 10, defect 10).

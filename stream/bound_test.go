@@ -342,6 +342,41 @@ func TestGivenUpPartitionIsNotFailing(t *testing.T) {
 	}
 }
 
+// A redeploy that lowers the retry count: the next owner, whose policy
+// allows 2 retries, does not deliver retry 4 that the previous owner's
+// policy scheduled; it gives the batch up, and the history checker finds
+// no retry past the limit in force.
+func TestLoweredRetryCountAfterAMove(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var hist streamtest.History
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		now := time.Now()
+		p.SetCheckpoint(0, checkpoint.EncodeState(checkpoint.State{Offset: 0, Retries: 4, FirstFailure: now.Add(-time.Minute),
+			LastDelay: time.Second, NextAt: now.Add(time.Second)}))
+		var calls atomic.Int32
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			calls.Add(1)
+			return errTransient
+		})
+		var given givenUp
+		proc, err := stream.NewProcessor(h, fixed(2, time.Second), stream.WithExhaustionAction(given.action),
+			stream.WithLogger(slog.New(slog.DiscardHandler)), stream.WithHooks(hist.Hooks("b")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, proc, time.Hour, p) {
+			t.Fatal("not done")
+		}
+		if calls.Load() != 0 || len(given.errs) != 1 || given.errs[0].Reason != checkpoint.RetriesSpent {
+			t.Fatalf("%d deliveries, given up %v; want none, given up for spent retries", calls.Load(), given.got)
+		}
+		if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 5}); len(r.Violations) > 0 {
+			t.Fatalf("violations %v", r.Violations)
+		}
+	})
+}
+
 // A give-up whose dead-letter action fails until the partition moves is
 // given up again by the next owner with the records given up then, no
 // more: a record given up alone (FailedAt) stays alone, and a batch the
