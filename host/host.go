@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/internal/kafkatopic"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
@@ -222,7 +223,8 @@ type Kafka struct {
 	// (twmb/franz-go, the default when empty) or "kafkago"
 	// (segmentio/kafka-go), or another given with [WithAdapter].
 	Adapter string
-	// Topic is the topic the function consumes.
+	// Topic is the topic the function consumes: a name Kafka accepts
+	// (ASCII letters, digits, '.', '_' and '-'), or Run refuses it.
 	Topic string
 	// Group is the consumer group its consumer joins, or the share group
 	// when Share is set.
@@ -700,6 +702,9 @@ func (h *Host) bind(f *function) error {
 	switch {
 	case strings.TrimSpace(t.Topic) == "":
 		return fmt.Errorf("host: function %s (trigger from %s): no topic", f.name, f.origin)
+	case kafkatopic.Problem(t.Topic) != "":
+		// A name Kafka refuses: the consumer would wait for it for ever.
+		return fmt.Errorf("host: function %s (trigger from %s): topic %s", f.name, f.origin, kafkatopic.Problem(t.Topic))
 	case strings.TrimSpace(t.Group) == "":
 		return fmt.Errorf("host: function %s (trigger from %s): no consumer group", f.name, f.origin)
 	case t.MaxBatch < 0:

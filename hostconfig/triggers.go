@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/redeliver-go/redeliver/internal/kafkatopic"
 )
 
 // sectionTriggers is the section that binds functions to what triggers
@@ -405,40 +407,14 @@ func (d *decoder) name(n *node, f map[string]*member, key, what string) string {
 	return ""
 }
 
-// maxTopicLength is the longest topic name Kafka accepts.
-const maxTopicLength = 249
-
 // topic checks that the text node n is a topic name Kafka accepts, and
-// returns it, or "" after reporting why not: 1 to 249 ASCII letters,
-// digits, '.', '_' and '-', and neither "." nor "..".
+// returns it, or "" after reporting why not (see [kafkatopic.Problem]).
 func (d *decoder) topic(n *node) string {
-	name := n.text
-	const rule = "a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-'"
-	for _, r := range name {
-		if r == '.' || r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' {
-			continue
-		}
-		what := strconv.QuoteRune(r)
-		switch {
-		case strings.TrimSpace(name) != name:
-			what = "spaces around it"
-		case r == ' ':
-			what = "a space"
-		}
-		d.add(n, "%q: %s, not %s", name, rule, what)
+	if p := kafkatopic.Problem(n.text); p != "" {
+		d.add(n, "%s", p)
 		return ""
 	}
-	switch {
-	case name == "":
-		d.add(n, "empty: want a topic name")
-	case name == "." || name == "..":
-		d.add(n, "%q: Kafka does not accept it as a topic name", name)
-	case len(name) > maxTopicLength:
-		d.add(n, "%q is %d characters long: a Kafka topic name holds at most %d", name, len(name), maxTopicLength)
-	default:
-		return name
-	}
-	return ""
+	return n.text
 }
 
 // settingsOf lists the members of f in the order of order, objects
