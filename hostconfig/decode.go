@@ -569,6 +569,13 @@ func (d *decoder) exhaustion(n *node) Exhaustion {
 		return Exhaustion{}
 	}
 	switch {
+	case e.Action == ActionDeadLetter && topic == nil && action.fromEnv():
+		// Set by a variable: the topic is another variable.
+		base := action.env
+		if i := strings.LastIndex(base, "__"); i >= 0 && strings.EqualFold(base[i+2:], "action") {
+			base = base[:i]
+		}
+		d.add(n, "deadLetter needs a topic: set %s__topic=orders-dlq too", base)
 	case e.Action == ActionDeadLetter && topic == nil:
 		d.add(n, `deadLetter needs a topic: write {"action": "deadLetter", "topic": "orders-dlq"}`)
 	case e.Action != ActionDeadLetter && topic != nil:

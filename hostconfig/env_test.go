@@ -169,6 +169,11 @@ func TestEnvProblems(t *testing.T) {
 			"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted=stop",
 			"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic=t"}, []string{
 			`environment AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic: checkpointRetryPolicy.onExhausted.topic: a topic only applies to deadLetter, not stop`}},
+		// A dead letter set by a variable needs its topic from another.
+		{"deadLetter without a topic", []string{"AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted=deadLetter"}, []string{
+			`environment AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted: checkpointRetryPolicy.onExhausted: deadLetter needs a topic: set AzureFunctionsJobHost__checkpointRetryPolicy__onExhausted__topic=orders-dlq too`}},
+		{"deadLetter action without a topic", []string{"AzureFunctionsJobHost__checkpointRetryPolicy__functions__a__onExhausted__action=deadLetter"}, []string{
+			`environment AzureFunctionsJobHost__checkpointRetryPolicy__functions__a__onExhausted__action: checkpointRetryPolicy.functions.a.onExhausted: deadLetter needs a topic: set AzureFunctionsJobHost__checkpointRetryPolicy__functions__a__onExhausted__topic=orders-dlq too`}},
 		{"empty key", []string{"AzureFunctionsJobHost__checkpointRetryPolicy____retryCount=1"}, []string{
 			`environment AzureFunctionsJobHost__checkpointRetryPolicy____retryCount: empty key in the name`}},
 		{"sleepDuration and strategy both from the environment", []string{
