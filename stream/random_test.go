@@ -28,17 +28,19 @@ var (
 
 // TestRandomEngine runs the engine over streamtest partitions on synctest's
 // fake clock with everything drawn from a seed: several partitions and
-// batch sizes, a policy (retry count, backoff, time limits), handler
-// outcomes (success, error, a failure at a known record, a RetryResult,
-// a panic, Permanent), per-record and whole-batch handlers, an exhaustion
-// action (skip, a dead-letter topic whose publisher fails now and then,
-// StopPartition with an operator who skips or resumes), an outage budget
-// with the downstream down for a while, and revocations at random
-// moments after which a new processor takes the partition over from what
-// was committed. Every history is checked by streamtest.History, which
-// counts each record's retries itself, and every partition must reach its
-// end. 2000 seeds by default; -random.seeds=N or REDELIVER_RANDOM_SEEDS=N
-// runs more, -random.seed=S one.
+// batch sizes, a policy (retry count, backoff, time limits, a Decide),
+// handler outcomes (success, error, a failure at a known record, a
+// RetryResult, a panic, Permanent, a retry-after hint), per-record and
+// whole-batch handlers, an exhaustion action (skip, a dead-letter topic
+// whose publisher fails now and then, StopPartition with an operator who
+// skips or resumes), an outage budget with the downstream down for a
+// while, and revocations at random moments after which a new processor
+// takes the partition over from what was committed, now and then with
+// fewer retries (a redeploy). Every history is checked by
+// streamtest.History, which counts each record's retries itself, and
+// every partition must reach its end. 2000 seeds by default;
+// -random.seeds=N or REDELIVER_RANDOM_SEEDS=N runs more, -random.seed=S
+// one.
 func TestRandomEngine(t *testing.T) {
 	n := 2000
 	if v := os.Getenv("REDELIVER_RANDOM_SEEDS"); v != "" {
@@ -95,6 +97,8 @@ type scenario struct {
 	pPanic    float64
 	pPerm     float64
 	pBatchErr float64 // a failure reported for the whole batch, not FailedAt
+	pHint     float64 // a failure with a retry-after hint
+	lower     bool    // a new owner may run a policy with fewer retries (a redeploy)
 }
 
 func newScenario(seed uint64) *scenario {
@@ -144,12 +148,23 @@ func newScenario(seed uint64) *scenario {
 	s.revokes = r.IntN(6)
 	s.commits = r.IntN(4)
 	s.memory = r.IntN(8) == 0
+	if r.IntN(3) == 0 {
+		// A Decide that retries only the handler's errors, with a delay
+		// of its own that grows with the retry.
+		k := time.Duration(1+r.IntN(2000)) * time.Millisecond
+		s.policy.Decide = func(n int, err error, _ time.Duration, _ checkpoint.Rand) (time.Duration, bool) {
+			return k * time.Duration(n), errors.Is(err, errRandom)
+		}
+		s.policyStr += fmt.Sprintf(", decide %v per retry", k)
+	}
+	s.pHint = 0.1 * r.Float64()
+	s.lower = s.policy.MaxRetries > 0 && r.IntN(4) == 0
 	return s
 }
 
 func (s *scenario) describe() string {
-	return fmt.Sprintf("%d partitions of %d records, batches of %d, %s, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d failed commits, in memory %v, fails %v",
-		s.parts, s.records, s.maxBatch, s.policyStr, s.perRecord, s.action, s.budget, s.down[0], s.down[1], s.revokes, s.commits, s.memory, s.failsOf)
+	return fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d failed commits, in memory %v, fails %v",
+		s.parts, s.records, s.maxBatch, s.policyStr, s.lower, s.perRecord, s.action, s.budget, s.down[0], s.down[1], s.revokes, s.commits, s.memory, s.failsOf)
 }
 
 // world is what a running scenario shares between its goroutines.
@@ -195,6 +210,8 @@ func (w *world) failure(err error) error {
 		return checkpoint.Permanent(err)
 	case x < w.s.pPanic+w.s.pPerm+w.s.pRetryRes:
 		return stream.Retry(w.drawInt(3), time.Duration(w.drawInt(1500))*time.Millisecond)
+	case x < w.s.pPanic+w.s.pPerm+w.s.pRetryRes+w.s.pHint:
+		return checkpoint.RetryAfter(err, time.Duration(w.drawInt(4000))*time.Millisecond)
 	}
 	return err
 }
@@ -295,7 +312,11 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 			OutageBegan: func(stream.OutageEvent) { tally.mu.Lock(); tally.outages++; tally.mu.Unlock() },
 			Probing:     func(stream.ProbeEvent) { tally.mu.Lock(); tally.probes++; tally.mu.Unlock() },
 		}
-		opts := []stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(stream.MergeHooks(hist.Hooks(member), count)),
+		policy := s.policy
+		if s.lower && w.drawInt(2) == 0 {
+			policy.MaxRetries = w.drawInt(policy.MaxRetries) // a redeploy with fewer retries
+		}
+		opts := []stream.Option{stream.WithPolicy(policy), stream.WithHooks(stream.MergeHooks(hist.Hooks(member), count)),
 			stream.WithOperationBackoff(checkpoint.Fixed(200 * time.Millisecond)),
 			stream.WithRand(func() checkpoint.Rand { return rand.New(rand.NewPCG(s.seed, 13)) }),
 			stream.WithLogger(slog.New(slog.DiscardHandler))}
