@@ -296,7 +296,14 @@ func TestInvalid(t *testing.T) {
 		{"backoffAlgorithm window above maxDelay", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "backoffAlgorithm", "initialDelay": "20s", "maxDelay": "10s"}}}`, []string{
 			`host.json:1:57: checkpointRetryPolicy.strategy: strategy backoffAlgorithm: maxDelay 10s is below initialDelay 20s`}},
 		{"azureIotC needs whole seconds", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "azureIotCInterval", "initialDelay": "1.5s"}}}`, []string{
-			`host.json:1:57: checkpointRetryPolicy.strategy: strategy azureIotCInterval: AzureIoTC.InitialWait is 1.5s: want whole seconds`}},
+			`host.json:1:57: checkpointRetryPolicy.strategy: strategy azureIotCInterval: initialDelay is 1.5s: want whole seconds`}},
+		// In the file's words, not the Go fields of the presets.
+		{"exponentialBackoff minimum above maximum", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": 3, "minimumInterval": "00:00:20", "maximumInterval": "00:00:10"}}`, []string{
+			`host.json:1:11: retry: strategy exponentialBackoff: maximumInterval 10s is below minimumInterval 20s`}},
+		{"exponentialBackoff in 100ns ticks", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": 3, "minimumInterval": "1ns", "maximumInterval": "00:00:10"}}`, []string{
+			`host.json:1:11: retry: strategy exponentialBackoff: minimumInterval is 1ns: want a TimeSpan`}},
+		{"azureIotJava initialDelay 0", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "azureIotJava", "initialDelay": "0"}}}`, []string{
+			`host.json:1:57: checkpointRetryPolicy.strategy: strategy azureIotJava: initialDelay is 0s: (int)(delta*1.2) - (int)(delta*0.8) = 0, and Java's nextInt needs a positive bound`}},
 		{"backoffAlgorithm range", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "backoffAlgorithm", "initialDelay": "1s", "maxDelay": "70s"}}}`, []string{
 			`host.json:1:57: checkpointRetryPolicy.strategy: strategy backoffAlgorithm: maxDelay is 1m10s: want whole milliseconds up to 1m5.535s`}},
 		{"flag not a bool", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "azureIotJava", "firstFastRetry": "yes"}}}`, []string{
@@ -316,7 +323,7 @@ func TestInvalid(t *testing.T) {
 		{"azure retry wrong interval", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": 1, "delayInterval": "1s", "minimumInterval": "1s"}}`, []string{
 			`host.json:1:81: retry.minimumInterval: fixedDelay takes delayInterval: minimumInterval is a parameter of exponentialBackoff`}},
 		{"azure retry min above max", `{"retry": {"strategy": "exponentialBackoff", "maxRetryCount": 1, "minimumInterval": "00:10:00", "maximumInterval": "00:01:00"}}`, []string{
-			`host.json:1:11: retry: strategy exponentialBackoff: AzureFunctionsExponentialBackoff.MinimumInterval 10m0s is greater than MaximumInterval 1m0s`}},
+			`host.json:1:11: retry: strategy exponentialBackoff: maximumInterval 1m0s is below minimumInterval 10m0s`}},
 		{"azure retry count", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": -3, "delayInterval": "1s"}}`, []string{
 			`host.json:1:55: retry.maxRetryCount: -3 is below -1`}},
 		{"functions not an object", `{"checkpointRetryPolicy": {"functions": []}}`, []string{

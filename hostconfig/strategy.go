@@ -399,16 +399,43 @@ func (def *strategyDef) backoff(s Strategy) (checkpoint.Backoff, error) {
 			}
 		}
 	}
-	if _, capped := def.param(pMax.name); capped && s.MaxDelay > 0 {
-		// The strategy's own cap must not be below its first delay (or
-		// first window), or that setting could never take effect.
-		first := pInitial
-		if p, ok := def.param(pMin.name); ok {
-			first = p
-		}
-		if v, ok := def.param(first.name); ok && *v.dur(&s) > s.MaxDelay {
-			return nil, fmt.Errorf("maxDelay %v is below %s %v", s.MaxDelay, first.name, *v.dur(&s))
+	// The strategy's own cap (Azure Functions' exponentialBackoff names
+	// it maximumInterval, where 0 is no exception) must not be below its
+	// first delay (or first window), or that setting could never take
+	// effect.
+	capName := pMax.name
+	if _, ok := def.param(pMaximum.name); ok {
+		capName = pMaximum.name
+	}
+	if c, capped := def.param(capName); capped && (s.MaxDelay > 0 || capName == pMaximum.name) {
+		for _, name := range []string{pMinimum.name, pMin.name, pInitial.name} {
+			if v, ok := def.param(name); ok {
+				if *v.dur(&s) > s.MaxDelay {
+					return nil, fmt.Errorf("%s %v is below %s %v", c.name, s.MaxDelay, v.name, *v.dur(&s))
+				}
+				break
+			}
 		}
 	}
-	return def.build(s)
+	b, err := def.build(s)
+	if err != nil {
+		// In the file's words: the presets name their Go fields.
+		err = errors.New(presetNames.Replace(err.Error()))
+	}
+	return b, err
 }
+
+// presetNames turns the checkpoint presets' field names in their errors
+// into the host.json parameters that set them.
+var presetNames = strings.NewReplacer(
+	"AzureIoTJava.DeltaBackoff", "initialDelay",
+	"AzureIoTJava.MinBackoff", "minDelay",
+	"AzureIoTJava.MaxBackoff", "maxDelay",
+	"AzureFunctionsExponentialBackoff.MinimumInterval", "minimumInterval",
+	"AzureFunctionsExponentialBackoff.MaximumInterval", "maximumInterval",
+	"AzureIoTC.InitialWait", "initialDelay",
+	"AzureIoTC.MaxDelay", "maxDelay",
+	"AzureIoTC.MaxJitterPercent", "jitterPercent",
+	"BackoffAlgorithm.BackOffBase", "initialDelay",
+	"BackoffAlgorithm.MaxBackOff", "maxDelay",
+)
