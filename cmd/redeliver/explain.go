@@ -237,6 +237,9 @@ func writeExplained(w io.Writer, x explained) {
 		if s.Inherited {
 			src += " (host-wide)"
 		}
+		if m := zeroMeaning(s); m != "" {
+			src += " (0: " + m + ")"
+		}
 		fmt.Fprintf(tw, "    %s\t%s\t%s\n", s.Field, s.Value, src)
 	}
 	for _, d := range policyDefaults {
@@ -263,6 +266,20 @@ func writeExplained(w io.Writer, x explained) {
 		fmt.Fprintf(tw, "  Trigger: none in the file; the host's code must give one\n")
 	}
 	tw.Flush()
+}
+
+// zeroMeaning returns, for a limit set to 0 (maxDelay, maxRetryTime,
+// maxRecordAge), what 0 means: no limit, as when it is left out; else "".
+func zeroMeaning(s setting) string {
+	for _, d := range policyDefaults {
+		if d.field != s.Field || d.field == "retryCount" || d.field == "onExhausted" {
+			continue
+		}
+		if v, err := hostconfig.ParseDuration(strings.Trim(s.Value, `"`)); err == nil && v == 0 {
+			return d.meaning
+		}
+	}
+	return ""
 }
 
 func hasField(s []setting, field string) bool {

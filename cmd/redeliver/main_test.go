@@ -81,6 +81,8 @@ func TestGolden(t *testing.T) {
 		{"explain_unknown", []string{"explain", "testdata/app.json", "paymnts"}, nil, 1},
 		{"explain_share_group", []string{"explain", "testdata/share.json", "emails"}, nil, 0},
 		{"explain_bad_file", []string{"explain", "testdata/problems.json"}, nil, 1},
+		// A limit written as 0 is no limit, and says so.
+		{"explain_zero_limits", []string{"explain", "testdata/zero_limits.json"}, nil, 0},
 		// JSON in one casing, the trigger's values in force (the
 		// adapter's batch size when the file sets none).
 		{"explain_function_json", []string{"explain", "-json", "testdata/app.json", "payments"}, nil, 0},
