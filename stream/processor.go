@@ -326,8 +326,9 @@ type worker struct {
 	// givenUp is, for a batch a previous owner gave up (restored), how
 	// many of its records it gave up; 0 for all of them.
 	givenUp int
-	// rest holds the records after a record given up alone, fetched
-	// already: they are delivered as the next batch.
+	// rest holds the records after those given up (a record given up
+	// alone, or the records a previous owner gave up), fetched already:
+	// they are delivered as the next batch.
 	rest []Record
 
 	// member is the worker's place in the outage budget; nil for none.
