@@ -521,7 +521,9 @@ func TestWarnings(t *testing.T) {
 		// Hundreds of each: one warning, not a search quadratic in the
 		// file's size.
 		{"too many policies and triggers apart", manyApart(300), []string{
-			`host.json:1:59: checkpointRetryPolicy.functions.p000: a policy for function "p000", which no trigger names, and 299 more such policies beside 300 triggers of functions without a policy: too many names to look for misspellings among them`}},
+			`host.json:1:59: checkpointRetryPolicy.functions.p000: a policy for function "p000", which no trigger names, and 299 more such policies, beside 300 triggers of functions without a policy: too many names to look for misspellings among them`}},
+		{"one policy beside too many triggers", manyApartN(1, 70000), []string{
+			`host.json:1:59: checkpointRetryPolicy.functions.p000: a policy for function "p000", which no trigger names, beside 70000 triggers of functions without a policy: too many names to look for misspellings among them`}},
 		{"retries", `{"retrys": {}}`, []string{
 			`host.json:1:12: "retrys" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
 		{"Azure sections are quiet", `{"functions": ["a"], "http": {}, "queues": {}, "logging": {}}`, nil},
@@ -553,10 +555,15 @@ func TestWarnings(t *testing.T) {
 // manyApart returns a host.json with n policies, for functions p000, p001,
 // ..., and n triggers, for functions t000, t001, ...: each policy's name
 // one edit from a trigger's.
-func manyApart(n int) string {
+func manyApart(n int) string { return manyApartN(n, n) }
+
+// manyApartN is manyApart with np policies and nt triggers.
+func manyApartN(np, nt int) string {
 	var policies, triggers []string
-	for i := range n {
+	for i := range np {
 		policies = append(policies, fmt.Sprintf(`"p%03d": {}`, i))
+	}
+	for i := range nt {
 		triggers = append(triggers, fmt.Sprintf(`"t%03d": {"type": "kafka", "topic": "t", "consumerGroup": "g"}`, i))
 	}
 	return `{"checkpointRetryPolicy": {"retryCount": 0, "functions": {` + strings.Join(policies, ", ") + `}}, "triggers": {` + strings.Join(triggers, ", ") + `}}`

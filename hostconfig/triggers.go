@@ -211,8 +211,12 @@ func (d *decoder) nearFunctions() {
 	}
 	if len(policies)*len(triggers) > nearPairs {
 		w := policies[0].at
-		w.Msg = fmt.Sprintf("a policy for function %q, which no trigger names, and %d more such policies beside %d triggers of functions without a policy: too many names to look for misspellings among them",
-			policies[0].name, len(policies)-1, len(triggers))
+		more := ""
+		if len(policies) > 1 {
+			more = fmt.Sprintf(", and %d more such policies", len(policies)-1)
+		}
+		w.Msg = fmt.Sprintf("a policy for function %q, which no trigger names%s, beside %d triggers of functions without a policy: too many names to look for misspellings among them",
+			policies[0].name, more, len(triggers))
 		d.warnings = append(d.warnings, w.text())
 		return
 	}
