@@ -555,6 +555,63 @@ func TestFutureFirstFailureDoesNotStretchTheBudget(t *testing.T) {
 	})
 }
 
+// Decisions: an operator's Resume that races a revocation returns nil (the
+// worker took it) or an error wrapping ErrNotStopped (it came too late);
+// either way nothing is lost: the batch is delivered again, by the next
+// owner, with a fresh count, as Resume promises.
+func TestResumeRacingARevocation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendN(time.Now(), 5)
+		var fail atomic.Bool
+		fail.Store(true)
+		var retries []int
+		var mu sync.Mutex
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			retries = append(retries, b.Attempt.Retry)
+			mu.Unlock()
+			if fail.Load() {
+				return errPoison
+			}
+			return nil
+		})
+		stopped := make(chan struct{}, 1)
+		a, err := stream.NewProcessor(h, fixed(1, time.Second), stream.WithExhaustionAction(stream.StopPartition), stream.WithLogger(slog.New(slog.DiscardHandler)),
+			stream.WithHooks(stream.Hooks{Stopped: func(stream.StoppedEvent) { stopped <- struct{}{} }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(t.Context(), a, p) }()
+		<-stopped
+		synctest.Wait()
+		fail.Store(false)
+		p.Revoke() // the worker has not seen it yet
+		if err := a.Resume(t.Context(), "orders", 0); err != nil && !errors.Is(err, stream.ErrNotStopped) {
+			t.Fatalf("Resume racing a revocation: %v, want nil or ErrNotStopped", err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if c, _ := p.Committed(); c != 0 {
+			t.Fatalf("checkpoint %d, want 0: the batch not done", c)
+		}
+		b, err := stream.NewProcessor(h, fixed(1, time.Second), stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !runParts(t, b, time.Hour, p) {
+			t.Fatal("not done")
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if fmt.Sprint(retries) != "[0 1 0]" {
+			t.Fatalf("deliveries as retries %v, want [0 1 0]: the next owner delivers the batch with a fresh count", retries)
+		}
+	})
+}
+
 // Decisions: an operator's Skip that races a revocation returns an error,
 // never nil for a skip that was lost; a Skip that returns nil has moved
 // the checkpoint past the batch.
