@@ -167,8 +167,14 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 	return &Budget{cfg: cfg, tokens: cfg.MaxTokens, changed: make(chan struct{})}, nil
 }
 
-// Config returns the budget's configuration, with its defaults filled in.
-func (b *Budget) Config() BudgetConfig { return b.cfg }
+// Config returns the budget's configuration, with its defaults filled in
+// (the zero BudgetConfig for a nil Budget, which is no budget).
+func (b *Budget) Config() BudgetConfig {
+	if b == nil {
+		return BudgetConfig{}
+	}
+	return b.cfg
+}
 
 // BudgetState is what [Budget.State] reports.
 type BudgetState struct {
@@ -180,8 +186,12 @@ type BudgetState struct {
 	Probes  int       // probes started in the outage
 }
 
-// State returns the budget's state.
+// State returns the budget's state (the zero BudgetState for a nil
+// Budget).
 func (b *Budget) State() BudgetState {
+	if b == nil {
+		return BudgetState{}
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return BudgetState{Tokens: b.tokens, Failing: b.failing, Outage: b.open, Since: b.since, Waiting: len(b.queue), Probes: b.probes}

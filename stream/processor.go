@@ -200,8 +200,14 @@ func (p *Processor) newRand() checkpoint.Rand {
 	return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 }
 
-// Policy returns the processor's retry policy.
-func (p *Processor) Policy() checkpoint.Policy { return p.cfg.policy }
+// Policy returns the processor's retry policy (the zero Policy for a nil
+// Processor).
+func (p *Processor) Policy() checkpoint.Policy {
+	if p == nil {
+		return checkpoint.Policy{}
+	}
+	return p.cfg.policy
+}
 
 // Logger returns the processor's logger (when none was given, one that
 // sends warnings and errors to slog.Default()): adapters log to it unless

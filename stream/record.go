@@ -35,11 +35,23 @@ type Batch struct {
 	Attempt Attempt
 }
 
-// FirstOffset returns the offset of the batch's first record.
-func (b *Batch) FirstOffset() int64 { return b.Records[0].Offset }
+// FirstOffset returns the offset of the batch's first record, or -1 for a
+// batch with no records (the engine never delivers one).
+func (b *Batch) FirstOffset() int64 {
+	if b == nil || len(b.Records) == 0 {
+		return -1
+	}
+	return b.Records[0].Offset
+}
 
-// LastOffset returns the offset of the batch's last record.
-func (b *Batch) LastOffset() int64 { return b.Records[len(b.Records)-1].Offset }
+// LastOffset returns the offset of the batch's last record, or -1 for a
+// batch with no records.
+func (b *Batch) LastOffset() int64 {
+	if b == nil || len(b.Records) == 0 {
+		return -1
+	}
+	return b.Records[len(b.Records)-1].Offset
+}
 
 // Attempt describes one delivery of a batch, as Azure Functions' RetryContext
 // does for one execution. Its count, first failure and last error are those

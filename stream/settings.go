@@ -29,10 +29,13 @@ type Settings struct {
 
 // Settings returns the processor's handler and options.
 func (p *Processor) Settings() Settings {
+	if p == nil {
+		return Settings{Logger: p.Logger()}
+	}
 	return Settings{
 		Handler:          p.h,
 		Policy:           p.cfg.policy,
-		Logger:           p.log,
+		Logger:           p.Logger(),
 		Hooks:            p.cfg.hooks,
 		Clock:            p.cfg.clock,
 		NewRand:          p.cfg.newRand,

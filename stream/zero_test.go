@@ -134,6 +134,46 @@ func TestZeroValuesOfStream(t *testing.T) {
 	_ = stream.MergeHooks(stream.Hooks{}, stream.Hooks{})
 }
 
+// The accessors of a batch with no records, of a nil Batch, of a nil
+// Processor and of a nil Budget (what WithOutageBudget(nil) gives: no
+// budget) answer instead of panicking: a handler's unit test that calls
+// FirstOffset on a Batch it built empty, or a status read of a processor
+// or budget a program never made.
+func TestAccessorsOfEmptyAndNilValues(t *testing.T) {
+	var empty stream.Batch
+	var nilBatch *stream.Batch
+	for name, got := range map[string]int64{
+		"empty FirstOffset": empty.FirstOffset(), "empty LastOffset": empty.LastOffset(),
+		"nil FirstOffset": nilBatch.FirstOffset(), "nil LastOffset": nilBatch.LastOffset(),
+	} {
+		if got != -1 {
+			t.Errorf("a batch with no records: %s = %d, want -1", name, got)
+		}
+	}
+	one := stream.Batch{Records: []stream.Record{{Offset: 7}, {Offset: 9}}}
+	if one.FirstOffset() != 7 || one.LastOffset() != 9 {
+		t.Errorf("FirstOffset, LastOffset = %d, %d, want 7, 9", one.FirstOffset(), one.LastOffset())
+	}
+	var nilProc *stream.Processor
+	if p := nilProc.Policy(); p.MaxRetries != 0 || p.Backoff != nil {
+		t.Errorf("a nil Processor's Policy = %+v, want the zero Policy", p)
+	}
+	if s := nilProc.Settings(); s.Handler != nil || s.Exhaustion != nil || s.Logger == nil {
+		t.Errorf("a nil Processor's Settings = %+v, want zero but for the default logger", s)
+	}
+	var zeroProc stream.Processor
+	if s := zeroProc.Settings(); s.Logger == nil {
+		t.Error("a zero Processor's Settings has no Logger; Settings.Logger is never nil")
+	}
+	var nilBudget *stream.Budget
+	if s := nilBudget.State(); s.Outage || s.Tokens != 0 {
+		t.Errorf("a nil Budget's State = %+v, want zero", s)
+	}
+	if c := nilBudget.Config(); c.MaxTokens != 0 {
+		t.Errorf("a nil Budget's Config = %+v, want zero", c)
+	}
+}
+
 // A handler that returns FailedAt(i, nil) fails that record with an error
 // that says so, instead of a nil last error.
 func TestFailedAtNilError(t *testing.T) {
