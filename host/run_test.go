@@ -408,6 +408,13 @@ func TestNilAndZeroValues(t *testing.T) {
 			}
 		})
 	}
+	// A function without a re-drive store has no Parked in its status:
+	// counting it gives 0, as reading a status in a loop over every
+	// function would.
+	var noStore *host.ParkedStatus
+	if n := noStore.Total(); n != 0 {
+		t.Errorf("a nil ParkedStatus's Total = %d, want 0", n)
+	}
 }
 
 // nilStore is a redrive.Store whose methods are never called.

@@ -165,8 +165,14 @@ func parked(ctx context.Context, store redrive.Store, topic string) *ParkedStatu
 	return ps
 }
 
-// Total is the number of entries counted.
-func (p *ParkedStatus) Total() int { return p.Parked + p.Retrying + p.TimedOut }
+// Total is the number of entries counted: 0 for a nil ParkedStatus (a
+// function without a re-drive store).
+func (p *ParkedStatus) Total() int {
+	if p == nil {
+		return 0
+	}
+	return p.Parked + p.Retrying + p.TimedOut
+}
 
 // The states of a partition.
 const (
