@@ -20,6 +20,15 @@ type selection struct {
 	function    string
 	hasFunction bool
 	park        stream.ExhaustionAction
+	hasPark     bool
+	err         error // the first option that cannot mean what it says
+}
+
+// fail records err unless an earlier option failed.
+func (s *selection) fail(err error) {
+	if s.err == nil {
+		s.err = err
+	}
 }
 
 type optionFunc func(*selection)
@@ -32,17 +41,35 @@ func (f optionFunc) apply(s *selection) { f(s) }
 // Without it, [Config.Options] and [Config.Policy] convert the host-wide
 // policy. A name the file names nowhere that is one or two letters from a
 // function with a policy of its own is an error with a suggestion, not the
-// host-wide policy in silence.
+// host-wide policy in silence. An empty name, or a second Function in one
+// call, is an error.
 func Function(name string) Option {
-	return optionFunc(func(s *selection) { s.function, s.hasFunction = name, true })
+	return optionFunc(func(s *selection) {
+		switch {
+		case s.hasFunction:
+			s.fail(fmt.Errorf("hostconfig: Function(%q) after Function(%q): one function per call", name, s.function))
+		case name == "":
+			s.fail(errors.New(`hostconfig: Function(""): empty name: leave Function out for the host-wide policy`))
+		}
+		s.function, s.hasFunction = name, true
+	})
 }
 
 // Park gives the exhaustion action of a policy whose onExhausted is park:
 // typically redrive.Park(store, expiry) with the redrive section's expiry
 // (the functions host builds it from its re-drive store). Without it, such
-// a policy is an error, since there is nowhere to park the records.
+// a policy is an error, since there is nowhere to park the records. A nil
+// action, or a second Park in one call, is an error.
 func Park(action stream.ExhaustionAction) Option {
-	return optionFunc(func(s *selection) { s.park = action })
+	return optionFunc(func(s *selection) {
+		switch {
+		case s.hasPark:
+			s.fail(errors.New("hostconfig: Park given twice: one park action per call"))
+		case action == nil:
+			s.fail(errors.New("hostconfig: Park(nil): want the action of redrive.Park"))
+		}
+		s.park, s.hasPark = action, true
+	})
 }
 
 // selected returns the policy opts select, and the selection.
@@ -53,6 +80,9 @@ func (c *Config) selected(opts []Option) (*RetryPolicy, selection, error) {
 			return nil, s, fmt.Errorf("hostconfig: option %d of %d is nil", i+1, len(opts))
 		}
 		o.apply(&s)
+	}
+	if s.err != nil {
+		return nil, s, s.err
 	}
 	if c == nil {
 		return nil, s, errors.New("hostconfig: nil *Config: load it with hostconfig.Load, Parse or Read")

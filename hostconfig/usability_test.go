@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/stream"
 )
 
 // An environment variable that looks like an override but is not one
@@ -115,6 +116,29 @@ func TestUnknownFunction(t *testing.T) {
 	}
 	if _, err := cfg.Options(nil, nil); err == nil || !strings.Contains(err.Error(), "option 1 of 1 is nil") {
 		t.Fatalf("Options with a nil option: %v", err)
+	}
+	// Options that cannot mean what they say: an error each, not the
+	// last one given or the host-wide policy in silence.
+	for _, tc := range []struct {
+		name string
+		opts []hostconfig.Option
+		want string
+	}{
+		{"two functions", []hostconfig.Option{hostconfig.Function("orders"), hostconfig.Function("billing")},
+			`hostconfig: Function("billing") after Function("orders"): one function per call`},
+		{"empty function name", []hostconfig.Option{hostconfig.Function("")},
+			`hostconfig: Function(""): empty name: leave Function out for the host-wide policy`},
+		{"nil park action", []hostconfig.Option{hostconfig.Park(nil)},
+			`hostconfig: Park(nil): want the action of redrive.Park`},
+		{"two park actions", []hostconfig.Option{hostconfig.Park(stream.StopPartition), hostconfig.Park(stream.StopPartition)},
+			`hostconfig: Park given twice: one park action per call`},
+	} {
+		if _, err := cfg.Options(nil, tc.opts...); err == nil || err.Error() != tc.want {
+			t.Errorf("Options, %s: %v\nwant %s", tc.name, err, tc.want)
+		}
+		if _, err := cfg.Policy(tc.opts...); err == nil || err.Error() != tc.want {
+			t.Errorf("Policy, %s: %v\nwant %s", tc.name, err, tc.want)
+		}
 	}
 	var none *hostconfig.Config
 	if _, err := none.Options(nil); err == nil || !strings.Contains(err.Error(), "nil *Config") {
