@@ -150,9 +150,9 @@ type Consumer struct {
 
 // New returns a Consumer that runs proc's handler under proc's policy,
 // hooks and exhaustion action. It returns an error when proc is nil, when
-// the kgo options are missing, or when an option is out of range. Options
-// that kgo refuses, or that name no share group, make Run return an error
-// before anything is consumed.
+// the kgo options are missing, name no share group (or a consumer group
+// instead), or are refused by kgo as a lane's client would be built from
+// them, or when an option is out of range.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("share: nil processor")
@@ -183,8 +183,11 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	case cfg.limit < 0:
 		return nil, fmt.Errorf("share: WithDeliveryLimit(%d): want a positive count", cfg.limit)
 	}
-	// A client built here to check the options would join the group, so
-	// Run checks them, before any lane polls.
+	// Checked as each lane's client is built from them, with no client
+	// built: one would join the group.
+	if err := checkKgoOpts(cfg.kopts); err != nil {
+		return nil, err
+	}
 	set := proc.Settings()
 	if pub, topic, ok := stream.DeadLetterOf(set.Exhaustion); ok {
 		if b, isBound := pub.(interface{ Bound() bool }); isBound && !b.Bound() {
@@ -200,6 +203,35 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	c.fetchErrs.Log, c.fetchErrs.Pkg = c.log, "share"
 	c.fn, _ = stream.RecordFuncOf(set.Handler)
 	return c, nil
+}
+
+// laneOpts returns the options a lane's client is built with: the
+// caller's kopts between the lane's defaults and ack, and then more.
+func laneOpts(kopts []kgo.Opt, ack func(*kgo.Client, kgo.ShareAckResults), more ...kgo.Opt) []kgo.Opt {
+	opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0), kgo.ShareMaxRecords(1000)}, kopts...)
+	opts = append(opts, kgo.ShareAckCallback(ack))
+	return append(opts, more...)
+}
+
+// checkKgoOpts checks kopts as a lane's client would be built from them,
+// and says in the consumer's words when they name no share group or a
+// consumer group instead: kgo's own error is about the share-only options
+// the lanes add.
+func checkKgoOpts(kopts []kgo.Opt) error {
+	ack := func(*kgo.Client, kgo.ShareAckResults) {}
+	err := kgo.ValidateOpts(laneOpts(kopts, ack)...)
+	if err == nil {
+		return nil
+	}
+	noConsumerGroup, probe := kgo.ConsumerGroup(""), kgo.ShareGroup("probe")
+	if kgo.ValidateOpts(laneOpts(kopts, ack, noConsumerGroup, probe)...) == nil {
+		// Naming the group was all that was wrong.
+		if kgo.ValidateOpts(laneOpts(kopts, ack, probe)...) != nil {
+			return errors.New("share: the kgo options name a consumer group (kgo.ConsumerGroup): a share consumer needs kgo.ShareGroup(name) instead")
+		}
+		return errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
+	}
+	return fmt.Errorf("share: kgo options: %w", err)
 }
 
 // Run consumes until ctx is done or [Consumer.Close] is called. Records in
@@ -222,9 +254,7 @@ func (c *Consumer) run(ctx context.Context) error {
 	for i := range lanes {
 		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
 		cctx, cancel := context.WithCancel(context.Background())
-		opts := append([]kgo.Opt{kgo.MaxConcurrentFetches(0), kgo.ShareMaxRecords(1000), kgo.WithContext(cctx)}, c.cfg.kopts...)
-		opts = append(opts, kgo.ShareAckCallback(l.acked))
-		cl, err := kgo.NewClient(opts...)
+		cl, err := kgo.NewClient(laneOpts(c.cfg.kopts, l.acked, kgo.WithContext(cctx))...)
 		if err != nil {
 			cancel()
 			for _, o := range lanes[:i] {

@@ -51,6 +51,18 @@ func TestZeroValuesAndNilArguments(t *testing.T) {
 			_, err := share.New(proc)
 			return err
 		}, "WithKgoOptions"},
+		{"New with kgo options that name no share group", func() error {
+			_, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumeTopics("t")))
+			return err
+		}, "share: the kgo options name no share group: add kgo.ShareGroup(name)"},
+		{"New with a consumer group for a share group", func() error {
+			_, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")))
+			return err
+		}, "share: the kgo options name a consumer group (kgo.ConsumerGroup): a share consumer needs kgo.ShareGroup(name) instead"},
+		{"New with options kgo refuses for a share group", func() error {
+			_, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ShareGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit()))
+			return err
+		}, "share: kgo options: autocommit options are not applicable to share groups"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
