@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -269,11 +270,17 @@ func (c *Consumer) run(ctx context.Context) error {
 	for _, l := range lanes {
 		l.log = l.log.With("group", c.group)
 	}
+	var wrong error
 	if c.group == "" {
+		wrong = errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
+	} else if topics, _ := lanes[0].cl.OptValue(kgo.ConsumeTopics).(map[string]*regexp.Regexp); len(topics) == 0 {
+		wrong = errors.New("share: the consumer consumes no topic: add kgo.ConsumeTopics(topic, ...) to WithKgoOptions (Run would wait for records that never come)")
+	}
+	if wrong != nil {
 		for _, l := range lanes {
 			l.closeClient()
 		}
-		return errors.New("share: the kgo options name no share group: add kgo.ShareGroup(name)")
+		return wrong
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	checked := make(chan struct{})

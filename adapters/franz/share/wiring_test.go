@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -63,6 +64,19 @@ func TestZeroValuesAndNilArguments(t *testing.T) {
 			_, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ShareGroup("g"), kgo.ConsumeTopics("t"), kgo.DisableAutoCommit()))
 			return err
 		}, "share: kgo options: autocommit options are not applicable to share groups"},
+		{"Run of a consumer of no topic", func() error {
+			// franz.New refuses this; the share consumer, whose options
+			// are checked as a client holds them, refuses it when Run
+			// builds its clients, before it reaches a broker: without,
+			// it ran consuming nothing and saying nothing.
+			c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers("127.0.0.1:1"), kgo.ShareGroup("g")))
+			if err != nil {
+				return err
+			}
+			ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			return c.Run(ctx)
+		}, "share: the consumer consumes no topic: add kgo.ConsumeTopics(topic, ...) to WithKgoOptions"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.call()
