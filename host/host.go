@@ -788,7 +788,12 @@ func (f *function) ready() bool {
 // nothing wrong (a consumer with a Health method, as the Kafka adapters'
 // are, that reports brokers that do not answer, a topic that is not
 // there, fetches that fail); when not, it says why, function by function.
-func (h *Host) Ready() (bool, string) {
+func (h *Host) Ready() (bool, string) { return h.readiness(true) }
+
+// readiness is Ready; without detail, a function whose consumer reports a
+// problem is named without the problem (its topics, brokers and error
+// texts), for /readyz by a name the host does not answer to.
+func (h *Host) readiness(detail bool) (bool, string) {
 	if err := h.usable(); err != nil {
 		return false, err.Error()
 	}
@@ -808,7 +813,11 @@ func (h *Host) Ready() (bool, string) {
 	for _, f := range fns {
 		if f.health != nil {
 			if err := f.health(); err != nil {
-				wrong = append(wrong, f.name+": "+strings.ReplaceAll(err.Error(), "\n", "; "))
+				why := "its consumer reports a problem (the status page says which)"
+				if detail {
+					why = strings.ReplaceAll(err.Error(), "\n", "; ")
+				}
+				wrong = append(wrong, f.name+": "+why)
 				continue
 			}
 		}

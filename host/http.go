@@ -44,7 +44,10 @@ import (
 // state the partition is in (still stopped, or, for a skip the worker
 // took, its checkpoint past the batch being written).
 //
-// Anyone who reaches /healthz and /readyz may read them. Every other path
+// Anyone who reaches /healthz and /readyz may read them; by a name the
+// status page does not answer to (below), /readyz names the functions that
+// are not ready but not what their adapters found wrong (topics, brokers,
+// error texts), which the page's names get. Every other path
 // answers only to the names it is meant for, so that a web page cannot
 // reach it through DNS rebinding: a request whose Host header names
 // anything but an IP address, "localhost" (or a name under .localhost),
@@ -191,7 +194,9 @@ func (h *Host) newMux() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ready, reason := h.Ready()
+		// Any name may read it; what a function's adapter found only
+		// the names of the status page.
+		ready, reason := h.readiness(h.web.hosts.Allows(r.Host))
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if !ready {
 			w.WriteHeader(http.StatusServiceUnavailable)

@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -114,6 +115,15 @@ func TestReadinessReflectsStartChecks(t *testing.T) {
 			}
 			if st := status(t, hd); st.Ready || !strings.Contains(st.Reason, `"ordrs"`) {
 				t.Errorf("status.json: ready %v, reason %q, want not ready naming the topic", st.Ready, st.Reason)
+			}
+			// /readyz answers to any name, a rebinding page's too: by a
+			// name the host does not answer to, it names the function,
+			// not what its adapter found (topics, brokers, error texts).
+			req := httptest.NewRequest("GET", "http://evil.example:8080/readyz", nil)
+			rec := httptest.NewRecorder()
+			hd.ServeHTTP(rec, req)
+			if body := rec.Body.String(); rec.Code != 503 || !strings.Contains(body, "orders") || strings.Contains(body, "ordrs") || strings.Contains(body, "kafka") {
+				t.Errorf("/readyz by evil.example = %d %q, want 503 naming the function and nothing its adapter found", rec.Code, body)
 			}
 		})
 	}
