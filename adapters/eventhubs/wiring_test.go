@@ -329,3 +329,58 @@ func TestClose(t *testing.T) {
 		t.Error("Close of a zero Consumer: no error")
 	}
 }
+
+// Close called from inside the consumer, by the handler or by a hook,
+// returns at once (it does not wait for Run, which waits for them), and
+// Run then returns nil.
+func TestCloseFromInside(t *testing.T) {
+	for _, from := range []string{"handler", "hook"} {
+		t.Run(from, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				h := newHub(t, 2, 5)
+				cs, _ := eventhubs.NewCheckpointStore(memhub.NewStore(), "a", nil)
+				p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
+				var c *eventhubs.Consumer
+				closed := make(chan error, 1)
+				closeIt := func() {
+					select {
+					case closed <- c.Close():
+					default:
+					}
+				}
+				handler := stream.HandlerFunc(succeed)
+				var opts []stream.Option
+				if from == "handler" {
+					handler = func(context.Context, *stream.Batch) error { closeIt(); return nil }
+				} else {
+					opts = append(opts, stream.WithHooks(stream.Hooks{Delivered: func(stream.DeliveredEvent) { closeIt() }}))
+				}
+				proc, err := stream.NewProcessor(handler, opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c, err = eventhubs.NewWith(proc, p, cs); err != nil {
+					t.Fatal(err)
+				}
+				done := make(chan error, 1)
+				go func() { done <- c.Run(t.Context()) }()
+				select {
+				case err := <-closed:
+					if err != nil {
+						t.Fatalf("Close from the %s = %v", from, err)
+					}
+				case <-time.After(time.Minute):
+					t.Fatalf("Close from the %s did not return", from)
+				}
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Errorf("Run = %v after Close from the %s, want nil", err, from)
+					}
+				case <-time.After(time.Minute):
+					t.Fatalf("Run did not return after Close from the %s", from)
+				}
+			})
+		})
+	}
+}
