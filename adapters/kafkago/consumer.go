@@ -48,9 +48,10 @@ func WithFetchConfig(cfg kafka.ReadBatchConfig) Option {
 // group's coordinator. The default is a client on the group's brokers whose
 // transport takes DialFunc, Timeout, TLS, SASL and the client ID from the
 // group's dialer; the consumer closes its idle connections when Run
-// returns. A client given here is not closed.
+// returns. A client given here is not closed. [New] refuses a nil client
+// and one without an Addr.
 func WithClient(cl *kafka.Client) Option {
-	return optionFunc(func(c *engine.Config) { c.Client = cl })
+	return optionFunc(func(c *engine.Config) { c.Client, c.ClientSet = cl, true })
 }
 
 // WithMaxBatch sets the most records a batch holds, overriding the default

@@ -197,6 +197,8 @@ func TestNewErrors(t *testing.T) {
 		{"max batch 0", proc, []kafkago.Option{group, kafkago.WithMaxBatch(0)}},
 		{"negative max wait", proc, []kafkago.Option{group, kafkago.WithMaxWait(-time.Second)}},
 		{"commit timeout 0", proc, []kafkago.Option{group, kafkago.WithCommitTimeout(0)}},
+		{"nil client", proc, []kafkago.Option{group, kafkago.WithClient(nil)}},
+		{"client without Addr", proc, []kafkago.Option{group, kafkago.WithClient(&kafka.Client{})}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := kafkago.New(tc.proc, tc.opts...)
@@ -207,6 +209,17 @@ func TestNewErrors(t *testing.T) {
 			t.Log(err)
 		})
 	}
+}
+
+// A client given with WithClient carries the offset fetches and commits:
+// the consumer reads the committed offsets and commits through it.
+func TestWithClient(t *testing.T) {
+	_, addrs := newCluster(t, "t", 2)
+	for p := range int32(2) {
+		produce(t, addrs, "t", p, 0, 10)
+	}
+	start(t, addrs, "g", "t", newProcessor(t, streamtest.Succeed), kafkago.WithClient(&kafka.Client{Addr: kafka.TCP(addrs...)}))
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
 }
 
 // TestRunLeavesNoGoroutines checks that Run, once it returns, has ended

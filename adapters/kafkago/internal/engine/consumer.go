@@ -36,6 +36,7 @@ type Config struct {
 	GroupSet      bool
 	Fetch         kafka.ReadBatchConfig
 	Client        *kafka.Client
+	ClientSet     bool
 	MaxBatch      int
 	MaxWait       time.Duration
 	CommitTimeout time.Duration
@@ -92,6 +93,10 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("kafkago: max wait %v, want 0 or more", cfg.MaxWait)
 	case cfg.CommitTimeout <= 0:
 		return nil, fmt.Errorf("kafkago: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	case cfg.ClientSet && cfg.Client == nil:
+		return nil, errors.New("kafkago: WithClient(nil): give a client whose Addr reaches the group's cluster, or leave the option out for one on the group's brokers")
+	case cfg.Client != nil && cfg.Client.Addr == nil:
+		return nil, errors.New("kafkago: WithClient: the client has no Addr: set it to reach the group's cluster, such as kafka.TCP(brokers...)")
 	}
 	group := cfg.Group // Validate fills in defaults: keep the caller's config as given
 	if err := group.Validate(); err != nil {
