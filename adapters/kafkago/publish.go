@@ -46,9 +46,9 @@ func (p *Publisher) checkTopic(ctx context.Context, topic string) []health.Probl
 	return nil
 }
 
-// NewPublisher returns a Publisher that produces through w. A dead letter
-// must be acknowledged before the checkpoint moves past its batch, so w
-// must write synchronously (Async false) with acknowledgements
+// NewPublisher returns a Publisher that produces through w. w needs an
+// Addr (the cluster's brokers). A dead letter must be acknowledged before
+// the checkpoint moves past its batch, so w must write synchronously (Async false) with acknowledgements
 // (RequiredAcks kafka.RequireOne or kafka.RequireAll: the Writer's default,
 // kafka.RequireNone, is refused), and it must not name a Topic of its own
 // (the Publisher names the topic of each record). The Publisher does not
@@ -66,6 +66,8 @@ func NewPublisher(w *kafka.Writer) (*Publisher, error) {
 	switch {
 	case w == nil:
 		return nil, errors.New("kafkago: nil writer for the publisher")
+	case w.Addr == nil:
+		return nil, errors.New("kafkago: the publisher's writer has no Addr: set it to the cluster's brokers, such as kafka.TCP(brokers...)")
 	case w.Async:
 		return nil, errors.New("kafkago: the publisher's writer is Async: it must return once the records are acknowledged")
 	case w.RequiredAcks == kafka.RequireNone:

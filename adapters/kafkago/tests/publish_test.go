@@ -22,6 +22,7 @@ func TestNewPublisherErrors(t *testing.T) {
 		{"async", &kafka.Writer{Addr: addr, Async: true, RequiredAcks: kafka.RequireAll}},
 		{"no acks", &kafka.Writer{Addr: addr}},
 		{"own topic", &kafka.Writer{Addr: addr, Topic: "t", RequiredAcks: kafka.RequireAll}},
+		{"no address", &kafka.Writer{RequiredAcks: kafka.RequireAll}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := kafkago.NewPublisher(tc.w); err == nil {
