@@ -106,6 +106,22 @@ for dir in examples/*/; do
   fi
   tail -n 1 /tmp/redeliver-example.out
 done
+# An operator who looks at the status page with -hold and then presses
+# Ctrl-C gets a clean shutdown and exit status 0. (Job control is on so
+# that the program starts with SIGINT not ignored, as from a terminal.)
+echo "-- functionshost -hold, then Ctrl-C"
+(cd examples/functionshost && go build -o /tmp/redeliver-functionshost .)
+out=/tmp/redeliver-functionshost.out
+status=$(set -m
+  timeout 180 /tmp/redeliver-functionshost -hold 2m >"$out" 2>&1 &
+  pid=$!
+  for _ in $(seq 120); do grep -q '^holding' "$out" && break; kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+  sleep 1
+  kill -INT "$pid" 2>/dev/null || true
+  s=0; wait "$pid" || s=$?
+  echo "$s")
+[ "$status" = 0 ] && grep -q '^holding' "$out" && grep -q '^ok' "$out" || { cat "$out"; echo "functionshost: exit status $status after Ctrl-C during -hold"; exit 1; }
+tail -n 1 "$out"
 
 if [ -f integration/go.mod ]; then
   # A real Apache Kafka broker (KRaft, from Maven Central jars; needs Java 17

@@ -12,7 +12,7 @@
 // checkpoints reach the end of their topics. It exits 1 when a check fails.
 //
 //	go run ./examples/functionshost            # checks itself and exits
-//	go run ./examples/functionshost -hold 5m   # and keeps the page up for you to look at
+//	go run ./examples/functionshost -hold 5m   # and keeps the page up for you to look at (Ctrl-C ends it)
 package main
 
 import (
@@ -26,8 +26,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"os/signal"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -49,7 +51,11 @@ func main() {
 	hold := flag.Duration("hold", 0, "keep the host and its status page running this long after the checks")
 	timeout := flag.Duration("timeout", 60*time.Second, "give up after this long")
 	flag.Parse()
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout+*hold)
+	// Ctrl-C (or SIGTERM) shuts the host down cleanly: during -hold it
+	// ends the hold and the program exits 0.
+	sigCtx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	ctx, cancel := context.WithTimeout(sigCtx, *timeout+*hold)
 	defer cancel()
 	if err := run(ctx, *config, *hold); err != nil {
 		fmt.Fprintln(os.Stderr, "functionshost:", err)
@@ -183,7 +189,7 @@ func run(ctx context.Context, config string, hold time.Duration) error {
 		fmt.Printf("holding for %v: %s\n", hold, page)
 		select {
 		case <-time.After(hold):
-		case <-ctx.Done():
+		case <-ctx.Done(): // interrupted, or the timeout: shut down as after the hold
 		}
 	}
 	stop()
