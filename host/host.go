@@ -477,7 +477,7 @@ func (h *Host) run(ctx context.Context) error {
 			if f.source != nil && f.origin == "code" {
 				f.assigned.Store(true) // running; Source.Ready says more when set
 			}
-			err := f.run(runCtx)
+			err := f.callRun(runCtx, h.log)
 			if runCtx.Err() == nil {
 				// Not asked to stop: a failure, or a consumer that
 				// returned early, which leaves the function's records
@@ -760,7 +760,7 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	h.mu.Unlock()
 	switch {
 	case f.source != nil && f.origin == "code":
-		f.run, err = f.source.New(proc)
+		f.run, err = f.source.newRun(proc)
 		if err == nil && f.run == nil {
 			err = errors.New("host.Source's New returned no run function")
 		}

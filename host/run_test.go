@@ -198,6 +198,60 @@ func TestSourceStoppingEarly(t *testing.T) {
 	}
 }
 
+// A Source whose run function or New panics stops the host with an error
+// that names the function and the panic, logged with its stack; the
+// process goes on, and the other functions are stopped cleanly.
+func TestSourcePanicking(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	blocking := host.Source{Describe: "runs", New: func(*stream.Processor) (func(context.Context) error, error) {
+		return func(ctx context.Context) error { <-ctx.Done(); return nil }, nil
+	}}
+	boom := errors.New("boom")
+	for _, tc := range []struct {
+		name string
+		src  host.Source
+		want string
+	}{
+		{"run", host.Source{Describe: "panics", New: func(*stream.Processor) (func(context.Context) error, error) {
+			return func(context.Context) error { panic(boom) }, nil
+		}}, "host: function telemetry: its consumer panicked: boom"},
+		{"run with a value", host.Source{Describe: "panics", New: func(*stream.Processor) (func(context.Context) error, error) {
+			return func(context.Context) error { panic(42) }, nil
+		}}, "host: function telemetry: its consumer panicked: 42"},
+		{"New", host.Source{Describe: "panics", New: func(*stream.Processor) (func(context.Context) error, error) {
+			panic(boom)
+		}}, "host: function telemetry: host.Source's New panicked: boom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			h, err := host.New(nil, host.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Register("other", okHandler, blocking); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Register("telemetry", okHandler, tc.src); err != nil {
+				t.Fatal(err)
+			}
+			err = h.Run(ctx)
+			if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+				t.Fatalf("Run = %v, want %q", err, tc.want)
+			}
+			if tc.name != "run with a value" && !errors.Is(err, boom) {
+				t.Errorf("Run = %v, does not wrap the panic's error", err)
+			}
+			if ctx.Err() != nil {
+				t.Fatal("Run waited for the context")
+			}
+			if l := logs.String(); tc.name != "New" && (!strings.Contains(l, "function's consumer panicked") || !strings.Contains(l, "goroutine")) {
+				t.Errorf("log:\n%s\nwant the panic with its stack", l)
+			}
+		})
+	}
+}
+
 // For a Source with Ready, the status's Assigned is what /readyz counts:
 // not assigned while Ready says no.
 func TestSourceReadyInStatus(t *testing.T) {

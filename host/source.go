@@ -3,6 +3,9 @@ package host
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -39,7 +42,9 @@ type Source struct {
 	Topic string
 	// New returns the function that consumes through proc until its
 	// context is done, returning nil after a clean shutdown, as the
-	// adapters' Run methods do. Required.
+	// adapters' Run methods do. Required. A panic of New or of run stops
+	// the host with an error that names the function, as a failure does
+	// (the stack goes to the log); the process goes on.
 	New func(proc *stream.Processor) (run func(context.Context) error, err error)
 	// Ready, when set, reports whether the consumer is ready (joined,
 	// partitions owned), for /readyz. Without it the function counts as
@@ -48,6 +53,39 @@ type Source struct {
 }
 
 func (s Source) applyFunction(f *function) { t := s; f.source = &t; f.code = nil }
+
+// newRun calls New, turning a panic into an error.
+func (s *Source) newRun(proc *stream.Processor) (run func(context.Context) error, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			run, err = nil, panicked("host.Source's New", v)
+		}
+	}()
+	return s.New(proc)
+}
+
+// callRun runs f's consumer until ctx is done. A panic of the consumer (a
+// host.Source's run function is the application's code) is logged with
+// its stack and returned as an error, which stops the host as any failure
+// of a function does, rather than ending the process.
+func (f *function) callRun(ctx context.Context, log *slog.Logger) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("redeliver: function's consumer panicked", "function", f.name, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+			err = panicked("its consumer", v)
+		}
+	}()
+	return f.run(ctx)
+}
+
+// panicked describes a recovered panic of what, wrapping v when it is an
+// error.
+func panicked(what string, v any) error {
+	if err, ok := v.(error); ok {
+		return fmt.Errorf("%s panicked: %w", what, err)
+	}
+	return fmt.Errorf("%s panicked: %v", what, v)
+}
 
 // check reports what is missing in s.
 func (s *Source) check() error {
