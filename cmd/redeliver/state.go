@@ -37,6 +37,11 @@ type stateJSON struct {
 	// error, as the state keeps it (its first 128 bytes).
 	GivenUp   string `json:"givenUp,omitempty"`
 	LastError string `json:"lastError,omitempty"`
+	// Records is, with GivenUp, how many records from Offset were given
+	// up (1 for a record given up alone, the batch's size otherwise): a
+	// next owner gives up these and delivers the ones after them. Absent
+	// when the state does not say (written before states did).
+	Records int `json:"records,omitempty"`
 	// Halted reports a partition stopped at the record (StopPartition)
 	// until an operator resumes or skips it; a next owner delivers the
 	// record again with a fresh count.
@@ -79,7 +84,7 @@ func runState(args []string, e env) int {
 		out.OutageTime = s.OutageTime.String()
 	}
 	if s.GivenUp != 0 {
-		out.GivenUp, out.LastError, out.Halted = s.GivenUp.String(), s.LastError, s.Halted
+		out.GivenUp, out.LastError, out.Halted, out.Records = s.GivenUp.String(), s.LastError, s.Halted, max(s.Records, 0)
 	}
 	if err != nil {
 		out.Error = err.Error()
@@ -124,6 +129,13 @@ func runState(args []string, e env) int {
 			made = "the first and " + retries(s.Retries) + ", all failed"
 		}
 		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s\n", out.Deliveries, made)
+		switch {
+		case s.Records == 1:
+			fmt.Fprintf(e.stdout, "  records:         1, offset %d alone: a next owner delivers the records after it\n", s.Offset)
+		case s.Records > 1:
+			fmt.Fprintf(e.stdout, "  records:         %d, offsets %d to %d: a next owner gives up these and delivers the records after them\n",
+				s.Records, s.Offset, s.Offset+int64(s.Records)-1)
+		}
 		if s.Halted {
 			fmt.Fprintf(e.stdout, "  stopped:         given up (%s), and its exhaustion action stopped the partition at this record (StopPartition):\n", s.GivenUp)
 			fmt.Fprintln(e.stdout, "                   its consumer waits for an operator's Resume or Skip; a next owner delivers the record again with a fresh count")
