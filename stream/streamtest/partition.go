@@ -201,6 +201,18 @@ func (p *Partition) claim(ctx context.Context) (context.Context, context.CancelC
 	return ctx, cancel
 }
 
+// notOwned is the error of a Fetch or Commit when no worker owns p:
+// [stream.ErrRevoked] after Revoke, and, when it never had one (a
+// Processor's Process called on it directly), an error wrapping it that says
+// how to give p an owner.
+func (p *Partition) notOwned() error {
+	if p.cancel == nil {
+		return fmt.Errorf("streamtest: %s/%d: no worker owns the partition (process it with streamtest.Run, which gives it one, "+
+			"rather than calling Processor.Process on it directly): %w", p.topic, p.partition, stream.ErrRevoked)
+	}
+	return stream.ErrRevoked
+}
+
 // Topic returns the partition's topic.
 func (p *Partition) Topic() string { return p.topic }
 
@@ -213,8 +225,9 @@ func (p *Partition) Fetch(ctx context.Context) ([]stream.Record, error) {
 	for {
 		p.mu.Lock()
 		if !p.owned {
+			err := p.notOwned()
 			p.mu.Unlock()
-			return nil, stream.ErrRevoked
+			return nil, err
 		}
 		if p.paused {
 			p.mu.Unlock()
@@ -260,7 +273,7 @@ func (p *Partition) Commit(_ context.Context, next int64, metadata string) error
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.owned {
-		return stream.ErrRevoked
+		return p.notOwned()
 	}
 	if len(p.faults) > 0 {
 		err := p.faults[0]

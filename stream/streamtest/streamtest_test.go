@@ -3,6 +3,7 @@ package streamtest_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,9 +18,20 @@ func TestPartitionFetchCommitRevoke(t *testing.T) {
 	if end := p.AppendN(time.Time{}, 6); end != 6 {
 		t.Fatalf("AppendN returned %d", end)
 	}
-	// Not owned: Fetch and Commit refuse.
-	if _, err := p.Fetch(ctx); !errors.Is(err, stream.ErrRevoked) {
+	// Not owned: Fetch and Commit refuse, saying how to give it an owner,
+	// also to a Processor's Process called on it directly.
+	if _, err := p.Fetch(ctx); !errors.Is(err, stream.ErrRevoked) || !strings.Contains(err.Error(), "process it with streamtest.Run") {
 		t.Fatalf("fetch of an unowned partition: %v", err)
+	}
+	if err := p.Commit(ctx, 0, ""); !errors.Is(err, stream.ErrRevoked) || !strings.Contains(err.Error(), "process it with streamtest.Run") {
+		t.Fatalf("commit to an unowned partition: %v", err)
+	}
+	direct, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := direct.Process(ctx, p); !strings.Contains(err.Error(), "process it with streamtest.Run") {
+		t.Fatalf("Process on a partition Run did not give: %v", err)
 	}
 	got := make(chan []stream.Record, 2)
 	proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
@@ -44,8 +56,8 @@ func TestPartitionFetchCommitRevoke(t *testing.T) {
 		t.Fatalf("Run after revoke: %v", err)
 	}
 	rcancel()
-	if err := p.Commit(ctx, 6, ""); !errors.Is(err, stream.ErrRevoked) {
-		t.Fatalf("commit after revoke: %v", err)
+	if err := p.Commit(ctx, 6, ""); err != stream.ErrRevoked {
+		t.Fatalf("commit after revoke: %v, want stream.ErrRevoked", err)
 	}
 	// WaitCommitted honours its context.
 	short, scancel := context.WithTimeout(ctx, 10*time.Millisecond)
