@@ -128,6 +128,24 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			ok(b, 0, 9)
 			commit(b, 10)
 		}, "while b owns"},
+		// A's commit of 5 landed before b's claim read it (b starts at
+		// 5), though its report comes after b's: not a stale write.
+		{"commit reported after the next owner started from it", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 4)
+			claim(b, 5)
+			ok(b, 5, 9)
+			commit(b, 10)
+			commit(a, 5)
+		}, ""},
+		{"stale commit other than the next owner's start", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 4)
+			claim(b, 0)
+			ok(b, 0, 9)
+			commit(b, 10)
+			commit(a, 5)
+		}, "while b owns"},
 		{"after release", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			ok(a, 0, 9)
