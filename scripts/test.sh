@@ -1,17 +1,175 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, vet, unit tests with the race
 # detector, the examples, and the integration module. It installs what it
-# needs (Go modules) by itself.
+# needs (Go modules, the Kafka broker, PostgreSQL, Azurite, Chromium, a
+# private Docker engine and its images) by itself.
+#
+# The slow services start in the background at once and are awaited by
+# the step that needs them, so their installs and start-ups overlap the Go
+# tests. Every step prints its wall time, and a table of all of them with
+# the total closes the log (also when a step fails).
+#
+# The race detector runs where goroutines are the subject: every unit
+# package and each adapter's suite. The integration module's scenario
+# matrix (the same adapters, many times over) runs without it.
+# REDELIVER_INTEGRATION_RACE=1 runs it under -race too (about 3x longer).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n== %s\n' "$*"; }
+t_total=$SECONDS
+cur_step="" cur_t0=$SECONDS
+step_times=()
+# end_step: closes the current step, printing and recording its time.
+end_step() {
+  [ -n "$cur_step" ] || return 0
+  local d=$((SECONDS - cur_t0))
+  step_times+=("$d|$cur_step")
+  printf -- '-- %s: %d s\n' "$cur_step" "$d"
+  cur_step=""
+}
+step() {
+  end_step
+  cur_step=$* cur_t0=$SECONDS
+  printf '\n== %s   [%s, %d s in]\n' "$*" "$(date -u +%H:%M:%S)" $((SECONDS - t_total))
+}
+summary() {
+  end_step
+  printf '\n== step times (wall clock)\n'
+  local t
+  for t in ${step_times[@]+"${step_times[@]}"}; do printf '%6d s  %s\n' "${t%%|*}" "${t#*|}"; done
+  printf '%6d s  total\n' $((SECONDS - t_total))
+}
 
 # Servers started below are stopped on exit, whatever happens: each start
 # adds its stop command here.
 on_exit=()
-cleanup() { local c; for c in "${on_exit[@]}"; do eval "$c" >/dev/null 2>&1 || true; done; }
+svc=$(mktemp -d /tmp/redeliver-services.XXXXXX)
+cleanup() {
+  local rc=$? c
+  [ "$rc" = 0 ] || printf '\n== FAILED (exit status %d) in: %s\n' "$rc" "${cur_step:-?}"
+  summary
+  # Background starts still running are not waited for.
+  for c in "$svc"/*.pid; do [ -f "$c" ] && kill "$(cat "$c")" 2>/dev/null; done
+  for c in ${on_exit[@]+"${on_exit[@]}"}; do eval "$c" >/dev/null 2>&1 || true; done
+  rm -rf "$svc"
+}
 trap cleanup EXIT
+
+# background NAME CMD...: runs CMD in the background, its stdout to
+# $svc/NAME.out and stderr to $svc/NAME.err.
+background() {
+  local name=$1; shift
+  ( t0=$SECONDS; set +e; "$@" >"$svc/$name.out" 2>"$svc/$name.err"; rc=$?
+    echo "$rc $((SECONDS - t0))" >"$svc/$name.rc" ) &
+  echo $! >"$svc/$name.pid"
+}
+# await NAME: waits for a background start, prints its stderr and how long
+# it took, and returns its exit status; its stdout is in $svc/NAME.out.
+await() {
+  local name=$1 t0=$SECONDS rc secs
+  wait "$(cat "$svc/$name.pid")" 2>/dev/null || true
+  rm -f "$svc/$name.pid"
+  read -r rc secs <"$svc/$name.rc"
+  cat "$svc/$name.err" >&2
+  echo "($name: started in the background in $secs s, waited $((SECONDS - t0)) s for it)"
+  return "$rc"
+}
+
+# ---------------------------------------------------------------- services
+# Each slow service starts now, in the background; the step that needs it
+# awaits it. Installs through apt (Chromium, PostgreSQL, docker.io,
+# debootstrap) take turns on one lock.
+apt_locked() { ( flock 7; "$@" ) 7>"$svc/apt.lock"; }
+
+# Azurite, the Azure Storage emulator (installed with npm where missing),
+# for the Event Hubs checkpoint-store tests and reliability scenarios.
+# REDELIVER_AZURE_STORAGE set beforehand names another storage account;
+# REDELIVER_NO_AZURITE=1 skips those tests.
+if [ -z "${REDELIVER_AZURE_STORAGE:-}" ] && [ "${REDELIVER_NO_AZURITE:-}" != 1 ]; then
+  on_exit+=("bash '$PWD/integration/azurite.sh' stop")
+  background azurite bash integration/azurite.sh start
+fi
+
+# A real Apache Kafka broker (KRaft, from Maven Central jars; needs Java 17
+# and Maven) for the external provider of the conformance and reliability
+# suites. REDELIVER_KAFKA_BROKERS set beforehand names another broker
+# instead; REDELIVER_NO_BROKER=1 runs on kfake only.
+if [ -f integration/go.mod ] && [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
+  on_exit+=("bash '$PWD/integration/kafka.sh' stop")
+  background kafka bash integration/kafka.sh start
+fi
+
+# The status page's browser: Debian's chromium, installed where missing
+# (REDELIVER_NO_BROWSER=1 installs nothing: the test then skips unless a
+# Chromium is there; REDELIVER_CHROMIUM names another browser).
+install_chromium() {
+  if [ "${REDELIVER_NO_BROWSER:-}" = 1 ] || [ -n "${REDELIVER_CHROMIUM:-}" ] ||
+     command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
+    return 0
+  fi
+  echo "installing Debian's chromium" >&2
+  local sudo="" try
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  # apt may be locked for a moment by another install: try again.
+  for try in 1 2 3 4 5 6; do
+    if $sudo apt-get -o DPkg::Lock::Timeout=120 update -qq &&
+       $sudo apt-get -o DPkg::Lock::Timeout=120 install -y -qq chromium >"$svc/chromium-apt.log" 2>&1; then
+      return 0
+    fi
+    [ "$try" = 6 ] && { cat "$svc/chromium-apt.log" >&2; echo "could not install chromium" >&2; return 1; }
+    sleep 10
+  done
+}
+[ -f host/browser/go.mod ] && background chromium apt_locked install_chromium
+
+# The re-drive's PostgreSQL server, started by integration/postgres.sh
+# (installing Debian's postgresql package where it is missing);
+# REDELIVER_POSTGRES_URL set beforehand names another server instead;
+# REDELIVER_NO_POSTGRES=1 skips the tests that need one (they say so).
+if [ -z "${REDELIVER_POSTGRES_URL:-}" ] && [ "${REDELIVER_NO_POSTGRES:-}" != 1 ]; then
+  export REDELIVER_POSTGRES_DIR=${REDELIVER_POSTGRES_DIR:-$(mktemp -d /tmp/redeliver-postgres.XXXXXX)}
+  on_exit+=("bash '$PWD/integration/postgres.sh' stop")
+  background postgres apt_locked bash integration/postgres.sh start
+fi
+
+# A private Docker engine (integration/docker.sh) and the images it runs
+# (integration/images.sh, built locally and cached) for the testcontainers
+# providers. DOCKER_HOST set beforehand names another engine instead (the
+# images are built in it); REDELIVER_NO_DOCKER=1 skips this. Where no engine
+# can start or the images cannot be built, the providers skip and say why,
+# and everything else runs. Prints the environment lines the integration
+# module reads.
+start_docker() {
+  local line log=$svc/docker-start.log
+  if [ -z "${DOCKER_HOST:-}" ]; then
+    if line=$(apt_locked bash integration/docker.sh start 2>"$log"); then
+      echo "$line"; export "${line?}"
+    else
+      cat "$log" >&2
+      echo "REDELIVER_TC_SKIP=integration/docker.sh could not start a Docker engine: $(tail -n 1 "$log")"
+      return 0
+    fi
+    cat "$log" >&2
+  fi
+  # testcontainers' reaper image cannot be pulled: the tests remove their
+  # containers themselves.
+  echo "TESTCONTAINERS_RYUK_DISABLED=true"
+  if ! bash integration/images.sh build 2>"$log"; then
+    cat "$log" >&2
+    echo "REDELIVER_TC_SKIP=integration/images.sh could not build the images: $(tail -n 1 "$log")"
+  fi
+  cat "$log" >&2
+}
+if [ -f integration/go.mod ]; then
+  if [ "${REDELIVER_NO_DOCKER:-}" = 1 ]; then
+    export REDELIVER_TC_SKIP="REDELIVER_NO_DOCKER=1: scripts/test.sh started no Docker engine"
+  elif [ -z "${REDELIVER_TC_SKIP:-}" ]; then
+    # An engine that ran before this script is not ours to stop.
+    [ -n "${DOCKER_HOST:-}" ] || bash integration/docker.sh status >/dev/null 2>&1 ||
+      on_exit+=("bash '$PWD/integration/docker.sh' stop")
+    background docker start_docker
+  fi
+fi
 
 step "gofmt"
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -48,14 +206,10 @@ go vet ./...
 step "go test -race (root module)"
 go test -race -count=1 ./...
 
-# Azurite, the Azure Storage emulator (installed with npm where missing),
-# for the Event Hubs checkpoint-store tests and reliability scenarios.
-# REDELIVER_AZURE_STORAGE set beforehand names another storage account;
-# REDELIVER_NO_AZURITE=1 skips those tests.
-if [ -z "${REDELIVER_AZURE_STORAGE:-}" ] && [ "${REDELIVER_NO_AZURITE:-}" != 1 ]; then
+if [ -f "$svc/azurite.pid" ]; then
   step "Azurite (blob storage emulator)"
-  on_exit+=("bash '$PWD/integration/azurite.sh' stop")
-  line=$(bash integration/azurite.sh start)
+  await azurite
+  line=$(cat "$svc/azurite.out")
   export "${line?}"
   echo "REDELIVER_AZURE_STORAGE=<Azurite on ${line##*BlobEndpoint=}>"
 fi
@@ -71,24 +225,11 @@ done
 step "benchmarks, once each (that they run; scripts/bench.sh measures)"
 go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream github.com/redeliver-go/redeliver/adapters/...
 
-# The status page in a real browser: Debian's chromium, installed where
-# missing (REDELIVER_NO_BROWSER=1 installs nothing: the test then skips
-# unless a Chromium is there; REDELIVER_CHROMIUM names another browser).
+# The status page in a real browser (Chromium installed in the background
+# above).
 if [ -f host/browser/go.mod ]; then
   step "module host/browser: the status page in headless Chromium"
-  if [ "${REDELIVER_NO_BROWSER:-}" != 1 ] && [ -z "${REDELIVER_CHROMIUM:-}" ] &&
-     ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then
-    echo "installing Debian's chromium"
-    sudo=""; [ "$(id -u)" = 0 ] || sudo=sudo
-    # apt may be locked for a moment by another install: try again.
-    for try in 1 2 3 4 5 6; do
-      if $sudo apt-get update -qq && $sudo apt-get install -y -qq chromium >/tmp/redeliver-apt.log 2>&1; then
-        break
-      fi
-      [ "$try" = 6 ] && { cat /tmp/redeliver-apt.log; echo "could not install chromium"; exit 1; }
-      sleep 10
-    done
-  fi
+  await chromium
   (cd host/browser && go vet ./... && go test -count=1 -v ./...)
 fi
 
@@ -124,62 +265,32 @@ status=$(set -m
 tail -n 1 "$out"
 
 if [ -f integration/go.mod ]; then
-  # A real Apache Kafka broker (KRaft, from Maven Central jars; needs Java 17
-  # and Maven) for the external provider of the conformance and reliability
-  # suites. REDELIVER_KAFKA_BROKERS set beforehand names another broker
-  # instead; REDELIVER_NO_BROKER=1 runs on kfake only.
-  if [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
+  if [ -f "$svc/kafka.pid" ]; then
     step "real Kafka broker"
-    on_exit+=("bash '$PWD/integration/kafka.sh' stop")
-    line=$(bash integration/kafka.sh start)
+    await kafka
+    line=$(cat "$svc/kafka.out")
     export "${line?}"
     # kafka.sh allows 1s session timeouts and runs KIP-848 groups with 3s.
     export REDELIVER_KAFKA_SESSION_TIMEOUT=3s REDELIVER_KAFKA_KIP848=1
     export REDELIVER_KAFKA_RESTART="bash $PWD/integration/kafka.sh restart"
     echo "$line"
   fi
-  # A private Docker engine (integration/docker.sh) and the images it runs
-  # (integration/images.sh, built locally and cached) for the testcontainers
-  # providers. DOCKER_HOST set beforehand names another engine instead
-  # (the images are built in it); REDELIVER_NO_DOCKER=1 skips this. Where no
-  # engine can start or the images cannot be built, the providers skip and
-  # say why, and everything else runs.
-  if [ "${REDELIVER_NO_DOCKER:-}" = 1 ]; then
-    export REDELIVER_TC_SKIP="REDELIVER_NO_DOCKER=1: scripts/test.sh started no Docker engine"
-  elif [ -z "${REDELIVER_TC_SKIP:-}" ]; then
+  if [ -f "$svc/docker.pid" ]; then
     step "Docker engine and images for the testcontainers providers"
-    docker_t0=$SECONDS
-    docker_log=$(mktemp)
-    if [ -z "${DOCKER_HOST:-}" ]; then
-      # An engine that ran before this script is not ours to stop.
-      bash integration/docker.sh status >/dev/null 2>&1 || on_exit+=("bash '$PWD/integration/docker.sh' stop")
-      if line=$(bash integration/docker.sh start 2>"$docker_log"); then
-        export "${line?}"
-      else
-        export REDELIVER_TC_SKIP="integration/docker.sh could not start a Docker engine: $(tail -n 1 "$docker_log")"
-      fi
-      cat "$docker_log" >&2
-    fi
-    if [ -z "${REDELIVER_TC_SKIP:-}" ]; then
-      # testcontainers' reaper image cannot be pulled: the tests remove
-      # their containers themselves.
-      export TESTCONTAINERS_RYUK_DISABLED=true
-      if images=$(bash integration/images.sh build 2>"$docker_log"); then
-        for line in $images; do export "${line?}"; done
-      else
-        export REDELIVER_TC_SKIP="integration/images.sh could not build the images: $(tail -n 1 "$docker_log")"
-      fi
-      cat "$docker_log" >&2
-    fi
-    rm -f "$docker_log"
-    echo "${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST }${REDELIVER_TC_SKIP:-images ready} ($((SECONDS - docker_t0)) s)"
+    await docker
+    while IFS= read -r line; do
+      [ -n "$line" ] && export "${line?}"
+    done <"$svc/docker.out"
+    echo "${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST }${REDELIVER_TC_SKIP:-images ready}"
   fi
 
   export REDELIVER_FIGURES=${REDELIVER_FIGURES:-$(mktemp)}
   : >"$REDELIVER_FIGURES"
 
-  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS})"
-  (cd integration && go vet ./... && go test -race -count=1 -timeout 30m ./...)
+  race=""
+  [ "${REDELIVER_INTEGRATION_RACE:-}" = 1 ] && race=-race
+  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS}${race:+, -race})"
+  (cd integration && go vet ./... && go test $race -count=1 -timeout 30m ./...)
 
   step "reliability figures (docs/RELIABILITY.md explains them)"
   cat "$REDELIVER_FIGURES"
@@ -188,16 +299,12 @@ fi
 # The re-drive's modules: both stores (the conformance suite, migrations,
 # the database away at start and mid-run) and the end-to-end tests
 # (through kfake and, when it runs, the real broker; several schedulers on
-# one PostgreSQL; a scheduler killed mid-sweep). A real PostgreSQL server
-# is started by integration/postgres.sh (installing Debian's postgresql
-# package where it is missing); REDELIVER_POSTGRES_URL set beforehand names
-# another server instead; REDELIVER_NO_POSTGRES=1 skips the tests that need
-# one (they say so).
-if [ -z "${REDELIVER_POSTGRES_URL:-}" ] && [ "${REDELIVER_NO_POSTGRES:-}" != 1 ]; then
+# one PostgreSQL; a scheduler killed mid-sweep), on the PostgreSQL server
+# started in the background above.
+if [ -f "$svc/postgres.pid" ]; then
   step "PostgreSQL server"
-  export REDELIVER_POSTGRES_DIR=${REDELIVER_POSTGRES_DIR:-$(mktemp -d /tmp/redeliver-postgres.XXXXXX)}
-  on_exit+=("bash '$PWD/integration/postgres.sh' stop")
-  line=$(bash integration/postgres.sh start)
+  await postgres
+  line=$(cat "$svc/postgres.out")
   export "${line?}"
   echo "$line"
 fi
