@@ -46,12 +46,15 @@ on_exit=()
 svc=$(mktemp -d /tmp/redeliver-services.XXXXXX)
 cleanup() {
   local rc=$? c
+  set +e
   [ "$rc" = 0 ] || printf '\n== FAILED (exit status %d) in: %s\n' "$rc" "${cur_step:-?}"
   summary
-  # Background starts still running are not waited for.
-  for c in "$svc"/*.pid; do [ -f "$c" ] && kill "$(cat "$c")" 2>/dev/null; done
-  for c in ${on_exit[@]+"${on_exit[@]}"}; do eval "$c" >/dev/null 2>&1 || true; done
+  # A background start still running is waited for, so that what it
+  # starts is stopped below (each start is bounded by its own timeout).
+  for c in "$svc"/*.pid; do [ -f "$c" ] && wait "$(cat "$c")" 2>/dev/null; done
+  for c in ${on_exit[@]+"${on_exit[@]}"}; do eval "$c" >/dev/null 2>&1; done
   rm -rf "$svc"
+  exit "$rc"
 }
 trap cleanup EXIT
 
