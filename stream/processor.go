@@ -336,6 +336,14 @@ type worker struct {
 	// alone, or the records a previous owner gave up), fetched already:
 	// they are delivered as the next batch.
 	rest []Record
+	// extra is how many records after the batch the restored state
+	// also covers (a previous owner's batch that this owner's fetch did
+	// not return whole), and carry the state they continue with once
+	// the batch is resolved: committed with the checkpoint past the
+	// batch, so that they are retried or given up as that state says,
+	// never delivered with a fresh count. 0 for none.
+	extra int
+	carry checkpoint.State
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
@@ -383,7 +391,7 @@ func (w *worker) readState(off int64, md string) {
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
-	w.poison, w.givenUp = false, 0
+	w.poison, w.givenUp, w.extra = false, 0, 0
 	var (
 		d       checkpoint.Decision
 		outcome Outcome // of the latest delivery
@@ -395,6 +403,11 @@ func (w *worker) run(ctx context.Context) error {
 		if w.from == b.FirstOffset() {
 			d, outcome, cause, fresh = w.resume(b)
 			deliver = d.Action == 0
+			if w.extra > 0 && d.Action != checkpoint.StopRetrying {
+				if err := w.fetchCovered(ctx, b); err != nil {
+					return err
+				}
+			}
 		}
 		w.from = -1
 	}
@@ -475,9 +488,10 @@ func (w *worker) run(ctx context.Context) error {
 			if w.p.cfg.exhaustion != nil && !w.p.cfg.memoryOnly {
 				// Until its action succeeds, a next owner gives it up
 				// again at once, with what it was given up with, and
-				// those records only.
+				// those records only (with those a previous owner gave
+				// up that this owner's fetch did not return).
 				s := w.m.GivenUpState()
-				s.Offset, s.Records = b.FirstOffset(), len(given.Records)
+				s.Offset, s.Records = b.FirstOffset(), len(given.Records)+w.extra
 				if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
 					return err
 				}
@@ -488,15 +502,26 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
-				w.givenUp = 0
+				w.givenUp, w.extra = 0, 0
 				continue
 			}
 			done, reply = given, r
 			if given != b {
-				w.rest = b.Records[len(given.Records):]
+				// Before the records fetched after the batch, if any.
+				w.rest = append(b.Records[len(given.Records):], w.rest...)
 			}
 		}
-		err := w.commit(ctx, done)
+		md := ""
+		if w.extra > 0 && done == b {
+			// The records after the batch that the restored state also
+			// covers keep it: committed with the checkpoint past the
+			// batch, and continued by the next batch (or a next owner).
+			c := w.carry
+			c.Offset, c.Records = b.LastOffset()+1, w.extra
+			md = checkpoint.EncodeState(c)
+			w.from, w.restored = c.Offset, c
+		}
+		err := w.commit(ctx, done, md)
 		if reply != nil {
 			if err != nil {
 				err = fmt.Errorf("stream: skip of %s/%d at offset %d not written (%w): its next owner delivers the batch again", b.Topic, b.Partition, done.FirstOffset(), err)
@@ -573,6 +598,10 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				// count, time budget and age.
 				w.m.Begin(b.Records[partial.Index].Timestamp)
 			}
+			// The failure is that record's alone: the records after it,
+			// and those after the batch that a restored state covered,
+			// are not counted with it.
+			w.extra = 0
 		}
 		var rr *RetryResult
 		if rr, cause = RetryRequestOf(cause); rr != nil {
@@ -704,6 +733,9 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started,
 		"next", d.Action.String())
 	outcome = Failed
+	if !s.Halted {
+		w.cover(b, s, d)
+	}
 	switch {
 	case s.GivenUp != 0 && !s.Halted:
 		cause = w.m.LastError()
@@ -719,6 +751,61 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 	return d, outcome, cause, s.Started && !s.Halted
 }
 
+// cover makes b the records that the restored state s covers, as d (the
+// machine's answer to it) goes on with them: the record s belongs to
+// alone after a failure at that record, or the Records from it. Records
+// fetched after those are delivered as the next batch. Records it covers
+// that the fetch did not return (a next owner that fetches fewer) are
+// w.extra: run fetches them for a retry, and a give-up carries its state
+// over to them once b is resolved.
+func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
+	// A retry state that does not say what it covers (written before
+	// states did) is taken as a failure at its record alone: given up,
+	// it gives up that record only, never records that may not have
+	// failed.
+	w.poison = s.Alone || s.Records <= 0 && s.GivenUp == 0
+	if s.Alone || s.Records <= 0 || d.Action == 0 {
+		return
+	}
+	if n := s.Records; n < len(b.Records) {
+		// Capped, so that a later split of b (a record given up
+		// alone) never writes over the records kept in w.rest.
+		w.rest = b.Records[n:]
+		b.Records = b.Records[:n:n]
+		return
+	}
+	if w.extra = s.Records - len(b.Records); w.extra > 0 && d.Action == checkpoint.StopRetrying {
+		// Given up, by the previous owner or at once by this one (a
+		// started last retry): those records are given up after b, with
+		// the same count and error.
+		w.carry = w.m.GivenUpState()
+	}
+}
+
+// fetchCovered fetches the records that the restored retry state of b
+// covers and that b does not hold yet (w.extra), and adds them to b: the
+// retry is delivered to the batch the previous owner's count is for. The
+// records fetched after them are delivered as the next batch. It returns
+// an error when the worker must stop.
+func (w *worker) fetchCovered(ctx context.Context, b *Batch) error {
+	for w.extra > 0 {
+		recs, err := w.c.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return w.abandon(ctx)
+			}
+			return fmt.Errorf("stream: fetch %s/%d: %w", w.c.Topic(), w.c.Partition(), err)
+		}
+		n := min(len(recs), w.extra)
+		b.Records = append(b.Records[:len(b.Records):len(b.Records)], recs[:n]...)
+		w.extra -= n
+		if n < len(recs) {
+			w.rest = recs[n:]
+		}
+	}
+	return nil
+}
+
 // saveState commits the retry state of the withheld batch b, with the
 // checkpoint at its first record.
 func (w *worker) saveState(ctx context.Context, b *Batch) error {
@@ -726,7 +813,15 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 		return nil
 	}
 	s := w.m.State()
-	s.Offset = b.FirstOffset()
+	s.Offset, s.Alone, s.Records, s.LastError = b.FirstOffset(), w.poison, 0, ""
+	if !w.poison {
+		// A whole-batch failure covers the batch, and the records after
+		// it that a restored state covered.
+		s.Records = len(b.Records) + w.extra
+	}
+	if err := w.m.LastError(); err != nil {
+		s.LastError = err.Error() // its first 128 bytes are kept
+	}
 	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
 }
 
@@ -888,8 +983,8 @@ func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedE
 
 // commit writes the checkpoint past b and resumes a paused claim. The
 // partition no longer counts as failing in the outage budget.
-func (w *worker) commit(ctx context.Context, b *Batch) error {
-	if err := w.write(ctx, b, b.LastOffset()+1, ""); err != nil {
+func (w *worker) commit(ctx context.Context, b *Batch, md string) error {
+	if err := w.write(ctx, b, b.LastOffset()+1, md); err != nil {
 		return err
 	}
 	if w.member != nil {

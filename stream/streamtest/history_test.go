@@ -156,10 +156,22 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
 			commit(a, 3)
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 3), Err: &checkpoint.ExhaustedError{Reason: checkpoint.NotRetryable, Last: errors.New("x")}})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(3, 3), Try: 1})
+			commit(a, 4)
+			ok(a, 4, 9)
+			commit(a, 10)
+		}, ""},
+		// A failure at a known record gives up that record alone: the
+		// records after it never failed (issue 46).
+		{"partial, the records after it given up with it", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
+			commit(a, 3)
 			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.NotRetryable, Last: errors.New("x")}})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(3, 9), Try: 1})
 			commit(a, 10)
-		}, ""},
+		}, "records 3-9 given up, but record 4 never failed"},
 		// Blind spots of the first checker (issue 10).
 		{"given up, the action failed, commit passes", func(a, _ stream.Hooks) {
 			claim(a, -1)
