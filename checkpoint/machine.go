@@ -266,7 +266,8 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 //     error of the handler's. The answer is a retry later, or StopRetrying
 //     once the limits are reached;
 //   - a scheduled State: RetryLater at its NextAt, or RetryNow once due (or
-//     when it has no NextAt). A NextAt further than now plus the delay the
+//     when it has no NextAt); its LastError becomes the last error, so that
+//     a retry that [Machine.Start] then refuses is given up with it. A NextAt further than now plus the delay the
 //     retry was scheduled with (LastDelay: a Decide delay or a retry-after
 //     hint included), or than the policy's Backoff with the largest random
 //     draw when that is longer, is brought back to that (a skewed clock, a

@@ -384,6 +384,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		delivered []int  // deliveries per offset
 		gave      map[int64]gaveUp
 		gaveLast  map[int64]int64 // first offset of each give-up -> its last
+		left      map[int64]*own  // what the owner knew when its claim was released
 	}
 	parts := map[TopicPartition]*part{}
 	var r Report
@@ -430,9 +431,13 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		case Claimed:
 			start := max(e.Offset, 0)
 			var kept *own // what the previous owner knew of the record at the checkpoint
+			live := false // its claim not released yet
 			if prev := p.sessions[p.owner]; prev != nil {
-				kept = prev.own[start]
+				kept, live = prev.own[start], true
+			} else if p.left != nil {
+				kept = p.left[start]
 			}
+			p.left = nil
 			s = &session{next: start, own: map[int64]*own{}, owedTo: -1}
 			p.sessions[key] = s
 			p.owner = key
@@ -458,7 +463,12 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			o := &own{count: n, limit: -1, first: first, gaveTo: -1}
 			if kept != nil {
-				o.limit = kept.limit
+				if live {
+					// A claim not released yet: its policy, as
+					// before. A released one's tells nothing of the
+					// next owner's.
+					o.limit = kept.limit
+				}
 				if !kept.first.IsZero() {
 					o.first = kept.first
 				}
@@ -497,6 +507,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				s.owedTo = start + int64(cover) - 1
 			}
 		case Released:
+			if s != nil && p.owner == key {
+				p.left = s.own
+			}
 			delete(p.sessions, key)
 		case Delivered:
 			r.Deliveries++
