@@ -159,11 +159,12 @@ func TestPoisonRecordMovesAlone(t *testing.T) {
 
 // A batch of 5 given up, its exhaustion action failing, when the
 // partition moves to an owner whose first fetch returns 3 records: the
-// next owner gives up those 3 at once and carries the give-up over to
-// the 2 its fetch did not return, with the same count and error. It gave
-// up the 3 and delivered records 3-4 again as a new batch with a fresh
-// count: 6 deliveries under MaxRetries 2, and a second dead letter.
-func TestGiveUpCarriedToRecordsTheNextFetchMissed(t *testing.T) {
+// next owner fetches the 2 its first fetch did not return and gives the 5
+// up at once, with the same count and error; the records after them are
+// delivered once. It gave up the 3 and delivered records 3-4 again as a
+// new batch with a fresh count: 6 deliveries under MaxRetries 2, and a
+// second dead letter.
+func TestGiveUpCoversRecordsTheNextFetchMissed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var hist streamtest.History
 		p := streamtest.NewPartition("orders", 0, 5)

@@ -338,12 +338,10 @@ type worker struct {
 	rest []Record
 	// extra is how many records after the batch the restored state
 	// also covers (a previous owner's batch that this owner's fetch did
-	// not return whole), and carry the state they continue with once
-	// the batch is resolved: committed with the checkpoint past the
-	// batch, so that they are retried or given up as that state says,
-	// never delivered with a fresh count. 0 for none.
+	// not return whole): fetched before the batch is retried or given
+	// up, so that they are never delivered again with a fresh count. 0
+	// for none.
 	extra int
-	carry checkpoint.State
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
@@ -403,7 +401,7 @@ func (w *worker) run(ctx context.Context) error {
 		if w.from == b.FirstOffset() {
 			d, outcome, cause, fresh = w.resume(b)
 			deliver = d.Action == 0
-			if w.extra > 0 && d.Action != checkpoint.StopRetrying {
+			if w.extra > 0 {
 				if err := w.fetchCovered(ctx, b); err != nil {
 					return err
 				}
@@ -488,10 +486,9 @@ func (w *worker) run(ctx context.Context) error {
 			if w.p.cfg.exhaustion != nil && !w.p.cfg.memoryOnly {
 				// Until its action succeeds, a next owner gives it up
 				// again at once, with what it was given up with, and
-				// those records only (with those a previous owner gave
-				// up that this owner's fetch did not return).
+				// those records only.
 				s := w.m.GivenUpState()
-				s.Offset, s.Records = b.FirstOffset(), len(given.Records)+w.extra
+				s.Offset, s.Records = b.FirstOffset(), len(given.Records)
 				if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
 					return err
 				}
@@ -502,7 +499,7 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
-				w.givenUp, w.extra = 0, 0
+				w.givenUp = 0
 				continue
 			}
 			done, reply = given, r
@@ -511,17 +508,7 @@ func (w *worker) run(ctx context.Context) error {
 				w.rest = append(b.Records[len(given.Records):], w.rest...)
 			}
 		}
-		md := ""
-		if w.extra > 0 && done == b {
-			// The records after the batch that the restored state also
-			// covers keep it: committed with the checkpoint past the
-			// batch, and continued by the next batch (or a next owner).
-			c := w.carry
-			c.Offset, c.Records = b.LastOffset()+1, w.extra
-			md = checkpoint.EncodeState(c)
-			w.from, w.restored = c.Offset, c
-		}
-		err := w.commit(ctx, done, md)
+		err := w.commit(ctx, done)
 		if reply != nil {
 			if err != nil {
 				err = fmt.Errorf("stream: skip of %s/%d at offset %d not written (%w): its next owner delivers the batch again", b.Topic, b.Partition, done.FirstOffset(), err)
@@ -598,10 +585,6 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				// count, time budget and age.
 				w.m.Begin(b.Records[partial.Index].Timestamp)
 			}
-			// The failure is that record's alone: the records after it,
-			// and those after the batch that a restored state covered,
-			// are not counted with it.
-			w.extra = 0
 		}
 		var rr *RetryResult
 		if rr, cause = RetryRequestOf(cause); rr != nil {
@@ -756,8 +739,7 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 // alone after a failure at that record, or the Records from it. Records
 // fetched after those are delivered as the next batch. Records it covers
 // that the fetch did not return (a next owner that fetches fewer) are
-// w.extra: run fetches them for a retry, and a give-up carries its state
-// over to them once b is resolved.
+// w.extra, which run fetches before it retries b or gives it up.
 func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
 	// A retry state that does not say what it covers (written before
 	// states did) is taken as a failure at its record alone: given up,
@@ -774,19 +756,15 @@ func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
 		b.Records = b.Records[:n:n]
 		return
 	}
-	if w.extra = s.Records - len(b.Records); w.extra > 0 && d.Action == checkpoint.StopRetrying {
-		// Given up, by the previous owner or at once by this one (a
-		// started last retry): those records are given up after b, with
-		// the same count and error.
-		w.carry = w.m.GivenUpState()
-	}
+	w.extra = s.Records - len(b.Records)
 }
 
-// fetchCovered fetches the records that the restored retry state of b
-// covers and that b does not hold yet (w.extra), and adds them to b: the
-// retry is delivered to the batch the previous owner's count is for. The
-// records fetched after them are delivered as the next batch. It returns
-// an error when the worker must stop.
+// fetchCovered fetches the records that the restored state of b covers
+// and that b does not hold yet (w.extra), and adds them to b: the retry
+// is delivered to, or the give-up covers, the batch the previous owner's
+// count is for, and none of its records comes back later as a batch with
+// a fresh count. The records fetched after them are delivered as the next
+// batch. It returns an error when the worker must stop.
 func (w *worker) fetchCovered(ctx context.Context, b *Batch) error {
 	for w.extra > 0 {
 		recs, err := w.c.Fetch(ctx)
@@ -815,9 +793,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	s := w.m.State()
 	s.Offset, s.Alone, s.Records, s.LastError = b.FirstOffset(), w.poison, 0, ""
 	if !w.poison {
-		// A whole-batch failure covers the batch, and the records after
-		// it that a restored state covered.
-		s.Records = len(b.Records) + w.extra
+		s.Records = len(b.Records) // a whole-batch failure covers the batch
 	}
 	if err := w.m.LastError(); err != nil {
 		s.LastError = err.Error() // its first 128 bytes are kept
@@ -983,8 +959,8 @@ func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedE
 
 // commit writes the checkpoint past b and resumes a paused claim. The
 // partition no longer counts as failing in the outage budget.
-func (w *worker) commit(ctx context.Context, b *Batch, md string) error {
-	if err := w.write(ctx, b, b.LastOffset()+1, md); err != nil {
+func (w *worker) commit(ctx context.Context, b *Batch) error {
+	if err := w.write(ctx, b, b.LastOffset()+1, ""); err != nil {
 		return err
 	}
 	if w.member != nil {
