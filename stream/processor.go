@@ -766,6 +766,8 @@ func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
 // a fresh count. The records fetched after them are delivered as the next
 // batch. It returns an error when the worker must stop.
 func (w *worker) fetchCovered(ctx context.Context, b *Batch) error {
+	// The claim owns the slice it returned once Fetch is called again.
+	b.Records = append(make([]Record, 0, len(b.Records)+w.extra), b.Records...)
 	for w.extra > 0 {
 		recs, err := w.c.Fetch(ctx)
 		if err != nil {
@@ -775,7 +777,7 @@ func (w *worker) fetchCovered(ctx context.Context, b *Batch) error {
 			return fmt.Errorf("stream: fetch %s/%d: %w", w.c.Topic(), w.c.Partition(), err)
 		}
 		n := min(len(recs), w.extra)
-		b.Records = append(b.Records[:len(b.Records):len(b.Records)], recs[:n]...)
+		b.Records = append(b.Records, recs[:n]...)
 		w.extra -= n
 		if n < len(recs) {
 			w.rest = recs[n:]
