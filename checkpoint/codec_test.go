@@ -110,7 +110,7 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 	}
 	longest := checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
 		OutageTime: 1<<63 - 1, Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: 1<<63 - 1},
-		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500), Records: math.MaxInt}
+		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500), Records: math.MaxInt, Alone: true, Halted: true}
 	if md := checkpoint.EncodeState(longest); len(md) >= 600 {
 		t.Errorf("longest encoding %q is %d bytes", md, len(md))
 	}
