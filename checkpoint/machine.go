@@ -134,8 +134,8 @@ type State struct {
 	// the Machine does not use it: whoever stores the state sets it, so
 	// that a next owner, whose fetch may hold more records or fewer,
 	// retries or gives up those records only: it delivers the ones after
-	// them as a next batch, and carries the state over to the ones its
-	// fetch did not return. 0 when unknown (metadata written before
+	// them as a next batch, and fetches the ones its first fetch did not
+	// return before it goes on. 0 when unknown (metadata written before
 	// states said so) or with Alone.
 	Records int
 	// Alone says that the latest failure counted was at the record at
@@ -266,12 +266,12 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 //     error of the handler's. The answer is a retry later, or StopRetrying
 //     once the limits are reached;
 //   - a scheduled State: RetryLater at its NextAt, or RetryNow once due (or
-//     when it has no NextAt); its LastError becomes the last error, so that
-//     a retry that [Machine.Start] then refuses is given up with it. A NextAt further than now plus the delay the
-//     retry was scheduled with (LastDelay: a Decide delay or a retry-after
-//     hint included), or than the policy's Backoff with the largest random
-//     draw when that is longer, is brought back to that (a skewed clock, a
-//     foreign writer);
+//     when it has no NextAt); its LastError becomes the last error, so
+//     that a retry that [Machine.Start] then refuses is given up with it.
+//     A NextAt further than now plus the delay the retry was scheduled
+//     with (LastDelay: a Decide delay or a retry-after hint included), or
+//     than the policy's Backoff with the largest random draw when that is
+//     longer, is brought back to that (a skewed clock, a foreign writer);
 //   - a State given up by the previous owner ([State.GivenUp], its
 //     exhaustion action not done): StopRetrying for the same reason, at
 //     once, with the same retries, first failure and last error (its text);
