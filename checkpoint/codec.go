@@ -24,8 +24,11 @@ import (
 // milliseconds, rounded up; x the [Reason] of a batch given up whose
 // exhaustion action has not succeeded ([State.GivenUp]) and e its last
 // error, percent-encoded (every byte outside printable ASCII, and ';',
-// '=' and '%'); c how many records from o were given up ([State.Records]);
-// h=1 a partition stopped at the batch ([State.Halted]).
+// '=' and '%'), also written with a retry state, for a next owner that
+// refuses the retry; c how many records from o the state covers (a
+// whole-batch failure's batch, or the records given up: [State.Records]);
+// p=1 a failure at the record at o alone ([State.Alone]); h=1 a partition
+// stopped at the batch ([State.Halted]).
 // Fields at their zero value are left out (o is written
 // whenever it is known, 0 included), and a State with no retry state
 // encodes as "". Every count a policy can reach round-trips, up to the
@@ -83,6 +86,9 @@ func EncodeState(s State) string {
 		b = append(b, ";c="...)
 		b = strconv.AppendInt(b, int64(s.Records), 10)
 	}
+	if s.Alone {
+		b = append(b, ";p=1"...)
+	}
 	if s.LastError != "" {
 		b = append(b, ";e="...)
 		b = appendEscaped(b, truncate(s.LastError, maxLastError))
@@ -125,7 +131,7 @@ func DecodeState(md string) (State, error) {
 	for field := range strings.SplitSeq(strings.TrimPrefix(rest, ";"), ";") {
 		k, v, hasValue := strings.Cut(field, "=")
 		switch k {
-		case "o", "r", "f", "d", "n", "w", "s", "x", "e", "c", "h", "rr":
+		case "o", "r", "f", "d", "n", "w", "s", "x", "e", "c", "p", "h", "rr":
 		default:
 			continue // unknown: a later version's
 		}
@@ -183,6 +189,11 @@ func DecodeState(md string) (State, error) {
 				return damaged("field h=%q: want 1 (halted) or 0", v)
 			}
 			s.Halted = n == 1
+		case "p":
+			if n > 1 {
+				return damaged("field p=%q: want 1 (the record alone) or 0", v)
+			}
+			s.Alone = n == 1
 		case "x":
 			if n < int64(RetriesSpent) || n > int64(NotRetryable) {
 				return damaged("field x=%q: want a reason from %d to %d", v, RetriesSpent, NotRetryable)

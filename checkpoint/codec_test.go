@@ -110,7 +110,7 @@ func TestStateRoundTripStartedAndRequest(t *testing.T) {
 	}
 	longest := checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: time.UnixMilli(1<<62 - 1), LastDelay: 1<<63 - 1, NextAt: time.UnixMilli(1<<62 - 1),
 		OutageTime: 1<<63 - 1, Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: 1<<63 - 1},
-		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500), Records: math.MaxInt}
+		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat("%", 500), Records: math.MaxInt, Alone: true, Halted: true}
 	if md := checkpoint.EncodeState(longest); len(md) >= 600 {
 		t.Errorf("longest encoding %q is %d bytes", md, len(md))
 	}
@@ -167,6 +167,84 @@ func TestGivenUpStateRoundTrip(t *testing.T) {
 	for _, bad := range []string{"rd1;r=1;x=9", "rd1;r=1;x=0", "rd1;r=1;e=%4", "rd1;r=1;e=%zz"} {
 		if _, err := checkpoint.DecodeState(bad); err == nil {
 			t.Errorf("%q decoded without an error", bad)
+		}
+	}
+}
+
+// What a state covers (issue 46): the records of a whole-batch failure
+// (c=), a failure at its record alone (p=1), and the last error of a
+// retry state (e=), for a next owner that refuses the retry.
+func TestStateRoundTripCover(t *testing.T) {
+	for _, tt := range []struct {
+		s  checkpoint.State
+		md string
+	}{
+		{checkpoint.State{Offset: 3, Retries: 2, FirstFailure: time.UnixMilli(1), NextAt: time.UnixMilli(2), Records: 5, LastError: "timeout; retry"},
+			"rd1;o=3;r=2;f=1;n=2;c=5;e=timeout%3B retry"},
+		{checkpoint.State{Offset: 3, Retries: 2, FirstFailure: time.UnixMilli(1), Started: true, Alone: true, LastError: "x"},
+			"rd1;o=3;r=2;f=1;s=1;p=1;e=x"},
+	} {
+		md := checkpoint.EncodeState(tt.s)
+		if md != tt.md {
+			t.Errorf("EncodeState(%+v) = %q, want %q", tt.s, md, tt.md)
+		}
+		got, err := checkpoint.DecodeState(md)
+		if err != nil || got != tt.s {
+			t.Errorf("DecodeState(%q) = %+v, %v; want %+v", md, got, err, tt.s)
+		}
+	}
+	for _, bad := range []string{"rd1;r=1;p=2", "rd1;r=1;p=x", "rd1;r=1;p"} {
+		if _, err := checkpoint.DecodeState(bad); err == nil || errors.Is(err, checkpoint.ErrForeignMetadata) {
+			t.Errorf("DecodeState(%q): %v, want an error that says it is damaged", bad, err)
+		}
+	}
+}
+
+// Metadata written before states said what they cover decodes to the
+// same counts as before, covering nothing said (Records 0, not Alone).
+func TestOldStatesKeepTheirCounts(t *testing.T) {
+	for md, want := range map[string]checkpoint.State{
+		"rd1;r=3;f=1732262400000;d=5000;n=1732262405000": {Offset: -1, Retries: 3, FirstFailure: time.UnixMilli(1732262400000),
+			LastDelay: 5 * time.Second, NextAt: time.UnixMilli(1732262405000)},
+		"rd1;o=12;r=2;f=1;d=1000;s=1": {Offset: 12, Retries: 2, FirstFailure: time.UnixMilli(1), LastDelay: time.Second, Started: true},
+		"rd1;o=7;r=2;f=1;s=1;x=1;c=1;e=x": {Offset: 7, Retries: 2, FirstFailure: time.UnixMilli(1), Started: true,
+			GivenUp: checkpoint.RetriesSpent, Records: 1, LastError: "x"},
+		"rd1;o=0;r=1;f=1;d=2000;n=2001;rr=5:2000": {Offset: 0, Retries: 1, FirstFailure: time.UnixMilli(1), LastDelay: 2 * time.Second,
+			NextAt: time.UnixMilli(2001), Request: checkpoint.Request{MaxRetries: 5, Delay: 2 * time.Second}},
+	} {
+		got, err := checkpoint.DecodeState(md)
+		if err != nil || got != want {
+			t.Errorf("DecodeState(%q) = %+v, %v; want %+v", md, got, err, want)
+		}
+	}
+}
+
+// A next owner that refuses a restored retry (a lowered retry count, a
+// spent time budget, a record too old) gives it up with the last error
+// the state kept (issue 46: the error was nil, and the dead letter's
+// redeliver-last-error empty).
+func TestRefusedRestoredRetryKeepsItsLastError(t *testing.T) {
+	now := time.UnixMilli(1_000_000)
+	s := checkpoint.State{Offset: 0, Retries: 3, FirstFailure: now.Add(-time.Minute), LastDelay: time.Second, NextAt: now, LastError: "timeout"}
+	for _, p := range []checkpoint.Policy{
+		{MaxRetries: 2},
+		{MaxRetries: 5, MaxRetryTime: time.Second},
+		{MaxRetries: 5, MaxRecordAge: time.Second},
+	} {
+		m := checkpoint.NewMachine(p)
+		m.Begin(now.Add(-time.Hour))
+		if d := m.Resume(s, now, nil); d.Action != checkpoint.RetryNow {
+			t.Fatalf("Resume: %v, want a retry due now", d)
+		}
+		if d := m.Start(now); d.Action != checkpoint.StopRetrying {
+			t.Fatalf("Start under %+v: %v, want a refusal", p, d)
+		}
+		var xerr *checkpoint.ExhaustedError
+		if !errors.As(m.Err(), &xerr) || xerr.Last == nil || xerr.Last.Error() != "timeout" || xerr.Retries != 2 {
+			t.Errorf("under %+v: given up with %v, want 2 retries and the last error timeout", p, m.Err())
+		}
+		if m.State().LastError != "" {
+			t.Errorf("the restored error stays in the state: %+v", m.State())
 		}
 	}
 }

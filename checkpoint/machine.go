@@ -121,17 +121,28 @@ type State struct {
 	// again at once, without a delivery. Started is set with it, so that a
 	// reader that does not know GivenUp counts every retry as made.
 	GivenUp Reason
-	// LastError is the text of the last error of a batch GivenUp (its
-	// first 128 bytes), for the exhaustion action of a next owner.
+	// LastError is the text of the last error (its first 128 bytes): of
+	// a batch GivenUp, for the exhaustion action of a next owner, and of
+	// the latest failed delivery of a scheduled or started retry, for a
+	// next owner that refuses the retry ([Machine.Start]) and gives the
+	// batch up with it. Empty after a retry request with no error.
 	LastError string
-	// Records is, for a State GivenUp, how many records from Offset were
-	// given up: 1 for a record given up alone (stream.FailedAt), the
-	// batch's size otherwise. Like Offset, the Machine does not use it:
-	// whoever stores the state sets it, so that a next owner, whose batch
-	// may hold more records, gives up those records only and delivers
-	// the ones after them. 0 when unknown (metadata written before
-	// states said so).
+	// Records is how many records from Offset the state covers: for a
+	// State GivenUp, how many were given up (1 for a record given up
+	// alone, stream.FailedAt; the batch's size otherwise); for a retry
+	// of a batch that failed as a whole, the batch's size. Like Offset,
+	// the Machine does not use it: whoever stores the state sets it, so
+	// that a next owner, whose fetch may hold more records or fewer,
+	// retries or gives up those records only: it delivers the ones after
+	// them as a next batch, and fetches the ones its first fetch did not
+	// return before it goes on. 0 when unknown (metadata written before
+	// states said so) or with Alone.
 	Records int
+	// Alone says that the latest failure counted was at the record at
+	// Offset alone (stream.FailedAt, stream.PerRecord), not at the whole
+	// batch: if a next owner gives the record up, it gives up that record
+	// only, whatever its fetch holds. The Machine does not use it either.
+	Alone bool
 	// Halted, with GivenUp, says that the partition was stopped at the
 	// batch (stream.StopPartition) until an operator resumes or skips it:
 	// a next owner delivers the batch again with a fresh count, as a
@@ -255,11 +266,12 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 //     error of the handler's. The answer is a retry later, or StopRetrying
 //     once the limits are reached;
 //   - a scheduled State: RetryLater at its NextAt, or RetryNow once due (or
-//     when it has no NextAt). A NextAt further than now plus the delay the
-//     retry was scheduled with (LastDelay: a Decide delay or a retry-after
-//     hint included), or than the policy's Backoff with the largest random
-//     draw when that is longer, is brought back to that (a skewed clock, a
-//     foreign writer);
+//     when it has no NextAt); its LastError becomes the last error, so
+//     that a retry that [Machine.Start] then refuses is given up with it.
+//     A NextAt further than now plus the delay the retry was scheduled
+//     with (LastDelay: a Decide delay or a retry-after hint included), or
+//     than the policy's Backoff with the largest random draw when that is
+//     longer, is brought back to that (a skewed clock, a foreign writer);
 //   - a State given up by the previous owner ([State.GivenUp], its
 //     exhaustion action not done): StopRetrying for the same reason, at
 //     once, with the same retries, first failure and last error (its text);
@@ -295,6 +307,11 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 		return Decision{}
 	}
 	m.restoredTimes(now)
+	if s.LastError != "" {
+		// The error of the latest failed delivery: a retry refused
+		// when due is given up with it.
+		m.last, m.state.LastError = &restoredError{s.LastError}, ""
+	}
 	if m.state.Started {
 		return m.interrupted(now, rnd)
 	}

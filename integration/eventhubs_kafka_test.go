@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -103,10 +104,13 @@ func newEHKafka(t *testing.T) *ehKafkaCluster {
 
 // The retry state the engine writes stays under the endpoint's limit even
 // at its largest: the most retries an int holds, times far in the future,
-// the longest delay.
+// the longest delay, the longest offset and record count, and a last
+// error whose 128 bytes kept are all escaped.
 func TestRetryStateFitsEventHubsKafkaMetadata(t *testing.T) {
 	far := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
-	md := checkpoint.EncodeState(checkpoint.State{Retries: math.MaxInt, FirstFailure: far, LastDelay: time.Duration(math.MaxInt64), NextAt: far})
+	md := checkpoint.EncodeState(checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: far, LastDelay: time.Duration(math.MaxInt64), NextAt: far,
+		OutageTime: time.Duration(math.MaxInt64), Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: time.Duration(math.MaxInt64)},
+		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat(";", 500), Records: math.MaxInt, Alone: true, Halted: true})
 	if len(md) > ehMaxMetadata {
 		t.Fatalf("the largest retry state is %d bytes, over Event Hubs' %d: %q", len(md), ehMaxMetadata, md)
 	}

@@ -353,7 +353,7 @@ func TestLoweredRetryCountAfterAMove(t *testing.T) {
 		p.AppendN(time.Now(), 5)
 		now := time.Now()
 		p.SetCheckpoint(0, checkpoint.EncodeState(checkpoint.State{Offset: 0, Retries: 4, FirstFailure: now.Add(-time.Minute),
-			LastDelay: time.Second, NextAt: now.Add(time.Second)}))
+			LastDelay: time.Second, NextAt: now.Add(time.Second), Records: 5}))
 		var calls atomic.Int32
 		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
 			calls.Add(1)

@@ -47,9 +47,13 @@
 // names the record that failed ([FailedAt], [PerRecord]) after records
 // that succeeded, the checkpoint moves to that record and its own count
 // begins, so a record is never given up for failures of the records
-// before it. The committed state names its record's offset, and a next
-// owner applies it to that record only. docs/COUNTING.md says what is
-// counted per batch and per record, and what the dead-letter headers
+// before it; a record that fails alone is given up alone. The committed
+// state names its record's offset and says what it covers (that record
+// alone, the records of a batch that failed as a whole, or the records
+// given up), and a next owner, whatever its fetch size and policy,
+// retries or gives up exactly those records, and never delivers again a
+// record given up before. docs/COUNTING.md says what is counted per batch
+// and per record, what a move carries, and what the dead-letter headers
 // describe.
 //
 // # Pieces

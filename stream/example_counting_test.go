@@ -60,15 +60,15 @@ func ExamplePerRecord_counting() {
 	// Output:
 	// 12:00:00 offsets 0-4, retry 0: failed at offset 1
 	// 12:00:00   commit 1 ""
-	// 12:00:00   commit 1 "rd1;o=1;r=1;f=1767268800000;d=1000;n=1767268801000"
-	// 12:00:01   commit 1 "rd1;o=1;r=1;f=1767268800000;d=1000;s=1"
+	// 12:00:00   commit 1 "rd1;o=1;r=1;f=1767268800000;d=1000;n=1767268801000;p=1;e=record 1: call 1 failed"
+	// 12:00:01   commit 1 "rd1;o=1;r=1;f=1767268800000;d=1000;s=1;p=1;e=record 1: call 1 failed"
 	// 12:00:01 offsets 1-4, retry 1: failed at offset 3
 	// 12:00:01   commit 3 ""
-	// 12:00:01   commit 3 "rd1;o=3;r=1;f=1767268801000;d=1000;n=1767268802000"
-	// 12:00:02   commit 3 "rd1;o=3;r=1;f=1767268801000;d=1000;s=1"
+	// 12:00:01   commit 3 "rd1;o=3;r=1;f=1767268801000;d=1000;n=1767268802000;p=1;e=record 3: call 1 failed"
+	// 12:00:02   commit 3 "rd1;o=3;r=1;f=1767268801000;d=1000;s=1;p=1;e=record 3: call 1 failed"
 	// 12:00:02 offsets 3-4, retry 1: failed at offset 3
-	// 12:00:02   commit 3 "rd1;o=3;r=2;f=1767268801000;d=1000;n=1767268803000"
-	// 12:00:03   commit 3 "rd1;o=3;r=2;f=1767268801000;d=1000;s=1"
+	// 12:00:02   commit 3 "rd1;o=3;r=2;f=1767268801000;d=1000;n=1767268803000;p=1;e=record 3: call 2 failed"
+	// 12:00:03   commit 3 "rd1;o=3;r=2;f=1767268801000;d=1000;s=1;p=1;e=record 3: call 2 failed"
 	// 12:00:03 offsets 3-4, retry 2: failed at offset 3
 	// 12:00:03   commit 3 "rd1;o=3;r=2;f=1767268801000;d=1000;s=1;x=1;c=1;e=record 3: call 3 failed"
 	// to orders.dlq: d from offset 3: redeliver-deliveries=3 __dlq.errors.delivery.count=3 redeliver-first-failure=2026-01-01T12:00:01Z redeliver-last-error="record 3: call 3 failed"

@@ -231,11 +231,13 @@ func TestRetryPathCommits(t *testing.T) {
 			got = append(got, fmt.Sprintf("%d %s", c.Next, c.Metadata))
 		}
 		f, n1, n2 := itoa(begin.UnixMilli()), itoa(begin.UnixMilli()+1000), itoa(begin.UnixMilli()+2000)
+		// Each state covers the batch (c=5) and keeps its last error.
+		e1, e2 := ";c=5;e=offsets 0-4, delivery 1: streamtest: injected failure", ";c=5;e=offsets 0-4, delivery 2: streamtest: injected failure"
 		want := fmt.Sprint([]string{
-			"0 rd1;o=0;r=1;f=" + f + ";d=1000;n=" + n1,
-			"0 rd1;o=0;r=1;f=" + f + ";d=1000;s=1",
-			"0 rd1;o=0;r=2;f=" + f + ";d=1000;n=" + n2,
-			"0 rd1;o=0;r=2;f=" + f + ";d=1000;s=1",
+			"0 rd1;o=0;r=1;f=" + f + ";d=1000;n=" + n1 + e1,
+			"0 rd1;o=0;r=1;f=" + f + ";d=1000;s=1" + e1,
+			"0 rd1;o=0;r=2;f=" + f + ";d=1000;n=" + n2 + e2,
+			"0 rd1;o=0;r=2;f=" + f + ";d=1000;s=1" + e2,
 			"5 ",
 		})
 		if fmt.Sprint(got) != want {
@@ -251,7 +253,7 @@ func TestLateRestoredRetryPastItsBudget(t *testing.T) {
 		p := streamtest.NewPartition("t", 0, 5)
 		p.AppendN(time.Now(), 5)
 		failed := time.Now().Add(-time.Hour)
-		p.SetCheckpoint(0, "rd1;r=1;f="+itoa(failed.UnixMilli())+";d=5000;n="+itoa(failed.Add(5*time.Second).UnixMilli()))
+		p.SetCheckpoint(0, "rd1;r=1;f="+itoa(failed.UnixMilli())+";d=5000;n="+itoa(failed.Add(5*time.Second).UnixMilli())+";c=5")
 		hs := start(t, streamtest.FailFirst(-1, nil)(streamtest.Succeed), []*streamtest.Partition{p},
 			stream.WithPolicy(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(5 * time.Second), MaxRetryTime: time.Minute}))
 		hs.waitAll()

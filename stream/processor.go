@@ -336,6 +336,12 @@ type worker struct {
 	// alone, or the records a previous owner gave up), fetched already:
 	// they are delivered as the next batch.
 	rest []Record
+	// extra is how many records after the batch the restored state
+	// also covers (a previous owner's batch that this owner's fetch did
+	// not return whole): fetched before the batch is retried or given
+	// up, so that they are never delivered again with a fresh count. 0
+	// for none.
+	extra int
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
@@ -383,7 +389,7 @@ func (w *worker) readState(off int64, md string) {
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
-	w.poison, w.givenUp = false, 0
+	w.poison, w.givenUp, w.extra = false, 0, 0
 	var (
 		d       checkpoint.Decision
 		outcome Outcome // of the latest delivery
@@ -395,6 +401,11 @@ func (w *worker) run(ctx context.Context) error {
 		if w.from == b.FirstOffset() {
 			d, outcome, cause, fresh = w.resume(b)
 			deliver = d.Action == 0
+			if w.extra > 0 {
+				if err := w.fetchCovered(ctx, b); err != nil {
+					return err
+				}
+			}
 		}
 		w.from = -1
 	}
@@ -493,7 +504,8 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			done, reply = given, r
 			if given != b {
-				w.rest = b.Records[len(given.Records):]
+				// Before the records fetched after the batch, if any.
+				w.rest = append(b.Records[len(given.Records):], w.rest...)
 			}
 		}
 		err := w.commit(ctx, done)
@@ -704,6 +716,9 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started,
 		"next", d.Action.String())
 	outcome = Failed
+	if !s.Halted {
+		w.cover(b, s, d)
+	}
 	switch {
 	case s.GivenUp != 0 && !s.Halted:
 		cause = w.m.LastError()
@@ -719,6 +734,58 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 	return d, outcome, cause, s.Started && !s.Halted
 }
 
+// cover makes b the records that the restored state s covers, as d (the
+// machine's answer to it) goes on with them: the record s belongs to
+// alone after a failure at that record, or the Records from it. Records
+// fetched after those are delivered as the next batch. Records it covers
+// that the fetch did not return (a next owner that fetches fewer) are
+// w.extra, which run fetches before it retries b or gives it up.
+func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
+	// A retry state that does not say what it covers (written before
+	// states did) is taken as a failure at its record alone: given up,
+	// it gives up that record only, never records that may not have
+	// failed.
+	w.poison = s.Alone || s.Records <= 0 && s.GivenUp == 0
+	if s.Alone || s.Records <= 0 || d.Action == 0 {
+		return
+	}
+	if n := s.Records; n < len(b.Records) {
+		// Capped, so that a later split of b (a record given up
+		// alone) never writes over the records kept in w.rest.
+		w.rest = b.Records[n:]
+		b.Records = b.Records[:n:n]
+		return
+	}
+	w.extra = s.Records - len(b.Records)
+}
+
+// fetchCovered fetches the records that the restored state of b covers
+// and that b does not hold yet (w.extra), and adds them to b: the retry
+// is delivered to, or the give-up covers, the batch the previous owner's
+// count is for, and none of its records comes back later as a batch with
+// a fresh count. The records fetched after them are delivered as the next
+// batch. It returns an error when the worker must stop.
+func (w *worker) fetchCovered(ctx context.Context, b *Batch) error {
+	// The claim owns the slice it returned once Fetch is called again.
+	b.Records = append(make([]Record, 0, len(b.Records)+w.extra), b.Records...)
+	for w.extra > 0 {
+		recs, err := w.c.Fetch(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return w.abandon(ctx)
+			}
+			return fmt.Errorf("stream: fetch %s/%d: %w", w.c.Topic(), w.c.Partition(), err)
+		}
+		n := min(len(recs), w.extra)
+		b.Records = append(b.Records, recs[:n]...)
+		w.extra -= n
+		if n < len(recs) {
+			w.rest = recs[n:]
+		}
+	}
+	return nil
+}
+
 // saveState commits the retry state of the withheld batch b, with the
 // checkpoint at its first record.
 func (w *worker) saveState(ctx context.Context, b *Batch) error {
@@ -726,7 +793,13 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 		return nil
 	}
 	s := w.m.State()
-	s.Offset = b.FirstOffset()
+	s.Offset, s.Alone, s.Records, s.LastError = b.FirstOffset(), w.poison, 0, ""
+	if !w.poison {
+		s.Records = len(b.Records) // a whole-batch failure covers the batch
+	}
+	if err := w.m.LastError(); err != nil {
+		s.LastError = err.Error() // its first 128 bytes are kept
+	}
 	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
 }
 

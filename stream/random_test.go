@@ -36,7 +36,10 @@ var (
 // skips or resumes), an outage budget with the downstream down for a
 // while, and revocations at random moments after which a new processor
 // takes the partition over from what was committed, now and then with
-// fewer retries (a redeploy). Every history is checked by
+// fewer retries, a time budget or a record age that refuses the retry it
+// restores (a redeploy), or another batch size (a smaller or larger
+// fetch); some moves land during a last retry (issue 46). Every history
+// is checked by
 // streamtest.History, which counts each record's retries itself, and
 // every partition must reach its end. 2000 seeds by default;
 // -random.seeds=N or REDELIVER_RANDOM_SEEDS=N runs more, -random.seed=S
@@ -99,6 +102,9 @@ type scenario struct {
 	pBatchErr float64 // a failure reported for the whole batch, not FailedAt
 	pHint     float64 // a failure with a retry-after hint
 	lower     bool    // a new owner may run a policy with fewer retries (a redeploy)
+	tighten   bool    // a new owner may run a policy with a time budget or a record age (a redeploy)
+	refetch   bool    // a new owner may fetch batches of another size
+	lastMoves int     // moves during a last retry
 }
 
 func newScenario(seed uint64) *scenario {
@@ -159,12 +165,17 @@ func newScenario(seed uint64) *scenario {
 	}
 	s.pHint = 0.1 * r.Float64()
 	s.lower = s.policy.MaxRetries > 0 && r.IntN(4) == 0
+	s.tighten = r.IntN(5) == 0
+	s.refetch = r.IntN(3) == 0
+	s.lastMoves = r.IntN(3)
 	return s
 }
 
 func (s *scenario) describe() string {
-	return fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d failed commits, in memory %v, fails %v",
-		s.parts, s.records, s.maxBatch, s.policyStr, s.lower, s.perRecord, s.action, s.budget, s.down[0], s.down[1], s.revokes, s.commits, s.memory, s.failsOf)
+	return fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, tighter limits after a move %v, "+
+		"other batch sizes after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d during a last retry, %d failed commits, in memory %v, fails %v",
+		s.parts, s.records, s.maxBatch, s.policyStr, s.lower, s.tighten, s.refetch, s.perRecord, s.action, s.budget, s.down[0], s.down[1],
+		s.revokes, s.lastMoves, s.commits, s.memory, s.failsOf)
 }
 
 // world is what a running scenario shares between its goroutines.
@@ -175,6 +186,8 @@ type world struct {
 	calls map[[2]int64]int // partition, offset -> handler calls of the record
 	draws *rand.Rand       // the handler's draws (under mu)
 	procs map[int]*stream.Processor
+	// lastMoves is how many moves during a last retry are left (under mu).
+	lastMoves int
 }
 
 var errRandom = errors.New("random failure")
@@ -265,6 +278,30 @@ func (w *world) handler() stream.Handler {
 	})
 }
 
+// moveOnLast wraps h: now and then, a last retry is cut short by a move
+// of its partition p (the retry started, its outcome never reported).
+func (w *world) moveOnLast(h stream.Handler, p *streamtest.Partition, tally *randomTally) stream.Handler {
+	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if b.Attempt.Last && b.Attempt.Retry > 0 {
+			w.mu.Lock()
+			move := w.lastMoves > 0 && w.draws.IntN(2) == 0
+			if move {
+				w.lastMoves--
+			}
+			w.mu.Unlock()
+			if move {
+				tally.mu.Lock()
+				tally.lastMoves++
+				tally.mu.Unlock()
+				p.Revoke()
+				<-ctx.Done()
+				return ctx.Err()
+			}
+		}
+		return h.Handle(ctx, b)
+	})
+}
+
 // flakyPublisher fails a third of its calls.
 type flakyPublisher struct {
 	mu  sync.Mutex
@@ -286,17 +323,19 @@ type randomTally struct {
 	deliveries, failed, retryResults, cancelled, uncounted int
 	givenUp, deadLettered, stops, skips, resumes, revokes  int
 	outages, probes, claims                                int
+	lastMoves, refetches, tightened                        int
 }
 
 func (r *randomTally) String() string {
 	return fmt.Sprintf("%d deliveries (%d failed, %d retry requests, %d cut short, %d during outages), %d given up, %d dead letters, "+
-		"%d stops (%d skipped, %d resumed), %d revocations, %d claims, %d outages, %d probes",
+		"%d stops (%d skipped, %d resumed), %d revocations (%d during a last retry), %d claims (%d with another batch size, %d with tighter limits), %d outages, %d probes",
 		r.deliveries, r.failed, r.retryResults, r.cancelled, r.uncounted, r.givenUp, r.deadLettered, r.stops, r.skips, r.resumes,
-		r.revokes, r.claims, r.outages, r.probes)
+		r.revokes, r.lastMoves, r.claims, r.refetches, r.tightened, r.outages, r.probes)
 }
 
 func (s *scenario) run(t *testing.T, tally *randomTally) {
-	w := &world{s: s, begin: time.Now(), calls: map[[2]int64]int{}, draws: rand.New(rand.NewPCG(s.seed, 7)), procs: map[int]*stream.Processor{}}
+	w := &world{s: s, begin: time.Now(), calls: map[[2]int64]int{}, draws: rand.New(rand.NewPCG(s.seed, 7)), procs: map[int]*stream.Processor{},
+		lastMoves: s.lastMoves}
 	hist := streamtest.History{MemoryOnly: s.memory}
 	var budget *stream.Budget
 	if s.budget {
@@ -306,7 +345,7 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 		}
 	}
 	pub := hist.Publisher(&flakyPublisher{rnd: rand.New(rand.NewPCG(s.seed, 11))})
-	newProc := func(member string) *stream.Processor {
+	newProc := func(member string, gen int, part *streamtest.Partition) *stream.Processor {
 		count := stream.Hooks{
 			Stopped:     func(stream.StoppedEvent) { tally.mu.Lock(); tally.stops++; tally.mu.Unlock() },
 			OutageBegan: func(stream.OutageEvent) { tally.mu.Lock(); tally.outages++; tally.mu.Unlock() },
@@ -315,6 +354,18 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 		policy := s.policy
 		if s.lower && w.drawInt(2) == 0 {
 			policy.MaxRetries = w.drawInt(policy.MaxRetries) // a redeploy with fewer retries
+		}
+		if s.tighten && gen > 0 && w.drawInt(2) == 0 {
+			// A redeploy with limits that may refuse the retry it
+			// restores.
+			if w.drawInt(2) == 0 {
+				policy.MaxRetryTime = time.Duration(500+w.drawInt(4000)) * time.Millisecond
+			} else {
+				policy.MaxRecordAge = time.Duration(1+w.drawInt(30)) * time.Second
+			}
+			tally.mu.Lock()
+			tally.tightened++
+			tally.mu.Unlock()
 		}
 		opts := []stream.Option{stream.WithPolicy(policy), stream.WithHooks(stream.MergeHooks(hist.Hooks(member), count)),
 			stream.WithOperationBackoff(checkpoint.Fixed(200 * time.Millisecond)),
@@ -336,7 +387,11 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 		if s.memory {
 			opts = append(opts, stream.WithInMemoryState())
 		}
-		p, err := stream.NewProcessor(w.handler(), opts...)
+		h := w.handler()
+		if s.lastMoves > 0 {
+			h = w.moveOnLast(h, part, tally)
+		}
+		p, err := stream.NewProcessor(h, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,7 +412,14 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	for i, p := range parts {
 		wg.Go(func() {
 			for gen := 0; ctx.Err() == nil; gen++ {
-				proc := newProc(fmt.Sprintf("p%d-%d", i, gen))
+				if s.refetch && gen > 0 {
+					// The next owner fetches batches of another size.
+					p.SetMaxBatch(1 + w.drawInt(6))
+					tally.mu.Lock()
+					tally.refetches++
+					tally.mu.Unlock()
+				}
+				proc := newProc(fmt.Sprintf("p%d-%d", i, gen), gen, p)
 				w.mu.Lock()
 				w.procs[i] = proc
 				w.mu.Unlock()

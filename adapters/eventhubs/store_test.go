@@ -82,6 +82,10 @@ func TestCheckpointStoreRefusesWithoutOwnership(t *testing.T) {
 }
 
 func TestCommittedReadsStateBesideCheckpoint(t *testing.T) {
+	moved := checkpoint.EncodeState(checkpoint.State{Offset: 10, Retries: 2, FirstFailure: time.UnixMilli(1), Started: true, Records: 5, LastError: "timeout; 503"})
+	if s, err := checkpoint.DecodeState(moved); err != nil || s.Records != 5 || s.LastError != "timeout; 503" {
+		t.Fatalf("state %q: %+v, %v", moved, s, err)
+	}
 	ms := memhub.NewStore()
 	ctx := context.Background()
 	state := func(id string, seq int64, md string) azeventhubs.Checkpoint {
@@ -96,6 +100,9 @@ func TestCommittedReadsStateBesideCheckpoint(t *testing.T) {
 		state("2", 0, "rd1;r=4"),       // a withheld first batch, no checkpoint yet
 		cp("3", 4),                     // no state
 		cp("4", 9), state("4", 10, ""), // a cleared state
+		// What a move carries (issue 46): the records a state covers,
+		// a failure at its record alone, its last error.
+		cp("5", 9), state("5", 10, moved),
 	} {
 		if err := ms.SetCheckpoint(ctx, c, nil); err != nil {
 			t.Fatal(err)
@@ -106,7 +113,7 @@ func TestCommittedReadsStateBesideCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]eventhubs.Position{
-		"0": {10, "rd1;r=2"}, "1": {20, ""}, "2": {0, "rd1;r=4"}, "3": {5, ""}, "4": {10, ""},
+		"0": {10, "rd1;r=2"}, "1": {20, ""}, "2": {0, "rd1;r=4"}, "3": {5, ""}, "4": {10, ""}, "5": {10, moved},
 	}
 	for id, w := range want {
 		if got[id] != w {

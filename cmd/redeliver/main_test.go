@@ -107,6 +107,11 @@ func TestGolden(t *testing.T) {
 		{"state_given_up_records", []string{"state", "rd1;o=40;r=2;f=1795427700000;d=5000;s=1;x=1;c=3;e=timeout"}, nil, 0},
 		{"state_given_up_records_json", []string{"state", "-json", "rd1;o=40;r=2;f=1795427700000;d=5000;s=1;x=1;c=3;e=timeout"}, nil, 0},
 		{"state_given_up_alone", []string{"state", "rd1;o=41;r=1;f=1795427700000;d=5000;s=1;x=1;c=1;e=timeout"}, nil, 0},
+		// What a move carries (issue 46): a retry of a batch that failed
+		// as a whole, of a record that failed alone, with its last error.
+		{"state_retry_records", []string{"state", "rd1;o=40;r=2;f=1795427700000;d=5000;n=1795428005000;c=5;e=timeout"}, nil, 0},
+		{"state_retry_alone", []string{"state", "rd1;o=41;r=2;f=1795427700000;d=5000;s=1;p=1;e=timeout"}, nil, 0},
+		{"state_retry_alone_json", []string{"state", "-json", "rd1;o=41;r=2;f=1795427700000;d=5000;s=1;p=1;e=timeout"}, nil, 0},
 		{"state_halted", []string{"state", "rd1;o=40;r=3;f=1795427700000;d=5000;s=1;x=1;e=timeout;h=1"}, nil, 0},
 		{"state_halted_json", []string{"state", "-json", "rd1;o=40;r=3;f=1795427700000;d=5000;s=1;x=1;e=timeout;h=1"}, nil, 0},
 		{"state_foreign", []string{"state", "checkpointed by kcat"}, nil, 1},

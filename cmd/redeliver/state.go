@@ -37,11 +37,16 @@ type stateJSON struct {
 	// error, as the state keeps it (its first 128 bytes).
 	GivenUp   string `json:"givenUp,omitempty"`
 	LastError string `json:"lastError,omitempty"`
-	// Records is, with GivenUp, how many records from Offset were given
-	// up (1 for a record given up alone, the batch's size otherwise): a
-	// next owner gives up these and delivers the ones after them. Absent
-	// when the state does not say (written before states did).
+	// Records is how many records from Offset the state covers: with
+	// GivenUp, how many were given up (1 for a record given up alone, the
+	// batch's size otherwise); for a retry of a batch that failed as a
+	// whole, the batch's size. A next owner retries or gives up these and
+	// delivers the ones after them. Absent when the state does not say
+	// (written before states did).
 	Records int `json:"records,omitempty"`
+	// Alone reports a retry of a record that failed alone (FailedAt,
+	// PerRecord): given up, it is given up alone.
+	Alone bool `json:"alone,omitempty"`
 	// Halted reports a partition stopped at the record (StopPartition)
 	// until an operator resumes or skips it; a next owner delivers the
 	// record again with a fresh count.
@@ -83,8 +88,11 @@ func runState(args []string, e env) int {
 	if s.OutageTime > 0 {
 		out.OutageTime = s.OutageTime.String()
 	}
+	if s.GivenUp != 0 || s.Retries > 0 {
+		out.LastError, out.Records, out.Alone = s.LastError, max(s.Records, 0), s.Alone
+	}
 	if s.GivenUp != 0 {
-		out.GivenUp, out.LastError, out.Halted, out.Records = s.GivenUp.String(), s.LastError, s.Halted, max(s.Records, 0)
+		out.GivenUp, out.Halted = s.GivenUp.String(), s.Halted
 	}
 	if err != nil {
 		out.Error = err.Error()
@@ -151,6 +159,22 @@ func runState(args []string, e env) int {
 			out.Deliveries, sofar, s.Retries)
 	default:
 		fmt.Fprintf(e.stdout, "  deliveries:      %d: %s (retry %d is due)\n", out.Deliveries, sofar, s.Retries)
+	}
+	if s.GivenUp == 0 {
+		switch {
+		case s.Alone:
+			fmt.Fprintf(e.stdout, "  records:         the failures were offset %d's alone: if a next owner gives it up, it gives up that record only\n", s.Offset)
+		case s.Records > 0:
+			fmt.Fprintf(e.stdout, "  records:         %d, offsets %d to %d, failed as a batch: a next owner retries or gives up these together\n",
+				s.Records, s.Offset, s.Offset+int64(s.Records)-1)
+		}
+		switch {
+		case s.LastError == "":
+		case s.Started:
+			fmt.Fprintf(e.stdout, "  last error:      %s (of the delivery before the retry that started)\n", s.LastError)
+		default:
+			fmt.Fprintf(e.stdout, "  last error:      %s (a next owner that refuses the retry gives the record up with it)\n", s.LastError)
+		}
 	}
 	if !s.FirstFailure.IsZero() {
 		fmt.Fprintf(e.stdout, "  first failure:   %s (%s)\n", stamp(s.FirstFailure), relative(now, s.FirstFailure))

@@ -36,6 +36,8 @@ var cases = []struct {
 	{"PartialSuccess", partialSuccess},
 	{"PoisonRecordDeadLettered", poisonRecordDeadLettered},
 	{"RecordsFailOnceNothingGivenUp", recordsFailOnce},
+	{"PoisonRecordMovesOnItsLastRetry", poisonRecordMovesOnItsLastRetry},
+	{"GiveUpSeenThroughASmallerFetch", giveUpSeenThroughASmallerFetch},
 }
 
 func succeed(context.Context, *stream.Batch) error { return nil }

@@ -72,7 +72,13 @@ type Event struct {
 	// Index is the index in the batch of the record that a failure or a
 	// retry request names (Delivered: a stream.BatchError's Index; 0 when
 	// it names none, which stands for the batch's first record).
-	Index     int
+	Index int
+	// Named says that the failure or the retry request named its record
+	// (Delivered: a stream.BatchError, from FailedAt or PerRecord, its
+	// Index 0 included): it counts against that record alone. False for
+	// a failure of the whole batch, which counts against every record of
+	// it. An Index above 0 names its record too.
+	Named     bool
 	Uncounted bool // Delivered: a failure during an outage, which spent no retry (stream.DeliveredEvent.Uncounted)
 	// Offset is the committed offset: the claim's starting checkpoint
 	// (Claimed, -1 for none) or the new checkpoint (Committed); the
@@ -135,8 +141,8 @@ func (h *History) Hooks(member string) stream.Hooks {
 			case errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records:
 				ev.Handled = be.Index
 			}
-			if (e.Outcome == stream.Failed || e.Outcome == stream.RetryRequested) && errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records {
-				ev.Index = be.Index
+			if (e.Outcome == stream.Failed || e.Outcome == stream.RetryRequested) && errors.As(e.Err, &be) && be.Index >= 0 && be.Index < e.Records {
+				ev.Index, ev.Named = be.Index, true
 			}
 			if e.Outcome == stream.Failed && e.Err != nil {
 				ev.Error = e.Err.Error()
@@ -360,6 +366,10 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 	type session struct {
 		next int64
 		own  map[int64]*own
+		// owedTo is the last record that a previous owner gave up (its
+		// give-up committed, its exhaustion action not done) and that
+		// this claim must give up again, never deliver; -1 for none.
+		owedTo int64
 	}
 	type part struct {
 		sessions  map[claimKey]*session
@@ -374,6 +384,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		delivered []int  // deliveries per offset
 		gave      map[int64]gaveUp
 		gaveLast  map[int64]int64 // first offset of each give-up -> its last
+		left      map[int64]*own  // what the owner knew when its claim was released
 	}
 	parts := map[TopicPartition]*part{}
 	var r Report
@@ -420,10 +431,14 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		case Claimed:
 			start := max(e.Offset, 0)
 			var kept *own // what the previous owner knew of the record at the checkpoint
+			live := false // its claim not released yet
 			if prev := p.sessions[p.owner]; prev != nil {
-				kept = prev.own[start]
+				kept, live = prev.own[start], true
+			} else if p.left != nil {
+				kept = p.left[start]
 			}
-			s = &session{next: start, own: map[int64]*own{}}
+			p.left = nil
+			s = &session{next: start, own: map[int64]*own{}, owedTo: -1}
 			p.sessions[key] = s
 			p.owner = key
 			p.start, p.startMD = e.Offset, e.Metadata
@@ -448,24 +463,53 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			o := &own{count: n, limit: -1, first: first, gaveTo: -1}
 			if kept != nil {
-				o.limit = kept.limit
+				if live {
+					// A claim not released yet: its policy, as
+					// before. A released one's tells nothing of the
+					// next owner's.
+					o.limit = kept.limit
+				}
 				if !kept.first.IsZero() {
 					o.first = kept.first
 				}
 			}
+			cover := 1 // the records from start that the state counts
 			switch {
 			case st.givenUp:
 				o.lastErr = st.lastErr // given up again with it
 				if last, ok := p.gaveLast[start]; ok {
 					o.gaveTo = last // and with the records given up with it only
+					cover = int(last - start + 1)
 				}
 			case st.started:
 				// The next owner cannot know how the started retry
 				// ended.
 				o.lastErr = interrupted
+			case kept != nil && kept.count == n:
+				// Scheduled: a refusal of the retry gives the record up
+				// with the error of its last counted delivery.
+				o.lastErr = kept.lastErr
+			default:
+				o.lastErr = st.lastErr
+			}
+			if st.records > 0 && !st.alone {
+				cover = st.records
 			}
 			s.own[start] = o
+			// A whole-batch failure's count, or a give-up, covers the
+			// records after the first that the state names.
+			for off := start + 1; off < start+int64(cover); off++ {
+				c := *o
+				c.limit = -1
+				s.own[off] = &c
+			}
+			if st.givenUp {
+				s.owedTo = start + int64(cover) - 1
+			}
 		case Released:
+			if s != nil && p.owner == key {
+				p.left = s.own
+			}
 			delete(p.sessions, key)
 		case Delivered:
 			r.Deliveries++
@@ -479,6 +523,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if e.First != s.next {
 				bad("%s: delivery of %d-%d, but the checkpoint is at %d (a gap, a reordering or a wrong rewind)", where(), e.First, e.Last, s.next)
 			}
+			if e.First <= s.owedTo {
+				bad("%s: delivery of %d-%d, but a previous owner gave up the records to %d (its exhaustion action not done): delivered again instead of given up", where(), e.First, e.Last, s.owedTo)
+			}
 			for o := max(e.First, 0); o <= e.Last && o < int64(len(p.handled)); o++ {
 				p.delivered[o]++
 			}
@@ -490,6 +537,12 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			if e.Retry != n {
 				bad("%s: delivery of %d-%d as retry %d, but the record at %d has had %d counted deliveries (its own count)", where(), e.First, e.Last, e.Retry, e.First, n)
+			}
+			for off := e.First + 1; off <= e.Last; off++ {
+				if x := s.own[off]; x != nil && x.count > n {
+					bad("%s: delivery of %d-%d as retry %d, but record %d has had %d counted deliveries: its count is not continued", where(), e.First, e.Last, e.Retry, off, x.count)
+					break
+				}
 			}
 			if n > 0 {
 				if !h.MemoryOnly && !o.stateAt {
@@ -512,23 +565,48 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				}
 			case stream.Failed, stream.RetryRequested:
 				done(s, e.First, target-1)
+				if e.Index > 0 {
+					// A partial success: the record that failed, and
+					// the records after it, start their counts over,
+					// even when the failure counts nothing (an outage).
+					for off := range s.own {
+						if off >= target {
+							delete(s.own, off)
+						}
+					}
+				}
 				if e.Uncounted {
 					break
 				}
-				t := ownOf(s, target)
-				t.count++
-				t.stateAt, t.gaveTo = false, -1
-				// The limit the delivery reports is that of the policy
-				// in force for its first record; a record after it
-				// begins under the processor's own, not known here until
-				// a delivery starts at it.
-				t.limit = -1
-				if target == e.First {
-					t.limit = e.MaxRetries
+				// A failure that names its record counts against it
+				// alone, and the records after it begin counts of their
+				// own; a whole-batch failure counts against every record
+				// of the batch.
+				last := e.Last
+				if e.Named || e.Index > 0 {
+					last = target
+					for off := range s.own {
+						if off > target {
+							delete(s.own, off)
+						}
+					}
 				}
-				t.lastErr = e.Error
-				if t.count == 1 {
-					t.first = e.At
+				for off := target; off <= last; off++ {
+					t := ownOf(s, off)
+					t.count++
+					t.stateAt, t.gaveTo = false, -1
+					// The limit the delivery reports is that of the policy
+					// in force for its first record; a record after it
+					// begins under the processor's own, not known here until
+					// a delivery starts at it.
+					t.limit = -1
+					if off == e.First {
+						t.limit = e.MaxRetries
+					}
+					t.lastErr = e.Error
+					if t.count == 1 {
+						t.first = e.At
+					}
 				}
 			}
 		case GivenUp:
@@ -557,10 +635,16 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if o.count > 0 && e.Error != o.lastErr {
 				bad("%s: record %d given up with the last error %q, but its last counted delivery's was %q", where(), e.First, e.Error, o.lastErr)
 			}
+			for off := e.First + 1; off <= e.Last; off++ {
+				if x := s.own[off]; x == nil || x.count == 0 {
+					bad("%s: records %d-%d given up, but record %d never failed: the failures were record %d's alone (or another owner's)", where(), e.First, e.Last, off, e.First)
+					break
+				}
+			}
 			for o := e.First; o <= e.Last; o++ {
 				p.gave[o] = gaveUp{deliveries: e.Retries + 1, first: e.At, err: e.Error}
+				delete(s.own, o)
 			}
-			delete(s.own, e.First)
 		case ActionTried:
 			if e.Error == "" {
 				mark(p.handled, e.First, e.Last)
@@ -673,6 +757,8 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 // committedState is what a committed retry state says of its record.
 type committedState struct {
 	n       int       // the deliveries it counts: the retries so far, and the started one
+	records int       // how many records from its own it covers; 0 when it does not say
+	alone   bool      // a failure at its record alone
 	started bool      // a retry was started
 	givenUp bool      // given up, its exhaustion action not done
 	lastErr string    // a given-up record's last error
@@ -688,7 +774,8 @@ func stateOf(md string, at int64) committedState {
 	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 || s.Offset >= 0 && s.Offset != at {
 		return committedState{} // a halted partition's next owner starts afresh
 	}
-	return committedState{n: s.Retries + b2i(s.Started), started: s.Started, givenUp: s.GivenUp != 0, lastErr: s.LastError, first: s.FirstFailure}
+	return committedState{n: s.Retries + b2i(s.Started), records: s.Records, alone: s.Alone, started: s.Started, givenUp: s.GivenUp != 0,
+		lastErr: s.LastError, first: s.FirstFailure}
 }
 
 func b2i(b bool) int {

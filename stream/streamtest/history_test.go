@@ -156,10 +156,22 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
 			commit(a, 3)
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 3), Err: &checkpoint.ExhaustedError{Reason: checkpoint.NotRetryable, Last: errors.New("x")}})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(3, 3), Try: 1})
+			commit(a, 4)
+			ok(a, 4, 9)
+			commit(a, 10)
+		}, ""},
+		// A failure at a known record gives up that record alone: the
+		// records after it never failed (issue 46).
+		{"partial, the records after it given up with it", func(a, _ stream.Hooks) {
+			claim(a, -1)
+			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
+			commit(a, 3)
 			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(3, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.NotRetryable, Last: errors.New("x")}})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(3, 9), Try: 1})
 			commit(a, 10)
-		}, ""},
+		}, "records 3-9 given up, but record 4 never failed"},
 		// Blind spots of the first checker (issue 10).
 		{"given up, the action failed, commit passes", func(a, _ stream.Hooks) {
 			claim(a, -1)
@@ -347,6 +359,118 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
 			commit(b, 10)
 		}, "records 0-9 given up again, but a previous owner gave up 0-4"},
+		// Issue 46, defect 1: a poison record (FailedAt(0), PerRecord) on
+		// its last retry when the partition moves; its state did not say
+		// that the failures were the record's alone, and the next owner
+		// gave up its whole fetch from it on.
+		{"a next owner gives up a poison record's successors", func(a, b stream.Hooks) {
+			claim(a, -1)
+			poison := func(n int, o stream.Outcome) {
+				var err error
+				if o == stream.Failed {
+					err = stream.FailedAt(0, errors.New("x"))
+				}
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: o, Err: err, Start: t0})
+			}
+			poison(0, stream.Failed)
+			state(a, 1, false)
+			state(a, 1, true)
+			poison(1, stream.Failed)
+			state(a, 2, false)
+			state(a, 2, true)
+			poison(2, stream.Cancelled)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			md := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: checkpoint.ErrInterrupted}})
+			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
+			commit(b, 10)
+		}, "records 0-9 given up, but record 1 never failed"},
+		// The same with a whole-batch failure: every record of the batch
+		// failed with it, and a give-up of them all is right.
+		{"a next owner gives up a failed batch", func(a, b stream.Hooks) {
+			claim(a, -1)
+			failAt(a, 0, t0)
+			state(a, 1, false)
+			state(a, 1, true)
+			failAt(a, 1, t0)
+			state(a, 2, false)
+			state(a, 2, true)
+			retry(a, 2, stream.Cancelled)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			md := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true, Records: 10})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: checkpoint.ErrInterrupted}})
+			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
+			commit(b, 10)
+		}, ""},
+		// Issue 46, defect 2: a give-up of 5 whose action failed, and a
+		// next owner whose first fetch returned 3: it gave up those 3 and
+		// delivered records 3-4 again, with a fresh count.
+		{"a next owner delivers records a previous owner gave up", func(a, b stream.Hooks) {
+			claim(a, -1)
+			whole := func(n int) {
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
+			}
+			st := func(n int, started bool) {
+				md := checkpoint.EncodeState(checkpoint.State{Retries: n, FirstFailure: t0, Started: started, Records: 5})
+				a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+			}
+			whole(0)
+			st(1, false)
+			st(1, true)
+			whole(1)
+			st(2, false)
+			st(2, true)
+			whole(2)
+			md := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
+			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: errors.New("x")}})
+			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 2), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: errors.New("x")}})
+			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 2), Try: 1})
+			commit(b, 3)
+			ok(b, 3, 9)
+			commit(b, 10)
+		}, "delivery of 3-9, but a previous owner gave up the records to 4"},
+		// The retry bound of a record after the first: a next owner that
+		// fetched 3 of a failed batch of 5 retried those 3, and records
+		// 3-4 came back as a batch of their own, as retry 0, after 2
+		// whole-batch failures.
+		{"a record after the first delivered past its count", func(a, b stream.Hooks) {
+			claim(a, -1)
+			var md string
+			for n := range 2 {
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
+				md = checkpoint.EncodeState(checkpoint.State{Retries: n + 1, FirstFailure: t0, Records: 5})
+				a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+				if n == 0 {
+					md = checkpoint.EncodeState(checkpoint.State{Retries: 1, FirstFailure: t0, Started: true, Records: 5})
+					a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+				}
+			}
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
+			b.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true, Records: 5})})
+			b.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 2), Attempt: stream.Attempt{Retry: 2, MaxRetries: 2}, Outcome: stream.Succeeded})
+			commit(b, 3)
+			ok(b, 3, 9)
+			commit(b, 10)
+		}, "delivery of 3-9 as retry 0, but the record at 3 has had 2 counted deliveries"},
+		// Issue 46, defect 3: a next owner that refuses a scheduled retry
+		// gave the record up with no last error.
+		{"a refused retry given up with no last error", func(a, b stream.Hooks) {
+			claim(a, -1)
+			failAt(a, 0, t0)
+			state(a, 1, false)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 1, FirstFailure: t0, Records: 10})})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, FirstFailure: t0}})
+			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
+			commit(b, 10)
+		}, `record 0 given up with the last error "", but its last counted delivery's was "x"`},
 		{"partial ahead", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})

@@ -65,6 +65,16 @@ func NewPartition(topic string, partition int32, maxBatch int) *Partition {
 	return &Partition{topic: topic, partition: partition, committed: -1, maxBatch: max(maxBatch, 1), changed: make(chan struct{})}
 }
 
+// SetMaxBatch sets how many records a batch holds at most (at least 1),
+// from the next Fetch on: a next owner that fetches fewer records, or
+// more, than the previous one (another batch setting after a redeploy,
+// another client, a short fetch).
+func (p *Partition) SetMaxBatch(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.maxBatch = max(n, 1)
+}
+
 // notify wakes whoever waits for a change; p.mu is held.
 func (p *Partition) notify() {
 	if p.changed != nil {
