@@ -39,9 +39,9 @@ type config struct {
 	// nilExhaustion records WithExhaustionAction(nil), which NewProcessor
 	// refuses.
 	nilExhaustion bool
-	opBackoff  checkpoint.Backoff
-	memoryOnly bool
-	budget     *Budget
+	opBackoff     checkpoint.Backoff
+	memoryOnly    bool
+	budget        *Budget
 }
 
 // WithPolicy sets the retry policy. The default is the zero
