@@ -36,12 +36,13 @@ type config struct {
 	clock      Clock
 	newRand    func() checkpoint.Rand
 	exhaustion ExhaustionAction
+	opBackoff  checkpoint.Backoff
+	memoryOnly bool
+	budget     *Budget
+
 	// nilExhaustion records WithExhaustionAction(nil), which NewProcessor
 	// refuses.
 	nilExhaustion bool
-	opBackoff     checkpoint.Backoff
-	memoryOnly    bool
-	budget        *Budget
 }
 
 // WithPolicy sets the retry policy. The default is the zero
