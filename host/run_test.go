@@ -575,3 +575,59 @@ func TestClose(t *testing.T) {
 		t.Error("Close of a zero Host: no error")
 	}
 }
+
+// /status.json shows every partition's maxRetries, the limit in force,
+// whatever its history: one never delivered, one that failed and then
+// succeeded (flowing again), one in backoff. It was missing from the
+// first two (0 with omitempty) and present on the third.
+func TestStatusJSONMaxRetriesAlways(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := host.New(parse(t, `{"checkpointRetryPolicy": {"retryCount": 4, "sleepDuration": "00:00:01"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered, idle, held := streamtest.NewPartition("orders", 0, 5), streamtest.NewPartition("orders", 1, 5), streamtest.NewPartition("orders", 2, 5)
+		recovered.AppendN(time.Now(), 3)
+		held.AppendN(time.Now(), 3)
+		var failedOnce atomic.Bool
+		h1 := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			switch {
+			case b.Partition == 2:
+				return errBoom
+			case b.Partition == 0 && failedOnce.CompareAndSwap(false, true):
+				return errBoom
+			}
+			return nil
+		})
+		if err := h.Register("orders", h1, memSource("orders", recovered, idle, held)); err != nil {
+			t.Fatal(err)
+		}
+		err = runUntil(t, h, func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			if err := recovered.WaitCommitted(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			_, body := get(t, h.Handler(), "/status.json")
+			var st struct {
+				Functions []struct{ Partitions []map[string]any }
+			}
+			if err := json.Unmarshal([]byte(body), &st); err != nil {
+				t.Fatal(err)
+			}
+			ps := st.Functions[0].Partitions
+			if len(ps) != 3 {
+				t.Fatalf("partitions %v, want 3", ps)
+			}
+			for _, p := range ps {
+				if p["maxRetries"] != 4.0 {
+					t.Errorf("partition %v (%v): maxRetries %v, want 4", p["partition"], p["state"], p["maxRetries"])
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}

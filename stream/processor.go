@@ -979,10 +979,15 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 }
 
 // repeat calls op until it succeeds, or returns ErrRevoked when revoked is
-// set, or ctx ends, waiting the operation backoff between tries.
+// set, or ctx ends, waiting the operation backoff between tries. Its log
+// line gives how long the failed try took as well as the delay after it:
+// a try that blocks (a publisher waiting out its own timeout) makes the
+// time between tries longer than the delay, and the line says so.
 func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func() error) error {
 	var prev time.Duration
+	clock := w.p.cfg.clock
 	for n := 1; ; n++ {
+		start := clock.Now()
 		err := op()
 		if err == nil || revoked && errors.Is(err, ErrRevoked) {
 			return err
@@ -990,8 +995,9 @@ func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func(
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		took := clock.Now().Sub(start)
 		prev = w.p.cfg.opBackoff(n, prev, w.rnd)
-		w.log.Warn("redeliver: "+what+" failed, will try again", "try", n, "delay", prev, "error", err)
+		w.log.Warn("redeliver: "+what+" failed, will try again after the delay", "try", n, "took", took, "delay", prev, "error", err)
 		if err := w.wait(ctx, w.p.cfg.clock.Now().Add(prev)); err != nil {
 			return err
 		}
