@@ -612,6 +612,11 @@ func deadLetterThroughKafka(t *testing.T, a Adapter) {
 			hs[stream.HeaderDeliveries] != "3" || hs[stream.HeaderError] != "schema mismatch" {
 			t.Errorf("dead letter %d: key %q value %q headers %v", i, rec.Key, rec.Value, hs)
 		}
+		// KIP-1191's headers too, with the group the adapter consumes in.
+		if hs[stream.HeaderDLQTopic] != "orders" || hs[stream.HeaderDLQPartition] != "0" || hs[stream.HeaderDLQOffset] != strconv.FormatInt(off, 10) ||
+			hs[stream.HeaderDLQDeliveryCount] != "3" || hs[stream.HeaderDLQGroup] != "g" {
+			t.Errorf("dead letter %d: __dlq.errors.* headers %v, want the group g among them", i, hs)
+		}
 		if _, err := time.Parse(time.RFC3339Nano, hs[stream.HeaderFirstFailure]); err != nil {
 			t.Errorf("dead letter %d: first failure header %q: %v", i, hs[stream.HeaderFirstFailure], err)
 		}
