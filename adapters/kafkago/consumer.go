@@ -75,6 +75,19 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *engine.Config) { c.CommitTimeout = d })
 }
 
+// WithDrain sets how long Run waits, once it is stopping, for the workers
+// to return; the default is 25s (a host's default drain time,
+// host.DefaultDrain), and 0 waits as long as they take. A worker whose
+// handler ignores the end of its context holds Run: while Run waits, it
+// logs at Warn which partitions it waits for and for how long (2s after
+// the stop, then every 5s); after d it logs at Error, closes the group's
+// connections, leaves the workers running and returns an error that names
+// them. A host gives its own drain time (host.WithDrain) to the
+// consumers it runs. New returns an error for a negative d.
+func WithDrain(d time.Duration) Option {
+	return optionFunc(func(c *engine.Config) { c.Drain = d })
+}
+
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {

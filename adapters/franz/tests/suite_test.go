@@ -36,6 +36,9 @@ var adapter = kafkatest.Adapter{
 		if cfg.OnAssigned != nil {
 			fopts = append(fopts, franz.WithOnAssigned(cfg.OnAssigned))
 		}
+		if cfg.Drain != 0 {
+			fopts = append(fopts, franz.WithDrain(cfg.Drain))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case kgo.Opt:

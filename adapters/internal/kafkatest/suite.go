@@ -21,6 +21,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -70,6 +71,8 @@ type Config struct {
 	// defaults for what Config does not set, as a program would
 	// (benchmarks); the tests shorten group timings otherwise.
 	Defaults bool
+	// Drain, when not 0, is the adapter's WithDrain.
+	Drain time.Duration
 	// Options are options of the adapter's own, for its own tests.
 	Options []any
 }
@@ -231,6 +234,7 @@ func Run(t *testing.T, a Adapter) {
 		{"OnAssigned", onAssigned},
 		{"LoggerDefaultsToTheProcessors", loggerDefaultsToTheProcessors},
 		{"DeadLetterThroughKafka", deadLetterThroughKafka},
+		{"DrainReportsAndBounds", drainReportsAndBounds},
 		{"DeadLetterToMissingTopic", deadLetterToMissingTopic},
 		{"PublishReportsPartialWrites", publishReportsPartialWrites},
 		{"StartChecks", startChecks},
@@ -809,4 +813,48 @@ func shutdownKeepsCommitInFlight(t *testing.T, a Adapter) {
 		go func() { done <- c.Run(ctx) }()
 		return done
 	})
+}
+
+// A handler that ignores the end of its context holds the consumer's
+// stop: Run logs at Warn which partition it waits for and for how long,
+// once and then on an interval, and returns an error naming it after the
+// drain time, leaving it running. Run waited in silence for as long as the
+// handler took.
+func drainReportsAndBounds(t *testing.T, a Adapter) {
+	first, every := lifecycle.DrainFirstReport, lifecycle.DrainReportEvery
+	lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = 100*time.Millisecond, 200*time.Millisecond
+	t.Cleanup(func() { lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = first, every })
+
+	_, addrs := NewCluster(t, "orders", 1)
+	Produce(t, addrs, "orders", 0, 0, 1)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release // ignores its context
+		return nil
+	})
+	var logs LogBuffer
+	const drain = 1500 * time.Millisecond
+	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "orders", Processor: NewProcessor(t, h), Logger: logs.Logger(), Drain: drain})
+	select {
+	case <-started:
+	case <-time.After(Wait):
+		t.Fatal("the handler was never called")
+	}
+	stop := time.Now()
+	err := r.Stop(t)
+	took := time.Since(stop)
+	if err == nil || !strings.Contains(err.Error(), "drain time (1.5s) over") || !strings.Contains(err.Error(), "orders/0") {
+		t.Errorf("Run = %v, want the drain's error naming orders/0", err)
+	}
+	if took < drain || took > drain+5*time.Second {
+		t.Errorf("Run returned %v after the stop, want about the drain time %v", took, drain)
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\"redeliver: stopping: waiting for partitions"); n < 2 || !strings.Contains(logs.String(), "partitions=orders/0") {
+		t.Errorf("%d Warn lines naming the partition waited for, want 2 or more:\n%s", n, logs.String())
+	}
 }

@@ -40,6 +40,9 @@ var adapter = kafkatest.Adapter{
 		if cfg.OnAssigned != nil {
 			kopts = append(kopts, kafkago.WithOnAssigned(cfg.OnAssigned))
 		}
+		if cfg.Drain != 0 {
+			kopts = append(kopts, kafkago.WithDrain(cfg.Drain))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case func(*kafka.ConsumerGroupConfig):

@@ -165,6 +165,8 @@ type group struct {
 
 	nfull  atomic.Int32  // claims whose buffer is full
 	wakeup chan struct{} // a full claim drained or a claim starves
+	// workers are the running workers, which a stopping Run reports.
+	workers lifecycle.Workers
 
 	sideOnce sync.Once
 	side     *kgo.Client // fetchAhead's client, made when first needed
@@ -338,9 +340,11 @@ func (g *group) startLocked(cl *claim) {
 	ctx, cancel := context.WithCancelCause(g.runCtx)
 	cl.begin(ctx, cancel, c)
 	g.wg.Add(1)
+	ended := g.workers.Start(fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition))
 	go lifecycle.Inside(func() {
 		defer g.wg.Done()
 		defer cl.finish()
+		defer ended()
 		// The group names the dead letters' __dlq.errors.group header.
 		group, _ := g.cl.OptValue(kgo.ConsumerGroup).(string)
 		err := c.proc.Process(stream.WithSource(ctx, stream.Source{Group: group}), cl)
