@@ -95,15 +95,15 @@ func run(ctx context.Context, config string, hold time.Duration) error {
 	// The Kafka clients the triggers name: each comes from a module of its
 	// own, so a host whose triggers all use one client builds that client
 	// only.
-	franz, err := franzhost.New()
+	franzAdapter, err := franzhost.New()
 	if err != nil {
 		return err
 	}
-	kafkago, err := kafkagohost.New()
+	kafkagoAdapter, err := kafkagohost.New()
 	if err != nil {
 		return err
 	}
-	h, err := host.New(cfg, host.WithAdapter(franz), host.WithAdapter(kafkago), host.WithBrokers(brokers...),
+	h, err := host.New(cfg, host.WithAdapter(franzAdapter), host.WithAdapter(kafkagoAdapter), host.WithBrokers(brokers...),
 		host.WithListener(ln), host.WithRefresh(time.Second))
 	if err != nil {
 		return err
