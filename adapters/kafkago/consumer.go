@@ -75,6 +75,18 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *engine.Config) { c.CommitTimeout = d })
 }
 
+// WithFailAfter sets how long a problem that stops all consumption may
+// last before Run ends with its error: the brokers do not answer, or a
+// topic the consumer reads does not exist or may not be read. While it
+// lasts, the problem is logged when first found and again every 30s with
+// how long it has lasted, and [Consumer.Health] reports it; after d, Run
+// logs it at Error and returns it, so that a supervisor sees a failed
+// process, not a healthy idle one. The default is a minute; 0 never ends
+// Run for it. New returns an error for a negative d.
+func WithFailAfter(d time.Duration) Option {
+	return optionFunc(func(c *engine.Config) { c.FailAfter = d })
+}
+
 // WithDrain sets how long Run waits, once it is stopping, for the workers
 // to return; the default is 25s (a host's default drain time,
 // host.DefaultDrain), and 0 waits as long as they take. A worker whose

@@ -39,6 +39,9 @@ var adapter = kafkatest.Adapter{
 		if cfg.Drain != 0 {
 			fopts = append(fopts, franz.WithDrain(cfg.Drain))
 		}
+		if cfg.FailAfter != 0 {
+			fopts = append(fopts, franz.WithFailAfter(cfg.FailAfter))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case kgo.Opt:

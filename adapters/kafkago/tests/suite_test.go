@@ -43,6 +43,9 @@ var adapter = kafkatest.Adapter{
 		if cfg.Drain != 0 {
 			kopts = append(kopts, kafkago.WithDrain(cfg.Drain))
 		}
+		if cfg.FailAfter != 0 {
+			kopts = append(kopts, kafkago.WithFailAfter(cfg.FailAfter))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case func(*kafka.ConsumerGroupConfig):

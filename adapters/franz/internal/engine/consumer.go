@@ -45,7 +45,10 @@ type Config struct {
 	CommitTimeout time.Duration
 	// Drain bounds how long Run waits, once stopping, for its workers;
 	// 0 waits as long as they take.
-	Drain      time.Duration
+	Drain time.Duration
+	// FailAfter is how long a start-check problem that stops all
+	// consumption may last before Run ends with it; 0 never.
+	FailAfter  time.Duration
 	Logger     *slog.Logger
 	Publishers []Publisher
 	OnAssigned func(map[string][]int32)
@@ -67,7 +70,7 @@ type Publisher struct {
 
 // DefaultConfig returns the configuration before any option.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain}
+	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
 }
 
 // Consumer runs a [stream.Processor] over the partitions a franz-go group
@@ -118,6 +121,8 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.CommitTimeout)
 	case cfg.Drain < 0:
 		return nil, fmt.Errorf("franz: WithDrain(%v): want 0 (no bound) or more", cfg.Drain)
+	case cfg.FailAfter < 0:
+		return nil, fmt.Errorf("franz: WithFailAfter(%v): want 0 (never) or more", cfg.FailAfter)
 	case cfg.ClientSet && cfg.Client == nil:
 		return nil, errors.New("franz: WithClient(nil): give a client built with franz.ClientOptions(), or use WithKgoOptions")
 	case cfg.Client != nil && cfg.KoptsSet:
@@ -137,6 +142,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", fmt.Errorf("franz: consumer %w", stream.ErrClosed))}
 	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
 	c.checks.Log = log
+	c.checks.EndAfter, c.checks.End = cfg.FailAfter, c.life.Fail
 	if cfg.Client != nil {
 		g, err := checkClient(cfg.Client)
 		if err != nil {

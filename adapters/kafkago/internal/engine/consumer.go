@@ -42,7 +42,10 @@ type Config struct {
 	CommitTimeout time.Duration
 	// Drain bounds how long Run waits, once stopping, for its workers;
 	// 0 waits as long as they take.
-	Drain      time.Duration
+	Drain time.Duration
+	// FailAfter is how long a start-check problem that stops all
+	// consumption may last before Run ends with it; 0 never.
+	FailAfter  time.Duration
 	Logger     *slog.Logger
 	OnAssigned func(map[string][]int32)
 	// DeadLetterCheck checks the topic of the processor's dead-letter
@@ -52,7 +55,7 @@ type Config struct {
 
 // DefaultConfig returns the configuration before any option.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain}
+	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
 }
 
 // Consumer runs a [stream.Processor] over the partitions a kafka-go consumer
@@ -99,6 +102,8 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("kafkago: commit timeout %v, want more than 0", cfg.CommitTimeout)
 	case cfg.Drain < 0:
 		return nil, fmt.Errorf("kafkago: WithDrain(%v): want 0 (no bound) or more", cfg.Drain)
+	case cfg.FailAfter < 0:
+		return nil, fmt.Errorf("kafkago: WithFailAfter(%v): want 0 (never) or more", cfg.FailAfter)
 	case cfg.ClientSet && cfg.Client == nil:
 		return nil, errors.New("kafkago: WithClient(nil): give a client whose Addr reaches the group's cluster, or leave the option out for one on the group's brokers")
 	case cfg.Client != nil && cfg.Client.Addr == nil:
@@ -113,6 +118,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		c.log = proc.Logger()
 	}
 	c.checks.Log = c.log
+	c.checks.EndAfter, c.checks.End = cfg.FailAfter, c.life.Fail
 	c.brokers, c.dialer = group.Brokers, group.Dialer // kafka.DefaultDialer when the group has none
 	if err := c.setFetch(cfg.Fetch); err != nil {
 		return nil, err
