@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -631,3 +632,49 @@ func TestStatusJSONMaxRetriesAlways(t *testing.T) {
 		}
 	})
 }
+
+// A handler that ignores its context holds the host's stop: the host says,
+// at Warn, which function it waits for and for how long, 2s after the stop
+// and then every 5s, and returns ErrDrainTimeout naming it after the drain
+// time. It waited in silence until then.
+func TestDrainReportsWhatItWaitsFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs strings.Builder
+		var mu sync.Mutex
+		h, err := host.New(nil, host.WithDrain(11*time.Second),
+			host.WithLogger(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return logs.Write(p)
+			}), nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("orders", 0, 1)
+		p.AppendN(time.Now(), 1)
+		release := make(chan struct{})
+		stuck := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			<-release // ignores its context
+			return nil
+		})
+		if err := h.Register("orders", stuck, memSource("orders", p)); err != nil {
+			t.Fatal(err)
+		}
+		err = runUntil(t, h, func() {})
+		close(release)
+		if !errors.Is(err, host.ErrDrainTimeout) || !strings.Contains(err.Error(), "orders") {
+			t.Errorf("Run = %v, want ErrDrainTimeout naming orders", err)
+		}
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		// At 2s, 7s: then the drain time (11s) is over.
+		if n := strings.Count(out, "level=WARN msg=\"redeliver: host stopping: waiting for functions"); n != 2 || !strings.Contains(out, "functions=orders waited=2s") || !strings.Contains(out, "functions=orders waited=7s") {
+			t.Errorf("%d Warn lines, want 2 (after 2s and 7s) naming orders:\n%s", n, out)
+		}
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

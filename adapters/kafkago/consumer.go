@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -87,6 +88,34 @@ func WithFailAfter(d time.Duration) Option {
 	return optionFunc(func(c *engine.Config) { c.FailAfter = d })
 }
 
+// WithPublisher gives pub, an empty Publisher (new(kafkago.Publisher)), a
+// writer on the consumer's brokers and transport, so that a dead-letter
+// action made before the consumer produces through it; the same way franz's
+// WithPublisher binds a Publisher to the consumer's client. The writer
+// waits for every in-sync replica's acknowledgement (kafka.RequireAll) and
+// batches for [PublisherBatchTimeout]. New returns an error when pub is nil
+// or has a writer already.
+func WithPublisher(pub *Publisher) Option {
+	return publisherOption{pub}
+}
+
+// publisherOption is WithPublisher's option: New binds its publisher once
+// the consumer has its client.
+type publisherOption struct{ pub *Publisher }
+
+func (publisherOption) apply(*engine.Config) {}
+
+// publishersOf returns the publishers of opts' WithPublisher options.
+func publishersOf(opts []Option) []*Publisher {
+	var out []*Publisher
+	for _, o := range opts {
+		if p, ok := o.(publisherOption); ok {
+			out = append(out, p.pub)
+		}
+	}
+	return out
+}
+
 // WithDrain sets how long Run waits, once it is stopping, for the workers
 // to return; the default is 25s (a host's default drain time,
 // host.DefaultDrain), and 0 waits as long as they take. A worker whose
@@ -142,16 +171,35 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		o.apply(&cfg)
 	}
+	pubs := publishersOf(opts)
+	for _, p := range pubs {
+		if p == nil {
+			return nil, errors.New("kafkago: WithPublisher: nil publisher")
+		}
+	}
+	var dlq *Publisher
+	var dlqTopic string
 	if proc != nil {
 		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
-			if kp, isKafkago := pub.(*Publisher); isKafkago && kp.w != nil {
-				cfg.DeadLetterCheck = func(ctx context.Context) []health.Problem { return kp.checkTopic(ctx, topic) }
+			if kp, isKafkago := pub.(*Publisher); isKafkago && kp != nil {
+				dlq, dlqTopic = kp, topic
+				if kp.writer() != nil || slices.Contains(pubs, kp) {
+					cfg.DeadLetterCheck = func(ctx context.Context) []health.Problem { return kp.checkTopic(ctx, topic) }
+				}
 			}
 		}
 	}
 	e, err := engine.New(proc, cfg)
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range pubs {
+		if err := p.bind(e.Client()); err != nil {
+			return nil, err
+		}
+	}
+	if dlq != nil && dlq.writer() == nil {
+		return nil, fmt.Errorf("kafkago: the processor dead-letters to %q through a Publisher with no writer: give it to New with WithPublisher, or build it with NewPublisher", dlqTopic)
 	}
 	return &Consumer{e: e}, nil
 }

@@ -136,6 +136,10 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	return c, nil
 }
 
+// Client returns the kafka-go client the consumer asks the brokers with:
+// the one of WithClient, or one on the group's brokers and dialer.
+func (c *Consumer) Client() *kafka.Client { return c.client }
+
 // setFetch fills in the fetch configuration's defaults and checks it.
 func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
 	if f.MinBytes == 0 {
