@@ -662,6 +662,9 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 		return &p
 	}
 	p.Strategy = d.fillStrategy(lookupStrategy(name), n, params)
+	if d.spins(p) {
+		d.add(n, "maxRetryCount -1 with no delay between retries (%s with a zero interval): a batch that always fails would be delivered again without pause, for ever; set a delay or a maxRetryCount", p.Strategy.Name)
+	}
 	return &p
 }
 

@@ -277,6 +277,8 @@ func TestInvalid(t *testing.T) {
 		// Retrying for ever without waiting would redeliver a poison
 		// batch as fast as the broker answers: refused, as
 		// checkpoint.Policy.Validate refuses it. A time budget bounds it.
+		{"for ever at once in retry", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": -1, "delayInterval": "00:00:00"}}`, []string{
+			`host.json:1:11: retry: maxRetryCount -1 with no delay between retries (fixedDelay with a zero interval)`}},
 		{"for ever at once", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": "immediate"}}`, []string{
 			`host.json:1:27: checkpointRetryPolicy: retryCount -1 with no delay between retries (immediate) and no maxRetryTime or maxRecordAge: a batch that always fails would be delivered again without pause, for ever; set a delay`}},
 		{"for ever at once, a function's", `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "1s", "functions": {"a": {"retryCount": -1, "sleepDuration": "00:00:00"}}}}`, []string{
