@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -213,8 +214,36 @@ func TestPolicyValidate(t *testing.T) {
 	if err := (checkpoint.Policy{MaxRetries: -2, MaxDelay: -1}).Validate(); err == nil {
 		t.Fatal("invalid policy accepted")
 	}
-	if err := (checkpoint.Policy{MaxRetries: -1}).Validate(); err != nil {
+	if err := (checkpoint.Policy{MaxRetries: -1, Backoff: checkpoint.Fixed(time.Second)}).Validate(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Infinite retries with no delay would redeliver a poison batch as fast as
+// the broker answers, for ever: refused, with what to set instead. A time
+// budget, a record age limit, a delay or Decide makes the policy valid.
+func TestPolicyValidateRefusesSpin(t *testing.T) {
+	for _, p := range []checkpoint.Policy{
+		{MaxRetries: checkpoint.Infinite},
+		{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Immediate()},
+		{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(0)},
+	} {
+		err := p.Validate()
+		if err == nil || !strings.Contains(err.Error(), "no delay between retries") || !strings.Contains(err.Error(), "set a Backoff that waits") {
+			t.Errorf("%+v: Validate() = %v, want the spin refused with what to set", p, err)
+		}
+	}
+	for _, p := range []checkpoint.Policy{
+		{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(time.Millisecond)},
+		{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(checkpoint.Exponential(time.Second))},
+		{MaxRetries: checkpoint.Infinite, MaxRetryTime: time.Second},
+		{MaxRetries: checkpoint.Infinite, MaxRecordAge: time.Hour},
+		{MaxRetries: checkpoint.Infinite, Decide: func(int, error, time.Duration, checkpoint.Rand) (time.Duration, bool) { return time.Second, true }},
+		{MaxRetries: 1000},
+	} {
+		if err := p.Validate(); err != nil {
+			t.Errorf("%+v: Validate() = %v, want nil", p, err)
+		}
 	}
 }
 

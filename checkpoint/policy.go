@@ -23,6 +23,8 @@ const Infinite = -1
 type Policy struct {
 	// MaxRetries is the number of retries after the first attempt: 0 never
 	// retries, [Infinite] (-1) never stops, n retries at most n times.
+	// Infinite needs a delay between retries (a Backoff that waits) or a
+	// MaxRetryTime or MaxRecordAge: see [Policy.Validate].
 	MaxRetries int
 
 	// Backoff computes the delay before each retry. Nil retries at once.
@@ -60,6 +62,17 @@ type Policy struct {
 }
 
 // Validate reports what is wrong with p, or nil.
+//
+// A policy that would redeliver a failing batch without pause and without
+// end is refused: MaxRetries [Infinite] with no delay between retries (a
+// nil Backoff, or one such as [Immediate] that returns 0) and neither a
+// MaxRetryTime nor a MaxRecordAge. A poison batch would be delivered, and
+// its retry state committed, as fast as the broker answers, for ever (a
+// test saw 18,780 deliveries in 3s). It is refused rather than slowed to a
+// floor the library picks: the fix is a choice only the program can make
+// (a Backoff that waits, a finite MaxRetries, or a time budget), and an
+// error at construction is found on the first run. A policy with Decide
+// is not refused: Decide's delays depend on the errors.
 func (p Policy) Validate() error {
 	var errs []error
 	if p.MaxRetries < Infinite {
@@ -73,8 +86,38 @@ func (p Policy) Validate() error {
 			errs = append(errs, fmt.Errorf("checkpoint: %s is %v: want 0 (none) or a positive duration", f.name, f.d))
 		}
 	}
+	if p.spins() {
+		errs = append(errs, errors.New("checkpoint: MaxRetries is Infinite with no delay between retries (Backoff is nil or returns 0) and no MaxRetryTime or MaxRecordAge: "+
+			"a batch that always fails would be delivered again without pause, for ever; set a Backoff that waits (e.g. Exponential(time.Second) with a MaxDelay), a finite MaxRetries, or a MaxRetryTime"))
+	}
 	return errors.Join(errs...)
 }
+
+// spins reports whether p would redeliver a failing batch without pause
+// and without end: MaxRetries [Infinite], no Decide, no MaxRetryTime or
+// MaxRecordAge, and a Backoff that is nil or returns 0 for each of the
+// first retries. [Policy.Validate] refuses such a policy.
+func (p Policy) spins() bool {
+	if p.MaxRetries != Infinite || p.Decide != nil || p.MaxRetryTime > 0 || p.MaxRecordAge > 0 {
+		return false
+	}
+	if p.Backoff == nil {
+		return true
+	}
+	var prev time.Duration
+	for n := 1; n <= 8; n++ {
+		if prev = p.Backoff(n, prev, midRand{}); prev > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// midRand always draws 0.5: a jittered Backoff's middle delay, which is
+// above 0 for every jittered strategy of this package that waits at all.
+type midRand struct{}
+
+func (midRand) Float64() float64 { return 0.5 }
 
 // Delay returns the delay before retry n (1-based) after a delay of prev,
 // capped by MaxDelay and never negative. A nil rnd draws from

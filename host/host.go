@@ -25,6 +25,13 @@ import (
 // router and Redpanda Connect allow.
 const DefaultDrain = 25 * time.Second
 
+// The host's report while it drains: a Warn line 2s after the stop, then
+// one every 5s, naming the functions it still waits for.
+const (
+	drainFirstReport = 2 * time.Second
+	drainReportEvery = 5 * time.Second
+)
+
 // ErrDrainTimeout is wrapped by the error [Host.Run] returns when a
 // function's workers had not returned within the drain time.
 var ErrDrainTimeout = errors.New("host: drain time over")
@@ -117,7 +124,10 @@ func WithPublisher(p stream.Publisher) Option {
 }
 
 // WithDrain sets how long Run waits, once it is stopping, for the workers
-// to return; the default is [DefaultDrain]. Workers see their context
+// to return; the default is [DefaultDrain]. While it waits, Run logs at
+// Warn which functions it waits for and for how long (2s after the stop,
+// then every 5s), and the Kafka adapters' consumers get the same drain
+// time and name the partitions. Workers see their context
 // cancelled at once: a batch in flight is abandoned without a checkpoint
 // (its handler's result is not used), and the partition's next owner
 // delivers it again.
@@ -522,23 +532,37 @@ func (h *Host) run(ctx context.Context) error {
 
 	timer := time.NewTimer(h.c.drain)
 	defer timer.Stop()
+	// While it waits, say for which functions, once and then on an
+	// interval: a handler that ignores its context holds the stop.
+	stopStart := time.Now()
+	report := time.NewTimer(drainFirstReport)
+	defer report.Stop()
 	left := map[*function]bool{}
 	for _, f := range fns {
 		left[f] = true
 	}
-	for len(left) > 0 {
-		select {
-		case f := <-done:
-			delete(left, f)
-			continue
-		case <-timer.C:
-		}
+	leftNames := func() []string {
 		var names []string
 		for _, f := range fns {
 			if left[f] {
 				names = append(names, f.name)
 			}
 		}
+		return names
+	}
+	for len(left) > 0 {
+		select {
+		case f := <-done:
+			delete(left, f)
+			continue
+		case <-report.C:
+			h.log.Warn("redeliver: host stopping: waiting for functions whose consumers have not returned (a handler that ignores its context holds the stop)",
+				"functions", strings.Join(leftNames(), ","), "waited", time.Since(stopStart).Round(time.Millisecond), "drain", h.c.drain)
+			report.Reset(drainReportEvery)
+			continue
+		case <-timer.C:
+		}
+		names := leftNames()
 		result = fmt.Errorf("%w: after %v, still running: %s (stopping because: %v)", ErrDrainTimeout, h.c.drain, strings.Join(names, ", "), why)
 		h.log.Error("redeliver: host drain time over", "still_running", names)
 		break

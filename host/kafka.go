@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -63,6 +64,10 @@ type Binding struct {
 	Brokers []string
 	// Logger is the function's logger, with its "function" attribute.
 	Logger *slog.Logger
+	// Drain is the host's drain time ([WithDrain]): how long the
+	// consumer's Run is to wait, once stopping, for its workers (the Kafka
+	// adapters' WithDrain), reporting those it waits for.
+	Drain time.Duration
 	// OnReady is to be called when the consumer is ready: at the end of
 	// each assignment of its consumer group (with nothing assigned, too),
 	// or once a share-group consumer has reached the broker. /readyz and
@@ -155,6 +160,7 @@ func (h *Host) consumer(f *function, proc *stream.Processor, log *slog.Logger) (
 		Trigger:  f.trigger,
 		Brokers:  slices.Clone(h.c.brokers),
 		Logger:   log,
+		Drain:    h.c.drain,
 		OnReady:  func() { f.assigned.Store(true) },
 	})
 	switch {

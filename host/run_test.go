@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -575,3 +576,105 @@ func TestClose(t *testing.T) {
 		t.Error("Close of a zero Host: no error")
 	}
 }
+
+// /status.json shows every partition's maxRetries, the limit in force,
+// whatever its history: one never delivered, one that failed and then
+// succeeded (flowing again), one in backoff. It was missing from the
+// first two (0 with omitempty) and present on the third.
+func TestStatusJSONMaxRetriesAlways(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h, err := host.New(parse(t, `{"checkpointRetryPolicy": {"retryCount": 4, "sleepDuration": "00:00:01"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recovered, idle, held := streamtest.NewPartition("orders", 0, 5), streamtest.NewPartition("orders", 1, 5), streamtest.NewPartition("orders", 2, 5)
+		recovered.AppendN(time.Now(), 3)
+		held.AppendN(time.Now(), 3)
+		var failedOnce atomic.Bool
+		h1 := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			switch {
+			case b.Partition == 2:
+				return errBoom
+			case b.Partition == 0 && failedOnce.CompareAndSwap(false, true):
+				return errBoom
+			}
+			return nil
+		})
+		if err := h.Register("orders", h1, memSource("orders", recovered, idle, held)); err != nil {
+			t.Fatal(err)
+		}
+		err = runUntil(t, h, func() {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+			defer cancel()
+			if err := recovered.WaitCommitted(ctx, 3); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			_, body := get(t, h.Handler(), "/status.json")
+			var st struct {
+				Functions []struct{ Partitions []map[string]any }
+			}
+			if err := json.Unmarshal([]byte(body), &st); err != nil {
+				t.Fatal(err)
+			}
+			ps := st.Functions[0].Partitions
+			if len(ps) != 3 {
+				t.Fatalf("partitions %v, want 3", ps)
+			}
+			for _, p := range ps {
+				if p["maxRetries"] != 4.0 {
+					t.Errorf("partition %v (%v): maxRetries %v, want 4", p["partition"], p["state"], p["maxRetries"])
+				}
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// A handler that ignores its context holds the host's stop: the host says,
+// at Warn, which function it waits for and for how long, 2s after the stop
+// and then every 5s, and returns ErrDrainTimeout naming it after the drain
+// time. It waited in silence until then.
+func TestDrainReportsWhatItWaitsFor(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs strings.Builder
+		var mu sync.Mutex
+		h, err := host.New(nil, host.WithDrain(11*time.Second),
+			host.WithLogger(slog.New(slog.NewTextHandler(writerFunc(func(p []byte) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				return logs.Write(p)
+			}), nil))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("orders", 0, 1)
+		p.AppendN(time.Now(), 1)
+		release := make(chan struct{})
+		stuck := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			<-release // ignores its context
+			return nil
+		})
+		if err := h.Register("orders", stuck, memSource("orders", p)); err != nil {
+			t.Fatal(err)
+		}
+		err = runUntil(t, h, func() {})
+		close(release)
+		if !errors.Is(err, host.ErrDrainTimeout) || !strings.Contains(err.Error(), "orders") {
+			t.Errorf("Run = %v, want ErrDrainTimeout naming orders", err)
+		}
+		mu.Lock()
+		out := logs.String()
+		mu.Unlock()
+		// At 2s, 7s: then the drain time (11s) is over.
+		if n := strings.Count(out, "level=WARN msg=\"redeliver: host stopping: waiting for functions"); n != 2 || !strings.Contains(out, "functions=orders waited=2s") || !strings.Contains(out, "functions=orders waited=7s") {
+			t.Errorf("%d Warn lines, want 2 (after 2s and 7s) naming orders:\n%s", n, out)
+		}
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -220,9 +220,11 @@ type PartitionStatus struct {
 	FirstOffset int64 `json:"firstOffset"`
 	LastOffset  int64 `json:"lastOffset"`
 	// Retry is the number of the coming retry (backoff) or of retries made
-	// (stopped); MaxRetries the limit, -1 for none.
+	// (stopped); MaxRetries the limit in force, -1 for none: the policy's,
+	// or a handler's RetryResult's while it holds. MaxRetries is always
+	// present in JSON, 0 included, whatever the partition's history.
 	Retry      int `json:"retry,omitempty"`
-	MaxRetries int `json:"maxRetries,omitempty"`
+	MaxRetries int `json:"maxRetries"`
 	// NextAt is when the coming retry is due.
 	NextAt       time.Time `json:"nextAt,omitzero"`
 	FirstFailure time.Time `json:"firstFailure,omitzero"`
@@ -354,7 +356,7 @@ func (s *fnStatus) update(topic string, partition int32, create bool, fn func(p 
 		if !create {
 			return
 		}
-		p = &PartitionStatus{Topic: topic, Partition: partition, State: StateFlowing, Checkpoint: -1, Since: s.now()}
+		p = &PartitionStatus{Topic: topic, Partition: partition, State: StateFlowing, Checkpoint: -1, Since: s.now(), MaxRetries: s.maxRetries()}
 		s.parts[k] = p
 	}
 	fn(p)
@@ -370,7 +372,7 @@ func (s *fnStatus) set(p *PartitionStatus, state string) {
 // flowing moves p to StateFlowing and forgets its retries.
 func (s *fnStatus) flowing(p *PartitionStatus) {
 	s.set(p, StateFlowing)
-	p.Retry, p.MaxRetries = 0, 0
+	p.Retry, p.MaxRetries = 0, s.maxRetries() // a RetryResult's limit ends with its batch
 	p.NextAt, p.FirstFailure, p.LastError = time.Time{}, time.Time{}, ""
 }
 

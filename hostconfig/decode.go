@@ -106,11 +106,14 @@ func (d *decoder) config(root *node) *Config {
 	return cfg
 }
 
-// nearSection warns about a section that is not ours but is spelt almost
-// like one of ours.
+// nearSection reports a section that is not ours but is spelt almost like
+// one of ours. It is a problem, not a warning: the file loads without the
+// section it meant, so a misspelt checkpointRetryPolicy would turn retries
+// off with the file passing a check. Keys that are far from every section
+// stay quiet (host.json holds other programs' sections too).
 func (d *decoder) nearSection(m *member) {
 	if name := nearSectionName(m.key); name != "" {
-		d.warn(m.val, "%q is not a section redeliver reads, so it is ignored: did you mean %s?", m.key, name)
+		d.addKey(m, "", "%q is not a section redeliver reads: did you mean %s? (as written the whole section would be ignored)", m.key, name)
 	}
 }
 
@@ -360,10 +363,6 @@ func (d *decoder) policy(n *node, f map[string]*member, inherit string) RetryPol
 // when own, its own fields, sets one of the settings involved: otherwise
 // the warning about the host-wide policy says it.
 func (d *decoder) effect(n *node, p RetryPolicy, f, own map[string]*member) {
-	cp, err := p.Policy()
-	if err != nil || p.RetryCount == 0 {
-		return
-	}
 	sets := func(keys ...string) bool {
 		for _, k := range keys {
 			if own[k] != nil {
@@ -373,6 +372,15 @@ func (d *decoder) effect(n *node, p RetryPolicy, f, own map[string]*member) {
 		return false
 	}
 	delay := []string{"retryCount", "sleepDuration", "strategy"}
+	if d.spins(p) && sets(append(delay, "maxRetryTime", "maxRecordAge")...) {
+		d.add(n, "retryCount -1 with no delay between retries (%s) and no maxRetryTime or maxRecordAge: a batch that always fails would be delivered again without pause, for ever; "+
+			`set a delay (sleepDuration or a strategy that waits, e.g. {"name": "exponential", "initialDelay": "00:00:01"} with a maxDelay), a retryCount, or a maxRetryTime`, p.Strategy.Name)
+		return
+	}
+	cp, err := p.Policy()
+	if err != nil || p.RetryCount == 0 {
+		return
+	}
 	// Whether the first retry can start: a constant cost, so that loading
 	// stays linear in the number of policies.
 	if p.MaxRetryTime > 0 && cp.Delay(1, 0, lowDraw) >= p.MaxRetryTime && sets(append(delay, "maxRetryTime")...) {
@@ -385,6 +393,25 @@ func (d *decoder) effect(n *node, p RetryPolicy, f, own map[string]*member) {
 		d.warn(n, "%s: maxDelay %v (%s) is below the first retry's delay (%v), so every delay is %v",
 			n.path, show(p.MaxDelay), d.pos(f["maxDelay"].val), show(first), show(p.MaxDelay))
 	}
+}
+
+// spins reports whether p retries for ever without waiting, which
+// checkpoint.Policy.Validate refuses: said here in host.json's terms.
+func (d *decoder) spins(p RetryPolicy) bool {
+	if p.RetryCount != -1 || p.MaxRetryTime > 0 || p.MaxRecordAge > 0 || p.Strategy.Name == "" {
+		return false
+	}
+	b, err := p.Strategy.Backoff()
+	if err != nil {
+		return false // reported where the strategy is decoded
+	}
+	var prev time.Duration
+	for i := 1; i <= 8; i++ {
+		if prev = b(i, prev, midDraw); prev > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *decoder) retryCount(n *node) int { return d.retryCountOf(n, false) }
@@ -635,6 +662,9 @@ func (d *decoder) azureRetry(n *node) *RetryPolicy {
 		return &p
 	}
 	p.Strategy = d.fillStrategy(lookupStrategy(name), n, params)
+	if d.spins(p) {
+		d.add(n, "maxRetryCount -1 with no delay between retries (%s with a zero interval): a batch that always fails would be delivered again without pause, for ever; set a delay or a maxRetryCount", p.Strategy.Name)
+	}
 	return &p
 }
 

@@ -43,8 +43,11 @@
 // [Loader.Environ] injects the environment in tests). A variable that looks
 // like an override but is not one is named in a warning.
 //
-// Print [Config.Warnings] at start-up: they are the only report of what
-// was read but is not in force, such as a misspelt section name.
+// A key spelt almost like a section redeliver reads (checkpointRetryPolcy)
+// is an error, not a warning: loaded as written, the section it meant would
+// be missing. Print [Config.Warnings] at start-up: they are the only report
+// of what was read but is not in force, such as an environment variable
+// with a misspelt prefix.
 //
 // retryCount counts retries, not attempts: 10 delivers a batch at most 11
 // times; -1 retries forever, 0 never.

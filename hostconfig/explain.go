@@ -21,6 +21,7 @@ func (r constRand) Float64() float64 { return float64(r) }
 
 const (
 	lowDraw  = constRand(0)
+	midDraw  = constRand(0.5)
 	highDraw = constRand(1 - 1e-12) // the upper end of [0, 1)
 )
 

@@ -80,8 +80,6 @@ func TestExplainBounds(t *testing.T) {
 	}{
 		{"forever", `{"checkpointRetryPolicy": {"retryCount": -1, "sleepDuration": "1s"}}`,
 			"Worst case: it retries forever"},
-		{"forever at once", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": "immediate"}}`,
-			"Worst case: it retries forever"},
 		{"at once until the budget", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": "immediate", "maxRetryTime": "1s"}}`,
 			"Worst case: it retries without waiting until 1s after the first failure"},
 		{"fixed until the budget", `{"checkpointRetryPolicy": {"retryCount": -1, "sleepDuration": "00:00:30", "maxRetryTime": "00:10:00"}}`,

@@ -53,8 +53,8 @@ func (l Loader) prefix() string {
 // Loader with EnvPrefix for another prefix).
 //
 // Check the Config's Warnings: they name what was read but is not in force,
-// such as a section name spelt almost like one of ours or an environment
-// variable that looks like an override but is not one. Print them or log
+// such as an environment variable that looks like an override but is not
+// one. (A section name spelt almost like one of ours is an error.) Print them or log
 // them at start-up:
 //
 //	cfg, err := hostconfig.Load("host.json")
@@ -490,6 +490,12 @@ func (d *decoder) overlay(root *node, environ []string) {
 		}
 		keys := strings.Split(name[len(prefix):], "__")
 		if sectionOf(keys[0]) == "" {
+			if near := nearSectionName(keys[0]); near != "" && len(keys) > 1 {
+				// Ours by its prefix, with a section name one typo away:
+				// as an override of nothing it would be lost in silence.
+				d.addEnv(name, "", "%q is not a section redeliver reads: did you mean %s%s__%s?", keys[0], prefix, near, strings.Join(keys[1:], "__"))
+				continue
+			}
 			d.nearEnv(name)
 			continue // not ours
 		}

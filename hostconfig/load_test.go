@@ -274,6 +274,15 @@ func TestInvalid(t *testing.T) {
 			`host.json:1:57: checkpointRetryPolicy.strategy: unknown strategy "exponental": did you mean exponential?`}},
 		{"strategy without name", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"initialDelay": "1s"}}}`, []string{
 			`host.json:1:57: checkpointRetryPolicy.strategy: name is missing: want one of fixed, immediate, linear`}},
+		// Retrying for ever without waiting would redeliver a poison
+		// batch as fast as the broker answers: refused, as
+		// checkpoint.Policy.Validate refuses it. A time budget bounds it.
+		{"for ever at once in retry", `{"retry": {"strategy": "fixedDelay", "maxRetryCount": -1, "delayInterval": "00:00:00"}}`, []string{
+			`host.json:1:11: retry: maxRetryCount -1 with no delay between retries (fixedDelay with a zero interval)`}},
+		{"for ever at once", `{"checkpointRetryPolicy": {"retryCount": -1, "strategy": "immediate"}}`, []string{
+			`host.json:1:27: checkpointRetryPolicy: retryCount -1 with no delay between retries (immediate) and no maxRetryTime or maxRecordAge: a batch that always fails would be delivered again without pause, for ever; set a delay`}},
+		{"for ever at once, a function's", `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "1s", "functions": {"a": {"retryCount": -1, "sleepDuration": "00:00:00"}}}}`, []string{
+			`host.json:1:87: checkpointRetryPolicy.functions.a: retryCount -1 with no delay between retries (fixed)`}},
 		{"strategy parameter missing", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": "linear"}}`, []string{
 			`host.json:1:57: checkpointRetryPolicy.strategy: strategy linear needs initialDelay`}},
 		{"strategy parameter of another strategy", `{"checkpointRetryPolicy": {"retryCount": 3, "strategy": {"name": "fixed", "delay": "1s", "jitterPercent": 5}}}`, []string{
@@ -475,18 +484,45 @@ func TestProblemFields(t *testing.T) {
 
 // A file with problems still reports its warnings, with the problems.
 func TestWarningsWithProblems(t *testing.T) {
-	_, err := noEnv.Parse("host.json", []byte(`{"retyr": {}, "checkpointRetryPolicy": {"retryCount": -5}}`))
+	_, err := noEnv.Parse("host.json", []byte(`{"retry": {"strategy": "fixedDelay", "maxRetryCount": 1, "delayInterval": "00:00:01"}, "checkpointRetryPolicy": {"retryCount": -5}}`))
 	var e *hostconfig.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("err = %v, want an *hostconfig.Error", err)
 	}
-	checkProblems(t, err, []string{`host.json:1:55: checkpointRetryPolicy.retryCount: -5 is below -1`})
-	want := []string{`host.json:1:11: "retyr" is not a section redeliver reads, so it is ignored: did you mean retry?`}
+	checkProblems(t, err, []string{`host.json:1:128: checkpointRetryPolicy.retryCount: -5 is below -1`})
+	want := []string{`host.json:1:11: retry is ignored: checkpointRetryPolicy (host.json:1:113) takes precedence`}
 	if !reflect.DeepEqual(e.Warnings, want) {
 		t.Errorf("Warnings = %q\nwant %q", e.Warnings, want)
 	}
-	if strings.Contains(err.Error(), "retyr") {
+	if strings.Contains(err.Error(), "precedence") {
 		t.Errorf("Error() = %q: want the problems only", err)
+	}
+}
+
+// A key spelt almost like a section redeliver reads is an error, not a
+// warning: loaded as written, the section it meant would be missing (a
+// misspelt checkpointRetryPolicy turns retries off), and a check that
+// passes with warnings would let it through. Keys far from every section
+// stay quiet: host.json holds other programs' sections.
+func TestMisspeltSectionIsAProblem(t *testing.T) {
+	for _, tc := range []struct{ name, doc, want string }{
+		{"checkpointRetryPolicy", `{"checkpointRetryPolcy": {"retryCount": 3, "sleepDuration": "00:00:01"}}`,
+			`host.json:1:2: "checkpointRetryPolcy" is not a section redeliver reads: did you mean checkpointRetryPolicy? (as written the whole section would be ignored)`},
+		{"retry", `{"retyr": {}}`, `host.json:1:2: "retyr" is not a section redeliver reads: did you mean retry?`},
+		{"retries", `{"retrys": {}}`, `host.json:1:2: "retrys" is not a section redeliver reads: did you mean retry?`},
+		{"triggers", `{"trigers": {}}`, `host.json:1:2: "trigers" is not a section redeliver reads: did you mean triggers?`},
+		{"statusPage", `{"statuspge": {}}`, `host.json:1:2: "statuspge" is not a section redeliver reads: did you mean statusPage?`},
+		{"outageBudget", `{"outageBugdet": {}}`, `host.json:1:2: "outageBugdet" is not a section redeliver reads: did you mean outageBudget?`},
+		{"redrive", `{"redirve": {}}`, `host.json:1:2: "redirve" is not a section redeliver reads: did you mean redrive?`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := noEnv.Parse("host.json", []byte(tc.doc))
+			checkProblems(t, err, []string{tc.want})
+		})
+	}
+	cfg, err := noEnv.Parse("host.json", []byte(`{"myAppSettings": {"retryCount": 3}, "logging": {}}`))
+	if err != nil || len(cfg.Warnings) != 0 {
+		t.Errorf("far-off keys: err %v, warnings %q: want neither", err, cfg.Warnings)
 	}
 }
 
@@ -495,16 +531,6 @@ func TestWarnings(t *testing.T) {
 		name, doc string
 		want      []string
 	}{
-		{"misspelt section", `{"checkpointRetryPolcy": {"retryCount": 1}}`, []string{
-			`host.json:1:26: "checkpointRetryPolcy" is not a section redeliver reads, so it is ignored: did you mean checkpointRetryPolicy?`}},
-		{"misspelt retry", `{"retyr": {}}`, []string{
-			`host.json:1:11: "retyr" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
-		{"misspelt triggers", `{"trigers": {}}`, []string{
-			`host.json:1:13: "trigers" is not a section redeliver reads, so it is ignored: did you mean triggers?`}},
-		{"misspelt statusPage", `{"statuspge": {}}`, []string{
-			`host.json:1:15: "statuspge" is not a section redeliver reads, so it is ignored: did you mean statusPage?`}},
-		{"misspelt outageBudget", `{"outageBugdet": {}}`, []string{
-			`host.json:1:18: "outageBugdet" is not a section redeliver reads, so it is ignored: did you mean outageBudget?`}},
 		{"policy for a misspelt function", `{
   "checkpointRetryPolicy": {"retryCount": 0, "functions": {"paymnets": {"retryCount": 3, "sleepDuration": "1s"}, "orders": {}}},
   "triggers": {
@@ -524,8 +550,6 @@ func TestWarnings(t *testing.T) {
 			`host.json:1:59: checkpointRetryPolicy.functions.p000: a policy for function "p000", which no trigger names, and 299 more such policies, beside 300 triggers of functions without a policy: too many names to look for misspellings among them`}},
 		{"one policy beside too many triggers", manyApartN(1, 70000), []string{
 			`host.json:1:59: checkpointRetryPolicy.functions.p000: a policy for function "p000", which no trigger names, beside 70000 triggers of functions without a policy: too many names to look for misspellings among them`}},
-		{"retries", `{"retrys": {}}`, []string{
-			`host.json:1:12: "retrys" is not a section redeliver reads, so it is ignored: did you mean retry?`}},
 		{"Azure sections are quiet", `{"functions": ["a"], "http": {}, "queues": {}, "logging": {}}`, nil},
 		// Settings that load but cannot take effect as written.
 		{"time budget below the first delay", `{"checkpointRetryPolicy": {"retryCount": 10, "sleepDuration": "00:00:05", "maxRetryTime": "00:00:01",

@@ -62,8 +62,8 @@ func TestStatusPageSectionErrors(t *testing.T) {
 			t.Errorf("%s:\n got %v\nwant %s", tc.doc, err, tc.want)
 		}
 	}
-	cfg, err := noEnv.Parse("host.json", []byte(`{"statusPag": {}}`))
-	if err != nil || len(cfg.Warnings) != 1 || !strings.Contains(cfg.Warnings[0], "did you mean statusPage?") {
-		t.Errorf("a misspelt section: %v, warnings %q", err, cfg.Warnings)
+	_, err := noEnv.Parse("host.json", []byte(`{"statusPag": {}}`))
+	if err == nil || !strings.Contains(err.Error(), "did you mean statusPage?") {
+		t.Errorf("a misspelt section: %v, want an error suggesting statusPage", err)
 	}
 }

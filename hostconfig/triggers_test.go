@@ -199,14 +199,8 @@ func TestTriggerFromEnvironmentNearMiss(t *testing.T) {
 }
 
 func TestTriggersSectionNearMiss(t *testing.T) {
-	cfg, err := noEnv.Parse("host.json", []byte(`{"trigers": {}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{`host.json:1:13: "trigers" is not a section redeliver reads, so it is ignored: did you mean triggers?`}
-	if !reflect.DeepEqual(cfg.Warnings, want) {
-		t.Errorf("Warnings = %q, want %q", cfg.Warnings, want)
-	}
+	_, err := noEnv.Parse("host.json", []byte(`{"trigers": {}}`))
+	checkProblems(t, err, []string{`host.json:1:2: "trigers" is not a section redeliver reads: did you mean triggers?`})
 }
 
 func TestCheckFunctions(t *testing.T) {

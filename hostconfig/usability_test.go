@@ -10,42 +10,48 @@ import (
 )
 
 // An environment variable that looks like an override but is not one
-// (a misspelt section, a single underscore, ':' as separator) is named in
-// a warning with the name it should have had.
+// (a single underscore, ':' as separator, a misspelt prefix) is named in a
+// warning with the name it should have had; one with the exact prefix and
+// a misspelt section is an error, as the same section in the file is.
 func TestEnvNearMisses(t *testing.T) {
 	const right = "AzureFunctionsJobHost__checkpointRetryPolicy__retryCount"
 	for _, tc := range []struct {
-		name string
-		env  string
-		want string
+		name    string
+		env     string
+		want    string
+		problem bool // a misspelt section after the exact prefix is an error
 	}{
 		{"misspelt section", "AzureFunctionsJobHost__checkpointRetryPolcy__retryCount=3",
-			"environment AzureFunctionsJobHost__checkpointRetryPolcy__retryCount: ignored: did you mean " + right + "?"},
+			"environment AzureFunctionsJobHost__checkpointRetryPolcy__retryCount: \"checkpointRetryPolcy\" is not a section redeliver reads: did you mean " + right + "?", true},
 		{"single underscore", "AzureFunctionsJobHost_checkpointRetryPolicy_retryCount=3",
-			"environment AzureFunctionsJobHost_checkpointRetryPolicy_retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?"},
+			"environment AzureFunctionsJobHost_checkpointRetryPolicy_retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?", false},
 		{"single underscore after the prefix", "AzureFunctionsJobHost__checkpointRetryPolicy_retryCount=3",
-			"environment AzureFunctionsJobHost__checkpointRetryPolicy_retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?"},
+			"environment AzureFunctionsJobHost__checkpointRetryPolicy_retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?", false},
 		{"colon", "AzureFunctionsJobHost:checkpointRetryPolicy:retryCount=3",
-			"environment AzureFunctionsJobHost:checkpointRetryPolicy:retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?"},
+			"environment AzureFunctionsJobHost:checkpointRetryPolicy:retryCount: ignored: keys are separated by a double underscore: did you mean " + right + "?", false},
 		{"misspelt prefix", "AzureFunctionJobHost__checkpointRetryPolicy__retryCount=3",
-			"environment AzureFunctionJobHost__checkpointRetryPolicy__retryCount: ignored: did you mean " + right + "?"},
+			"environment AzureFunctionJobHost__checkpointRetryPolicy__retryCount: ignored: did you mean " + right + "?", false},
 		{"retry section", "AzureFunctionsJobHost_retry_maxRetryCount=3",
-			"environment AzureFunctionsJobHost_retry_maxRetryCount: ignored: keys are separated by a double underscore: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
+			"environment AzureFunctionsJobHost_retry_maxRetryCount: ignored: keys are separated by a double underscore: did you mean AzureFunctionsJobHost__retry__maxRetryCount?", false},
 		// A misspelt name of every section is named, not only
 		// checkpointRetryPolicy's.
 		{"misspelt outageBudget", "AzureFunctionsJobHost__outageBudgt__enabled=false",
-			"environment AzureFunctionsJobHost__outageBudgt__enabled: ignored: did you mean AzureFunctionsJobHost__outageBudget__enabled?"},
+			"environment AzureFunctionsJobHost__outageBudgt__enabled: \"outageBudgt\" is not a section redeliver reads: did you mean AzureFunctionsJobHost__outageBudget__enabled?", true},
 		{"misspelt triggers", "AzureFunctionsJobHost__trigers__orders__topic=orders-blue",
-			"environment AzureFunctionsJobHost__trigers__orders__topic: ignored: did you mean AzureFunctionsJobHost__triggers__orders__topic?"},
+			"environment AzureFunctionsJobHost__trigers__orders__topic: \"trigers\" is not a section redeliver reads: did you mean AzureFunctionsJobHost__triggers__orders__topic?", true},
 		{"misspelt redrive", "AzureFunctionsJobHost__redrve__interval=00:01:00",
-			"environment AzureFunctionsJobHost__redrve__interval: ignored: did you mean AzureFunctionsJobHost__redrive__interval?"},
+			"environment AzureFunctionsJobHost__redrve__interval: \"redrve\" is not a section redeliver reads: did you mean AzureFunctionsJobHost__redrive__interval?", true},
 		{"misspelt retry", "AzureFunctionsJobHost__rety__maxRetryCount=3",
-			"environment AzureFunctionsJobHost__rety__maxRetryCount: ignored: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
+			"environment AzureFunctionsJobHost__rety__maxRetryCount: \"rety\" is not a section redeliver reads: did you mean AzureFunctionsJobHost__retry__maxRetryCount?", true},
 		{"swapped letters", "AzureFunctionsJobHost__retyr__maxRetryCount=3",
-			"environment AzureFunctionsJobHost__retyr__maxRetryCount: ignored: did you mean AzureFunctionsJobHost__retry__maxRetryCount?"},
+			"environment AzureFunctionsJobHost__retyr__maxRetryCount: \"retyr\" is not a section redeliver reads: did you mean AzureFunctionsJobHost__retry__maxRetryCount?", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg, err := withEnv(tc.env).Parse("host.json", []byte(envBase))
+			if tc.problem {
+				checkProblems(t, err, []string{tc.want})
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

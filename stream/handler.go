@@ -125,8 +125,13 @@ func Chain(h Handler, mw ...Middleware) Handler {
 //     policy, never a silent retry or a commit.
 //  5. anything else: a failure, under the policy.
 //
-// A RetryResult with MaxRetries below -1 or a negative Delay is invalid: it
-// is a failure (under the policy) whose error says what is wrong.
+// A RetryResult with MaxRetries below -1 or a negative Delay is invalid, and
+// so is a [FailedAt] index outside the batch: a programming error, taken as
+// a failure of the whole batch (retried under the policy, as a handler
+// error is) whose error says the result is invalid and what is wrong. It is
+// logged at Error each time the handler returns it, and a batch given up
+// for it carries that error, so that no record is given up as "retries
+// spent" without the reason.
 type RetryResult struct {
 	// MaxRetries limits the batch's retries; [checkpoint.Infinite] (-1)
 	// never stops.
@@ -152,9 +157,9 @@ func (r *RetryResult) request() checkpoint.Request {
 func (r *RetryResult) validate() error {
 	switch {
 	case r.MaxRetries < checkpoint.Infinite:
-		return fmt.Errorf("stream: invalid RetryResult: MaxRetries %d, want %d (no limit) or more", r.MaxRetries, checkpoint.Infinite)
+		return &invalidResultError{msg: fmt.Sprintf("stream: invalid RetryResult: MaxRetries %d, want %d (no limit) or more", r.MaxRetries, checkpoint.Infinite)}
 	case r.Delay < 0:
-		return fmt.Errorf("stream: invalid RetryResult: Delay %v, want 0 or more", r.Delay)
+		return &invalidResultError{msg: fmt.Sprintf("stream: invalid RetryResult: Delay %v, want 0 or more", r.Delay)}
 	}
 	return nil
 }

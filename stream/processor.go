@@ -39,6 +39,10 @@ type config struct {
 	opBackoff  checkpoint.Backoff
 	memoryOnly bool
 	budget     *Budget
+
+	// nilExhaustion records WithExhaustionAction(nil), which NewProcessor
+	// refuses.
+	nilExhaustion bool
 }
 
 // WithPolicy sets the retry policy. The default is the zero
@@ -80,9 +84,11 @@ func WithRand(newRand func() checkpoint.Rand) Option {
 }
 
 // WithExhaustionAction sets what happens to a batch whose retries are spent
-// or whose error is not retryable. The default skips it.
+// or whose error is not retryable. The default (the option left out) skips
+// it. A nil action is refused by [NewProcessor], as the other nil options
+// are: leave the option out for the default.
 func WithExhaustionAction(a ExhaustionAction) Option {
-	return optionFunc(func(c *config) { c.exhaustion = a })
+	return optionFunc(func(c *config) { c.exhaustion, c.nilExhaustion = a, a == nil })
 }
 
 // WithInMemoryState keeps retry state in memory only, as the Azure Functions
@@ -146,7 +152,8 @@ type stoppedEntry struct {
 // NewProcessor returns a Processor that runs h. It returns an error that
 // says what is wrong when h is nil in any form (a nil Handler, a nil
 // HandlerFunc, PerRecord(nil), a nil pointer), when an option is nil or
-// out of range (a nil clock, rand factory or operation backoff, a Budget
+// out of range (a nil clock, rand factory, operation backoff or exhaustion
+// action, a Budget
 // not made by NewBudget), or when the policy is invalid.
 func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	if isNil(h) {
@@ -178,6 +185,8 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 		return nil, errors.New("stream: NewProcessor: WithRand(nil): give a function that returns a Rand, or leave the option out")
 	case cfg.opBackoff == nil:
 		return nil, errors.New("stream: NewProcessor: WithOperationBackoff(nil): give a backoff, or leave the option out")
+	case cfg.nilExhaustion:
+		return nil, errors.New("stream: NewProcessor: WithExhaustionAction(nil): give an action (DeadLetter, StopPartition, a re-drive store's park), or leave the option out to skip a batch given up")
 	case cfg.budget != nil && cfg.budget.cfg.ProbeBackoff == nil:
 		return nil, errors.New("stream: NewProcessor: WithOutageBudget: the Budget was not made by NewBudget")
 	}
@@ -574,7 +583,9 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	var partial *BatchError // the failed record is known: records before its index are done
 	if err != nil {
 		cause = err
-		if partial = asBatchError(err, len(b.Records)); partial != nil {
+		if partial = asBatchError(err, len(b.Records)); partial == nil {
+			cause = invalidIndex(err, len(b.Records))
+		} else {
 			cause = partial.Err
 			if cause == nil {
 				cause = fmt.Errorf("stream: the handler returned FailedAt(%d, nil): the record at offset %d failed with no error", partial.Index, b.Records[partial.Index].Offset)
@@ -587,7 +598,13 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 			}
 		}
 		var rr *RetryResult
-		if rr, cause = RetryRequestOf(cause); rr != nil {
+		if rr, cause = RetryRequestOf(cause); rr == nil && errors.Is(cause, errInvalidResult) {
+			// A programming error, not the records' failure: say so at
+			// once, not only if the batch is given up.
+			w.log.Error("redeliver: the handler's result is invalid (a programming error): the batch fails, under the policy, as if the handler had returned this error",
+				"offset", b.FirstOffset(), "records", len(b.Records), "error", cause)
+		}
+		if rr != nil {
 			outcome = RetryRequested
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
 			if w.member != nil {
@@ -691,6 +708,46 @@ func (w *worker) outage(ctx context.Context, b *Batch) error {
 		}
 	}
 	return nil
+}
+
+// errInvalidResult marks the error a handler's invalid result becomes: a
+// FailedAt index outside the batch, a RetryResult out of range.
+var errInvalidResult = errors.New("stream: invalid handler result")
+
+// invalidResultError is a handler's invalid result, as the failure it is
+// taken for. It wraps the handler's own error (its Err, for FailedAt), so
+// that a Permanent error stays one.
+type invalidResultError struct {
+	msg string
+	err error
+}
+
+func (e *invalidResultError) Error() string {
+	if e.err == nil {
+		return e.msg
+	}
+	return e.msg + ": " + e.err.Error()
+}
+
+func (e *invalidResultError) Unwrap() []error {
+	if e.err == nil {
+		return []error{errInvalidResult}
+	}
+	return []error{errInvalidResult, e.err}
+}
+
+// invalidIndex returns err, or, when err holds a *BatchError whose index
+// names none of the n records, the error saying so: the whole batch fails.
+func invalidIndex(err error, n int) error {
+	var be *BatchError
+	if !errors.As(err, &be) {
+		return err
+	}
+	msg := fmt.Sprintf("stream: invalid handler result: FailedAt(%d, ...) names no record of this batch of %d (indexes 0 to %d): the whole batch fails", be.Index, n, n-1)
+	if be.Err == nil {
+		msg += ", with no error given"
+	}
+	return &invalidResultError{msg: msg, err: be.Err}
 }
 
 // asBatchError returns err's *BatchError when its index names one of the n
@@ -995,10 +1052,15 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 }
 
 // repeat calls op until it succeeds, or returns ErrRevoked when revoked is
-// set, or ctx ends, waiting the operation backoff between tries.
+// set, or ctx ends, waiting the operation backoff between tries. Its log
+// line gives how long the failed try took as well as the delay after it:
+// a try that blocks (a publisher waiting out its own timeout) makes the
+// time between tries longer than the delay, and the line says so.
 func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func() error) error {
 	var prev time.Duration
+	clock := w.p.cfg.clock
 	for n := 1; ; n++ {
+		start := clock.Now()
 		err := op()
 		if err == nil || revoked && errors.Is(err, ErrRevoked) {
 			return err
@@ -1006,8 +1068,9 @@ func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func(
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		took := clock.Now().Sub(start)
 		prev = w.p.cfg.opBackoff(n, prev, w.rnd)
-		w.log.Warn("redeliver: "+what+" failed, will try again", "try", n, "delay", prev, "error", err)
+		w.log.Warn("redeliver: "+what+" failed, will try again after the delay", "try", n, "took", took, "delay", prev, "error", err)
 		if err := w.wait(ctx, w.p.cfg.clock.Now().Add(prev)); err != nil {
 			return err
 		}

@@ -41,6 +41,7 @@ func TestNewProcessorRefusesNilAndZeroValues(t *testing.T) {
 		{"WithRand(nil)", ok, []stream.Option{stream.WithRand(nil)}, "WithRand(nil)"},
 		{"WithOperationBackoff(nil)", ok, []stream.Option{stream.WithOperationBackoff(nil)}, "WithOperationBackoff(nil)"},
 		{"a zero Budget", ok, []stream.Option{stream.WithOutageBudget(&stream.Budget{})}, "not made by NewBudget"},
+		{"WithExhaustionAction(nil)", ok, []stream.Option{stream.WithExhaustionAction(nil)}, "WithExhaustionAction(nil): give an action"},
 		{"a bad policy", ok, []stream.Option{stream.WithPolicy(checkpoint.Policy{MaxRetries: -2})}, "MaxRetries is -2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -51,7 +52,7 @@ func TestNewProcessorRefusesNilAndZeroValues(t *testing.T) {
 		})
 	}
 	// Nil values that mean "the default" are accepted.
-	for _, opt := range []stream.Option{stream.WithLogger(nil), stream.WithHooks(stream.Hooks{}), stream.WithExhaustionAction(nil),
+	for _, opt := range []stream.Option{stream.WithLogger(nil), stream.WithHooks(stream.Hooks{}),
 		stream.WithOutageBudget(nil), stream.WithRand(func() checkpoint.Rand { return nil }), stream.WithPolicy(checkpoint.Policy{})} {
 		if _, err := stream.NewProcessor(ok, opt); err != nil {
 			t.Errorf("NewProcessor with a default-meaning option: %v", err)

@@ -360,6 +360,7 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		log.Info("redeliver: partition lost before its claim started", "cause", err)
 		return
 	}
-	err = c.proc.Process(cctx, cl)
+	// The consumer group names the dead letters' __dlq.errors.group header.
+	err = c.proc.Process(stream.WithSource(cctx, stream.Source{Group: k.group}), cl)
 	log.Debug("redeliver: claim ended", "cause", err)
 }

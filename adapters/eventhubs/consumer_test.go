@@ -227,3 +227,32 @@ func TestShutdownHandsPartitionsBack(t *testing.T) {
 		}
 	})
 }
+
+// The exhaustion action learns the consumer group ("cg"), which DeadLetter
+// writes as the __dlq.errors.group header, as the Kafka adapters' do.
+func TestExhaustionActionKnowsTheConsumerGroup(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 3)
+		groups := make(chan string, 10)
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			return checkpoint.Permanent(errors.New("schema mismatch"))
+		}), stream.WithExhaustionAction(func(ctx context.Context, _ *stream.Batch, _ *checkpoint.ExhaustedError) error {
+			src, _ := stream.SourceFrom(ctx)
+			groups <- src.Group
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := start(t, h, memhub.NewStore(), "a", proc)
+		select {
+		case g := <-groups:
+			if g != "cg" {
+				t.Errorf("the action's source names group %q, want cg", g)
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("no batch given up")
+		}
+		m.stop(t)
+	})
+}

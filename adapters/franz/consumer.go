@@ -120,6 +120,31 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }
 
+// WithFailAfter sets how long a problem that stops all consumption may
+// last before Run ends with its error: the brokers do not answer, or a
+// topic the consumer reads does not exist or may not be read. While it
+// lasts, the problem is logged when first found and again every 30s with
+// how long it has lasted, and [Consumer.Health] reports it; after d, Run
+// logs it at Error and returns it, so that a supervisor sees a failed
+// process, not a healthy idle one. The default is a minute; 0 never ends
+// Run for it. New returns an error for a negative d.
+func WithFailAfter(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.FailAfter = d })
+}
+
+// WithDrain sets how long Run waits, once it is stopping, for the workers
+// to return; the default is 25s (a host's default drain time,
+// host.DefaultDrain), and 0 waits as long as they take. A worker whose
+// handler ignores the end of its context holds Run: while Run waits, it
+// logs at Warn which partitions it waits for and for how long (2s after
+// the stop, then every 5s); after d it logs at Error, leaves them running
+// and returns an error that names them. A host gives its own drain time
+// (host.WithDrain) to the consumers it runs. New returns an error for a
+// negative d.
+func WithDrain(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.Drain = d })
+}
+
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {

@@ -83,7 +83,10 @@
 // it logs what it finds wrong within seconds
 // (a wrong topic name no longer stalls in silence), and [Consumer.Health]
 // reports it, with the partitions whose fetches fail, for a host's
-// readiness.
+// readiness. A problem that stops all consumption (brokers that do not
+// answer, a consumed topic that does not exist or may not be read) is
+// logged again every 30s while it lasts, with how long it has lasted, and
+// ends Run with its error after a minute ([WithFailAfter] sets that time).
 //
 // # Stopping
 //
@@ -95,7 +98,11 @@
 //		log.Fatal(err)
 //	}
 //
-// exits 0 on Ctrl-C. [Consumer.Close] may be called from anywhere, a
+// exits 0 on Ctrl-C. A handler that ignores the end of its context holds
+// the stop: Run logs at Warn which partitions it waits for and for how
+// long, 2s after the stop and then every 5s, and after the drain time
+// (25s, [WithDrain]) returns an error naming them, leaving them running.
+// [Consumer.Close] may be called from anywhere, a
 // handler, a hook or the WithOnAssigned function included: from there it
 // stops Run without waiting for it, since Run waits for them.
 package franz

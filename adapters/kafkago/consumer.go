@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -75,6 +76,59 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *engine.Config) { c.CommitTimeout = d })
 }
 
+// WithFailAfter sets how long a problem that stops all consumption may
+// last before Run ends with its error: the brokers do not answer, or a
+// topic the consumer reads does not exist or may not be read. While it
+// lasts, the problem is logged when first found and again every 30s with
+// how long it has lasted, and [Consumer.Health] reports it; after d, Run
+// logs it at Error and returns it, so that a supervisor sees a failed
+// process, not a healthy idle one. The default is a minute; 0 never ends
+// Run for it. New returns an error for a negative d.
+func WithFailAfter(d time.Duration) Option {
+	return optionFunc(func(c *engine.Config) { c.FailAfter = d })
+}
+
+// WithPublisher gives pub, an empty Publisher (new(kafkago.Publisher)), a
+// writer on the consumer's brokers and transport, so that a dead-letter
+// action made before the consumer produces through it; the same way franz's
+// WithPublisher binds a Publisher to the consumer's client. The writer
+// waits for every in-sync replica's acknowledgement (kafka.RequireAll) and
+// batches for [PublisherBatchTimeout]. New returns an error when pub is nil
+// or has a writer already.
+func WithPublisher(pub *Publisher) Option {
+	return publisherOption{pub}
+}
+
+// publisherOption is WithPublisher's option: New binds its publisher once
+// the consumer has its client.
+type publisherOption struct{ pub *Publisher }
+
+func (publisherOption) apply(*engine.Config) {}
+
+// publishersOf returns the publishers of opts' WithPublisher options.
+func publishersOf(opts []Option) []*Publisher {
+	var out []*Publisher
+	for _, o := range opts {
+		if p, ok := o.(publisherOption); ok {
+			out = append(out, p.pub)
+		}
+	}
+	return out
+}
+
+// WithDrain sets how long Run waits, once it is stopping, for the workers
+// to return; the default is 25s (a host's default drain time,
+// host.DefaultDrain), and 0 waits as long as they take. A worker whose
+// handler ignores the end of its context holds Run: while Run waits, it
+// logs at Warn which partitions it waits for and for how long (2s after
+// the stop, then every 5s); after d it logs at Error, closes the group's
+// connections, leaves the workers running and returns an error that names
+// them. A host gives its own drain time (host.WithDrain) to the
+// consumers it runs. New returns an error for a negative d.
+func WithDrain(d time.Duration) Option {
+	return optionFunc(func(c *engine.Config) { c.Drain = d })
+}
+
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
@@ -117,16 +171,35 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		o.apply(&cfg)
 	}
+	pubs := publishersOf(opts)
+	for _, p := range pubs {
+		if p == nil {
+			return nil, errors.New("kafkago: WithPublisher: nil publisher")
+		}
+	}
+	var dlq *Publisher
+	var dlqTopic string
 	if proc != nil {
 		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
-			if kp, isKafkago := pub.(*Publisher); isKafkago && kp.w != nil {
-				cfg.DeadLetterCheck = func(ctx context.Context) []health.Problem { return kp.checkTopic(ctx, topic) }
+			if kp, isKafkago := pub.(*Publisher); isKafkago && kp != nil {
+				dlq, dlqTopic = kp, topic
+				if kp.writer() != nil || slices.Contains(pubs, kp) {
+					cfg.DeadLetterCheck = func(ctx context.Context) []health.Problem { return kp.checkTopic(ctx, topic) }
+				}
 			}
 		}
 	}
 	e, err := engine.New(proc, cfg)
 	if err != nil {
 		return nil, err
+	}
+	for _, p := range pubs {
+		if err := p.bind(e.Client()); err != nil {
+			return nil, err
+		}
+	}
+	if dlq != nil && dlq.writer() == nil {
+		return nil, fmt.Errorf("kafkago: the processor dead-letters to %q through a Publisher with no writer: give it to New with WithPublisher, or build it with NewPublisher", dlqTopic)
 	}
 	return &Consumer{e: e}, nil
 }

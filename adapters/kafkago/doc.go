@@ -131,7 +131,12 @@
 // [stream.DeadLetter] action through a [Publisher] (asked through the
 // publisher's writer), and logs what it finds wrong within seconds;
 // [Consumer.Health] reports it, with the partitions whose fetches fail,
-// for a host's readiness.
+// for a host's readiness. A problem that stops all consumption (brokers
+// that do not answer, a consumed topic that does not exist or may not be
+// read: no partition to fetch, so the rule for fetch errors above never
+// applies) is logged again every 30s while it lasts, with how long it has
+// lasted, and ends Run with its error after a minute ([WithFailAfter] sets
+// that time).
 //
 // Shutdown. [Consumer.Run] returns once every worker has stopped and the
 // member has left the group; it returns nil when it stopped because its
@@ -144,7 +149,11 @@
 // has not answered, which kafka-go would wait for up to the group's
 // RebalanceTimeout) the group's connections are closed, and the broker
 // removes the member at its session timeout. Run returns within a second
-// of its context's end whatever the broker is slow to answer.
+// of its context's end whatever the broker is slow to answer, unless a
+// handler ignores the end of its context: then Run logs at Warn which
+// partitions it waits for and for how long, 2s after the stop and then
+// every 5s, and after the drain time (25s, [WithDrain]) closes the group's
+// connections and returns an error naming them, leaving them running.
 // [Consumer.Close] may be called from anywhere, a handler, a hook or the
 // WithOnAssigned function included: from there it stops Run without waiting
 // for it, since Run waits for them.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
@@ -13,9 +14,39 @@ import (
 )
 
 // Publisher produces records through a kafka-go [kafka.Writer], for
-// [stream.DeadLetter]. It is safe for concurrent use.
+// [stream.DeadLetter]. Make it with [NewPublisher] and a writer of your
+// own, or give new(kafkago.Publisher) to [New] with [WithPublisher]: it
+// then writes to the consumer's brokers, as franz's Publisher does. It is
+// safe for concurrent use.
 type Publisher struct {
-	w *kafka.Writer
+	mu sync.RWMutex
+	w  *kafka.Writer
+}
+
+// writer returns p's writer, nil before it has one.
+func (p *Publisher) writer() *kafka.Writer {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.w
+}
+
+// bind gives p, which must have no writer yet, a writer on cl's brokers
+// and transport, with the settings NewPublisher requires.
+func (p *Publisher) bind(cl *kafka.Client) error {
+	if p == nil {
+		return errors.New("kafkago: WithPublisher: nil publisher")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.w != nil {
+		return errors.New("kafkago: WithPublisher: the publisher has a writer already (made by NewPublisher, or given to another consumer)")
+	}
+	w := &kafka.Writer{Addr: cl.Addr, RequiredAcks: kafka.RequireAll, BatchTimeout: PublisherBatchTimeout}
+	if t, ok := cl.Transport.(*kafka.Transport); ok && t != nil {
+		w.Transport = t
+	}
+	p.w = w
+	return nil
 }
 
 // checkTopic is a consumer's start check of the topic its processor
@@ -25,11 +56,12 @@ type Publisher struct {
 // every few seconds, kafka.Transport's MetadataTTL), and never asks to
 // create a topic.
 func (p *Publisher) checkTopic(ctx context.Context, topic string) []health.Problem {
-	rt := p.w.Transport
+	w := p.writer()
+	rt := w.Transport
 	if rt == nil {
 		rt = kafka.DefaultTransport
 	}
-	cl := &kafka.Client{Addr: p.w.Addr, Transport: rt}
+	cl := &kafka.Client{Addr: w.Addr, Transport: rt}
 	res, err := cl.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{topic}})
 	if err != nil {
 		return []health.Problem{health.DeadLetterUnreachable("kafkago", err)}
@@ -94,8 +126,12 @@ const PublisherBatchTimeout = time.Millisecond
 // writer's [kafka.WriteErrors]: a record reported failed may still have
 // been written if its acknowledgement was lost (a timeout).
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
-	if p == nil || p.w == nil {
-		return errors.New("kafkago: the Publisher was not made by NewPublisher: build it with kafkago.NewPublisher(writer)")
+	var w *kafka.Writer
+	if p != nil {
+		w = p.writer()
+	}
+	if w == nil {
+		return errors.New("kafkago: the Publisher has no writer: build it with kafkago.NewPublisher(writer), or give new(kafkago.Publisher) to kafkago.New with WithPublisher")
 	}
 	msgs := make([]kafka.Message, len(recs))
 	for i, r := range recs {
@@ -108,7 +144,7 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		}
 		msgs[i] = m
 	}
-	err := p.w.WriteMessages(ctx, msgs...)
+	err := w.WriteMessages(ctx, msgs...)
 	if err == nil {
 		return nil
 	}

@@ -30,6 +30,7 @@ type problem struct {
 func runCheck(args []string, e env) int {
 	fs := newFlags("check", e)
 	asJSON := fs.Bool("json", false, "print the result as JSON")
+	strict := fs.Bool("strict", false, "fail (exit 1) on warnings too, as a CI gate should")
 	functions := fs.String("functions", "", "comma-separated `names` of the functions the host runs: a trigger or policy for another one is a problem")
 	files, code := parseArgs(fs, args, e)
 	if code >= 0 {
@@ -48,7 +49,7 @@ func runCheck(args []string, e env) int {
 	var results []fileResult
 	for _, file := range files {
 		r := checkFile(file, names, *functions != "", e)
-		if !r.OK {
+		if !r.OK || *strict && len(r.Warnings) > 0 {
 			status = exitProblems
 		}
 		results = append(results, r)
@@ -64,6 +65,8 @@ func runCheck(args []string, e env) int {
 		switch n, w := len(r.Problems), len(r.Warnings); {
 		case n == 0 && w == 0:
 			fmt.Fprintf(e.stdout, "%s: ok\n", file)
+		case n == 0 && *strict:
+			fmt.Fprintf(e.stdout, "%s: %d %s (-strict fails on warnings)\n", file, w, plural(w, "warning"))
 		case n == 0:
 			fmt.Fprintf(e.stdout, "%s: ok, %d %s\n", file, w, plural(w, "warning"))
 		case w == 0:

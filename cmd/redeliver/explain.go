@@ -29,6 +29,9 @@ type explained struct {
 	Settings []setting         `json:"settings"`
 	Defaults map[string]string `json:"defaults"`
 	Trigger  *trigger          `json:"trigger,omitempty"`
+	// Note says that the file does not name the function, which then runs
+	// under the host-wide policy; empty for a function the file names.
+	Note string `json:"note,omitempty"`
 }
 
 // setting is the JSON form of a [hostconfig.Setting], in the casing of the
@@ -107,12 +110,15 @@ func runExplain(args []string, e env) int {
 
 	var out []explained
 	if len(pos) == 2 {
+		// A function the file does not name runs under the host-wide
+		// policy: show that, saying so (and the name it may have meant).
 		name := pos[1]
-		if err := namedFunction(cfg, name, "explain without a function shows it"); err != nil {
-			fmt.Fprintf(e.stderr, "redeliver explain: %v\n", err)
-			return exitProblems
+		x := explainFunction(cfg, name)
+		if err := namedFunction(cfg, name, "shown below"); err != nil {
+			x.Note = err.Error()
+			x.Text = cfg.Host.Explain() // the host-wide policy's own words: the function's would be an error
 		}
-		out = append(out, explainFunction(cfg, name))
+		out = append(out, x)
 	} else {
 		out = append(out, explainHost(cfg))
 		for _, n := range cfg.FunctionNames() {
@@ -228,6 +234,9 @@ func writeExplained(w io.Writer, x explained) {
 		fmt.Fprintf(w, "Function %s: a policy of its own\n", x.Function)
 	default:
 		fmt.Fprintf(w, "Function %s: the host-wide policy\n", x.Function)
+	}
+	if x.Note != "" {
+		fmt.Fprintf(w, "  Note: %s\n", x.Note)
 	}
 	fmt.Fprintln(w, indent(x.Text))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

@@ -39,12 +39,14 @@ var docs = map[string]string{
 	"check": `Each file is read as the host reads it, environment overrides
 (AzureFunctionsJobHost__...) included. Problems are printed one a line as
 file:line:col: path: message; warnings (what is read but not in force) are
-printed too and do not fail the check. The exit status is 0 when every file
-is valid, 1 when one has problems, 2 on a usage error.`,
+printed too and do not fail the check unless -strict is given (a CI gate
+should give it). The exit status is 0 when every file is valid, 1 when one
+has problems (or, with -strict, warnings), 2 on a usage error.`,
 	"explain": `Prints the policy in force (host-wide, or the function's), what it does in
 words with the delays of its first retries and its worst case, each value in
 force with where it was written (file:line:col, an environment variable, or
-a default), and the function's trigger.`,
+a default), and the function's trigger. A function the file does not name
+runs under the host-wide policy: explain shows that policy and says so.`,
 	"state": `The metadata is what redeliver commits with the checkpoint of a batch it
 retries, e.g. rd1;o=40;r=3;f=1732262400000;d=5000;n=1732262405000: the
 record it belongs to (o), the retry due (r; with s=1, the retry that
@@ -58,7 +60,8 @@ withheld shows its retry number, when the retry is due and since when the
 batch fails. With -config (and -function), the retry limit of the policy in
 force is shown too ("retry 3 of 10"); a handler's RetryResult committed with
 the state replaces it. A -topic the brokers do not know, or a -function the
-host.json does not name, is an error (exit status 1).`,
+host.json does not name, is an error (exit status 1); so is a -group the
+brokers do not know, with the name it may have meant.`,
 }
 
 // parseArgs parses flags and positional arguments, which may be mixed. It

@@ -14,6 +14,7 @@
 //	state    decode a committed retry-state string (offset commit metadata)
 //	offsets  a consumer group's committed offsets with their decoded retry state
 //	parked   list, requeue and complete entries of the re-drive store
+//	version  the tool's module version and the Go version it was built with
 //
 // "redeliver <command> -h" describes a command's flags. The exit status is
 // 0 on success, 1 when the command found problems or failed, and 2 on a
@@ -58,11 +59,12 @@ var commands []command
 
 func init() {
 	commands = []command{
-		{"check", "[-json] [-functions a,b] host.json...", "validate host.json files", runCheck},
+		{"check", "[-json] [-strict] [-functions a,b] host.json...", "validate host.json files", runCheck},
 		{"explain", "[-json] host.json [function]", "the effective policies, their schedules, and where each value came from", runExplain},
 		{"state", "[-json] metadata", "decode a committed retry-state string", runState},
 		{"offsets", "-brokers host:port,... -group name [-topic t] [-config host.json [-function f]] [-json]", "a group's committed offsets with their decoded retry state", runOffsets},
 		{"parked", "<list|requeue|complete> [flags] [key...]", "list, requeue and complete entries of the re-drive store", runParked},
+		{"version", "", "the tool's module version and the Go version it was built with", runVersion},
 	}
 }
 

@@ -78,7 +78,13 @@ func TestGolden(t *testing.T) {
 		{"explain_app", []string{"explain", "testdata/app.json"}, []string{"AzureFunctionsJobHost__triggers__orders__consumerGroup=orders-blue"}, 0},
 		{"explain_function", []string{"explain", "testdata/app.json", "payments"}, []string{"AzureFunctionsJobHost__checkpointRetryPolicy__functions__payments__retryCount=5"}, 0},
 		{"explain_inherited", []string{"explain", "testdata/app.json", "orders"}, nil, 0},
-		{"explain_unknown", []string{"explain", "testdata/app.json", "paymnts"}, nil, 1},
+		// A function the file does not name runs under the host-wide policy:
+		// shown, saying so and naming the function meant.
+		{"explain_unknown", []string{"explain", "testdata/app.json", "paymnts"}, nil, 0},
+		{"check_misspelt_section", []string{"check", "testdata/misspelt_section.json"}, nil, 1},
+		{"check_spin", []string{"check", "testdata/spin.json"}, nil, 1},
+		{"check_strict", []string{"check", "-strict", "testdata/warnings.json"}, nil, 1},
+		{"check_strict_ok", []string{"check", "-strict", "testdata/app.json"}, nil, 0},
 		{"explain_share_group", []string{"explain", "testdata/share.json", "emails"}, nil, 0},
 		{"explain_bad_file", []string{"explain", "testdata/problems.json"}, nil, 1},
 		// A limit written as 0 is no limit, and says so.

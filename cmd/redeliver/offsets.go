@@ -191,6 +191,11 @@ func offsets(ctx context.Context, brokers []string, group, topic string) ([]offs
 	if err := committed.Error(); err != nil {
 		return nil, fmt.Errorf("fetching the committed offsets of group %s: %w", group, err)
 	}
+	if len(committed) == 0 {
+		if err := groupExists(ctx, adm, group); err != nil {
+			return nil, err
+		}
+	}
 	var topics []string
 	if topic != "" {
 		topics = []string{topic}
@@ -396,4 +401,29 @@ func failingSince(b *strings.Builder, r *offsetRow, s checkpoint.State, now time
 	if r.OutageTime != "" {
 		fmt.Fprintf(b, ", %s of it waiting out outages of the downstream", r.OutageTime)
 	}
+}
+
+// groupExists returns an error naming the group meant when the brokers do
+// not know group: a misspelt -group would otherwise show as a group with
+// no committed offsets, and exit 0.
+func groupExists(ctx context.Context, adm *kadm.Client, group string) error {
+	listed, err := adm.ListGroups(ctx)
+	if err != nil {
+		return fmt.Errorf("listing the consumer groups to find %s: %w", group, err)
+	}
+	names := listed.Groups()
+	if slices.Contains(names, group) {
+		return nil
+	}
+	slices.Sort(names)
+	hint := "the brokers know no consumer group"
+	switch s := nearest(group, names); {
+	case s != "":
+		hint = "did you mean " + s + "?"
+	case len(names) > 0 && len(names) <= 10:
+		hint = "the brokers' groups are " + strings.Join(names, ", ")
+	case len(names) > 10:
+		hint = fmt.Sprintf("the brokers know %d other groups", len(names))
+	}
+	return fmt.Errorf("group %s does not exist: %s", group, hint)
 }

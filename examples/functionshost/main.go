@@ -95,15 +95,15 @@ func run(ctx context.Context, config string, hold time.Duration) error {
 	// The Kafka clients the triggers name: each comes from a module of its
 	// own, so a host whose triggers all use one client builds that client
 	// only.
-	franz, err := franzhost.New()
+	franzAdapter, err := franzhost.New()
 	if err != nil {
 		return err
 	}
-	kafkago, err := kafkagohost.New()
+	kafkagoAdapter, err := kafkagohost.New()
 	if err != nil {
 		return err
 	}
-	h, err := host.New(cfg, host.WithAdapter(franz), host.WithAdapter(kafkago), host.WithBrokers(brokers...),
+	h, err := host.New(cfg, host.WithAdapter(franzAdapter), host.WithAdapter(kafkagoAdapter), host.WithBrokers(brokers...),
 		host.WithListener(ln), host.WithRefresh(time.Second))
 	if err != nil {
 		return err
@@ -134,8 +134,22 @@ func run(ctx context.Context, config string, hold time.Duration) error {
 
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
+	// Every wait below ends as soon as Run returns: a host that cannot
+	// start (a trigger for a function the code does not register, say)
+	// returns its error at once, and that error, not a timeout, is what
+	// to print.
+	ctx, hostStopped := context.WithCancelCause(ctx)
+	defer hostStopped(nil)
 	done := make(chan error, 1)
-	go func() { done <- h.Run(runCtx) }()
+	go func() {
+		err := h.Run(runCtx)
+		cause := err
+		if cause == nil {
+			cause = errors.New("Run returned nil before the example stopped it")
+		}
+		hostStopped(&hostError{cause})
+		done <- err
+	}()
 	fmt.Printf("status page: %s\n", page)
 
 	// The operator's view: wait for the payments partition to stop.
@@ -242,10 +256,20 @@ func get(u string) (string, error) {
 	return string(b), err
 }
 
+// hostError is the error Run returned before the example stopped it.
+type hostError struct{ err error }
+
+func (e *hostError) Error() string { return "the host stopped: " + e.err.Error() }
+func (e *hostError) Unwrap() error { return e.err }
+
 func waitFor(ctx context.Context, what string, cond func() bool) error {
 	for !cond() {
 		select {
 		case <-ctx.Done():
+			var herr *hostError
+			if errors.As(context.Cause(ctx), &herr) {
+				return herr
+			}
 			return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		case <-time.After(20 * time.Millisecond):
 		}

@@ -103,6 +103,9 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	if t.MaxBatch > 0 {
 		opts = append(opts, franz.WithMaxBatch(t.MaxBatch))
 	}
+	if b.Drain > 0 {
+		opts = append(opts, franz.WithDrain(b.Drain)) // the host's drain time
+	}
 	c, err := franz.New(proc, opts...)
 	if err != nil {
 		return nil, err

@@ -313,8 +313,9 @@ type pending struct {
 }
 
 type actionResult struct {
-	it  *item
-	err error
+	it   *item
+	err  error
+	took time.Duration // how long the try took, for its log line
 }
 
 // settle follows one poll's records until every one is done or lost, or
@@ -886,8 +887,9 @@ func (s *settle) act(ctx context.Context, it *item) {
 	s.actions++
 	it.call = &call{} // marks the action as running
 	go lifecycle.Inside(func() {
+		start := c.set.Clock.Now()
 		err := protect(func() error { return c.set.Exhaustion(actx, b, it.x.xerr) })
-		s.acted <- actionResult{it, err}
+		s.acted <- actionResult{it, err, c.set.Clock.Now().Sub(start)}
 	})
 }
 
@@ -911,7 +913,7 @@ func (s *settle) afterAction(r actionResult, now time.Time) {
 	x.tries++
 	x.prevOp = s.l.c.set.OperationBackoff(x.tries, x.prevOp, s.l.rnd)
 	x.due = now.Add(x.prevOp)
-	s.l.log.Warn("redeliver: exhaustion action failed, will try again; the record is held meanwhile", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "try", x.tries, "delay", x.prevOp, "error", r.err)
+	s.l.log.Warn("redeliver: exhaustion action failed, will try again after the delay; the record is held meanwhile", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "try", x.tries, "took", r.took, "delay", x.prevOp, "error", r.err)
 }
 
 // drainAtShutdown takes the per-record results pending at shutdown: a

@@ -36,6 +36,12 @@ var adapter = kafkatest.Adapter{
 		if cfg.OnAssigned != nil {
 			fopts = append(fopts, franz.WithOnAssigned(cfg.OnAssigned))
 		}
+		if cfg.Drain != 0 {
+			fopts = append(fopts, franz.WithDrain(cfg.Drain))
+		}
+		if cfg.FailAfter != 0 {
+			fopts = append(fopts, franz.WithFailAfter(cfg.FailAfter))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case kgo.Opt:

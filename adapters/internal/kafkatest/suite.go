@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +22,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -70,6 +73,9 @@ type Config struct {
 	// defaults for what Config does not set, as a program would
 	// (benchmarks); the tests shorten group timings otherwise.
 	Defaults bool
+	// Drain, when not 0, is the adapter's WithDrain; FailAfter its
+	// WithFailAfter.
+	Drain, FailAfter time.Duration
 	// Options are options of the adapter's own, for its own tests.
 	Options []any
 }
@@ -231,6 +237,9 @@ func Run(t *testing.T, a Adapter) {
 		{"OnAssigned", onAssigned},
 		{"LoggerDefaultsToTheProcessors", loggerDefaultsToTheProcessors},
 		{"DeadLetterThroughKafka", deadLetterThroughKafka},
+		{"DrainReportsAndBounds", drainReportsAndBounds},
+		{"WrongTopicEndsRun", wrongTopicEndsRun},
+		{"UnreachableBrokersEndRun", unreachableBrokersEndRun},
 		{"DeadLetterToMissingTopic", deadLetterToMissingTopic},
 		{"PublishReportsPartialWrites", publishReportsPartialWrites},
 		{"StartChecks", startChecks},
@@ -612,6 +621,11 @@ func deadLetterThroughKafka(t *testing.T, a Adapter) {
 			hs[stream.HeaderDeliveries] != "3" || hs[stream.HeaderError] != "schema mismatch" {
 			t.Errorf("dead letter %d: key %q value %q headers %v", i, rec.Key, rec.Value, hs)
 		}
+		// KIP-1191's headers too, with the group the adapter consumes in.
+		if hs[stream.HeaderDLQTopic] != "orders" || hs[stream.HeaderDLQPartition] != "0" || hs[stream.HeaderDLQOffset] != strconv.FormatInt(off, 10) ||
+			hs[stream.HeaderDLQDeliveryCount] != "3" || hs[stream.HeaderDLQGroup] != "g" {
+			t.Errorf("dead letter %d: __dlq.errors.* headers %v, want the group g among them", i, hs)
+		}
 		if _, err := time.Parse(time.RFC3339Nano, hs[stream.HeaderFirstFailure]); err != nil {
 			t.Errorf("dead letter %d: first failure header %q: %v", i, hs[stream.HeaderFirstFailure], err)
 		}
@@ -804,4 +818,106 @@ func shutdownKeepsCommitInFlight(t *testing.T, a Adapter) {
 		go func() { done <- c.Run(ctx) }()
 		return done
 	})
+}
+
+// A handler that ignores the end of its context holds the consumer's
+// stop: Run logs at Warn which partition it waits for and for how long,
+// once and then on an interval, and returns an error naming it after the
+// drain time, leaving it running. Run waited in silence for as long as the
+// handler took.
+func drainReportsAndBounds(t *testing.T, a Adapter) {
+	first, every := lifecycle.DrainFirstReport, lifecycle.DrainReportEvery
+	lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = 100*time.Millisecond, 200*time.Millisecond
+	t.Cleanup(func() { lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = first, every })
+
+	_, addrs := NewCluster(t, "orders", 1)
+	Produce(t, addrs, "orders", 0, 0, 1)
+	started, release := make(chan struct{}, 1), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+		select {
+		case started <- struct{}{}:
+		default:
+		}
+		<-release // ignores its context
+		return nil
+	})
+	var logs LogBuffer
+	const drain = 1500 * time.Millisecond
+	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "orders", Processor: NewProcessor(t, h), Logger: logs.Logger(), Drain: drain})
+	select {
+	case <-started:
+	case <-time.After(Wait):
+		t.Fatal("the handler was never called")
+	}
+	stop := time.Now()
+	err := r.Stop(t)
+	took := time.Since(stop)
+	if err == nil || !strings.Contains(err.Error(), "drain time (1.5s) over") || !strings.Contains(err.Error(), "orders/0") {
+		t.Errorf("Run = %v, want the drain's error naming orders/0", err)
+	}
+	if took < drain || took > drain+5*time.Second {
+		t.Errorf("Run returned %v after the stop, want about the drain time %v", took, drain)
+	}
+	if n := strings.Count(logs.String(), "level=WARN msg=\"redeliver: stopping: waiting for partitions"); n < 2 || !strings.Contains(logs.String(), "partitions=orders/0") {
+		t.Errorf("%d Warn lines naming the partition waited for, want 2 or more:\n%s", n, logs.String())
+	}
+}
+
+// A topic that does not exist: the problem is logged again while it lasts,
+// with how long it has, and Run ends with it after WithFailAfter. Run
+// logged it once and returned nil when its context ended, 80s later, as if
+// the consumer had been healthy and idle.
+func wrongTopicEndsRun(t *testing.T, a Adapter) {
+	repeat := health.RepeatEvery
+	health.RepeatEvery = time.Second
+	t.Cleanup(func() { health.RepeatEvery = repeat })
+	_, addrs := NewCluster(t, "orders", 1)
+	var logs LogBuffer
+	const failAfter = 3 * time.Second
+	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "ordres", Processor: NewProcessor(t, streamtest.Succeed), Logger: logs.Logger(), FailAfter: failAfter})
+	start := time.Now()
+	select {
+	case <-r.Done():
+	case <-time.After(failAfter + 15*time.Second):
+		t.Fatalf("Run still runs %v after the start, with a missing topic and WithFailAfter(%v):\n%s", time.Since(start), failAfter, logs.String())
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), `consumed topic "ordres"`) || !strings.Contains(err.Error(), "the limit") {
+		t.Errorf("Run = %v, want the missing topic's error", err)
+	}
+	if took := time.Since(start); took < failAfter {
+		t.Errorf("Run ended after %v, before WithFailAfter's %v", took, failAfter)
+	}
+	if n := strings.Count(logs.String(), `subject="topic ordres"`); n < 2 || !strings.Contains(logs.String(), "(still)") || !strings.Contains(logs.String(), "lasted=") {
+		t.Errorf("the missing topic logged %d times, want again while it lasts, with how long:\n%s", n, logs.String())
+	}
+}
+
+// Brokers that do not answer: Run ends with it after WithFailAfter, having
+// logged it again while it lasted.
+func unreachableBrokersEndRun(t *testing.T, a Adapter) {
+	repeat := health.RepeatEvery
+	health.RepeatEvery = time.Second
+	t.Cleanup(func() { health.RepeatEvery = repeat })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	var logs LogBuffer
+	const failAfter = 3 * time.Second
+	r := Start(t, a, Config{Addrs: []string{addr}, Group: "g", Topic: "orders", Processor: NewProcessor(t, streamtest.Succeed), Logger: logs.Logger(), FailAfter: failAfter})
+	start := time.Now()
+	select {
+	case <-r.Done():
+	case <-time.After(failAfter + 20*time.Second):
+		t.Fatalf("Run still runs %v after the start, with brokers that do not answer:\n%s", time.Since(start), logs.String())
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "the brokers do not answer") {
+		t.Errorf("Run = %v, want the brokers' error", err)
+	}
+	if n := strings.Count(logs.String(), "redeliver: the brokers do not answer"); n < 2 {
+		t.Errorf("the brokers' problem logged %d times, want again while it lasts:\n%s", n, logs.String())
+	}
 }

@@ -114,6 +114,9 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 		kafkago.WithLogger(b.Logger),
 		kafkago.WithOnAssigned(func(map[string][]int32) { ready() }),
 	}
+	if b.Drain > 0 {
+		opts = append(opts, kafkago.WithDrain(b.Drain)) // the host's drain time
+	}
 	if t.MaxBatch > 0 {
 		opts = append(opts, kafkago.WithMaxBatch(t.MaxBatch))
 	}

@@ -40,6 +40,12 @@ var adapter = kafkatest.Adapter{
 		if cfg.OnAssigned != nil {
 			kopts = append(kopts, kafkago.WithOnAssigned(cfg.OnAssigned))
 		}
+		if cfg.Drain != 0 {
+			kopts = append(kopts, kafkago.WithDrain(cfg.Drain))
+		}
+		if cfg.FailAfter != 0 {
+			kopts = append(kopts, kafkago.WithFailAfter(cfg.FailAfter))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case func(*kafka.ConsumerGroupConfig):

@@ -43,9 +43,15 @@ type Config struct {
 	MaxWait       time.Duration
 	BufferBytes   int
 	CommitTimeout time.Duration
-	Logger        *slog.Logger
-	Publishers    []Publisher
-	OnAssigned    func(map[string][]int32)
+	// Drain bounds how long Run waits, once stopping, for its workers;
+	// 0 waits as long as they take.
+	Drain time.Duration
+	// FailAfter is how long a start-check problem that stops all
+	// consumption may last before Run ends with it; 0 never.
+	FailAfter  time.Duration
+	Logger     *slog.Logger
+	Publishers []Publisher
+	OnAssigned func(map[string][]int32)
 	// DeadLetterCheck checks the topic of the processor's dead-letter
 	// action when it publishes through a client other than the
 	// consumer's; nil for none.
@@ -64,7 +70,7 @@ type Publisher struct {
 
 // DefaultConfig returns the configuration before any option.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second}
+	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
 }
 
 // Consumer runs a [stream.Processor] over the partitions a franz-go group
@@ -113,6 +119,10 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.MaxWait)
 	case cfg.CommitTimeout <= 0:
 		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	case cfg.Drain < 0:
+		return nil, fmt.Errorf("franz: WithDrain(%v): want 0 (no bound) or more", cfg.Drain)
+	case cfg.FailAfter < 0:
+		return nil, fmt.Errorf("franz: WithFailAfter(%v): want 0 (never) or more", cfg.FailAfter)
 	case cfg.ClientSet && cfg.Client == nil:
 		return nil, errors.New("franz: WithClient(nil): give a client built with franz.ClientOptions(), or use WithKgoOptions")
 	case cfg.Client != nil && cfg.KoptsSet:
@@ -132,6 +142,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	c := &Consumer{proc: proc, cfg: cfg, log: log, life: lifecycle.New("franz", fmt.Errorf("franz: consumer %w", stream.ErrClosed))}
 	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
 	c.checks.Log = log
+	c.checks.EndAfter, c.checks.End = cfg.FailAfter, c.life.Fail
 	if cfg.Client != nil {
 		g, err := checkClient(cfg.Client)
 		if err != nil {
@@ -203,11 +214,23 @@ func (c *Consumer) run(ctx context.Context) error {
 	c.g.start(ctx, c.life.Fail)
 	c.poll(ctx)
 	cause := context.Cause(ctx)
-	c.g.stop(cause)
+	// Stop every worker, reporting those whose handlers hold the stop and
+	// giving up on them after the drain time: the client is closed all
+	// the same (the member leaves the group, and a late commit of theirs
+	// is refused), and Run returns the drain's error.
+	stopped := make(chan struct{})
+	go func() {
+		c.g.stop(cause)
+		close(stopped)
+	}()
+	drainErr := lifecycle.Drain(stopped, c.log, "franz", &c.g.workers, c.cfg.Drain)
 	c.commit.stop()
 	c.cl.AllowRebalance()
 	if c.owned {
 		c.closeClient()
+	}
+	if drainErr != nil {
+		return drainErr
 	}
 	c.log.Info("redeliver: consumer stopped", "cause", cause)
 	return nil

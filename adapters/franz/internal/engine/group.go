@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/stream"
 )
 
 // ClientOptions returns the kgo options a client needs to serve a
@@ -164,6 +165,8 @@ type group struct {
 
 	nfull  atomic.Int32  // claims whose buffer is full
 	wakeup chan struct{} // a full claim drained or a claim starves
+	// workers are the running workers, which a stopping Run reports.
+	workers lifecycle.Workers
 
 	sideOnce sync.Once
 	side     *kgo.Client // fetchAhead's client, made when first needed
@@ -337,10 +340,14 @@ func (g *group) startLocked(cl *claim) {
 	ctx, cancel := context.WithCancelCause(g.runCtx)
 	cl.begin(ctx, cancel, c)
 	g.wg.Add(1)
+	ended := g.workers.Start(fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition))
 	go lifecycle.Inside(func() {
 		defer g.wg.Done()
 		defer cl.finish()
-		err := c.proc.Process(ctx, cl)
+		defer ended()
+		// The group names the dead letters' __dlq.errors.group header.
+		group, _ := g.cl.OptValue(kgo.ConsumerGroup).(string)
+		err := c.proc.Process(stream.WithSource(ctx, stream.Source{Group: group}), cl)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
 			c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)

@@ -85,7 +85,8 @@ func (cl *claim) run(proc *stream.Processor) (ended bool, err error) {
 		defer close(cl.pumped)
 		cl.fetchLoop(start)
 	}()
-	err = proc.Process(cl.ctx, cl)
+	// The group names the dead letters' __dlq.errors.group header.
+	err = proc.Process(stream.WithSource(cl.ctx, stream.Source{Group: cl.g.gen.GroupID}), cl)
 	ended = cl.ctx.Err() != nil
 	cl.cancel(err)
 	<-cl.pumped

@@ -40,8 +40,14 @@ type Config struct {
 	MaxBatch      int
 	MaxWait       time.Duration
 	CommitTimeout time.Duration
-	Logger        *slog.Logger
-	OnAssigned    func(map[string][]int32)
+	// Drain bounds how long Run waits, once stopping, for its workers;
+	// 0 waits as long as they take.
+	Drain time.Duration
+	// FailAfter is how long a start-check problem that stops all
+	// consumption may last before Run ends with it; 0 never.
+	FailAfter  time.Duration
+	Logger     *slog.Logger
+	OnAssigned func(map[string][]int32)
 	// DeadLetterCheck checks the topic of the processor's dead-letter
 	// action, when it has one through a kafkago.Publisher.
 	DeadLetterCheck func(context.Context) []health.Problem
@@ -49,7 +55,7 @@ type Config struct {
 
 // DefaultConfig returns the configuration before any option.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second}
+	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
 }
 
 // Consumer runs a [stream.Processor] over the partitions a kafka-go consumer
@@ -72,6 +78,7 @@ type Consumer struct {
 
 	life          *lifecycle.Life
 	wg            sync.WaitGroup // every goroutine Run starts
+	workers       lifecycle.Workers
 	checks        health.Checker
 	fetchProblems fetchProblems
 }
@@ -93,6 +100,10 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("kafkago: max wait %v, want 0 or more", cfg.MaxWait)
 	case cfg.CommitTimeout <= 0:
 		return nil, fmt.Errorf("kafkago: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	case cfg.Drain < 0:
+		return nil, fmt.Errorf("kafkago: WithDrain(%v): want 0 (no bound) or more", cfg.Drain)
+	case cfg.FailAfter < 0:
+		return nil, fmt.Errorf("kafkago: WithFailAfter(%v): want 0 (never) or more", cfg.FailAfter)
 	case cfg.ClientSet && cfg.Client == nil:
 		return nil, errors.New("kafkago: WithClient(nil): give a client whose Addr reaches the group's cluster, or leave the option out for one on the group's brokers")
 	case cfg.Client != nil && cfg.Client.Addr == nil:
@@ -107,6 +118,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		c.log = proc.Logger()
 	}
 	c.checks.Log = c.log
+	c.checks.EndAfter, c.checks.End = cfg.FailAfter, c.life.Fail
 	c.brokers, c.dialer = group.Brokers, group.Dialer // kafka.DefaultDialer when the group has none
 	if err := c.setFetch(cfg.Fetch); err != nil {
 		return nil, err
@@ -123,6 +135,10 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	}
 	return c, nil
 }
+
+// Client returns the kafka-go client the consumer asks the brokers with:
+// the one of WithClient, or one on the group's brokers and dialer.
+func (c *Consumer) Client() *kafka.Client { return c.client }
 
 // setFetch fills in the fetch configuration's defaults and checks it.
 func (c *Consumer) setFetch(f kafka.ReadBatchConfig) error {
@@ -202,12 +218,25 @@ func (c *Consumer) run(ctx context.Context) error {
 	case <-closed:
 		t.Stop()
 	case <-t.C:
-		c.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
-			"group", c.cfg.Group.ID, "waited", leaveWait)
-		conns.closeAll()
-		<-closed
+		if len(c.workers.Names()) == 0 {
+			c.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
+				"group", c.cfg.Group.ID, "waited", leaveWait)
+			conns.closeAll()
+		}
 	}
-	c.wg.Wait()
+	// The group closes once the generation's workers have returned: a
+	// handler that ignores the end of its context holds it. Drain reports
+	// them, and gives up on them after the drain time.
+	stopped := make(chan struct{})
+	go func() {
+		<-closed
+		c.wg.Wait()
+		close(stopped)
+	}()
+	if err := lifecycle.Drain(stopped, c.log, "kafkago", &c.workers, c.cfg.Drain); err != nil {
+		conns.closeAll() // the member leaves at its session timeout; a late commit is refused
+		return err
+	}
 	if c.transport != nil {
 		c.transport.CloseIdleConnections()
 	}

@@ -224,7 +224,11 @@ func (g *generation) startClaims(runCtx context.Context, committed map[tp]commit
 		g.c.log.Info("redeliver: partition assigned", "topic", k.topic, "partition", k.partition,
 			"generation", g.gen.ID, "committed", co.offset, "metadata", co.metadata)
 		g.wg.Add(1)
-		go lifecycle.Inside(func() { g.work(cl) })
+		ended := g.c.workers.Start(fmt.Sprintf("%s/%d", k.topic, k.partition))
+		go lifecycle.Inside(func() {
+			defer ended()
+			g.work(cl)
+		})
 	}
 }
 

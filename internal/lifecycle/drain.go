@@ -1,0 +1,97 @@
+package lifecycle
+
+import (
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// DefaultDrain is how long a consumer's Run waits, once it is stopping,
+// for its workers to return (the host's default drain time too): a
+// handler that ignores the end of its context holds a worker, and Run
+// gives up on it after this long.
+const DefaultDrain = 25 * time.Second
+
+// The drain's report: a first Warn line once a shutdown has waited
+// DrainFirstReport for workers, then one every DrainReportEvery while it
+// still waits. Variables so that the adapters' tests can shorten them.
+var (
+	DrainFirstReport = 2 * time.Second
+	DrainReportEvery = 5 * time.Second
+)
+
+// Workers is the set of a consumer's running workers, by name
+// ("orders/0"), with when each started: what a stopping Run waits for.
+// The zero Workers is empty and ready to use.
+type Workers struct {
+	mu      sync.Mutex
+	running map[string]int // a name can run twice, across a rebalance
+}
+
+// Start records a worker called name; the returned func records its end.
+func (w *Workers) Start(name string) (done func()) {
+	w.mu.Lock()
+	if w.running == nil {
+		w.running = map[string]int{}
+	}
+	w.running[name]++
+	w.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			w.mu.Lock()
+			if w.running[name]--; w.running[name] <= 0 {
+				delete(w.running, name)
+			}
+			w.mu.Unlock()
+		})
+	}
+}
+
+// Names returns the running workers' names, sorted.
+func (w *Workers) Names() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := make([]string, 0, len(w.running))
+	for n := range w.running {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Drain waits until done is closed, or until drain has passed when drain
+// is above 0. While it waits, it logs at Warn, after DrainFirstReport and
+// then every DrainReportEvery, which workers it waits for and for how
+// long, so that a shutdown held up by a handler that ignores its context
+// is never silent. It returns nil when done was closed, else an error
+// that names the workers still running and says why they hold Run.
+func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w *Workers, drain time.Duration) error {
+	start := time.Now()
+	report := time.NewTimer(DrainFirstReport)
+	defer report.Stop()
+	var deadline <-chan time.Time
+	if drain > 0 {
+		t := time.NewTimer(drain)
+		defer t.Stop()
+		deadline = t.C
+	}
+	for {
+		select {
+		case <-done:
+			return nil
+		case <-report.C:
+			log.Warn("redeliver: stopping: waiting for partitions whose handlers have not returned since their context ended (a handler that ignores its context holds the shutdown)",
+				"partitions", strings.Join(w.Names(), ","), "waited", time.Since(start).Round(time.Millisecond), "drain", drain)
+			report.Reset(DrainReportEvery)
+		case <-deadline:
+			names := w.Names()
+			err := fmt.Errorf("%s: drain time (%v) over: the handlers of %s have not returned since their context ended: they are left running; make the handler return when its context is done", pkg, drain, strings.Join(names, ", "))
+			log.Error("redeliver: stopping: drain time over, partitions left running", "partitions", strings.Join(names, ","), "drain", drain)
+			return err
+		}
+	}
+}
