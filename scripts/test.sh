@@ -80,9 +80,11 @@ await() {
 
 # ---------------------------------------------------------------- services
 # Each slow service starts now, in the background; the step that needs it
-# awaits it. Installs through apt (Chromium, PostgreSQL, docker.io,
-# debootstrap) take turns on one lock.
-apt_locked() { ( flock 7; "$@" ) 7>"$svc/apt.lock"; }
+# awaits it. The starts that may install through apt (Chromium,
+# PostgreSQL, docker.io) take turns on one lock; flock -o keeps the lock
+# away from what the command leaves running (a server that inherited it
+# would hold it for good).
+apt_locked() { flock -o "$svc/apt.lock" "$@"; }
 
 # Azurite, the Azure Storage emulator (installed with npm where missing),
 # for the Event Hubs checkpoint-store tests and reliability scenarios.
@@ -103,27 +105,8 @@ if [ -f integration/go.mod ] && [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${RE
 fi
 
 # The status page's browser: Debian's chromium, installed where missing
-# (REDELIVER_NO_BROWSER=1 installs nothing: the test then skips unless a
-# Chromium is there; REDELIVER_CHROMIUM names another browser).
-install_chromium() {
-  if [ "${REDELIVER_NO_BROWSER:-}" = 1 ] || [ -n "${REDELIVER_CHROMIUM:-}" ] ||
-     command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1; then
-    return 0
-  fi
-  echo "installing Debian's chromium" >&2
-  local sudo="" try
-  [ "$(id -u)" = 0 ] || sudo=sudo
-  # apt may be locked for a moment by another install: try again.
-  for try in 1 2 3 4 5 6; do
-    if $sudo apt-get -o DPkg::Lock::Timeout=120 update -qq &&
-       $sudo apt-get -o DPkg::Lock::Timeout=120 install -y -qq chromium >"$svc/chromium-apt.log" 2>&1; then
-      return 0
-    fi
-    [ "$try" = 6 ] && { cat "$svc/chromium-apt.log" >&2; echo "could not install chromium" >&2; return 1; }
-    sleep 10
-  done
-}
-[ -f host/browser/go.mod ] && background chromium apt_locked install_chromium
+# (integration/chromium.sh says how to skip it or name another browser).
+[ -f host/browser/go.mod ] && background chromium apt_locked bash integration/chromium.sh
 
 # The re-drive's PostgreSQL server, started by integration/postgres.sh
 # (installing Debian's postgresql package where it is missing);
