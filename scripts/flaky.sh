@@ -20,6 +20,9 @@
 #             scenarios: '^TestEventHubsReliability$/^memhub\+azurite$/./^CommitFailures')
 #   -R        build without the race detector (faster runs; the race
 #             detector is what CI runs on the adapters' suites)
+#   -t SECS   start no run that would end after SECS seconds from the
+#             start, judging by the previous run's time (0: no limit, the
+#             default): the summary covers the runs made
 #   -o DIR    where each run's log and the summary go (default: a new temp dir)
 #
 # Every run is a fresh process of one test binary (built with -race unless
@@ -35,8 +38,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 kfake_runs=20 broker_runs=5 eh_runs=0 tests='TestFranz|TestKafkago|TestReliability'
-eh_pattern='^TestEventHubsReliability$/^memhub' race=-race out=''
-while getopts 'k:b:e:r:E:Ro:h' opt; do
+eh_pattern='^TestEventHubsReliability$/^memhub' race=-race budget=0 out=''
+while getopts 'k:b:e:r:E:Rt:o:h' opt; do
   case $opt in
     k) kfake_runs=$OPTARG ;;
     b) broker_runs=$OPTARG ;;
@@ -44,8 +47,9 @@ while getopts 'k:b:e:r:E:Ro:h' opt; do
     r) tests=$OPTARG ;;
     E) eh_pattern=$OPTARG ;;
     R) race='' ;;
+    t) budget=$OPTARG ;;
     o) out=$OPTARG ;;
-    *) sed -n '2,33p' "$0"; exit 2 ;;
+    *) sed -n '2,36p' "$0"; exit 2 ;;
   esac
 done
 out=${out:-$(mktemp -d /tmp/redeliver-flaky.XXXXXX)}
@@ -58,15 +62,22 @@ commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . || echo "+chang
 say "building the integration tests at $commit ${race:-without -race} into $bin"
 (cd integration && go test -c $race -o "$bin" .)
 
+t0=$(date +%s) last=0
+
 # run <provider> <n> <-test.run pattern>: n runs, logs in $out/<provider>-<i>.log
 run() {
   local provider=$1 n=$2 pattern=$3 i start rc
   for ((i = 1; i <= n; i++)); do
     start=$(date +%s)
+    if (( budget > 0 && start - t0 + last > budget )); then
+      say "$provider: time budget of ${budget}s spent, $((i - 1)) runs of $n made"
+      break
+    fi
     rc=0
     (cd integration && "$bin" -test.run "$pattern" -test.v -test.count=1 -test.timeout 40m) \
       >"$out/$provider-$i.log" 2>&1 || rc=$?
-    say "$provider run $i/$n: exit $rc in $(( $(date +%s) - start ))s"
+    last=$(( $(date +%s) - start ))
+    say "$provider run $i/$n: exit $rc in ${last}s"
   done
 }
 
