@@ -1043,6 +1043,10 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 	case errors.Is(err, ErrRevoked):
 		return w.abandonWith(ErrRevoked)
 	case err != nil:
+		// The claim ended (a stop, a revocation) while the commit waited
+		// to be tried again: never silent, as a write given up.
+		w.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
+			"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
 		return w.abandon(ctx)
 	}
 	if h := w.p.cfg.hooks.Checkpointed; h != nil {

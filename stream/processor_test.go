@@ -1,10 +1,12 @@
 package stream_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -586,6 +588,41 @@ func TestCommitFailureIsRetried(t *testing.T) {
 		}
 		if got := len(hs.rec.Deliveries()); got != 2 {
 			t.Fatalf("%d deliveries, want 2: a commit failure must not redeliver", got)
+		}
+	})
+}
+
+// A stop while a failed commit waits out its backoff gives the commit up
+// with a Warn line that says what the next owner delivers again; it does
+// not lose the records: the next owner delivers them again.
+func TestCommitGivenUpAtStopIsLogged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := streamtest.NewPartition("t", 0, 5)
+		p.AppendN(time.Now(), 5)
+		p.FailCommits(errors.New("coordinator not available"), errors.New("request timed out"))
+		var (
+			mu  sync.Mutex
+			buf bytes.Buffer
+		)
+		log := slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &buf}, nil))
+		hs := start(t, streamtest.Succeed, []*streamtest.Partition{p},
+			stream.WithLogger(log), stream.WithOperationBackoff(checkpoint.Fixed(time.Minute)))
+		synctest.Wait() // the commit failed twice; its next try is a minute away
+		hs.stop()
+		if c, _ := p.Committed(); c != -1 {
+			t.Fatalf("committed %d after the stop, want nothing", c)
+		}
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		if !strings.Contains(out, "level=WARN msg=\"redeliver: commit given up") || !strings.Contains(out, "next=5") {
+			t.Errorf("no Warn line on the commit given up:\n%s", out)
+		}
+		hs2 := start(t, streamtest.Succeed, []*streamtest.Partition{p})
+		hs2.waitAll()
+		hs2.stop()
+		if got := deliveriesPerBatch(hs2.rec.Deliveries())[0]; got != 1 {
+			t.Fatalf("the next owner delivered batch 0 %d times, want 1", got)
 		}
 	})
 }

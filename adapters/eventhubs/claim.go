@@ -225,7 +225,9 @@ func (c *claim) Resume() { c.paused = false }
 // expired), then clears
 // a retry state the checkpoint moved past or that md clears. Each write
 // goes through the store's fence; a lost claim writes nothing and gets
-// [ErrOwnershipLost].
+// [ErrOwnershipLost]. Once the checkpoint has moved past the state, the
+// commit is done: a clearing that fails then is logged and done again at
+// the next commit, and the commit succeeds.
 func (c *claim) Commit(ctx context.Context, next int64, md string) error {
 	if c.store.lost(c.gate) {
 		return fmt.Errorf("%w: %s: this claim lost it earlier", ErrOwnershipLost, c.key)
@@ -255,7 +257,19 @@ func (c *claim) Commit(ctx context.Context, next int64, md string) error {
 		// a crash between the two leaves a state the checkpoint has passed
 		// (ignored), never a withheld batch without its count.
 		if err := c.store.setState(ctx, c.key, next, ""); err != nil {
-			return err
+			if c.stateAt == next || IsOwnershipLost(err) {
+				// The checkpoint stays at the state's record: the state
+				// still applies to it.
+				return err
+			}
+			// The checkpoint has landed past the state, which no reader
+			// applies while it stays there: the commit is done (reported
+			// as failed, a stop before its next try would leave it
+			// unreported). The state is cleared at the next commit, so
+			// that a rewind to it later does not bring it back.
+			c.log.Warn("redeliver: clearing the retry state the checkpoint has passed failed; it is ignored while the checkpoint stays past it, and cleared at the next commit",
+				"next", next, "state_at", c.stateAt, "error", err)
+			return nil
 		}
 		c.stateAt = -1
 	}

@@ -162,6 +162,7 @@ func commitFailuresBackend(t *testing.T, e *env, perRecord bool) Figures {
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Millisecond, checkpoint.Exponential(time.Millisecond)))}
 	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
 	e.waitTotal(parts*n0, longWait)
+	waitReported(t, &hist, e.ends(parts, n0), wait)
 	e.stopAll()
 	r := check(t, &hist, e.ends(parts, n0))
 	if faults.Load() < 50 {
