@@ -79,7 +79,12 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 func highWater(maxBatch int) int { return max(4*maxBatch, 2048) }
 
 // run runs proc over the claim until it ends, and returns Process's error.
+//
+// sarama's consumer keeps a partition's pause across sessions (a partition
+// paused when its session ended starts paused in the next): the claim
+// resumes its partition when it starts, and when it ends paused.
 func (cl *claim) run(proc *stream.Processor) error {
+	cl.h.group.Resume(map[string][]int32{cl.key.topic: {cl.key.partition}})
 	go func() {
 		defer close(cl.pumped)
 		cl.pump()
@@ -94,6 +99,10 @@ func (cl *claim) run(proc *stream.Processor) error {
 	<-cl.pumped
 	cl.mu.Lock()
 	cl.buf.Drop()
+	if cl.groupPaused {
+		cl.groupPaused = false
+		cl.h.group.Resume(map[string][]int32{cl.key.topic: {cl.key.partition}})
+	}
 	cl.mu.Unlock()
 	return err
 }

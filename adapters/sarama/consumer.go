@@ -196,4 +196,3 @@ func (c *Consumer) Close() error {
 	c.e.life.Close()
 	return nil
 }
-
