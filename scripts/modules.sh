@@ -13,6 +13,7 @@ PUBLIC_MODULES=(
   adapters/franz/franzhost
   adapters/kafkago
   adapters/kafkago/kafkagohost
+  adapters/sarama
   cmd/redeliver
   host
   rdotel

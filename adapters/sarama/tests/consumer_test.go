@@ -39,10 +39,13 @@ func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
 		retried = make(chan struct{})
 	)
 	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+		// The batch that holds offset 20: how sarama's deliveries are
+		// cut into batches depends on the timing of its fetches.
+		has20 := b.Partition == 0 && b.FirstOffset() <= 20 && b.LastOffset() >= 20
+		if has20 && b.Attempt.Retry == 0 {
 			return errors.New("fail once")
 		}
-		if b.Partition == 0 && b.FirstOffset() == 20 {
+		if has20 {
 			once.Do(func() { close(retried) })
 		}
 		return nil
@@ -53,7 +56,7 @@ func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
 	select {
 	case <-retried:
 	case <-time.After(wait):
-		t.Fatal("batch 20-29 was not retried")
+		t.Fatal("the batch holding offset 20 was not retried")
 	}
 	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 3000, 1: 100})
 	kafkatest.CheckHistory(t, rec.Of("t", 0), 3000)
@@ -103,7 +106,9 @@ func TestRetryStateMovesWithThePartition(t *testing.T) {
 			newProc := func() *stream.Processor {
 				return kafkatest.NewProcessor(t, h, stream.WithPolicy(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(300 * time.Millisecond)}))
 			}
-			strategy := func(c *sarama.Config) { c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{s.strategy} }
+			strategy := func(c *sarama.Config) {
+				c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{s.strategy}
+			}
 			first := start(t, addrs, "g", "t", newProc(), strategy, rdsarama.WithMaxBatch(10))
 			select {
 			case <-second:
@@ -233,7 +238,10 @@ func TestZeroValuesAndNilArguments(t *testing.T) {
 		set  func(*sarama.Config)
 		want string
 	}{
-		{"no acks", func(c *sarama.Config) { c.Producer.RequiredAcks = sarama.NoResponse; c.Producer.Return.Successes = true }, "NoResponse"},
+		{"no acks", func(c *sarama.Config) {
+			c.Producer.RequiredAcks = sarama.NoResponse
+			c.Producer.Return.Successes = true
+		}, "NoResponse"},
 		{"no successes", func(c *sarama.Config) {}, "Return.Successes"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
