@@ -8,6 +8,7 @@
 MODULE_ROOT=github.com/redeliver-go/redeliver
 PUBLIC_MODULES=(
   .
+  adapters/confluent
   adapters/eventhubs
   adapters/franz
   adapters/franz/franzhost

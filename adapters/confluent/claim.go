@@ -36,7 +36,8 @@ type claim struct {
 	buf    *batching.Buffer[stream.Record] // guarded by mu
 	paused bool                            // paused in librdkafka; guarded by mu
 
-	out []stream.Record // the worker's own
+	out     []stream.Record // the worker's own
+	pending []stream.Record // the poll goroutine's own: polled, not yet pushed
 }
 
 func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata string) *claim {
@@ -47,6 +48,7 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 		Limit:     max(4*e.cfg.maxBatch, 2048),
 		OnFull:    cl.holdLocked,
 		OnDrained: cl.releaseLocked,
+		Reuse:     true,
 	})
 	return cl
 }
@@ -72,8 +74,8 @@ func (cl *claim) run() {
 	}
 }
 
-// push buffers a polled message.
-func (cl *claim) push(m *kafka.Message) {
+// add keeps a polled message for the next flush; the poll goroutine's own.
+func (cl *claim) add(m *kafka.Message) {
 	r := stream.Record{Topic: cl.key.topic, Partition: cl.key.partition, Offset: int64(m.TopicPartition.Offset),
 		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
 	if len(m.Headers) > 0 {
@@ -82,8 +84,17 @@ func (cl *claim) push(m *kafka.Message) {
 			r.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
 		}
 	}
+	cl.pending = append(cl.pending, r)
+}
+
+// flush buffers the messages add kept.
+func (cl *claim) flush() {
+	if len(cl.pending) == 0 {
+		return
+	}
 	cl.mu.Lock()
-	cl.buf.Push([]stream.Record{r})
+	cl.buf.Push(cl.pending)
+	cl.pending = cl.buf.Slice()
 	cl.mu.Unlock()
 }
 

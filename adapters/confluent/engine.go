@@ -20,8 +20,9 @@ import (
 // it is left to finish on its own.
 const (
 	commitGrace = 250 * time.Millisecond
-	closeWait   = 500 * time.Millisecond
+	closeWait   = 400 * time.Millisecond
 	pollTimeout = 50 // ms
+	pollBurst   = 500
 )
 
 // errRevoked is the cause of a claim whose partition librdkafka took back.
@@ -111,16 +112,27 @@ func (e *engine) run(ctx context.Context) error {
 		return fmt.Errorf("confluent: subscribe to %v: %w", e.cfg.topics, err)
 	}
 	for ctx.Err() == nil {
-		switch ev := c.Poll(pollTimeout).(type) {
-		case *kafka.Message:
-			e.deliver(ev)
-		case kafka.Error:
-			if ev.IsFatal() {
-				e.life.Fail(fmt.Errorf("confluent: fatal error of librdkafka: %w", ev))
-			} else {
-				e.log.Debug("redeliver: librdkafka reports an error; it goes on", "error", ev)
+		// What Poll has ready is taken at once, up to pollBurst events,
+		// and pushed to each claim in one piece.
+		timeout := pollTimeout
+		for range pollBurst {
+			ev := c.Poll(timeout)
+			if ev == nil {
+				break
+			}
+			timeout = 0
+			switch ev := ev.(type) {
+			case *kafka.Message:
+				e.deliver(ev)
+			case kafka.Error:
+				if ev.IsFatal() {
+					e.life.Fail(fmt.Errorf("confluent: fatal error of librdkafka: %w", ev))
+				} else {
+					e.log.Debug("redeliver: librdkafka reports an error; it goes on", "error", ev)
+				}
 			}
 		}
+		e.flush()
 	}
 	cause := context.Cause(ctx)
 	e.endClaims(e.allClaims(), cause)
@@ -157,7 +169,14 @@ func (e *engine) deliver(m *kafka.Message) {
 	if cl == nil {
 		return
 	}
-	cl.push(m)
+	cl.add(m)
+}
+
+// flush pushes what deliver added to each claim.
+func (e *engine) flush() {
+	for _, cl := range e.claims {
+		cl.flush()
+	}
 }
 
 func (e *engine) allClaims() []*claim {
