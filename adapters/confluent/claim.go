@@ -175,7 +175,9 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 		err   error
 	}
 	ch := make(chan answer, 1)
+	cl.e.inflight.Add(1)
 	go func() {
+		defer cl.e.inflight.Done()
 		parts, err := cl.c.CommitOffsets([]kafka.TopicPartition{{Topic: &t, Partition: cl.key.partition, Offset: kafka.Offset(next), Metadata: &md}})
 		ch <- answer{parts, err}
 	}()

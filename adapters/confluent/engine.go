@@ -43,7 +43,8 @@ type engine struct {
 	life   *lifecycle.Life
 	checks health.Checker
 
-	wg sync.WaitGroup // the workers
+	wg       sync.WaitGroup // the workers
+	inflight sync.WaitGroup // commit requests, also those a shutdown stopped waiting for
 
 	// The poll goroutine's own (the rebalance callback runs on it).
 	claims    map[tp]*claim
@@ -142,7 +143,12 @@ func (e *engine) run(ctx context.Context) error {
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
-		<-checked // the checks use their own clients; wait for them all the same
+		// Nothing may use the consumer once it is closed (librdkafka frees
+		// it): the workers, and commits cut short by the shutdown, finish
+		// first.
+		<-checked
+		e.wg.Wait()
+		e.inflight.Wait()
 		_ = c.Close()
 	}()
 	t := time.NewTimer(closeWait)

@@ -40,8 +40,10 @@ func (e *engine) check(ctx context.Context) []health.Problem {
 type metadataFunc func(topic *string, allTopics bool, timeoutMs int) (*kafka.Metadata, error)
 
 // topicMetadata asks get about each topic; it returns when ctx ends,
-// leaving the requests to their timeout.
-func topicMetadata(ctx context.Context, get metadataFunc, topics []string) (map[string]error, error) {
+// leaving the requests to their timeout. after, when not nil, is called
+// once the requests are done (whether or not topicMetadata has returned):
+// it closes what get uses.
+func topicMetadata(ctx context.Context, get metadataFunc, topics []string, after func()) (map[string]error, error) {
 	type answer struct {
 		errs map[string]error
 		err  error
@@ -52,6 +54,9 @@ func topicMetadata(ctx context.Context, get metadataFunc, topics []string) (map[
 	}
 	ch := make(chan answer, 1)
 	go func() {
+		if after != nil {
+			defer after()
+		}
 		errs := make(map[string]error, len(topics))
 		for _, t := range topics {
 			md, err := get(&t, false, int(timeout/time.Millisecond))
@@ -94,12 +99,7 @@ func (e *engine) checkTopics(ctx context.Context) []health.Problem {
 	if err != nil {
 		return []health.Problem{health.Unreachable("confluent", err)}
 	}
-	errs, err := topicMetadata(ctx, adm.GetMetadata, e.cfg.topics)
-	if ctx.Err() != nil {
-		go adm.Close() // after its request's timeout
-	} else {
-		adm.Close()
-	}
+	errs, err := topicMetadata(ctx, adm.GetMetadata, e.cfg.topics, adm.Close)
 	if err != nil {
 		return []health.Problem{health.Unreachable("confluent", err)}
 	}

@@ -114,7 +114,7 @@ func writeError(topic, what string, err error) error {
 // checkTopic is a consumer's start check of the topic its processor
 // dead-letters to through p: a metadata request through the producer.
 func (p *Publisher) checkTopic(ctx context.Context, topic string) []health.Problem {
-	errs, err := topicMetadata(ctx, p.p.GetMetadata, []string{topic})
+	errs, err := topicMetadata(ctx, p.p.GetMetadata, []string{topic}, nil)
 	if err != nil {
 		return []health.Problem{health.DeadLetterUnreachable("confluent", err)}
 	}
