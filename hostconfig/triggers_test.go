@@ -109,7 +109,7 @@ func TestTriggerErrors(t *testing.T) {
 		{"unknown type", `{"triggers": {"a": {"type": "kafak", "topic": "t", "consumerGroup": "g"}}}`,
 			`host.json:1:29: triggers.a.type: unknown value "kafak": did you mean kafka?: want kafka`},
 		{"unknown adapter", `{"triggers": {"a": {"type": "kafka", "adapter": "franzgo", "topic": "t", "consumerGroup": "g"}}}`,
-			`host.json:1:49: triggers.a.adapter: unknown value "franzgo": did you mean franz?: want franz or kafkago`},
+			`host.json:1:49: triggers.a.adapter: unknown value "franzgo": did you mean franz?: want franz or kafkago or sarama or confluent`},
 		{"group alias", `{"triggers": {"a": {"type": "kafka", "topic": "t", "group": "g"}}}`,
 			"host.json:1:20: triggers.a: consumerGroup is missing: want the consumer group its consumer joins (or shareGroup, to read through a share group)\n" +
 				`hostconfig: host.json:1:52: triggers.a: unknown field "group": did you mean consumerGroup?`},

@@ -117,8 +117,8 @@ graph_forbidden() {
   case "$1" in
     adapters/kafkago | adapters/kafkago/kafkagohost) echo 'github.com/twmb/franz-go|github.com/IBM/sarama|github.com/confluentinc/|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org' ;;
     adapters/franz | adapters/franz/franzhost) echo 'github.com/segmentio/kafka-go|github.com/IBM/sarama|github.com/confluentinc/|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org' ;;
-    adapters/confluent) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/IBM/sarama|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org' ;;
-    adapters/sarama) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/confluentinc/|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org' ;;
+    adapters/confluent | adapters/confluent/confluenthost) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/IBM/sarama|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org' ;;
+    adapters/sarama | adapters/sarama/saramahost) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/confluentinc/|github.com/Azure/|github.com/jackc/|go.opentelemetry.io|modernc.org' ;;
     adapters/eventhubs) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/jackc/|modernc.org' ;;
     redrive/pgstore) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/Azure/|go.opentelemetry.io|modernc.org' ;;
     redrive/sqlitestore) echo 'github.com/twmb/franz-go|github.com/segmentio/kafka-go|github.com/Azure/|github.com/jackc/|go.opentelemetry.io' ;;

@@ -16,8 +16,10 @@
 package saramahost
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/IBM/sarama"
 
@@ -121,22 +123,70 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	return c, nil
 }
 
-// Publisher builds a sarama adapter's Publisher on a sarama client of its
-// own, on brokers and edited by [WithConfig]; close closes the producer and
-// the client. sarama's client asks the brokers for their metadata when it
-// is made: Publisher returns an error when they do not answer.
+// Publisher returns the host's dead-letter publisher: a sarama adapter's
+// Publisher on a sarama client of its own, on brokers and edited by
+// [WithConfig]; close closes the producer and the client. sarama's client
+// asks the brokers for their metadata when it is made, so that it is made
+// at the first dead letter (and again at the next one, while the brokers
+// do not answer), not when the host starts: a host starts while the
+// brokers are away, as with the other adapters.
 func (a *Adapter) Publisher(brokers []string) (stream.Publisher, func() error, error) {
 	if a == nil {
 		return nil, nil, errNotNew
 	}
-	client, err := sarama.NewClient(brokers, a.newConfig())
+	lp := &lazyPublisher{brokers: append([]string(nil), brokers...), config: a.newConfig}
+	return lp, lp.close, nil
+}
+
+// lazyPublisher makes its client and publisher at its first publish.
+type lazyPublisher struct {
+	brokers []string
+	config  func() *sarama.Config
+
+	mu     sync.Mutex
+	client sarama.Client
+	pub    *rdsarama.Publisher
+	closed bool
+}
+
+// Publish makes the client and publisher if they are not made yet, and
+// publishes recs through them.
+func (lp *lazyPublisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	pub, err := lp.publisher()
 	if err != nil {
-		return nil, nil, fmt.Errorf("saramahost: the dead-letter producer's client: %w", err)
+		return err
 	}
-	p, err := rdsarama.NewPublisher(client)
+	return pub.Publish(ctx, topic, recs)
+}
+
+func (lp *lazyPublisher) publisher() (*rdsarama.Publisher, error) {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	switch {
+	case lp.closed:
+		return nil, errors.New("saramahost: the dead-letter publisher is closed")
+	case lp.pub != nil:
+		return lp.pub, nil
+	}
+	client, err := sarama.NewClient(lp.brokers, lp.config())
+	if err != nil {
+		return nil, fmt.Errorf("saramahost: the dead-letter producer's client: %w", err)
+	}
+	pub, err := rdsarama.NewPublisher(client)
 	if err != nil {
 		_ = client.Close()
-		return nil, nil, fmt.Errorf("saramahost: WithConfig: %w", err)
+		return nil, fmt.Errorf("saramahost: WithConfig: %w", err)
 	}
-	return p, func() error { return errors.Join(p.Close(), client.Close()) }, nil
+	lp.client, lp.pub = client, pub
+	return pub, nil
+}
+
+func (lp *lazyPublisher) close() error {
+	lp.mu.Lock()
+	defer lp.mu.Unlock()
+	lp.closed = true
+	if lp.pub == nil {
+		return nil
+	}
+	return errors.Join(lp.pub.Close(), lp.client.Close())
 }

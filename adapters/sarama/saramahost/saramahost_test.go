@@ -70,7 +70,14 @@ func TestConsumer(t *testing.T) {
 	if _, _, err := zero.Publisher(nil); err == nil {
 		t.Error("a nil Adapter's Publisher returned no error")
 	}
-	if _, _, err := a.Publisher([]string{"127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "dead-letter producer's client") {
-		t.Errorf("Publisher on brokers that do not answer: %v", err)
+	pub, closePub, err := a.Publisher([]string{"127.0.0.1:1"})
+	if err != nil {
+		t.Fatalf("Publisher on brokers that do not answer: %v, want it made (its client is made at the first publish)", err)
+	}
+	if err := pub.Publish(context.Background(), "dlq", []stream.Record{{}}); err == nil || !strings.Contains(err.Error(), "dead-letter producer's client") {
+		t.Errorf("Publish on brokers that do not answer: %v", err)
+	}
+	if err := closePub(); err != nil {
+		t.Errorf("close: %v", err)
 	}
 }
