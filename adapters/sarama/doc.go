@@ -71,11 +71,15 @@
 // Run returns once every worker has stopped; it returns nil when it stopped
 // because its context ended or [Consumer.Close] was called. A commit in
 // flight is waited for at most 250ms. Closing sarama's consumer group (its
-// session released, the member gone from the group) is waited for 400ms:
-// past that (a request the broker has not answered, which sarama would wait
-// for up to its Net.ReadTimeout) the client is closed, and after 150ms more
-// sarama's goroutines are left to end on their own. Run returns within a
-// second of its context's end whatever the broker is slow to answer.
+// session released, the member gone from the group) is waited for 400ms,
+// or Consumer.MaxWaitTime + 250ms when that is longer (sarama releases a
+// session once the fetches in flight have come back, which an idle
+// partition's does after MaxWaitTime): past that (a request the broker has
+// not answered, which sarama would wait for up to its Net.ReadTimeout) the
+// client is closed, and after 150ms more sarama's goroutines are left to
+// end on their own. With sarama's default MaxWaitTime (500ms), Run returns
+// within a second of its context's end whatever the broker is slow to
+// answer.
 //
 // # Health
 //

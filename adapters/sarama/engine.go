@@ -158,13 +158,17 @@ func (e *engine) run(ctx context.Context) error {
 		<-consumed
 		_ = group.Close()
 	}()
-	t := time.NewTimer(leaveWait)
+	// sarama releases a session once each partition consumer's fetch in
+	// flight has come back (the broker holds it up to MaxWaitTime when
+	// there is nothing to read), and only then leaves the group.
+	wait := max(leaveWait, e.cfg.sarama.Consumer.MaxWaitTime+250*time.Millisecond)
+	t := time.NewTimer(wait)
 	select {
 	case <-closed:
 		t.Stop()
 	case <-t.C:
 		e.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
-			"group", e.cfg.group, "waited", leaveWait)
+			"group", e.cfg.group, "waited", wait)
 		_ = client.Close()
 		t2 := time.NewTimer(closeWait)
 		select {
