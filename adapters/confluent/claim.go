@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
@@ -32,9 +33,10 @@ type claim struct {
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the worker has returned
 
-	mu     sync.Mutex
-	buf    *batching.Buffer[stream.Record] // guarded by mu
-	paused bool                            // paused in librdkafka; guarded by mu
+	mu         sync.Mutex
+	buf        *batching.Buffer[stream.Record] // guarded by mu
+	paused     bool                            // paused in librdkafka; guarded by mu
+	pauseTimer *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
 
 	out     []stream.Record // the worker's own
 	pending []stream.Record // the poll goroutine's own: polled, not yet pushed
@@ -61,6 +63,9 @@ func (cl *claim) run() {
 	ended := cl.ctx.Err() != nil
 	cl.cancel(errRevoked)
 	cl.mu.Lock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
 	cl.buf.Drop()
 	if cl.paused {
 		// A pause may outlive the assignment: resume before the partition
@@ -144,21 +149,41 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	return out, nil
 }
 
+// pauseDelay is how long a backoff lasts before its partition is paused in
+// librdkafka: a pause drops what librdkafka has fetched ahead and a resume
+// fetches it again, which costs more than the backoffs of a millisecond or
+// so that most retries wait; meanwhile, what comes is buffered, within the
+// buffer's bound.
+const pauseDelay = 100 * time.Millisecond
+
 // Pause pauses the partition in librdkafka while the Processor waits out a
-// backoff.
+// backoff, once the backoff has lasted pauseDelay.
 func (cl *claim) Pause() {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
 	cl.buf.Pause()
-	cl.holdLocked()
-	cl.mu.Unlock()
+	if cl.pauseTimer == nil {
+		cl.pauseTimer = time.AfterFunc(pauseDelay, func() {
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			if cl.buf.Paused() && cl.ctx.Err() == nil {
+				cl.holdLocked()
+			}
+		})
+	} else {
+		cl.pauseTimer.Reset(pauseDelay)
+	}
 }
 
 // Resume undoes Pause.
 func (cl *claim) Resume() {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
 	cl.buf.Resume()
 	cl.releaseLocked()
-	cl.mu.Unlock()
 }
 
 // Commit commits next with metadata for the partition

@@ -38,22 +38,25 @@
 //   - Checkpoints are committed per partition, synchronously, after the
 //     batch is handled, with [kafka.Consumer.CommitOffsets] and the
 //     metadata string the Processor gives in TopicPartition.Metadata.
-//   - Pause. While a batch waits out a backoff, or the claim's buffer holds
-//     max(4 x max batch, 2048) records (until the worker has taken it down
-//     to half), the partition is paused in librdkafka
-//     ([kafka.Consumer.Pause]); heartbeats go on, so a backoff longer than
-//     the session timeout causes no rebalance. librdkafka drops what it had
-//     fetched for the partition but not yet handed to Poll, and fetches it
-//     again after the resume; records already polled stay buffered, in
-//     order.
+//   - Pause. Once a batch has waited out 100ms of a backoff, or while the
+//     claim's buffer holds max(4 x max batch, 2048) records (until the
+//     worker has taken it down to half), the partition is paused in
+//     librdkafka ([kafka.Consumer.Pause]); heartbeats go on, so a backoff
+//     longer than the session timeout causes no rebalance. librdkafka drops
+//     what it had fetched for the partition but not yet handed to Poll, and
+//     fetches it again after the resume, which costs a fetch's round trip:
+//     so the short backoffs most retries wait do not pause it, and what
+//     comes meanwhile is buffered, within the buffer's bound. Records
+//     already polled stay buffered, in order.
 //
 // # Shutdown
 //
 // Run returns once every worker has stopped; it returns nil when it stopped
 // because its context ended or [Consumer.Close] was called. A commit in
 // flight is waited for at most 250ms; the consumer's Close (which leaves
-// the group) at most 400ms, after which it is left to finish on its own
-// goroutine.
+// the group, once the fetches in flight have come back) at most 400ms, or
+// fetch.wait.max.ms + 250ms when that is longer, after which it is left to
+// finish on its own goroutine.
 //
 // # Health
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
 
@@ -151,12 +152,15 @@ func (e *engine) run(ctx context.Context) error {
 		e.inflight.Wait()
 		_ = c.Close()
 	}()
-	t := time.NewTimer(closeWait)
+	// librdkafka's close waits for the fetches in flight, which the broker
+	// holds up to fetch.wait.max.ms when there is nothing to read.
+	wait := max(closeWait, fetchWait(e.cfg.conf)+250*time.Millisecond)
+	t := time.NewTimer(wait)
 	select {
 	case <-closed:
 	case <-t.C:
 		e.log.Warn("redeliver: the consumer did not close in time: a request to the broker is still waiting for its answer; it is left to close on its own",
-			"group", e.group(), "waited", closeWait)
+			"group", e.group(), "waited", wait)
 	}
 	t.Stop()
 	e.wg.Wait()
@@ -308,4 +312,21 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 			cl.run()
 		}()
 	}
+}
+
+// fetchWait is the configuration's fetch.wait.max.ms (librdkafka's default:
+// 500ms).
+func fetchWait(conf kafka.ConfigMap) time.Duration {
+	ms := 500
+	switch v := conf["fetch.wait.max.ms"].(type) {
+	case int:
+		ms = v
+	case int64:
+		ms = int(v)
+	case string:
+		if n, err := strconv.Atoi(v); err == nil {
+			ms = n
+		}
+	}
+	return time.Duration(ms) * time.Millisecond
 }
