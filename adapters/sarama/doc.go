@@ -33,7 +33,12 @@
 //     generation and member ID (and group instance ID), with the metadata
 //     string the Processor gives. sarama's automatic commits are turned off
 //     (Consumer.Offsets.AutoCommit.Enable false, set on the consumer's copy
-//     of the configuration). The session's MarkOffset and Commit are not
+//     of the configuration). The commits, and the reads of the committed
+//     offsets, go through a sarama client of their own, so through a
+//     connection of their own: a broker answers a connection's requests in
+//     order, and on the consumer's connection each commit waited behind a
+//     fetch the broker held for up to Consumer.MaxWaitTime.
+//     The session's MarkOffset and Commit are not
 //     used: Commit returns no error (a refused commit would go unseen), and
 //     MarkOffset ignores an offset that is not past the last one marked, so
 //     the retry state of a withheld batch, written at the same offset with

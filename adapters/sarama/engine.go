@@ -109,7 +109,7 @@ func (e *engine) run(ctx context.Context) error {
 	}()
 	defer func() { <-checked }()
 
-	client, group := e.connect(ctx)
+	client, commits, group := e.connect(ctx)
 	if client == nil {
 		e.log.Info("redeliver: consumer stopped", "group", e.cfg.group, "cause", context.Cause(ctx))
 		return nil
@@ -128,7 +128,7 @@ func (e *engine) run(ctx context.Context) error {
 
 	commitCtx, stopCommits := lifecycle.Linger(ctx, commitGrace)
 	defer stopCommits()
-	h := &handler{e: e, client: client, group: group, runCtx: ctx, commitCtx: commitCtx}
+	h := &handler{e: e, client: commits, group: group, runCtx: ctx, commitCtx: commitCtx}
 	consumed := make(chan struct{})
 	go func() {
 		defer close(consumed)
@@ -170,6 +170,7 @@ func (e *engine) run(ctx context.Context) error {
 		e.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
 			"group", e.cfg.group, "waited", wait)
 		_ = client.Close()
+		_ = commits.Close()
 		t2 := time.NewTimer(closeWait)
 		select {
 		case <-closed:
@@ -179,6 +180,7 @@ func (e *engine) run(ctx context.Context) error {
 		t2.Stop()
 	}
 	e.wg.Wait()
+	_ = commits.Close() // a commit the shutdown stopped waiting for fails at once
 	select {
 	case <-errsDone:
 	default:
@@ -187,14 +189,21 @@ func (e *engine) run(ctx context.Context) error {
 	return nil
 }
 
-// connect makes the client and the consumer group, trying again every
-// clientRetry while the brokers do not answer. It returns nils when ctx
-// ends first; a client made after that is closed.
-func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.ConsumerGroup) {
+// connect makes the client and the consumer group, and the client of the
+// commits, trying again every clientRetry while the brokers do not answer.
+// It returns nils when ctx ends first; clients made after that are closed.
+//
+// The commits (and the reads of the committed offsets) go through a client
+// of their own, so through a connection of their own to the coordinator:
+// a broker answers the requests of a connection one after the other, and
+// on the consumer's connection a commit would wait behind a fetch the
+// broker holds for up to Consumer.MaxWaitTime when there is nothing new.
+func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sarama.ConsumerGroup) {
 	type made struct {
-		client sarama.Client
-		group  sarama.ConsumerGroup
-		err    error
+		client  sarama.Client
+		commits sarama.Client
+		group   sarama.ConsumerGroup
+		err     error
 	}
 	for {
 		ch := make(chan made, 1)
@@ -204,30 +213,38 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.ConsumerGro
 				ch <- made{err: err}
 				return
 			}
-			group, err := sarama.NewConsumerGroupFromClient(e.cfg.group, client)
+			commits, err := sarama.NewClient(e.cfg.brokers, e.cfg.sarama)
 			if err != nil {
 				_ = client.Close()
 				ch <- made{err: err}
 				return
 			}
-			ch <- made{client: client, group: group}
+			group, err := sarama.NewConsumerGroupFromClient(e.cfg.group, client)
+			if err != nil {
+				_ = client.Close()
+				_ = commits.Close()
+				ch <- made{err: err}
+				return
+			}
+			ch <- made{client: client, commits: commits, group: group}
 		}()
 		select {
 		case m := <-ch:
 			if m.err == nil {
-				return m.client, m.group
+				return m.client, m.commits, m.group
 			}
 			e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
 		case <-ctx.Done():
 			go func() {
 				if m := <-ch; m.err == nil {
 					_ = m.group.Close()
+					_ = m.commits.Close()
 				}
 			}()
-			return nil, nil
+			return nil, nil, nil
 		}
 		if !sleep(ctx, clientRetry) {
-			return nil, nil
+			return nil, nil, nil
 		}
 	}
 }
@@ -247,7 +264,7 @@ func (e *engine) groupError(err error) {
 // handler is the sarama.ConsumerGroupHandler of one Run.
 type handler struct {
 	e         *engine
-	client    sarama.Client
+	client    sarama.Client // the commits' client, apart from the consumer's (see connect)
 	group     sarama.ConsumerGroup
 	runCtx    context.Context
 	commitCtx context.Context // ends commitGrace after runCtx
