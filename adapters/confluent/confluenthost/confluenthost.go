@@ -124,8 +124,10 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 }
 
 // Publisher builds a confluent adapter's Publisher on a producer of its
-// own, on brokers and edited by [WithProducerConfig]; close flushes
-// (at most 10s) and closes the producer.
+// own, on brokers and edited by [WithProducerConfig]; close closes the
+// producer. Every publish waits for its records' delivery reports, so
+// close has none to wait for (librdkafka's Flush would also wait for its
+// own requests to brokers that do not answer).
 func (a *Adapter) Publisher(brokers []string) (stream.Publisher, func() error, error) {
 	if a == nil {
 		return nil, nil, errNotNew
@@ -144,7 +146,6 @@ func (a *Adapter) Publisher(brokers []string) (stream.Publisher, func() error, e
 		return nil, nil, fmt.Errorf("confluenthost: %w", err)
 	}
 	return pub, func() error {
-		p.Flush(10_000)
 		p.Close()
 		return nil
 	}, nil
