@@ -75,4 +75,12 @@
 // that does not exist as failed after topic.metadata.propagation.max.ms
 // (30s by default). librdkafka writes its log to stderr unless its
 // configuration says otherwise (log_level, or a logs channel).
+//
+// # Module graph
+//
+// confluent-kafka-go's go.mod requires the Azure SDK (for its schema
+// registry's packages), testcontainers and OpenTelemetry (for its own
+// tests): a program that uses this adapter has about 240 modules in its
+// module graph, though its build compiles only confluent-kafka-go's kafka
+// package and librdkafka.
 package confluent
