@@ -17,8 +17,10 @@
 // the [Adapter] it names, given with [WithAdapter] from a module of its own
 // beside the client's adapter, so that a program builds only the clients
 // it uses: adapters/franz/franzhost (twmb/franz-go, "franz", the default
-// of a trigger that names none) and adapters/kafkago/kafkagohost
-// (segmentio/kafka-go, "kafkago"). A trigger that names an adapter the
+// of a trigger that names none), adapters/kafkago/kafkagohost
+// (segmentio/kafka-go, "kafkago"), adapters/sarama/saramahost (IBM/sarama,
+// "sarama") and adapters/confluent/confluenthost (confluent-kafka-go,
+// "confluent", with cgo). A trigger that names an adapter the
 // host was not given is an error when Run starts, which says what to add.
 //
 // Each function gets its own [stream.Processor] (its policy and exhaustion

@@ -230,8 +230,9 @@ func WithProcessorOptions(opts ...stream.Option) SharedOption {
 // rebuild.
 type Kafka struct {
 	// Adapter names the [Adapter] that runs the trigger: "franz"
-	// (twmb/franz-go, the default when empty) or "kafkago"
-	// (segmentio/kafka-go), or another given with [WithAdapter].
+	// (twmb/franz-go, the default when empty), "kafkago"
+	// (segmentio/kafka-go), "sarama" (IBM/sarama), "confluent"
+	// (confluent-kafka-go), or another given with [WithAdapter].
 	Adapter string
 	// Topic is the topic the function consumes: a name Kafka accepts
 	// (ASCII letters, digits, '.', '_' and '-'), or Run refuses it.

@@ -105,8 +105,10 @@ const defaultAdapter = "franz"
 // adapterModules says, for the adapters redeliver provides, where a user
 // finds them.
 var adapterModules = map[string]string{
-	"franz":   "give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)",
-	"kafkago": "give host.WithAdapter(a) with a from kafkagohost.New() (module github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost, on segmentio/kafka-go)",
+	"franz":     "give host.WithAdapter(a) with a from franzhost.New() (module github.com/redeliver-go/redeliver/adapters/franz/franzhost, on twmb/franz-go)",
+	"kafkago":   "give host.WithAdapter(a) with a from kafkagohost.New() (module github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost, on segmentio/kafka-go)",
+	"sarama":    "give host.WithAdapter(a) with a from saramahost.New() (module github.com/redeliver-go/redeliver/adapters/sarama/saramahost, on IBM/sarama)",
+	"confluent": "give host.WithAdapter(a) with a from confluenthost.New() (module github.com/redeliver-go/redeliver/adapters/confluent/confluenthost, on confluent-kafka-go)",
 }
 
 // bindAdapter finds the adapter of f's Kafka trigger, the default when it
@@ -141,7 +143,7 @@ func (h *Host) bindAdapter(f *function) error {
 	}
 	how, ok := adapterModules[name]
 	if !ok {
-		how = "give host.WithAdapter an adapter of that name; redeliver's are franz and kafkago"
+		how = "give host.WithAdapter an adapter of that name; redeliver's are franz, kafkago, sarama and confluent"
 	}
 	if !named && len(have) > 0 {
 		if f.origin == "code" {

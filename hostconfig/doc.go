@@ -22,7 +22,7 @@
 //     When checkpointRetryPolicy also sets a host-wide policy, it wins and
 //     [Config.Warnings] says so.
 //   - triggers: by function name, what starts each function of a host: a
-//     Kafka topic and consumer group, the adapter (franz or kafkago) and
+//     Kafka topic and consumer group, the adapter (franz, kafkago, sarama or confluent) and
 //     the most records a batch holds. [Config.CheckFunctions] checks the
 //     names against the functions a host runs.
 //   - redrive: the scheduled re-drive of parked records ([Redrive]); its

@@ -21,8 +21,11 @@ var triggerFields = []string{"type", "adapter", "topic", "consumerGroup", "share
 // The trigger types and the adapters of each.
 var (
 	triggerTypes  = []string{"kafka"}
-	kafkaAdapters = []string{"franz", "kafkago"}
+	kafkaAdapters = []string{"franz", "kafkago", "sarama", "confluent"}
 )
+
+// clientNames names the client of each adapter, for messages.
+var clientNames = map[string]string{"kafkago": "kafka-go", "sarama": "sarama", "confluent": "confluent-kafka-go"}
 
 // fieldAliases are names other tools give our fields, for the message about
 // an unknown one.
@@ -55,8 +58,9 @@ type Trigger struct {
 	Origin string
 	// Type is "kafka".
 	Type string
-	// Adapter is the Kafka client: "franz" (twmb/franz-go, the default) or
-	// "kafkago" (segmentio/kafka-go).
+	// Adapter is the Kafka client: "franz" (twmb/franz-go, the default),
+	// "kafkago" (segmentio/kafka-go), "sarama" (IBM/sarama) or "confluent"
+	// (confluent-kafka-go).
 	Adapter string
 	// Topic is the topic the function consumes.
 	Topic string
@@ -324,8 +328,8 @@ func (d *decoder) trigger(name string, n *node) (Trigger, bool) {
 		d.add(sg.val, "a trigger reads through a consumer group or a share group, not both: consumerGroup is also set, at %s", d.pos(cg.val))
 	case sg != nil:
 		t.ShareGroup = d.name(n, f, "shareGroup", "the share group its consumer joins")
-		if m := f["adapter"]; m != nil && t.Adapter == "kafkago" {
-			d.add(m.val, `kafka-go has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`)
+		if m := f["adapter"]; m != nil && t.Adapter != "" && t.Adapter != "franz" {
+			d.add(m.val, `%s has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`, clientNames[t.Adapter])
 		}
 	default:
 		t.ConsumerGroup = d.name(n, f, "consumerGroup", "the consumer group its consumer joins (or shareGroup, to read through a share group)")

@@ -57,6 +57,17 @@ func TestTriggers(t *testing.T) {
 		t.Error("a trigger for audit")
 	}
 
+	// The sarama and confluent adapters, by name.
+	for _, name := range []string{"sarama", "confluent"} {
+		cfg, err := noEnv.Parse("host.json", []byte(`{"triggers": {"f": {"type": "kafka", "adapter": "`+name+`", "topic": "t", "consumerGroup": "g"}}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, _ := cfg.Trigger("f"); f.Adapter != name || f.ConsumerGroup != "g" {
+			t.Errorf("%s trigger = %+v", name, f)
+		}
+	}
+
 	// A share group, with the franz adapter by default.
 	cfg, err = noEnv.Parse("host.json", []byte(`{"triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}}}`))
 	if err != nil {
@@ -109,7 +120,7 @@ func TestTriggerErrors(t *testing.T) {
 		{"unknown type", `{"triggers": {"a": {"type": "kafak", "topic": "t", "consumerGroup": "g"}}}`,
 			`host.json:1:29: triggers.a.type: unknown value "kafak": did you mean kafka?: want kafka`},
 		{"unknown adapter", `{"triggers": {"a": {"type": "kafka", "adapter": "franzgo", "topic": "t", "consumerGroup": "g"}}}`,
-			`host.json:1:49: triggers.a.adapter: unknown value "franzgo": did you mean franz?: want franz or kafkago`},
+			`host.json:1:49: triggers.a.adapter: unknown value "franzgo": did you mean franz?: want franz or kafkago or sarama or confluent`},
 		{"group alias", `{"triggers": {"a": {"type": "kafka", "topic": "t", "group": "g"}}}`,
 			"host.json:1:20: triggers.a: consumerGroup is missing: want the consumer group its consumer joins (or shareGroup, to read through a share group)\n" +
 				`hostconfig: host.json:1:52: triggers.a: unknown field "group": did you mean consumerGroup?`},
@@ -117,6 +128,10 @@ func TestTriggerErrors(t *testing.T) {
 			`host.json:1:88: triggers.a.shareGroup: a trigger reads through a consumer group or a share group, not both: consumerGroup is also set, at host.json:1:69`},
 		{"share group on kafka-go", `{"triggers": {"a": {"type": "kafka", "adapter": "kafkago", "topic": "t", "shareGroup": "s"}}}`,
 			`host.json:1:49: triggers.a.adapter: kafka-go has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`},
+		{"share group on sarama", `{"triggers": {"a": {"type": "kafka", "adapter": "sarama", "topic": "t", "shareGroup": "s"}}}`,
+			`host.json:1:49: triggers.a.adapter: sarama has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`},
+		{"share group on confluent", `{"triggers": {"a": {"type": "kafka", "adapter": "confluent", "topic": "t", "shareGroup": "s"}}}`,
+			`host.json:1:49: triggers.a.adapter: confluent-kafka-go has no share-group consumer: a shareGroup trigger needs "adapter": "franz" (the default)`},
 		{"misspelt field", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "maxBatchSise": 5}}}`,
 			`host.json:1:74: triggers.a: unknown field "maxBatchSise": did you mean maxBatchSize?`},
 		{"empty topic", `{"triggers": {"a": {"type": "kafka", "topic": " ", "consumerGroup": "g"}}}`,

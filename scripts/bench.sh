@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the benchmarks of the engine (stream), of both Kafka adapters and of
+# Runs the benchmarks of the engine (stream), of the Kafka adapters and of
 # the peers (module bench: other consumers on the same failure scenario) in
 # alternating rounds, each leaf in a process of its own, and prints one
 # table: per leaf the median, minimum and maximum records/s and the median
@@ -34,11 +34,14 @@ echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/
 echo "# ROUNDS=$ROUNDS RECORDS=$RECORDS; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Each adapter is a module of its own; its tests (and benchmarks) live in
-# a module apart, adapters/franz/tests and adapters/kafkago/tests, so that
+# a module apart (adapters/franz/tests, adapters/kafkago/tests,
+# adapters/sarama/tests, adapters/confluent/tests), so that
 # the adapter's module requires no test broker.
 go test -c -o "$bin/stream.test" ./stream
 (cd adapters/franz/tests && go test -c -o "$bin/franz.test" . && go test -c -o "$bin/share.test" ./share)
 (cd adapters/kafkago/tests && go test -c -o "$bin/kafkago.test" .)
+(cd adapters/sarama/tests && go test -c -o "$bin/sarama.test" .)
+(cd adapters/confluent/tests && go test -c -o "$bin/confluent.test" .)
 # The peers (raw loops, kafka.Reader, Watermill) live in the module bench, so
 # that no user of redeliver pulls them.
 (cd bench && go test -c -o "$bin/peers.test" .)
@@ -68,6 +71,14 @@ comparisons=(
   "kafkago failure p=1|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
   "kafkago failure p=8|kafkago|${RECORDS}x|BenchmarkFailurePath/rawconn/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "kafkago poison p=8|kafkago|${RECORDS}x|BenchmarkPoison/rawconn/partitions=8|BenchmarkPoison/redeliver/partitions=8"
+  "sarama success p=1|sarama|${RECORDS}x|BenchmarkSuccessPath/raw/partitions=1|BenchmarkSuccessPath/redeliver/partitions=1"
+  "sarama success p=8|sarama|${RECORDS}x|BenchmarkSuccessPath/raw/partitions=8|BenchmarkSuccessPath/redeliver/partitions=8"
+  "sarama failure p=1|sarama|${RECORDS}x|BenchmarkFailurePath/raw/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
+  "sarama failure p=8|sarama|${RECORDS}x|BenchmarkFailurePath/raw/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
+  "confluent success p=1|confluent|${RECORDS}x|BenchmarkSuccessPath/raw/partitions=1|BenchmarkSuccessPath/redeliver/partitions=1"
+  "confluent success p=8|confluent|${RECORDS}x|BenchmarkSuccessPath/raw/partitions=8|BenchmarkSuccessPath/redeliver/partitions=8"
+  "confluent failure p=1|confluent|${RECORDS}x|BenchmarkFailurePath/raw/partitions=1|BenchmarkFailurePath/redeliver/partitions=1"
+  "confluent failure p=8|confluent|${RECORDS}x|BenchmarkFailurePath/raw/partitions=8|BenchmarkFailurePath/redeliver/partitions=8"
   "telemetry engine|rdotel|50000x|BenchmarkSuccessPath/off|BenchmarkSuccessPath/empty-hooks|BenchmarkSuccessPath/metrics|BenchmarkSuccessPath/traces"
   "telemetry franz p=8|peers|${RECORDS}x|BenchmarkTelemetry/off/partitions=8|BenchmarkTelemetry/metrics/partitions=8|BenchmarkTelemetry/traces/partitions=8"
   "peers p=1|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=1|BenchmarkPeersFailure/redeliver-kafkago/partitions=1|BenchmarkPeersFailure/franz-inplace/partitions=1|BenchmarkPeersFailure/kafkago-reader/partitions=1|BenchmarkPeersFailure/watermill/partitions=1"

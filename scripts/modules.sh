@@ -8,11 +8,15 @@
 MODULE_ROOT=github.com/redeliver-go/redeliver
 PUBLIC_MODULES=(
   .
+  adapters/confluent
+  adapters/confluent/confluenthost
   adapters/eventhubs
   adapters/franz
   adapters/franz/franzhost
   adapters/kafkago
   adapters/kafkago/kafkagohost
+  adapters/sarama
+  adapters/sarama/saramahost
   cmd/redeliver
   host
   rdotel

@@ -1,0 +1,244 @@
+package confluent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/redeliver-go/redeliver/internal/batching"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// claim is one assigned partition: a [stream.Claim] whose buffer
+// (batching.Buffer) the poll goroutine fills with the partition's
+// messages. While the worker waits out a backoff, or the buffer holds
+// max(4 x max batch, 2048) records (until the worker has taken it down to
+// half), the partition is paused in librdkafka (Consumer.Pause), which
+// stops fetching it and drops what it had fetched but not yet handed to
+// Poll; on Resume it fetches again from the message after the last one
+// polled, so nothing is lost or repeated.
+type claim struct {
+	e         *engine
+	c         *kafka.Consumer
+	key       tp
+	committed int64
+	metadata  string
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the worker has returned
+
+	mu         sync.Mutex
+	buf        *batching.Buffer[stream.Record] // guarded by mu
+	paused     bool                            // paused in librdkafka; guarded by mu
+	pauseTimer *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
+
+	out     []stream.Record // the worker's own
+	pending []stream.Record // the poll goroutine's own: polled, not yet pushed
+}
+
+func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata string) *claim {
+	ctx, cancel := context.WithCancelCause(e.runCtx)
+	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
+		Offset:    func(r *stream.Record) int64 { return r.Offset },
+		Limit:     max(4*e.cfg.maxBatch, 2048),
+		OnFull:    cl.holdLocked,
+		OnDrained: cl.releaseLocked,
+		Reuse:     true,
+	})
+	return cl
+}
+
+// run runs the processor over the claim until it ends.
+func (cl *claim) run() {
+	defer close(cl.done)
+	var err error
+	lifecycle.Inside(func() { err = cl.e.proc.Process(cl.ctx, cl) })
+	ended := cl.ctx.Err() != nil
+	cl.cancel(errRevoked)
+	cl.mu.Lock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
+	cl.buf.Drop()
+	if cl.paused {
+		// A pause may outlive the assignment: resume before the partition
+		// is given up.
+		cl.paused = false
+		_ = cl.c.Resume(cl.parts())
+	}
+	cl.mu.Unlock()
+	if err != nil && !ended {
+		cl.e.life.Fail(fmt.Errorf("confluent: worker of %s/%d: %w", cl.key.topic, cl.key.partition, err))
+	}
+}
+
+// add keeps a polled message for the next flush; the poll goroutine's own.
+func (cl *claim) add(m *kafka.Message) {
+	r := stream.Record{Topic: cl.key.topic, Partition: cl.key.partition, Offset: int64(m.TopicPartition.Offset),
+		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
+	if len(m.Headers) > 0 {
+		r.Headers = make([]stream.Header, len(m.Headers))
+		for i, h := range m.Headers {
+			r.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	cl.pending = append(cl.pending, r)
+}
+
+// flush buffers the messages add kept.
+func (cl *claim) flush() {
+	if len(cl.pending) == 0 {
+		return
+	}
+	cl.mu.Lock()
+	cl.buf.Push(cl.pending)
+	cl.pending = cl.buf.Slice()
+	cl.mu.Unlock()
+}
+
+func (cl *claim) parts() []kafka.TopicPartition {
+	t := cl.key.topic
+	return []kafka.TopicPartition{{Topic: &t, Partition: cl.key.partition}}
+}
+
+func (cl *claim) holdLocked() {
+	if !cl.paused {
+		cl.paused = true
+		if err := cl.c.Pause(cl.parts()); err != nil {
+			cl.e.log.Warn("redeliver: pausing a partition failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+		}
+	}
+}
+
+func (cl *claim) releaseLocked() {
+	if cl.paused && !cl.buf.Full() && !cl.buf.Paused() && cl.ctx.Err() == nil {
+		cl.paused = false
+		if err := cl.c.Resume(cl.parts()); err != nil {
+			cl.e.log.Warn("redeliver: resuming a partition failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+		}
+	}
+}
+
+// Topic returns the partition's topic.
+func (cl *claim) Topic() string { return cl.key.topic }
+
+// Partition returns the partition's number.
+func (cl *claim) Partition() int32 { return cl.key.partition }
+
+// Committed returns the offset and metadata committed when the partition
+// was assigned.
+func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
+
+// Fetch returns the next batch of buffered records.
+func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	out := cl.out[:0]
+	err := cl.buf.Next(ctx, cl.e.cfg.maxBatch, cl.e.cfg.maxWait, func(part []stream.Record) {
+		out = append(out, part...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	cl.out = out
+	return out, nil
+}
+
+// pauseDelay is how long a backoff lasts before its partition is paused in
+// librdkafka: a pause drops what librdkafka has fetched ahead and a resume
+// fetches it again, which costs more than the backoffs of a millisecond or
+// so that most retries wait; meanwhile, what comes is buffered, within the
+// buffer's bound.
+const pauseDelay = 100 * time.Millisecond
+
+// Pause pauses the partition in librdkafka while the Processor waits out a
+// backoff, once the backoff has lasted pauseDelay.
+func (cl *claim) Pause() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	cl.buf.Pause()
+	if cl.pauseTimer == nil {
+		cl.pauseTimer = time.AfterFunc(pauseDelay, func() {
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			if cl.buf.Paused() && cl.ctx.Err() == nil {
+				cl.holdLocked()
+			}
+		})
+	} else {
+		cl.pauseTimer.Reset(pauseDelay)
+	}
+}
+
+// Resume undoes Pause.
+func (cl *claim) Resume() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
+	cl.buf.Resume()
+	cl.releaseLocked()
+}
+
+// Commit commits next with metadata for the partition
+// (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
+// It returns [stream.ErrRevoked] once the claim has ended. A shutdown
+// waits for a commit in flight at most 250ms.
+func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
+	if cl.ctx.Err() != nil {
+		return errRevoked
+	}
+	t, md := cl.key.topic, metadata
+	type answer struct {
+		parts []kafka.TopicPartition
+		err   error
+	}
+	ch := make(chan answer, 1)
+	cl.e.inflight.Add(1)
+	go func() {
+		defer cl.e.inflight.Done()
+		parts, err := cl.c.CommitOffsets([]kafka.TopicPartition{{Topic: &t, Partition: cl.key.partition, Offset: kafka.Offset(next), Metadata: &md}})
+		ch <- answer{parts, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-cl.e.commitCtx.Done():
+		return fmt.Errorf("confluent: commit %s/%d at %d: no answer: %w", t, cl.key.partition, next, context.Cause(cl.e.commitCtx))
+	}
+	err := a.err
+	if err == nil {
+		for _, p := range a.parts {
+			if p.Topic != nil && *p.Topic == t && p.Partition == cl.key.partition && p.Error != nil {
+				err = p.Error
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if cl.ctx.Err() != nil || isStale(err) && cl.ctx.Err() != nil {
+		return errRevoked
+	}
+	return fmt.Errorf("confluent: commit %s/%d at %d: %w", t, cl.key.partition, next, err)
+}
+
+// isStale reports whether the coordinator refused a commit for a member or
+// generation that is no longer current.
+func isStale(err error) bool {
+	var ke kafka.Error
+	if !errors.As(err, &ke) {
+		return false
+	}
+	switch ke.Code() {
+	case kafka.ErrIllegalGeneration, kafka.ErrUnknownMemberID, kafka.ErrRebalanceInProgress, kafka.ErrFencedInstanceID:
+		return true
+	}
+	return false
+}

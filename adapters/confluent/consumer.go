@@ -1,0 +1,184 @@
+package confluent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// errNotMade is what the methods of a Consumer not made by New return.
+var errNotMade = errors.New("confluent: the Consumer was not made by confluent.New: build it with confluent.New(proc, options...)")
+
+// errClosed is what Run returns when Close came first.
+var errClosed = fmt.Errorf("confluent: consumer %w", stream.ErrClosed)
+
+// Option configures a [Consumer].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is what the options set; its fields are documented on them.
+type config struct {
+	conf          kafka.ConfigMap
+	topics        []string
+	groupSet      bool
+	maxBatch      int
+	maxWait       time.Duration
+	commitTimeout time.Duration
+	logger        *slog.Logger
+	onAssigned    func(map[string][]int32)
+	// deadLetterCheck checks the topic of the processor's dead-letter
+	// action, when it has one through a Publisher.
+	deadLetterCheck func(context.Context) []health.Problem
+}
+
+// WithGroup sets the consumer: librdkafka's configuration (conf, which
+// must name bootstrap.servers and group.id, and may set any other
+// property of a consumer: security, session.timeout.ms,
+// partition.assignment.strategy, group.instance.id, auto.offset.reset,
+// isolation.level, fetch settings) and the topics it consumes. It is
+// required. The consumer works on a copy of conf, in which it sets
+// enable.auto.commit and enable.auto.offset.store to false (it commits
+// itself, each batch, with its retry state).
+func WithGroup(conf kafka.ConfigMap, topics ...string) Option {
+	return optionFunc(func(c *config) {
+		c.conf = make(kafka.ConfigMap, len(conf))
+		for k, v := range conf {
+			c.conf[k] = v
+		}
+		c.topics, c.groupSet = append([]string(nil), topics...), true
+	})
+}
+
+// WithMaxBatch sets the most records a batch holds, overriding the default
+// 500.
+func WithMaxBatch(n int) Option {
+	return optionFunc(func(c *config) { c.maxBatch = n })
+}
+
+// WithMaxWait sets how long a partition's worker waits for a batch to fill up
+// to the maximum once its first record is there, overriding the default 0: a
+// batch is whatever has been polled, up to the maximum.
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxWait = d })
+}
+
+// WithCommitTimeout bounds how long a rebalance waits for a worker and its
+// commit in flight, overriding the default 10s. A shutdown waits for a
+// commit in flight at most 250ms.
+func WithCommitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.commitTimeout = d })
+}
+
+// WithLogger sets the logger. The default is the processor's logger
+// ([stream.Processor.Logger]).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithOnAssigned sets a function the consumer calls each time partitions
+// are assigned to it (librdkafka's rebalance callback), with all the
+// partitions it owns then, before the new ones' workers start. A functions
+// host uses it to report readiness. fn runs on the consumer's poll
+// goroutine and must be quick. The default is none.
+func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
+	return optionFunc(func(c *config) { c.onAssigned = fn })
+}
+
+// Consumer runs a [stream.Processor] over the partitions a
+// confluent-kafka-go (librdkafka) consumer group assigns it: one worker
+// goroutine per assigned partition, started in the rebalance callback once
+// the partition's committed offset and metadata have been read, and
+// stopped (its context cancelled, then waited for) before the callback
+// gives the partition up, or when the consumer stops.
+//
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
+// [Consumer.Close] may be called from anywhere, a handler included. Its
+// zero value is not usable: its methods return an error that says to call
+// [New].
+type Consumer struct {
+	e *engine
+}
+
+// New returns a Consumer that runs proc over the partitions of the consumer
+// group given by [WithGroup]. It returns an error, and never panics, when
+// proc is nil, an option is nil, the group is not given or its
+// configuration names no bootstrap.servers or group.id, no topic or an
+// empty one is given, or an option is out of range.
+func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
+	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("confluent: option %d of New is nil", i+1)
+		}
+		o.apply(&cfg)
+	}
+	if proc != nil {
+		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+			if cp, isConfluent := pub.(*Publisher); isConfluent && cp.p != nil {
+				cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return cp.checkTopic(ctx, topic) }
+			}
+		}
+	}
+	e, err := newEngine(proc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{e: e}, nil
+}
+
+// Run subscribes to the topics and runs a worker per assigned partition
+// until ctx is done, [Consumer.Close] is called, or a worker fails. On
+// return, every worker has stopped, its batch in flight abandoned without
+// a commit.
+//
+// Run returns nil after a clean shutdown: ctx done (cancelled or past its
+// deadline) or [Consumer.Close] called. Otherwise it returns the error that
+// stopped it: a worker's failure, or a fatal error of librdkafka. It
+// returns [stream.ErrClosed] when Close was called before it. It may be
+// called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	return c.e.life.Run(ctx, c.e.run)
+}
+
+// Health reports what the consumer knows to be wrong now, or nil: for a
+// host's readiness, say. Run checks at start, and again every 2s until the
+// checks pass, that the brokers answer (within 5s) and that the group's
+// topics exist, and, when the processor's exhaustion action is a
+// [stream.DeadLetter] through a [Publisher], that its topic exists (asked
+// through the publisher's producer); it logs each problem when it finds
+// it, at Error for brokers that do not answer and at Warn for a topic, and
+// at Info when it is gone. The error joins one error per problem. Health
+// is safe for concurrent use; it returns an error for a Consumer not made
+// by [New].
+func (c *Consumer) Health() error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	return c.e.checks.Err()
+}
+
+// Close stops [Consumer.Run] if it runs and waits for it to return. Close is
+// idempotent and may be called from anywhere: called from a goroutine Run
+// waits for (a handler, a hook of the processor, the WithOnAssigned
+// function), it stops Run and returns without waiting for it. It returns
+// an error only for a Consumer not made by [New].
+func (c *Consumer) Close() error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	c.e.life.Close()
+	return nil
+}

@@ -1,0 +1,86 @@
+// Package confluent turns a confluentinc/confluent-kafka-go v2 consumer
+// group (librdkafka) into [stream.Claim]s for a [stream.Processor]: each
+// assigned partition gets a worker goroutine that runs
+// [stream.Processor.Process] over it. It needs cgo (librdkafka comes
+// prebuilt inside confluent-kafka-go's module for common platforms); the
+// adapter is a module of its own, so that no other module of redeliver
+// needs cgo.
+//
+//	consumer, err := confluent.New(proc, confluent.WithGroup(kafka.ConfigMap{
+//		"bootstrap.servers": "localhost:9092",
+//		"group.id":          "billing",
+//		"auto.offset.reset": "earliest",
+//	}, "orders"))
+//	err = consumer.Run(ctx) // nil once ctx is cancelled
+//
+// Its tests, and a runnable example on an embedded Kafka, are in the
+// module adapters/confluent/tests.
+//
+// # What the adapter does
+//
+//   - Run makes a [kafka.Consumer] on a copy of the configuration with
+//     enable.auto.commit and enable.auto.offset.store set to false,
+//     subscribes with a rebalance callback, and polls. Polled messages go
+//     into their partition's buffer; batches are formed from it: at most
+//     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
+//     fill.
+//   - The rebalance callback runs on the poll goroutine. On an assignment
+//     it reads the new partitions' committed offsets and metadata
+//     ([kafka.Consumer.Committed]), so that a new owner continues the retry
+//     count of a withheld batch ([stream.Claim.Committed]), starts their
+//     workers, and assigns them (Assign under the eager protocol,
+//     IncrementalAssign under the cooperative one, which
+//     partition.assignment.strategy cooperative-sticky selects). On a
+//     revocation it ends the claims of the revoked partitions (all of them
+//     under the eager protocol), waits for their workers (at most
+//     [WithCommitTimeout]), and only then gives the partitions up, so that
+//     a worker's last commit is made while the partition is still owned.
+//   - Checkpoints are committed per partition, synchronously, after the
+//     batch is handled, with [kafka.Consumer.CommitOffsets] and the
+//     metadata string the Processor gives in TopicPartition.Metadata.
+//   - Pause. Once a batch has waited out 100ms of a backoff, or while the
+//     claim's buffer holds max(4 x max batch, 2048) records (until the
+//     worker has taken it down to half), the partition is paused in
+//     librdkafka ([kafka.Consumer.Pause]); heartbeats go on, so a backoff
+//     longer than the session timeout causes no rebalance. librdkafka drops
+//     what it had fetched for the partition but not yet handed to Poll, and
+//     fetches it again after the resume, which costs a fetch's round trip:
+//     so the short backoffs most retries wait do not pause it, and what
+//     comes meanwhile is buffered, within the buffer's bound. Records
+//     already polled stay buffered, in order.
+//
+// # Shutdown
+//
+// Run returns once every worker has stopped; it returns nil when it stopped
+// because its context ended or [Consumer.Close] was called. A commit in
+// flight is waited for at most 250ms; the consumer's Close (which leaves
+// the group, once the fetches in flight have come back) at most 400ms, or
+// fetch.wait.max.ms + 250ms when that is longer, after which it is left to
+// finish on its own goroutine.
+//
+// # Health
+//
+// At start, [Consumer.Run] checks, through an admin client of its own on
+// the consumer's configuration, that the brokers answer and that the
+// group's topics exist, and the topic of the processor's
+// [stream.DeadLetter] action through a [Publisher] (asked through its
+// producer), and logs what it finds wrong within seconds;
+// [Consumer.Health] reports it, for a host's readiness.
+//
+// # Dead letters
+//
+// [NewPublisher] takes a [kafka.Producer]; each publish waits for its
+// records' delivery reports, and a record the broker failed is reported as
+// such in a [*stream.PublishError]. librdkafka reports a record to a topic
+// that does not exist as failed after topic.metadata.propagation.max.ms
+// (30s by default). librdkafka writes its log to stderr unless its
+// configuration says otherwise (log_level, or a logs channel).
+//
+// # Module graph
+//
+// confluent-kafka-go's go.mod requires the Azure SDK (for its schema
+// registry's packages), testcontainers and OpenTelemetry (for its own
+// tests): a program that uses this adapter has about 240 modules in its
+// module graph, though its build compiles only confluent-kafka-go's kafka
+// package and librdkafka.
+package confluent

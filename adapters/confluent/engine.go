@@ -1,0 +1,332 @@
+package confluent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// How Run stops: a commit in flight is waited for at most commitGrace, and
+// the consumer's Close (leaving the group) at most closeWait, after which
+// it is left to finish on its own.
+const (
+	commitGrace = 250 * time.Millisecond
+	closeWait   = 400 * time.Millisecond
+	pollTimeout = 50 // ms
+	pollBurst   = 500
+)
+
+// errRevoked is the cause of a claim whose partition librdkafka took back.
+var errRevoked = fmt.Errorf("confluent: partition revoked: %w", stream.ErrRevoked)
+
+// tp names a partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// engine is a Consumer's state.
+type engine struct {
+	proc *stream.Processor
+	cfg  config
+	log  *slog.Logger
+
+	life   *lifecycle.Life
+	checks health.Checker
+
+	wg       sync.WaitGroup // the workers
+	inflight sync.WaitGroup // commit requests, also those a shutdown stopped waiting for
+
+	// The poll goroutine's own (the rebalance callback runs on it).
+	claims    map[tp]*claim
+	runCtx    context.Context
+	commitCtx context.Context
+}
+
+func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
+	switch {
+	case proc == nil:
+		return nil, errors.New("confluent: nil processor")
+	case !cfg.groupSet:
+		return nil, errors.New("confluent: no consumer group: give one with confluent.WithGroup(kafka.ConfigMap{...}, topics...)")
+	case len(cfg.topics) == 0:
+		return nil, errors.New("confluent: WithGroup names no topics")
+	case cfg.maxBatch < 1:
+		return nil, fmt.Errorf("confluent: WithMaxBatch(%d): want 1 or more", cfg.maxBatch)
+	case cfg.maxWait < 0:
+		return nil, fmt.Errorf("confluent: WithMaxWait(%v): want 0 or more", cfg.maxWait)
+	case cfg.commitTimeout <= 0:
+		return nil, fmt.Errorf("confluent: WithCommitTimeout(%v): want more than 0", cfg.commitTimeout)
+	}
+	for i, t := range cfg.topics {
+		if t == "" {
+			return nil, fmt.Errorf("confluent: WithGroup's topic %d is empty", i+1)
+		}
+	}
+	for _, key := range []string{"bootstrap.servers", "group.id"} {
+		v, ok := cfg.conf[key]
+		if s, isString := v.(string); !ok || isString && s == "" {
+			return nil, fmt.Errorf("confluent: WithGroup's configuration has no %s", key)
+		}
+	}
+	cfg.conf["enable.auto.commit"] = false
+	cfg.conf["enable.auto.offset.store"] = false
+	log := cfg.logger
+	if log == nil {
+		log = proc.Logger()
+	}
+	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("confluent", errClosed)}
+	e.checks.Log = log
+	return e, nil
+}
+
+func (e *engine) group() any { return e.cfg.conf["group.id"] }
+
+// run is Run's body.
+func (e *engine) run(ctx context.Context) error {
+	c, err := kafka.NewConsumer(&e.cfg.conf)
+	if err != nil {
+		return fmt.Errorf("confluent: make the consumer: %w", err)
+	}
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		e.checks.Run(ctx, checkInterval, checkTimeout, e.check)
+	}()
+	defer func() { <-checked }()
+
+	commitCtx, stopCommits := lifecycle.Linger(ctx, commitGrace)
+	defer stopCommits()
+	e.claims, e.runCtx, e.commitCtx = make(map[tp]*claim), ctx, commitCtx
+
+	if err := c.SubscribeTopics(e.cfg.topics, e.rebalance); err != nil {
+		_ = c.Close()
+		return fmt.Errorf("confluent: subscribe to %v: %w", e.cfg.topics, err)
+	}
+	for ctx.Err() == nil {
+		// What Poll has ready is taken at once, up to pollBurst events,
+		// and pushed to each claim in one piece.
+		timeout := pollTimeout
+		for range pollBurst {
+			ev := c.Poll(timeout)
+			if ev == nil {
+				break
+			}
+			timeout = 0
+			switch ev := ev.(type) {
+			case *kafka.Message:
+				e.deliver(ev)
+			case kafka.Error:
+				if ev.IsFatal() {
+					e.life.Fail(fmt.Errorf("confluent: fatal error of librdkafka: %w", ev))
+				} else {
+					e.log.Debug("redeliver: librdkafka reports an error; it goes on", "error", ev)
+				}
+			}
+		}
+		e.flush()
+	}
+	cause := context.Cause(ctx)
+	e.endClaims(e.allClaims(), cause)
+	// Close leaves the group: it polls, and the rebalance callback gives
+	// the partitions up. It may wait for the broker; past closeWait it is
+	// left to finish on its own.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		// Nothing may use the consumer once it is closed (librdkafka frees
+		// it): the workers, and commits cut short by the shutdown, finish
+		// first.
+		<-checked
+		e.wg.Wait()
+		e.inflight.Wait()
+		_ = c.Close()
+	}()
+	// librdkafka's close waits for the fetches in flight, which the broker
+	// holds up to fetch.wait.max.ms when there is nothing to read.
+	wait := max(closeWait, fetchWait(e.cfg.conf)+250*time.Millisecond)
+	t := time.NewTimer(wait)
+	select {
+	case <-closed:
+	case <-t.C:
+		e.log.Warn("redeliver: the consumer did not close in time: a request to the broker is still waiting for its answer; it is left to close on its own",
+			"group", e.group(), "waited", wait)
+	}
+	t.Stop()
+	e.wg.Wait()
+	e.log.Info("redeliver: consumer stopped", "group", e.group(), "cause", cause)
+	return nil
+}
+
+// deliver buffers a polled message in its partition's claim. A message of a
+// partition with no claim (given up meanwhile) is dropped: its next owner
+// reads it again from the committed offset.
+func (e *engine) deliver(m *kafka.Message) {
+	if m.TopicPartition.Topic == nil {
+		return
+	}
+	cl := e.claims[tp{*m.TopicPartition.Topic, m.TopicPartition.Partition}]
+	if cl == nil {
+		return
+	}
+	cl.add(m)
+}
+
+// flush pushes what deliver added to each claim.
+func (e *engine) flush() {
+	for _, cl := range e.claims {
+		cl.flush()
+	}
+}
+
+func (e *engine) allClaims() []*claim {
+	out := make([]*claim, 0, len(e.claims))
+	for _, cl := range e.claims {
+		out = append(out, cl)
+	}
+	return out
+}
+
+// endClaims ends claims with cause, waits for their workers (at most the
+// commit timeout each, after which they are left to end), and forgets them.
+func (e *engine) endClaims(cls []*claim, cause error) {
+	for _, cl := range cls {
+		cl.cancel(cause)
+	}
+	deadline := time.NewTimer(e.cfg.commitTimeout)
+	defer deadline.Stop()
+	for _, cl := range cls {
+		select {
+		case <-cl.done:
+		case <-deadline.C:
+			e.log.Warn("redeliver: a worker did not stop in time: its partition is given up while its handler still runs",
+				"topic", cl.key.topic, "partition", cl.key.partition, "waited", e.cfg.commitTimeout)
+		}
+		delete(e.claims, cl.key)
+	}
+}
+
+// rebalance is librdkafka's rebalance callback, on the poll goroutine.
+func (e *engine) rebalance(c *kafka.Consumer, ev kafka.Event) error {
+	cooperative := c.GetRebalanceProtocol() == "COOPERATIVE"
+	switch ev := ev.(type) {
+	case kafka.AssignedPartitions:
+		e.assign(c, ev.Partitions)
+		var err error
+		if cooperative {
+			err = c.IncrementalAssign(ev.Partitions)
+		} else {
+			err = c.Assign(ev.Partitions)
+		}
+		if err != nil {
+			e.log.Warn("redeliver: assigning partitions failed", "error", err)
+		}
+	case kafka.RevokedPartitions:
+		var cls []*claim
+		if cooperative {
+			for _, p := range ev.Partitions {
+				if p.Topic != nil {
+					if cl := e.claims[tp{*p.Topic, p.Partition}]; cl != nil {
+						cls = append(cls, cl)
+					}
+				}
+			}
+		} else {
+			cls = e.allClaims()
+		}
+		e.endClaims(cls, errRevoked)
+		var err error
+		if cooperative {
+			err = c.IncrementalUnassign(ev.Partitions)
+		} else {
+			err = c.Unassign()
+		}
+		if err != nil && e.runCtx.Err() == nil {
+			e.log.Warn("redeliver: giving partitions up failed", "error", err)
+		}
+	}
+	return nil
+}
+
+// assign reads the committed offsets and metadata of newly assigned
+// partitions and starts their workers.
+func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
+	if e.runCtx.Err() != nil {
+		return
+	}
+	committed, err := c.Committed(parts, int(e.cfg.commitTimeout/time.Millisecond))
+	if err != nil {
+		// The workers would start without the retry state: the consumer
+		// ends instead, rather than start a withheld batch's count over.
+		e.life.Fail(fmt.Errorf("confluent: read the committed offsets of %d partitions: %w", len(parts), err))
+		return
+	}
+	byKey := make(map[tp]kafka.TopicPartition, len(committed))
+	for _, p := range committed {
+		if p.Topic != nil {
+			byKey[tp{*p.Topic, p.Partition}] = p
+		}
+	}
+	var started []*claim
+	for _, p := range parts {
+		if p.Topic == nil {
+			continue
+		}
+		key := tp{*p.Topic, p.Partition}
+		if old := e.claims[key]; old != nil {
+			e.endClaims([]*claim{old}, errRevoked)
+		}
+		off, md := int64(-1), ""
+		if cp, ok := byKey[key]; ok && cp.Offset >= 0 {
+			off = int64(cp.Offset)
+			if cp.Metadata != nil {
+				md = *cp.Metadata
+			}
+		}
+		cl := newClaim(e, c, key, off, md)
+		e.claims[key] = cl
+		started = append(started, cl)
+	}
+	e.log.Info("redeliver: partitions assigned", "group", e.group(), "partitions", len(started), "owned", len(e.claims))
+	if fn := e.cfg.onAssigned; fn != nil {
+		m := make(map[string][]int32)
+		for k := range e.claims {
+			m[k.topic] = append(m[k.topic], k.partition)
+		}
+		lifecycle.Inside(func() { fn(m) })
+	}
+	for _, cl := range started {
+		e.wg.Add(1)
+		go func() {
+			defer e.wg.Done()
+			cl.run()
+		}()
+	}
+}
+
+// fetchWait is the configuration's fetch.wait.max.ms (librdkafka's default:
+// 500ms).
+func fetchWait(conf kafka.ConfigMap) time.Duration {
+	ms := 500
+	switch v := conf["fetch.wait.max.ms"].(type) {
+	case int:
+		ms = v
+	case int64:
+		ms = int(v)
+	case string:
+		if n, err := strconv.Atoi(v); err == nil {
+			ms = n
+		}
+	}
+	return time.Duration(ms) * time.Millisecond
+}

@@ -1,0 +1,108 @@
+package tests
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+)
+
+// The throughput benchmarks run the shared harness (kafkatest.RunLeaves):
+// the Processor and this adapter ("redeliver") against the fastest
+// at-least-once loop confluent-kafka-go itself offers ("raw"), on the same
+// cluster in the same run, with the same librdkafka configuration
+// (auto.offset.reset earliest, fetch.wait.max.ms kafkatest.BenchMaxWait):
+// a Poll loop that takes what Poll has ready, at most
+// kafkatest.BenchBatch records, handles each partition's records as a
+// batch, touching every record, and stores the offset past it
+// (StoreOffsets, enable.auto.offset.store false), with librdkafka's
+// automatic commits (every 5s) and one Commit at the end. It commits less
+// often than the adapter, which commits each batch synchronously with its
+// retry state. A failing batch sleeps kafkatest.FailDelay and is handled
+// again in place.
+
+// BenchmarkSuccessPath: every batch succeeds.
+func BenchmarkSuccessPath(b *testing.B) {
+	loops := []kafkatest.Loop{{Name: "raw", Run: rawLoop}, kafkatest.RedeliverLoop(adapter)}
+	kafkatest.RunLeaves(b, loops, []int32{1, 8}, false, kafkatest.Success)
+}
+
+// BenchmarkFailurePath: every 10th batch (counting first deliveries) fails
+// once and succeeds on a retry 1ms later.
+func BenchmarkFailurePath(b *testing.B) {
+	loops := []kafkatest.Loop{{Name: "raw", Run: rawLoop}, kafkatest.RedeliverLoop(adapter)}
+	kafkatest.RunLeaves(b, loops, []int32{1, 8}, false, kafkatest.FailEveryTenth)
+}
+
+// rawLoop consumes the topic with confluent-kafka-go's own at-least-once
+// loop.
+func rawLoop(l *kafkatest.Leaf, addrs []string, topic string) time.Duration {
+	b := l.B
+	c, err := kafka.NewConsumer(&kafka.ConfigMap{
+		"bootstrap.servers":        strings.Join(addrs, ","),
+		"group.id":                 kafkatest.BenchGroup(topic),
+		"auto.offset.reset":        "earliest",
+		"enable.auto.offset.store": false,
+		"fetch.wait.max.ms":        int(kafkatest.BenchMaxWait / time.Millisecond),
+		"log_level":                3,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.SubscribeTopics([]string{topic}, nil); err != nil {
+		b.Fatal(err)
+	}
+	var total, handled int64
+	for _, n := range l.Per {
+		total += n
+	}
+	byPartition := make(map[int32][]*kafka.Message)
+	deadline := time.Now().Add(5 * time.Minute)
+	for handled < total {
+		if time.Now().After(deadline) {
+			b.Fatal("the raw loop did not handle every record in 5 minutes")
+		}
+		timeout, n := 100, 0
+		for n < kafkatest.BenchBatch {
+			ev := c.Poll(timeout)
+			if ev == nil {
+				break
+			}
+			timeout = 0
+			if m, ok := ev.(*kafka.Message); ok && m.TopicPartition.Error == nil {
+				byPartition[m.TopicPartition.Partition] = append(byPartition[m.TopicPartition.Partition], m)
+				n++
+			}
+		}
+		for p, ms := range byPartition {
+			if len(ms) == 0 {
+				continue
+			}
+			l.Started()
+			if l.FailsFirst() {
+				time.Sleep(kafkatest.FailDelay) // then handled again, in place
+			}
+			bytes := 0
+			for _, m := range ms {
+				bytes += len(m.Value)
+			}
+			last := ms[len(ms)-1].TopicPartition
+			l.Handled(p, int64(ms[0].TopicPartition.Offset), int64(last.Offset), bytes)
+			last.Offset++
+			if _, err := c.StoreOffsets([]kafka.TopicPartition{last}); err != nil {
+				b.Fatal(err)
+			}
+			handled += int64(len(ms))
+			byPartition[p] = ms[:0]
+		}
+	}
+	if _, err := c.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	l.Committed()
+	return time.Since(l.Start())
+}

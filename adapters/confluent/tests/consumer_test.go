@@ -1,0 +1,206 @@
+package tests
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/confluent"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+const wait = kafkatest.Wait
+
+func start(t testing.TB, addrs []string, group, topic string, proc *stream.Processor, opts ...any) *kafkatest.Running {
+	t.Helper()
+	return kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: group, Topic: topic, Processor: proc, Options: opts})
+}
+
+// A backoff of one partition pauses it in librdkafka: the other partition
+// goes on meanwhile, and nothing polled before the pause is lost or
+// reordered.
+func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
+	_, addrs := kafkatest.NewCluster(t, "t", 2)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 3000)
+	kafkatest.Produce(t, addrs, "t", 1, 0, 100)
+	var (
+		rec     streamtest.Recorder
+		once    sync.Once
+		retried = make(chan struct{})
+	)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		has20 := b.Partition == 0 && b.FirstOffset() <= 20 && b.LastOffset() >= 20
+		if has20 && b.Attempt.Retry == 0 {
+			return errors.New("fail once")
+		}
+		if has20 {
+			once.Do(func() { close(retried) })
+		}
+		return nil
+	})
+	proc := kafkatest.NewProcessor(t, stream.Chain(h, rec.Middleware()),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(400 * time.Millisecond)}))
+	start(t, addrs, "g", "t", proc, confluent.WithMaxBatch(10))
+	select {
+	case <-retried:
+	case <-time.After(wait):
+		t.Fatal("the batch holding offset 20 was not retried")
+	}
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 3000, 1: 100})
+	kafkatest.CheckHistory(t, rec.Of("t", 0), 3000)
+	kafkatest.CheckHistory(t, rec.Of("t", 1), 100)
+}
+
+// The retry state of a withheld batch moves with its partition, under
+// eager and cooperative assignment: a second member joins and the first
+// leaves while the batch is retried, and the retry count goes on where it
+// was instead of starting again.
+func TestRetryStateMovesWithThePartition(t *testing.T) {
+	for _, strategy := range []string{"range", "roundrobin", "cooperative-sticky"} {
+		t.Run(strategy, func(t *testing.T) {
+			_, addrs := kafkatest.NewCluster(t, "t", 2)
+			kafkatest.Produce(t, addrs, "t", 0, 0, 10)
+			kafkatest.Produce(t, addrs, "t", 1, 0, 10)
+			var (
+				mu       sync.Mutex
+				attempts []int
+				second   = make(chan struct{})
+				once     sync.Once
+			)
+			h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+				if b.Partition != 0 || b.FirstOffset() != 0 {
+					return nil
+				}
+				n := b.Attempt.Number()
+				mu.Lock()
+				attempts = append(attempts, n)
+				mu.Unlock()
+				if n >= 2 {
+					once.Do(func() { close(second) })
+				}
+				if n < 5 {
+					return errors.New("downstream unavailable")
+				}
+				return nil
+			})
+			newProc := func() *stream.Processor {
+				return kafkatest.NewProcessor(t, h, stream.WithPolicy(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(300 * time.Millisecond)}))
+			}
+			set := func(c kafka.ConfigMap) { c["partition.assignment.strategy"] = strategy }
+			first := start(t, addrs, "g", "t", newProc(), set, confluent.WithMaxBatch(10))
+			select {
+			case <-second:
+			case <-time.After(wait):
+				t.Fatal("the failing batch was not retried")
+			}
+			start(t, addrs, "g", "t", newProc(), set, confluent.WithMaxBatch(10))
+			time.Sleep(500 * time.Millisecond)
+			if err := first.Stop(t); err != nil {
+				t.Fatal(err)
+			}
+			kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
+			mu.Lock()
+			defer mu.Unlock()
+			for i := 1; i < len(attempts); i++ {
+				if attempts[i] < attempts[i-1] {
+					t.Fatalf("attempts %v: the retry count started again after the move", attempts)
+				}
+			}
+			if attempts[len(attempts)-1] != 5 {
+				t.Fatalf("attempts %v, want the last to be 5", attempts)
+			}
+		})
+	}
+}
+
+// A commit with metadata made by another tool is where the claim starts,
+// and the claim reports the metadata.
+func TestCommittedMetadataIsRead(t *testing.T) {
+	_, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1, Metadata: "other-tool:1"})
+	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		rec     streamtest.Recorder
+		claimed = make(chan stream.ClaimEvent, 1)
+	)
+	proc := kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()),
+		stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) { claimed <- e }}))
+	start(t, addrs, "g", "t", proc)
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	e := <-claimed
+	if e.Committed != 5 || e.Metadata != "other-tool:1" {
+		t.Errorf("claimed with %d %q, want 5 %q", e.Committed, e.Metadata, "other-tool:1")
+	}
+	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
+		t.Errorf("deliveries %+v, want the first at offset 5", ds)
+	}
+}
+
+// New refuses every nil or zero input with an error that names it, and
+// never panics; so do the methods of values not made by the constructors.
+func TestNewErrorsAndZeroValues(t *testing.T) {
+	proc := kafkatest.NewProcessor(t, streamtest.Succeed)
+	conf := kafka.ConfigMap{"bootstrap.servers": "b:1", "group.id": "g"}
+	for _, c := range []struct {
+		name string
+		proc *stream.Processor
+		opts []confluent.Option
+		want string
+	}{
+		{"nil processor", nil, []confluent.Option{confluent.WithGroup(conf, "t")}, "nil processor"},
+		{"nil option", proc, []confluent.Option{confluent.WithGroup(conf, "t"), nil}, "option 2 of New is nil"},
+		{"no group", proc, nil, "no consumer group"},
+		{"nil config", proc, []confluent.Option{confluent.WithGroup(nil, "t")}, "no bootstrap.servers"},
+		{"no group ID", proc, []confluent.Option{confluent.WithGroup(kafka.ConfigMap{"bootstrap.servers": "b:1"}, "t")}, "no group.id"},
+		{"no topics", proc, []confluent.Option{confluent.WithGroup(conf)}, "no topics"},
+		{"empty topic", proc, []confluent.Option{confluent.WithGroup(conf, "")}, "topic 1 is empty"},
+		{"max batch", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithMaxBatch(0)}, "WithMaxBatch(0)"},
+		{"max wait", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithMaxWait(-1)}, "WithMaxWait(-1ns)"},
+		{"commit timeout", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithCommitTimeout(0)}, "WithCommitTimeout(0s)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cons, err := confluent.New(c.proc, c.opts...)
+			if err == nil || !strings.Contains(err.Error(), c.want) || cons != nil {
+				t.Fatalf("New: %v, %v; want an error saying %q", cons, err, c.want)
+			}
+		})
+	}
+	for _, c := range []*confluent.Consumer{nil, {}} {
+		if c.Run(context.Background()) == nil || c.Health() == nil || c.Close() == nil {
+			t.Error("a Consumer not made by New returned nil from a method")
+		}
+	}
+	for _, p := range []*confluent.Publisher{nil, {}} {
+		if err := p.Publish(context.Background(), "t", []stream.Record{{}}); err == nil || !strings.Contains(err.Error(), "NewPublisher") {
+			t.Errorf("Publish of a Publisher not made by NewPublisher: %v", err)
+		}
+	}
+	if _, err := confluent.NewPublisher(nil); err == nil || !strings.Contains(err.Error(), "nil producer") {
+		t.Errorf("NewPublisher(nil): %v", err)
+	}
+	var pub *confluent.Publisher
+	if _, err := stream.DeadLetter(pub, "dlq"); err == nil || !strings.Contains(err.Error(), "nil *confluent.Publisher") {
+		t.Errorf("DeadLetter with a nil *confluent.Publisher: %v", err)
+	}
+}

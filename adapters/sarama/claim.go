@@ -1,0 +1,411 @@
+package sarama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/redeliver-go/redeliver/internal/batching"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// tp names a partition.
+type tp struct {
+	topic     string
+	partition int32
+}
+
+// claim is one partition of a session: a [stream.Claim] fed by a pump
+// goroutine that moves what sarama's partition consumer delivers
+// (ConsumerGroupClaim.Messages) into a buffer (batching.Buffer).
+//
+// The pump always reads sarama's channel, so that it sees at once when
+// sarama closes it (the partition revoked, its consumer failed). It holds
+// the partition back through sarama instead: while the worker waits out a
+// backoff, or the buffer is full (until the worker has taken it down to
+// half), the partition is paused in sarama's consumer (ConsumerGroup.Pause),
+// which stops fetching it; what was fetched before comes out in order after
+// the resume.
+type claim struct {
+	h         *handler
+	sess      sarama.ConsumerGroupSession
+	sc        sarama.ConsumerGroupClaim
+	key       tp
+	committed int64
+	metadata  string
+
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ended  bool          // the claim had ended from outside when Process returned
+	pumped chan struct{} // closed when the pump has returned
+
+	mu          sync.Mutex
+	buf         *batching.Buffer[stream.Record] // guarded by mu
+	groupPaused bool                            // the partition is paused in sarama's consumer; guarded by mu
+
+	out []stream.Record // the worker's own
+}
+
+// newClaim reads the partition's committed offset and metadata from the
+// group's coordinator and returns its claim.
+func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGroupClaim) (*claim, error) {
+	key := tp{sc.Topic(), sc.Partition()}
+	ctx, cancel := context.WithCancelCause(h.runCtx)
+	stop := context.AfterFunc(sess.Context(), func() { cancel(errSessionEnded) })
+	_ = stop // the claim's context ends with the session's; nothing to undo after
+	committed, md, err := h.fetchCommitted(ctx, key)
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	cl := &claim{h: h, sess: sess, sc: sc, key: key, committed: committed, metadata: md,
+		ctx: ctx, cancel: cancel, pumped: make(chan struct{})}
+	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
+		Offset:    func(r *stream.Record) int64 { return r.Offset },
+		Limit:     highWater(h.e.cfg.maxBatch),
+		Reuse:     true,
+		OnFull:    cl.holdLocked,
+		OnDrained: cl.releaseLocked,
+	})
+	return cl, nil
+}
+
+// highWater is how many buffered records pause the partition until the
+// worker has taken them down to half.
+func highWater(maxBatch int) int { return max(4*maxBatch, 2048) }
+
+// run runs proc over the claim until it ends, and returns Process's error.
+//
+// sarama's consumer keeps a partition's pause across sessions (a partition
+// paused when its session ended starts paused in the next): the claim
+// resumes its partition when it starts, and when it ends paused.
+func (cl *claim) run(proc *stream.Processor) error {
+	cl.h.group.Resume(map[string][]int32{cl.key.topic: {cl.key.partition}})
+	go func() {
+		defer close(cl.pumped)
+		cl.pump()
+	}()
+	err := proc.Process(cl.ctx, cl)
+	cl.ended = cl.ctx.Err() != nil
+	if err == nil {
+		cl.cancel(context.Canceled)
+	} else {
+		cl.cancel(err)
+	}
+	<-cl.pumped
+	cl.mu.Lock()
+	cl.buf.Drop()
+	if cl.groupPaused {
+		cl.groupPaused = false
+		cl.h.group.Resume(map[string][]int32{cl.key.topic: {cl.key.partition}})
+	}
+	cl.mu.Unlock()
+	return err
+}
+
+// endedFromOutside reports whether the claim had been ended from outside
+// (revocation, the session's end, shutdown) when Process returned.
+func (cl *claim) endedFromOutside() bool { return cl.ended }
+
+// pumpChunk is the most records the pump moves into the buffer at once.
+const pumpChunk = 256
+
+// pump moves the records sarama delivers into the buffer until the claim
+// ends or sarama closes the partition's channel, which ends the claim.
+func (cl *claim) pump() {
+	msgs := cl.sc.Messages()
+	for {
+		var (
+			m  *sarama.ConsumerMessage
+			ok bool
+		)
+		select {
+		case m, ok = <-msgs:
+		case <-cl.ctx.Done():
+			return
+		}
+		if !ok {
+			cl.cancel(errSessionEnded)
+			return
+		}
+		cl.mu.Lock()
+		recs := cl.buf.Slice()
+		cl.mu.Unlock()
+		recs = append(recs, record(m))
+		closed := false
+	drain:
+		for len(recs) < pumpChunk {
+			select {
+			case m, ok = <-msgs:
+				if !ok {
+					closed = true
+					break drain
+				}
+				recs = append(recs, record(m))
+			default:
+				break drain
+			}
+		}
+		cl.mu.Lock()
+		cl.buf.Push(recs)
+		cl.mu.Unlock()
+		cl.h.e.fetches.clear(cl.key)
+		if closed {
+			cl.cancel(errSessionEnded)
+			return
+		}
+	}
+}
+
+// record converts a sarama message.
+func record(m *sarama.ConsumerMessage) stream.Record {
+	r := stream.Record{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
+	if len(m.Headers) > 0 {
+		r.Headers = make([]stream.Header, 0, len(m.Headers))
+		for _, h := range m.Headers {
+			if h != nil {
+				r.Headers = append(r.Headers, stream.Header{Key: string(h.Key), Value: h.Value})
+			}
+		}
+	}
+	return r
+}
+
+// holdLocked pauses the partition in sarama's consumer: the buffer is full
+// or the worker waits out a backoff.
+func (cl *claim) holdLocked() {
+	if !cl.groupPaused {
+		cl.groupPaused = true
+		cl.h.group.Pause(map[string][]int32{cl.key.topic: {cl.key.partition}})
+	}
+}
+
+// releaseLocked resumes the partition unless the buffer is still full or
+// the worker still waits out a backoff.
+func (cl *claim) releaseLocked() {
+	if cl.groupPaused && !cl.buf.Full() && !cl.buf.Paused() {
+		cl.groupPaused = false
+		cl.h.group.Resume(map[string][]int32{cl.key.topic: {cl.key.partition}})
+	}
+}
+
+// Topic returns the partition's topic.
+func (cl *claim) Topic() string { return cl.key.topic }
+
+// Partition returns the partition's number.
+func (cl *claim) Partition() int32 { return cl.key.partition }
+
+// Committed returns the offset and metadata committed when the claim
+// began, as read from the group's coordinator before the worker started.
+func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
+
+// Fetch returns the next batch: at most the maximum batch size of buffered
+// records, once the batch is full, the maximum wait has passed since records
+// were first there, or at once when the maximum wait is 0; never across a
+// rewind.
+func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	out := cl.out[:0] // the Processor gave the last batch up by calling Fetch
+	err := cl.buf.Next(ctx, cl.h.e.cfg.maxBatch, cl.h.e.cfg.maxWait, func(part []stream.Record) {
+		out = append(out, part...)
+	})
+	if err != nil {
+		return nil, err
+	}
+	cl.out = out
+	return out, nil
+}
+
+// Pause pauses the partition in sarama's consumer while the Processor
+// waits out a backoff. Records already delivered stay buffered.
+func (cl *claim) Pause() {
+	cl.mu.Lock()
+	cl.buf.Pause()
+	cl.holdLocked()
+	cl.mu.Unlock()
+}
+
+// Resume undoes Pause.
+func (cl *claim) Resume() {
+	cl.mu.Lock()
+	cl.buf.Resume()
+	cl.releaseLocked()
+	cl.mu.Unlock()
+}
+
+// Commit commits next with metadata for the partition under the session's
+// generation and member ID, and waits for the coordinator's answer. It
+// returns [stream.ErrRevoked] once the claim has ended. A commit the
+// coordinator refuses as stale (illegal generation, unknown member, a
+// rebalance in progress) waits for the outcome: under the cooperative
+// protocol sarama joins the next generation keeping the partition, and
+// the commit is sent again under it; otherwise the session ends, and with
+// it the claim. A shutdown waits for a commit in flight at most 250ms.
+func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
+	if cl.ctx.Err() != nil {
+		return errSessionEnded
+	}
+	ctx, cancel := context.WithTimeout(cl.h.commitCtx, cl.h.e.cfg.commitTimeout)
+	defer cancel()
+	for {
+		gen := cl.sess.GenerationID()
+		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)
+		if !isStale(err) {
+			return err
+		}
+		// Wait for the generation to move on, or the claim to end.
+		for cl.sess.GenerationID() == gen {
+			select {
+			case <-cl.ctx.Done():
+				return errSessionEnded
+			case <-ctx.Done():
+				cl.cancel(errSessionEnded) // sarama ends the session, and joins again
+				return errSessionEnded
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		if cl.ctx.Err() != nil {
+			return errSessionEnded
+		}
+	}
+}
+
+// isStale reports whether the coordinator refused a commit for a member or
+// generation that is no longer current.
+func isStale(err error) bool {
+	return errors.Is(err, sarama.ErrIllegalGeneration) || errors.Is(err, sarama.ErrUnknownMemberId) ||
+		errors.Is(err, sarama.ErrRebalanceInProgress) || errors.Is(err, sarama.ErrFencedInstancedId)
+}
+
+// isCoordinatorMoved reports whether a request went to a broker that is no
+// longer the group's coordinator, or the coordinator is not ready.
+func isCoordinatorMoved(err error) bool {
+	return errors.Is(err, sarama.ErrNotCoordinatorForConsumer) || errors.Is(err, sarama.ErrConsumerCoordinatorNotAvailable) ||
+		errors.Is(err, sarama.ErrOffsetsLoadInProgress)
+}
+
+// commit sends one OffsetCommit request for key to the group's
+// coordinator, under generation gen and the session's member ID, and
+// returns its outcome: the partition's error in the answer, or the
+// request's.
+func (h *handler) commit(ctx context.Context, sess sarama.ConsumerGroupSession, gen int32, key tp, next int64, metadata string) error {
+	sc := h.e.cfg.sarama
+	req := sarama.NewOffsetCommitRequest(sc, h.e.cfg.group)
+	req.ConsumerGroupGeneration = gen
+	req.ConsumerID = sess.MemberID()
+	if id := sc.Consumer.Group.InstanceId; id != "" && req.Version >= 7 {
+		req.GroupInstanceId = &id
+	}
+	req.AddBlockWithLeaderEpoch(key.topic, key.partition, next, -1, 0, metadata)
+	broker, err := h.client.Coordinator(h.e.cfg.group)
+	if err != nil {
+		return fmt.Errorf("sarama: commit %s/%d at %d: find the group's coordinator: %w", key.topic, key.partition, next, err)
+	}
+	type answer struct {
+		resp *sarama.OffsetCommitResponse
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		resp, err := broker.CommitOffset(req)
+		ch <- answer{resp, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-ctx.Done():
+		return fmt.Errorf("sarama: commit %s/%d at %d: no answer: %w", key.topic, key.partition, next, context.Cause(ctx))
+	}
+	err = a.err
+	if err == nil {
+		err = sarama.ErrIncompleteResponse
+		if ps, ok := a.resp.Errors[key.topic]; ok {
+			if kerr, ok := ps[key.partition]; ok {
+				err = nil
+				if kerr != sarama.ErrNoError {
+					err = kerr
+				}
+			}
+		}
+	}
+	if err == nil {
+		return nil
+	}
+	if isCoordinatorMoved(err) || a.err != nil {
+		_ = h.client.RefreshCoordinator(h.e.cfg.group)
+	}
+	return fmt.Errorf("sarama: commit %s/%d at %d: %w", key.topic, key.partition, next, err)
+}
+
+// fetchCommitted reads key's committed offset (-1 for none) and metadata
+// from the group's coordinator, trying again a few times when the
+// coordinator moved or is loading.
+func (h *handler) fetchCommitted(ctx context.Context, key tp) (int64, string, error) {
+	var err error
+	for try := 0; try < 5; try++ {
+		if try > 0 && !sleep(ctx, time.Duration(try)*100*time.Millisecond) {
+			return 0, "", context.Cause(ctx)
+		}
+		var (
+			off int64
+			md  string
+		)
+		off, md, err = h.fetchCommittedOnce(ctx, key)
+		if err == nil {
+			return off, md, nil
+		}
+		if ctx.Err() != nil {
+			return 0, "", err
+		}
+		_ = h.client.RefreshCoordinator(h.e.cfg.group)
+	}
+	return 0, "", err
+}
+
+func (h *handler) fetchCommittedOnce(ctx context.Context, key tp) (int64, string, error) {
+	sc := h.e.cfg.sarama
+	broker, err := h.client.Coordinator(h.e.cfg.group)
+	if err != nil {
+		return 0, "", fmt.Errorf("sarama: find the group's coordinator: %w", err)
+	}
+	req := sarama.NewOffsetFetchRequest(sc.Version, h.e.cfg.group, map[string][]int32{key.topic: {key.partition}})
+	if sc.Consumer.IsolationLevel == sarama.ReadCommitted && req.Version >= 7 {
+		req.RequireStable = true
+	}
+	type answer struct {
+		resp *sarama.OffsetFetchResponse
+		err  error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		resp, err := broker.FetchOffset(req)
+		ch <- answer{resp, err}
+	}()
+	var a answer
+	select {
+	case a = <-ch:
+	case <-ctx.Done():
+		return 0, "", context.Cause(ctx)
+	}
+	if a.err != nil {
+		return 0, "", fmt.Errorf("sarama: fetch the committed offset of %s/%d: %w", key.topic, key.partition, a.err)
+	}
+	block := a.resp.GetBlock(key.topic, key.partition)
+	if block == nil {
+		var err error = a.resp.Err
+		if a.resp.Err == sarama.ErrNoError {
+			err = sarama.ErrIncompleteResponse
+		}
+		return 0, "", fmt.Errorf("sarama: fetch the committed offset of %s/%d: %w", key.topic, key.partition, err)
+	}
+	if block.Err != sarama.ErrNoError {
+		return 0, "", fmt.Errorf("sarama: fetch the committed offset of %s/%d: %w", key.topic, key.partition, block.Err)
+	}
+	if block.Offset < 0 {
+		return -1, "", nil
+	}
+	return block.Offset, block.Metadata, nil
+}

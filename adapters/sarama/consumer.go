@@ -1,0 +1,198 @@
+package sarama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// errNotMade is what the methods of a Consumer not made by New return.
+var errNotMade = errors.New("sarama: the Consumer was not made by sarama.New: build it with sarama.New(proc, options...)")
+
+// errClosed is what Run returns when Close came first.
+var errClosed = fmt.Errorf("sarama: consumer %w", stream.ErrClosed)
+
+// Option configures a [Consumer].
+type Option interface{ apply(*config) }
+
+type optionFunc func(*config)
+
+func (f optionFunc) apply(c *config) { f(c) }
+
+// config is what the options set; its fields are documented on them.
+type config struct {
+	brokers       []string
+	group         string
+	topics        []string
+	groupSet      bool
+	sarama        *sarama.Config
+	maxBatch      int
+	maxWait       time.Duration
+	commitTimeout time.Duration
+	logger        *slog.Logger
+	onAssigned    func(map[string][]int32)
+	// deadLetterCheck checks the topic of the processor's dead-letter
+	// action, when it has one through a Publisher.
+	deadLetterCheck func(context.Context) []health.Problem
+}
+
+// WithGroup sets the consumer group: the brokers to start from, the
+// group's ID and the topics it consumes. It is required.
+func WithGroup(brokers []string, groupID string, topics ...string) Option {
+	return optionFunc(func(c *config) {
+		c.brokers, c.group, c.topics, c.groupSet = append([]string(nil), brokers...), groupID, append([]string(nil), topics...), true
+	})
+}
+
+// WithConfig sets sarama's configuration of the client the consumer makes
+// in [Consumer.Run]: its Version, network settings (TLS, SASL),
+// Consumer.Group settings (rebalance strategies, session and heartbeat
+// timing, static membership), Consumer.Offsets.Initial (where a partition
+// without a commit starts: sarama's default is the partition's end,
+// sarama.OffsetNewest; set sarama.OffsetOldest to start at its start),
+// Consumer.IsolationLevel and fetch sizes. The consumer works on a copy,
+// in which it sets Consumer.Offsets.AutoCommit.Enable to false (it commits
+// itself, each batch, with its retry state) and Consumer.Return.Errors to
+// true (it logs them). The default is sarama.NewConfig(). [New] refuses a
+// nil config and one whose Validate fails.
+func WithConfig(cfg *sarama.Config) Option {
+	return optionFunc(func(c *config) {
+		if cfg == nil {
+			c.sarama = nil
+			return
+		}
+		cp := *cfg
+		c.sarama = &cp
+	})
+}
+
+// WithMaxBatch sets the most records a batch holds, overriding the default
+// 500.
+func WithMaxBatch(n int) Option {
+	return optionFunc(func(c *config) { c.maxBatch = n })
+}
+
+// WithMaxWait sets how long a partition's worker waits for a batch to fill up
+// to the maximum once its first record is there, overriding the default 0: a
+// batch is whatever has been fetched, up to the maximum.
+func WithMaxWait(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.maxWait = d })
+}
+
+// WithCommitTimeout bounds one offset commit, overriding the default 10s.
+// A rebalance waits for a commit in flight, for at most this long; a
+// shutdown waits for it at most 250ms, then cuts it short.
+func WithCommitTimeout(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.commitTimeout = d })
+}
+
+// WithLogger sets the logger. The default is the processor's logger
+// ([stream.Processor.Logger]).
+func WithLogger(l *slog.Logger) Option {
+	return optionFunc(func(c *config) { c.logger = l })
+}
+
+// WithOnAssigned sets a function the consumer calls each time it has joined
+// a generation of its group (sarama's ConsumerGroupHandler.Setup), with the
+// partitions assigned to it (none is possible: a group may have more
+// members than partitions), before their workers start. A functions host
+// uses it to report readiness. fn runs on sarama's goroutine and must be
+// quick. Under the cooperative protocol, Setup, and so fn, runs once per
+// session, not at each rebalance. The default is none.
+func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
+	return optionFunc(func(c *config) { c.onAssigned = fn })
+}
+
+// Consumer runs a [stream.Processor] over the partitions a sarama consumer
+// group assigns it: one worker goroutine per assigned partition, running in
+// sarama's ConsumeClaim for the partition, stopped (its context cancelled,
+// then waited for) when the partition is revoked or the consumer stops.
+//
+// A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
+// [Consumer.Close] may be called from anywhere, a handler included. Its
+// zero value is not usable: its methods return an error that says to call
+// [New].
+type Consumer struct {
+	e *engine
+}
+
+// New returns a Consumer that runs proc over the partitions of the consumer
+// group given by [WithGroup]. It returns an error, and never panics, when
+// proc is nil, an option is nil, the group is not given or names no
+// brokers, no group ID or no topic, an option is out of range, or sarama's
+// configuration is nil or one sarama would reject.
+func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
+	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second, sarama: sarama.NewConfig()}
+	for i, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("sarama: option %d of New is nil", i+1)
+		}
+		o.apply(&cfg)
+	}
+	if proc != nil {
+		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+			if sp, isSarama := pub.(*Publisher); isSarama && sp.client != nil {
+				cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return sp.checkTopic(ctx, topic) }
+			}
+		}
+	}
+	e, err := newEngine(proc, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{e: e}, nil
+}
+
+// Run joins the group and runs a worker per assigned partition, session
+// after session, until ctx is done, [Consumer.Close] is called, or a
+// worker fails. On return, every worker has stopped, its batch in flight
+// abandoned without a commit, and the consumer has left the group.
+//
+// Run returns nil after a clean shutdown: ctx done (cancelled or past its
+// deadline) or [Consumer.Close] called. Otherwise it returns the error that
+// stopped it, a worker's failure. It returns [stream.ErrClosed] when Close was
+// called before it. It may be called once.
+func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	return c.e.life.Run(ctx, c.e.run)
+}
+
+// Health reports what the consumer knows to be wrong now, or nil: for a
+// host's readiness, say. Run checks at start, and again every 2s until the
+// checks pass, that the brokers answer (within 5s) and that the group's
+// topics exist, and, when the processor's exhaustion action is a
+// [stream.DeadLetter] through a [Publisher], that its topic exists (asked
+// through the publisher's client); it logs each problem when it finds it,
+// at Error for brokers that do not answer and at Warn for a topic, and at
+// Info when it is gone. While Run runs, a partition whose consumer sarama
+// reports failing is reported too, until its next records come. The error
+// joins one error per problem. Health is safe for concurrent use; it
+// returns an error for a Consumer not made by [New].
+func (c *Consumer) Health() error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	return c.e.health()
+}
+
+// Close stops [Consumer.Run] if it runs and waits for it to return. Close is
+// idempotent and may be called from anywhere: called from a goroutine Run
+// waits for (a handler, a hook of the processor, the WithOnAssigned
+// function), it stops Run and returns without waiting for it. It returns
+// an error only for a Consumer not made by [New].
+func (c *Consumer) Close() error {
+	if c == nil || c.e == nil {
+		return errNotMade
+	}
+	c.e.life.Close()
+	return nil
+}

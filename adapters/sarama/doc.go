@@ -1,0 +1,105 @@
+// Package sarama turns an IBM/sarama consumer group into [stream.Claim]s
+// for a [stream.Processor]: for each partition sarama assigns, the
+// partition's worker runs [stream.Processor.Process] inside sarama's
+// ConsumerGroupHandler.ConsumeClaim. Its name is sarama's: import it under
+// another, such as rdsarama, next to sarama's own package.
+//
+//	cfg := sarama.NewConfig()
+//	cfg.Version = sarama.V3_9_0_0
+//	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+//	consumer, err := rdsarama.New(proc,
+//		rdsarama.WithGroup([]string{"localhost:9092"}, "billing", "orders"),
+//		rdsarama.WithConfig(cfg))
+//	err = consumer.Run(ctx) // nil once ctx is cancelled
+//
+// Its tests, and a runnable example on an embedded Kafka, are in the
+// module adapters/sarama/tests.
+//
+// # What the adapter does
+//
+//   - Run makes a sarama client and a consumer group on it
+//     (sarama.NewConsumerGroupFromClient) and calls its Consume, session
+//     after session. Setup reports the assignment ([WithOnAssigned]);
+//     ConsumeClaim reads the partition's committed offset and metadata from
+//     the group's coordinator (an OffsetFetch request), so that a new owner
+//     continues the retry count of a withheld batch
+//     ([stream.Claim.Committed]), and runs the worker; Cleanup logs the
+//     session's end.
+//   - A pump goroutine per claim moves what sarama delivers into a buffer;
+//     batches are formed from it: at most [WithMaxBatch] records, waiting at
+//     most [WithMaxWait] for a batch to fill.
+//   - Checkpoints are committed per partition, synchronously, after the
+//     batch is handled, with an OffsetCommit request under the session's
+//     generation and member ID (and group instance ID), with the metadata
+//     string the Processor gives. sarama's automatic commits are turned off
+//     (Consumer.Offsets.AutoCommit.Enable false, set on the consumer's copy
+//     of the configuration). The commits, and the reads of the committed
+//     offsets, go through a sarama client of their own, so through a
+//     connection of their own: a broker answers a connection's requests in
+//     order, and on the consumer's connection each commit waited behind a
+//     fetch the broker held for up to Consumer.MaxWaitTime.
+//     The session's MarkOffset and Commit are not
+//     used: Commit returns no error (a refused commit would go unseen), and
+//     MarkOffset ignores an offset that is not past the last one marked, so
+//     the retry state of a withheld batch, written at the same offset with
+//     new metadata each time, would never be written.
+//   - Pause. While a batch waits out a backoff, or the claim's buffer holds
+//     max(4 x max batch, 2048) records (until the worker has taken it down
+//     to half), the partition is paused in sarama's consumer
+//     (ConsumerGroup.Pause), which stops fetching it; heartbeats go on, so
+//     a backoff longer than the session timeout causes no rebalance.
+//     Records delivered before the pause stay buffered, in order. sarama
+//     keeps a partition's pause across sessions, so a claim resumes its
+//     partition when it starts and when it ends paused.
+//
+// # Rebalances
+//
+// Every strategy sarama has works (Consumer.Group.Rebalance.GroupStrategies:
+// range, round-robin, sticky, and cooperative-sticky, which makes sarama
+// use the cooperative protocol). Under the eager protocol a rebalance ends
+// the session and with it every claim; under the cooperative protocol only
+// the claims of revoked partitions end (sarama closes their channel, which
+// the pump sees at once). A batch in flight or waiting out a backoff is
+// abandoned without a commit and delivered again by the partition's next
+// owner, which, with the Processor's default durable retry state, waits out
+// what is left of the backoff and continues the batch's retry count.
+// sarama waits for ConsumeClaim before it joins again (up to the group's
+// Rebalance.Timeout), so a handler that ignores its context's cancellation
+// holds up the rebalance. A commit the coordinator refuses as stale
+// (illegal generation, unknown member, rebalance in progress) is sent again
+// once sarama has joined the next generation with the partition still
+// assigned (cooperative), and is otherwise refused with [stream.ErrRevoked]
+// when the session ends.
+//
+// # Shutdown
+//
+// Run returns once every worker has stopped; it returns nil when it stopped
+// because its context ended or [Consumer.Close] was called. A commit in
+// flight is waited for at most 250ms. Closing sarama's consumer group (its
+// session released, the member gone from the group) is waited for 400ms,
+// or Consumer.MaxWaitTime + 250ms when that is longer (sarama releases a
+// session once the fetches in flight have come back, which an idle
+// partition's does after MaxWaitTime): past that (a request the broker has
+// not answered, which sarama would wait for up to its Net.ReadTimeout) the
+// client is closed, and after 150ms more sarama's goroutines are left to
+// end on their own. With sarama's default MaxWaitTime (500ms), Run returns
+// within a second of its context's end whatever the broker is slow to
+// answer.
+//
+// # Health
+//
+// At start, [Consumer.Run] checks, on a connection of its own, that the
+// brokers answer and that the group's topics exist, and the topic of the
+// processor's [stream.DeadLetter] action through a [Publisher] (asked
+// through the publisher's client), and logs what it finds wrong within
+// seconds; [Consumer.Health] reports it, with the partitions sarama reports
+// failing, for a host's readiness.
+//
+// # Dead letters
+//
+// [NewPublisher] makes a sarama SyncProducer on a client; a record failed
+// by the broker is reported as such in a [*stream.PublishError]. sarama's
+// producer stops trying a topic it could not find the partitions of for
+// 10s after 3 failures (its circuit breaker): a dead-letter topic created
+// meanwhile is written to up to 10s later.
+package sarama

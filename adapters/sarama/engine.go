@@ -1,0 +1,333 @@
+package sarama
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// How Run stops: it waits leaveWait for sarama's consumer group to close
+// (its session released, the member gone from the group) before it closes
+// the client's connections, and a commit in flight at most commitGrace.
+// After leaveWait it closes the client's connections and waits closeWait
+// more before it leaves sarama's goroutines to end on their own.
+const (
+	leaveWait   = 400 * time.Millisecond
+	closeWait   = 150 * time.Millisecond
+	commitGrace = 250 * time.Millisecond
+)
+
+// clientRetry is how long Run waits before it makes its client again after
+// the brokers did not answer.
+const clientRetry = time.Second
+
+// errSessionEnded is the cause of a claim whose partition sarama took back
+// (a rebalance, a failed heartbeat, a stale commit).
+var errSessionEnded = fmt.Errorf("sarama: partition revoked or group session ended: %w", stream.ErrRevoked)
+
+// engine is a Consumer's state.
+type engine struct {
+	proc *stream.Processor
+	cfg  config
+	log  *slog.Logger
+
+	life    *lifecycle.Life
+	checks  health.Checker
+	fetches fetchProblems
+
+	wg sync.WaitGroup // the workers
+
+	mu     sync.Mutex
+	client sarama.Client        // while Run runs
+	group  sarama.ConsumerGroup // while Run runs
+}
+
+func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
+	switch {
+	case proc == nil:
+		return nil, errors.New("sarama: nil processor")
+	case !cfg.groupSet:
+		return nil, errors.New("sarama: no consumer group: give one with sarama.WithGroup(brokers, groupID, topics...)")
+	case len(cfg.brokers) == 0:
+		return nil, errors.New("sarama: WithGroup names no brokers")
+	case cfg.group == "":
+		return nil, errors.New("sarama: WithGroup has an empty group ID")
+	case len(cfg.topics) == 0:
+		return nil, errors.New("sarama: WithGroup names no topics")
+	case cfg.sarama == nil:
+		return nil, errors.New("sarama: WithConfig was given a nil *sarama.Config")
+	case cfg.maxBatch < 1:
+		return nil, fmt.Errorf("sarama: WithMaxBatch(%d): want 1 or more", cfg.maxBatch)
+	case cfg.maxWait < 0:
+		return nil, fmt.Errorf("sarama: WithMaxWait(%v): want 0 or more", cfg.maxWait)
+	case cfg.commitTimeout <= 0:
+		return nil, fmt.Errorf("sarama: WithCommitTimeout(%v): want more than 0", cfg.commitTimeout)
+	}
+	for i, b := range cfg.brokers {
+		if b == "" {
+			return nil, fmt.Errorf("sarama: WithGroup's broker %d is empty", i+1)
+		}
+	}
+	for i, t := range cfg.topics {
+		if t == "" {
+			return nil, fmt.Errorf("sarama: WithGroup's topic %d is empty", i+1)
+		}
+	}
+	sc := cfg.sarama
+	sc.Consumer.Offsets.AutoCommit.Enable = false
+	sc.Consumer.Return.Errors = true
+	if err := sc.Validate(); err != nil {
+		return nil, fmt.Errorf("sarama: the sarama configuration: %w", err)
+	}
+	log := cfg.logger
+	if log == nil {
+		log = proc.Logger()
+	}
+	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("sarama", errClosed)}
+	e.checks.Log = log
+	return e, nil
+}
+
+// run is Run's body: it makes the client and the group (again, while the
+// brokers do not answer), consumes session after session, and on the end
+// of ctx stops the workers and leaves the group within about a second,
+// whatever the brokers are slow to answer.
+func (e *engine) run(ctx context.Context) error {
+	checked := make(chan struct{})
+	go func() {
+		defer close(checked)
+		e.checks.Run(ctx, checkInterval, checkTimeout, e.check)
+	}()
+	defer func() { <-checked }()
+
+	client, commits, group := e.connect(ctx)
+	if client == nil {
+		e.log.Info("redeliver: consumer stopped", "group", e.cfg.group, "cause", context.Cause(ctx))
+		return nil
+	}
+	e.mu.Lock()
+	e.client, e.group = client, group
+	e.mu.Unlock()
+
+	errsDone := make(chan struct{})
+	go func() {
+		defer close(errsDone)
+		for err := range group.Errors() {
+			e.groupError(err)
+		}
+	}()
+
+	commitCtx, stopCommits := lifecycle.Linger(ctx, commitGrace)
+	defer stopCommits()
+	h := &handler{e: e, client: commits, group: group, runCtx: ctx, commitCtx: commitCtx}
+	consumed := make(chan struct{})
+	go func() {
+		defer close(consumed)
+		for ctx.Err() == nil {
+			err := group.Consume(ctx, e.cfg.topics, h)
+			switch {
+			case err == nil || ctx.Err() != nil:
+			case errors.Is(err, sarama.ErrClosedConsumerGroup):
+				return
+			default:
+				e.log.Warn("redeliver: consumer group error, sarama joins again", "group", e.cfg.group, "error", err)
+				sleep(ctx, e.cfg.sarama.Consumer.Group.Rebalance.Retry.Backoff)
+			}
+		}
+	}()
+	<-ctx.Done()
+	cause := context.Cause(ctx)
+
+	// The workers end with ctx; sarama's session is released once they
+	// have, and Consume returns. Closing the group leaves it. A request
+	// the broker does not answer (a JoinGroup, a SyncGroup, metadata) is
+	// waited for by sarama up to its Net.ReadTimeout: past leaveWait the
+	// client's connections are closed, which ends it.
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		<-consumed
+		_ = group.Close()
+	}()
+	// sarama releases a session once each partition consumer's fetch in
+	// flight has come back (the broker holds it up to MaxWaitTime when
+	// there is nothing to read), and only then leaves the group.
+	wait := max(leaveWait, e.cfg.sarama.Consumer.MaxWaitTime+250*time.Millisecond)
+	t := time.NewTimer(wait)
+	select {
+	case <-closed:
+		t.Stop()
+	case <-t.C:
+		e.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
+			"group", e.cfg.group, "waited", wait)
+		_ = client.Close()
+		_ = commits.Close()
+		t2 := time.NewTimer(closeWait)
+		select {
+		case <-closed:
+		case <-t2.C:
+			e.log.Warn("redeliver: sarama's consumer group still has not closed; it is left to close on its own", "group", e.cfg.group)
+		}
+		t2.Stop()
+	}
+	e.wg.Wait()
+	_ = commits.Close() // a commit the shutdown stopped waiting for fails at once
+	select {
+	case <-errsDone:
+	default:
+	}
+	e.log.Info("redeliver: consumer stopped", "group", e.cfg.group, "cause", cause)
+	return nil
+}
+
+// connect makes the client and the consumer group, and the client of the
+// commits, trying again every clientRetry while the brokers do not answer.
+// It returns nils when ctx ends first; clients made after that are closed.
+//
+// The commits (and the reads of the committed offsets) go through a client
+// of their own, so through a connection of their own to the coordinator:
+// a broker answers the requests of a connection one after the other, and
+// on the consumer's connection a commit would wait behind a fetch the
+// broker holds for up to Consumer.MaxWaitTime when there is nothing new.
+func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sarama.ConsumerGroup) {
+	type made struct {
+		client  sarama.Client
+		commits sarama.Client
+		group   sarama.ConsumerGroup
+		err     error
+	}
+	for {
+		ch := make(chan made, 1)
+		go func() {
+			client, err := sarama.NewClient(e.cfg.brokers, e.cfg.sarama)
+			if err != nil {
+				ch <- made{err: err}
+				return
+			}
+			commits, err := sarama.NewClient(e.cfg.brokers, e.cfg.sarama)
+			if err != nil {
+				_ = client.Close()
+				ch <- made{err: err}
+				return
+			}
+			group, err := sarama.NewConsumerGroupFromClient(e.cfg.group, client)
+			if err != nil {
+				_ = client.Close()
+				_ = commits.Close()
+				ch <- made{err: err}
+				return
+			}
+			ch <- made{client: client, commits: commits, group: group}
+		}()
+		select {
+		case m := <-ch:
+			if m.err == nil {
+				return m.client, m.commits, m.group
+			}
+			e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
+		case <-ctx.Done():
+			go func() {
+				if m := <-ch; m.err == nil {
+					_ = m.group.Close()
+					_ = m.commits.Close()
+				}
+			}()
+			return nil, nil, nil
+		}
+		if !sleep(ctx, clientRetry) {
+			return nil, nil, nil
+		}
+	}
+}
+
+// groupError logs an error sarama's consumer group reports, and keeps a
+// partition's for Health.
+func (e *engine) groupError(err error) {
+	var ce *sarama.ConsumerError
+	if errors.As(err, &ce) && ce.Partition >= 0 && ce.Topic != "" {
+		e.fetches.set(tp{ce.Topic, ce.Partition}, ce.Err, time.Now())
+		e.log.Warn("redeliver: sarama reports an error of a partition", "topic", ce.Topic, "partition", ce.Partition, "error", ce.Err)
+		return
+	}
+	e.log.Warn("redeliver: sarama reports an error of the consumer group", "group", e.cfg.group, "error", err)
+}
+
+// handler is the sarama.ConsumerGroupHandler of one Run.
+type handler struct {
+	e         *engine
+	client    sarama.Client // the commits' client, apart from the consumer's (see connect)
+	group     sarama.ConsumerGroup
+	runCtx    context.Context
+	commitCtx context.Context // ends commitGrace after runCtx
+}
+
+// Setup reports the partitions of a new session.
+func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
+	claims := sess.Claims()
+	n := 0
+	for _, ps := range claims {
+		n += len(ps)
+	}
+	h.e.log.Info("redeliver: generation started", "group", h.e.cfg.group, "generation", sess.GenerationID(),
+		"member", sess.MemberID(), "partitions", n)
+	if fn := h.e.cfg.onAssigned; fn != nil {
+		cp := make(map[string][]int32, len(claims))
+		for t, ps := range claims {
+			cp[t] = append([]int32(nil), ps...)
+		}
+		lifecycle.Inside(func() { fn(cp) })
+	}
+	return nil
+}
+
+// Cleanup logs the end of a session.
+func (h *handler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	h.e.log.Info("redeliver: generation ended", "group", h.e.cfg.group, "generation", sess.GenerationID(),
+		"cause", context.Cause(sess.Context()))
+	return nil
+}
+
+// ConsumeClaim runs the processor over one partition until sarama takes
+// it back, the session ends or Run stops.
+func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, sc sarama.ConsumerGroupClaim) error {
+	if h.runCtx.Err() != nil {
+		return nil
+	}
+	h.e.wg.Add(1)
+	defer h.e.wg.Done()
+	cl, err := newClaim(h, sess, sc)
+	if err != nil {
+		if h.runCtx.Err() == nil && sess.Context().Err() == nil {
+			h.e.log.Warn("redeliver: reading the committed offset failed: the session ends, and sarama joins again",
+				"topic", sc.Topic(), "partition", sc.Partition(), "error", err)
+		}
+		return nil
+	}
+	var perr error
+	lifecycle.Inside(func() { perr = cl.run(h.e.proc) })
+	if perr != nil && !cl.endedFromOutside() {
+		h.e.life.Fail(fmt.Errorf("sarama: worker of %s/%d: %w", sc.Topic(), sc.Partition(), perr))
+	}
+	return nil
+}
+
+// sleep waits d or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}

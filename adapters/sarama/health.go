@@ -1,0 +1,193 @@
+package sarama
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/redeliver-go/redeliver/internal/health"
+)
+
+// How Run checks at start that the brokers answer and the topics exist:
+// each check waits at most checkTimeout, and checks follow every
+// checkInterval until one finds nothing wrong.
+const (
+	checkTimeout  = 5 * time.Second
+	checkInterval = 2 * time.Second
+)
+
+// fetchProblems are the partitions whose consumers sarama reports failing,
+// for Health.
+type fetchProblems struct {
+	mu sync.Mutex
+	m  map[tp]fetchProblem
+}
+
+type fetchProblem struct {
+	err   error
+	since time.Time
+}
+
+func (fp *fetchProblems) set(key tp, err error, since time.Time) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if fp.m == nil {
+		fp.m = make(map[tp]fetchProblem)
+	}
+	if _, ok := fp.m[key]; !ok {
+		fp.m[key] = fetchProblem{err, since}
+	}
+}
+
+func (fp *fetchProblems) clear(key tp) {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	if len(fp.m) > 0 {
+		delete(fp.m, key)
+	}
+}
+
+func (fp *fetchProblems) errs(now time.Time) []error {
+	fp.mu.Lock()
+	defer fp.mu.Unlock()
+	keys := make([]tp, 0, len(fp.m))
+	for k := range fp.m {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b tp) int {
+		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
+	})
+	out := make([]error, 0, len(keys))
+	for _, k := range keys {
+		p := fp.m[k]
+		out = append(out, fmt.Errorf("sarama: consuming %s/%d fails since %v ago: %w", k.topic, k.partition, now.Sub(p.since).Round(time.Second), p.err))
+	}
+	return out
+}
+
+// health reports what the consumer knows to be wrong now, or nil.
+func (e *engine) health() error {
+	return errors.Join(append([]error{e.checks.Err()}, e.fetches.errs(time.Now())...)...)
+}
+
+// check is the start check: one metadata request for the group's topics,
+// to the first broker that answers, and beside it the check of the
+// dead-letter topic, through its publisher (which may write to another
+// cluster).
+func (e *engine) check(ctx context.Context) []health.Problem {
+	if e.cfg.deadLetterCheck == nil {
+		return e.checkTopics(ctx)
+	}
+	var dl []health.Problem
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dl = e.cfg.deadLetterCheck(ctx)
+	}()
+	ps := e.checkTopics(ctx)
+	<-done
+	return append(ps, dl...)
+}
+
+// checkTopics asks the group's brokers, one after the other until one
+// answers, about the group's topics, on a connection of its own.
+func (e *engine) checkTopics(ctx context.Context) []health.Problem {
+	conf := *e.cfg.sarama
+	conf.Net.DialTimeout, conf.Net.ReadTimeout, conf.Net.WriteTimeout = checkTimeout, checkTimeout, checkTimeout
+	var err error
+	for _, addr := range e.cfg.brokers {
+		b := sarama.NewBroker(addr)
+		var res *sarama.MetadataResponse
+		res, err = metadata(ctx, b, &conf, e.cfg.topics)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		return topicProblems(res, e.cfg.topics, "consumed")
+	}
+	return []health.Problem{health.Unreachable("sarama", err)}
+}
+
+// metadata opens b with conf if it is not open, asks it about topics
+// without asking it to create them, and closes it again if it opened it.
+// It returns when ctx ends, leaving the request to sarama's timeouts.
+func metadata(ctx context.Context, b *sarama.Broker, conf *sarama.Config, topics []string) (*sarama.MetadataResponse, error) {
+	type answer struct {
+		res *sarama.MetadataResponse
+		err error
+	}
+	ch := make(chan answer, 1)
+	go func() {
+		opened := false
+		if ok, _ := b.Connected(); !ok {
+			if err := b.Open(conf); err != nil && !errors.Is(err, sarama.ErrAlreadyConnected) {
+				ch <- answer{err: err}
+				return
+			}
+			opened = true
+		}
+		req := sarama.NewMetadataRequest(conf.Version, topics)
+		req.AllowAutoTopicCreation = false
+		res, err := b.GetMetadata(req)
+		if opened {
+			_ = b.Close()
+		}
+		ch <- answer{res, err}
+	}()
+	select {
+	case a := <-ch:
+		return a.res, a.err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// topicProblems are the problems of topics (in role "consumed" or
+// "dead-letter") that res says are not there or may not be used.
+func topicProblems(res *sarama.MetadataResponse, topics []string, role string) []health.Problem {
+	var ps []health.Problem
+	for _, name := range slices.Sorted(slices.Values(topics)) {
+		var err error = kafkaError{sarama.ErrUnknownTopicOrPartition}
+		for _, t := range res.Topics {
+			if t != nil && t.Name == name {
+				err = nil
+				if t.Err != sarama.ErrNoError {
+					err = kafkaError{t.Err}
+				}
+			}
+		}
+		if err != nil {
+			ps = append(ps, health.Topic("sarama", name, role, err))
+		}
+	}
+	return ps
+}
+
+// kafkaError is an error code a broker answered, named as Kafka names it
+// (sarama's text for it does not name it).
+type kafkaError struct{ code sarama.KError }
+
+var kafkaErrorNames = map[sarama.KError]string{
+	sarama.ErrUnknownTopicOrPartition:    "UNKNOWN_TOPIC_OR_PARTITION",
+	sarama.ErrLeaderNotAvailable:         "LEADER_NOT_AVAILABLE",
+	sarama.ErrInvalidTopic:               "INVALID_TOPIC_EXCEPTION",
+	sarama.ErrTopicAuthorizationFailed:   "TOPIC_AUTHORIZATION_FAILED",
+	sarama.ErrClusterAuthorizationFailed: "CLUSTER_AUTHORIZATION_FAILED",
+}
+
+func (k kafkaError) Error() string {
+	if name, ok := kafkaErrorNames[k.code]; ok {
+		return fmt.Sprintf("%s (%d): %v", name, int16(k.code), k.code)
+	}
+	return fmt.Sprintf("error code %d: %v", int16(k.code), k.code)
+}
+
+func (k kafkaError) Unwrap() error { return k.code }
