@@ -262,7 +262,7 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	began := time.Now()
 	ended, note := fault(t, r)
 	r.armed.Store(false)
-	at := e.committed()
+	at := r.committed(t)
 	recovery, err := r.progress(at, ended)
 	if err != nil {
 		t.Errorf("after the fault: %v", err)
@@ -279,7 +279,7 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	for p := range int32(parts) {
 		want[p] = ends[p]
 	}
-	e.waitCommittedWithin(want, longWait)
+	r.waitCommitted(t, want)
 	e.stopAll()
 	hends := map[streamtest.TopicPartition]int64{}
 	var total int64
@@ -310,6 +310,45 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 }
 
 var errPoison = errors.New("poison record")
+
+// committed returns the group's committed offsets, asking again while the
+// brokers answer with an error (a broker just killed or restarted).
+func (r *clusterRun) committed(t *testing.T) map[int32]kadm.Offset {
+	t.Helper()
+	deadline := time.Now().Add(longWait)
+	for {
+		got, err := r.e.tryCommitted()
+		if err == nil {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", longWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitCommitted waits until the group's commits are at want.
+func (r *clusterRun) waitCommitted(t *testing.T, want map[int32]int64) {
+	t.Helper()
+	deadline := time.Now().Add(longWait)
+	for {
+		got := r.committed(t)
+		ok := true
+		for p, w := range want {
+			if got[p].At != w {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed offsets %v, want %v, after %v", got, want, longWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
 
 // progress waits until every partition has committed past at, and
 // returns how long that took from since.
