@@ -298,12 +298,27 @@ stop() {
   stop_all
 }
 
+# proxy_reachable N up|down opens or closes broker N's proxy: while the
+# broker is down its proxy is closed, so that clients find the connection
+# refused, as they would without a proxy (an open proxy would accept and
+# reset it, which some clients take for a live broker).
+proxy_reachable() {
+  build_helper
+  "$HELPER" "$2" -api "$API" "$1" || say "could not set broker $1's proxy $2"
+}
+
 signal_node() { # N signal what
   check_node "$1"
   local pid
   pid=$(node_pid "$1") || die "broker $1 is not running"
   kill -"$2" "$pid"
-  case $2 in KILL) touch "$RUN/node$1/.down"; wait_gone "$pid" 10 || die "broker $1 (pid $pid) survived SIGKILL" ;; esac
+  case $2 in
+    KILL)
+      touch "$RUN/node$1/.down"
+      wait_gone "$pid" 10 || die "broker $1 (pid $pid) survived SIGKILL"
+      proxy_reachable "$1" down
+      ;;
+  esac
   say "$3 broker $1 (pid $pid)"
 }
 
@@ -315,10 +330,12 @@ restart_node() { # N [kill]
   build_helper
   local t0=$SECONDS sig=TERM
   [ "${2:-}" = kill ] && sig=KILL
+  proxy_reachable "$1" down
   stop_node "$1" "$sig"
   write_log_config
   launch_node "$1"
   rm -f "$RUN/node$1/.down"
+  proxy_reachable "$1" up
   wait_cluster "the restart of broker $1"
   say "restarted broker $1 (pid $(node_pid "$1")), all partitions in sync, in $((SECONDS - t0)) s"
 }

@@ -214,3 +214,26 @@ func Heal(api string, node int) error {
 	}
 	return nil
 }
+
+// SetReachable opens (up) or closes (down) node's proxy: a closed proxy
+// listens no more, so a client's connection to it is refused, as it is
+// by a broker that is down. kafka-cluster.sh closes a node's proxy while
+// the node is killed or restarting: an open proxy in front of a dead
+// broker would accept a connection and reset it, which a client takes for
+// a broker that answers badly, not for one that is gone (kafka-go, for
+// one, then never tries the next bootstrap address).
+func SetReachable(api string, node int, up bool) error {
+	p, err := toxiclient.NewClient(api).Proxy(ProxyName(node))
+	if err != nil {
+		return fmt.Errorf("kcluster: proxy of node %d: %w", node, err)
+	}
+	if up {
+		err = p.Enable()
+	} else {
+		err = p.Disable()
+	}
+	if err != nil {
+		return fmt.Errorf("kcluster: proxy of node %d (up %v): %w", node, up, err)
+	}
+	return nil
+}

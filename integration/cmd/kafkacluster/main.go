@@ -8,6 +8,7 @@
 //	kafkacluster leader -brokers A,B,C TOPIC PARTITION     print the leader's node id
 //	kafkacluster coordinator -brokers A,B,C GROUP          print the group coordinator's node id
 //	kafkacluster cut|heal -api ADDR NODE                   cut node off from the clients / undo it
+//	kafkacluster down|up -api ADDR NODE                    close node's proxy (connections refused) / open it
 package main
 
 import (
@@ -80,7 +81,7 @@ func main() {
 			}
 			return err
 		})
-	case "cut", "heal":
+	case "cut", "heal", "up", "down":
 		if len(args) != 1 {
 			usage()
 		}
@@ -88,10 +89,13 @@ func main() {
 		if nerr != nil {
 			fail(fmt.Errorf("node %q: %w", args[0], nerr))
 		}
-		if cmd == "cut" {
+		switch cmd {
+		case "cut":
 			err = kcluster.Cut(*api, node)
-		} else {
+		case "heal":
 			err = kcluster.Heal(*api, node)
+		default:
+			err = kcluster.SetReachable(*api, node, cmd == "up")
 		}
 	default:
 		usage()
@@ -145,7 +149,7 @@ func runProxies(api string, specs []string) error {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kafkacluster proxy|ready|leader|coordinator|cut|heal [flags] [args]")
+	fmt.Fprintln(os.Stderr, "usage: kafkacluster proxy|ready|leader|coordinator|cut|heal|down|up [flags] [args]")
 	os.Exit(2)
 }
 
