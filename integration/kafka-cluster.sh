@@ -335,6 +335,15 @@ restart_node() { # N [kill]
   write_log_config
   launch_node "$1"
   rm -f "$RUN/node$1/.down"
+  # The proxy opens once the broker listens: before, it would accept the
+  # clients' connections and reset them.
+  local pid
+  pid=$(cat "$(node_pidfile "$1")")
+  while ! port_in_use "$(eport "$1")"; do
+    kill -0 "$pid" 2>/dev/null || die "broker $1 exited during its restart (kafka-cluster.sh logs $1)"
+    ((SECONDS - t0 < TIMEOUT)) || die "broker $1 did not listen within $TIMEOUT s (kafka-cluster.sh logs $1)"
+    sleep 0.2
+  done
   proxy_reachable "$1" up
   wait_cluster "the restart of broker $1"
   say "restarted broker $1 (pid $(node_pid "$1")), all partitions in sync, in $((SECONDS - t0)) s"

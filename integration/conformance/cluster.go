@@ -433,13 +433,18 @@ func (r *clusterRun) readDeadLetters(t *testing.T) (map[[2]int64]int, int) {
 	return got, twice
 }
 
-// poisonDeliveries returns the fewest and the most deliveries that failed
-// at one poison record.
+// poisonDeliveries returns the fewest and the most deliveries that count
+// against one poison record: those that failed at it, and its retries a
+// revocation cut short (which count as the checker counts them).
 func (r *clusterRun) poisonDeliveries() (lo, hi int) {
 	n := map[[2]int64]int{}
 	for _, ev := range r.hist.Events() {
-		if ev.Kind == streamtest.Delivered && ev.Outcome == stream.Failed && ev.Error == errPoison.Error() {
+		switch {
+		case ev.Kind != streamtest.Delivered:
+		case ev.Outcome == stream.Failed && ev.Error == errPoison.Error():
 			n[[2]int64{int64(ev.Partition), ev.First + int64(ev.Index)}]++
+		case ev.Outcome == stream.Cancelled && ev.Retry > 0 && ev.First%clusterPoisonEvery == 42:
+			n[[2]int64{int64(ev.Partition), ev.First}]++
 		}
 	}
 	lo = -1
