@@ -24,6 +24,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/integration/kcluster"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -56,6 +57,17 @@ type Broker struct {
 	// Backend, when not nil, is a service other than Kafka (an in-memory
 	// Event Hubs) that the suite drives instead of a broker at Addrs.
 	Backend Backend
+	// AdminAddrs, when set, are the addresses the suite's own client
+	// (topics, producing, reading commits) uses instead of Addrs: on the
+	// three-broker cluster they bypass the fault proxies the consumers
+	// go through.
+	AdminAddrs []string
+	// Replication is the replication factor of the topics the suite
+	// creates: 0 means 1, -1 the broker's default.
+	Replication int16
+	// Cluster, when not nil, is the three-broker cluster of
+	// integration/kafka-cluster.sh, which the cluster scenarios drive.
+	Cluster *kcluster.Cluster
 }
 
 // Controller lets a test answer a broker's requests itself, as

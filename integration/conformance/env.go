@@ -50,7 +50,11 @@ func newEnv(t *testing.T, b Broker, a Adapter) *env {
 		})
 		return e
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	seeds := b.Addrs
+	if len(b.AdminAddrs) > 0 {
+		seeds = b.AdminAddrs
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(seeds...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,13 +81,21 @@ func (e *env) createTopic(partitions int32) {
 		}
 		return
 	}
-	resp, err := e.adm.CreateTopic(ctx, partitions, 1, nil, e.topic)
+	resp, err := e.adm.CreateTopic(ctx, partitions, e.replication(), nil, e.topic)
 	if err == nil {
 		err = resp.Err
 	}
 	if err != nil {
 		e.t.Fatalf("create topic %s: %v", e.topic, err)
 	}
+}
+
+// replication is the replication factor of the topics the case creates.
+func (e *env) replication() int16 {
+	if e.b.Replication == 0 {
+		return 1
+	}
+	return e.b.Replication
 }
 
 // produce appends n records to the partition, valued "<partition>:<i>"

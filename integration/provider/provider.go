@@ -5,6 +5,7 @@ package provider
 
 import (
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/redeliver-go/redeliver/integration/conformance"
+	"github.com/redeliver-go/redeliver/integration/kcluster"
 )
 
 // sessionTimeout is the short session timeout the kfake provider allows and
@@ -76,4 +78,60 @@ func (externalProvider) Start(t *testing.T) conformance.Broker {
 	}
 	b.KIP848 = os.Getenv("REDELIVER_KAFKA_KIP848") == "1"
 	return b
+}
+
+// Cluster returns a provider for the three-broker cluster of
+// integration/kafka-cluster.sh, named by REDELIVER_KAFKA_CLUSTER (its
+// proxied client addresses) with its run directory in
+// REDELIVER_KAFKA_CLUSTER_DIR (default /tmp/redeliver-kafka-cluster); it
+// skips every test when REDELIVER_KAFKA_CLUSTER is unset. The consumers
+// reach the brokers through the fault proxies, the suite's own client
+// directly; the suite's topics are replicated three times; the session
+// timeout is 6s.
+func Cluster() conformance.Provider { return clusterProvider{} }
+
+type clusterProvider struct{}
+
+func (clusterProvider) Name() string { return "cluster" }
+
+func (clusterProvider) Start(t *testing.T) conformance.Broker {
+	addrs := os.Getenv(kcluster.EnvCluster)
+	if addrs == "" {
+		t.Skipf("no three-broker cluster: start one with integration/kafka-cluster.sh start and set %s", kcluster.EnvCluster)
+	}
+	dir := os.Getenv(kcluster.EnvDir)
+	if dir == "" {
+		dir = kcluster.DefaultDir
+	}
+	script, err := filepath.Abs(filepath.Join(moduleDir(t), "kafka-cluster.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := kcluster.Load(dir, script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(c.Clients, ",") != addrs {
+		t.Fatalf("%s=%s, but the cluster in %s serves %s", kcluster.EnvCluster, addrs, dir, strings.Join(c.Clients, ","))
+	}
+	return conformance.Broker{Addrs: c.Clients, AdminAddrs: c.Direct, Replication: -1,
+		SessionTimeout: 6 * time.Second, Cluster: c}
+}
+
+// moduleDir returns the integration module's directory, where
+// kafka-cluster.sh lives: the test's working directory or one of its
+// parents.
+func moduleDir(t *testing.T) string {
+	dir, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "kafka-cluster.sh")); err == nil {
+			return d
+		}
+		if filepath.Dir(d) == d {
+			t.Fatalf("kafka-cluster.sh not found in %s or its parents", dir)
+		}
+	}
 }

@@ -1,0 +1,551 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/integration/kcluster"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// The cluster scenarios run on the three-broker cluster of
+// integration/kafka-cluster.sh (replication 3, min.insync.replicas 2,
+// __consumer_offsets replicated three times). Each runs two consumers of
+// one adapter over a three-partition topic that a producer keeps
+// appending to, under a per-record handler that fails or panics now and
+// then and fails for ever on a poison record every 150 (dead-lettered to
+// a replicated dead-letter topic once its 4 retries are spent), and
+// injects one broker fault while the consumers work. The history checker
+// then verifies the whole run: nothing lost, every record within its
+// retry bound, commits in order and by the owner only. Each reports its
+// dead letters, those published twice, and how long the consumers took
+// to move again after the fault.
+
+// clusterRetries is the retry budget of every record in the cluster
+// scenarios: a poison record is delivered clusterRetries+1 times, then
+// dead-lettered.
+const clusterRetries = 4
+
+// clusterPoisonEvery makes every record at an offset ≡ 42 mod it a poison
+// record.
+const clusterPoisonEvery = 150
+
+// clusterFault injects a fault into a running scenario and returns when
+// it ended (the kill, the resume, the heal): recovery is measured from
+// then. What it says goes into the figures' note.
+type clusterFault func(t *testing.T, r *clusterRun) (ended time.Time, note string)
+
+// RunCluster runs every cluster scenario for the adapter on the provider's
+// cluster (a Broker with Cluster set); it skips when there is none.
+func RunCluster(t *testing.T, p Provider, a Adapter) {
+	for _, s := range []struct {
+		name  string
+		fault clusterFault
+	}{
+		{"LeaderKilledDuringBackoff", leaderKilledDuringBackoff},
+		{"CoordinatorKilledDuringRetryCommit", coordinatorKilledDuringRetryCommit},
+		{"BrokerPausedPastSessionTimeout", brokerPausedPastSession},
+		{"BrokerCutOffFromConsumers", brokerCutOff},
+		{"RollingRestart", rollingRestart},
+		{"DeadLetterLeaderKilled", deadLetterLeaderKilled},
+	} {
+		t.Run(s.name, func(t *testing.T) {
+			b := p.Start(t)
+			if b.Cluster == nil {
+				t.Skipf("the %s provider is not a cluster", p.Name())
+			}
+			begin := time.Now()
+			f := clusterScenario(t, newEnv(t, b, a), s.fault)
+			f.Scenario, f.Provider, f.Adapter, f.Took = s.name, p.Name(), a.Name(), time.Since(begin)
+			report(t, f)
+		})
+	}
+}
+
+// clusterRun is one cluster scenario's state.
+type clusterRun struct {
+	e     *env
+	c     *kcluster.Cluster
+	dlq   string
+	parts int32
+
+	hist   streamtest.History
+	faults atomic.Int64
+
+	armed      atomic.Bool
+	failed     chan int32 // a partition whose delivery failed, once armed
+	publishing chan chan struct{}
+	deadLetter atomic.Bool // arm the dead-letter publish hook
+}
+
+func (r *clusterRun) ctx(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}
+
+// run runs kafka-cluster.sh with args, failing the test on error.
+func (r *clusterRun) run(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := r.ctx(5 * time.Minute)
+	defer cancel()
+	out, err := r.c.Run(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("kafka-cluster.sh %s", strings.Join(args, " "))
+	return strings.TrimSpace(out)
+}
+
+// node returns a node id from kafka-cluster.sh's answer.
+func (r *clusterRun) node(t *testing.T, f func(context.Context) (int32, error)) int {
+	t.Helper()
+	ctx, cancel := r.ctx(longWait)
+	defer cancel()
+	for {
+		id, err := f(ctx)
+		if err == nil && id > 0 {
+			return int(id)
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no node: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (r *clusterRun) leader(t *testing.T, topic string, p int32) int {
+	return r.node(t, func(ctx context.Context) (int32, error) { return kcluster.Leader(ctx, r.e.adm, topic, p) })
+}
+
+func (r *clusterRun) coordinator(t *testing.T) int {
+	return r.node(t, func(ctx context.Context) (int32, error) { return kcluster.Coordinator(ctx, r.e.adm, r.e.group) })
+}
+
+// restore brings the cluster back whole: every broker running, resumed,
+// reachable and in sync.
+func (r *clusterRun) restore(t *testing.T) {
+	ctx, cancel := r.ctx(5 * time.Minute)
+	defer cancel()
+	for n := 1; n <= kcluster.Nodes; n++ {
+		_ = kcluster.Heal(r.c.ProxyAPI, n)
+		if _, err := r.c.Run(ctx, "pid", strconv.Itoa(n)); err != nil {
+			if _, err := r.c.Run(ctx, "restart", strconv.Itoa(n)); err != nil {
+				t.Errorf("restore the cluster: %v", err)
+			}
+			continue
+		}
+		_, _ = r.c.Run(ctx, "resume", strconv.Itoa(n))
+	}
+}
+
+// publisher is the dead-letter publisher: franz-go's (acks=all, the
+// client's default) through the history, with a hook that, when armed,
+// hands the publish to the scenario before it goes out.
+type hookedPublisher struct {
+	r    *clusterRun
+	next stream.Publisher
+}
+
+func (p hookedPublisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
+	if p.r.deadLetter.CompareAndSwap(true, false) {
+		done := make(chan struct{})
+		p.r.publishing <- done
+		<-done
+	}
+	return p.next.Publish(ctx, topic, recs)
+}
+
+// clusterScenario runs one scenario with the given fault.
+func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
+	const parts, initial = 3, 300
+	r := &clusterRun{e: e, c: e.b.Cluster, dlq: e.topic + ".dlq", parts: parts,
+		failed: make(chan int32, 1), publishing: make(chan chan struct{}, 1)}
+	t.Cleanup(func() { r.restore(t) })
+	e.createTopic(parts)
+	ctx, cancel := r.ctx(longWait)
+	defer cancel()
+	if resp, err := e.adm.CreateTopic(ctx, 1, e.replication(), nil, r.dlq); err != nil || resp.Err != nil {
+		t.Fatalf("create %s: %v %v", r.dlq, err, resp.Err)
+	}
+	for p := range int32(parts) {
+		e.produce(p, 0, initial)
+	}
+
+	// A producer appends 5 records to each partition every 250ms until
+	// the fault is over, through the brokers' internal listeners.
+	feedCtx, stopFeed := context.WithCancel(context.Background())
+	var feeding sync.WaitGroup
+	feeding.Add(1)
+	go func() {
+		defer feeding.Done()
+		for i := initial; feedCtx.Err() == nil; i += 5 {
+			var recs []*kgo.Record
+			for p := range int32(parts) {
+				for j := range 5 {
+					recs = append(recs, &kgo.Record{Topic: e.topic, Partition: p, Value: fmt.Appendf(nil, "%d:%d", p, i+j)})
+				}
+			}
+			pctx, pcancel := context.WithTimeout(context.Background(), longWait)
+			if err := e.cl.ProduceSync(pctx, recs...).FirstErr(); err != nil {
+				t.Logf("feed: %v (going on)", err)
+			}
+			pcancel()
+			select {
+			case <-feedCtx.Done():
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { stopFeed(); feeding.Wait() }()
+
+	var (
+		mu    sync.Mutex
+		calls = map[[2]int64]int{}
+	)
+	h := stream.PerRecord(func(_ context.Context, rec *stream.Record) error {
+		time.Sleep(2 * time.Millisecond)
+		if rec.Offset%clusterPoisonEvery == 42 {
+			r.faults.Add(1)
+			return errPoison
+		}
+		k := [2]int64{int64(rec.Partition), rec.Offset}
+		mu.Lock()
+		calls[k]++
+		n := calls[k]
+		mu.Unlock()
+		switch u := unit(rec.Partition, rec.Offset, n); {
+		case u < 0.05:
+			r.faults.Add(1)
+			return errInjected
+		case u < 0.06:
+			r.faults.Add(1)
+			panic("injected handler panic")
+		}
+		return nil
+	})
+	pub, err := franz.NewPublisher(e.cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl, err := stream.DeadLetter(r.hist.Publisher(hookedPublisher{r, pub}), r.dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watch := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
+		if ev.Outcome == stream.Failed && r.armed.Load() {
+			select {
+			case r.failed <- ev.Partition:
+			default:
+			}
+		}
+	}}
+	policy := checkpoint.Policy{MaxRetries: clusterRetries, Backoff: checkpoint.Capped(time.Second, checkpoint.Exponential(200*time.Millisecond))}
+	for _, name := range []string{"a", "b"} {
+		e.start(name, spec{handler: h, policy: policy, maxBatch: 10, session: true,
+			hooks: stream.MergeHooks(r.hist.Hooks(name), watch),
+			opts:  []stream.Option{stream.WithExhaustionAction(dl)}})
+	}
+	e.waitTotal(parts*initial/4, longWait)
+
+	began := time.Now()
+	ended, note := fault(t, r)
+	r.armed.Store(false)
+	at := r.committed(t)
+	recovery, err := r.progress(at, ended)
+	if err != nil {
+		t.Errorf("after the fault: %v", err)
+	}
+	faultTook := ended.Sub(began)
+	// The cluster whole again before the end: the next scenario starts on
+	// three brokers.
+	r.restore(t)
+	stopFeed()
+	feeding.Wait()
+
+	ends := r.endOffsets(t, e.topic)
+	want := map[int32]int64{}
+	for p := range int32(parts) {
+		want[p] = ends[p]
+	}
+	r.waitCommitted(t, want)
+	e.stopAll()
+	hends := map[streamtest.TopicPartition]int64{}
+	var total int64
+	for p, n := range want {
+		hends[streamtest.TopicPartition{Topic: e.topic, Partition: p}] = n
+		total += n
+	}
+	rep := check(t, &r.hist, hends)
+
+	letters, twice := r.readDeadLetters(t)
+	var poisons int64
+	for _, n := range want {
+		poisons += (n + clusterPoisonEvery - 1 - 42) / clusterPoisonEvery
+	}
+	if int64(len(letters)) != poisons {
+		t.Errorf("%d poison records dead-lettered, want %d", len(letters), poisons)
+	}
+	minP, maxP := r.poisonDeliveries()
+	if maxP > clusterRetries+1 {
+		t.Errorf("a poison record was delivered %d times, want at most %d (retryCount %d)", maxP, clusterRetries+1, clusterRetries)
+	}
+	f := figures(rep, r.faults.Load()+1)
+	f.Records = total
+	f.Recovery = recovery
+	f.Note = fmt.Sprintf("dead-letters=%d twice=%d poison-deliveries=%d..%d (retryCount %d) fault=%s %s",
+		len(letters), twice, minP, maxP, clusterRetries, faultTook.Round(100*time.Millisecond), note)
+	return f
+}
+
+var errPoison = errors.New("poison record")
+
+// committed returns the group's committed offsets, asking again while the
+// brokers answer with an error (a broker just killed or restarted).
+func (r *clusterRun) committed(t *testing.T) map[int32]kadm.Offset {
+	t.Helper()
+	deadline := time.Now().Add(longWait)
+	for {
+		got, err := r.e.tryCommitted()
+		if err == nil {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %v", longWait, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitCommitted waits until the group's commits are at want.
+func (r *clusterRun) waitCommitted(t *testing.T, want map[int32]int64) {
+	t.Helper()
+	deadline := time.Now().Add(longWait)
+	for {
+		got := r.committed(t)
+		ok := true
+		for p, w := range want {
+			if got[p].At != w {
+				ok = false
+			}
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("committed offsets %v, want %v, after %v", got, want, longWait)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// progress waits until every partition has committed past at, and
+// returns how long that took from since.
+func (r *clusterRun) progress(at map[int32]kadm.Offset, since time.Time) (time.Duration, error) {
+	deadline := time.Now().Add(longWait)
+	for time.Now().Before(deadline) {
+		got, err := r.e.tryCommitted()
+		if err == nil {
+			done := true
+			for p := range r.parts {
+				if got[p].At <= at[p].At {
+					done = false
+				}
+			}
+			if done {
+				return time.Since(since), nil
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return 0, fmt.Errorf("no partition moved on past %v within %v", at, longWait)
+}
+
+// endOffsets returns the topic's end offsets.
+func (r *clusterRun) endOffsets(t *testing.T, topic string) map[int32]int64 {
+	t.Helper()
+	ctx, cancel := r.ctx(longWait)
+	defer cancel()
+	offs, err := r.e.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = offs.Error()
+	}
+	if err != nil {
+		t.Fatalf("end offsets of %s: %v", topic, err)
+	}
+	m := map[int32]int64{}
+	for p, o := range offs[topic] {
+		m[p] = o.Offset
+	}
+	return m
+}
+
+// readDeadLetters reads the dead-letter topic to its end and returns how
+// many times each record (partition, offset) was dead-lettered, and how
+// many of those publishes were repeats.
+func (r *clusterRun) readDeadLetters(t *testing.T) (map[[2]int64]int, int) {
+	t.Helper()
+	end := r.endOffsets(t, r.dlq)[0]
+	got := map[[2]int64]int{}
+	if end == 0 {
+		return got, 0
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.c.Direct...), kgo.ConsumeTopics(r.dlq), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := r.ctx(longWait)
+	defer cancel()
+	twice := 0
+	for seen := int64(0); seen < end; {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: read %d of %d records", r.dlq, seen, end)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			seen = max(seen, rec.Offset+1)
+			var k [2]int64
+			for _, h := range rec.Headers {
+				switch h.Key {
+				case stream.HeaderPartition:
+					k[0], _ = strconv.ParseInt(string(h.Value), 10, 32)
+				case stream.HeaderOffset:
+					k[1], _ = strconv.ParseInt(string(h.Value), 10, 64)
+				}
+			}
+			if got[k]++; got[k] > 1 {
+				twice++
+			}
+		})
+	}
+	return got, twice
+}
+
+// poisonDeliveries returns the fewest and the most deliveries that count
+// against one poison record: those that failed at it, and its retries a
+// revocation cut short (which count as the checker counts them).
+func (r *clusterRun) poisonDeliveries() (lo, hi int) {
+	n := map[[2]int64]int{}
+	for _, ev := range r.hist.Events() {
+		switch {
+		case ev.Kind != streamtest.Delivered:
+		case ev.Outcome == stream.Failed && ev.Error == errPoison.Error():
+			n[[2]int64{int64(ev.Partition), ev.First + int64(ev.Index)}]++
+		case ev.Outcome == stream.Cancelled && ev.Retry > 0 && ev.First%clusterPoisonEvery == 42:
+			n[[2]int64{int64(ev.Partition), ev.First}]++
+		}
+	}
+	lo = -1
+	for _, k := range n {
+		if lo < 0 || k < lo {
+			lo = k
+		}
+		hi = max(hi, k)
+	}
+	return max(lo, 0), hi
+}
+
+// awaitFailure waits for a failed delivery once the run is armed and
+// returns its partition.
+func (r *clusterRun) awaitFailure(t *testing.T) int32 {
+	t.Helper()
+	r.armed.Store(true)
+	select {
+	case p := <-r.failed:
+		return p
+	case <-time.After(longWait):
+		t.Fatal("no delivery failed")
+		return -1
+	}
+}
+
+// (a) The leader of a partition in backoff is killed (SIGKILL): a delivery
+// of the partition just failed, its retry waits out the backoff, and its
+// leader dies; the partition's new leader is elected from the in-sync
+// replicas and the retry goes on there.
+func leaderKilledDuringBackoff(t *testing.T, r *clusterRun) (time.Time, string) {
+	p := r.awaitFailure(t)
+	n := r.leader(t, r.e.topic, p)
+	r.run(t, "kill", strconv.Itoa(n))
+	return time.Now(), fmt.Sprintf("killed=broker%d (leader of partition %d)", n, p)
+}
+
+// (b) The group coordinator is killed (SIGKILL) as a retry state is being
+// committed: the kill follows a failed delivery at once, while the worker
+// writes the failure's retry state into __consumer_offsets.
+func coordinatorKilledDuringRetryCommit(t *testing.T, r *clusterRun) (time.Time, string) {
+	n := r.coordinator(t)
+	r.awaitFailure(t)
+	r.run(t, "kill", strconv.Itoa(n))
+	return time.Now(), fmt.Sprintf("killed=broker%d (coordinator)", n)
+}
+
+// (c) The group coordinator's broker is paused (SIGSTOP) for twice the
+// session timeout (longer too than the controller's 9 s broker session),
+// then resumed.
+func brokerPausedPastSession(t *testing.T, r *clusterRun) (time.Time, string) {
+	n := r.coordinator(t)
+	pause := 2 * r.e.b.SessionTimeout
+	r.run(t, "pause", strconv.Itoa(n))
+	time.Sleep(pause)
+	r.run(t, "resume", strconv.Itoa(n))
+	return time.Now(), fmt.Sprintf("paused=broker%d (coordinator) for %v", n, pause)
+}
+
+// clusterCut is how long the cut-off scenario keeps a broker cut off.
+const clusterCut = 30 * time.Second
+
+// (d) The group coordinator's broker is cut off from the consumers for
+// clusterCut (its proxy holds every byte both ways) while it goes on
+// talking to the other brokers: it stays the coordinator and the leader
+// of its partitions, so those wait for the heal.
+func brokerCutOff(t *testing.T, r *clusterRun) (time.Time, string) {
+	n := r.coordinator(t)
+	if err := kcluster.Cut(r.c.ProxyAPI, n); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cut broker %d off from the consumers", n)
+	time.Sleep(clusterCut)
+	if err := kcluster.Heal(r.c.ProxyAPI, n); err != nil {
+		t.Fatal(err)
+	}
+	return time.Now(), fmt.Sprintf("cut=broker%d (coordinator) for %v", n, clusterCut)
+}
+
+// (e) A rolling restart: each broker in turn stopped (SIGTERM, a clean
+// shutdown) and started again, the next once every partition is in sync.
+func rollingRestart(t *testing.T, r *clusterRun) (time.Time, string) {
+	for n := 1; n <= kcluster.Nodes; n++ {
+		r.run(t, "restart", strconv.Itoa(n))
+	}
+	return time.Now(), "restarted=broker1,broker2,broker3"
+}
+
+// (f) The dead-letter topic's leader is killed (SIGKILL) as a poison
+// record is being dead-lettered: the publish goes out right after the kill
+// and lands on the new leader (acks=all, two replicas in sync).
+func deadLetterLeaderKilled(t *testing.T, r *clusterRun) (time.Time, string) {
+	n := r.leader(t, r.dlq, 0)
+	r.deadLetter.Store(true)
+	var done chan struct{}
+	select {
+	case done = <-r.publishing:
+	case <-time.After(longWait):
+		t.Fatal("no dead letter published")
+	}
+	r.run(t, "kill", strconv.Itoa(n))
+	close(done)
+	return time.Now(), fmt.Sprintf("killed=broker%d (leader of the dead-letter topic)", n)
+}
