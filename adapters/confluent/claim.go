@@ -59,7 +59,9 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 func (cl *claim) run() {
 	defer close(cl.done)
 	var err error
-	lifecycle.Inside(func() { err = cl.e.proc.Process(cl.ctx, cl) })
+	// The group names the dead letters' __dlq.errors.group header.
+	src := stream.Source{Group: fmt.Sprint(cl.e.group())}
+	lifecycle.Inside(func() { err = cl.e.proc.Process(stream.WithSource(cl.ctx, src), cl) })
 	ended := cl.ctx.Err() != nil
 	cl.cancel(errRevoked)
 	cl.mu.Lock()

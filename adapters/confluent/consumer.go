@@ -10,6 +10,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -34,6 +35,8 @@ type config struct {
 	maxBatch      int
 	maxWait       time.Duration
 	commitTimeout time.Duration
+	drain         time.Duration // 0: no bound
+	failAfter     time.Duration // 0: never
 	logger        *slog.Logger
 	onAssigned    func(map[string][]int32)
 	// deadLetterCheck checks the topic of the processor's dead-letter
@@ -79,6 +82,33 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.commitTimeout = d })
 }
 
+// WithFailAfter sets how long a problem that stops all consumption may
+// last before Run ends with its error: the brokers do not answer, or a
+// topic the consumer reads does not exist or may not be read. While it
+// lasts, the problem is logged when first found and again every 30s with
+// how long it has lasted, and [Consumer.Health] reports it; after d, Run
+// logs it at Error and returns it, so that a supervisor sees a failed
+// process, not a healthy idle one. The default is a minute; 0 never ends
+// Run for it. New returns an error for a negative d.
+func WithFailAfter(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.failAfter = d })
+}
+
+// WithDrain sets how long Run waits, once it is stopping, for the workers
+// to return; the default is 25s (a host's default drain time,
+// host.DefaultDrain), and 0 waits as long as they take. A worker whose
+// handler ignores the end of its context holds Run: while Run waits, it
+// logs at Warn which partitions it waits for and for how long (2s after
+// the stop, then every 5s); after d it logs at Error, leaves the workers
+// running and returns an error that names them; librdkafka's consumer is
+// closed (leaving the group) once they return, and until then the broker
+// takes their partitions back after max.poll.interval.ms without a poll.
+// A host gives its own drain time (host.WithDrain) to the consumers it
+// runs. New returns an error for a negative d.
+func WithDrain(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.drain = d })
+}
+
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
@@ -115,7 +145,7 @@ type Consumer struct {
 // configuration names no bootstrap.servers or group.id, no topic or an
 // empty one is given, or an option is out of range.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
-	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second}
+	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second, drain: lifecycle.DefaultDrain, failAfter: health.DefaultEndAfter}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("confluent: option %d of New is nil", i+1)

@@ -56,7 +56,11 @@
 // flight is waited for at most 250ms; the consumer's Close (which leaves
 // the group, once the fetches in flight have come back) at most 400ms, or
 // fetch.wait.max.ms + 250ms when that is longer, after which it is left to
-// finish on its own goroutine.
+// finish on its own goroutine. A handler that ignores the end of its
+// context holds Run: Run logs at Warn which partitions it waits for and
+// for how long, 2s after the stop and then every 5s, and after the drain
+// time (25s, [WithDrain]) returns an error naming them, leaving them
+// running; the consumer is closed once they return.
 //
 // # Health
 //
@@ -65,7 +69,11 @@
 // group's topics exist, and the topic of the processor's
 // [stream.DeadLetter] action through a [Publisher] (asked through its
 // producer), and logs what it finds wrong within seconds;
-// [Consumer.Health] reports it, for a host's readiness.
+// [Consumer.Health] reports it, for a host's readiness. A problem that
+// stops all consumption (brokers that do not answer, a consumed topic that
+// does not exist or may not be read) is logged again every 30s while it
+// lasts, with how long it has lasted, and ends Run with its error after a
+// minute ([WithFailAfter] sets that time).
 //
 // # Dead letters
 //

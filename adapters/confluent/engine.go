@@ -44,8 +44,9 @@ type engine struct {
 	life   *lifecycle.Life
 	checks health.Checker
 
-	wg       sync.WaitGroup // the workers
-	inflight sync.WaitGroup // commit requests, also those a shutdown stopped waiting for
+	wg       sync.WaitGroup    // the workers
+	workers  lifecycle.Workers // the workers, by partition, for the drain's report
+	inflight sync.WaitGroup    // commit requests, also those a shutdown stopped waiting for
 
 	// The poll goroutine's own (the rebalance callback runs on it).
 	claims    map[tp]*claim
@@ -67,6 +68,10 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 		return nil, fmt.Errorf("confluent: WithMaxWait(%v): want 0 or more", cfg.maxWait)
 	case cfg.commitTimeout <= 0:
 		return nil, fmt.Errorf("confluent: WithCommitTimeout(%v): want more than 0", cfg.commitTimeout)
+	case cfg.drain < 0:
+		return nil, fmt.Errorf("confluent: WithDrain(%v): want 0 (no bound) or more", cfg.drain)
+	case cfg.failAfter < 0:
+		return nil, fmt.Errorf("confluent: WithFailAfter(%v): want 0 (never) or more", cfg.failAfter)
 	}
 	for i, t := range cfg.topics {
 		if t == "" {
@@ -87,6 +92,7 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	}
 	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("confluent", errClosed)}
 	e.checks.Log = log
+	e.checks.EndAfter, e.checks.End = cfg.failAfter, e.life.Fail
 	return e, nil
 }
 
@@ -137,7 +143,20 @@ func (e *engine) run(ctx context.Context) error {
 		e.flush()
 	}
 	cause := context.Cause(ctx)
-	e.endClaims(e.allClaims(), cause)
+	// The workers end with ctx: a handler that ignores the end of its
+	// context holds its worker. Drain reports them, and gives up on them
+	// after the drain time. No worker starts once the poll loop is over
+	// (assign starts none once ctx has ended).
+	for _, cl := range e.allClaims() {
+		cl.cancel(cause)
+		delete(e.claims, cl.key)
+	}
+	workersDone := make(chan struct{})
+	go func() {
+		e.wg.Wait()
+		close(workersDone)
+	}()
+	drainErr := lifecycle.Drain(workersDone, e.log, "confluent", &e.workers, e.cfg.drain)
 	// Close leaves the group: it polls, and the rebalance callback gives
 	// the partitions up. It may wait for the broker; past closeWait it is
 	// left to finish on its own.
@@ -146,12 +165,15 @@ func (e *engine) run(ctx context.Context) error {
 		defer close(closed)
 		// Nothing may use the consumer once it is closed (librdkafka frees
 		// it): the workers, and commits cut short by the shutdown, finish
-		// first.
+		// first; after a drain that gave up on workers, whenever they do.
 		<-checked
 		e.wg.Wait()
 		e.inflight.Wait()
 		_ = c.Close()
 	}()
+	if drainErr != nil {
+		return drainErr
+	}
 	// librdkafka's close waits for the fetches in flight, which the broker
 	// holds up to fetch.wait.max.ms when there is nothing to read.
 	wait := max(closeWait, fetchWait(e.cfg.conf)+250*time.Millisecond)
@@ -163,7 +185,6 @@ func (e *engine) run(ctx context.Context) error {
 			"group", e.group(), "waited", wait)
 	}
 	t.Stop()
-	e.wg.Wait()
 	e.log.Info("redeliver: consumer stopped", "group", e.group(), "cause", cause)
 	return nil
 }
@@ -307,8 +328,10 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 	}
 	for _, cl := range started {
 		e.wg.Add(1)
+		ended := e.workers.Start(fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition))
 		go func() {
 			defer e.wg.Done()
+			defer ended()
 			cl.run()
 		}()
 	}

@@ -89,7 +89,8 @@ func (cl *claim) run(proc *stream.Processor) error {
 		defer close(cl.pumped)
 		cl.pump()
 	}()
-	err := proc.Process(cl.ctx, cl)
+	// The group names the dead letters' __dlq.errors.group header.
+	err := proc.Process(stream.WithSource(cl.ctx, stream.Source{Group: cl.h.e.cfg.group}), cl)
 	cl.ended = cl.ctx.Err() != nil
 	if err == nil {
 		cl.cancel(context.Canceled)

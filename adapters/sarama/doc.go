@@ -84,7 +84,11 @@
 // client is closed, and after 150ms more sarama's goroutines are left to
 // end on their own. With sarama's default MaxWaitTime (500ms), Run returns
 // within a second of its context's end whatever the broker is slow to
-// answer.
+// answer, unless a handler ignores the end of its context: then Run logs
+// at Warn which partitions it waits for and for how long, 2s after the
+// stop and then every 5s, and after the drain time (25s, [WithDrain])
+// closes the client and returns an error naming them, leaving them
+// running.
 //
 // # Health
 //
@@ -93,7 +97,11 @@
 // processor's [stream.DeadLetter] action through a [Publisher] (asked
 // through the publisher's client), and logs what it finds wrong within
 // seconds; [Consumer.Health] reports it, with the partitions sarama reports
-// failing, for a host's readiness.
+// failing, for a host's readiness. A problem that stops all consumption
+// (brokers that do not answer, a consumed topic that does not exist or may
+// not be read) is logged again every 30s while it lasts, with how long it
+// has lasted, and ends Run with its error after a minute ([WithFailAfter]
+// sets that time).
 //
 // # Dead letters
 //

@@ -44,7 +44,8 @@ type engine struct {
 	checks  health.Checker
 	fetches fetchProblems
 
-	wg sync.WaitGroup // the workers
+	wg      sync.WaitGroup    // the workers
+	workers lifecycle.Workers // the workers, by partition, for the drain's report
 
 	mu     sync.Mutex
 	client sarama.Client        // while Run runs
@@ -71,6 +72,10 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 		return nil, fmt.Errorf("sarama: WithMaxWait(%v): want 0 or more", cfg.maxWait)
 	case cfg.commitTimeout <= 0:
 		return nil, fmt.Errorf("sarama: WithCommitTimeout(%v): want more than 0", cfg.commitTimeout)
+	case cfg.drain < 0:
+		return nil, fmt.Errorf("sarama: WithDrain(%v): want 0 (no bound) or more", cfg.drain)
+	case cfg.failAfter < 0:
+		return nil, fmt.Errorf("sarama: WithFailAfter(%v): want 0 (never) or more", cfg.failAfter)
 	}
 	for i, b := range cfg.brokers {
 		if b == "" {
@@ -94,6 +99,7 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	}
 	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("sarama", errClosed)}
 	e.checks.Log = log
+	e.checks.EndAfter, e.checks.End = cfg.failAfter, e.life.Fail
 	return e, nil
 }
 
@@ -162,24 +168,45 @@ func (e *engine) run(ctx context.Context) error {
 	// flight has come back (the broker holds it up to MaxWaitTime when
 	// there is nothing to read), and only then leaves the group.
 	wait := max(leaveWait, e.cfg.sarama.Consumer.MaxWaitTime+250*time.Millisecond)
+	waitClosed := (<-chan struct{})(closed) // what the drain waits for besides the workers
 	t := time.NewTimer(wait)
 	select {
 	case <-closed:
 		t.Stop()
 	case <-t.C:
-		e.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
-			"group", e.cfg.group, "waited", wait)
+		if len(e.workers.Names()) == 0 {
+			e.log.Warn("redeliver: the consumer group did not close in time: a request to the broker is still waiting for its answer; its connections are closed, and the broker removes the member at its session timeout",
+				"group", e.cfg.group, "waited", wait)
+			_ = client.Close()
+			_ = commits.Close()
+			t2 := time.NewTimer(closeWait)
+			select {
+			case <-closed:
+			case <-t2.C:
+				e.log.Warn("redeliver: sarama's consumer group still has not closed; it is left to close on its own", "group", e.cfg.group)
+				waitClosed = nil // the drain waits for the workers only, as before
+			}
+			t2.Stop()
+		}
+	}
+	// sarama releases the session, and the group closes, once the
+	// workers have returned: a handler that ignores the end of its
+	// context holds them. Drain reports them, and gives up on them after
+	// the drain time. No worker starts once Consume has returned.
+	stopped := make(chan struct{})
+	go func() {
+		if waitClosed != nil {
+			<-waitClosed
+		}
+		e.wg.Wait()
+		close(stopped)
+	}()
+	if err := lifecycle.Drain(stopped, e.log, "sarama", &e.workers, e.cfg.drain); err != nil {
+		// The member leaves at its session timeout; a late commit fails.
 		_ = client.Close()
 		_ = commits.Close()
-		t2 := time.NewTimer(closeWait)
-		select {
-		case <-closed:
-		case <-t2.C:
-			e.log.Warn("redeliver: sarama's consumer group still has not closed; it is left to close on its own", "group", e.cfg.group)
-		}
-		t2.Stop()
+		return err
 	}
-	e.wg.Wait()
 	_ = commits.Close() // a commit the shutdown stopped waiting for fails at once
 	select {
 	case <-errsDone:
@@ -304,6 +331,7 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, sc sarama.Consu
 	}
 	h.e.wg.Add(1)
 	defer h.e.wg.Done()
+	defer h.e.workers.Start(fmt.Sprintf("%s/%d", sc.Topic(), sc.Partition()))()
 	cl, err := newClaim(h, sess, sc)
 	if err != nil {
 		if h.runCtx.Err() == nil && sess.Context().Err() == nil {

@@ -113,6 +113,9 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	if b.Logger != nil {
 		opts = append(opts, confluent.WithLogger(b.Logger))
 	}
+	if b.Drain > 0 {
+		opts = append(opts, confluent.WithDrain(b.Drain)) // the host's drain time
+	}
 	if t.MaxBatch > 0 {
 		opts = append(opts, confluent.WithMaxBatch(t.MaxBatch))
 	}

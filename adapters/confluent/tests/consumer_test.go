@@ -178,6 +178,8 @@ func TestNewErrorsAndZeroValues(t *testing.T) {
 		{"max batch", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithMaxBatch(0)}, "WithMaxBatch(0)"},
 		{"max wait", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithMaxWait(-1)}, "WithMaxWait(-1ns)"},
 		{"commit timeout", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithCommitTimeout(0)}, "WithCommitTimeout(0s)"},
+		{"drain", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithDrain(-time.Second)}, "WithDrain(-1s)"},
+		{"fail after", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithFailAfter(-time.Second)}, "WithFailAfter(-1s)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cons, err := confluent.New(c.proc, c.opts...)

@@ -58,6 +58,12 @@ var adapter = kafkatest.Adapter{
 		if cfg.OnAssigned != nil {
 			opts = append(opts, confluent.WithOnAssigned(cfg.OnAssigned))
 		}
+		if cfg.Drain != 0 {
+			opts = append(opts, confluent.WithDrain(cfg.Drain))
+		}
+		if cfg.FailAfter != 0 {
+			opts = append(opts, confluent.WithFailAfter(cfg.FailAfter))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case func(kafka.ConfigMap):

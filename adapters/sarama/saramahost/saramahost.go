@@ -113,6 +113,9 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	if b.Logger != nil {
 		opts = append(opts, rdsarama.WithLogger(b.Logger))
 	}
+	if b.Drain > 0 {
+		opts = append(opts, rdsarama.WithDrain(b.Drain)) // the host's drain time
+	}
 	if t.MaxBatch > 0 {
 		opts = append(opts, rdsarama.WithMaxBatch(t.MaxBatch))
 	}

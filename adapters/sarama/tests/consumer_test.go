@@ -196,6 +196,8 @@ func TestNewErrors(t *testing.T) {
 		{"max batch", proc, []rdsarama.Option{group, rdsarama.WithMaxBatch(0)}, "WithMaxBatch(0)"},
 		{"max wait", proc, []rdsarama.Option{group, rdsarama.WithMaxWait(-1)}, "WithMaxWait(-1ns)"},
 		{"commit timeout", proc, []rdsarama.Option{group, rdsarama.WithCommitTimeout(0)}, "WithCommitTimeout(0s)"},
+		{"drain", proc, []rdsarama.Option{group, rdsarama.WithDrain(-time.Second)}, "WithDrain(-1s)"},
+		{"fail after", proc, []rdsarama.Option{group, rdsarama.WithFailAfter(-time.Second)}, "WithFailAfter(-1s)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cons, err := rdsarama.New(c.proc, c.opts...)

@@ -59,6 +59,12 @@ var adapter = kafkatest.Adapter{
 		if cfg.OnAssigned != nil {
 			opts = append(opts, rdsarama.WithOnAssigned(cfg.OnAssigned))
 		}
+		if cfg.Drain != 0 {
+			opts = append(opts, rdsarama.WithDrain(cfg.Drain))
+		}
+		if cfg.FailAfter != 0 {
+			opts = append(opts, rdsarama.WithFailAfter(cfg.FailAfter))
+		}
 		for _, o := range cfg.Options {
 			switch o := o.(type) {
 			case func(*sarama.Config):
