@@ -199,8 +199,8 @@ fi
 # lives in one, so that a user pulls only what they use), except the
 # integration module, the browser test, the examples and the re-drive's
 # stores, which run below: one go vet and one go test over all their
-# packages, so that two test binaries run at a time (go test's -p) across
-# modules, not only within one. Each package's time is on its ok line.
+# packages, so that test binaries run side by side across modules, not
+# only within one. Each package's time is on its ok line.
 mods=$(git ls-files 'go.mod' '*/go.mod' | xargs -n1 dirname | grep -v '^integration$\|^host/browser$\|^examples/\|^redrive/' | sort)
 modpaths=$(for m in $mods; do awk '$1 == "module" { print $2; exit }' "$m/go.mod"; done)
 pkgs=$(go list -f '{{.ImportPath}} {{.Module.Path}}' $(echo "$modpaths" | sed 's|$|/...|') |
@@ -209,9 +209,11 @@ step "go vet ($(echo "$mods" | wc -l) modules, $(echo "$pkgs" | wc -l) packages)
 go vet $pkgs
 
 # The bench module holds benchmarks only (scripts/bench.sh runs them; go
-# vet above builds them): no test of its would run.
+# vet above builds them): no test of its would run. Four test binaries run
+# at a time: the adapters' suites spend most of their time waiting on
+# timers and the in-process broker (two left a core idle).
 step "go test -race ($(echo "$mods" | wc -l) modules: $(echo $mods | tr ' ' ','))"
-go test -race -count=1 $(echo "$pkgs" | grep -v '^github.com/redeliver-go/redeliver/bench$')
+go test -race -count=1 -p 4 $(echo "$pkgs" | grep -v '^github.com/redeliver-go/redeliver/bench$')
 
 step "benchmarks, once each (that they run; scripts/bench.sh measures)"
 go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream github.com/redeliver-go/redeliver/adapters/...

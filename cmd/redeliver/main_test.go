@@ -69,7 +69,7 @@ func TestGolden(t *testing.T) {
 		{"check_warnings", []string{"check", "testdata/warnings.json"}, nil, 0},
 		{"check_problems_and_warnings", []string{"check", "testdata/mixed.json"}, nil, 1},
 		{"check_problems_and_warnings_json", []string{"check", "-json", "testdata/mixed.json"}, nil, 1},
-		{"check_env", []string{"check", "testdata/app.json"}, []string{"AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=lots", "AzureFunctionsJobHost__triggers__orders__adapter=sarama"}, 1},
+		{"check_env", []string{"check", "testdata/app.json"}, []string{"AzureFunctionsJobHost__checkpointRetryPolicy__retryCount=lots", "AzureFunctionsJobHost__triggers__orders__adapter=samara"}, 1},
 		{"check_functions", []string{"check", "-functions", "orders,payment", "testdata/app.json"}, nil, 1},
 		{"check_several", []string{"check", "testdata/app.json", "testdata/warnings.json"}, nil, 0},
 		{"check_missing", []string{"check", "testdata/missing.json"}, nil, 1},

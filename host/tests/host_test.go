@@ -180,7 +180,7 @@ func TestBadBindingFailsAtStart(t *testing.T) {
 		{"no trigger", `{}`, nil,
 			[]string{`host: function orders has no trigger: give host.Kafka{...} to Register, or add "triggers": {"orders": {"type": "kafka", "topic": ..., "consumerGroup": ...}} to host.json`}},
 		{"unknown adapter", `{}`, []host.FunctionOption{host.Kafka{Adapter: "sarama", Topic: "orders", Group: "g"}},
-			[]string{`host: function orders (trigger from code): adapter "sarama" was not given to the host (it has franz, kafkago): give host.WithAdapter an adapter of that name; redeliver's are franz and kafkago`}},
+			[]string{`host: function orders (trigger from code): adapter "sarama" was not given to the host (it has franz, kafkago): give host.WithAdapter(a) with a from saramahost.New() (module github.com/redeliver-go/redeliver/adapters/sarama/saramahost, on IBM/sarama)`}},
 		{"topic Kafka refuses", `{}`, []host.FunctionOption{host.Kafka{Topic: "orders ", Group: "g"}},
 			[]string{`host: function orders (trigger from code): topic "orders ": a Kafka topic name holds only ASCII letters, digits, '.', '_' and '-', not spaces around it`}},
 		{"no group", `{}`, []host.FunctionOption{host.Kafka{Topic: "orders"}},
