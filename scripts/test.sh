@@ -282,8 +282,32 @@ if [ -f integration/go.mod ]; then
 
   race=""
   [ "${REDELIVER_INTEGRATION_RACE:-}" = 1 ] && race=-race
-  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS}${race:+, -race})"
-  (cd integration && go vet ./... && go test $race -count=1 -timeout 30m ./...)
+  # Two go test processes side by side: the suites that need the real
+  # broker (their "external" and "broker" cases, which must not overlap:
+  # one restarts the broker), and everything else (kfake, the in-memory
+  # hubs with Azurite, the containers, PostgreSQL). Most of their time is
+  # spent waiting on rebalances and timers, not on the CPU.
+  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS, side by side}${race:+, -race})"
+  (cd integration && go vet ./... && go test $race -count=1 -run '^$' ./... >/dev/null)
+  ilog=$(mktemp -d)
+  on_broker='^(TestReliability|TestFranz|TestKafkago|TestSarama|TestConfluent|TestNetworkFaults|TestOutage|TestTransactionalTopics|TestCommittedPastEnd|TestLeaderEpochHandOver|TestShareGroupMemberKilled|TestShareBackoffPastTheLock|TestShareRecordsCountTheirOwnDeliveries)$/^(external|broker)$'
+  ( cd integration; t0=$SECONDS; s=0
+    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART go test $race -count=1 -timeout 30m ./... >"$ilog/local.log" 2>&1 || s=$?
+    echo "$s $((SECONDS - t0))" >"$ilog/local.rc" ) &
+  local_pid=$!
+  broker_status=0
+  if [ -n "${REDELIVER_KAFKA_BROKERS:-}" ]; then
+    t0=$SECONDS
+    (cd integration && go test $race -count=1 -timeout 30m -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
+    echo "-- the real broker's cases: exit $broker_status after $((SECONDS - t0)) s"
+  fi
+  wait "$local_pid" || true
+  read -r local_status local_secs <"$ilog/local.rc"
+  echo "-- everything else (kfake, in-memory hubs, containers): exit $local_status after $local_secs s"
+  [ -f "$ilog/broker.log" ] && { echo "---- the real broker's cases"; cat "$ilog/broker.log"; }
+  echo "---- everything else"; cat "$ilog/local.log"
+  rm -rf "$ilog"
+  [ "$local_status" = 0 ] && [ "$broker_status" = 0 ] || exit 1
 
   step "reliability figures (docs/RELIABILITY.md explains them)"
   cat "$REDELIVER_FIGURES"
