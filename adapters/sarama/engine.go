@@ -52,6 +52,14 @@ type engine struct {
 	group  sarama.ConsumerGroup // while Run runs
 }
 
+// heartbeatMargin is how many times Consumer.MaxWaitTime the session
+// timeout must be at least. sarama's heartbeats share the connection of
+// its fetches, and a broker answers a connection's requests in order: on
+// kfake with a 1s session and sarama's default 500ms wait, the member was
+// dropped every 1.5-2s with no commit between its heartbeats; at 250ms it
+// never was.
+const heartbeatMargin = 4
+
 func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	switch {
 	case proc == nil:
@@ -92,6 +100,12 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	sc.Consumer.Return.Errors = true
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("sarama: the sarama configuration: %w", err)
+	}
+	if s, w := sc.Consumer.Group.Session.Timeout, sc.Consumer.MaxWaitTime; s < heartbeatMargin*w {
+		return nil, fmt.Errorf("sarama: the sarama configuration: Consumer.Group.Session.Timeout (%v) is less than %d x Consumer.MaxWaitTime (%v): "+
+			"sarama sends the group's heartbeats on the connection of its fetches, where each waits behind a fetch the broker holds "+
+			"up to MaxWaitTime when there is nothing new, and the member would fall out of the group again and again; "+
+			"lower Consumer.MaxWaitTime or raise the session timeout", s, heartbeatMargin, w)
 	}
 	log := cfg.logger
 	if log == nil {
