@@ -83,9 +83,9 @@ const (
 // Limits of the fields a window holds: each has a fixed largest size, so
 // that a [Window] knows the most bytes a record can ever take in it.
 const (
-	maxWindowRetries = 1<<35 - 1 // retries, a request's limit, records: 5 bytes
-	maxTimeSpread    = 1<<40 - 1 // ms between a time and the reference, either way: 6 bytes zig-zag (34 years)
-	maxEntryFixed    = 2 + 5 + 6 + 6 + 7 + 7 + 6 + 7 + 5 // flags, retries, first, next, delay, outage, request, records (a Duration is under 2^44 ms: 7 bytes)
+	maxWindowRetries = 1<<35 - 1                                         // retries, a request's limit, records: 5 bytes
+	maxTimeSpread    = 1<<40 - 1                                         // ms between a time and the reference, either way: 6 bytes zig-zag (34 years)
+	maxEntryFixed    = 2 + 5 + 6 + 6 + 7 + 7 + 6 + 7 + 5                 // flags, retries, first, next, delay, outage, request, records (a Duration is under 2^44 ms: 7 bytes)
 	maxHeaderFixed   = binary.MaxVarintLen64 + 1 + binary.MaxVarintLen64 // base, flags, ref
 	// maxUnfinished is the most unfinished records a decoded window may
 	// hold between its finished ones: a window that fits in any real
@@ -582,4 +582,3 @@ func cutError(e string, n int) string {
 	}
 	return truncate(e, n-len(errorMark)) + errorMark
 }
-
