@@ -462,8 +462,8 @@ func decodeWindow(md string, committed int64, maxBytes int) (windowState, error)
 			}
 		}
 	}
-	if open := last - base + 1 - finished; open > maxUnfinished {
-		return damaged("%d unfinished records, more than %d", open, maxUnfinished)
+	if open := last - base - finished; open >= maxUnfinished { // +1, the base: no overflow at the largest offset
+		return damaged("%d unfinished records or more, more than %d", open, maxUnfinished)
 	}
 	if lo <= hi && hi-lo > maxTimeSpread {
 		return damaged("times %d ms apart, more than %d", hi-lo, int64(maxTimeSpread))

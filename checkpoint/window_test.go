@@ -364,6 +364,11 @@ func TestDecodeWindowRefuses(t *testing.T) {
 		}
 		return b
 	}
+	// The largest offset, from the base 0: a next owner would deliver
+	// every offset up to it afresh.
+	if _, err := decodeWindow(enc(u(0, 0, 0, 1, math.MaxInt64, 0, 1)), 0, 0); err == nil || !strings.Contains(err.Error(), "unfinished records") {
+		t.Errorf("a window to the largest offset: %v", err)
+	}
 	for _, c := range []struct {
 		md, want string
 		is       error
