@@ -521,3 +521,103 @@ func TestWindowBoundIsTight(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowSizes measures the metadata of typical windows, for
+// docs/KEYS.md (go test -v -run TestWindowSizes ./checkpoint).
+func TestWindowSizes(t *testing.T) {
+	typical := func(o int64, i int) State {
+		first := t0.Add(time.Duration(i) * 7919 * time.Millisecond)
+		return State{Offset: o, Retries: 3, FirstFailure: first, NextAt: first.Add(8 * time.Second), LastDelay: 4 * time.Second,
+			LastError: "context deadline exceeded"}
+	}
+	// build admits n records from 1000 and finishes all but those in
+	// retrying (which get a typical state) and those in flight.
+	build := func(n int64, retrying, inFlight []int64) *Window {
+		w, err := NewWindow(1000, WindowLimits{MaxBytes: 1 << 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		keep := map[int64]bool{}
+		for _, o := range append(append([]int64(nil), retrying...), inFlight...) {
+			keep[1000+o] = true
+		}
+		for o := int64(1000); o < 1000+n; o++ {
+			if err := w.Admit(o); err != nil {
+				t.Fatal(err)
+			}
+			if !keep[o] {
+				if err := w.Finish(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for i, o := range retrying {
+			if err := w.Retry(1000+o, typical(1000+o, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		checkRestore(t, w)
+		return w
+	}
+	v1 := EncodeState(typical(1000, 0))
+	t.Logf("one typical retry state alone, rd1 (today's form): %d bytes: %s", len(v1), v1)
+	for _, n := range []int64{1, 11, 101, 1001, 100001, 10000001} {
+		w := build(n, []int64{0}, nil)
+		t.Logf("1 retrying at the base + %d finished after it: %d bytes", n-1, w.Size())
+	}
+	spread := func(k int, n int64, rng *rand.Rand) []int64 {
+		set := map[int64]bool{0: true}
+		for len(set) < k {
+			set[1+rng.Int64N(n-1)] = true
+		}
+		var out []int64
+		for o := range set {
+			out = append(out, o)
+		}
+		slicesSort(out)
+		return out
+	}
+	rng := rand.New(rand.NewPCG(49, 1))
+	for _, c := range []struct {
+		k int
+		n int64
+	}{{10, 1000}, {10, 100000}, {25, 1000}, {100, 1000}, {100, 10000}} {
+		w := build(c.n, spread(c.k, c.n, rng), nil)
+		t.Logf("%d retrying (the base one of them) among %d records, the rest finished: %d bytes", c.k, c.n, w.Size())
+	}
+	// The most retrying records that fit in 4096 bytes, at random among
+	// finished ones (the encoding alone, not the admission reserve).
+	for _, every := range []int64{10, 100, 1000} {
+		lo, hi := 1, 4096
+		for lo < hi {
+			k := (lo + hi + 1) / 2
+			w := build(int64(k)*every, spread(k, int64(k)*every, rand.New(rand.NewPCG(uint64(k), 2))), nil)
+			if w.Size() <= DefaultMaxMetadataBytes {
+				lo = k
+			} else {
+				hi = k - 1
+			}
+		}
+		t.Logf("one record in %d retrying at random, typical states: %d retrying (a window of %d records) fit in %d bytes",
+			every, lo, int64(lo)*every, DefaultMaxMetadataBytes)
+	}
+	// Admission: how many unfinished records a window holds at once.
+	for _, lim := range []WindowLimits{{}, {MaxErrorBytes: 16}, {MaxErrorBytes: -1}, {MaxBytes: 1024}, {MaxBytes: 1 << 16}} {
+		w, err := NewWindow(1000, lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o := int64(1000); w.Admit(o) == nil; o++ {
+		}
+		t.Logf("limits %+v: at most %d records unfinished at once (each reserves %d bytes)", lim, w.Unfinished(),
+			w.bound(w.Unfinished()+1, w.Next()+1)-w.Bound())
+	}
+}
+
+func slicesSort(s []int64) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && s[j] < s[j-1]; j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
