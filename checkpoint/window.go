@@ -343,12 +343,12 @@ func (w *Window) state() windowState {
 	at := w.base + 1
 	for _, o := range w.open[1:] {
 		if o > at {
-			ws.done = append(ws.done, OffsetRange{at, o - 1})
+			ws.done = append(ws.done, offsetRange{at, o - 1})
 		}
 		at = o + 1
 	}
 	if at < w.next {
-		ws.done = append(ws.done, OffsetRange{at, w.next - 1})
+		ws.done = append(ws.done, offsetRange{at, w.next - 1})
 	}
 	for _, o := range w.open {
 		if s, ok := w.states[o]; ok {

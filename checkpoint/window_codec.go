@@ -98,15 +98,15 @@ const errorMark = "…"
 
 var winEncoding = base64.RawURLEncoding
 
-// OffsetRange is the offsets First to Last, both included.
-type OffsetRange struct {
+// offsetRange is the offsets First to Last, both included.
+type offsetRange struct {
 	First, Last int64
 }
 
 // windowState is what a window's metadata holds.
 type windowState struct {
 	base     int64
-	done     []OffsetRange // finished offsets above base, ascending, disjoint, not adjacent
+	done     []offsetRange // finished offsets above base, ascending, disjoint, not adjacent
 	retrying []State       // by Offset, ascending, each >= base and not done
 }
 
@@ -334,7 +334,7 @@ func decodeWindow(md string, committed int64, maxBytes int) (windowState, error)
 			} else {
 				unfinished += i
 			}
-			w.done = append(w.done, OffsetRange{first, base + 1 + int64(j)})
+			w.done = append(w.done, offsetRange{first, base + 1 + int64(j)})
 			i = j + 1
 		}
 	} else {
@@ -360,7 +360,7 @@ func decodeWindow(md string, committed int64, maxBytes int) (windowState, error)
 			}
 			unfinished += int(gap)
 			first := at + int64(gap)
-			w.done = append(w.done, OffsetRange{first, first + int64(run) - 1})
+			w.done = append(w.done, offsetRange{first, first + int64(run) - 1})
 			at = first + int64(run)
 		}
 	}
