@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -109,6 +110,9 @@ func NewWindow(start int64, lim WindowLimits) (*Window, error) {
 // an error that says so, for the caller to log: the records above the
 // checkpoint are then delivered again, and none is lost.
 //
+// A State from the single State's form keeps its Records and Alone: a
+// whole batch's count, for the driver to apply to the records it names.
+//
 // A restored window may hold more than lim lets it admit (a previous
 // owner's limits were larger): it admits nothing until enough is finished.
 func RestoreWindow(committed int64, md string, lim WindowLimits) (*Window, error) {
@@ -194,6 +198,9 @@ func (w *Window) Fits(offset int64) bool {
 func (w *Window) Admit(offset int64) error {
 	if offset < w.next {
 		return fmt.Errorf("checkpoint: window admits record %d, but it is at %d: records come in offset order", offset, w.next)
+	}
+	if offset == math.MaxInt64 {
+		return fmt.Errorf("checkpoint: window admits record %d: the largest offset has no next", offset)
 	}
 	if !w.Fits(offset) {
 		return fmt.Errorf("%w: record %d would need up to %d bytes, more than %d (%d records unfinished from %d)",

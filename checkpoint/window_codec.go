@@ -246,9 +246,9 @@ func requestMillis(d time.Duration) int64 {
 	return ms
 }
 
-// ErrWindowTooLarge is returned for window metadata longer than the limit
-// the reader was given: the broker would not have stored it, so it is not
-// a commit's.
+// ErrWindowTooLarge is what [RestoreWindow] returns (wrapped) for metadata
+// longer than its limit: the broker would not have stored it, so it is
+// not a commit's.
 var ErrWindowTooLarge = errors.New("checkpoint: window metadata over the size limit")
 
 // decodeWindow reads window metadata committed with the offset

@@ -225,6 +225,9 @@ func TestWindowBasics(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	if err := w.Admit(math.MaxInt64); err == nil || errors.Is(err, ErrWindowFull) {
+		t.Fatalf("admit the largest offset: %v", err)
+	}
 	if err := w.Admit(105); err == nil || errors.Is(err, ErrWindowFull) {
 		t.Fatalf("admit out of order: %v", err)
 	}
