@@ -35,12 +35,16 @@ func (h *History) Middleware(member string) stream.Middleware {
 //     them is being delivered; and none begins while a later record of its
 //     key is being delivered;
 //   - the per-record bound: a delivery is never told a retry number past
-//     the limit of the policy in force, and a record has at most that
-//     limit plus one deliveries, plus one for each time its partition
-//     was claimed again while it was unfinished (a move may lose a
-//     first failure not yet committed, or replay a finish not yet
-//     committed); a failure during an outage (Event.Uncounted) counts
-//     no delivery;
+//     the limit of the policy in force, and no record fails more than
+//     that limit (the largest its deliveries reported) plus one times,
+//     plus one for each time its partition was claimed again while it was
+//     unfinished (a move may lose a first failure not yet committed);
+//     with MemoryOnly, a move starts the count over. The failures that
+//     count against a record are as in [History.Check]: a failure that
+//     names it, a failure of a whole batch that holds it, a retry of it
+//     cut short; not a failure during an outage (Event.Uncounted). A
+//     give-up starts the count over (a resume of a stopped partition
+//     delivers the record again);
 //   - a finish that was committed is final: a record below a committed
 //     offset, or marked finished in a committed window
 //     ([checkpoint.RestoreWindow]), was handled or resolved by its
@@ -62,9 +66,11 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		done       bool // handled, or given up
 		resolved   bool // handled, or its exhaustion action succeeded
 		final      bool // a commit said it was finished
-		deliveries int  // deliveries begun, less those that failed in an outage
-		limit      int  // the least limit of the policy its deliveries reported; -1 for none
-		moves      int  // claims of its partition while it was unfinished
+		deliveries int  // deliveries begun
+		counted    int  // failed deliveries counted against it since its last give-up
+		limit      int  // the largest limit of the policy its deliveries reported since; -1 for none yet
+		infinite   bool // a delivery since reported no limit
+		moves      int  // claims of its partition while it was unfinished, since its last give-up
 		started    bool // delivered at least once
 	}
 	// key is what the checker knows of one key of a partition.
@@ -81,6 +87,19 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 	}
 	var r Report
 	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
+	bound := func(tp TopicPartition, o int64, x *rec) {
+		if x.limit < 0 || x.infinite {
+			return
+		}
+		allowed := x.limit + 1 + x.moves
+		if h.MemoryOnly {
+			allowed = (x.limit + 1) * (x.moves + 1) // a move starts the count over
+		}
+		if x.counted > allowed {
+			bad("%s/%d: record %d failed %s, but its policy allows %s (%d retries, %d moves while it was unfinished)",
+				tp.Topic, tp.Partition, o, count(x.counted, "time", "times"), count(allowed, "failed delivery", "failed deliveries"), x.limit, x.moves)
+		}
+	}
 	parts := map[TopicPartition]*part{}
 	for tp, ks := range keys {
 		p := &part{recs: make([]rec, len(ks)), keys: map[string]*key{}}
@@ -155,9 +174,8 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 				}
 				x.deliveries++
 				x.started = true
-				if e.MaxRetries >= 0 && (x.limit < 0 || e.MaxRetries < x.limit) {
-					x.limit = e.MaxRetries
-				}
+				x.limit = max(x.limit, e.MaxRetries)
+				x.infinite = x.infinite || e.MaxRetries < 0
 			}
 			for o := e.First; o <= e.Last; o++ {
 				p.keys[ks[o]].inFlight[o]++
@@ -180,19 +198,48 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 				if k.inFlight[o]--; k.inFlight[o] == 0 {
 					delete(k.inFlight, o)
 				}
-				if e.Uncounted {
-					rs[o].deliveries--
-				}
 			}
 			for o := e.First; o < e.First+int64(e.Handled) && o <= e.Last; o++ {
 				rs[o].done, rs[o].resolved = true, true
+			}
+			// The failures that count against a record, as Check counts
+			// them: a failure that names it (the records after it in the
+			// batch then begin counts of their own, and after a partial
+			// success so does it), every record of a whole-batch failure,
+			// and a retry cut short (it was committed as started).
+			target := e.First + int64(e.Index)
+			switch {
+			case e.Outcome == stream.Failed || e.Outcome == stream.RetryRequested:
+				first, last := e.First, e.Last
+				if e.Named || e.Index > 0 {
+					first, last = target, target
+					for o := target + 1; o <= e.Last; o++ {
+						rs[o].counted, rs[o].limit, rs[o].infinite = 0, -1, false
+					}
+					if e.Index > 0 {
+						rs[target].counted = 0
+					}
+				}
+				if e.Uncounted {
+					break
+				}
+				for o := first; o <= last; o++ {
+					rs[o].counted++
+				}
+			case e.Outcome == stream.Cancelled && e.Retry > 0:
+				rs[e.First].counted++
 			}
 		case GivenUp:
 			if !inRange(e.First, e.Last) {
 				continue
 			}
 			for o := e.First; o <= e.Last; o++ {
-				rs[o].done = true
+				x := &rs[o]
+				x.done = true
+				// Checked now: a resume of a stopped partition delivers
+				// the record again with a fresh count.
+				bound(tp, o, x)
+				x.counted, x.moves, x.limit, x.infinite = 0, 0, -1, false
 			}
 		case ActionTried:
 			if e.Error != "" || !inRange(e.First, e.Last) {
@@ -235,10 +282,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 					bad("%s/%d: record %d lost: never handled nor resolved by the exhaustion action", tp.Topic, tp.Partition, o)
 				}
 			}
-			if x.limit >= 0 && x.deliveries > x.limit+1+x.moves {
-				bad("%s/%d: record %d delivered %d times, but its policy allows %s (%d retries, %d moves while it was unfinished)",
-					tp.Topic, tp.Partition, o, x.deliveries, count(x.limit+1+x.moves, "delivery", "deliveries"), x.limit, x.moves)
-			}
+			bound(tp, int64(o), &x)
 		}
 	}
 	if r.Records > 0 {

@@ -164,7 +164,7 @@ func TestCheckKeysCatchesDisorder(t *testing.T) {
 				handle(x, o)
 			}
 			commit(x, 6, "")
-		}, "record 0 delivered 5 times, but its policy allows 3 deliveries"},
+		}, "record 0 failed 4 times, but its policy allows 3 failed deliveries"},
 		{"one more delivery per move", func(x hist) {
 			ev(x, streamtest.Event{Kind: streamtest.Claimed, Offset: -1})
 			for n := range 3 {
