@@ -78,7 +78,6 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		offsets  []int64       // its records, ascending
 		low      int           // offsets[:low] are done
 		inFlight map[int64]int // its records being delivered
-		at       map[int64]int // offset -> index in offsets
 	}
 	type part struct {
 		recs  []rec
