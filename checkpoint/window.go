@@ -279,17 +279,8 @@ func (w *Window) set(verb string, offset int64, s State) error {
 
 // keep returns s as the window keeps it, or why it cannot.
 func (w *Window) keep(s State) (State, error) {
-	switch {
-	case s.Retries < 0 || s.Retries > maxWindowRetries:
-		return s, fmt.Errorf("retries %d: want 0 to %d", s.Retries, maxWindowRetries)
-	case s.Records < 0 || s.Records > maxWindowRetries:
-		return s, fmt.Errorf("records %d: want 0 to %d", s.Records, maxWindowRetries)
-	case s.LastDelay < 0 || s.OutageTime < 0 || s.Request.Delay < 0:
-		return s, errors.New("a negative duration")
-	case s.Request.MaxRetries < Infinite || s.Request.MaxRetries > maxWindowRetries:
-		return s, fmt.Errorf("a request of %d retries: want -1 to %d", s.Request.MaxRetries, maxWindowRetries)
-	case s.GivenUp > NotRetryable:
-		return s, fmt.Errorf("given up for reason %d: want %d to %d", s.GivenUp, RetriesSpent, NotRetryable)
+	if err := checkWindowState(s); err != nil {
+		return s, err
 	}
 	ms := func(t time.Time) time.Time {
 		if t.IsZero() {
@@ -328,6 +319,29 @@ func (w *Window) keep(s State) (State, error) {
 		return s, fmt.Errorf("times %v apart in one window, more than %v", time.Duration(hi-lo)*time.Millisecond, time.Duration(maxTimeSpread)*time.Millisecond)
 	}
 	return s, nil
+}
+
+// checkWindowState says why a window cannot hold s, if it cannot: each
+// field within the size the window reserves for it.
+func checkWindowState(s State) error {
+	switch {
+	case s.Retries < 0 || s.Retries > maxWindowRetries:
+		return fmt.Errorf("retries %d: want 0 to %d", s.Retries, maxWindowRetries)
+	case s.Records < 0 || s.Records > maxWindowRetries:
+		return fmt.Errorf("records %d: want 0 to %d", s.Records, maxWindowRetries)
+	case s.LastDelay < 0 || s.OutageTime < 0 || s.Request.Delay < 0:
+		return errors.New("a negative duration")
+	case s.Request.MaxRetries < Infinite || s.Request.MaxRetries > maxWindowRetries:
+		return fmt.Errorf("a request of %d retries: want -1 to %d", s.Request.MaxRetries, maxWindowRetries)
+	case s.GivenUp > NotRetryable:
+		return fmt.Errorf("given up for reason %d: want %d to %d", s.GivenUp, RetriesSpent, NotRetryable)
+	}
+	if !s.FirstFailure.IsZero() && !s.NextAt.IsZero() {
+		if d := s.NextAt.UnixMilli() - s.FirstFailure.UnixMilli(); d > maxTimeSpread || d < -maxTimeSpread {
+			return fmt.Errorf("its first failure and next retry %d ms apart, more than %d", d, int64(maxTimeSpread))
+		}
+	}
+	return nil
 }
 
 func (w *Window) notOpen(verb string, offset int64) error {

@@ -278,6 +278,9 @@ func decodeWindow(md string, committed int64, maxBytes int) (windowState, error)
 		if s.Offset >= 0 && s.Offset != committed {
 			return w, fmt.Errorf("checkpoint: metadata %q names the record at %d, but the checkpoint is at %d", md, s.Offset, committed)
 		}
+		if err := checkWindowState(s); err != nil {
+			return w, fmt.Errorf("checkpoint: metadata %q: its state does not fit in a window: %w", md, err)
+		}
 		s.Offset = committed
 		w.retrying = []State{s}
 		return w, nil

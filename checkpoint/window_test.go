@@ -399,6 +399,8 @@ func TestDecodeWindowRefuses(t *testing.T) {
 		{enc(append(u(10, 2), append(appendVarint(nil, 0), u(0, 2, 0, entFirst, 1)...)...)), "", nil},
 		{"rd1;o=9;r=2", "names the record at 9", nil},
 		{"rd1;r=x", "want a non-negative integer", nil},
+		{"rd1;r=1;c=100000000000", "does not fit in a window: records", nil},
+		{"rd1;r=1;f=1;n=9000000000000000", "next retry", nil},
 	} {
 		_, err := decodeWindow(c.md, 10, 4096)
 		if err == nil || c.is != nil && !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) {
