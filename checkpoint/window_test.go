@@ -436,8 +436,8 @@ func TestDecodeWindowFromSingleState(t *testing.T) {
 }
 
 // FuzzDecodeWindow: the decoder never panics, never allocates beyond its
-// input's worth, and what it reads encodes back to metadata that reads
-// the same.
+// input's worth, what it reads encodes back to metadata that reads the
+// same, and within the bound a Window reserves for its records.
 func FuzzDecodeWindow(f *testing.F) {
 	w, _ := NewWindow(7, WindowLimits{})
 	for o := int64(7); o < 40; o++ {
@@ -477,6 +477,9 @@ func FuzzDecodeWindow(f *testing.F) {
 			t.Fatalf("decoded, but not restored: %v", err)
 		}
 		again := w.Encode()
+		if w.Size() > w.Bound() {
+			t.Fatalf("%q: %d bytes, over the bound %d of its %d unfinished records", md, w.Size(), w.Bound(), w.Unfinished())
+		}
 		w2, err := RestoreWindow(committed, again, WindowLimits{MaxBytes: 1 << 20, MaxErrorBytes: 1024})
 		if err != nil {
 			t.Fatalf("%q -> %q: %v", md, again, err)
