@@ -31,6 +31,9 @@ const (
 	// DeadLettered: a record was published to a dead-letter topic (see
 	// History.Publisher).
 	DeadLettered
+	// Started: a handler call began (see History.Middleware); First and
+	// Last are its batch's offsets, Retry its retry number.
+	Started
 )
 
 func (k EventKind) String() string {
@@ -51,6 +54,8 @@ func (k EventKind) String() string {
 		return "abandoned"
 	case DeadLettered:
 		return "dead-lettered"
+	case Started:
+		return "started"
 	}
 	return "unknown"
 }
