@@ -422,7 +422,8 @@ func TestFailedAtRetriesOnlyTheFailedRecord(t *testing.T) {
 // Shutdown with a record in a handler (offset 2) and one held in backoff
 // (offset 0): neither is
 // accepted; the broker gives both to the next member, with a delivery count
-// of 2, and the first retry counts that delivery.
+// of 2, and the first retry counts that delivery (so the next member's
+// policy must allow a retry: under MaxRetries 0 it gives them up).
 func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 	const topic, group = "orders", "g"
 	addrs := cluster(t, topic, 1, 5*time.Second, 5)
@@ -465,7 +466,7 @@ func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 			again.add(delivery{offset: r.Offset, retry: b.Attempt.Retry})
 		}
 		return nil
-	}))
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Minute)}))
 	if err != nil {
 		t.Fatal(err)
 	}
