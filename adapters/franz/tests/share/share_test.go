@@ -70,10 +70,12 @@ func (l *log) snapshot() []delivery {
 func run(t *testing.T, addrs []string, group, topic string, proc *stream.Processor, opts ...share.Option) (stop func() error) {
 	t.Helper()
 	kopts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100 * time.Millisecond)}
-	opts = append([]share.Option{share.WithKgoOptions(kopts...), share.WithResetEarliest()}, opts...)
+	first := []share.Option{share.WithKgoOptions(kopts...), share.WithResetEarliest()}
 	if testing.Verbose() {
-		opts = append(opts, share.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		// Before opts: a test's own logger wins.
+		first = append(first, share.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
+	opts = append(first, opts...)
 	c, err := share.New(proc, opts...)
 	if err != nil {
 		t.Fatal(err)
