@@ -121,11 +121,14 @@ func WithOutageBudget(b *Budget) Option {
 	return optionFunc(func(c *config) { c.budget = b })
 }
 
-// Processor is the retry engine: it runs a [Handler] over [Claim]s and
-// applies the retry policy to each claimed partition, one batch at a time.
-//
-// An adapter calls [Processor.Process] once per claimed partition, each in
-// its own goroutine. A Processor is safe for concurrent use.
+// Processor is the retry engine: it runs a [Handler] over units of work
+// and applies the retry policy to each. A unit is a claimed partition's
+// batch, settled by a checkpoint: an adapter calls [Processor.Process] once
+// per claimed partition, each in its own goroutine. Or it is a leased
+// record, settled on its own (a Kafka share group): the transport hands
+// each poll's records to a [LeaseLane] of [Processor.Leases]. Both run the
+// same code for every retry decision (unit.go). A Processor is safe for
+// concurrent use.
 type Processor struct {
 	h   Handler
 	cfg config
