@@ -214,4 +214,3 @@ func (ln *LeaseLane) Settle(ctx context.Context, poll LeasePoll) {
 	}
 	lifecycle.Inside(func() { ln.settle(ctx, poll) })
 }
-
