@@ -75,9 +75,10 @@ func WithClock(clk Clock) Option {
 }
 
 // WithRand sets the random source of backoff jitter: newRand is called once
-// per partition worker, and the Rand it returns is used by that worker only
-// (a nil Rand stands for the default). The default is a randomly seeded PCG
-// generator per worker.
+// per partition worker, per lease lane and per record given up (for its
+// exhaustion action's backoff), and the Rand it returns is used by that one
+// only (a nil Rand stands for the default). The default is a randomly
+// seeded PCG generator for each.
 func WithRand(newRand func() checkpoint.Rand) Option {
 	return optionFunc(func(c *config) { c.newRand = newRand })
 }
