@@ -44,6 +44,10 @@ const (
 	RecordTooOld
 	// NotRetryable: the policy's error filter rejected the error.
 	NotRetryable
+	// DeliveryLimitReached: the broker's delivery count limit is reached
+	// (a Kafka share group's): the record's retry could not be held, and
+	// released it would be archived.
+	DeliveryLimitReached
 )
 
 func (r Reason) String() string {
@@ -56,6 +60,8 @@ func (r Reason) String() string {
 		return "record too old"
 	case NotRetryable:
 		return "error not retryable"
+	case DeliveryLimitReached:
+		return "delivery limit reached"
 	}
 	return "none"
 }
@@ -604,6 +610,8 @@ func (e *ExhaustedError) Error() string {
 		why = "the record is too old to retry"
 	case NotRetryable:
 		why = "the error is not retryable"
+	case DeliveryLimitReached:
+		why = "the broker's delivery count limit is reached"
 	default:
 		why = e.Reason.String()
 	}

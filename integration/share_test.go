@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -619,6 +620,134 @@ func TestShareRecordsCountTheirOwnDeliveries(t *testing.T) {
 			if hs[stream.HeaderOffset] != "7" || hs[stream.HeaderDeliveries] != "2" || hs[stream.HeaderDLQDeliveryCount] != "2" ||
 				hs[stream.HeaderError] != "poison" || err != nil || at.Before(firstCall) || at.Sub(firstCall) > time.Second {
 				t.Fatalf("dead letter headers %v (first call at %v), want record 7 with its own 2 deliveries, first failure and error", hs, firstCall)
+			}
+		})
+	}
+}
+
+// A record given up under MaxRetries 0 whose exhaustion action keeps
+// failing until its consumer stops is released; the next consumer gets it
+// with the broker's delivery count 2 and gives it up at once, to its
+// action, without handing it to its handler (issue 47: the count a record
+// comes back with goes through the engine's bound check). On kfake and,
+// when REDELIVER_KAFKA_BROKERS is set, on the real broker.
+func TestShareReacquiredRecordKeepsItsBound(t *testing.T) {
+	type target struct {
+		name  string
+		setup func(t *testing.T, topic string) []string
+	}
+	targets := []target{{"kfake", func(t *testing.T, topic string) []string {
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, topic), kfake.BrokerConfigs(map[string]string{
+			"group.share.heartbeat.interval.ms": "100",
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(c.Close)
+		return c.ListenAddrs()
+	}}}
+	if b := os.Getenv("REDELIVER_KAFKA_BROKERS"); b != "" {
+		targets = append(targets, target{"broker", func(t *testing.T, topic string) []string {
+			brokers := strings.Split(b, ",")
+			cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cl.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if _, err := kadm.NewClient(cl).CreateTopic(ctx, 2, 1, nil, topic); err != nil {
+				t.Fatal(err)
+			}
+			return brokers
+		}})
+	}
+	for _, tg := range targets {
+		t.Run(tg.name, func(t *testing.T) {
+			topic := fmt.Sprintf("share-bound-%d", time.Now().UnixNano())
+			group := topic + "-g"
+			brokers := tg.setup(t, topic)
+			const perPartition = 5
+			produceShare(t, brokers, topic, perPartition)
+			var (
+				mu     sync.Mutex
+				calls  = map[[2]int64]int{}
+				givenB = map[[2]int64]checkpoint.Reason{}
+				triedA atomic.Int32
+			)
+			consumer := func(name string, action stream.ExhaustionAction) (stop func()) {
+				proc, err := stream.NewProcessor(stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+					mu.Lock()
+					defer mu.Unlock()
+					k := [2]int64{int64(r.Partition), r.Offset}
+					calls[k]++
+					if k == [2]int64{1, 3} {
+						return errors.New("poison")
+					}
+					return nil
+				}), stream.WithExhaustionAction(action), stream.WithOperationBackoff(checkpoint.Fixed(50*time.Millisecond)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(brokers...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100*time.Millisecond)),
+					share.WithResetEarliest(), share.WithMember(name))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				done := make(chan error, 1)
+				go func() { done <- c.Run(ctx) }()
+				return func() {
+					cancel()
+					select {
+					case err := <-done:
+						if err != nil {
+							t.Error(err)
+						}
+					case <-time.After(30 * time.Second):
+						t.Error("Run did not return")
+					}
+				}
+			}
+			waitUntil := func(what string, cond func() bool) {
+				t.Helper()
+				deadline := time.Now().Add(60 * time.Second)
+				for !cond() {
+					if time.Now().After(deadline) {
+						t.Fatalf("timed out waiting for %s", what)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			stopA := consumer("a", func(context.Context, *stream.Batch, *checkpoint.ExhaustedError) error {
+				triedA.Add(1)
+				return errors.New("dead letter topic unreachable")
+			})
+			waitUntil("A's action tried and every record handled", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return triedA.Load() > 0 && len(calls) == 2*perPartition
+			})
+			stopA()
+			stopB := consumer("b", func(_ context.Context, b *stream.Batch, xerr *checkpoint.ExhaustedError) error {
+				mu.Lock()
+				defer mu.Unlock()
+				givenB[[2]int64{int64(b.Partition), b.FirstOffset()}] = xerr.Reason
+				return nil
+			})
+			defer stopB()
+			waitUntil("B's action", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return len(givenB) > 0
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if n := calls[[2]int64{1, 3}]; n != 1 {
+				t.Errorf("the poison record was handed to a handler %d times, want once (MaxRetries 0)", n)
+			}
+			if len(givenB) != 1 || givenB[[2]int64{1, 3}] != checkpoint.RetriesSpent {
+				t.Errorf("B gave up %v, want record 1/3 with retries spent", givenB)
 			}
 		})
 	}

@@ -64,18 +64,25 @@ var errStop = errors.New("stream: stop partition")
 // StopPartition's error (with %w) stops the partition too.
 func StopPartition(context.Context, *Batch, *checkpoint.ExhaustedError) error { return errStop }
 
-// StoppedPartition describes a partition held by [StopPartition].
+// StoppedPartition describes a unit held by [StopPartition]: a partition
+// at its batch (checkpoint mode), or one record (share mode, Record set).
 type StoppedPartition struct {
 	BatchInfo
 	Err *checkpoint.ExhaustedError
+	// Record says that the unit held is the record at FirstOffset alone
+	// (a share group's record), not its partition: the partition's other
+	// records go on. [Processor.ResumeRecord] and [Processor.SkipRecord]
+	// address it; Resume and Skip do too while it is the partition's
+	// only record held.
+	Record bool
 }
 
 // ErrNotStopped is returned by [Processor.Resume] and [Processor.Skip] for a
 // partition that is not stopped.
 var ErrNotStopped = errors.New("stream: partition not stopped")
 
-// Stopped returns the partitions held by [StopPartition], by topic and
-// partition.
+// Stopped returns the units held by [StopPartition], by topic, partition
+// and offset: partitions, and in share mode records.
 func (p *Processor) Stopped() []StoppedPartition {
 	if p == nil {
 		return nil
@@ -87,7 +94,7 @@ func (p *Processor) Stopped() []StoppedPartition {
 		out = append(out, e.info)
 	}
 	slices.SortFunc(out, func(a, b StoppedPartition) int {
-		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+		return cmp.Or(cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.FirstOffset, b.FirstOffset))
 	})
 	return out
 }
@@ -102,8 +109,27 @@ func (p *Processor) Stopped() []StoppedPartition {
 // It waits for the worker until ctx is done: then it returns an error that
 // wraps ctx's error and says what state the partition is in (still
 // stopped: nothing was done).
+//
+// In share mode the unit held is a record: Resume addresses it while it is
+// the partition's only record held, [Processor.ResumeRecord] always.
 func (p *Processor) Resume(ctx context.Context, topic string, partition int32) error {
-	return p.release(ctx, topic, partition, true)
+	return p.release(ctx, topic, partition, -1, true)
+}
+
+// ResumeRecord releases a record held by StopPartition in share mode, as
+// [Processor.Resume] releases a partition: the record is delivered again
+// with a fresh retry count.
+func (p *Processor) ResumeRecord(ctx context.Context, topic string, partition int32, offset int64) error {
+	return p.release(ctx, topic, partition, offset, true)
+}
+
+// SkipRecord releases a record held by StopPartition in share mode past
+// its exhaustion action, as [Processor.Skip] releases a partition: the
+// record is settled as after an action that succeeded (rejected, so that
+// the broker archives it). It returns once the record's lease has taken
+// the command.
+func (p *Processor) SkipRecord(ctx context.Context, topic string, partition int32, offset int64) error {
+	return p.release(ctx, topic, partition, offset, false)
 }
 
 // Skip releases a stopped partition past its batch: the checkpoint moves on
@@ -121,24 +147,61 @@ func (p *Processor) Resume(ctx context.Context, topic string, partition int32) e
 // state the partition is in: still stopped (the worker had not taken the
 // command: nothing was done), or no longer stopped, its checkpoint past
 // the batch being written (the Checkpointed hook tells when it is).
+//
+// In share mode the unit held is a record: Skip addresses it while it is
+// the partition's only record held, [Processor.SkipRecord] always.
 func (p *Processor) Skip(ctx context.Context, topic string, partition int32) error {
-	return p.release(ctx, topic, partition, false)
+	return p.release(ctx, topic, partition, -1, false)
 }
 
-func (p *Processor) release(ctx context.Context, topic string, partition int32, redeliver bool) error {
+// lookup returns the registry's entry of the unit: the partition's when
+// offset is -1, or else its only record held; the record's at offset
+// otherwise.
+func (p *Processor) lookup(topic string, partition int32, offset int64) (*stoppedEntry, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.stopped[unitKey{topic, partition, offset}]; ok {
+		return e, nil
+	}
+	if offset >= 0 {
+		return nil, fmt.Errorf("%w: the record %s/%d at offset %d is not held by StopPartition on this processor (never stopped, released already, or its lock lost: the broker delivers it again)",
+			ErrNotStopped, topic, partition, offset)
+	}
+	var recs []*stoppedEntry
+	for k, e := range p.stopped {
+		if k.topic == topic && k.partition == partition {
+			recs = append(recs, e)
+		}
+	}
+	switch len(recs) {
+	case 0:
+		return nil, fmt.Errorf("%w: %s/%d is not held by StopPartition on this processor (never stopped, released already, or moved: a next owner delivers a stopped batch again)",
+			ErrNotStopped, topic, partition)
+	case 1:
+		return recs[0], nil
+	}
+	offs := make([]int64, len(recs))
+	for i, e := range recs {
+		offs[i] = e.info.FirstOffset
+	}
+	slices.Sort(offs)
+	return nil, fmt.Errorf("stream: %d records of %s/%d are held by StopPartition (offsets %v): name one with ResumeRecord or SkipRecord", len(recs), topic, partition, offs)
+}
+
+func (p *Processor) release(ctx context.Context, topic string, partition int32, offset int64, redeliver bool) error {
 	verb := map[bool]string{true: "resume", false: "skip"}[redeliver]
+	if offset >= 0 {
+		verb += " of the record at offset " + strconv.FormatInt(offset, 10)
+	}
 	switch {
 	case p == nil:
 		return fmt.Errorf("stream: %s of %s/%d on a nil Processor", verb, topic, partition)
 	case ctx == nil:
 		return fmt.Errorf("stream: %s of %s/%d: nil context", verb, topic, partition)
 	}
-	p.mu.Lock()
-	e, ok := p.stopped[partitionKey{topic, partition}]
-	p.mu.Unlock()
-	if !ok {
-		return fmt.Errorf("%w: %s/%d is not held by StopPartition on this processor (never stopped, released already, or moved: a next owner delivers a stopped batch again)",
-			ErrNotStopped, topic, partition)
+	e, err := p.lookup(topic, partition, offset)
+	if err != nil {
+		return err
 	}
 	// The entry stays registered until its worker takes a command (and
 	// unregisters it): a wait cut short leaves the partition stopped, and
@@ -183,19 +246,23 @@ func (p *Processor) register(sp StoppedPartition) *stoppedEntry {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.stopped == nil {
-		p.stopped = map[partitionKey]*stoppedEntry{}
+		p.stopped = map[unitKey]*stoppedEntry{}
 	}
-	e := &stoppedEntry{info: sp, cmd: make(chan command), gone: make(chan struct{})}
-	p.stopped[partitionKey{sp.Topic, sp.Partition}] = e
+	k := unitKey{sp.Topic, sp.Partition, -1}
+	if sp.Record {
+		k.offset = sp.FirstOffset
+	}
+	e := &stoppedEntry{key: k, info: sp, cmd: make(chan command), gone: make(chan struct{})}
+	p.stopped[k] = e
 	return e
 }
 
-// unregister removes e, the entry of a worker that stops waiting, and
+// unregister removes e, the entry of a unit that stops waiting, and
 // tells a Resume or Skip that came too late.
-func (p *Processor) unregister(topic string, partition int32, e *stoppedEntry) {
+func (p *Processor) unregister(e *stoppedEntry) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	k := partitionKey{topic, partition}
+	k := e.key
 	if cur, ok := p.stopped[k]; ok && cur == e {
 		delete(p.stopped, k)
 	}

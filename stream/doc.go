@@ -56,12 +56,34 @@
 // and per record, what a move carries, and what the dead-letter headers
 // describe.
 //
+// # Units of work
+//
+// The engine runs two kinds of unit, with one implementation of every
+// retry decision (the handler call and its panic recovery, reading the
+// handler's result, the retry state machine, the hooks, giving up, the
+// exhaustion action and its retries, StopPartition and the operator's
+// Resume and Skip):
+//
+//   - a partition's batch, settled by a checkpoint: its retry state is
+//     committed with the checkpoint, as above;
+//   - a leased record, settled on its own by the transport that leased it
+//     (a Kafka share group: accept, release, reject). A unit flows so: the
+//     lease arrives with the broker's delivery count, which is restored as
+//     the record's count with the bound check a next owner applies; the
+//     record is delivered (first deliveries of a partition together,
+//     retries alone); a success accepts it; a failure is counted by the
+//     record's own machine, and its retry is held (the lease renewed)
+//     until due, or released to the broker when the transport cannot hold
+//     it that long; a record given up goes to the exhaustion action and is
+//     rejected once the action succeeded. See [Lease].
+//
 // # Pieces
 //
 // A [Processor] holds the handler and the options; adapters (for franz-go,
 // kafka-go, Event Hubs) turn their client's assignments into [Claim]s and
-// call [Processor.Process] once per claimed partition. Package streamtest
-// has in-memory Claims for tests.
+// call [Processor.Process] once per claimed partition; the share consumer
+// hands its records to [Processor.Leases]. Package streamtest has
+// in-memory Claims for tests.
 //
 // Middleware wraps handlers; the first given to [Chain] is the outermost:
 //

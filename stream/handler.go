@@ -45,9 +45,9 @@ type RecordFunc func(ctx context.Context, r *Record) error
 //     delivered again (if any record asks for a retry, the entire batch is
 //     retried).
 //
-// A share-group consumer, which acknowledges records one by one, calls fn
-// for every record instead and retries only those that failed (see
-// [RecordFuncOf]).
+// In share mode, where records are acknowledged one by one (see
+// [Lease]), the engine calls fn for every record instead and retries only
+// those that failed.
 func PerRecord(fn RecordFunc) Handler { return perRecord(fn) }
 
 type perRecord RecordFunc

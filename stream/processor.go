@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,9 +75,10 @@ func WithClock(clk Clock) Option {
 }
 
 // WithRand sets the random source of backoff jitter: newRand is called once
-// per partition worker, and the Rand it returns is used by that worker only
-// (a nil Rand stands for the default). The default is a randomly seeded PCG
-// generator per worker.
+// per partition worker, per lease lane and per record given up (for its
+// exhaustion action's backoff), and the Rand it returns is used by that one
+// only (a nil Rand stands for the default). The default is a randomly
+// seeded PCG generator for each.
 func WithRand(newRand func() checkpoint.Rand) Option {
 	return optionFunc(func(c *config) { c.newRand = newRand })
 }
@@ -122,11 +122,14 @@ func WithOutageBudget(b *Budget) Option {
 	return optionFunc(func(c *config) { c.budget = b })
 }
 
-// Processor is the retry engine: it runs a [Handler] over [Claim]s and
-// applies the retry policy to each claimed partition, one batch at a time.
-//
-// An adapter calls [Processor.Process] once per claimed partition, each in
-// its own goroutine. A Processor is safe for concurrent use.
+// Processor is the retry engine: it runs a [Handler] over units of work
+// and applies the retry policy to each. A unit is a claimed partition's
+// batch, settled by a checkpoint: an adapter calls [Processor.Process] once
+// per claimed partition, each in its own goroutine. Or it is a leased
+// record, settled on its own (a Kafka share group): the transport hands
+// each poll's records to a [LeaseLane] of [Processor.Leases]. Both run the
+// same code for every retry decision (unit.go). A Processor is safe for
+// concurrent use.
 type Processor struct {
 	h   Handler
 	cfg config
@@ -135,15 +138,19 @@ type Processor struct {
 	claims atomic.Uint64 // the latest ClaimID
 
 	mu      sync.Mutex
-	stopped map[partitionKey]*stoppedEntry
+	stopped map[unitKey]*stoppedEntry
 }
 
-type partitionKey struct {
+// unitKey names a unit in the stop registry: a partition (offset -1) or
+// one record of it.
+type unitKey struct {
 	topic     string
 	partition int32
+	offset    int64
 }
 
 type stoppedEntry struct {
+	key  unitKey
 	info StoppedPartition
 	cmd  chan command  // from Resume or Skip, taken by the worker
 	gone chan struct{} // closed when the worker no longer waits for a command
@@ -290,6 +297,7 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		log:   p.log.With("topic", c.Topic(), "partition", c.Partition()),
 		from:  -1,
 	}
+	w.u = unit{p: p, log: w.log, rnd: w.rnd, claim: id, beforeHalt: w.beforeHalt}
 	if !p.cfg.memoryOnly {
 		w.readState(off, md)
 	}
@@ -329,6 +337,7 @@ type worker struct {
 	paused bool
 	log    *slog.Logger
 	claim  uint64 // the ClaimID of the events
+	u      unit   // what gives a batch up (unit.go)
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
@@ -362,10 +371,7 @@ type worker struct {
 	probe int
 }
 
-func (w *worker) infoOf(b *Batch) BatchInfo {
-	return BatchInfo{Topic: b.Topic, Partition: b.Partition, ClaimID: w.claim,
-		FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
-}
+func (w *worker) infoOf(b *Batch) BatchInfo { return w.u.infoOf(b) }
 
 // readState reads the retry state committed by a previous owner.
 func (w *worker) readState(off int64, md string) {
@@ -451,7 +457,7 @@ func (w *worker) run(ctx context.Context) error {
 				w.c.Pause()
 				w.paused = true
 			}
-			if err := w.wait(ctx, d.At); err != nil {
+			if err := w.p.wait(ctx, d.At); err != nil {
 				return w.abandon(ctx)
 			}
 			if w.member != nil && w.member.outage() {
@@ -503,7 +509,9 @@ func (w *worker) run(ctx context.Context) error {
 					return err
 				}
 			}
-			again, r, err := w.exhausted(ctx, given)
+			var xerr *checkpoint.ExhaustedError
+			errors.As(w.m.Err(), &xerr)
+			again, r, err := w.u.exhaust(ctx, given, xerr)
 			if err != nil {
 				return w.abandon(ctx)
 			}
@@ -564,7 +572,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	if hooks.Delivered != nil {
 		start = clock.Now()
 	}
-	err := w.call(ctx, b)
+	err := w.p.call(ctx, b)
 	switch _, system := clock.(systemClock); {
 	case system && !start.IsZero():
 		// time.Now, less any step of the wall clock during the call:
@@ -574,45 +582,26 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		now = clock.Now()
 	}
 	if ctx.Err() != nil {
-		if hooks.Delivered != nil {
-			hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: Cancelled, Err: err, Start: start, Duration: now.Sub(start)})
-		}
+		w.p.delivered(w.infoOf(b), b.Attempt, Cancelled, err, start, now, false)
 		return d, Cancelled, err, w.abandon(ctx)
 	}
-	outcome = Succeeded
 	w.poison, w.givenUp = false, 0
-	var partial *BatchError // the failed record is known: records before its index are done
+	res := readResult(err, b, w.log)
+	outcome, cause = res.outcome, res.cause
+	partial := res.partial // the failed record is known: records before its index are done
 	if err != nil {
-		cause = err
-		if partial = asBatchError(err, len(b.Records)); partial == nil {
-			cause = invalidIndex(err, len(b.Records))
-		} else {
-			cause = partial.Err
-			if cause == nil {
-				cause = fmt.Errorf("stream: the handler returned FailedAt(%d, nil): the record at offset %d failed with no error", partial.Index, b.Records[partial.Index].Offset)
-			}
-			if partial.Index > 0 {
-				// The retry state belongs to the batch's first record,
-				// which is done: the record that failed starts its own
-				// count, time budget and age.
-				w.m.Begin(b.Records[partial.Index].Timestamp)
-			}
+		if partial != nil && partial.Index > 0 {
+			// The retry state belongs to the batch's first record,
+			// which is done: the record that failed starts its own
+			// count, time budget and age.
+			w.m.Begin(b.Records[partial.Index].Timestamp)
 		}
-		var rr *RetryResult
-		if rr, cause = RetryRequestOf(cause); rr == nil && errors.Is(cause, errInvalidResult) {
-			// A programming error, not the records' failure: say so at
-			// once, not only if the batch is given up.
-			w.log.Error("redeliver: the handler's result is invalid (a programming error): the batch fails, under the policy, as if the handler had returned this error",
-				"offset", b.FirstOffset(), "records", len(b.Records), "error", cause)
-		}
-		if rr != nil {
-			outcome = RetryRequested
+		if rr := res.rr; rr != nil {
 			d = w.m.RequestRetries(now, rr.request(), w.rnd)
 			if w.member != nil {
 				w.member.requested(now)
 			}
 		} else {
-			outcome = Failed
 			var before checkpoint.Machine
 			if w.member != nil {
 				before = w.m
@@ -641,9 +630,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				"lasted", e.Duration, "probes", e.Probes, "waiting", e.Failing)
 		}
 	}
-	if hooks.Delivered != nil {
-		hooks.Delivered(DeliveredEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Outcome: outcome, Err: err, Start: start, Duration: now.Sub(start), Uncounted: w.uncounted})
-	}
+	w.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.uncounted)
 	if partial != nil && partial.Index > 0 {
 		// The records before partial.Index are done: move the checkpoint
 		// to the failed record and go on with the rest of the batch.
@@ -653,9 +640,6 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		b.Records = b.Records[partial.Index:]
 	}
 	w.poison = partial != nil && outcome == Failed
-	if outcome == RetryRequested {
-		cause = nil
-	}
 	return d, outcome, cause, nil
 }
 
@@ -861,160 +845,20 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
 }
 
-// call runs the handler and turns a panic into a *PanicError.
-func (w *worker) call(ctx context.Context, b *Batch) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	return w.p.h.Handle(ctx, b)
-}
-
-// wait blocks until at or until ctx is done.
-func (w *worker) wait(ctx context.Context, at time.Time) error {
-	d := at.Sub(w.p.cfg.clock.Now())
-	if d <= 0 {
-		return ctx.Err()
-	}
-	ch, stop := w.p.cfg.clock.NewTimer(d)
-	defer stop()
-	select {
-	case <-ch:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// exhausted reports the given-up batch and runs the exhaustion action until
-// it succeeds. It reports whether the batch is to be delivered again (a
-// stopped partition resumed with Processor.Resume) and, for a stopped
-// partition released by Processor.Skip, where to report how the skip's
-// checkpoint went; it returns an error only when ctx ends first.
-func (w *worker) exhausted(ctx context.Context, b *Batch) (again bool, reply chan<- error, err error) {
-	var xerr *checkpoint.ExhaustedError
-	errors.As(w.m.Err(), &xerr)
-	if h := w.p.cfg.hooks.Exhausted; h != nil {
-		h(ExhaustedEvent{BatchInfo: w.infoOf(b), Err: xerr})
-	}
-	what := "redeliver: batch given up"
-	if len(b.Records) == 1 {
-		what = "redeliver: record given up"
-	}
-	w.log.Error(what, "offset", b.FirstOffset(), "records", len(b.Records),
-		"retries", xerr.Retries, "reason", xerr.Reason.String(), "error", xerr.Last)
-	action := w.p.cfg.exhaustion
-	if action == nil {
-		w.actionTried(b, 1, nil, false)
-		return false, nil, nil
-	}
-	stop, try := false, 0
-	// The action's errors are its own: one that wraps ErrRevoked is a
-	// failed try like any other (the claim's end shows in ctx).
-	actx := context.WithValue(ctx, actionKey{}, &actionCall{log: w.log})
-	err = w.repeat(ctx, "exhaustion action", false, func() error {
-		try++
-		err := callAction(actx, action, b, xerr)
-		if IsStop(err) {
-			stop = true
-			return nil
-		}
-		w.actionTried(b, try, err, false)
-		return err
-	})
-	if err != nil || !stop {
-		return false, nil, err
-	}
-	return w.halt(ctx, b, xerr)
-}
-
-// callAction runs the exhaustion action and turns a panic into a
-// *PanicError.
-func callAction(ctx context.Context, action ExhaustionAction, b *Batch, xerr *checkpoint.ExhaustedError) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &PanicError{Value: v, Stack: debug.Stack(), in: "exhaustion action"}
-		}
-	}()
-	return action(ctx, b, xerr)
-}
-
-// actionKey is the context key of an *actionCall, in the context of an
-// exhaustion action, for the actions of this package.
-type actionKey struct{}
-
-// actionCall is what the actions of this package know of the batch given
-// up that they are called for, across the tries of that batch.
-type actionCall struct {
-	log *slog.Logger // the partition worker's
-	// written holds, for each DeadLetter action (by its identity), the
-	// records whose dead letters a publish wrote in a try that failed
-	// (see PublishError): the next tries publish only the others. Nil
-	// until a try wrote some.
-	written map[*deadLetterID]map[recordID]bool
-}
-
-// recordID names a record by its position.
-type recordID struct {
-	topic     string
-	partition int32
-	offset    int64
-}
-
-func actionCallFrom(ctx context.Context) *actionCall {
-	c, _ := ctx.Value(actionKey{}).(*actionCall)
-	return c
-}
-
-func loggerFrom(ctx context.Context) *slog.Logger {
-	if c := actionCallFrom(ctx); c != nil && c.log != nil {
-		return c.log
-	}
-	return slog.New(slog.DiscardHandler)
-}
-
-func (w *worker) actionTried(b *Batch, try int, err error, skipped bool) {
-	if h := w.p.cfg.hooks.ActionTried; h != nil {
-		h(ActionEvent{BatchInfo: w.infoOf(b), Try: try, Err: err, Skipped: skipped})
-	}
-}
-
-// halt keeps the partition stopped, paused, until Processor.Resume or
-// Processor.Skip names it or ctx ends. It first commits the batch's state
-// as halted, so that a next owner, should the partition move meanwhile,
-// delivers the batch again with a fresh count.
-func (w *worker) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) (again bool, reply chan<- error, err error) {
+// beforeHalt pauses the claim and commits the batch's state as halted,
+// before the partition is registered as stopped: a next owner, should the
+// partition move meanwhile, delivers the batch again with a fresh count.
+func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.ExhaustedError) error {
 	if !w.paused {
 		w.c.Pause()
 		w.paused = true
 	}
-	if !w.p.cfg.memoryOnly {
-		s := w.m.GivenUpState()
-		s.Offset, s.Halted = b.FirstOffset(), true
-		if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
-			return false, nil, err
-		}
+	if w.p.cfg.memoryOnly {
+		return nil
 	}
-	sp := StoppedPartition{BatchInfo: w.infoOf(b), Err: xerr}
-	e := w.p.register(sp)
-	defer w.p.unregister(sp.Topic, sp.Partition, e)
-	if h := w.p.cfg.hooks.Stopped; h != nil {
-		h(StoppedEvent{BatchInfo: sp.BatchInfo, Err: xerr})
-	}
-	w.log.Error("redeliver: partition stopped until resumed or skipped", "offset", b.FirstOffset(), "records", len(b.Records), "error", xerr)
-	select {
-	case c := <-e.cmd:
-		w.log.Info("redeliver: stopped partition released", "offset", b.FirstOffset(), "redeliver", c.redeliver)
-		if c.redeliver {
-			c.reply <- nil // the batch is delivered again from here
-			return true, nil, nil
-		}
-		w.actionTried(b, 1, nil, true)
-		return false, c.reply, nil
-	case <-ctx.Done():
-		return false, nil, ctx.Err()
-	}
+	s := w.m.GivenUpState()
+	s.Offset, s.Halted = b.FirstOffset(), true
+	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
 }
 
 // commit writes the checkpoint past b and resumes a paused claim. The
@@ -1038,7 +882,7 @@ func (w *worker) commit(ctx context.Context, b *Batch) error {
 func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) error {
 	err := w.c.Commit(ctx, next, md)
 	if err != nil && !errors.Is(err, ErrRevoked) {
-		err = w.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
+		err = w.u.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
 	}
 	switch {
 	case errors.Is(err, ErrRevoked):
@@ -1054,32 +898,6 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.claim, Next: next, Metadata: md})
 	}
 	return nil
-}
-
-// repeat calls op until it succeeds, or returns ErrRevoked when revoked is
-// set, or ctx ends, waiting the operation backoff between tries. Its log
-// line gives how long the failed try took as well as the delay after it:
-// a try that blocks (a publisher waiting out its own timeout) makes the
-// time between tries longer than the delay, and the line says so.
-func (w *worker) repeat(ctx context.Context, what string, revoked bool, op func() error) error {
-	var prev time.Duration
-	clock := w.p.cfg.clock
-	for n := 1; ; n++ {
-		start := clock.Now()
-		err := op()
-		if err == nil || revoked && errors.Is(err, ErrRevoked) {
-			return err
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		took := clock.Now().Sub(start)
-		prev = w.p.cfg.opBackoff(n, prev, w.rnd)
-		w.log.Warn("redeliver: "+what+" failed, will try again after the delay", "try", n, "took", took, "delay", prev, "error", err)
-		if err := w.wait(ctx, w.p.cfg.clock.Now().Add(prev)); err != nil {
-			return err
-		}
-	}
 }
 
 // errAbandoned is why a worker stops when it abandons a batch for no other

@@ -9,11 +9,11 @@ import (
 )
 
 // Settings are what a [Processor] was built with: its handler and the
-// options that shape the retry contract. A consumer that applies the same
-// contract with an engine of its own (the Kafka share-group consumer, whose
-// unit of acknowledgement is a record, not a checkpoint) reads them with
-// [Processor.Settings], so that one host.json and one set of options serve
-// both.
+// options that shape the retry contract, read with [Processor.Settings] by
+// an adapter's start checks (the publisher of a DeadLetter action, say).
+// The contract itself is applied by the Processor alone, for every unit of
+// work: a partition's batch ([Processor.Process]) and a leased record
+// ([Processor.Leases]).
 type Settings struct {
 	Handler          Handler
 	Policy           checkpoint.Policy
@@ -24,7 +24,7 @@ type Settings struct {
 	Exhaustion       ExhaustionAction // nil skips
 	OperationBackoff checkpoint.Backoff
 	InMemoryState    bool
-	OutageBudget     *Budget // nil for none; the share-group consumer does not apply it
+	OutageBudget     *Budget // nil for none; record leases refuse one (Processor.Leases)
 }
 
 // Settings returns the processor's handler and options.
@@ -46,18 +46,8 @@ func (p *Processor) Settings() Settings {
 	}
 }
 
-// RecordFuncOf returns the function a handler made by [PerRecord] calls for
-// each record, and whether h is such a handler. A consumer that acknowledges
-// records one by one calls it per record, so that only the records that
-// failed are retried.
-func RecordFuncOf(h Handler) (RecordFunc, bool) {
-	pr, ok := h.(perRecord)
-	return RecordFunc(pr), ok
-}
-
 // RetryRequestOf reads a handler's result as a [Processor] does (see
-// [RetryResult] for the rules), for a consumer that applies the retry
-// contract with an engine of its own: it returns the retry request err
+// [RetryResult] for the rules), for a middleware, say: it returns the retry request err
 // makes, or nil and the failure to apply instead of err. A failure beside
 // a retry request and an error marked checkpoint.Permanent are failures
 // (err itself); an invalid RetryResult is a failure whose error says what

@@ -125,9 +125,6 @@ func TestZeroValuesOfStream(t *testing.T) {
 	if h := stream.Chain(streamtest.Succeed, nil); h == nil {
 		t.Error("Chain with a nil middleware")
 	}
-	if _, ok := stream.RecordFuncOf(nil); ok {
-		t.Error("RecordFuncOf(nil)")
-	}
 	if stream.IsStop(nil) {
 		t.Error("IsStop(nil)")
 	}

@@ -127,3 +127,65 @@ func setShareGroupConfig(t *testing.T, addrs []string, group, name, value string
 		}
 	}
 }
+
+// TestShareStopSeenByTheHost: in a share group, StopPartition ("stop")
+// holds one record; the host's status shows its partition stopped at the
+// record, and the host's Skip reaches it (issue 47).
+func TestShareStopSeenByTheHost(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	produce(t, addrs, "emails", 0, 5)
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"},
+  "triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}},
+}`)
+	h, err := host.New(cfg, onKafka(t, addrs)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Register("emails", stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		if r.Offset == 2 {
+			return errBoom
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	var stopped host.PartitionStatus
+	waitFor(t, "the partition stopped at offset 2 in the status", func() bool {
+		for _, f := range h.Status().Functions {
+			for _, p := range f.Partitions {
+				if p.State == host.StateStopped && p.FirstOffset == 2 {
+					stopped = p
+					return true
+				}
+			}
+		}
+		return false
+	})
+	if stopped.Topic != "emails" || stopped.Partition != 0 {
+		t.Errorf("stopped %+v, want emails/0", stopped)
+	}
+	if err := h.Skip(context.Background(), "emails", "emails", 0); err != nil {
+		t.Fatalf("Skip: %v", err)
+	}
+	waitFor(t, "the partition no longer stopped", func() bool {
+		for _, f := range h.Status().Functions {
+			for _, p := range f.Partitions {
+				if p.State == host.StateStopped {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}

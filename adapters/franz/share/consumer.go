@@ -134,11 +134,12 @@ func WithDeliveryLimit(n int) Option { return optionFunc(func(c *config) { c.lim
 // zero value is not usable: its methods return an error that says to call
 // [New].
 type Consumer struct {
-	set   stream.Settings
+	proc  *stream.Processor
+	clock stream.Clock
 	cfg   config
 	log   *slog.Logger
-	fn    stream.RecordFunc // the handler's per-record function, when it has one
 	group string
+	units *stream.LeaseDriver
 
 	lock      time.Duration
 	limit     atomic.Int64 // the broker's delivery count limit; 0 unknown
@@ -196,14 +197,25 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 			return nil, fmt.Errorf("share: the processor dead-letters to %q through a publisher bound to no client: make it with franz.NewPublisher(client)", topic)
 		}
 	}
-	c := &Consumer{set: set, cfg: cfg, log: set.Logger, life: lifecycle.New("share", fmt.Errorf("share: consumer %w", stream.ErrClosed))}
+	c := &Consumer{proc: proc, clock: set.Clock, cfg: cfg, log: proc.Logger(), life: lifecycle.New("share", fmt.Errorf("share: consumer %w", stream.ErrClosed))}
 	if cfg.logger != nil {
 		c.log = cfg.logger
 	}
+	// Checked here, so that New refuses what the engine's record units
+	// cannot apply (an outage budget); Run makes the driver it uses once
+	// it knows the group.
+	if _, err := c.leases(); err != nil {
+		return nil, fmt.Errorf("share: %w", err)
+	}
 	c.checks.Log = c.log
 	c.fetchErrs.Log, c.fetchErrs.Pkg = c.log, "share"
-	c.fn, _ = stream.RecordFuncOf(set.Handler)
 	return c, nil
+}
+
+// leases returns the engine's driver of the consumer's records.
+func (c *Consumer) leases() (*stream.LeaseDriver, error) {
+	return c.proc.Leases(stream.LeaseConfig{MaxBatch: c.cfg.maxBatch, Group: c.group, Logger: c.log,
+		Limit: func() int { return int(c.limit.Load()) }, Observe: observe})
 }
 
 // laneOpts returns the options a lane's client is built with: the
@@ -253,7 +265,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) run(ctx context.Context) error {
 	lanes := make([]*lane, c.cfg.lanes)
 	for i := range lanes {
-		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), rnd: c.set.NewRand(), log: c.log.With("lane", i)}
+		l := &lane{c: c, id: i, name: fmt.Sprintf("%s%d", c.cfg.member, i), log: c.log.With("lane", i)}
 		cctx, cancel := context.WithCancel(context.Background())
 		cl, err := kgo.NewClient(laneOpts(c.cfg.kopts, l.acked, kgo.WithContext(cctx))...)
 		if err != nil {
@@ -267,8 +279,17 @@ func (c *Consumer) run(ctx context.Context) error {
 		lanes[i] = l
 	}
 	c.group, _ = lanes[0].cl.OptValue(kgo.ShareGroup).(string)
+	units, err := c.leases()
+	if err != nil {
+		for _, l := range lanes {
+			l.closeClient()
+		}
+		return fmt.Errorf("share: %w", err)
+	}
+	c.units = units
 	for _, l := range lanes {
 		l.log = l.log.With("group", c.group)
+		l.units = units.Lane(l.log)
 	}
 	var wrong error
 	if c.group == "" {
@@ -395,7 +416,7 @@ func (c *Consumer) prepare(ctx context.Context, cl *kgo.Client) error {
 		c.noRenewal.Store(true)
 		c.log.Warn("redeliver: the group does not renew acquisition locks (share.renew.acknowledge.enable=false): a retry is held only while the record's lock lasts, a later one releases the record to the broker", "group", c.group, "lock", c.lock)
 	}
-	p := c.set.Policy
+	p := c.proc.Policy()
 	switch {
 	case limit == 0:
 		c.log.Warn("redeliver: the broker did not tell the share group's delivery count limit; records released to it (lock lost, crash, retry beyond the hold limit) may be archived without an exhaustion action", "group", c.group)

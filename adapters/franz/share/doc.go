@@ -1,8 +1,12 @@
 // Package share consumes a Kafka share group (KIP-932, "queues for Kafka")
 // through franz-go under redeliver's retry contract: the same
 // [stream.Handler], [checkpoint.Policy] (from code or host.json), hooks and
-// exhaustion actions as the checkpoint adapters, taken from a
-// [stream.Processor] with [stream.Processor.Settings].
+// exhaustion actions as the checkpoint adapters. Every retry decision is
+// the engine's: each record is a unit of the [stream.Processor] (see
+// [stream.Lease]), counted, held, given up and stopped by the same code as
+// a partition's batch in checkpoint mode. This package does only what is
+// Kafka's: polling, lock renewal, acknowledgements, and whether a retry
+// can be held or its record must be released.
 //
 //	proc, err := stream.NewProcessor(stream.PerRecord(handle),
 //		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}))
@@ -57,12 +61,30 @@
 // A record's retries so far are the broker's delivery count minus one, plus
 // the retries this consumer made of it from memory. The broker counts a
 // delivery each time it hands the record out: after a release, a lost lock
-// or a member's crash. So a record that moves to another member after a
-// crash keeps its count, but the in-memory retries the crashed member had
-// made are not known to the next one: each earlier acquisition counts as
-// one delivery. Deliveries to handlers are thus at most retryCount + 1, plus
-// the in-memory retries lost with each crash. The time budget
-// (MaxRetryTime) runs from the first failure this consumer saw.
+// or a member's crash. So a record that moves to another member keeps its
+// count, but the in-memory retries the previous member had made are not
+// known to the next one: each earlier acquisition counts as one failed
+// delivery. The count a record comes back with goes through the same
+// bound check as a next owner's in checkpoint mode: a record whose count is
+// past MaxRetries (or the time limits) is not handed to the handler again;
+// it is given up at once, to the exhaustion action. Deliveries to handlers
+// are thus at most retryCount + 1, plus the in-memory retries lost with
+// each crash or shutdown. The time budget (MaxRetryTime) runs from the
+// first failure this consumer saw.
+//
+// One release counts nothing: a record this consumer released because its
+// retry was due too late to hold (see below) goes on, when it comes back to
+// this consumer with the next delivery count, from the state it was
+// released with (a RetryResult's own count included). If it comes back to
+// another consumer, that one counts the release as a failure.
+//
+// What a clean shutdown costs is what a crash costs, less the wait: the
+// retries held in memory are lost, and every record in flight or held is
+// released, which counts one delivery for it (so under MaxRetries 0 a
+// record in a handler call at shutdown is not delivered again: the next
+// member gives it up). A crash leaves the records locked until their locks
+// run out (share.record.lock.duration.ms), then the broker counts the
+// same.
 //
 // The broker's delivery count limit (share.delivery.count.limit, 2 to 10,
 // 5 by default) archives a record without any exhaustion action. Retries
@@ -127,10 +149,43 @@
 //     acknowledged by this consumer: the broker may have given it to another
 //     member. The context of a handler call holding it is cancelled, and its
 //     other records are delivered again.
-//   - On shutdown, handler contexts are cancelled; records in flight or held
-//     are released to the broker (delivered again, with their count), never
-//     accepted unhandled. A record whose exhaustion action succeeded is
-//     rejected.
+//   - On shutdown, handler contexts are cancelled (a per-record handler is
+//     not called for the records of its call that are left); records in
+//     flight or held are released to the broker (delivered again, with
+//     their count), never accepted unhandled, and reported to the
+//     Abandoned hook. A record whose exhaustion action succeeded is
+//     rejected. A record given up whose action has not succeeded is
+//     released too, with a Warn line: its next holder gives it up again.
+//     At the broker's last delivery there is nothing better to do (a
+//     release, a lock that runs out and a member that leaves all archive
+//     it), and the line is an Error that names it: its dead letter is
+//     never written.
+//   - When the broker refuses final acknowledgements of a partition (a
+//     REJECT after a dead letter was written, say), a Warn line names the
+//     records they were for: the broker delivers them again.
+//
+// # StopPartition
+//
+// [stream.StopPartition] holds the record, not its partition: the record's
+// lock is renewed, the Stopped hook fires, and [stream.Processor.Stopped]
+// lists it (a StoppedPartition with Record set, at its offset) until
+// [stream.Processor.ResumeRecord] delivers it again with a fresh count or
+// [stream.Processor.SkipRecord] rejects it as after an action that
+// succeeded (Resume and Skip of its partition do the same while it is the
+// partition's only record held). The cost: franz-go accepts, at the next
+// poll, every record of the previous poll not acknowledged, so the lane
+// holding the record polls no more until it is resumed or skipped; as many
+// stopped records as lanes stop the consumer. The Error line of the stop
+// says so. A shutdown releases a stopped record (delivered again).
+//
+// # Outage budget
+//
+// [New] refuses a processor with an outage budget ([stream.WithOutageBudget],
+// host.json outageBudget): the budget holds a failing partition back while
+// the downstream is away, and a share consumer cannot hold a partition
+// back (a held record blocks its lane only, and the broker hands the
+// partition's other records to other members), so records would be given
+// up all the same.
 //
 // # Fetch errors
 //

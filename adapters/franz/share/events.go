@@ -42,12 +42,12 @@ type Event struct {
 func WithEvents(fn func(Event)) Option { return optionFunc(func(c *config) { c.events = fn }) }
 
 // event reports an event about it, when events are wanted.
-func (s *settle) event(k EventKind, it *item, mod func(*Event)) {
-	fn := s.l.c.cfg.events
+func (l *lane) event(k EventKind, ls *lease, mod func(*Event)) {
+	fn := l.c.cfg.events
 	if fn == nil {
 		return
 	}
-	e := Event{Kind: k, Member: s.l.name, Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+	e := Event{Kind: k, Member: l.name, Topic: ls.rec.Topic, Partition: ls.rec.Partition, Offset: ls.rec.Offset}
 	if mod != nil {
 		mod(&e)
 	}

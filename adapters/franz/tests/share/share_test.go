@@ -70,10 +70,12 @@ func (l *log) snapshot() []delivery {
 func run(t *testing.T, addrs []string, group, topic string, proc *stream.Processor, opts ...share.Option) (stop func() error) {
 	t.Helper()
 	kopts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ShareGroup(group), kgo.ConsumeTopics(topic), kgo.FetchMaxWait(100 * time.Millisecond)}
-	opts = append([]share.Option{share.WithKgoOptions(kopts...), share.WithResetEarliest()}, opts...)
+	first := []share.Option{share.WithKgoOptions(kopts...), share.WithResetEarliest()}
 	if testing.Verbose() {
-		opts = append(opts, share.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+		// Before opts: a test's own logger wins.
+		first = append(first, share.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))))
 	}
+	opts = append(first, opts...)
 	c, err := share.New(proc, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -422,7 +424,8 @@ func TestFailedAtRetriesOnlyTheFailedRecord(t *testing.T) {
 // Shutdown with a record in a handler (offset 2) and one held in backoff
 // (offset 0): neither is
 // accepted; the broker gives both to the next member, with a delivery count
-// of 2, and the first retry counts that delivery.
+// of 2, and the first retry counts that delivery (so the next member's
+// policy must allow a retry: under MaxRetries 0 it gives them up).
 func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 	const topic, group = "orders", "g"
 	addrs := cluster(t, topic, 1, 5*time.Second, 5)
@@ -465,7 +468,7 @@ func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 			again.add(delivery{offset: r.Offset, retry: b.Attempt.Retry})
 		}
 		return nil
-	}))
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Minute)}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,204 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// The lease driver (record units) over fake leases: the Lease is the
+// engine's own interface, so a fake is the transport here; the share
+// consumer's tests (adapters/franz/tests/share) run the same over kfake.
+
+type fakeLease struct {
+	rec      stream.Record
+	dc       int
+	deadline time.Time
+	canHold  bool
+
+	mu      sync.Mutex
+	settled string // "accept", "release", "reject"
+}
+
+func (l *fakeLease) Record() *stream.Record { return &l.rec }
+func (l *fakeLease) Deliveries() int        { return l.dc }
+func (l *fakeLease) Deadline() time.Time    { return l.deadline }
+func (l *fakeLease) Hold(time.Time) bool    { return l.canHold }
+func (l *fakeLease) Accept()                { l.set("accept") }
+func (l *fakeLease) Release()               { l.set("release") }
+func (l *fakeLease) Reject()                { l.set("reject") }
+func (l *fakeLease) set(s string)           { l.mu.Lock(); l.settled = s; l.mu.Unlock() }
+func (l *fakeLease) how() string            { l.mu.Lock(); defer l.mu.Unlock(); return l.settled }
+func newLease(off int64, dc int) *fakeLease {
+	return &fakeLease{rec: stream.Record{Topic: "t", Partition: 0, Offset: off}, dc: dc, deadline: time.Now().Add(time.Hour), canHold: true}
+}
+
+type fakePoll []*fakeLease
+
+func (p fakePoll) Leases() []stream.Lease {
+	out := make([]stream.Lease, len(p))
+	for i, l := range p {
+		out[i] = l
+	}
+	return out
+}
+func (fakePoll) Tend(context.Context, time.Time, []stream.Lease, bool) time.Time { return time.Time{} }
+
+func lane(t *testing.T, p *stream.Processor, limit int) *stream.LeaseLane {
+	t.Helper()
+	d, err := p.Leases(stream.LeaseConfig{Limit: func() int { return limit }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Lane(nil)
+}
+
+// A record the broker delivered before is restored with the bound check:
+// under MaxRetries 0 its second delivery is not handed to the handler; it
+// goes to its action. Under MaxRetries 1 a third delivery is not either.
+func TestLeaseRestoredCountIsBounded(t *testing.T) {
+	for _, tc := range []struct {
+		max, dc int
+		want    int // handler calls
+	}{{0, 2, 0}, {1, 2, 1}, {1, 3, 0}} {
+		synctest.Test(t, func(t *testing.T) {
+			var calls, acted int
+			p, err := stream.NewProcessor(stream.PerRecord(func(context.Context, *stream.Record) error { calls++; return nil }),
+				stream.WithPolicy(checkpoint.Policy{MaxRetries: tc.max}),
+				stream.WithExhaustionAction(func(context.Context, *stream.Batch, *checkpoint.ExhaustedError) error { acted++; return nil }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			l := newLease(0, tc.dc)
+			lane(t, p, 0).Settle(t.Context(), fakePoll{l})
+			wantHow := "accept"
+			if tc.want == 0 {
+				wantHow = "reject"
+			}
+			if calls != tc.want || l.how() != wantHow {
+				t.Errorf("MaxRetries %d, delivery %d: %d calls, %s; want %d, %s", tc.max, tc.dc, calls, l.how(), tc.want, wantHow)
+			}
+		})
+	}
+}
+
+// A retry that cannot be held is released (under the limit) and its state
+// kept: when the record comes back with the next count, the release spent
+// nothing. At the broker's last delivery it is given up instead, with the
+// delivery limit as its reason.
+func TestLeaseReleaseAndDeliveryLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		var attempts []stream.Attempt
+		var xerrs []*checkpoint.ExhaustedError
+		p, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			attempts = append(attempts, b.Attempt)
+			mu.Unlock()
+			return &stream.RetryResult{MaxRetries: 3, Delay: time.Hour}
+		}), stream.WithExhaustionAction(func(_ context.Context, _ *stream.Batch, xerr *checkpoint.ExhaustedError) error {
+			xerrs = append(xerrs, xerr)
+			return nil
+		}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln := lane(t, p, 3)
+		for dc := 1; dc <= 3; dc++ {
+			l := newLease(0, dc)
+			l.canHold = false
+			ln.Settle(t.Context(), fakePoll{l})
+			want := "release"
+			if dc == 3 {
+				want = "reject"
+			}
+			if l.how() != want {
+				t.Fatalf("delivery %d: %s, want %s", dc, l.how(), want)
+			}
+		}
+		if len(attempts) != 3 || attempts[1].Retry != 1 || attempts[2].Retry != 2 || attempts[2].MaxRetries != 3 {
+			t.Errorf("attempts %+v, want retries 0, 1, 2 of the RetryResult's 3", attempts)
+		}
+		if len(xerrs) != 1 || xerrs[0].Reason != checkpoint.DeliveryLimitReached {
+			t.Errorf("given up with %v, want the delivery limit", xerrs)
+		}
+	})
+}
+
+// StopPartition holds the record: Processor.Stopped lists it as a record
+// unit, and ResumeRecord delivers it again with a fresh count.
+func TestLeaseStopAndResume(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls int
+		stopped := make(chan stream.StoppedEvent, 1)
+		p, err := stream.NewProcessor(stream.PerRecord(func(context.Context, *stream.Record) error {
+			calls++
+			if calls == 1 {
+				return errors.New("bad")
+			}
+			return nil
+		}), stream.WithExhaustionAction(stream.StopPartition), stream.WithHooks(stream.Hooks{Stopped: func(e stream.StoppedEvent) { stopped <- e }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := newLease(5, 1)
+		done := make(chan struct{})
+		go func() { lane(t, p, 0).Settle(t.Context(), fakePoll{l}); close(done) }()
+		<-stopped
+		sp := p.Stopped()
+		if len(sp) != 1 || !sp[0].Record || sp[0].FirstOffset != 5 {
+			t.Fatalf("Stopped() = %+v, want the record at offset 5", sp)
+		}
+		if err := p.ResumeRecord(t.Context(), "t", 0, 5); err != nil {
+			t.Fatal(err)
+		}
+		<-done
+		if calls != 2 || l.how() != "accept" {
+			t.Errorf("%d calls, %s; want 2, accept", calls, l.how())
+		}
+	})
+}
+
+// At shutdown a held record is released, reported Abandoned.
+func TestLeaseShutdown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var abandoned int
+		p, err := stream.NewProcessor(stream.PerRecord(func(context.Context, *stream.Record) error { return errors.New("bad") }),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Minute)}),
+			stream.WithHooks(stream.Hooks{Abandoned: func(stream.AbandonedEvent) { abandoned++ }}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		l := newLease(0, 1)
+		done := make(chan struct{})
+		go func() { lane(t, p, 0).Settle(ctx, fakePoll{l}); close(done) }()
+		time.Sleep(time.Second) // held for its retry, a minute away
+		cancel()
+		<-done
+		if l.how() != "release" || abandoned != 1 {
+			t.Errorf("%s, %d Abandoned; want release, 1", l.how(), abandoned)
+		}
+	})
+}
+
+// An outage budget is refused: record units cannot apply it.
+func TestLeasesRefuseOutageBudget(t *testing.T) {
+	b, err := stream.NewBudget(stream.BudgetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), stream.WithOutageBudget(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Leases(stream.LeaseConfig{}); err == nil {
+		t.Fatal("Leases with an outage budget: no error")
+	}
+}
