@@ -133,7 +133,11 @@ func (w *Window) clone() *Window {
 // the metadata round-trips, never exceeds the limit, and would still fit
 // if every record held then failed at its largest.
 func TestWindowRandomOperations(t *testing.T) {
-	for seed := range uint64(300) {
+	seeds := uint64(300)
+	if raceEnabled {
+		seeds = 40 // the same cases, fewer of them: one goroutine, nothing for the race detector
+	}
+	for seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 49))
 			lim := WindowLimits{MaxBytes: []int{0, 512, 1024, 2048}[seed%4], MaxErrorBytes: []int{0, -1, 16, 200}[seed/4%4]}
@@ -533,6 +537,9 @@ func TestWindowBoundIsTight(t *testing.T) {
 // TestWindowSizes measures the metadata of typical windows, for
 // docs/KEYS.md (go test -v -run TestWindowSizes ./checkpoint).
 func TestWindowSizes(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the figures of docs/KEYS.md take minutes under the race detector and have nothing for it: go test -run TestWindowSizes -v ./checkpoint")
+	}
 	typical := func(o int64, i int) State {
 		first := t0.Add(time.Duration(i) * 7919 * time.Millisecond)
 		return State{Offset: o, Retries: 3, FirstFailure: first, NextAt: first.Add(8 * time.Second), LastDelay: 4 * time.Second,

@@ -1,0 +1,8 @@
+//go:build race
+
+package checkpoint
+
+// raceEnabled reports a build with the race detector, which slows the
+// codec's long property tests about ten times and has nothing to find in
+// them (they run on one goroutine): they run fewer cases then.
+const raceEnabled = true
