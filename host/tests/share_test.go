@@ -284,3 +284,52 @@ func TestShareStoppedRecordsEachReachable(t *testing.T) {
 		t.Errorf("the skipped record was delivered %d times, want once", deliveries[1])
 	}
 }
+
+// TestShareConsumerDrainsWithinTheHostsDrain: franzhost gives the host's
+// drain time to a share function's consumer, so that a stop cancels a
+// handler call that ignores it at the host's drain time, not at the share
+// consumer's default 25s.
+func TestShareConsumerDrainsWithinTheHostsDrain(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	produce(t, addrs, "emails", 0, 1)
+	cfg := parse(t, `{"triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}}}`)
+	const drain = 2 * time.Second
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithDrain(drain))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, cut := make(chan struct{}, 1), make(chan struct{})
+	if err := h.Register("emails", stream.PerRecord(func(ctx context.Context, _ *stream.Record) error {
+		entered <- struct{}{}
+		<-ctx.Done()
+		close(cut)
+		return ctx.Err()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the handler never got the record")
+	}
+	begin := time.Now()
+	go func() { _ = h.Close() }()
+	select {
+	case <-cut:
+		if d := time.Since(begin); d < drain-100*time.Millisecond {
+			t.Errorf("the handler's context ended %v after the stop, before the drain time %v", d, drain)
+		}
+	case <-time.After(drain + 2*time.Second):
+		t.Fatalf("the handler's context did not end within %v of the stop (the host's drain is %v)", drain+2*time.Second, drain)
+	}
+}
