@@ -216,8 +216,8 @@ type LeaseLane struct {
 // ends it drains, within [LeaseConfig.Drain]: the handler calls running
 // finish (their context is not ctx) and the records not handed to the
 // handler yet are delivered, so that a clean stop gives back no record
-// that did not fail; a retry is not started, and an exhaustion action in
-// flight sees ctx done. Then, or at the drain bound (which cancels the
+// that did not fail; a retry is not started, and an exhaustion action runs
+// on until the drain ends, which it does not hold up. Then, or at the drain bound (which cancels the
 // calls' context), it waits for the calls and actions in flight and
 // releases every record not settled, with a log line: each release counts
 // one delivery for the record's next holder.

@@ -688,11 +688,9 @@ func (s *settler) giveUp(ctx context.Context, it *leased) {
 // the record is rejected only once the action succeeded.
 func (s *settler) act(ctx context.Context, it *leased, xerr *checkpoint.ExhaustedError) {
 	it.state = lacting
-	// An action in flight is not drained: it sees the stop.
-	actx, cancel := context.WithCancel(s.stop)
-	if ctx.Err() != nil {
-		cancel()
-	}
+	// While a stop drains, an action runs on until the drain ends (the
+	// calls done, or the bound), which it does not hold up.
+	actx, cancel := context.WithCancel(ctx)
 	it.more().cancel = cancel
 	b := s.one(it)
 	u := &unit{p: s.p, log: s.ln.log.With("topic", it.rec.Topic, "partition", it.rec.Partition), rnd: s.p.newRand(),

@@ -162,7 +162,8 @@
 //     are left); records in flight or held are released to the broker
 //     (delivered again, with their count), never accepted unhandled, and
 //     reported to the Abandoned hook, with a log line that counts them.
-//     An exhaustion action in flight is not drained: it sees the stop.
+//     An exhaustion action runs on while the drain lasts, which it does
+//     not hold up: it is cancelled when the drain ends.
 //     A record whose exhaustion action succeeded is rejected. A record
 //     given up whose action has not succeeded is released too, with a Warn line: its next holder gives it up again.
 //     At the broker's last delivery there is nothing better to do (a
