@@ -235,8 +235,8 @@ func NewMachine(p Policy) Machine {
 }
 
 // Begin starts following a new batch whose oldest record was written at
-// oldest (zero when unknown). It forgets the previous batch's state and any
-// [Machine.Override].
+// oldest (zero when unknown). It forgets the previous batch's state and the
+// policy of any [Machine.RequestRetries].
 func (m *Machine) Begin(oldest time.Time) {
 	if m.hasOver {
 		m.override, m.hasOver = Policy{}, false
@@ -408,13 +408,6 @@ func (m *Machine) Start(now time.Time) Decision {
 // State returns the state of the current batch.
 func (m *Machine) State() State { return m.state }
 
-// Override replaces the policy for the current batch only, as a handler's
-// RetryResult does. The next [Machine.Begin] restores the machine's own
-// policy.
-func (m *Machine) Override(p Policy) {
-	m.override, m.hasOver = p, true
-}
-
 // Policy returns the policy in force for the current batch.
 func (m *Machine) Policy() Policy {
 	if m.hasOver {
@@ -461,9 +454,9 @@ func (m *Machine) Request(now time.Time, rnd Rand) Decision {
 }
 
 // RequestRetries records that the handler asked at now for r (a
-// RetryResult): r replaces the policy for the rest of the batch, as
-// [Machine.Override] does, and becomes part of the State; then it decides
-// as [Machine.Request]. The retries already made still count.
+// RetryResult): r replaces the policy for the rest of the batch (until the
+// next [Machine.Begin]) and becomes part of the State; then it decides as
+// [Machine.Request]. The retries already made still count.
 func (m *Machine) RequestRetries(now time.Time, r Request, rnd Rand) Decision {
 	m.override, m.hasOver = r.Policy(), true
 	m.state.Request = r

@@ -187,16 +187,16 @@ func TestErrorFilters(t *testing.T) {
 	}
 }
 
-func TestMachineOverrideAndRequest(t *testing.T) {
-	// The configured policy would never retry; a RetryResult-style request
-	// with its own policy retries twice, and the filter does not apply.
+func TestMachineRequestRetriesOverridesThePolicy(t *testing.T) {
+	// The configured policy would never retry; a RetryResult's request
+	// brings its own policy, which retries twice, and the filter does not
+	// apply.
 	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 0, Retryable: func(error) bool { return false }})
 	m.Begin(time.Time{})
-	m.Override(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second)})
 	now := t0
 	var got []checkpoint.Action
 	for range 3 {
-		d := m.Request(now, nil)
+		d := m.RequestRetries(now, checkpoint.Request{MaxRetries: 2, Delay: time.Second}, nil)
 		got = append(got, d.Action)
 		now = d.At
 	}
@@ -204,9 +204,12 @@ func TestMachineOverrideAndRequest(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
+	if p := m.Policy(); p.MaxRetries != 2 {
+		t.Fatalf("policy in force %+v, want the request's", p)
+	}
 	m.Begin(time.Time{})
 	if m.Policy().MaxRetries != 0 {
-		t.Fatal("override survived Begin")
+		t.Fatal("the request's policy survived Begin")
 	}
 }
 

@@ -52,8 +52,9 @@
 // With [WithHTTP] (off by default; an address without a host listens on
 // 127.0.0.1 only) the host serves /healthz, /readyz, a status page and its
 // JSON, and the Resume and Skip actions for partitions that
-// [stream.StopPartition] stopped (each waits for its outcome at most 10
-// seconds, and no longer than its request); see [Host.Handler]. All but /healthz and
+// [stream.StopPartition] stopped, and in share mode for each record it
+// stopped, by its offset (each waits for its outcome at most 10 seconds,
+// and no longer than its request); see [Host.Handler]. All but /healthz and
 // /readyz answer only to addresses, localhost and the names of
 // [WithAllowedHosts] (against DNS rebinding); beyond loopback the actions
 // need [WithToken], and Run refuses to serve there without one unless

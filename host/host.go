@@ -926,6 +926,45 @@ func (h *Host) Skip(ctx context.Context, function, topic string, partition int32
 	return nil
 }
 
+// ResumeRecord releases a record of a function held by StopPartition in
+// share mode ([stream.Processor.ResumeRecord]): it is delivered again with
+// a fresh retry count. With several records of one partition stopped,
+// [Host.Resume] names them and this reaches each one. It waits as Resume
+// does.
+func (h *Host) ResumeRecord(ctx context.Context, function, topic string, partition int32, offset int64) error {
+	return h.releaseRecord(ctx, function, topic, partition, offset, true)
+}
+
+// SkipRecord releases a record of a function held by StopPartition in
+// share mode past its exhaustion action ([stream.Processor.SkipRecord]):
+// it is settled as after an action that succeeded. With several records
+// of one partition stopped, [Host.Skip] names them and this reaches each
+// one. It waits as Skip does.
+func (h *Host) SkipRecord(ctx context.Context, function, topic string, partition int32, offset int64) error {
+	return h.releaseRecord(ctx, function, topic, partition, offset, false)
+}
+
+func (h *Host) releaseRecord(ctx context.Context, function, topic string, partition int32, offset int64, resume bool) error {
+	if err := h.usable(); err != nil {
+		return err
+	}
+	f := h.lookup(function)
+	if f == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownFunction, function)
+	}
+	do, how := f.proc.SkipRecord, "skipped"
+	if resume {
+		do, how = f.proc.ResumeRecord, "resumed"
+	}
+	if err := do(ctx, topic, partition, offset); err != nil {
+		return err
+	}
+	_, still := f.stopped(topic, partition) // other records of the partition
+	f.status.recordReleased(topic, partition, fmt.Sprintf("the record at offset %d %s by an operator", offset, how), !still)
+	h.log.Info("redeliver: stopped record "+how+" by an operator", "function", f.name, "topic", topic, "partition", partition, "offset", offset)
+	return nil
+}
+
 // stopped returns the partition as f's processor holds it stopped, and
 // whether it does.
 func (f *function) stopped(topic string, partition int32) (stream.StoppedPartition, bool) {

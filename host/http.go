@@ -35,8 +35,9 @@ import (
 //	                              while one does, and while the host stops
 //	GET  /                        the status page, HTML that reloads itself
 //	GET  /status.json             the same as JSON (a [Status])
-//	POST /actions/resume          form or query: function, topic, partition; [Host.Resume]
-//	POST /actions/skip            the same; [Host.Skip]
+//	POST /actions/resume          form or query: function, topic, partition, and offset for a record
+//	                              held in share mode; [Host.Resume], [Host.ResumeRecord] with offset
+//	POST /actions/skip            the same; [Host.Skip], [Host.SkipRecord] with offset
 //	POST /actions/signin          form: token; sets a cookie the actions accept
 //
 // An action waits for its outcome at most 10 seconds, and no longer than
@@ -208,8 +209,8 @@ func (h *Host) newMux() http.Handler {
 	guarded.HandleFunc("GET /status.json", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, h.status(r.Context()))
 	})
-	guarded.HandleFunc("POST /actions/resume", h.action(h.Resume))
-	guarded.HandleFunc("POST /actions/skip", h.action(h.Skip))
+	guarded.HandleFunc("POST /actions/resume", h.action(h.Resume, h.ResumeRecord))
+	guarded.HandleFunc("POST /actions/skip", h.action(h.Skip, h.SkipRecord))
 	guarded.HandleFunc("POST /actions/signin", h.signin)
 	mux.Handle("/", h.guard(guarded))
 	return mux
@@ -398,7 +399,8 @@ const actionWait = 10 * time.Second
 // actionWait, and no longer than the request lasts (a client that goes
 // away ends the wait); a wait cut short answers 504 with the state the
 // partition is in.
-func (h *Host) action(do func(ctx context.Context, function, topic string, partition int32) error) http.HandlerFunc {
+func (h *Host) action(do func(ctx context.Context, function, topic string, partition int32) error,
+	doRecord func(ctx context.Context, function, topic string, partition int32, offset int64) error) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !h.authorize(w, r) {
 			return
@@ -409,10 +411,24 @@ func (h *Host) action(do func(ctx context.Context, function, topic string, parti
 			reply(w, r, http.StatusBadRequest, "want function, topic and partition (an integer)")
 			return
 		}
+		offset := int64(-1)
+		if v := r.FormValue("offset"); v != "" {
+			if offset, err = strconv.ParseInt(v, 10, 64); err != nil || offset < 0 {
+				reply(w, r, http.StatusBadRequest, fmt.Sprintf("offset %q: want the offset of a stopped record (an integer, 0 or more), or no offset for the partition", v))
+				return
+			}
+		}
 		verb := strings.TrimPrefix(r.URL.Path, "/actions/")
 		ctx, cancel := context.WithTimeout(r.Context(), actionWait)
 		defer cancel()
-		if err := do(ctx, fn, topic, int32(p)); err != nil {
+		unit := fmt.Sprintf("%s/%d", topic, p)
+		if offset >= 0 {
+			unit += fmt.Sprintf(" at offset %d", offset)
+			err = doRecord(ctx, fn, topic, int32(p), offset)
+		} else {
+			err = do(ctx, fn, topic, int32(p))
+		}
+		if err != nil {
 			code := http.StatusConflict
 			switch {
 			case errors.Is(err, ErrUnknownFunction):
@@ -420,11 +436,11 @@ func (h *Host) action(do func(ctx context.Context, function, topic string, parti
 			case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 				code = http.StatusGatewayTimeout
 			}
-			reply(w, r, code, fmt.Sprintf("%s %s %s/%d: %v", verb, fn, topic, p, err))
+			reply(w, r, code, fmt.Sprintf("%s %s %s: %v", verb, fn, unit, err))
 			return
 		}
 		past := map[string]string{"resume": "resumed", "skip": "skipped"}[verb]
-		reply(w, r, http.StatusOK, fmt.Sprintf("%s %s/%d of %s", past, topic, p, fn))
+		reply(w, r, http.StatusOK, fmt.Sprintf("%s %s of %s", past, unit, fn))
 	}
 }
 

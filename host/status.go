@@ -234,6 +234,11 @@ type PartitionStatus struct {
 	Note string `json:"note,omitempty"`
 	// Since is when the partition entered its state.
 	Since time.Time `json:"since"`
+	// StoppedRecords are the offsets of the partition's records held by
+	// StopPartition in share mode (the unit stopped is a record there):
+	// each is resumed or skipped on its own ([Host.ResumeRecord],
+	// [Host.SkipRecord], the actions with an offset).
+	StoppedRecords []int64 `json:"stoppedRecords,omitempty"`
 }
 
 // CommittedState is the retry state committed with a partition's
@@ -575,6 +580,18 @@ func (s *fnStatus) released(topic string, partition int32, how string, last int6
 	})
 }
 
+// recordReleased records an operator's resume or skip of a record held
+// stopped in share mode: the partition flows again when it was the last
+// one (a record carries no checkpoint to wait for).
+func (s *fnStatus) recordReleased(topic string, partition int32, what string, last bool) {
+	s.update(topic, partition, false, func(p *PartitionStatus) {
+		if last {
+			s.flowing(p)
+		}
+		p.Note = what + " at " + s.now().Format(time.TimeOnly)
+	})
+}
+
 // snapshot returns the function's status.
 func (s *fnStatus) snapshot() FunctionStatus {
 	f := s.f
@@ -587,9 +604,14 @@ func (s *fnStatus) snapshot() FunctionStatus {
 		fs.PolicyFrom = f.policy.Origin
 	}
 	stopped := map[partKey]bool{}
+	records := map[partKey][]int64{}
 	if s.proc != nil {
 		for _, sp := range s.proc.Stopped() {
-			stopped[partKey{sp.Topic, sp.Partition}] = true
+			k := partKey{sp.Topic, sp.Partition}
+			stopped[k] = true
+			if sp.Record {
+				records[k] = append(records[k], sp.FirstOffset)
+			}
 		}
 	}
 	now := s.now()
@@ -602,6 +624,10 @@ func (s *fnStatus) snapshot() FunctionStatus {
 	for k, p := range s.parts {
 		ps := *p
 		ps.CommittedState = committedState(ps.Checkpoint, ps.Metadata, maxRetries)
+		if recs := records[k]; len(recs) > 0 {
+			ps.StoppedRecords = slices.Clone(recs)
+			slices.Sort(ps.StoppedRecords)
+		}
 		switch {
 		case ps.State == StateStopped && !stopped[k] && s.proc != nil:
 			// The processor says which partitions are stopped; a stopped

@@ -67,6 +67,13 @@ type LeaseConfig struct {
 	// record whose retry cannot be held at its last delivery is given up
 	// here, since released it would be archived without its action.
 	Limit func() int
+	// Drain is how long a stop (the end of [LeaseLane.Settle]'s ctx)
+	// waits for the poll's records: the handler calls running finish, with
+	// their context not done, and the records not handed to the handler
+	// yet are delivered; after Drain the calls' context is cancelled and
+	// what is left is released. 0 waits as long as they take; a negative
+	// Drain does not wait (the calls' context ends with ctx).
+	Drain time.Duration
 	// Logger is the transport's logger; the processor's when nil.
 	Logger *slog.Logger
 	// Observe, when set, is told what the engine did with a lease besides
@@ -205,9 +212,15 @@ type LeaseLane struct {
 }
 
 // Settle delivers a poll's records and settles each of them (accepted,
-// released, rejected) or sees its lease lost, and returns then, or when
-// ctx ends: then it waits for the handler calls and exhaustion actions in
-// flight, which see ctx done, and releases every record not settled.
+// released, rejected) or sees its lease lost, and returns then. When ctx
+// ends it drains, within [LeaseConfig.Drain]: the handler calls running
+// finish (their context is not ctx) and the records not handed to the
+// handler yet are delivered, so that a clean stop gives back no record
+// that did not fail; a retry is not started, and an exhaustion action runs
+// on until the drain ends, which it does not hold up. Then, or at the drain bound (which cancels the
+// calls' context), it waits for the calls and actions in flight and
+// releases every record not settled, with a log line: each release counts
+// one delivery for the record's next holder.
 func (ln *LeaseLane) Settle(ctx context.Context, poll LeasePoll) {
 	if ln == nil || ln.d == nil || poll == nil {
 		return

@@ -124,17 +124,24 @@ type leaseActed struct {
 // settler follows one poll's records until every one is settled or lost,
 // or ctx ends.
 type settler struct {
-	ln      *LeaseLane
-	d       *LeaseDriver
-	p       *Processor
-	poll    LeasePoll
-	items   []*leased
-	calls   int // handler calls running
-	actions int // exhaustion actions running
-	results chan leaseResult
-	poke    chan *leaseCall // a per-record call has results pending
-	open    map[*leaseCall]bool
-	acted   chan leaseActed
+	// stop is Settle's ctx: its end starts the drain. The settler's own
+	// ctx (of the handler calls, of Tend) outlives it until the drain
+	// ends, which cut cancels.
+	stop     context.Context
+	cut      context.CancelCauseFunc
+	draining bool
+	drainEnd time.Time // zero: no bound
+	ln       *LeaseLane
+	d        *LeaseDriver
+	p        *Processor
+	poll     LeasePoll
+	items    []*leased
+	calls    int // handler calls running
+	actions  int // exhaustion actions running
+	results  chan leaseResult
+	poke     chan *leaseCall // a per-record call has results pending
+	open     map[*leaseCall]bool
+	acted    chan leaseActed
 }
 
 func (ln *LeaseLane) settle(ctx context.Context, poll LeasePoll) {
@@ -150,7 +157,10 @@ func (ln *LeaseLane) settle(ctx context.Context, poll LeasePoll) {
 	}
 	slab, recs := ln.slab[:n], ln.recs[:n]
 	clear(slab)
-	s := &settler{ln: ln, d: d, p: p, poll: poll, items: ln.ptrs[:0],
+	stop := ctx
+	ctx, cut := context.WithCancelCause(context.WithoutCancel(stop))
+	defer cut(nil)
+	s := &settler{stop: stop, cut: cut, ln: ln, d: d, p: p, poll: poll, items: ln.ptrs[:0],
 		results: make(chan leaseResult), poke: make(chan *leaseCall, 1), open: map[*leaseCall]bool{}, acted: make(chan leaseActed)}
 	now := p.cfg.clock.Now()
 	for i, l := range leases {
@@ -216,7 +226,10 @@ func (s *settler) run(ctx context.Context, recs []Record) {
 	for {
 		now := clock.Now()
 		s.expire(now)
-		if ctx.Err() != nil {
+		if !s.draining && s.stop.Err() != nil {
+			s.startDrain(ctx, now)
+		}
+		if s.draining && (s.d.cfg.Drain < 0 || ctx.Err() != nil || !s.drainEnd.IsZero() && !now.Before(s.drainEnd) || s.drained()) {
 			s.shutdown(ctx)
 			return
 		}
@@ -227,7 +240,14 @@ func (s *settler) run(ctx context.Context, recs []Record) {
 			}
 		}
 		s.ln.open = open
-		tendAt := s.poll.Tend(ctx, now, open, s.calls > 0)
+		// Before a stop, the transport's upkeep ends with it, whatever
+		// the broker is slow to answer; while the stop drains, it goes on
+		// until the drain ends.
+		tctx := s.stop
+		if s.draining {
+			tctx = ctx
+		}
+		tendAt := s.poll.Tend(tctx, now, open, s.calls > 0)
 		now = clock.Now()
 		s.expire(now)
 		s.start(ctx, now, recs)
@@ -239,6 +259,13 @@ func (s *settler) run(ctx context.Context, recs []Record) {
 		}
 		if !tendAt.IsZero() && (wake.IsZero() || tendAt.Before(wake)) {
 			wake = tendAt
+		}
+		if s.draining && !s.drainEnd.IsZero() && (wake.IsZero() || s.drainEnd.Before(wake)) {
+			wake = s.drainEnd
+		}
+		stopped := s.stop.Done()
+		if s.draining {
+			stopped = nil
 		}
 		var timer <-chan time.Time
 		stop := func() bool { return false }
@@ -259,10 +286,60 @@ func (s *settler) run(ctx context.Context, recs []Record) {
 			s.actions--
 			s.afterAction(ctx, r)
 		case <-timer:
+		case <-stopped:
 		case <-ctx.Done():
 		}
 		stop()
 	}
+}
+
+// startDrain begins the drain of a stop: the calls running finish and the
+// records waiting are delivered, until drainEnd.
+func (s *settler) startDrain(ctx context.Context, now time.Time) {
+	s.draining = true
+	if d := s.d.cfg.Drain; d > 0 {
+		s.drainEnd = now.Add(d)
+		// The bound cancels the calls and the transport's upkeep even
+		// while the loop waits for one of them.
+		timer, stop := s.p.cfg.clock.NewTimer(d)
+		go func() {
+			select {
+			case <-timer:
+				s.cut(s.drainErr())
+			case <-ctx.Done():
+				stop()
+			}
+		}()
+	}
+	waiting := 0
+	for _, it := range s.items {
+		if it.state == lwaiting {
+			waiting++
+		}
+	}
+	if s.d.cfg.Drain >= 0 && (s.calls > 0 || waiting > 0) {
+		s.ln.log.Info("redeliver: stopping: the handler calls running finish and the records not delivered yet are delivered before the records left are released",
+			"calls", s.calls, "waiting", waiting, "drain", s.d.cfg.Drain)
+	}
+}
+
+// drainErr is the cause of a drain cut off by its bound.
+func (s *settler) drainErr() error {
+	return fmt.Errorf("stream: stopping: the drain bound (%v) ran out: %w", s.d.cfg.Drain, context.Cause(s.stop))
+}
+
+// drained reports whether a drain has nothing left to do: no handler call
+// runs and no record waits to be delivered (a held retry is not started).
+func (s *settler) drained() bool {
+	if s.calls > 0 {
+		return false
+	}
+	for _, it := range s.items {
+		if it.state == lwaiting {
+			return false
+		}
+	}
+	return true
 }
 
 // expire marks the records whose lease ran out as lost, and cancels their
@@ -317,7 +394,7 @@ func (s *settler) start(ctx context.Context, now time.Time, recs []Record) {
 		}
 	}
 	for _, it := range s.items {
-		if it.state == lheld && !now.Before(it.x.due) {
+		if it.state == lheld && !now.Before(it.x.due) && !s.draining {
 			// The retry is due: the policy's limits are checked again,
 			// as the partition worker does.
 			if d := it.x.m.Start(now); d.Action == checkpoint.StopRetrying {
@@ -611,6 +688,8 @@ func (s *settler) giveUp(ctx context.Context, it *leased) {
 // the record is rejected only once the action succeeded.
 func (s *settler) act(ctx context.Context, it *leased, xerr *checkpoint.ExhaustedError) {
 	it.state = lacting
+	// While a stop drains, an action runs on until the drain ends (the
+	// calls done, or the bound), which it does not hold up.
 	actx, cancel := context.WithCancel(ctx)
 	it.more().cancel = cancel
 	b := s.one(it)
@@ -678,6 +757,14 @@ func (s *settler) drainAtShutdown(ctx context.Context) {
 // record whose action succeeded meanwhile is rejected, as it was handed
 // over.
 func (s *settler) shutdown(ctx context.Context) {
+	cutOff := ctx.Err() != nil // by the drain bound's timer
+	cause := context.Cause(s.stop)
+	if s.d.cfg.Drain > 0 && !s.drained() {
+		cutOff = true
+		cause = s.drainErr()
+	}
+	s.cut(cause)
+	cause = context.Cause(ctx)
 	s.drainAtShutdown(ctx)
 	for _, it := range s.items {
 		if it.call != nil && it.call.cancel != nil {
@@ -705,12 +792,19 @@ func (s *settler) shutdown(ctx context.Context) {
 			}
 		}
 	}
-	released := 0
+	var held, cut, acting int
 	lim := s.limit()
-	cause := context.Cause(ctx)
 	for _, it := range s.items {
 		if it.state == ldone || it.state == llost {
 			continue
+		}
+		switch {
+		case it.state == lacting:
+			acting++
+		case it.state == lheld || it.retried():
+			held++
+		default:
+			cut++
 		}
 		if h := s.p.cfg.hooks.Abandoned; h != nil {
 			b := s.one(it)
@@ -726,9 +820,17 @@ func (s *settler) shutdown(ctx context.Context) {
 			}
 		}
 		s.settle(it, it.l.Release)
-		released++
 	}
-	if released > 0 {
-		s.ln.log.Info("redeliver: records in flight released at shutdown; their retries held in memory are lost, and each release counts a delivery on the broker", "records", released)
+	switch {
+	case cut > 0:
+		why := "the drain bound ran out"
+		if !cutOff {
+			why = "the stop cut their delivery short"
+		}
+		s.ln.log.Warn("redeliver: records released at shutdown, "+why+": each counts one delivery for the next member, as a failed one, although some never failed (under MaxRetries 0 it gives them up); a longer drain (WithDrain) lets them finish",
+			"records", held+cut+acting, "not_failed", cut, "held_for_retry", held, "given_up", acting, "drain", s.d.cfg.Drain)
+	case held+acting > 0:
+		s.ln.log.Info("redeliver: records released at shutdown: each had failed, and its release counts one delivery for the next member, the failed delivery it was held to retry; the retries held in memory are otherwise lost",
+			"records", held+acting, "held_for_retry", held, "given_up", acting)
 	}
 }

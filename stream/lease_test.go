@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -200,5 +201,69 @@ func TestLeasesRefuseOutageBudget(t *testing.T) {
 	}
 	if _, err := p.Leases(stream.LeaseConfig{}); err == nil {
 		t.Fatal("Leases with an outage budget: no error")
+	}
+}
+
+// A stop drains the poll (issue 47, follow-up 1): a handler call running
+// at the stop finishes with its context not done, and the records not
+// handed over yet are delivered, so that nothing that never failed is
+// released; a record held for a retry is released. With a bound, the
+// calls' context ends at the bound, and what is left is released.
+func TestLeaseStopDrains(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		drain time.Duration
+		slow  time.Duration // how long the call of offset 1 takes, ignoring the stop
+		want  []string      // settlements of offsets 0 (held), 1, 2, 3
+	}{
+		{"unbounded", 0, time.Minute, []string{"release", "accept", "accept", "accept"}},
+		{"within the bound", 2 * time.Minute, time.Minute, []string{"release", "accept", "accept", "accept"}},
+		{"past the bound", 10 * time.Second, time.Minute, []string{"release", "release", "release", "release"}},
+		{"no drain", -1, time.Minute, []string{"release", "release", "release", "release"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, stop := context.WithCancel(t.Context())
+				var mu sync.Mutex
+				var late []int64
+				p, err := stream.NewProcessor(stream.PerRecord(func(hctx context.Context, r *stream.Record) error {
+					switch r.Offset {
+					case 0:
+						return errors.New("bad") // held for its retry
+					case 1:
+						stop() // the stop comes during the call
+						select {
+						case <-time.After(tc.slow):
+						case <-hctx.Done():
+						}
+					}
+					if hctx.Err() != nil {
+						mu.Lock()
+						late = append(late, r.Offset)
+						mu.Unlock()
+						return hctx.Err()
+					}
+					return nil
+				}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(time.Hour)}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				d, err := p.Leases(stream.LeaseConfig{Drain: tc.drain})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// One call over the four, record by record: offset 0 fails
+				// and is held, the stop comes during offset 1.
+				poll := fakePoll{newLease(0, 1), newLease(1, 1), newLease(2, 1), newLease(3, 1)}
+				d.Lane(nil).Settle(ctx, poll)
+				var got []string
+				for _, l := range poll {
+					got = append(got, l.how())
+				}
+				if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+					t.Errorf("settled %v, want %v (late calls %v)", got, tc.want, late)
+				}
+			})
+		})
 	}
 }

@@ -327,28 +327,88 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 	}
 }
 
+// The partition worker's states, besides its batch's retry state (the
+// machine, checkpoint.Machine) and the restored state it continues (from).
+// Each is set for the batch under way, and run resets it when a batch
+// begins.
+//
+// fetch: flowing, or paused (the claim's Pause: no more records are
+// fetched while the batch waits).
+//
+//	flowing -> paused   a retry scheduled with a delay, or due later than
+//	                    now; an outage waited out; a batch halted by
+//	                    StopPartition (beforeHalt)
+//	paused  -> flowing  the batch's checkpoint written (commit)
+//
+// delivery, in the outage budget's terms (w.member; counted without one):
+//
+//	counted   -> uncounted  a failure the budget does not count (an
+//	                        outage): the machine is put back as it was
+//	                        before the delivery, which spent nothing
+//	uncounted -> probing    the outage waited out names the batch its
+//	                        probe (w.probe is the probe's number)
+//	counted   -> probing    the same, for a retry due during an outage
+//	probing   -> counted    a retry refused when due (the probe dropped:
+//	                        another partition probes)
+//	any       -> counted    the next delivery starts (it is the probe when
+//	                        probing: Attempt.Probe)
+//
+// scope, what a give-up of the batch gives up:
+//
+//	wholeBatch     -> failedRecord    a delivery failed at the batch's
+//	                                  first record (FailedAt, PerRecord),
+//	                                  or the restored state says its
+//	                                  failure was its record's alone
+//	wholeBatch     -> previousGiveUp  the restored state is a previous
+//	                                  owner's give-up of w.givenUp records
+//	previousGiveUp -> wholeBatch      the stopped batch resumed
+//	any            -> wholeBatch      a delivery returns, before its
+//	                                  result is read
+type (
+	fetchState    bool
+	deliveryState uint8
+	giveUpScope   uint8
+)
+
+// The values of fetchState.
+const (
+	flowing fetchState = false
+	paused  fetchState = true
+)
+
+// The values of deliveryState; the zero value is counted.
+const (
+	counted deliveryState = iota
+	uncounted
+	probing
+)
+
+// The values of giveUpScope; the zero value is wholeBatch.
+const (
+	wholeBatch giveUpScope = iota
+	failedRecord
+	previousGiveUp
+)
+
 // worker is the state of one partition's Process call.
 type worker struct {
-	p      *Processor
-	c      Claim
-	m      checkpoint.Machine
-	rnd    checkpoint.Rand
-	batch  Batch
-	paused bool
-	log    *slog.Logger
-	claim  uint64 // the ClaimID of the events
-	u      unit   // what gives a batch up (unit.go)
+	p     *Processor
+	c     Claim
+	m     checkpoint.Machine
+	rnd   checkpoint.Rand
+	batch Batch
+	fetch fetchState
+	log   *slog.Logger
+	claim uint64 // the ClaimID of the events
+	u     unit   // what gives a batch up (unit.go)
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
 	restored checkpoint.State
 
-	// poison reports that the latest delivery failed at a known record,
-	// the batch's first (FailedAt cut the batch there): if the batch is
-	// given up, that record alone is.
-	poison bool
-	// givenUp is, for a batch a previous owner gave up (restored), how
-	// many of its records it gave up; 0 for all of them.
+	// scope is what a give-up of the batch gives up; givenUp, in
+	// previousGiveUp, how many of its records the previous owner gave up.
+	scope   giveUpScope
 	givenUp int
 	// rest holds the records after those given up (a record given up
 	// alone, or the records a previous owner gave up), fetched already:
@@ -363,12 +423,18 @@ type worker struct {
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
-	// uncounted reports that the latest delivery failed during an
-	// outage: the machine is as it was before it.
-	uncounted bool
-	// probe is the number of the outage's probe that the next delivery
-	// is; 0 for none.
-	probe int
+	// delivery is what the latest or next delivery is in the budget's
+	// terms; probe, when probing, the number of the outage's probe.
+	delivery deliveryState
+	probe    int
+}
+
+// pause pauses the claim, unless it is paused.
+func (w *worker) pause() {
+	if w.fetch == flowing {
+		w.c.Pause()
+		w.fetch = paused
+	}
 }
 
 func (w *worker) infoOf(b *Batch) BatchInfo { return w.u.infoOf(b) }
@@ -405,7 +471,7 @@ func (w *worker) readState(off int64, md string) {
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
-	w.poison, w.givenUp, w.extra = false, 0, 0
+	w.scope, w.givenUp, w.extra = wholeBatch, 0, 0
 	var (
 		d       checkpoint.Decision
 		outcome Outcome // of the latest delivery
@@ -434,7 +500,7 @@ func (w *worker) run(ctx context.Context) error {
 			fresh = true
 		}
 		deliver = true
-		if w.uncounted {
+		if w.delivery == uncounted {
 			// An outage: the failure spent nothing. The batch is
 			// delivered again when the outage ends or as its probe.
 			if err := w.outage(ctx, b); err != nil {
@@ -453,9 +519,8 @@ func (w *worker) run(ctx context.Context) error {
 					}
 				}
 			}
-			if d.At.After(w.p.cfg.clock.Now()) && !w.paused {
-				w.c.Pause()
-				w.paused = true
+			if d.At.After(w.p.cfg.clock.Now()) {
+				w.pause()
 			}
 			if err := w.p.wait(ctx, d.At); err != nil {
 				return w.abandon(ctx)
@@ -476,11 +541,11 @@ func (w *worker) run(ctx context.Context) error {
 				continue
 			}
 			outcome = Failed // a retry refused when due: the budget ran out
-			if w.probe > 0 {
+			if w.delivery == probing {
 				// It was to be the outage's probe: another partition
 				// probes instead.
 				w.member.dropProbe()
-				w.probe = 0
+				w.delivery, w.probe = counted, 0
 			}
 		}
 		done, reply := b, chan<- error(nil)
@@ -518,6 +583,9 @@ func (w *worker) run(ctx context.Context) error {
 			if again {
 				w.m.Begin(b.Records[0].Timestamp)
 				w.givenUp = 0
+				if w.scope == previousGiveUp {
+					w.scope = wholeBatch
+				}
 				continue
 			}
 			done, reply = given, r
@@ -542,9 +610,9 @@ func (w *worker) run(ctx context.Context) error {
 // previous owner gave up for a give-up it committed, or all of them.
 func (w *worker) giving() int {
 	switch {
-	case w.poison:
+	case w.scope == failedRecord:
 		return 1
-	case w.givenUp > 0:
+	case w.scope == previousGiveUp && w.givenUp > 0:
 		return w.givenUp
 	}
 	return len(w.batch.Records)
@@ -559,8 +627,8 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	hooks := &w.p.cfg.hooks
 	clock := w.p.cfg.clock
 	b.Attempt = attemptOf(&w.m)
-	b.Attempt.Probe = w.probe > 0
-	w.probe, w.uncounted = 0, false
+	b.Attempt.Probe = w.delivery == probing
+	w.delivery, w.probe = counted, 0
 	if ctx.Err() != nil {
 		// The claim ended since the batch was fetched or its retry marked
 		// started (the partition revoked, its lease lost, a shutdown): the
@@ -585,7 +653,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		w.p.delivered(w.infoOf(b), b.Attempt, Cancelled, err, start, now, false)
 		return d, Cancelled, err, w.abandon(ctx)
 	}
-	w.poison, w.givenUp = false, 0
+	w.scope, w.givenUp = wholeBatch, 0
 	res := readResult(err, b, w.log)
 	outcome, cause = res.outcome, res.cause
 	partial := res.partial // the failed record is known: records before its index are done
@@ -620,7 +688,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				if !counts {
 					// An outage, not this batch's failure: it spends
 					// no retry.
-					w.m, d, w.uncounted = before, checkpoint.Decision{}, true
+					w.m, d, w.delivery = before, checkpoint.Decision{}, uncounted
 				}
 			}
 		}
@@ -630,7 +698,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				"lasted", e.Duration, "probes", e.Probes, "waiting", e.Failing)
 		}
 	}
-	w.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.uncounted)
+	w.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.delivery == uncounted)
 	if partial != nil && partial.Index > 0 {
 		// The records before partial.Index are done: move the checkpoint
 		// to the failed record and go on with the rest of the batch.
@@ -639,7 +707,9 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 		}
 		b.Records = b.Records[partial.Index:]
 	}
-	w.poison = partial != nil && outcome == Failed
+	if partial != nil && outcome == Failed {
+		w.scope = failedRecord
+	}
 	return d, outcome, cause, nil
 }
 
@@ -650,16 +720,15 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 	if h := w.p.cfg.hooks.RetryScheduled; h != nil {
 		h(RetryEvent{BatchInfo: w.infoOf(b), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
 	}
-	if w.poison {
+	if w.scope == failedRecord {
 		w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
 			"failed_offset", b.FirstOffset(), "retry", d.Retry, "delay", d.Delay, "error", err)
 	} else {
 		w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
 			"retry", d.Retry, "delay", d.Delay, "error", err)
 	}
-	if d.Delay > 0 && !w.paused {
-		w.c.Pause()
-		w.paused = true
+	if d.Delay > 0 {
+		w.pause()
 	}
 }
 
@@ -668,10 +737,7 @@ func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome O
 // budget (it adds to the state's OutageTime). It returns an error when the
 // worker must stop.
 func (w *worker) outage(ctx context.Context, b *Batch) error {
-	if !w.paused {
-		w.c.Pause()
-		w.paused = true
-	}
+	w.pause()
 	clock := w.p.cfg.clock
 	start := clock.Now()
 	w.log.Warn("redeliver: outage: partition waits for the downstream", "offset", b.FirstOffset(), "records", len(b.Records), "retry", b.Attempt.Retry)
@@ -686,7 +752,7 @@ func (w *worker) outage(ctx context.Context, b *Batch) error {
 		}
 	}
 	if probe > 0 {
-		w.probe = probe
+		w.delivery, w.probe = probing, probe
 		w.log.Info("redeliver: outage: probing the downstream with this batch", "offset", b.FirstOffset(), "records", len(b.Records), "probe", probe)
 		if h := w.p.cfg.hooks.Probing; h != nil {
 			h(ProbeEvent{BatchInfo: w.infoOf(b), Probe: probe, Since: since})
@@ -765,6 +831,9 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 	case s.GivenUp != 0 && !s.Halted:
 		cause = w.m.LastError()
 		w.givenUp = s.Records
+		if w.scope == wholeBatch && s.Records > 0 {
+			w.scope = previousGiveUp
+		}
 	case s.Started:
 		// Its outcome is not known: counted as failed, under a
 		// RetryResult too, so that a spent count gives the batch up to
@@ -787,7 +856,9 @@ func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
 	// states did) is taken as a failure at its record alone: given up,
 	// it gives up that record only, never records that may not have
 	// failed.
-	w.poison = s.Alone || s.Records <= 0 && s.GivenUp == 0
+	if s.Alone || s.Records <= 0 && s.GivenUp == 0 {
+		w.scope = failedRecord
+	}
 	if s.Alone || s.Records <= 0 || d.Action == 0 {
 		return
 	}
@@ -835,8 +906,9 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 		return nil
 	}
 	s := w.m.State()
-	s.Offset, s.Alone, s.Records, s.LastError = b.FirstOffset(), w.poison, 0, ""
-	if !w.poison {
+	alone := w.scope == failedRecord
+	s.Offset, s.Alone, s.Records, s.LastError = b.FirstOffset(), alone, 0, ""
+	if !alone {
 		s.Records = len(b.Records) // a whole-batch failure covers the batch
 	}
 	if err := w.m.LastError(); err != nil {
@@ -849,10 +921,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 // before the partition is registered as stopped: a next owner, should the
 // partition move meanwhile, delivers the batch again with a fresh count.
 func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.ExhaustedError) error {
-	if !w.paused {
-		w.c.Pause()
-		w.paused = true
-	}
+	w.pause()
 	if w.p.cfg.memoryOnly {
 		return nil
 	}
@@ -870,9 +939,9 @@ func (w *worker) commit(ctx context.Context, b *Batch) error {
 	if w.member != nil {
 		w.member.resolved()
 	}
-	if w.paused {
+	if w.fetch == paused {
 		w.c.Resume()
-		w.paused = false
+		w.fetch = flowing
 	}
 	return nil
 }

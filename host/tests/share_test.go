@@ -3,6 +3,7 @@ package tests
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -147,7 +148,7 @@ func TestShareStopSeenByTheHost(t *testing.T) {
   "checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"},
   "triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}},
 }`)
-	h, err := host.New(cfg, onKafka(t, addrs)...)
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithToken(token))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,4 +189,147 @@ func TestShareStopSeenByTheHost(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestShareStoppedRecordsEachReachable: in share mode StopPartition holds
+// records, not their partition; with three records of one partition
+// stopped, the partition's Resume names them, the status lists them, and
+// each is reached by its offset: ResumeRecord, SkipRecord, and the status
+// page's resume action with an offset.
+func TestShareStoppedRecordsEachReachable(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	produce(t, addrs, "emails", 0, 3) // one batch: one lane gets all three
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"},
+  "triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}},
+}`)
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithToken(token))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		deliveries = map[int64]int{}
+	)
+	if err := h.Register("emails", stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		deliveries[r.Offset]++
+		if deliveries[r.Offset] == 1 {
+			return errBoom
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	hd := h.Handler()
+	start(t, h)
+	waitFor(t, "three records stopped", func() bool {
+		p, ok := partition(status(t, hd), "emails")
+		return ok && p.State == host.StateStopped && len(p.StoppedRecords) == 3
+	})
+	if p, _ := partition(status(t, hd), "emails"); fmt.Sprint(p.StoppedRecords) != "[0 1 2]" {
+		t.Errorf("stopped records %v, want [0 1 2]", p.StoppedRecords)
+	}
+	if code, page := get(t, hd, "/"); code != 200 || !strings.Contains(page, `name="offset" value="1"`) {
+		t.Errorf("the page (%d) has no action for the record at offset 1", code)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := h.Resume(ctx, "emails", "emails", 0); err == nil || !strings.Contains(err.Error(), "offsets [0 1 2]") {
+		t.Errorf("Resume of the partition = %v, want an error naming the three offsets", err)
+	}
+	if err := h.ResumeRecord(ctx, "emails", "emails", 0, 0); err != nil {
+		t.Fatalf("ResumeRecord(0) = %v", err)
+	}
+	if err := h.SkipRecord(ctx, "emails", "emails", 0, 1); err != nil {
+		t.Fatalf("SkipRecord(1) = %v", err)
+	}
+	if err := h.SkipRecord(ctx, "emails", "emails", 0, 1); err == nil {
+		t.Error("a second SkipRecord(1) succeeded")
+	}
+	if p, _ := partition(status(t, hd), "emails"); p.State != host.StateStopped || fmt.Sprint(p.StoppedRecords) != "[2]" {
+		t.Errorf("after two records released: %s %v, want stopped with [2]", p.State, p.StoppedRecords)
+	}
+	rec := post(hd, "/actions/resume", url.Values{"function": {"emails"}, "topic": {"emails"}, "partition": {"0"}, "offset": {"2"}},
+		map[string]string{"Accept": "application/json", "Authorization": "Bearer " + token})
+	if rec.Code != 200 || !strings.Contains(rec.Body.String(), "offset 2") {
+		t.Fatalf("resume action with offset 2 = %d %s", rec.Code, rec.Body)
+	}
+	if rec := post(hd, "/actions/skip", url.Values{"function": {"emails"}, "topic": {"emails"}, "partition": {"0"}, "offset": {"x"}},
+		map[string]string{"Accept": "application/json", "Authorization": "Bearer " + token}); rec.Code != 400 {
+		t.Errorf("skip with offset x = %d %s, want 400", rec.Code, rec.Body)
+	}
+	waitFor(t, "records 0 and 2 delivered again", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return deliveries[0] == 2 && deliveries[2] == 2
+	})
+	waitFor(t, "the partition flowing", func() bool {
+		p, _ := partition(status(t, hd), "emails")
+		return p.State == host.StateFlowing && len(p.StoppedRecords) == 0
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if deliveries[1] != 1 {
+		t.Errorf("the skipped record was delivered %d times, want once", deliveries[1])
+	}
+}
+
+// TestShareConsumerDrainsWithinTheHostsDrain: franzhost gives the host's
+// drain time to a share function's consumer, so that a stop cancels a
+// handler call that ignores it at the host's drain time, not at the share
+// consumer's default 25s.
+func TestShareConsumerDrainsWithinTheHostsDrain(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	produce(t, addrs, "emails", 0, 1)
+	cfg := parse(t, `{"triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}}}`)
+	const drain = 2 * time.Second
+	h, err := host.New(cfg, onKafka(t, addrs, host.WithDrain(drain))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, cut := make(chan struct{}, 1), make(chan struct{})
+	if err := h.Register("emails", stream.PerRecord(func(ctx context.Context, _ *stream.Record) error {
+		entered <- struct{}{}
+		<-ctx.Done()
+		close(cut)
+		return ctx.Err()
+	})); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	select {
+	case <-entered:
+	case <-time.After(wait):
+		t.Fatal("the handler never got the record")
+	}
+	begin := time.Now()
+	go func() { _ = h.Close() }()
+	select {
+	case <-cut:
+		if d := time.Since(begin); d < drain-100*time.Millisecond {
+			t.Errorf("the handler's context ended %v after the stop, before the drain time %v", d, drain)
+		}
+	case <-time.After(drain + 2*time.Second):
+		t.Fatalf("the handler's context did not end within %v of the stop (the host's drain is %v)", drain+2*time.Second, drain)
+	}
 }

@@ -92,6 +92,9 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 		if t.MaxBatch > 0 {
 			opts = append(opts, share.WithMaxBatch(t.MaxBatch))
 		}
+		if b.Drain > 0 {
+			opts = append(opts, share.WithDrain(b.Drain)) // the host's drain time
+		}
 		c, err := share.New(proc, opts...)
 		if err != nil {
 			return nil, err

@@ -27,6 +27,11 @@ import (
 // record, unless [WithMaxHold] says otherwise.
 const DefaultMaxHold = 5 * time.Minute
 
+// DefaultDrain is how long a stop waits for a lane's records, unless
+// [WithDrain] says otherwise: a host's default drain time
+// (host.DefaultDrain).
+const DefaultDrain = 25 * time.Second
+
 // defaultLock is the acquisition lock duration assumed when the broker does
 // not answer the question (Kafka's default, share.record.lock.duration.ms).
 const defaultLock = 30 * time.Second
@@ -46,6 +51,7 @@ type config struct {
 	lanes    int
 	maxHold  time.Duration
 	maxBatch int
+	drain    time.Duration
 	earliest bool
 	logger   *slog.Logger
 	lock     time.Duration // 0: read from the broker
@@ -94,6 +100,21 @@ func WithMaxHold(d time.Duration) Option { return optionFunc(func(c *config) { c
 // WithMaxBatch sets the most records one handler call gets, overriding the
 // default 500.
 func WithMaxBatch(n int) Option { return optionFunc(func(c *config) { c.maxBatch = n }) }
+
+// WithDrain sets how long a stop (Run's context done, or Close) waits for
+// each lane's records, overriding [DefaultDrain]; 0 waits as long as they
+// take. While it drains, a lane lets the handler calls running finish,
+// their context not done, and delivers the records of its poll that the
+// handler did not get yet; it starts no retry (a record held for one is
+// released: it failed, and its release counts as that failed delivery)
+// and polls no more. After d the calls' context is cancelled and every
+// record not settled is released, with a log line that counts them: the
+// broker counts one delivery of each for its next member, which takes it
+// as a failed one, so under MaxRetries 0 a record the drain bound cut off
+// is given up there without a delivery. A host gives its own drain time
+// (host.WithDrain) to the consumers it runs. New returns an error for a
+// negative d.
+func WithDrain(d time.Duration) Option { return optionFunc(func(c *config) { c.drain = d }) }
 
 // WithResetEarliest sets the group's share.auto.offset.reset to earliest
 // before the first poll, so that records produced before the group first
@@ -159,7 +180,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if proc == nil {
 		return nil, errors.New("share: nil processor")
 	}
-	cfg := config{lanes: 4, maxHold: DefaultMaxHold, maxBatch: 500}
+	cfg := config{lanes: 4, maxHold: DefaultMaxHold, maxBatch: 500, drain: DefaultDrain}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("share: option %d of New is nil", i+1)
@@ -180,6 +201,8 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		return nil, fmt.Errorf("share: WithMaxHold(%v): want 0 or more", cfg.maxHold)
 	case cfg.maxBatch < 1:
 		return nil, fmt.Errorf("share: WithMaxBatch(%d): want 1 or more", cfg.maxBatch)
+	case cfg.drain < 0:
+		return nil, fmt.Errorf("share: WithDrain(%v): want 0 or more", cfg.drain)
 	case cfg.lock < 0:
 		return nil, fmt.Errorf("share: WithLockDuration(%v): want a positive duration", cfg.lock)
 	case cfg.limit < 0:
@@ -214,7 +237,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 
 // leases returns the engine's driver of the consumer's records.
 func (c *Consumer) leases() (*stream.LeaseDriver, error) {
-	return c.proc.Leases(stream.LeaseConfig{MaxBatch: c.cfg.maxBatch, Group: c.group, Logger: c.log,
+	return c.proc.Leases(stream.LeaseConfig{MaxBatch: c.cfg.maxBatch, Drain: c.cfg.drain, Group: c.group, Logger: c.log,
 		Limit: func() int { return int(c.limit.Load()) }, Observe: observe})
 }
 
@@ -247,8 +270,11 @@ func checkKgoOpts(kopts []kgo.Opt) error {
 	return fmt.Errorf("share: kgo options: %w", err)
 }
 
-// Run consumes until ctx is done or [Consumer.Close] is called. Records in
-// flight when it stops are released to the broker, never accepted
+// Run consumes until ctx is done or [Consumer.Close] is called. A stop
+// drains each lane's poll within the drain time ([WithDrain]): the
+// handler calls running finish and the records not handed to the handler
+// yet are delivered. What is left then (records held for a retry, and what
+// the drain time cut off) is released to the broker, never accepted
 // unhandled. Every lane has left the group when Run returns.
 //
 // Run returns nil after a clean shutdown (ctx done or Close called), as the

@@ -78,13 +78,18 @@
 // released with (a RetryResult's own count included). If it comes back to
 // another consumer, that one counts the release as a failure.
 //
-// What a clean shutdown costs is what a crash costs, less the wait: the
-// retries held in memory are lost, and every record in flight or held is
-// released, which counts one delivery for it (so under MaxRetries 0 a
-// record in a handler call at shutdown is not delivered again: the next
-// member gives it up). A crash leaves the records locked until their locks
-// run out (share.record.lock.duration.ms), then the broker counts the
-// same.
+// A clean stop drains each lane's poll first, within the drain time
+// ([WithDrain], [DefaultDrain]): the handler calls running finish and the
+// records of the poll not handed to the handler yet are delivered, so a
+// record that never failed is not released and does not come back to the
+// next member with a delivery counted as failed. What is left is released,
+// which counts one delivery for it: a record held for a retry (it failed,
+// so the count is right, but the retries held in memory before are lost)
+// and a record the drain time cut off (overcounted by one: under
+// MaxRetries 0 the next member gives it up). A Warn line counts the
+// latter. A crash leaves the records locked until their locks run out
+// (share.record.lock.duration.ms); then the broker counts one delivery for
+// each, as for a release, whether it failed or was never handed over.
 //
 // The broker's delivery count limit (share.delivery.count.limit, 2 to 10,
 // 5 by default) archives a record without any exhaustion action. Retries
@@ -149,13 +154,18 @@
 //     acknowledged by this consumer: the broker may have given it to another
 //     member. The context of a handler call holding it is cancelled, and its
 //     other records are delivered again.
-//   - On shutdown, handler contexts are cancelled (a per-record handler is
-//     not called for the records of its call that are left); records in
-//     flight or held are released to the broker (delivered again, with
-//     their count), never accepted unhandled, and reported to the
-//     Abandoned hook. A record whose exhaustion action succeeded is
-//     rejected. A record given up whose action has not succeeded is
-//     released too, with a Warn line: its next holder gives it up again.
+//   - On shutdown, a lane drains its poll (see Counting): it polls no
+//     more, starts no retry, lets the handler calls running finish and
+//     delivers the records not handed over yet, for at most the drain
+//     time ([WithDrain]). Then handler contexts are cancelled (a
+//     per-record handler is not called for the records of its call that
+//     are left); records in flight or held are released to the broker
+//     (delivered again, with their count), never accepted unhandled, and
+//     reported to the Abandoned hook, with a log line that counts them.
+//     An exhaustion action runs on while the drain lasts, which it does
+//     not hold up: it is cancelled when the drain ends.
+//     A record whose exhaustion action succeeded is rejected. A record
+//     given up whose action has not succeeded is released too, with a Warn line: its next holder gives it up again.
 //     At the broker's last delivery there is nothing better to do (a
 //     release, a lock that runs out and a member that leaves all archive
 //     it), and the line is an Error that names it: its dead letter is

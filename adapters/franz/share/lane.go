@@ -136,9 +136,15 @@ func (l *lane) run(ctx context.Context) {
 		}
 		fs := l.cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			// A poll that raced the shutdown may still hold records:
-			// they go back to the broker unhandled.
-			fs.EachRecord(func(r *kgo.Record) { r.Ack(kgo.AckRelease) })
+			// A poll that raced the stop may still hold records: they
+			// are acquired, and released they would count a delivery.
+			// The engine drains them as the records of a poll in
+			// flight at the stop.
+			if p := l.poll(fs); len(p.leases) > 0 {
+				l.acquired(p)
+				l.units.Settle(ctx, p)
+				clear(p.slab)
+			}
 			return
 		}
 		fatal, failed := l.c.fetchErrs.Seen(fs, time.Now())
@@ -155,10 +161,7 @@ func (l *lane) run(ctx context.Context) {
 			continue
 		}
 		backoff.Next(false)
-		for i := range p.slab {
-			ls := &p.slab[i]
-			l.event(Acquired, ls, func(e *Event) { e.DeliveryCount = int(ls.dc) })
-		}
+		l.acquired(p)
 		l.units.Settle(ctx, p)
 		for i := range p.slab {
 			if ls := &p.slab[i]; !ls.final {
@@ -166,6 +169,14 @@ func (l *lane) run(ctx context.Context) {
 			}
 		}
 		clear(p.slab) // let go of the fetch buffers they point into
+	}
+}
+
+// acquired reports a poll's records as acquired.
+func (l *lane) acquired(p *poll) {
+	for i := range p.slab {
+		ls := &p.slab[i]
+		l.event(Acquired, ls, func(e *Event) { e.DeliveryCount = int(ls.dc) })
 	}
 }
 

@@ -447,7 +447,7 @@ func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, addrs, group, topic, proc, share.WithLanes(1))
+	stop := run(t, addrs, group, topic, proc, share.WithLanes(1), share.WithDrain(shortDrain))
 	select {
 	case <-entered:
 	case <-time.After(wait):

@@ -182,7 +182,7 @@ func TestCleanRestartsKeepTheRetryBound(t *testing.T) {
 		return p
 	}
 	for i := range 2 {
-		stop := run(t, addrs, group, topic, newProc(), share.WithLanes(1))
+		stop := run(t, addrs, group, topic, newProc(), share.WithLanes(1), share.WithDrain(shortDrain))
 		select {
 		case <-entered:
 		case <-time.After(wait):
@@ -363,7 +363,7 @@ func TestShareHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, addrs, group, topic, proc, share.WithLanes(1))
+	stop := run(t, addrs, group, topic, proc, share.WithLanes(1), share.WithDrain(shortDrain))
 	<-entered
 	waitFor(t, "ActionTried", func() bool { return tried.Load() > 0 })
 	if err := stop(); err != nil {
@@ -451,7 +451,7 @@ func TestNoCallsAfterCancel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := run(t, addrs, group, topic, proc, share.WithLanes(1))
+	stop := run(t, addrs, group, topic, proc, share.WithLanes(1), share.WithDrain(shortDrain))
 	<-entered
 	if err := stop(); err != nil {
 		t.Fatal(err)
