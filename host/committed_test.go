@@ -37,7 +37,7 @@ func TestCommittedStateShown(t *testing.T) {
 		}{
 			// Stopped at offset 3 by the previous owner.
 			{3, checkpoint.State{Offset: 3, Retries: 2, FirstFailure: now.Add(-time.Minute), Started: true,
-				GivenUp: checkpoint.RetriesSpent, LastError: "timeout", Halted: true}},
+				GivenUp: checkpoint.RetriesSpent, LastError: "timeout", Halted: true, Records: 1, Alone: true}},
 			// Given up at offset 2, its exhaustion action not done.
 			{2, checkpoint.State{Offset: 2, Retries: 0, FirstFailure: now.Add(-time.Minute), Started: true,
 				GivenUp: checkpoint.NotRetryable, LastError: "bad; record"}},
@@ -45,7 +45,7 @@ func TestCommittedStateShown(t *testing.T) {
 			{4, checkpoint.State{Offset: 6, Retries: 2, FirstFailure: now.Add(-time.Minute), NextAt: now.Add(time.Hour)}},
 			// Retry 2 of the record at 1, due in an hour, after a minute of outages.
 			{1, checkpoint.State{Offset: 1, Retries: 2, FirstFailure: now.Add(-time.Minute), LastDelay: time.Second,
-				NextAt: now.Add(time.Hour), OutageTime: time.Minute}},
+				NextAt: now.Add(time.Hour), OutageTime: time.Minute, Records: 5}},
 		}
 		var parts []*streamtest.Partition
 		for i, st := range states {
@@ -99,6 +99,29 @@ func TestCommittedStateShown(t *testing.T) {
 			t.Fatalf("%v: want one function with 4 partitions\n%s", err, body)
 		}
 		ps := st.Functions[0].Partitions
+		// How many records each state covers, as "redeliver offsets" says.
+		var covers struct {
+			Functions []struct {
+				Partitions []struct {
+					CommittedState *struct {
+						Records int  `json:"records"`
+						Alone   bool `json:"alone"`
+					} `json:"committedState"`
+				} `json:"partitions"`
+			} `json:"functions"`
+		}
+		if err := json.Unmarshal([]byte(body), &covers); err != nil {
+			t.Fatal(err)
+		}
+		for i, want := range map[int]struct {
+			records int
+			alone   bool
+		}{0: {1, true}, 2: {0, false}, 3: {5, false}} {
+			c := covers.Functions[0].Partitions[i].CommittedState
+			if c == nil || c.Records != want.records || c.Alone != want.alone {
+				t.Errorf("orders/%d committed state covers %+v, want records %d, alone %v", i, c, want.records, want.alone)
+			}
+		}
 		for i, p := range ps {
 			if p.CommittedState == nil {
 				t.Errorf("orders/%d: no committedState in /status.json", i)

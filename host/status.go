@@ -266,6 +266,16 @@ type CommittedState struct {
 	GivenUp   string `json:"givenUp,omitempty"`
 	Halted    bool   `json:"halted,omitempty"`
 	LastError string `json:"lastError,omitempty"`
+	// Records is how many records from Offset the state covers: with
+	// GivenUp, how many were given up (1 for a record given up alone, the
+	// batch's size otherwise); for a retry of a batch that failed as a
+	// whole, the batch's size. A next owner retries or gives up these and
+	// delivers the ones after them. 0 when the state does not say
+	// (written before states did). Alone reports a retry of a record that
+	// failed alone (FailedAt, PerRecord): given up, it is given up alone.
+	// The command line's "redeliver offsets" shows the same fields.
+	Records int  `json:"records,omitempty"`
+	Alone   bool `json:"alone,omitempty"`
 	// Summary says all of it in words; Error why the metadata is not a
 	// state the engine reads (another tool's, or damaged), which it
 	// ignores.
@@ -286,7 +296,8 @@ func committedState(at int64, md string, maxRetries int) *CommittedState {
 	if st.Retries == 0 && st.GivenUp == 0 {
 		return &CommittedState{Offset: -1, Summary: "no retry"}
 	}
-	c := &CommittedState{Offset: st.Offset, Applies: st.Offset < 0 || st.Offset == at, Retries: st.Retries,
+	c := &CommittedState{Offset: st.Offset, Applies: st.AppliesTo(at), Retries: st.Retries,
+		Records: st.Records, Alone: st.Alone,
 		Started: st.Started && st.GivenUp == 0, NextAt: st.NextAt, FirstFailure: st.FirstFailure, Halted: st.Halted, LastError: st.LastError}
 	if st.OutageTime > 0 {
 		c.OutageTime = st.OutageTime.String()
@@ -500,14 +511,17 @@ func (s *fnStatus) hooks() stream.Hooks {
 // claimed shows what the engine does with the retry state a previous owner
 // committed for the partition it claims (see stream.Processor.Process).
 func (s *fnStatus) claimed(p *PartitionStatus, e stream.ClaimEvent) {
-	st, err := checkpoint.DecodeState(e.Metadata)
+	st, err := checkpoint.ReadCommitted(e.Committed, e.Metadata)
+	var other *checkpoint.OtherRecordError
 	switch {
-	case err != nil || e.Committed < 0 || st.Retries == 0 && st.GivenUp == 0:
-		return // no state: a first delivery
-	case st.Offset >= 0 && st.Offset != e.Committed:
+	case e.Committed < 0:
+		return // nothing committed: a first delivery
+	case errors.As(err, &other):
 		p.Note = fmt.Sprintf("the committed retry state belongs to the record at offset %d, not to the one at the checkpoint: ignored, the record at %d starts its count over",
-			st.Offset, e.Committed)
+			other.Offset, e.Committed)
 		return
+	case err != nil || st.Retries == 0 && st.GivenUp == 0:
+		return // no state: a first delivery
 	case st.Halted:
 		// Delivered again with a fresh count, as a Resume would.
 		p.LastError = st.LastError

@@ -8,14 +8,16 @@ import (
 )
 
 // TestNetworkFaults runs the network-fault scenarios (toxiproxy between the
-// consumers and the broker) for both adapters, on kfake and on the
-// external broker.
+// consumers and the broker) for the franz-go, kafka-go and sarama
+// adapters, on kfake and on the external broker. Not for confluent:
+// librdkafka dials the brokers' advertised addresses itself, with no dial
+// function to give it.
 func TestNetworkFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the network-fault scenarios are long")
 	}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}} {
+		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}} {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunNetworkFaults(t, p, a)
 			})

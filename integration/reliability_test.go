@@ -37,6 +37,8 @@ var reliabilityAdapters = map[string]conformance.Adapter{
 	"kafkago":              kafkagoAdapter{},
 	"kafkago-rr":           kafkagoRoundRobin{},
 	"kafkago-rebalance-5s": kafkagoShortRebalance{},
+	"sarama":               saramaAdapter{},
+	"confluent":            confluentAdapter{},
 }
 
 // franzEager is the franz-go adapter with the eager range balancer, for
@@ -89,8 +91,9 @@ func (a kafkagoShortRebalance) NewConsumer(t *testing.T, cfg conformance.Config)
 
 // TestReliability runs the reliability suite for every adapter and
 // balancer on kfake, and on the external broker for one variant per client
-// and group protocol (franz-go cooperative and KIP-848, kafka-go): the
-// other balancers change nothing the broker sees that kfake does not show.
+// and group protocol (franz-go cooperative and KIP-848, kafka-go, sarama,
+// confluent): the other balancers change nothing the broker sees that
+// kfake does not show.
 // The testcontainers Kafka broker runs the same Kafka release as the
 // external one in a container: the container adds its own path to the
 // broker, not another broker, so the suite there repeats what the external
@@ -101,7 +104,7 @@ func TestReliability(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the reliability suite is long")
 	}
-	every := []string{"franz", "franz-eager", "franz-848", "kafkago", "kafkago-rr", "kafkago-rebalance-5s"}
+	every := []string{"franz", "franz-eager", "franz-848", "kafkago", "kafkago-rr", "kafkago-rebalance-5s", "sarama", "confluent"}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External(), provider.TestcontainersKafka()} {
 		names := every
 		full := os.Getenv("REDELIVER_RELIABILITY_FULL") == "1"
@@ -113,7 +116,7 @@ func TestReliability(t *testing.T) {
 			})
 			continue
 		case p.Name() == provider.External().Name():
-			names = []string{"franz", "franz-848", "kafkago"}
+			names = []string{"franz", "franz-848", "kafkago", "sarama", "confluent"}
 		}
 		for _, name := range names {
 			a := reliabilityAdapters[name]

@@ -15,7 +15,8 @@ import (
 // saramaAdapter builds IBM/sarama consumers for the conformance suite:
 // sarama's consumer group with its default (eager) range strategy, Kafka
 // version 3.9.0, reading a partition without a commit from its start,
-// with sarama's defaults for everything the suite does not set.
+// with sarama's defaults for everything the suite does not set (and a fetch
+// wait of at most a quarter of a short session timeout).
 type saramaAdapter struct{}
 
 func (saramaAdapter) Name() string { return "sarama" }
@@ -29,6 +30,9 @@ func (saramaAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conforma
 	sc.Consumer.Offsets.Initial = sarama.OffsetOldest
 	if cfg.SessionTimeout > 0 {
 		sc.Consumer.Group.Session.Timeout = cfg.SessionTimeout
+		// Its heartbeats share the fetches' connection: the adapter
+		// wants the session at least 4 fetch waits long.
+		sc.Consumer.MaxWaitTime = min(sc.Consumer.MaxWaitTime, cfg.SessionTimeout/4)
 	}
 	if cfg.HeartbeatInterval > 0 {
 		sc.Consumer.Group.Heartbeat.Interval = cfg.HeartbeatInterval

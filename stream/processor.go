@@ -377,17 +377,18 @@ func (w *worker) readState(off int64, md string) {
 	if off < 0 || md == "" {
 		return
 	}
-	s, err := checkpoint.DecodeState(md)
+	s, err := checkpoint.ReadCommitted(off, md)
+	var other *checkpoint.OtherRecordError
 	switch {
 	case errors.Is(err, checkpoint.ErrForeignMetadata):
 		w.log.Debug("redeliver: committed metadata is not ours, ignored", "offset", off, "metadata", md)
-	case err != nil:
-		w.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
-	case s.Offset >= 0 && s.Offset != off:
+	case errors.As(err, &other):
 		// Not the state of the record at the checkpoint: never apply
 		// one record's count to another.
 		w.log.Warn("redeliver: committed retry state belongs to another record than the one at the checkpoint, ignored",
-			"offset", off, "state_offset", s.Offset, "metadata", md)
+			"offset", off, "state_offset", other.Offset, "metadata", md)
+	case err != nil:
+		w.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
 	default:
 		w.from, w.restored = off, s
 	}

@@ -391,7 +391,7 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 		if s.lastMoves > 0 {
 			h = w.moveOnLast(h, part, tally)
 		}
-		p, err := stream.NewProcessor(h, opts...)
+		p, err := stream.NewProcessor(stream.Chain(h, hist.Middleware(member)), opts...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -491,6 +491,15 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	cancel()
 	wg.Wait()
 	r := hist.Check(ends)
+	// Partition mode keeps every key's order, whatever the keys: the
+	// per-key check holds too (keys by offset modulo 5).
+	keys := map[streamtest.TopicPartition][]string{}
+	for tp, end := range ends {
+		for o := range end {
+			keys[tp] = append(keys[tp], fmt.Sprint(o%5))
+		}
+	}
+	r.Violations = append(r.Violations, hist.CheckKeys(keys).Violations...)
 	tally.mu.Lock()
 	for _, e := range hist.Events() {
 		switch e.Kind {

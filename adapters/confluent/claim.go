@@ -47,7 +47,7 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel, done: make(chan struct{})}
 	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
 		Offset:    func(r *stream.Record) int64 { return r.Offset },
-		Limit:     max(4*e.cfg.maxBatch, 2048),
+		Limit:     max(4*e.cfg.MaxBatch, 2048),
 		OnFull:    cl.holdLocked,
 		OnDrained: cl.releaseLocked,
 		Reuse:     true,
@@ -141,7 +141,7 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // Fetch returns the next batch of buffered records.
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	out := cl.out[:0]
-	err := cl.buf.Next(ctx, cl.e.cfg.maxBatch, cl.e.cfg.maxWait, func(part []stream.Record) {
+	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []stream.Record) {
 		out = append(out, part...)
 	})
 	if err != nil {

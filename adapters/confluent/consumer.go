@@ -9,8 +9,8 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
-	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -29,16 +29,10 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // config is what the options set; its fields are documented on them.
 type config struct {
-	conf          kafka.ConfigMap
-	topics        []string
-	groupSet      bool
-	maxBatch      int
-	maxWait       time.Duration
-	commitTimeout time.Duration
-	drain         time.Duration // 0: no bound
-	failAfter     time.Duration // 0: never
-	logger        *slog.Logger
-	onAssigned    func(map[string][]int32)
+	conf                 kafka.ConfigMap
+	topics               []string
+	groupSet             bool
+	kafkaadapter.Options // the options every adapter takes
 	// deadLetterCheck checks the topic of the processor's dead-letter
 	// action, when it has one through a Publisher.
 	deadLetterCheck func(context.Context) []health.Problem
@@ -65,21 +59,21 @@ func WithGroup(conf kafka.ConfigMap, topics ...string) Option {
 // WithMaxBatch sets the most records a batch holds, overriding the default
 // 500.
 func WithMaxBatch(n int) Option {
-	return optionFunc(func(c *config) { c.maxBatch = n })
+	return optionFunc(func(c *config) { c.MaxBatch = n })
 }
 
 // WithMaxWait sets how long a partition's worker waits for a batch to fill up
 // to the maximum once its first record is there, overriding the default 0: a
 // batch is whatever has been polled, up to the maximum.
 func WithMaxWait(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxWait = d })
+	return optionFunc(func(c *config) { c.MaxWait = d })
 }
 
 // WithCommitTimeout bounds how long a rebalance waits for a worker and its
 // commit in flight, overriding the default 10s. A shutdown waits for a
 // commit in flight at most 250ms.
 func WithCommitTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.commitTimeout = d })
+	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }
 
 // WithFailAfter sets how long a problem that stops all consumption may
@@ -91,7 +85,7 @@ func WithCommitTimeout(d time.Duration) Option {
 // process, not a healthy idle one. The default is a minute; 0 never ends
 // Run for it. New returns an error for a negative d.
 func WithFailAfter(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.failAfter = d })
+	return optionFunc(func(c *config) { c.FailAfter = d })
 }
 
 // WithDrain sets how long Run waits, once it is stopping, for the workers
@@ -106,13 +100,13 @@ func WithFailAfter(d time.Duration) Option {
 // A host gives its own drain time (host.WithDrain) to the consumers it
 // runs. New returns an error for a negative d.
 func WithDrain(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.drain = d })
+	return optionFunc(func(c *config) { c.Drain = d })
 }
 
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger = l })
+	return optionFunc(func(c *config) { c.Logger = l })
 }
 
 // WithOnAssigned sets a function the consumer calls each time partitions
@@ -121,7 +115,7 @@ func WithLogger(l *slog.Logger) Option {
 // host uses it to report readiness. fn runs on the consumer's poll
 // goroutine and must be quick. The default is none.
 func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
-	return optionFunc(func(c *config) { c.onAssigned = fn })
+	return optionFunc(func(c *config) { c.OnAssigned = fn })
 }
 
 // Consumer runs a [stream.Processor] over the partitions a
@@ -145,7 +139,7 @@ type Consumer struct {
 // configuration names no bootstrap.servers or group.id, no topic or an
 // empty one is given, or an option is out of range.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
-	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second, drain: lifecycle.DefaultDrain, failAfter: health.DefaultEndAfter}
+	cfg := config{Options: kafkaadapter.Defaults()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("confluent: option %d of New is nil", i+1)

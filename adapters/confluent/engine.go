@@ -11,6 +11,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -62,21 +63,12 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 		return nil, errors.New("confluent: no consumer group: give one with confluent.WithGroup(kafka.ConfigMap{...}, topics...)")
 	case len(cfg.topics) == 0:
 		return nil, errors.New("confluent: WithGroup names no topics")
-	case cfg.maxBatch < 1:
-		return nil, fmt.Errorf("confluent: WithMaxBatch(%d): want 1 or more", cfg.maxBatch)
-	case cfg.maxWait < 0:
-		return nil, fmt.Errorf("confluent: WithMaxWait(%v): want 0 or more", cfg.maxWait)
-	case cfg.commitTimeout <= 0:
-		return nil, fmt.Errorf("confluent: WithCommitTimeout(%v): want more than 0", cfg.commitTimeout)
-	case cfg.drain < 0:
-		return nil, fmt.Errorf("confluent: WithDrain(%v): want 0 (no bound) or more", cfg.drain)
-	case cfg.failAfter < 0:
-		return nil, fmt.Errorf("confluent: WithFailAfter(%v): want 0 (never) or more", cfg.failAfter)
 	}
-	for i, t := range cfg.topics {
-		if t == "" {
-			return nil, fmt.Errorf("confluent: WithGroup's topic %d is empty", i+1)
-		}
+	if err := cfg.Options.Check("confluent"); err != nil {
+		return nil, err
+	}
+	if err := kafkaadapter.CheckTopics("confluent", cfg.topics); err != nil {
+		return nil, err
 	}
 	for _, key := range []string{"bootstrap.servers", "group.id"} {
 		v, ok := cfg.conf[key]
@@ -86,13 +78,13 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	}
 	cfg.conf["enable.auto.commit"] = false
 	cfg.conf["enable.auto.offset.store"] = false
-	log := cfg.logger
+	log := cfg.Logger
 	if log == nil {
 		log = proc.Logger()
 	}
 	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("confluent", errClosed)}
 	e.checks.Log = log
-	e.checks.EndAfter, e.checks.End = cfg.failAfter, e.life.Fail
+	e.checks.EndAfter, e.checks.End = cfg.FailAfter, e.life.Fail
 	return e, nil
 }
 
@@ -156,7 +148,7 @@ func (e *engine) run(ctx context.Context) error {
 		e.wg.Wait()
 		close(workersDone)
 	}()
-	drainErr := lifecycle.Drain(workersDone, e.log, "confluent", &e.workers, e.cfg.drain)
+	drainErr := lifecycle.Drain(workersDone, e.log, "confluent", &e.workers, e.cfg.Drain)
 	// Close leaves the group: it polls, and the rebalance callback gives
 	// the partitions up. It may wait for the broker; past closeWait it is
 	// left to finish on its own.
@@ -224,14 +216,14 @@ func (e *engine) endClaims(cls []*claim, cause error) {
 	for _, cl := range cls {
 		cl.cancel(cause)
 	}
-	deadline := time.NewTimer(e.cfg.commitTimeout)
+	deadline := time.NewTimer(e.cfg.CommitTimeout)
 	defer deadline.Stop()
 	for _, cl := range cls {
 		select {
 		case <-cl.done:
 		case <-deadline.C:
 			e.log.Warn("redeliver: a worker did not stop in time: its partition is given up while its handler still runs",
-				"topic", cl.key.topic, "partition", cl.key.partition, "waited", e.cfg.commitTimeout)
+				"topic", cl.key.topic, "partition", cl.key.partition, "waited", e.cfg.CommitTimeout)
 		}
 		delete(e.claims, cl.key)
 	}
@@ -285,7 +277,7 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 	if e.runCtx.Err() != nil {
 		return
 	}
-	committed, err := c.Committed(parts, int(e.cfg.commitTimeout/time.Millisecond))
+	committed, err := c.Committed(parts, int(e.cfg.CommitTimeout/time.Millisecond))
 	if err != nil {
 		// The workers would start without the retry state: the consumer
 		// ends instead, rather than start a withheld batch's count over.
@@ -319,7 +311,7 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 		started = append(started, cl)
 	}
 	e.log.Info("redeliver: partitions assigned", "group", e.group(), "partitions", len(started), "owned", len(e.claims))
-	if fn := e.cfg.onAssigned; fn != nil {
+	if fn := e.cfg.OnAssigned; fn != nil {
 		m := make(map[string][]int32)
 		for k := range e.claims {
 			m[k.topic] = append(m[k.topic], k.partition)

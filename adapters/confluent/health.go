@@ -8,6 +8,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 )
 
@@ -23,17 +24,7 @@ const (
 // client of its own on the consumer's configuration, and beside it the
 // dead-letter topic, through its publisher.
 func (e *engine) check(ctx context.Context) []health.Problem {
-	var dl []health.Problem
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if e.cfg.deadLetterCheck != nil {
-			dl = e.cfg.deadLetterCheck(ctx)
-		}
-	}()
-	ps := e.checkTopics(ctx)
-	<-done
-	return append(ps, dl...)
+	return kafkaadapter.CheckBeside(ctx, e.checkTopics, e.cfg.deadLetterCheck)
 }
 
 // metadataFunc asks a client about one topic, within timeoutMs.

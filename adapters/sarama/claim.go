@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -66,7 +67,7 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		ctx: ctx, cancel: cancel, pumped: make(chan struct{})}
 	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
 		Offset:    func(r *stream.Record) int64 { return r.Offset },
-		Limit:     highWater(h.e.cfg.maxBatch),
+		Limit:     highWater(h.e.cfg.MaxBatch),
 		Reuse:     true,
 		OnFull:    cl.holdLocked,
 		OnDrained: cl.releaseLocked,
@@ -154,7 +155,7 @@ func (cl *claim) pump() {
 		cl.mu.Lock()
 		cl.buf.Push(recs)
 		cl.mu.Unlock()
-		cl.h.e.fetches.clear(cl.key)
+		cl.h.e.fetches.Clear(kafkaadapter.Partition{Topic: cl.key.topic, Partition: cl.key.partition})
 		if closed {
 			cl.cancel(errSessionEnded)
 			return
@@ -210,7 +211,7 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // rewind.
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	out := cl.out[:0] // the Processor gave the last batch up by calling Fetch
-	err := cl.buf.Next(ctx, cl.h.e.cfg.maxBatch, cl.h.e.cfg.maxWait, func(part []stream.Record) {
+	err := cl.buf.Next(ctx, cl.h.e.cfg.MaxBatch, cl.h.e.cfg.MaxWait, func(part []stream.Record) {
 		out = append(out, part...)
 	})
 	if err != nil {
@@ -249,7 +250,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if cl.ctx.Err() != nil {
 		return errSessionEnded
 	}
-	ctx, cancel := context.WithTimeout(cl.h.commitCtx, cl.h.e.cfg.commitTimeout)
+	ctx, cancel := context.WithTimeout(cl.h.commitCtx, cl.h.e.cfg.CommitTimeout)
 	defer cancel()
 	for {
 		gen := cl.sess.GenerationID()

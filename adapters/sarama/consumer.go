@@ -9,8 +9,8 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
-	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -29,18 +29,12 @@ func (f optionFunc) apply(c *config) { f(c) }
 
 // config is what the options set; its fields are documented on them.
 type config struct {
-	brokers       []string
-	group         string
-	topics        []string
-	groupSet      bool
-	sarama        *sarama.Config
-	maxBatch      int
-	maxWait       time.Duration
-	commitTimeout time.Duration
-	drain         time.Duration // 0: no bound
-	failAfter     time.Duration // 0: never
-	logger        *slog.Logger
-	onAssigned    func(map[string][]int32)
+	brokers              []string
+	group                string
+	topics               []string
+	groupSet             bool
+	sarama               *sarama.Config
+	kafkaadapter.Options // the options every adapter takes
 	// deadLetterCheck checks the topic of the processor's dead-letter
 	// action, when it has one through a Publisher.
 	deadLetterCheck func(context.Context) []health.Problem
@@ -79,21 +73,21 @@ func WithConfig(cfg *sarama.Config) Option {
 // WithMaxBatch sets the most records a batch holds, overriding the default
 // 500.
 func WithMaxBatch(n int) Option {
-	return optionFunc(func(c *config) { c.maxBatch = n })
+	return optionFunc(func(c *config) { c.MaxBatch = n })
 }
 
 // WithMaxWait sets how long a partition's worker waits for a batch to fill up
 // to the maximum once its first record is there, overriding the default 0: a
 // batch is whatever has been fetched, up to the maximum.
 func WithMaxWait(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.maxWait = d })
+	return optionFunc(func(c *config) { c.MaxWait = d })
 }
 
 // WithCommitTimeout bounds one offset commit, overriding the default 10s.
 // A rebalance waits for a commit in flight, for at most this long; a
 // shutdown waits for it at most 250ms, then cuts it short.
 func WithCommitTimeout(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.commitTimeout = d })
+	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }
 
 // WithFailAfter sets how long a problem that stops all consumption may
@@ -105,7 +99,7 @@ func WithCommitTimeout(d time.Duration) Option {
 // process, not a healthy idle one. The default is a minute; 0 never ends
 // Run for it. New returns an error for a negative d.
 func WithFailAfter(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.failAfter = d })
+	return optionFunc(func(c *config) { c.FailAfter = d })
 }
 
 // WithDrain sets how long Run waits, once it is stopping, for the workers
@@ -118,13 +112,13 @@ func WithFailAfter(d time.Duration) Option {
 // them. A host gives its own drain time (host.WithDrain) to the consumers
 // it runs. New returns an error for a negative d.
 func WithDrain(d time.Duration) Option {
-	return optionFunc(func(c *config) { c.drain = d })
+	return optionFunc(func(c *config) { c.Drain = d })
 }
 
 // WithLogger sets the logger. The default is the processor's logger
 // ([stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
-	return optionFunc(func(c *config) { c.logger = l })
+	return optionFunc(func(c *config) { c.Logger = l })
 }
 
 // WithOnAssigned sets a function the consumer calls each time it has joined
@@ -135,7 +129,7 @@ func WithLogger(l *slog.Logger) Option {
 // quick. Under the cooperative protocol, Setup, and so fn, runs once per
 // session, not at each rebalance. The default is none.
 func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
-	return optionFunc(func(c *config) { c.onAssigned = fn })
+	return optionFunc(func(c *config) { c.OnAssigned = fn })
 }
 
 // Consumer runs a [stream.Processor] over the partitions a sarama consumer
@@ -157,8 +151,7 @@ type Consumer struct {
 // brokers, no group ID or no topic, an option is out of range, or sarama's
 // configuration is nil or one sarama would reject.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
-	cfg := config{maxBatch: 500, commitTimeout: 10 * time.Second, sarama: sarama.NewConfig(),
-		drain: lifecycle.DefaultDrain, failAfter: health.DefaultEndAfter}
+	cfg := config{Options: kafkaadapter.Defaults(), sarama: sarama.NewConfig()}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("sarama: option %d of New is nil", i+1)

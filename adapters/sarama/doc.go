@@ -51,6 +51,13 @@
 //     Records delivered before the pause stay buffered, in order. sarama
 //     keeps a partition's pause across sessions, so a claim resumes its
 //     partition when it starts and when it ends paused.
+//   - Heartbeats. sarama sends the group's heartbeats on the connection of
+//     its fetches, where each waits behind a fetch the broker holds up to
+//     Consumer.MaxWaitTime when there is nothing new; with a session
+//     timeout near that, the member falls out of the group again and
+//     again. New refuses a Consumer.Group.Session.Timeout under 4 x
+//     Consumer.MaxWaitTime (sarama's defaults, 10s and 500ms, are well
+//     within).
 //
 // # Rebalances
 //

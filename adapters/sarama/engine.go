@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -42,7 +43,7 @@ type engine struct {
 
 	life    *lifecycle.Life
 	checks  health.Checker
-	fetches fetchProblems
+	fetches kafkaadapter.Failing
 
 	wg      sync.WaitGroup    // the workers
 	workers lifecycle.Workers // the workers, by partition, for the drain's report
@@ -51,6 +52,14 @@ type engine struct {
 	client sarama.Client        // while Run runs
 	group  sarama.ConsumerGroup // while Run runs
 }
+
+// heartbeatMargin is how many times Consumer.MaxWaitTime the session
+// timeout must be at least. sarama's heartbeats share the connection of
+// its fetches, and a broker answers a connection's requests in order: on
+// kfake with a 1s session and sarama's default 500ms wait, the member was
+// dropped every 1.5-2s with no commit between its heartbeats; at 250ms it
+// never was.
+const heartbeatMargin = 4
 
 func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	switch {
@@ -66,26 +75,17 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 		return nil, errors.New("sarama: WithGroup names no topics")
 	case cfg.sarama == nil:
 		return nil, errors.New("sarama: WithConfig was given a nil *sarama.Config")
-	case cfg.maxBatch < 1:
-		return nil, fmt.Errorf("sarama: WithMaxBatch(%d): want 1 or more", cfg.maxBatch)
-	case cfg.maxWait < 0:
-		return nil, fmt.Errorf("sarama: WithMaxWait(%v): want 0 or more", cfg.maxWait)
-	case cfg.commitTimeout <= 0:
-		return nil, fmt.Errorf("sarama: WithCommitTimeout(%v): want more than 0", cfg.commitTimeout)
-	case cfg.drain < 0:
-		return nil, fmt.Errorf("sarama: WithDrain(%v): want 0 (no bound) or more", cfg.drain)
-	case cfg.failAfter < 0:
-		return nil, fmt.Errorf("sarama: WithFailAfter(%v): want 0 (never) or more", cfg.failAfter)
 	}
 	for i, b := range cfg.brokers {
 		if b == "" {
 			return nil, fmt.Errorf("sarama: WithGroup's broker %d is empty", i+1)
 		}
 	}
-	for i, t := range cfg.topics {
-		if t == "" {
-			return nil, fmt.Errorf("sarama: WithGroup's topic %d is empty", i+1)
-		}
+	if err := cfg.Options.Check("sarama"); err != nil {
+		return nil, err
+	}
+	if err := kafkaadapter.CheckTopics("sarama", cfg.topics); err != nil {
+		return nil, err
 	}
 	sc := cfg.sarama
 	sc.Consumer.Offsets.AutoCommit.Enable = false
@@ -93,13 +93,19 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	if err := sc.Validate(); err != nil {
 		return nil, fmt.Errorf("sarama: the sarama configuration: %w", err)
 	}
-	log := cfg.logger
+	if s, w := sc.Consumer.Group.Session.Timeout, sc.Consumer.MaxWaitTime; s < heartbeatMargin*w {
+		return nil, fmt.Errorf("sarama: the sarama configuration: Consumer.Group.Session.Timeout (%v) is less than %d x Consumer.MaxWaitTime (%v): "+
+			"sarama sends the group's heartbeats on the connection of its fetches, where each waits behind a fetch the broker holds "+
+			"up to MaxWaitTime when there is nothing new, and the member would fall out of the group again and again; "+
+			"lower Consumer.MaxWaitTime or raise the session timeout", s, heartbeatMargin, w)
+	}
+	log := cfg.Logger
 	if log == nil {
 		log = proc.Logger()
 	}
 	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("sarama", errClosed)}
 	e.checks.Log = log
-	e.checks.EndAfter, e.checks.End = cfg.failAfter, e.life.Fail
+	e.checks.EndAfter, e.checks.End = cfg.FailAfter, e.life.Fail
 	return e, nil
 }
 
@@ -201,7 +207,7 @@ func (e *engine) run(ctx context.Context) error {
 		e.wg.Wait()
 		close(stopped)
 	}()
-	if err := lifecycle.Drain(stopped, e.log, "sarama", &e.workers, e.cfg.drain); err != nil {
+	if err := lifecycle.Drain(stopped, e.log, "sarama", &e.workers, e.cfg.Drain); err != nil {
 		// The member leaves at its session timeout; a late commit fails.
 		_ = client.Close()
 		_ = commits.Close()
@@ -281,7 +287,7 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 func (e *engine) groupError(err error) {
 	var ce *sarama.ConsumerError
 	if errors.As(err, &ce) && ce.Partition >= 0 && ce.Topic != "" {
-		e.fetches.set(tp{ce.Topic, ce.Partition}, ce.Err, time.Now())
+		e.fetches.Add(kafkaadapter.Partition{Topic: ce.Topic, Partition: ce.Partition}, ce.Err, time.Now())
 		e.log.Warn("redeliver: sarama reports an error of a partition", "topic", ce.Topic, "partition", ce.Partition, "error", ce.Err)
 		return
 	}
@@ -306,7 +312,7 @@ func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
 	}
 	h.e.log.Info("redeliver: generation started", "group", h.e.cfg.group, "generation", sess.GenerationID(),
 		"member", sess.MemberID(), "partitions", n)
-	if fn := h.e.cfg.onAssigned; fn != nil {
+	if fn := h.e.cfg.OnAssigned; fn != nil {
 		cp := make(map[string][]int32, len(claims))
 		for t, ps := range claims {
 			cp[t] = append([]int32(nil), ps...)

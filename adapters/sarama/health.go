@@ -1,16 +1,15 @@
 package sarama
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 )
 
@@ -22,58 +21,9 @@ const (
 	checkInterval = 2 * time.Second
 )
 
-// fetchProblems are the partitions whose consumers sarama reports failing,
-// for Health.
-type fetchProblems struct {
-	mu sync.Mutex
-	m  map[tp]fetchProblem
-}
-
-type fetchProblem struct {
-	err   error
-	since time.Time
-}
-
-func (fp *fetchProblems) set(key tp, err error, since time.Time) {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	if fp.m == nil {
-		fp.m = make(map[tp]fetchProblem)
-	}
-	if _, ok := fp.m[key]; !ok {
-		fp.m[key] = fetchProblem{err, since}
-	}
-}
-
-func (fp *fetchProblems) clear(key tp) {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	if len(fp.m) > 0 {
-		delete(fp.m, key)
-	}
-}
-
-func (fp *fetchProblems) errs(now time.Time) []error {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	keys := make([]tp, 0, len(fp.m))
-	for k := range fp.m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b tp) int {
-		return cmp.Or(cmp.Compare(a.topic, b.topic), cmp.Compare(a.partition, b.partition))
-	})
-	out := make([]error, 0, len(keys))
-	for _, k := range keys {
-		p := fp.m[k]
-		out = append(out, fmt.Errorf("sarama: consuming %s/%d fails since %v ago: %w", k.topic, k.partition, now.Sub(p.since).Round(time.Second), p.err))
-	}
-	return out
-}
-
 // health reports what the consumer knows to be wrong now, or nil.
 func (e *engine) health() error {
-	return errors.Join(append([]error{e.checks.Err()}, e.fetches.errs(time.Now())...)...)
+	return errors.Join(append([]error{e.checks.Err()}, e.fetches.Errs(time.Now(), "sarama", "consuming")...)...)
 }
 
 // check is the start check: one metadata request for the group's topics,
@@ -81,18 +31,7 @@ func (e *engine) health() error {
 // dead-letter topic, through its publisher (which may write to another
 // cluster).
 func (e *engine) check(ctx context.Context) []health.Problem {
-	if e.cfg.deadLetterCheck == nil {
-		return e.checkTopics(ctx)
-	}
-	var dl []health.Problem
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		dl = e.cfg.deadLetterCheck(ctx)
-	}()
-	ps := e.checkTopics(ctx)
-	<-done
-	return append(ps, dl...)
+	return kafkaadapter.CheckBeside(ctx, e.checkTopics, e.cfg.deadLetterCheck)
 }
 
 // checkTopics asks the group's brokers, one after the other until one

@@ -302,20 +302,21 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		r.State = "no retry state"
 		return
 	}
-	s, err := checkpoint.DecodeState(r.Metadata)
+	s, err := checkpoint.ReadCommitted(r.Committed, r.Metadata)
+	var other *checkpoint.OtherRecordError
 	switch {
 	case errors.Is(err, checkpoint.ErrForeignMetadata):
 		r.State = fmt.Sprintf("metadata of another tool (%q), ignored", r.Metadata)
+		return
+	case errors.As(err, &other):
+		// The engine applies a state only to the record it names.
+		r.State = fmt.Sprintf("retry state of the record at offset %d, not of the one at the checkpoint: ignored, the record at %d starts its count over", other.Offset, r.Committed)
 		return
 	case err != nil:
 		r.State = fmt.Sprintf("damaged retry state, ignored: %v", err)
 		return
 	case s.Retries == 0 && s.GivenUp == 0:
 		r.State = "no retry state"
-		return
-	case s.Offset >= 0 && s.Offset != r.Committed:
-		// The engine applies a state only to the record it names.
-		r.State = fmt.Sprintf("retry state of the record at offset %d, not of the one at the checkpoint: ignored, the record at %d starts its count over", s.Offset, r.Committed)
 		return
 	}
 	r.Withheld, r.Retries = true, s.Retries

@@ -3,9 +3,13 @@ module github.com/redeliver-go/redeliver/host/tests
 go 1.26.0
 
 require (
+	github.com/IBM/sarama v1.61.1
+	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
 	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/confluent/confluenthost v0.1.0
 	github.com/redeliver-go/redeliver/adapters/franz/franzhost v0.1.0
 	github.com/redeliver-go/redeliver/adapters/kafkago/kafkagohost v0.1.0
+	github.com/redeliver-go/redeliver/adapters/sarama/saramahost v0.1.0
 	github.com/redeliver-go/redeliver/host v0.1.0
 	github.com/segmentio/kafka-go v0.4.51
 	github.com/twmb/franz-go v1.22.2
@@ -15,9 +19,23 @@ require (
 )
 
 require (
+	github.com/davecgh/go-spew v1.1.1 // indirect
+	github.com/eapache/go-resiliency v1.7.0 // indirect
+	github.com/hashicorp/go-uuid v1.0.3 // indirect
+	github.com/jcmturner/aescts/v2 v2.0.0 // indirect
+	github.com/jcmturner/dnsutils/v2 v2.0.0 // indirect
+	github.com/jcmturner/gofork v1.7.6 // indirect
+	github.com/jcmturner/gokrb5/v8 v8.4.4 // indirect
+	github.com/jcmturner/rpc/v2 v2.0.3 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/rcrowley/go-metrics v0.0.0-20250401214520-65e299d6c5c9 // indirect
+	github.com/redeliver-go/redeliver/adapters/confluent v0.1.0 // indirect
 	github.com/redeliver-go/redeliver/adapters/franz v0.1.0 // indirect
 	github.com/redeliver-go/redeliver/adapters/kafkago v0.1.0 // indirect
+	github.com/redeliver-go/redeliver/adapters/sarama v0.1.0 // indirect
 	github.com/tailscale/hujson v0.0.0-20250605163823-992244df8c5a // indirect
+	golang.org/x/crypto v0.58.0 // indirect
+	golang.org/x/net v0.61.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
 )

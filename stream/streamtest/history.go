@@ -31,6 +31,9 @@ const (
 	// DeadLettered: a record was published to a dead-letter topic (see
 	// History.Publisher).
 	DeadLettered
+	// Started: a handler call began (see History.Middleware); First and
+	// Last are its batch's offsets, Retry its retry number.
+	Started
 )
 
 func (k EventKind) String() string {
@@ -51,6 +54,8 @@ func (k EventKind) String() string {
 		return "abandoned"
 	case DeadLettered:
 		return "dead-lettered"
+	case Started:
+		return "started"
 	}
 	return "unknown"
 }
@@ -721,8 +726,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			// A started retry is committed before its delivery; a
 			// given-up state after every delivery it counts.
-			if at, err := checkpoint.DecodeState(e.Metadata); err == nil && at.Offset >= 0 && at.Offset != e.Offset {
-				bad("%s: retry state %q committed with the checkpoint at %d, but it names the record at %d", where(), e.Metadata, e.Offset, at.Offset)
+			var other *checkpoint.OtherRecordError
+			if _, err := checkpoint.ReadCommitted(e.Offset, e.Metadata); errors.As(err, &other) {
+				bad("%s: retry state %q committed with the checkpoint at %d, but it names the record at %d", where(), e.Metadata, e.Offset, other.Offset)
 			} else if st := stateOf(e.Metadata, e.Offset); st.n-b2i(st.started && !st.givenUp) != n {
 				bad("%s: retry state %q committed for the record at %d, but the record has had %d counted deliveries", where(), e.Metadata, e.Offset, n)
 			}
@@ -770,8 +776,8 @@ type committedState struct {
 // a state that names another record than the one at at (a next owner
 // ignores it).
 func stateOf(md string, at int64) committedState {
-	s, err := checkpoint.DecodeState(md)
-	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 || s.Offset >= 0 && s.Offset != at {
+	s, err := checkpoint.ReadCommitted(at, md)
+	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 {
 		return committedState{} // a halted partition's next owner starts afresh
 	}
 	return committedState{n: s.Retries + b2i(s.Started), records: s.Records, alone: s.Alone, started: s.Started, givenUp: s.GivenUp != 0,

@@ -15,13 +15,14 @@
 package confluenthost
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/redeliver-go/redeliver/adapters/confluent"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -62,28 +63,25 @@ var _ host.Adapter = (*Adapter)(nil)
 // New returns the adapter, for [host.WithAdapter]. It returns an error for a
 // nil option or a nil function given to an option.
 func New(opts ...Option) (*Adapter, error) {
+	if err := kafkaadapter.CheckNilOptions("confluenthost", opts); err != nil {
+		return nil, err
+	}
 	a := &Adapter{}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("confluenthost: option %d of %d is nil", i+1, len(opts))
-		}
+	for _, o := range opts {
 		o.apply(a)
 	}
-	for _, fn := range a.consumer {
-		if fn == nil {
-			return nil, errors.New("confluenthost: WithConfig: nil function")
-		}
-	}
-	for _, fn := range a.producer {
-		if fn == nil {
-			return nil, errors.New("confluenthost: WithProducerConfig: nil function")
-		}
+	isNil := func(fn func(kafka.ConfigMap)) bool { return fn == nil }
+	switch {
+	case slices.ContainsFunc(a.consumer, isNil):
+		return nil, kafkaadapter.NilFunction("confluenthost", "WithConfig")
+	case slices.ContainsFunc(a.producer, isNil):
+		return nil, kafkaadapter.NilFunction("confluenthost", "WithProducerConfig")
 	}
 	return a, nil
 }
 
 // errNotNew is what the methods of an Adapter that New did not make return.
-var errNotNew = errors.New("confluenthost: this Adapter was not made by confluenthost.New: create it with confluenthost.New(options...)")
+var errNotNew = kafkaadapter.NotNew("confluenthost")
 
 // Name returns "confluent".
 func (a *Adapter) Name() string { return "confluent" }
@@ -96,29 +94,15 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	}
 	t := b.Trigger
 	if t.Share {
-		return nil, errors.New(`confluenthost: the confluent adapter has no share-group consumer: a share group needs the franz adapter ("adapter": "franz", module github.com/redeliver-go/redeliver/adapters/franz/franzhost)`)
+		return nil, kafkaadapter.NoShareGroups("confluenthost", "the confluent adapter")
 	}
 	conf := kafka.ConfigMap{"bootstrap.servers": strings.Join(b.Brokers, ","), "group.id": t.Group, "auto.offset.reset": "earliest"}
 	for _, fn := range a.consumer {
 		fn(conf)
 	}
-	ready := b.OnReady
-	if ready == nil {
-		ready = func() {}
-	}
-	opts := []confluent.Option{
-		confluent.WithGroup(conf, t.Topic),
-		confluent.WithOnAssigned(func(map[string][]int32) { ready() }),
-	}
-	if b.Logger != nil {
-		opts = append(opts, confluent.WithLogger(b.Logger))
-	}
-	if b.Drain > 0 {
-		opts = append(opts, confluent.WithDrain(b.Drain)) // the host's drain time
-	}
-	if t.MaxBatch > 0 {
-		opts = append(opts, confluent.WithMaxBatch(t.MaxBatch))
-	}
+	opts := append([]confluent.Option{confluent.WithGroup(conf, t.Topic)},
+		kafkaadapter.TriggerOptions(kafkaadapter.Trigger{Logger: b.Logger, OnReady: b.OnReady, Drain: b.Drain, MaxBatch: t.MaxBatch},
+			confluent.WithLogger, confluent.WithOnAssigned, confluent.WithDrain, confluent.WithMaxBatch)...)
 	c, err := confluent.New(proc, opts...)
 	if err != nil {
 		return nil, err

@@ -15,11 +15,12 @@
 package kafkagohost
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/stream"
@@ -65,28 +66,24 @@ var _ host.Adapter = (*Adapter)(nil)
 // New returns the adapter, for [host.WithAdapter]. It returns an error for a
 // nil option or a nil function given to an option.
 func New(opts ...Option) (*Adapter, error) {
+	if err := kafkaadapter.CheckNilOptions("kafkagohost", opts); err != nil {
+		return nil, err
+	}
 	a := &Adapter{}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("kafkagohost: option %d of %d is nil", i+1, len(opts))
-		}
+	for _, o := range opts {
 		o.apply(a)
 	}
-	for _, fn := range a.group {
-		if fn == nil {
-			return nil, errors.New("kafkagohost: WithGroupConfig: nil function")
-		}
-	}
-	for _, fn := range a.writer {
-		if fn == nil {
-			return nil, errors.New("kafkagohost: WithWriter: nil function")
-		}
+	switch {
+	case slices.ContainsFunc(a.group, func(fn func(*kafka.ConsumerGroupConfig)) bool { return fn == nil }):
+		return nil, kafkaadapter.NilFunction("kafkagohost", "WithGroupConfig")
+	case slices.ContainsFunc(a.writer, func(fn func(*kafka.Writer)) bool { return fn == nil }):
+		return nil, kafkaadapter.NilFunction("kafkagohost", "WithWriter")
 	}
 	return a, nil
 }
 
 // errNotNew is what the methods of an Adapter that New did not make return.
-var errNotNew = errors.New("kafkagohost: this Adapter was not made by kafkagohost.New: create it with kafkagohost.New(options...)")
+var errNotNew = kafkaadapter.NotNew("kafkagohost")
 
 // Name returns "kafkago".
 func (a *Adapter) Name() string { return "kafkago" }
@@ -99,27 +96,15 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	}
 	t := b.Trigger
 	if t.Share {
-		return nil, errors.New(`kafkagohost: kafka-go has no share-group consumer: a share group needs the franz adapter ("adapter": "franz", module github.com/redeliver-go/redeliver/adapters/franz/franzhost)`)
+		return nil, kafkaadapter.NoShareGroups("kafkagohost", "kafka-go")
 	}
 	gc := kafka.ConsumerGroupConfig{ID: t.Group, Brokers: b.Brokers, Topics: []string{t.Topic}}
 	for _, fn := range a.group {
 		fn(&gc)
 	}
-	ready := b.OnReady
-	if ready == nil {
-		ready = func() {}
-	}
-	opts := []kafkago.Option{
-		kafkago.WithGroupConfig(gc),
-		kafkago.WithLogger(b.Logger),
-		kafkago.WithOnAssigned(func(map[string][]int32) { ready() }),
-	}
-	if b.Drain > 0 {
-		opts = append(opts, kafkago.WithDrain(b.Drain)) // the host's drain time
-	}
-	if t.MaxBatch > 0 {
-		opts = append(opts, kafkago.WithMaxBatch(t.MaxBatch))
-	}
+	opts := append([]kafkago.Option{kafkago.WithGroupConfig(gc)},
+		kafkaadapter.TriggerOptions(kafkaadapter.Trigger{Logger: b.Logger, OnReady: b.OnReady, Drain: b.Drain, MaxBatch: t.MaxBatch},
+			kafkago.WithLogger, kafkago.WithOnAssigned, kafkago.WithDrain, kafkago.WithMaxBatch)...)
 	c, err := kafkago.New(proc, opts...)
 	if err != nil {
 		return nil, err

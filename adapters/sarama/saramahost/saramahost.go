@@ -19,10 +19,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/IBM/sarama"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	rdsarama "github.com/redeliver-go/redeliver/adapters/sarama"
 	"github.com/redeliver-go/redeliver/host"
 	"github.com/redeliver-go/redeliver/stream"
@@ -58,23 +60,21 @@ var _ host.Adapter = (*Adapter)(nil)
 // New returns the adapter, for [host.WithAdapter]. It returns an error for a
 // nil option or a nil function given to an option.
 func New(opts ...Option) (*Adapter, error) {
+	if err := kafkaadapter.CheckNilOptions("saramahost", opts); err != nil {
+		return nil, err
+	}
 	a := &Adapter{}
-	for i, o := range opts {
-		if o == nil {
-			return nil, fmt.Errorf("saramahost: option %d of %d is nil", i+1, len(opts))
-		}
+	for _, o := range opts {
 		o.apply(a)
 	}
-	for _, fn := range a.config {
-		if fn == nil {
-			return nil, errors.New("saramahost: WithConfig: nil function")
-		}
+	if slices.ContainsFunc(a.config, func(fn func(*sarama.Config)) bool { return fn == nil }) {
+		return nil, kafkaadapter.NilFunction("saramahost", "WithConfig")
 	}
 	return a, nil
 }
 
 // errNotNew is what the methods of an Adapter that New did not make return.
-var errNotNew = errors.New("saramahost: this Adapter was not made by saramahost.New: create it with saramahost.New(options...)")
+var errNotNew = kafkaadapter.NotNew("saramahost")
 
 // Name returns "sarama".
 func (a *Adapter) Name() string { return "sarama" }
@@ -99,26 +99,11 @@ func (a *Adapter) Consumer(proc *stream.Processor, b host.Binding) (host.Consume
 	}
 	t := b.Trigger
 	if t.Share {
-		return nil, errors.New(`saramahost: sarama has no share-group consumer: a share group needs the franz adapter ("adapter": "franz", module github.com/redeliver-go/redeliver/adapters/franz/franzhost)`)
+		return nil, kafkaadapter.NoShareGroups("saramahost", "sarama")
 	}
-	ready := b.OnReady
-	if ready == nil {
-		ready = func() {}
-	}
-	opts := []rdsarama.Option{
-		rdsarama.WithGroup(b.Brokers, t.Group, t.Topic),
-		rdsarama.WithConfig(a.newConfig()),
-		rdsarama.WithOnAssigned(func(map[string][]int32) { ready() }),
-	}
-	if b.Logger != nil {
-		opts = append(opts, rdsarama.WithLogger(b.Logger))
-	}
-	if b.Drain > 0 {
-		opts = append(opts, rdsarama.WithDrain(b.Drain)) // the host's drain time
-	}
-	if t.MaxBatch > 0 {
-		opts = append(opts, rdsarama.WithMaxBatch(t.MaxBatch))
-	}
+	opts := append([]rdsarama.Option{rdsarama.WithGroup(b.Brokers, t.Group, t.Topic), rdsarama.WithConfig(a.newConfig())},
+		kafkaadapter.TriggerOptions(kafkaadapter.Trigger{Logger: b.Logger, OnReady: b.OnReady, Drain: b.Drain, MaxBatch: t.MaxBatch},
+			rdsarama.WithLogger, rdsarama.WithOnAssigned, rdsarama.WithDrain, rdsarama.WithMaxBatch)...)
 	c, err := rdsarama.New(proc, opts...)
 	if err != nil {
 		return nil, err

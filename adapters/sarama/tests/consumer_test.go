@@ -177,6 +177,11 @@ func TestNewErrors(t *testing.T) {
 	old := sarama.NewConfig()
 	old.Version = sarama.V2_0_0_0
 	old.Consumer.Group.InstanceId = "i"
+	// A session timeout a heartbeat stuck behind a fetch can miss: on
+	// kfake the member fell out of its group every 1.5-2s.
+	tight := sarama.NewConfig()
+	tight.Consumer.Group.Session.Timeout = time.Second
+	tight.Consumer.Group.Heartbeat.Interval = 100 * time.Millisecond
 	for _, c := range []struct {
 		name string
 		proc *stream.Processor
@@ -193,6 +198,8 @@ func TestNewErrors(t *testing.T) {
 		{"empty topic", proc, []rdsarama.Option{rdsarama.WithGroup([]string{"b:1"}, "g", "")}, "topic 1 is empty"},
 		{"nil config", proc, []rdsarama.Option{group, rdsarama.WithConfig(nil)}, "nil *sarama.Config"},
 		{"bad config", proc, []rdsarama.Option{group, rdsarama.WithConfig(old)}, "InstanceId"},
+		{"session within 4 fetch waits", proc, []rdsarama.Option{group, rdsarama.WithConfig(tight)},
+			"Consumer.Group.Session.Timeout (1s) is less than 4 x Consumer.MaxWaitTime (500ms)"},
 		{"max batch", proc, []rdsarama.Option{group, rdsarama.WithMaxBatch(0)}, "WithMaxBatch(0)"},
 		{"max wait", proc, []rdsarama.Option{group, rdsarama.WithMaxWait(-1)}, "WithMaxWait(-1ns)"},
 		{"commit timeout", proc, []rdsarama.Option{group, rdsarama.WithCommitTimeout(0)}, "WithCommitTimeout(0s)"},

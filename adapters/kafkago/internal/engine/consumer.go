@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -80,7 +81,7 @@ type Consumer struct {
 	wg            sync.WaitGroup // every goroutine Run starts
 	workers       lifecycle.Workers
 	checks        health.Checker
-	fetchProblems fetchProblems
+	fetchProblems kafkaadapter.Failing
 }
 
 // New returns a Consumer that runs proc over the partitions of the consumer

@@ -25,6 +25,8 @@ import (
 	"github.com/segmentio/kafka-go/protocol/saslauthenticate"
 	"github.com/segmentio/kafka-go/protocol/saslhandshake"
 	"github.com/segmentio/kafka-go/sasl"
+
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 )
 
 // How a fetcher backs off and waits, as a kafka.Reader does by default.
@@ -610,8 +612,9 @@ func (cl *claim) fetchLoop(offset int64) {
 		recs    []record // the slice the next answer is read into
 		fails   failures
 		health  = &cl.g.c.fetchProblems
+		part    = kafkaadapter.Partition{Topic: cl.key.topic, Partition: cl.key.partition}
 	)
-	defer health.clear(cl.key) // the partition's next claim reports its own
+	defer health.Clear(part) // the partition's next claim reports its own
 	// failed notes a failure: it is logged when it is new or every
 	// errLogEvery, and it ends Run once it has lasted permanentAfter, if it
 	// is one that can last (the topic unknown, not authorized).
@@ -619,7 +622,7 @@ func (cl *claim) fetchLoop(offset int64) {
 		attempt++
 		now := time.Now()
 		log, lasting := fails.note(err, now)
-		health.set(cl.key, err, fails.since)
+		health.Set(part, err, fails.since)
 		if log {
 			f.log.Log(ctx, level, what, "topic", f.topic, "partition", f.partition, "offset", offset, "try", attempt,
 				"delay", backoff(attempt), "error", err, "repeats", fails.repeats, "since", fails.since)
@@ -669,7 +672,7 @@ func (cl *claim) fetchLoop(offset int64) {
 			if attempt > 0 && fails.err != "" {
 				f.log.Info("redeliver: fetching the partition works again", "topic", f.topic, "partition", f.partition,
 					"offset", offset, "error_was", fails.err, "for", time.Since(fails.since).Round(time.Millisecond))
-				health.clear(cl.key)
+				health.Clear(part)
 			}
 			attempt = 0
 			fails = failures{}

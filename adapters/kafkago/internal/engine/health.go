@@ -3,14 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/metadata"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 )
 
@@ -22,60 +21,10 @@ const (
 	checkInterval = 2 * time.Second
 )
 
-// fetchProblems are the partitions whose fetches fail, for Health.
-type fetchProblems struct {
-	mu sync.Mutex
-	m  map[tp]fetchProblem
-}
-
-type fetchProblem struct {
-	err   error
-	since time.Time
-}
-
-func (fp *fetchProblems) set(key tp, err error, since time.Time) {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	if fp.m == nil {
-		fp.m = make(map[tp]fetchProblem)
-	}
-	fp.m[key] = fetchProblem{err, since}
-}
-
-func (fp *fetchProblems) clear(key tp) {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	delete(fp.m, key)
-}
-
-func (fp *fetchProblems) errs(now time.Time) []error {
-	fp.mu.Lock()
-	defer fp.mu.Unlock()
-	keys := make([]tp, 0, len(fp.m))
-	for k := range fp.m {
-		keys = append(keys, k)
-	}
-	slices.SortFunc(keys, func(a, b tp) int {
-		if a.topic != b.topic {
-			if a.topic < b.topic {
-				return -1
-			}
-			return 1
-		}
-		return int(a.partition - b.partition)
-	})
-	out := make([]error, 0, len(keys))
-	for _, k := range keys {
-		p := fp.m[k]
-		out = append(out, fmt.Errorf("kafkago: fetching %s/%d fails since %v ago: %w", k.topic, k.partition, now.Sub(p.since).Round(time.Second), p.err))
-	}
-	return out
-}
-
 // Health reports what the consumer knows to be wrong now, or nil; see the
 // kafkago package's Health.
 func (c *Consumer) Health() error {
-	return errors.Join(append([]error{c.checks.Err()}, c.fetchProblems.errs(time.Now())...)...)
+	return errors.Join(append([]error{c.checks.Err()}, c.fetchProblems.Errs(time.Now(), "kafkago", "fetching")...)...)
 }
 
 // check is the start check: one metadata request for the group's topics,
@@ -83,18 +32,7 @@ func (c *Consumer) Health() error {
 // dead-letter topic, through its publisher (which may write to another
 // cluster).
 func (c *Consumer) check(ctx context.Context) []health.Problem {
-	if c.cfg.DeadLetterCheck == nil {
-		return c.checkTopics(ctx)
-	}
-	var dl []health.Problem
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		dl = c.cfg.DeadLetterCheck(ctx)
-	}()
-	ps := c.checkTopics(ctx)
-	<-done
-	return append(ps, dl...)
+	return kafkaadapter.CheckBeside(ctx, c.checkTopics, c.cfg.DeadLetterCheck)
 }
 
 // checkTopics checks the group's topics.

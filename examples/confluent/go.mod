@@ -1,0 +1,17 @@
+module github.com/redeliver-go/redeliver/examples/confluent
+
+go 1.26.0
+
+require (
+	github.com/confluentinc/confluent-kafka-go/v2 v2.11.1
+	github.com/redeliver-go/redeliver v0.1.0
+	github.com/redeliver-go/redeliver/adapters/confluent v0.1.0
+	github.com/twmb/franz-go/pkg/kfake v0.0.0-20260918054303-01f206a7e32c
+)
+
+require (
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/pierrec/lz4/v4 v4.1.33 // indirect
+	github.com/twmb/franz-go v1.22.2 // indirect
+	github.com/twmb/franz-go/pkg/kmsg v1.15.0 // indirect
+)
