@@ -1,0 +1,341 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// The keyed driver (ByKey and ByNone ordering), over streamtest's
+// in-memory partitions, each history checked by History.CheckKeys.
+
+var kTP = streamtest.TopicPartition{Topic: "t", Partition: 0}
+
+// keyedRun runs a keyed processor over p as member until stop is called;
+// stop revokes p and waits for the worker.
+func keyedRun(t *testing.T, h *streamtest.History, member string, p *streamtest.Partition, handler stream.Handler, opts ...stream.Option) (proc *stream.Processor, stop func()) {
+	t.Helper()
+	opts = append([]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithHooks(h.Hooks(member))}, opts...)
+	proc, err := stream.NewProcessor(stream.Chain(handler, h.Middleware(member)), opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- streamtest.Run(ctx, proc, p) }()
+	return proc, func() {
+		p.Revoke()
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("%s: %v", member, err)
+		}
+	}
+}
+
+func waitCommitted(t *testing.T, p *streamtest.Partition, next int64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 24*time.Hour)
+	defer cancel()
+	if err := p.WaitCommitted(ctx, next); err != nil {
+		c, md := p.Committed()
+		t.Fatalf("waiting for a commit of %d: %v (committed %d %q)", next, err, c, md)
+	}
+}
+
+func checkKeys(t *testing.T, h *streamtest.History, keys []string) streamtest.Report {
+	t.Helper()
+	r := h.CheckKeys(map[streamtest.TopicPartition][]string{kTP: keys})
+	if len(r.Violations) > 0 || r.Lost != 0 || r.Records != int64(len(keys)) {
+		t.Fatalf("CheckKeys: lost %d of %d: %s", r.Lost, r.Records, strings.Join(r.Violations, "\n"))
+	}
+	return r
+}
+
+// TestKeyedOtherKeysFlow: a key whose records fail waits out its backoff
+// alone: every record of the other keys is handled meanwhile, and the
+// failing key's records are handled in order once it succeeds.
+func TestKeyedOtherKeysFlow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 10)
+		keys := make([]string, 200)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o%10)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		start := time.Now()
+		var mu sync.Mutex
+		var lastOther, firstPoisonOK time.Time
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			r := b.Records[0]
+			if len(b.Records) != 1 {
+				t.Errorf("a batch of %d records", len(b.Records))
+			}
+			time.Sleep(time.Millisecond) // a handler's work
+			mu.Lock()
+			defer mu.Unlock()
+			if string(r.Key) == "k3" {
+				if b.Attempt.Retry < 2 {
+					return errors.New("k3 is down")
+				}
+				if firstPoisonOK.IsZero() {
+					firstPoisonOK = time.Now()
+				}
+				return nil
+			}
+			lastOther = time.Now()
+			return nil
+		})
+		_, stop := keyedRun(t, &h, "a", p, handler, stream.WithConcurrency(8, 0),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(10 * time.Second)}))
+		waitCommitted(t, p, 200)
+		stop()
+		checkKeys(t, &h, keys)
+		if lastOther.Sub(start) >= 10*time.Second || firstPoisonOK.Sub(start) < 20*time.Second {
+			t.Fatalf("other keys done after %v, k3's first success after %v: the other keys waited for k3", lastOther.Sub(start), firstPoisonOK.Sub(start))
+		}
+	})
+}
+
+// TestKeyedConcurrency: records of different keys are handled at once, up
+// to the limit per partition, and never two of one key.
+func TestKeyedConcurrency(t *testing.T) {
+	for _, tc := range []struct {
+		ordering stream.Ordering
+		keys     int
+		limit    int
+	}{{stream.ByKey, 100, 16}, {stream.ByKey, 3, 16}, {stream.ByNone, 1, 5}} {
+		t.Run(fmt.Sprint(tc.ordering, tc.keys, tc.limit), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var h streamtest.History
+				p := streamtest.NewPartition("t", 0, 50)
+				keys := make([]string, 300)
+				for o := range keys {
+					keys[o] = fmt.Sprint("k", o%tc.keys)
+				}
+				p.AppendKeyed(time.Now(), keys...)
+				var mu sync.Mutex
+				now, most := 0, 0
+				handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+					mu.Lock()
+					now++
+					most = max(most, now)
+					mu.Unlock()
+					time.Sleep(2 * time.Millisecond)
+					mu.Lock()
+					now--
+					mu.Unlock()
+					return nil
+				})
+				_, stop := keyedRun(t, &h, "a", p, handler, stream.WithOrdering(tc.ordering), stream.WithConcurrency(tc.limit, 0))
+				waitCommitted(t, p, 300)
+				stop()
+				if tc.ordering == stream.ByKey {
+					checkKeys(t, &h, keys)
+				}
+				want := min(tc.limit, tc.keys)
+				if tc.ordering == stream.ByNone {
+					want = tc.limit
+				}
+				if most != want {
+					t.Fatalf("at most %d records at once, want %d", most, want)
+				}
+			})
+		})
+	}
+}
+
+// TestKeyedMoveMidRetry: a record revoked mid-retry keeps its count at the
+// next owner (the per-record bound holds across the move), and the
+// records finished before the move are never delivered again.
+func TestKeyedMoveMidRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 10)
+		keys := make([]string, 60)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o%6)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		var calls calls
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			off := b.FirstOffset()
+			calls.add(off)
+			if off == 7 {
+				return fmt.Errorf("record 7 fails (retry %d)", b.Attempt.Retry)
+			}
+			return nil
+		})
+		pol := stream.WithPolicy(checkpoint.Policy{MaxRetries: 4, Backoff: checkpoint.Fixed(time.Second)})
+		_, stop := keyedRun(t, &h, "a", p, handler, pol)
+		// Wait until the window says record 7 failed twice.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		for {
+			next, md := p.Committed()
+			if w, err := checkpoint.RestoreWindow(next, md, checkpoint.WindowLimits{}); err == nil {
+				if s, ok := w.State(7); ok && s.Retries >= 2 && !s.Started {
+					break
+				}
+			}
+			if ctx.Err() != nil {
+				t.Fatal("record 7 never failed twice")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		stop()
+		before := map[int64]int{}
+		for o := range int64(60) {
+			before[o] = calls.of(o)
+		}
+		next, md := p.Committed()
+		w, err := checkpoint.RestoreWindow(next, md, checkpoint.WindowLimits{})
+		if err != nil || next != 7 {
+			t.Fatalf("committed %d %q: %v", next, md, err)
+		}
+		var gaveUp []int64
+		_, stop = keyedRun(t, &h, "b", p, handler, pol, stream.WithExhaustionAction(func(_ context.Context, b *stream.Batch, _ *checkpoint.ExhaustedError) error {
+			gaveUp = append(gaveUp, b.FirstOffset())
+			return nil
+		}))
+		waitCommitted(t, p, 60)
+		stop()
+		checkKeys(t, &h, keys)
+		for o := range int64(60) {
+			if w.Finished(o) && calls.of(o) != before[o] {
+				t.Errorf("record %d, finished before the move, delivered again", o)
+			}
+		}
+		if n := calls.of(7); n != 5 || len(gaveUp) != 1 || gaveUp[0] != 7 {
+			t.Fatalf("record 7 delivered %d times (want 5: MaxRetries 4 across the move), given up %v", n, gaveUp)
+		}
+	})
+}
+
+// TestKeyedStopKey: StopPartition in key mode stops the key, not the
+// partition: the key's later records wait, the other keys go on, and
+// SkipRecord lets the key go on.
+func TestKeyedStopKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 10)
+		keys := make([]string, 40)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o%4)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.FirstOffset() == 5 {
+				return checkpoint.Permanent(errors.New("poison"))
+			}
+			return nil
+		})
+		proc, stop := keyedRun(t, &h, "a", p, handler, stream.WithExhaustionAction(stream.StopPartition))
+		waitCommitted(t, p, 5)
+		for len(proc.Stopped()) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		st := proc.Stopped()
+		if len(st) != 1 || st[0].FirstOffset != 5 || !st[0].Record {
+			t.Fatalf("stopped %+v", st)
+		}
+		// Every record of the other keys is handled; key k1's after 5 wait.
+		d := h.Deliveries()[kTP]
+		for o, k := range keys {
+			switch {
+			case k != "k1" && d[int64(o)] == 0:
+				t.Errorf("record %d of %s not delivered while k1 is stopped", o, k)
+			case k == "k1" && o > 5 && d[int64(o)] != 0:
+				t.Errorf("record %d of k1 delivered while record 5 is stopped", o)
+			}
+		}
+		if next, _ := p.Committed(); next != 5 {
+			t.Fatalf("committed %d while 5 is stopped", next)
+		}
+		if err := proc.SkipRecord(t.Context(), "t", 0, 5); err != nil {
+			t.Fatal(err)
+		}
+		waitCommitted(t, p, 40)
+		stop()
+		checkKeys(t, &h, keys)
+	})
+}
+
+// TestKeyedWindowFull: with little room for commit metadata, failing
+// records wait for room for their state, nothing is committed past the
+// limit, and every record is handled in key order.
+func TestKeyedWindowFull(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 50)
+		keys := make([]string, 400)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o%40)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.FirstOffset()%3 == 0 && b.Attempt.Retry < 2 {
+				return errors.New("a transient failure with an error text long enough to take room")
+			}
+			return nil
+		})
+		const limit = 400
+		_, stop := keyedRun(t, &h, "a", p, handler, stream.WithConcurrency(32, 0),
+			stream.WithWindowLimits(checkpoint.WindowLimits{MaxBytes: limit}),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}))
+		waitCommitted(t, p, 400)
+		stop()
+		checkKeys(t, &h, keys)
+		most := 0
+		for _, c := range p.Commits() {
+			most = max(most, len(c.Metadata))
+		}
+		if most > limit || most == 0 {
+			t.Fatalf("largest metadata %d bytes, limit %d", most, limit)
+		}
+		t.Logf("largest metadata: %d bytes of %d", most, limit)
+	})
+}
+
+// TestKeyedOptions: options that do not apply are refused with the reason.
+func TestKeyedOptions(t *testing.T) {
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+	budget, err := stream.NewBudget(stream.BudgetConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		opts []stream.Option
+		want string
+	}{
+		{[]stream.Option{stream.WithConcurrency(4, 0)}, "WithConcurrency applies to ByKey and ByNone"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithConcurrency(-1, 0)}, "want 0"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithKeyFunc(nil)}, "WithKeyFunc(nil)"},
+		{[]stream.Option{stream.WithOrdering(stream.ByNone), stream.WithKeyFunc(func(*stream.Record) string { return "" })}, "orders nothing"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithWindowLimits(checkpoint.WindowLimits{MaxBytes: 50})}, "too small"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithOutageBudget(budget)}, "WithOutageBudget"},
+		{[]stream.Option{stream.WithOrdering(7)}, "WithOrdering(7)"},
+	} {
+		if _, err := stream.NewProcessor(h, tc.opts...); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("want an error with %q, got %v", tc.want, err)
+		}
+	}
+	for _, s := range []string{"key", "KEY", "none", "partition", ""} {
+		if _, err := stream.ParseOrdering(s); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := stream.ParseOrdering("keys"); err == nil {
+		t.Error("ParseOrdering(keys): no error")
+	}
+}
