@@ -97,6 +97,7 @@ type kdriver struct {
 
 	actx       context.Context // the claim's, for the exhaustion actions
 	win        *checkpoint.Window
+	fetched    int64 // the offset after the last record fetched; -1 for none
 	lastNext   int64
 	lastMD     string
 	queues     map[kkey]*kqueue
@@ -166,7 +167,7 @@ func (d *kdriver) run(parent context.Context) error {
 // restore reads the window a previous owner committed.
 func (d *kdriver) restore() {
 	off, md := d.c.Committed()
-	d.lastNext, d.lastMD = off, md
+	d.lastNext, d.lastMD, d.fetched = off, md, off
 	if off < 0 {
 		return // the window starts at the first record fetched
 	}
@@ -224,7 +225,9 @@ func (d *kdriver) canFetch() bool {
 	if len(d.pending) > 0 || len(d.room) > 0 {
 		return false
 	}
-	if d.win == nil {
+	if d.win == nil || d.fetched < d.win.Next() {
+		// Records of a restored window are fetched whatever room is
+		// left: they are in it already.
 		return true
 	}
 	return d.win.Unfinished() < d.k.maxUnfinished() && d.win.Fits(d.win.Next())
@@ -303,6 +306,7 @@ func (d *kdriver) take(recs []Record) {
 			r.rec.Headers = slices.Clone(h)
 		}
 		d.pending = append(d.pending, r)
+		d.fetched = max(d.fetched, recs[i].Offset+1)
 	}
 	d.admit()
 }
@@ -542,7 +546,11 @@ func (d *kdriver) commit(ctx context.Context) error {
 		if !d.p.cfg.memoryOnly {
 			md = d.win.Encode()
 		}
-		if next != d.lastNext || md != d.lastMD {
+		// A base past the records fetched (the last records of a
+		// restored window were finished by the previous owner) waits
+		// until they are fetched: nothing is committed past what this
+		// owner has seen.
+		if (next != d.lastNext || md != d.lastMD) && next <= d.fetched {
 			if err := d.write(ctx, next, md); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -290,7 +291,9 @@ func TestKeyedWindowFull(t *testing.T) {
 			return nil
 		})
 		const limit = 400
+		var logs syncBuffer
 		_, stop := keyedRun(t, &h, "a", p, handler, stream.WithConcurrency(32, 0),
+			stream.WithLogger(slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))),
 			stream.WithWindowLimits(checkpoint.WindowLimits{MaxBytes: limit}),
 			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}))
 		waitCommitted(t, p, 400)
@@ -303,7 +306,11 @@ func TestKeyedWindowFull(t *testing.T) {
 		if most > limit || most == 0 {
 			t.Fatalf("largest metadata %d bytes, limit %d", most, limit)
 		}
-		t.Logf("largest metadata: %d bytes of %d", most, limit)
+		waits := strings.Count(logs.String(), "no room in the commit for the record's retry state")
+		if waits == 0 {
+			t.Fatal("no retry waited for room: the test did not fill the window")
+		}
+		t.Logf("largest metadata: %d bytes of %d; %d retries waited for room", most, limit, waits)
 	})
 }
 
