@@ -141,12 +141,12 @@ func (d *kdriver) run(parent context.Context) error {
 		now := d.p.cfg.clock.Now()
 		d.dueRetries(now)
 		d.placeRoom()
+		d.admit()
 		if err := d.commit(ctx); err != nil {
 			stop = err
 			break
 		}
 		d.start(ctx)
-		d.admit()
 		wake := d.nextWake()
 		if d.canFetch() {
 			recs, err := d.fetch(ctx, wake)
