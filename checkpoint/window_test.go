@@ -696,3 +696,69 @@ func TestWindowReserveOnFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowStatesWithReserveOnFailure measures, for a window that
+// reserves on failure (the keyed driver's), how many of its records in
+// flight can hold a typical retry state at once, by how many are in
+// flight and how far the partition moved on behind the lowest.
+func TestWindowStatesWithReserveOnFailure(t *testing.T) {
+	s := State{Retries: 3, FirstFailure: t0, NextAt: t0.Add(8 * time.Second), LastDelay: 4 * time.Second, LastError: "context deadline exceeded"}
+	for _, maxBytes := range []int{4096, 1024} {
+		for _, u := range []int{16, 64, 256} {
+			for _, behind := range []int64{0, 100000} {
+				w, err := NewWindow(0, WindowLimits{ReserveOnFailure: true, MaxBytes: maxBytes})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The lowest in flight, records finished behind it up to
+				// behind, then the rest in flight one in two.
+				if err := w.Admit(0); err != nil {
+					t.Fatal(err)
+				}
+				o := int64(1)
+				for ; o < behind; o++ {
+					if err := w.Admit(o); err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Finish(o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				admitted := 1
+				for admitted < u {
+					if err := w.Admit(o); errors.Is(err, ErrWindowFull) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Admit(o + 1); errors.Is(err, ErrWindowFull) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Finish(o + 1); err != nil {
+						t.Fatal(err)
+					}
+					o += 2
+					admitted++
+				}
+				states := 0
+				for _, off := range slices.Clone(w.open) {
+					if err := w.Retry(off, s); errors.Is(err, ErrWindowFull) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					states++
+				}
+				if w.Size() > maxBytes {
+					t.Fatalf("size %d over %d", w.Size(), maxBytes)
+				}
+				t.Logf("%d bytes, %d records in flight wanted, %d behind: %d admitted, %d of them retrying at once (%d bytes)", maxBytes, u, behind, admitted, states, w.Size())
+				if maxBytes == 4096 && (admitted != u || states < 10) {
+					t.Errorf("%d admitted, %d states", admitted, states)
+				}
+			}
+		}
+	}
+}
