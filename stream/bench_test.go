@@ -6,8 +6,8 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
