@@ -98,6 +98,7 @@ type kdriver struct {
 	actx       context.Context // the claim's, for the exhaustion actions
 	win        *checkpoint.Window
 	fetched    int64 // the offset after the last record fetched; -1 for none
+	fetchedAny bool  // records were fetched
 	lastNext   int64
 	lastMD     string
 	queues     map[kkey]*kqueue
@@ -154,7 +155,10 @@ func (d *kdriver) run(parent context.Context) error {
 				stop = err
 				break
 			}
-			d.take(recs)
+			if err := d.take(recs); err != nil {
+				stop = err
+				break
+			}
 			continue
 		}
 		d.sleep(ctx, wake)
@@ -299,8 +303,16 @@ func (d *kdriver) sleep(ctx context.Context, wake time.Time) {
 
 // take keeps fetched records (the claim owns the slice until its next
 // Fetch, and may reuse the headers' memory) and takes in what fits.
-func (d *kdriver) take(recs []Record) {
+func (d *kdriver) take(recs []Record) error {
 	for i := range recs {
+		if off := recs[i].Offset; d.fetchedAny && off < d.fetched {
+			// A log rewound (a topic deleted and created again): its
+			// records reuse offsets the window has passed.
+			return fmt.Errorf("stream: %s/%d: record at offset %d fetched after offset %d: the log was rewound (a topic deleted and created again?), "+
+				"which %s ordering cannot follow: the partition stops here, its commit at offset %d; reset the group's offsets to go on",
+				d.c.Topic(), d.c.Partition(), off, d.fetched-1, d.k.ordering, d.lastNext)
+		}
+		d.fetchedAny = true
 		r := &krec{rec: recs[i]}
 		if h := recs[i].Headers; len(h) > 0 {
 			r.rec.Headers = slices.Clone(h)
@@ -309,6 +321,7 @@ func (d *kdriver) take(recs []Record) {
 		d.fetched = max(d.fetched, recs[i].Offset+1)
 	}
 	d.admit()
+	return nil
 }
 
 // admit takes the fetched records into the window and their keys'
@@ -370,9 +383,22 @@ func (d *kdriver) keyOf(r *Record) kkey {
 	case d.k.ordering == ByNone:
 		return kkey{off: r.Offset}
 	case d.k.keyFn != nil:
-		return kkey{s: d.k.keyFn(r), off: -1}
+		return kkey{s: d.userKey(r), off: -1}
 	}
 	return kkey{s: string(r.Key), off: -1}
+}
+
+// userKey calls the key function; a panic of it orders the record with
+// the records without a key, and is logged.
+func (d *kdriver) userKey(r *Record) (k string) {
+	defer func() {
+		if v := recover(); v != nil {
+			d.log.Error("redeliver: the key function (WithKeyFunc) panicked: the record is ordered with the partition's records without a key",
+				"offset", r.Offset, "panic", v)
+			k = ""
+		}
+	}()
+	return d.k.keyFn(r)
 }
 
 func (d *kdriver) enqueue(r *krec) {

@@ -346,3 +346,122 @@ func TestKeyedOptions(t *testing.T) {
 		t.Error("ParseOrdering(keys): no error")
 	}
 }
+
+// TestKeyedProcessorConcurrency: WithConcurrency's limit per processor
+// holds over its partitions together.
+func TestKeyedProcessorConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var mu sync.Mutex
+		now, most := 0, 0
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			now++
+			most = max(most, now)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			now--
+			mu.Unlock()
+			return nil
+		})
+		proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByNone), stream.WithConcurrency(8, 5))
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts := []*streamtest.Partition{streamtest.NewPartition("t", 0, 50), streamtest.NewPartition("t", 1, 50)}
+		for _, p := range parts {
+			p.AppendN(time.Now(), 200)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(ctx, proc, parts...) }()
+		for _, p := range parts {
+			waitCommitted(t, p, 200)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if most != 5 {
+			t.Fatalf("at most %d records at once over two partitions, want 5", most)
+		}
+	})
+}
+
+// TestKeyedKeyFunc: WithKeyFunc orders records by the key it gives (here
+// a header), and a key function that panics orders the record with the
+// records without a key, logged.
+func TestKeyedKeyFunc(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 10)
+		p.AppendN(time.Now(), 30)
+		keys := make([]string, 30)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o%3)
+		}
+		keys[13] = "" // its key function panics
+		var logs syncBuffer
+		_, stop := keyedRun(t, &h, "a", p, stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			time.Sleep(time.Millisecond)
+			return nil
+		}), stream.WithKeyFunc(func(r *stream.Record) string {
+			if r.Offset == 13 {
+				panic("no key")
+			}
+			return fmt.Sprint("k", r.Offset%3)
+		}), stream.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+		waitCommitted(t, p, 30)
+		stop()
+		checkKeys(t, &h, keys)
+		if !strings.Contains(logs.String(), "the key function (WithKeyFunc) panicked") {
+			t.Fatalf("no log line of the key function's panic:\n%s", logs.String())
+		}
+	})
+}
+
+// rewindClaim returns its batches in turn, then blocks.
+type rewindClaim struct {
+	batches [][]stream.Record
+}
+
+func (c *rewindClaim) Topic() string                               { return "t" }
+func (c *rewindClaim) Partition() int32                            { return 0 }
+func (c *rewindClaim) Committed() (int64, string)                  { return -1, "" }
+func (c *rewindClaim) Pause()                                      {}
+func (c *rewindClaim) Resume()                                     {}
+func (c *rewindClaim) Commit(context.Context, int64, string) error { return nil }
+func (c *rewindClaim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	if len(c.batches) == 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	b := c.batches[0]
+	c.batches = c.batches[1:]
+	return b, nil
+}
+
+// TestKeyedRewindStops: a log rewound under a keyed partition (offsets it
+// passed come again: a topic deleted and created again) ends Process
+// with an error that says so, rather than a window that no longer
+// matches the log.
+func TestKeyedRewindStops(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		recs := func(from, to int64) []stream.Record {
+			var out []stream.Record
+			for o := from; o < to; o++ {
+				out = append(out, stream.Record{Topic: "t", Offset: o, Key: []byte("k")})
+			}
+			return out
+		}
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }),
+			stream.WithOrdering(stream.ByKey), stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = proc.Process(t.Context(), &rewindClaim{batches: [][]stream.Record{recs(0, 5), recs(2, 4)}})
+		if err == nil || !strings.Contains(err.Error(), "record at offset 2 fetched after offset 4: the log was rewound") {
+			t.Fatalf("Process = %v, want an error that says the log was rewound", err)
+		}
+	})
+}
