@@ -226,13 +226,16 @@ func (d *kdriver) takeInbox(ctx context.Context) {
 
 // canFetch reports whether the driver takes in more records.
 func (d *kdriver) canFetch() bool {
-	if len(d.pending) > 0 || len(d.room) > 0 {
+	switch {
+	case len(d.pending) > 0:
 		return false
-	}
-	if d.win == nil || d.fetched < d.win.Next() {
+	case d.win == nil || d.fetched < d.win.Next():
 		// Records of a restored window are fetched whatever room is
-		// left: they are in it already.
+		// left, and while failed records wait for room: they are in it
+		// already, and the room may be held by their states.
 		return true
+	case len(d.room) > 0:
+		return false
 	}
 	return d.win.Unfinished() < d.k.maxUnfinished() && d.win.Fits(d.win.Next())
 }
@@ -330,10 +333,10 @@ func (d *kdriver) take(recs []Record) error {
 func (d *kdriver) admit() {
 	n, full := 0, false
 	for _, r := range d.pending {
-		if len(d.room) > 0 {
-			break
-		}
 		off := r.rec.Offset
+		if len(d.room) > 0 && (d.win == nil || off >= d.win.Next()) {
+			break // no new record while a failed one waits for room
+		}
 		if d.win == nil {
 			w, err := checkpoint.NewWindow(max(off, 0), d.k.limits)
 			if err != nil { // checked by NewProcessor

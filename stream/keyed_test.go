@@ -465,3 +465,60 @@ func TestKeyedRewindStops(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedRoomHeldByRecordsNotFetched: a next owner whose window has no
+// room left, the room held by the states of records it has not fetched
+// yet, fetches them while a failed record waits for room, rather than
+// wait for ever for room that only those records can free.
+func TestKeyedRoomHeldByRecordsNotFetched(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		now := time.Now()
+		s := checkpoint.State{Retries: 1, FirstFailure: now, NextAt: now.Add(time.Second), LastDelay: time.Second, LastError: "failed before the move"}
+		// The smallest limit whose window holds the states of records 8
+		// and 9, and has no room for a third.
+		var lim checkpoint.WindowLimits
+		var md string
+		for m := 100; m < 4096 && md == ""; m++ {
+			lim = checkpoint.WindowLimits{MaxBytes: m, ReserveOnFailure: true}
+			w, err := checkpoint.NewWindow(0, lim)
+			if err != nil {
+				continue
+			}
+			ok := true
+			for o := range int64(10) {
+				ok = ok && w.Admit(o) == nil
+			}
+			ok = ok && w.Retry(8, s) == nil && w.Retry(9, s) == nil
+			if ok && !w.FitsState(0) {
+				md = w.Encode()
+			}
+		}
+		if md == "" {
+			t.Fatal("no such limit")
+		}
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 3)
+		keys := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l"}
+		p.AppendKeyed(now, keys[:3]...) // the rest come once record 0 waits for room
+		p.SetCheckpoint(0, md)
+		var calls calls
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if calls.add(b.FirstOffset()) == 1 && b.FirstOffset() == 0 {
+				return errors.New("record 0 fails once")
+			}
+			return nil
+		})
+		_, stop := keyedRun(t, &h, "b", p, handler, stream.WithWindowLimits(checkpoint.WindowLimits{MaxBytes: lim.MaxBytes}),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}))
+		for calls.of(0) == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		synctest.Wait()
+		p.AppendKeyed(now, keys[3:]...)
+		waitCommitted(t, p, int64(len(keys)))
+		stop()
+		if calls.of(0) != 2 || calls.of(8) != 1 || calls.of(9) != 1 {
+			t.Fatalf("deliveries of 0, 8, 9: %d, %d, %d", calls.of(0), calls.of(8), calls.of(9))
+		}
+	})
+}
