@@ -57,6 +57,15 @@ func ParseOrdering(s string) (Ordering, error) {
 	return ByPartition, fmt.Errorf("stream: ordering %q: want \"partition\", \"key\" or \"none\"", s)
 }
 
+// Ordering returns the processor's ordering ([WithOrdering]);
+// ByPartition for a nil Processor.
+func (p *Processor) Ordering() Ordering {
+	if p == nil {
+		return ByPartition
+	}
+	return p.cfg.keyed.ordering
+}
+
 // DefaultConcurrency is how many records of one partition a Processor in
 // [ByKey] or [ByNone] ordering hands to the handler at once, unless
 // [WithConcurrency] says otherwise.
