@@ -522,3 +522,15 @@ func TestKeyedRoomHeldByRecordsNotFetched(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedLeasesRefused: record leases (a share group) refuse a
+// processor in key ordering, with the reason.
+func TestKeyedLeasesRefused(t *testing.T) {
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), stream.WithOrdering(stream.ByKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := proc.Leases(stream.LeaseConfig{}); err == nil || !strings.Contains(err.Error(), "key ordering") {
+		t.Fatalf("Leases = %v, want an error about key ordering", err)
+	}
+}
