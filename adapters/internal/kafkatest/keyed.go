@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,93 +37,122 @@ func ProduceKeyed(t testing.TB, addrs []string, topic string, partition int32, k
 }
 
 // keyedRetryAcrossMove: in key ordering, a record that fails holds back
-// its key only; the partition moves to another consumer of the group in
-// the middle of its retries (its owner stops), and the next owner skips
-// the records finished before the move and continues the record's count
-// from the committed window: the per-key order, the per-record bound and
-// no loss hold (History.CheckKeys), and no record the window said was
-// finished is delivered again (a record in flight at the stop may be).
+// its key only. Two partitions each have a record that fails three
+// times; once both retry states are committed, a second consumer joins
+// the group (a rebalance moves one partition to it in the middle of its
+// retries, the first consumer keeping the other), then the first one
+// stops (the other partition moves). Each next owner skips the records
+// finished before its move and continues the record's count from the
+// committed window: the per-key order, the per-record bound and no loss
+// hold (History.CheckKeys), each failing record is delivered exactly 4
+// times, and no record a committed window said was finished is delivered
+// again (a record in flight at a move may be).
 func keyedRetryAcrossMove(t *testing.T, a Adapter) {
-	_, addrs := NewCluster(t, "t", 1)
+	_, addrs := NewCluster(t, "t", 2)
 	const n = 40
 	keys := make([]string, n)
 	for o := range keys {
 		keys[o] = fmt.Sprint("k", o%5)
 	}
-	ProduceKeyed(t, addrs, "t", 0, keys)
+	for p := range int32(2) {
+		ProduceKeyed(t, addrs, "t", p, keys)
+	}
 	var h streamtest.History
 	var mu sync.Mutex
-	calls := map[int64]int{}
+	type at struct {
+		p   int32
+		off int64
+	}
+	calls := map[at]int{}
 	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 		off := b.FirstOffset()
 		mu.Lock()
-		calls[off]++
+		calls[at{b.Partition, off}]++
 		mu.Unlock()
 		if off == 6 && b.Attempt.Retry < 3 {
-			return fmt.Errorf("record 6 fails (retry %d)", b.Attempt.Retry)
+			return fmt.Errorf("record %d/6 fails (retry %d)", b.Partition, b.Attempt.Retry)
 		}
 		return nil
 	})
 	newProc := func(member string) *stream.Processor {
 		p, err := stream.NewProcessor(stream.Chain(handler, h.Middleware(member)), stream.WithOrdering(stream.ByKey), stream.WithConcurrency(4, 0),
-			stream.WithHooks(h.Hooks(member)), stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(700 * time.Millisecond)}))
+			stream.WithHooks(h.Hooks(member)), stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second)}))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return p
 	}
-	first := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: newProc("a")})
-	// Wait for the window to carry record 6's count.
-	deadline := time.Now().Add(Wait)
-	for {
-		o, ok := Committed(t, addrs, "g").Lookup("t", 0)
-		if ok && o.Err == nil {
+	// windows returns the committed window of each partition that carries
+	// record 6's count.
+	windows := func() map[int32]*checkpoint.Window {
+		out := map[int32]*checkpoint.Window{}
+		offs := Committed(t, addrs, "g")
+		for p := range int32(2) {
+			o, ok := offs.Lookup("t", p)
+			if !ok || o.Err != nil {
+				continue
+			}
 			if w, err := checkpoint.RestoreWindow(o.At, o.Metadata, checkpoint.WindowLimits{}); err == nil {
 				if s, ok := w.State(6); ok && s.Retries >= 1 {
-					break
+					out[p] = w
 				}
 			}
 		}
+		return out
+	}
+	waitWindows := func(what string) map[int32]*checkpoint.Window {
+		deadline := time.Now().Add(Wait)
+		for {
+			if ws := windows(); len(ws) == 2 {
+				return ws
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the retry states of records 6 were not committed (committed %v)", what, OffsetsOf(Committed(t, addrs, "g"), "t"))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	first := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: newProc("a")})
+	moved := waitWindows("before the rebalance")
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: newProc("b")})
+	// Wait until b delivers, then move the rest to it.
+	deadline := time.Now().Add(Wait)
+	for !slices.ContainsFunc(h.Events(), func(e streamtest.Event) bool { return e.Member == "b" && e.Kind == streamtest.Started }) {
 		if time.Now().After(deadline) {
-			t.Fatalf("record 6's retry state never committed (committed %+v)", o)
+			t.Fatal("the second consumer delivered nothing after the rebalance")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if err := first.Stop(t); err != nil {
 		t.Fatal(err)
 	}
-	o, _ := Committed(t, addrs, "g").Lookup("t", 0)
-	if o.At != 6 {
-		t.Fatalf("the first owner committed %d, want 6 (the retrying record)", o.At)
+	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: n, 1: n})
+	tps := map[streamtest.TopicPartition][]string{}
+	for p := range int32(2) {
+		tps[streamtest.TopicPartition{Topic: "t", Partition: p}] = keys
 	}
-	moved, err := checkpoint.RestoreWindow(o.At, o.Metadata, checkpoint.WindowLimits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: newProc("b")})
-	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: n})
-	r := h.CheckKeys(map[streamtest.TopicPartition][]string{{Topic: "t", Partition: 0}: keys})
+	r := h.CheckKeys(tps)
 	if len(r.Violations) > 0 || r.Lost != 0 {
 		t.Fatalf("CheckKeys: lost %d: %s", r.Lost, strings.Join(r.Violations, "\n"))
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if calls[6] != 4 {
-		t.Errorf("record 6 delivered %d times, want 4 (3 failures, then a success)", calls[6])
-	}
 	again, finished := 0, 0
-	for off := range int64(n) {
-		if off < moved.Next() && moved.Finished(off) {
-			finished++
-		}
-	}
-	for off, c := range calls {
+	for c, k := range calls {
+		w := moved[c.p]
 		switch {
-		case off != 6 && moved.Finished(off) && c != 1:
-			t.Errorf("record %d, finished before the move, delivered %d times", off, c)
-		case c > 1 && off != 6:
-			again++ // in flight at the stop
+		case c.off == 6:
+			if k != 4 {
+				t.Errorf("record %d/6 delivered %d times, want 4 (3 failures, then a success)", c.p, k)
+			}
+		case c.off < w.Next() && w.Finished(c.off):
+			finished++
+			if k != 1 {
+				t.Errorf("record %d/%d, finished before the moves, delivered %d times", c.p, c.off, k)
+			}
+		case k > 1:
+			again++ // in flight at a move
 		}
 	}
-	t.Logf("%d records finished before the move, none delivered again; %d in flight at the stop delivered again", finished, again)
+	t.Logf("%d records finished before the moves, none delivered again; %d in flight at a move delivered again", finished, again)
 }
