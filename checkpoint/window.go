@@ -27,6 +27,17 @@ type WindowLimits struct {
 	// DefaultMaxErrorBytes; -1 keeps none. Each record the window admits
 	// reserves room for its failure with an error this long.
 	MaxErrorBytes int
+	// ReserveOnFailure makes a record reserve room for its retry state
+	// only once it holds one, instead of from its admission: [Window.Admit]
+	// then counts, for the records it holds unfinished, their offsets and
+	// the states they hold and room for one more state (so that one
+	// record can always fail), and [Window.Retry] or [Window.GiveUp] of a
+	// record that holds no state yet returns [ErrWindowFull] when its state
+	// could make the metadata too long. The metadata still never passes
+	// MaxBytes; what changes is that a record that failed may have to wait
+	// for room before its state is kept. A window admits many more records
+	// at once this way (see docs/KEYS.md).
+	ReserveOnFailure bool
 }
 
 func (l WindowLimits) resolve() (WindowLimits, error) {
@@ -95,7 +106,7 @@ func NewWindow(start int64, lim WindowLimits) (*Window, error) {
 		return nil, err
 	}
 	w := &Window{lim: l, base: start, next: start, states: map[int64]State{}, size: -1}
-	if b := w.bound(1, start+1); b > l.MaxBytes {
+	if b := w.bound(1, 1, start+1); b > l.MaxBytes {
 		return nil, fmt.Errorf("checkpoint: window MaxBytes %d is too small for one record, which may take %d bytes (keep fewer error bytes, or allow more)", l.MaxBytes, b)
 	}
 	return w, nil
@@ -188,7 +199,28 @@ func (w *Window) State(offset int64) (State, bool) {
 // Fits reports whether [Window.Admit] would take the record at offset
 // (at or after Next).
 func (w *Window) Fits(offset int64) bool {
-	return offset >= w.next && w.bound(len(w.open)+1, offset+1) <= w.lim.MaxBytes
+	return offset >= w.next && w.bound(len(w.open)+1, w.reserved(1), offset+1) <= w.lim.MaxBytes
+}
+
+// reserved is how many records reserve room for a state once add more are
+// admitted: every unfinished record, or with ReserveOnFailure those
+// holding a state and one more, so that an admission always leaves room
+// for one record to fail.
+func (w *Window) reserved(add int) int {
+	if w.lim.ReserveOnFailure {
+		return len(w.states) + min(add, 1)
+	}
+	return len(w.open) + add
+}
+
+// FitsState reports whether the unfinished record at offset can be given
+// a retry state now: always, unless the window reserves on failure and
+// the record's state could make the metadata too long.
+func (w *Window) FitsState(offset int64) bool {
+	if _, ok := w.states[offset]; ok || !w.lim.ReserveOnFailure {
+		return true
+	}
+	return w.bound(len(w.open), len(w.states)+1, w.next) <= w.lim.MaxBytes
 }
 
 // Admit takes in the record at offset, which must be at or after Next
@@ -204,7 +236,7 @@ func (w *Window) Admit(offset int64) error {
 	}
 	if !w.Fits(offset) {
 		return fmt.Errorf("%w: record %d would need up to %d bytes, more than %d (%d records unfinished from %d)",
-			ErrWindowFull, offset, w.bound(len(w.open)+1, offset+1), w.lim.MaxBytes, len(w.open), w.base)
+			ErrWindowFull, offset, w.bound(len(w.open)+1, w.reserved(1), offset+1), w.lim.MaxBytes, len(w.open), w.base)
 	}
 	if len(w.open) == 0 {
 		w.base = offset
@@ -267,6 +299,10 @@ func (w *Window) set(verb string, offset int64, s State) error {
 	s, err := w.keep(s)
 	if err != nil {
 		return fmt.Errorf("checkpoint: window %s record %d: %w", verb, offset, err)
+	}
+	if s != (State{Offset: offset}) && !w.FitsState(offset) {
+		return fmt.Errorf("%w: record %d's state could need up to %d bytes, more than %d (%d records unfinished from %d, %d holding a state)",
+			ErrWindowFull, offset, w.bound(len(w.open), len(w.states)+1, w.next), w.lim.MaxBytes, len(w.open), w.base, len(w.states))
 	}
 	if s == (State{Offset: offset}) {
 		delete(w.states, offset)
@@ -405,11 +441,12 @@ func (w *Window) Size() int {
 // Bound returns the most bytes the window's metadata can take, whatever
 // becomes of the records it holds, without admitting more: what
 // [Window.Admit] compares with MaxBytes. Size is never above it.
-func (w *Window) Bound() int { return w.bound(len(w.open), w.next) }
+func (w *Window) Bound() int { return w.bound(len(w.open), w.reserved(0), w.next) }
 
 // bound is the most bytes the metadata of a window holding u unfinished
-// records below next (its base at w.base or above) can take.
-func (w *Window) bound(u int, next int64) int {
+// records below next (its base at w.base or above), r of them with a
+// state, can take.
+func (w *Window) bound(u, r int, next int64) int {
 	if u == 0 {
 		return 0
 	}
@@ -428,6 +465,6 @@ func (w *Window) bound(u int, next int64) int {
 	if e := w.lim.MaxErrorBytes; e > 0 {
 		entry += uvarintLen(uint64(e)) + e
 	}
-	n := header + finished + uvarintLen(uint64(u)) + u*entry
+	n := header + finished + uvarintLen(uint64(r)) + r*entry
 	return len(windowVersion) + winEncoding.EncodedLen(n)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -99,11 +100,15 @@ func checkWorst(t *testing.T, w *Window, rng *rand.Rand) {
 			s.FirstFailure = t0
 		}
 		var err error
+		_, had := c.states[o]
 		if i%2 == 0 || rng.IntN(2) == 0 {
 			s.GivenUp = NotRetryable
 			err = c.GiveUp(o, s)
 		} else {
 			err = c.Retry(o, s)
+		}
+		if errors.Is(err, ErrWindowFull) && c.lim.ReserveOnFailure && !had {
+			continue // no room for a state it did not hold: it waits
 		}
 		if err != nil {
 			t.Fatalf("the largest state of %d: %v", o, err)
@@ -133,14 +138,19 @@ func (w *Window) clone() *Window {
 // the metadata round-trips, never exceeds the limit, and would still fit
 // if every record held then failed at its largest.
 func TestWindowRandomOperations(t *testing.T) {
-	seeds := uint64(300)
-	if raceEnabled {
-		seeds = 40 // the same cases, fewer of them: one goroutine, nothing for the race detector
+	// Seeds from 300 on reserve room for a state on failure only. Under
+	// the race detector, 40 of each kind: one goroutine, nothing for it
+	// to find, ten times slower.
+	var seeds []uint64
+	for seed := range uint64(600) {
+		if !raceEnabled || seed%300 < 40 {
+			seeds = append(seeds, seed)
+		}
 	}
-	for seed := range seeds {
+	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 49))
-			lim := WindowLimits{MaxBytes: []int{0, 512, 1024, 2048}[seed%4], MaxErrorBytes: []int{0, -1, 16, 200}[seed/4%4]}
+			lim := WindowLimits{MaxBytes: []int{0, 512, 1024, 2048}[seed%4], MaxErrorBytes: []int{0, -1, 16, 200}[seed/4%4], ReserveOnFailure: seed >= 300}
 			start := int64(rng.IntN(1000))
 			if seed%7 == 0 {
 				start = math.MaxInt64 / 2
@@ -187,11 +197,19 @@ func TestWindowRandomOperations(t *testing.T) {
 					if rng.IntN(5) == 0 {
 						s.Request = Request{MaxRetries: rng.IntN(4) - 1, Delay: time.Duration(rng.IntN(1e10))}
 					}
+					_, had := w.states[o]
 					if rng.IntN(4) == 0 {
 						s.GivenUp, s.Started = Reason(rng.IntN(4)+1), true
 						err = w.GiveUp(o, s)
 					} else {
 						err = w.Retry(o, s)
+					}
+					if errors.Is(err, ErrWindowFull) && lim.ReserveOnFailure && !had {
+						full++
+						if w.FitsState(o) {
+							t.Fatalf("step %d: no room for a state, but FitsState", step)
+						}
+						break
 					}
 					if err != nil {
 						t.Fatalf("step %d: state of %d: %v", step, o, err)
@@ -323,8 +341,8 @@ func TestWindowLimits(t *testing.T) {
 	if err := w.Admit(n); !errors.Is(err, ErrWindowFull) {
 		t.Fatalf("admit past the limit: %v", err)
 	}
-	if w.Bound() > 4096 || w.bound(w.Unfinished()+1, n+1) <= 4096 {
-		t.Fatalf("bound %d with %d; %d with one more", w.Bound(), w.Unfinished(), w.bound(w.Unfinished()+1, n+1))
+	if w.Bound() > 4096 || w.bound(w.Unfinished()+1, w.Unfinished()+1, n+1) <= 4096 {
+		t.Fatalf("bound %d with %d; %d with one more", w.Bound(), w.Unfinished(), w.bound(w.Unfinished()+1, w.Unfinished()+1, n+1))
 	}
 	_ = w.Finish(0)
 	if err := w.Admit(n); err != nil {
@@ -526,7 +544,7 @@ func TestWindowBoundIsTight(t *testing.T) {
 		// Under the limit by less than one more record's reserve, and the
 		// room reserved for offsets between records further apart than
 		// these (a varint's byte per record).
-		more := w.bound(w.Unfinished()+1, w.Next()+2) - w.Bound()
+		more := w.bound(w.Unfinished()+1, w.Unfinished()+1, w.Next()+2) - w.Bound()
 		apart := 2 * w.Unfinished() * (uvarintLen(uint64(w.Next()-w.Base())) - 1)
 		if slack < 0 || slack > more+apart+8 {
 			t.Errorf("limits %+v: %d bytes at the largest, %d under the limit of %d: the bound is not tight", lim, c.Size(), slack, c.MaxBytes())
@@ -625,7 +643,7 @@ func TestWindowSizes(t *testing.T) {
 		for o := int64(1000); w.Admit(o) == nil; o++ {
 		}
 		t.Logf("limits %+v: at most %d records unfinished at once (each reserves %d bytes)", lim, w.Unfinished(),
-			w.bound(w.Unfinished()+1, w.Next()+1)-w.Bound())
+			w.bound(w.Unfinished()+1, w.Unfinished()+1, w.Next()+1)-w.Bound())
 	}
 }
 
@@ -633,6 +651,125 @@ func slicesSort(s []int64) {
 	for i := 1; i < len(s); i++ {
 		for j := i; j > 0 && s[j] < s[j-1]; j-- {
 			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+// TestWindowReserveOnFailure: a window that reserves room for a state
+// only once a record holds one admits hundreds of records at once, and
+// refuses a state (ErrWindowFull) rather than pass its MaxBytes.
+func TestWindowReserveOnFailure(t *testing.T) {
+	for _, span := range []int64{1, 1000, 100000} {
+		w, err := NewWindow(0, WindowLimits{ReserveOnFailure: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// One record held at the base, then records spread over span.
+		if err := w.Admit(0); err != nil {
+			t.Fatal(err)
+		}
+		for o := int64(1); o < span; o++ {
+			if err := w.Admit(o); err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Finish(o); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n := 1
+		for o := span; ; o++ {
+			if err := w.Admit(o); errors.Is(err, ErrWindowFull) {
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			n++
+		}
+		states := 0
+		s := State{Retries: 3, FirstFailure: t0, NextAt: t0.Add(8 * time.Second), LastDelay: 4 * time.Second, LastError: "context deadline exceeded"}
+		for _, o := range slices.Clone(w.open) {
+			if err := w.Retry(o, s); errors.Is(err, ErrWindowFull) {
+				if w.FitsState(o) {
+					t.Fatal("full, but FitsState")
+				}
+				break
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			states++
+		}
+		if w.Size() > w.MaxBytes() || w.Bound() > w.MaxBytes() {
+			t.Fatalf("size %d, bound %d, over %d", w.Size(), w.Bound(), w.MaxBytes())
+		}
+		t.Logf("4096 bytes, finished span %d behind the base: %d records unfinished at once, %d of them with a state (%d bytes now)", span, n, states, w.Size())
+		if n < 256 {
+			t.Errorf("only %d records admitted at once", n)
+		}
+	}
+}
+
+// TestWindowStatesWithReserveOnFailure measures, for a window that
+// reserves on failure (the keyed driver's), how many of its records in
+// flight can hold a typical retry state at once, by how many are in
+// flight and how far the partition moved on behind the lowest.
+func TestWindowStatesWithReserveOnFailure(t *testing.T) {
+	s := State{Retries: 3, FirstFailure: t0, NextAt: t0.Add(8 * time.Second), LastDelay: 4 * time.Second, LastError: "context deadline exceeded"}
+	for _, maxBytes := range []int{4096, 1024} {
+		for _, u := range []int{16, 64, 256} {
+			for _, behind := range []int64{0, 100000} {
+				w, err := NewWindow(0, WindowLimits{ReserveOnFailure: true, MaxBytes: maxBytes})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// The lowest in flight, records finished behind it up to
+				// behind, then the rest in flight one in two.
+				if err := w.Admit(0); err != nil {
+					t.Fatal(err)
+				}
+				o := int64(1)
+				for ; o < behind; o++ {
+					if err := w.Admit(o); err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Finish(o); err != nil {
+						t.Fatal(err)
+					}
+				}
+				admitted := 1
+				for admitted < u {
+					if err := w.Admit(o); errors.Is(err, ErrWindowFull) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Admit(o + 1); errors.Is(err, ErrWindowFull) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					if err := w.Finish(o + 1); err != nil {
+						t.Fatal(err)
+					}
+					o += 2
+					admitted++
+				}
+				states := 0
+				for _, off := range slices.Clone(w.open) {
+					if err := w.Retry(off, s); errors.Is(err, ErrWindowFull) {
+						break
+					} else if err != nil {
+						t.Fatal(err)
+					}
+					states++
+				}
+				if w.Size() > maxBytes {
+					t.Fatalf("size %d over %d", w.Size(), maxBytes)
+				}
+				t.Logf("%d bytes, %d records in flight wanted, %d behind: %d admitted, %d of them retrying at once (%d bytes)", maxBytes, u, behind, admitted, states, w.Size())
+				if maxBytes == 4096 && (admitted != u || states < 10) {
+					t.Errorf("%d admitted, %d states", admitted, states)
+				}
+			}
 		}
 	}
 }

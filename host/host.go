@@ -249,6 +249,12 @@ type Kafka struct {
 	// MaxBatch is the most records a batch holds; 0 means the adapter's
 	// default (500).
 	MaxBatch int
+	// Ordering is the ordering of the function's processor
+	// ([stream.WithOrdering]): stream.ByPartition (the default),
+	// stream.ByKey or stream.ByNone; a host.json trigger's "ordering"
+	// ("partition", "key", "none"). A share group has none but
+	// ByPartition.
+	Ordering stream.Ordering
 }
 
 func (k Kafka) applyFunction(f *function) { t := k; f.code = &t; f.source = nil }
@@ -704,6 +710,11 @@ func (h *Host) bind(f *function) error {
 		if t.ShareGroup != "" {
 			f.trigger.Group, f.trigger.Share = t.ShareGroup, true
 		}
+		o, err := stream.ParseOrdering(t.Ordering)
+		if err != nil {
+			return fmt.Errorf("host: function %s: %s: %w", f.name, t.Origin, err)
+		}
+		f.trigger.Ordering = o
 		f.origin = t.Origin
 	} else if f.code != nil {
 		f.trigger = *f.code
@@ -734,6 +745,10 @@ func (h *Host) bind(f *function) error {
 		return fmt.Errorf("host: function %s (trigger from %s): no consumer group", f.name, f.origin)
 	case t.MaxBatch < 0:
 		return fmt.Errorf("host: function %s (trigger from %s): max batch %d, want 0 (the adapter's default) or more", f.name, f.origin, t.MaxBatch)
+	case t.Ordering > stream.ByNone:
+		return fmt.Errorf("host: function %s (trigger from %s): ordering %v, want stream.ByPartition, ByKey or ByNone", f.name, f.origin, t.Ordering)
+	case t.Share && t.Ordering != stream.ByPartition:
+		return fmt.Errorf("host: function %s (trigger from %s): a share group acknowledges records one by one and keeps no order: ordering %s applies to a consumer group", f.name, f.origin, t.Ordering)
 	}
 	f.policy = h.cfg.Function(f.name)
 	return nil
@@ -759,6 +774,9 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	opts, err = h.cfg.Options(pub, sel...)
 	if err != nil {
 		return fmt.Errorf("host: function %s: %w", f.name, err)
+	}
+	if o := f.trigger.Ordering; o != stream.ByPartition && !f.trigger.Share {
+		opts = append(opts, stream.WithOrdering(o))
 	}
 	log := h.log.With("function", f.name)
 	status := newFnStatus(f, h.c.now)

@@ -16,12 +16,13 @@ import (
 const sectionTriggers = "triggers"
 
 // The fields of a trigger.
-var triggerFields = []string{"type", "adapter", "topic", "consumerGroup", "shareGroup", "maxBatchSize"}
+var triggerFields = []string{"type", "adapter", "topic", "consumerGroup", "shareGroup", "maxBatchSize", "ordering"}
 
 // The trigger types and the adapters of each.
 var (
 	triggerTypes  = []string{"kafka"}
 	kafkaAdapters = []string{"franz", "kafkago", "sarama", "confluent"}
+	orderings     = []string{"partition", "key", "none"}
 )
 
 // clientNames names the client of each adapter, for messages.
@@ -33,6 +34,7 @@ var fieldAliases = map[string]string{
 	"group": "consumerGroup", "groupid": "consumerGroup", "consumergroupid": "consumerGroup", "sharegroupid": "shareGroup", "queue": "shareGroup",
 	"batchsize": "maxBatchSize", "maxbatch": "maxBatchSize", "topics": "topic",
 	"client": "adapter", "trigger": "type", "kind": "type",
+	"order": "ordering", "orderingmode": "ordering", "orderby": "ordering",
 }
 
 // Trigger is what starts one function of a host: a Kafka topic read by a
@@ -41,6 +43,7 @@ var fieldAliases = map[string]string{
 //
 //	"triggers": {
 //	  "orders": {"type": "kafka", "adapter": "franz", "topic": "orders", "consumerGroup": "orders-app", "maxBatchSize": 100},
+//	  "payments": {"type": "kafka", "topic": "payments", "consumerGroup": "payments-app", "ordering": "key"},
 //	  "emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}
 //	}
 //
@@ -50,6 +53,12 @@ var fieldAliases = map[string]string{
 // acknowledged one by one, and retries each failed record on its own (see
 // package adapters/franz/share). A share group starts at the latest offset
 // unless its share.auto.offset.reset configuration says earliest.
+//
+// A consumer group's "ordering" is "partition" (the default: batches, in
+// order, a failing batch holds its partition back), "key" (records of one
+// key one at a time in order, different keys at once: a failing record
+// holds back its key only) or "none" (records at once, in no order); see
+// stream.WithOrdering and docs/KEYS.md.
 type Trigger struct {
 	// Function is the function's name as the file writes it.
 	Function string
@@ -73,6 +82,10 @@ type Trigger struct {
 	// MaxBatchSize is the most records a batch holds; 0 means the
 	// adapter's default.
 	MaxBatchSize int
+	// Ordering is "partition" (the default, also when the file sets
+	// none), "key" or "none": the stream.Ordering of the function's
+	// processor. A share group has none but "partition".
+	Ordering string
 	// Settings lists each field in the order of triggerFields, with where
 	// it was written.
 	Settings []Setting
@@ -341,6 +354,13 @@ func (d *decoder) trigger(name string, n *node) (Trigger, bool) {
 			} else {
 				t.MaxBatchSize = v
 			}
+		}
+	}
+	t.Ordering = "partition"
+	if m := f["ordering"]; m != nil {
+		t.Ordering = d.choice(m.val, orderings)
+		if t.ShareGroup != "" && t.Ordering != "partition" && t.Ordering != "" {
+			d.add(m.val, "a share group acknowledges records one by one and keeps no order: ordering %q applies to a consumerGroup trigger", t.Ordering)
 		}
 	}
 	return t, len(d.problems) == before

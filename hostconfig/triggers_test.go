@@ -34,7 +34,7 @@ func TestTriggers(t *testing.T) {
 		t.Fatal("no trigger for orders")
 	}
 	want := hostconfig.Trigger{Function: "orders", Origin: "triggers.orders (host.json:11:15)", Type: "kafka", Adapter: "franz",
-		Topic: "orders", ConsumerGroup: "orders-blue", MaxBatchSize: 100}
+		Topic: "orders", ConsumerGroup: "orders-blue", MaxBatchSize: 100, Ordering: "partition"}
 	got := orders
 	got.Settings = nil
 	if !reflect.DeepEqual(got, want) {
@@ -66,6 +66,15 @@ func TestTriggers(t *testing.T) {
 		if f, _ := cfg.Trigger("f"); f.Adapter != name || f.ConsumerGroup != "g" {
 			t.Errorf("%s trigger = %+v", name, f)
 		}
+	}
+
+	// Key ordering.
+	cfg, err = noEnv.Parse("host.json", []byte(`{"triggers": {"f": {"type": "kafka", "topic": "t", "consumerGroup": "g", "ordering": "Key"}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := cfg.Trigger("f"); f.Ordering != "key" {
+		t.Errorf("ordering %q, want key", f.Ordering)
 	}
 
 	// A share group, with the franz adapter by default.
@@ -155,6 +164,10 @@ func TestTriggerErrors(t *testing.T) {
 			`host.json:1:47: triggers.a.topic: want a string, the topic the function consumes, got an array`},
 		{"batch size 0", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "maxBatchSize": 0}}}`,
 			`host.json:1:90: triggers.a.maxBatchSize: 0: want at least 1 record`},
+		{"unknown ordering", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g", "ordering": "keys"}}}`,
+			`host.json:1:86: triggers.a.ordering: unknown value "keys": did you mean key?: want partition or key or none`},
+		{"ordering of a share group", `{"triggers": {"a": {"type": "kafka", "topic": "t", "shareGroup": "s", "ordering": "key"}}}`,
+			`host.json:1:83: triggers.a.ordering: a share group acknowledges records one by one and keeps no order: ordering "key" applies to a consumerGroup trigger`},
 		{"duplicate function", `{"triggers": {"a": {"type": "kafka", "topic": "t", "consumerGroup": "g"}, "A": {}}}`,
 			`host.json:1:75: triggers.A: duplicate function (names ignore case): also at host.json:1:20`},
 	} {

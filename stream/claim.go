@@ -24,7 +24,11 @@ type Claim interface {
 
 	// Fetch returns the next records of the partition, in order, at least
 	// one. It blocks until records arrive or ctx is done. The Processor owns
-	// the returned slice until its next call to Fetch.
+	// the returned slice until its next call to Fetch. In ByKey and ByNone
+	// ordering (see [WithOrdering]) the Processor ends a Fetch's ctx when it
+	// has other work (a handler returned, a retry is due): a Fetch that
+	// returns ctx's error must keep every record it has not returned for
+	// the next Fetch.
 	Fetch(ctx context.Context) ([]Record, error)
 
 	// Pause asks the adapter to stop fetching this partition while its batch

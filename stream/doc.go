@@ -75,7 +75,19 @@
 //     record's own machine, and its retry is held (the lease renewed)
 //     until due, or released to the broker when the transport cannot hold
 //     it that long; a record given up goes to the exhaustion action and is
-//     rejected once the action succeeded. See [Lease].
+//     rejected once the action succeeded. See [Lease];
+//   - in [ByKey] or [ByNone] ordering ([WithOrdering]), each record of a
+//     claimed partition, settled by the partition's checkpoint: a record
+//     joins its key's queue once the partition's commit window has room
+//     for it; the head of each queue is delivered, up to the concurrency
+//     limits; a failure is counted by the record's own machine, its state
+//     kept in the window (or its retry waits for room) and committed,
+//     marked started and committed again before the retry; a record
+//     handled, or given up with its action done, is finished, and the
+//     next record of its key goes. The commit is the lowest record not
+//     finished, with the finished records above it and the retrying
+//     records' states as metadata (see [checkpoint.Window] and
+//     docs/KEYS.md).
 //
 // # Pieces
 //

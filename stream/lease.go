@@ -145,6 +145,8 @@ func (p *Processor) Leases(cfg LeaseConfig) (*LeaseDriver, error) {
 	case p.cfg.budget != nil:
 		return nil, errors.New("stream: the processor has an outage budget (WithOutageBudget, host.json outageBudget), which record leases (a share group) cannot apply: " +
 			"a share consumer cannot pause a partition while the downstream is away, so records would be given up all the same; leave the budget out for this processor")
+	case p.cfg.keyed.ordering != ByPartition:
+		return nil, fmt.Errorf("stream: the processor has %s ordering (WithOrdering), which record leases (a share group) do not keep: the broker hands a partition's records to several consumers; leave the option out for this processor", p.cfg.keyed.ordering)
 	case cfg.MaxBatch < 0:
 		return nil, fmt.Errorf("stream: Leases: MaxBatch %d: want 0 or more", cfg.MaxBatch)
 	}

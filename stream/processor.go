@@ -38,6 +38,7 @@ type config struct {
 	opBackoff  checkpoint.Backoff
 	memoryOnly bool
 	budget     *Budget
+	keyed      keyedConfig // ordering.go
 
 	// nilExhaustion records WithExhaustionAction(nil), which NewProcessor
 	// refuses.
@@ -197,6 +198,9 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	case cfg.budget != nil && cfg.budget.cfg.ProbeBackoff == nil:
 		return nil, errors.New("stream: NewProcessor: WithOutageBudget: the Budget was not made by NewBudget")
 	}
+	if err := cfg.keyed.prepare(&cfg); err != nil {
+		return nil, err
+	}
 	p := &Processor{h: h, cfg: cfg, log: cfg.logger}
 	if p.log == nil {
 		p.log = defaultLogger()
@@ -286,6 +290,9 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 	}
 	if h := p.cfg.hooks.Released; h != nil {
 		defer func() { h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: id, Cause: err}) }()
+	}
+	if p.cfg.keyed.ordering != ByPartition {
+		return p.processKeyed(ctx, c, id) // keyed.go
 	}
 	w := worker{
 		claim: id,

@@ -44,7 +44,17 @@ var (
 // every partition must reach its end. 2000 seeds by default;
 // -random.seeds=N or REDELIVER_RANDOM_SEEDS=N runs more, -random.seed=S
 // one.
-func TestRandomEngine(t *testing.T) {
+func TestRandomEngine(t *testing.T) { randomEngine(t, false) }
+
+// TestRandomEngineKeyed runs the scenarios of TestRandomEngine in ByKey
+// ordering (now and then ByNone): records keyed by a few keys, some with
+// none, a concurrency limit and now and then a window small enough to
+// make failed records wait for room, drawn from the seed; no outage
+// budget (refused in these orderings). Each history is checked by
+// History.CheckKeys. The same flags choose the seeds.
+func TestRandomEngineKeyed(t *testing.T) { randomEngine(t, true) }
+
+func randomEngine(t *testing.T, keyed bool) {
 	n := 2000
 	if v := os.Getenv("REDELIVER_RANDOM_SEEDS"); v != "" {
 		if x, err := strconv.Atoi(v); err == nil {
@@ -67,6 +77,9 @@ func TestRandomEngine(t *testing.T) {
 		ok := t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newScenario(seed)
+				if keyed {
+					s.keyedFrom(seed)
+				}
 				s.run(t, &tally)
 				if t.Failed() {
 					t.Logf("seed %d: %s (replay: go test ./stream -run TestRandomEngine -random.seed=%d -v)", seed, s.describe(), seed)
@@ -105,6 +118,36 @@ type scenario struct {
 	tighten   bool    // a new owner may run a policy with a time budget or a record age (a redeploy)
 	refetch   bool    // a new owner may fetch batches of another size
 	lastMoves int     // moves during a last retry
+
+	// keyed runs the scenario in key (or no) ordering.
+	keyed       bool
+	ordering    stream.Ordering
+	nkeys       int // records keyed by offset modulo nkeys; key "" (none) for every seventh when noKey
+	noKey       bool
+	concurrency int
+	maxBytes    int // the window's limit; 0 for the default
+}
+
+// keyedFrom turns s into its keyed variant, with draws of its own.
+func (s *scenario) keyedFrom(seed uint64) {
+	r := rand.New(rand.NewPCG(seed, 49))
+	s.keyed, s.budget = true, false
+	s.ordering = stream.ByKey
+	if r.IntN(5) == 0 {
+		s.ordering = stream.ByNone
+	}
+	s.nkeys, s.noKey, s.concurrency = 1+r.IntN(6), r.IntN(3) == 0, 1+r.IntN(8)
+	if r.IntN(3) == 0 {
+		s.maxBytes = 250 + r.IntN(300)
+	}
+}
+
+// keyOf is the key of the record at o in a keyed scenario.
+func (s *scenario) keyOf(o int64) string {
+	if s.noKey && o%7 == 3 {
+		return ""
+	}
+	return fmt.Sprint("k", o%int64(s.nkeys))
 }
 
 func newScenario(seed uint64) *scenario {
@@ -172,7 +215,11 @@ func newScenario(seed uint64) *scenario {
 }
 
 func (s *scenario) describe() string {
-	return fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, tighter limits after a move %v, "+
+	keyed := ""
+	if s.keyed {
+		keyed = fmt.Sprintf("%s ordering over %d keys (records without a key %v), concurrency %d, window of %d bytes; ", s.ordering, s.nkeys, s.noKey, s.concurrency, s.maxBytes)
+	}
+	return keyed + fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, tighter limits after a move %v, "+
 		"other batch sizes after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d during a last retry, %d failed commits, in memory %v, fails %v",
 		s.parts, s.records, s.maxBatch, s.policyStr, s.lower, s.tighten, s.refetch, s.perRecord, s.action, s.budget, s.down[0], s.down[1],
 		s.revokes, s.lastMoves, s.commits, s.memory, s.failsOf)
@@ -387,6 +434,10 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 		if s.memory {
 			opts = append(opts, stream.WithInMemoryState())
 		}
+		if s.keyed {
+			opts = append(opts, stream.WithOrdering(s.ordering), stream.WithConcurrency(s.concurrency, 0),
+				stream.WithWindowLimits(checkpoint.WindowLimits{MaxBytes: s.maxBytes}))
+		}
 		h := w.handler()
 		if s.lastMoves > 0 {
 			h = w.moveOnLast(h, part, tally)
@@ -401,7 +452,15 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	ends := map[streamtest.TopicPartition]int64{}
 	for i := range parts {
 		parts[i] = streamtest.NewPartition("t", int32(i), s.maxBatch)
-		parts[i].AppendN(time.Now(), s.records)
+		if s.keyed {
+			keys := make([]string, s.records)
+			for o := range keys {
+				keys[o] = s.keyOf(int64(o))
+			}
+			parts[i].AppendKeyed(time.Now(), keys...)
+		} else {
+			parts[i].AppendN(time.Now(), s.records)
+		}
 		ends[streamtest.TopicPartition{Topic: "t", Partition: int32(i)}] = int64(s.records)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -462,9 +521,14 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 				for _, sp := range p.Stopped() {
 					var err error
 					resume := ops.IntN(3) == 0
-					if resume {
+					switch {
+					case sp.Record && resume:
+						err = p.ResumeRecord(ctx, sp.Topic, sp.Partition, sp.FirstOffset)
+					case sp.Record:
+						err = p.SkipRecord(ctx, sp.Topic, sp.Partition, sp.FirstOffset)
+					case resume:
 						err = p.Resume(ctx, sp.Topic, sp.Partition)
-					} else {
+					default:
 						err = p.Skip(ctx, sp.Topic, sp.Partition)
 					}
 					tally.mu.Lock()
@@ -490,16 +554,31 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	}
 	cancel()
 	wg.Wait()
-	r := hist.Check(ends)
+	var r streamtest.Report
+	if !s.keyed {
+		r = hist.Check(ends)
+	}
 	// Partition mode keeps every key's order, whatever the keys: the
-	// per-key check holds too (keys by offset modulo 5).
+	// per-key check holds too (keys by offset modulo 5). Key mode keeps
+	// the records' keys; no ordering, none (a key per record).
 	keys := map[streamtest.TopicPartition][]string{}
 	for tp, end := range ends {
 		for o := range end {
-			keys[tp] = append(keys[tp], fmt.Sprint(o%5))
+			switch {
+			case !s.keyed:
+				keys[tp] = append(keys[tp], fmt.Sprint(o%5))
+			case s.ordering == stream.ByNone:
+				keys[tp] = append(keys[tp], fmt.Sprint(o))
+			default:
+				keys[tp] = append(keys[tp], s.keyOf(o))
+			}
 		}
 	}
-	r.Violations = append(r.Violations, hist.CheckKeys(keys).Violations...)
+	kr := hist.CheckKeys(keys)
+	r.Violations = append(r.Violations, kr.Violations...)
+	if s.keyed && kr.Lost != 0 {
+		r.Violations = append(r.Violations, fmt.Sprintf("%d records lost", kr.Lost))
+	}
 	tally.mu.Lock()
 	for _, e := range hist.Events() {
 		switch e.Kind {

@@ -141,6 +141,9 @@ type unit struct {
 	beforeHalt func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error
 	// attrs are added to the give-up's log line.
 	attrs []any
+	// haltLog, when set, is the log line of a record unit stopped by
+	// StopPartition (the keyed driver's: its key waits).
+	haltLog string
 }
 
 func (u *unit) infoOf(b *Batch) BatchInfo {
@@ -213,7 +216,9 @@ func (u *unit) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedErr
 	if h := u.p.cfg.hooks.Stopped; h != nil {
 		h(StoppedEvent{BatchInfo: sp.BatchInfo, Err: xerr})
 	}
-	if u.record {
+	if u.haltLog != "" {
+		u.log.Error(u.haltLog, "offset", b.FirstOffset(), "error", xerr)
+	} else if u.record {
 		u.log.Error("redeliver: record stopped until resumed or skipped; its lock is renewed meanwhile, and its lane polls no more records until then (franz-go would accept the record at the next poll)",
 			"offset", b.FirstOffset(), "error", xerr)
 	} else {

@@ -101,6 +101,8 @@ func New(proc *stream.Processor, consumer *azeventhubs.ConsumerClient, store aze
 		return nil, errors.New("eventhubs: New: nil consumer client")
 	case isNil(store):
 		return nil, fmt.Errorf("eventhubs: New: nil checkpoint store (%T)", store)
+	case proc.Ordering() != stream.ByPartition:
+		return nil, errOrdering("New", proc.Ordering())
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
@@ -139,12 +141,21 @@ func NewWith(proc *stream.Processor, p Processor, store *CheckpointStore, opts .
 		return nil, errors.New("eventhubs: NewWith: nil checkpoint store")
 	case store.inner == nil:
 		return nil, errors.New("eventhubs: NewWith: zero CheckpointStore: build it with eventhubs.NewCheckpointStore")
+	case proc.Ordering() != stream.ByPartition:
+		return nil, errOrdering("NewWith", proc.Ordering())
 	}
 	cfg, err := newConfig(opts)
 	if err != nil {
 		return nil, err
 	}
 	return newConsumer(proc, p, store, cfg), nil
+}
+
+// errOrdering refuses a processor in key or no ordering: an Event Hubs
+// checkpoint names an event of the batch last fetched, and the keyed
+// driver commits records of earlier batches while it fetches more.
+func errOrdering(fn string, o stream.Ordering) error {
+	return fmt.Errorf("eventhubs: %s: the stream processor has %s ordering (stream.WithOrdering), which this adapter does not support: an Event Hubs checkpoint names an event of the batch last fetched; use stream.ByPartition", fn, o)
 }
 
 // defaultUpdateInterval is the SDK Processor's default UpdateInterval.

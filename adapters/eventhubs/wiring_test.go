@@ -61,6 +61,10 @@ func sdkConsumer(t *testing.T, addr string) *azeventhubs.ConsumerClient {
 
 func TestNewRefusesWiringMistakes(t *testing.T) {
 	proc := newProc(t)
+	keyed, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), stream.WithOrdering(stream.ByKey))
+	if err != nil {
+		t.Fatal(err)
+	}
 	cc := sdkConsumer(t, "127.0.0.1:1")
 	store := memhub.NewStore()
 	var nilBlob *checkpoints.BlobStore
@@ -74,6 +78,7 @@ func TestNewRefusesWiringMistakes(t *testing.T) {
 	}{
 		{"nil processor", nil, cc, store, nil, []string{"New", "nil stream processor"}},
 		{"nil client", proc, nil, store, nil, []string{"New", "nil consumer client"}},
+		{"key ordering", keyed, cc, store, nil, []string{"New", "key ordering", "does not support", "stream.ByPartition"}},
 		{"nil store", proc, cc, nil, nil, []string{"New", "nil checkpoint store"}},
 		{"nil blob store", proc, cc, nilBlob, nil, []string{"nil checkpoint store", "*checkpoints.BlobStore"}},
 		{"nil option", proc, cc, store, []eventhubs.Option{eventhubs.WithMaxBatch(5), nil}, []string{"option 2 of 2 is nil"}},
@@ -109,6 +114,10 @@ func TestNewRefusesWiringMistakes(t *testing.T) {
 
 func TestNewWithRefusesWiringMistakes(t *testing.T) {
 	proc := newProc(t)
+	keyed, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }), stream.WithOrdering(stream.ByNone))
+	if err != nil {
+		t.Fatal(err)
+	}
 	h := newHub(t, 1, 0)
 	cs, err := eventhubs.NewCheckpointStore(memhub.NewStore(), "a", nil)
 	if err != nil {
@@ -133,6 +142,7 @@ func TestNewWithRefusesWiringMistakes(t *testing.T) {
 		{"nil store", proc, p, nil, nil, []string{"NewWith", "nil checkpoint store"}},
 		{"zero store", proc, p, &eventhubs.CheckpointStore{}, nil, []string{"zero CheckpointStore", "NewCheckpointStore"}},
 		{"nil option", proc, p, cs, []eventhubs.Option{nil}, []string{"option 1 of 1 is nil"}},
+		{"no ordering", keyed, p, cs, nil, []string{"NewWith", "none ordering", "does not support"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := eventhubs.NewWith(c.proc, c.p, c.store, c.opts...)

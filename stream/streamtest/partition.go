@@ -106,6 +106,24 @@ func (p *Partition) Append(ts time.Time, values ...string) int64 {
 	return first
 }
 
+// AppendKeyed adds one record per key given, keyed with it (no key for
+// ""), its value its offset in decimal, timestamped at ts, and returns the
+// offset after the last one.
+func (p *Partition) AppendKeyed(ts time.Time, keys ...string) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, k := range keys {
+		off := int64(len(p.log))
+		r := stream.Record{Topic: p.topic, Partition: p.partition, Offset: off, Value: []byte(strconv.FormatInt(off, 10)), Timestamp: ts}
+		if k != "" {
+			r.Key = []byte(k)
+		}
+		p.log = append(p.log, r)
+	}
+	p.notify()
+	return int64(len(p.log))
+}
+
 // AppendN adds n records whose values are their offsets in decimal,
 // timestamped at ts, and returns the offset after the last one.
 func (p *Partition) AppendN(ts time.Time, n int) int64 {

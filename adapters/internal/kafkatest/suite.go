@@ -246,6 +246,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ShutdownUnderSlowAnswers", shutdownUnderSlowAnswers},
 		{"ShutdownKeepsCommitInFlight", shutdownKeepsCommitInFlight},
 		{"RewindIsDelivered", rewindIsDelivered},
+		{"KeyedRetryAcrossMove", keyedRetryAcrossMove},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}

@@ -1,0 +1,419 @@
+package stream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+)
+
+// The keyed driver's records (keyed.go runs the loop, the fetches and
+// the admission): how a record is delivered, counted, held for its retry
+// or for room in the window, given up and finished, and how the window is
+// committed.
+
+func (d *kdriver) machine(r *krec) *checkpoint.Machine {
+	if !r.hasM {
+		r.m = checkpoint.NewMachine(d.p.cfg.policy)
+		r.m.Begin(r.rec.Timestamp)
+		r.hasM = true
+	}
+	return &r.m
+}
+
+// activate makes r its key's head: delivered, or, with a state a
+// previous owner committed, continued from it.
+func (d *kdriver) activate(r *krec) {
+	if !r.resumed {
+		r.resumed = true
+		if s, ok := d.win.State(r.rec.Offset); ok {
+			d.resume(r, s)
+			return
+		}
+	}
+	r.st = kready
+	d.ready = append(d.ready, r)
+}
+
+// resume continues the state s that a previous owner committed for r.
+func (d *kdriver) resume(r *krec, s checkpoint.State) {
+	m := d.machine(r)
+	now := d.p.cfg.clock.Now()
+	dec := m.Resume(s, now, d.rnd)
+	d.log.Info("redeliver: continuing retry state of a previous owner", "offset", r.rec.Offset,
+		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started, "next", dec.Action.String())
+	switch dec.Action {
+	case 0:
+		// A fresh count (a record stopped, then moved).
+		d.setState(r, checkpoint.State{})
+		r.st = kready
+		d.ready = append(d.ready, r)
+	case checkpoint.StopRetrying:
+		d.giveUp(r)
+	default:
+		if s.Started {
+			// Its retry never reported: counted as failed, scheduled
+			// anew (and committed before it is delivered).
+			d.scheduled(r, dec, checkpoint.ErrInterrupted)
+		}
+		d.hold(r, dec)
+	}
+}
+
+// stateOf is r's state as its window keeps it.
+func (d *kdriver) stateOf(r *krec) checkpoint.State {
+	s := r.m.State()
+	s.Offset, s.Records, s.Alone, s.LastError = r.rec.Offset, 0, false, ""
+	if err := r.m.LastError(); err != nil {
+		s.LastError = err.Error()
+	}
+	return s
+}
+
+// setState sets r's state in the window; it reports false when there is
+// no room for it.
+func (d *kdriver) setState(r *krec, s checkpoint.State) bool {
+	var err error
+	if s.GivenUp != 0 {
+		err = d.win.GiveUp(r.rec.Offset, s)
+	} else {
+		err = d.win.Retry(r.rec.Offset, s)
+	}
+	switch {
+	case errors.Is(err, checkpoint.ErrWindowFull):
+		return false
+	case err != nil:
+		// A state the window cannot hold (times too far apart): the
+		// record goes on without it; a next owner starts its count over.
+		d.log.Warn("redeliver: retry state not kept in the commit: a next owner starts the record's count over", "offset", r.rec.Offset, "error", err)
+	}
+	return true
+}
+
+// hold keeps r until its retry is due at dec.At, with its state in the
+// window, or waits for room for its state.
+func (d *kdriver) hold(r *krec, dec checkpoint.Decision) {
+	r.due = dec.At
+	if d.p.cfg.memoryOnly || d.setState(r, d.stateOf(r)) {
+		r.st = kheld
+		d.held = append(d.held, r)
+		return
+	}
+	r.st = kroom
+	d.room = append(d.room, r)
+	d.log.Info("redeliver: no room in the commit for the record's retry state: its retry waits until a retrying record finishes, and no new record is taken in meanwhile",
+		"offset", r.rec.Offset, "unfinished", d.win.Unfinished(), "size", d.win.Size())
+}
+
+// placeRoom gives room to the records waiting for it, lowest offset
+// first.
+func (d *kdriver) placeRoom() {
+	if len(d.room) == 0 {
+		return
+	}
+	slices.SortFunc(d.room, func(a, b *krec) int { return compareInt64(a.rec.Offset, b.rec.Offset) })
+	n := 0
+	for _, r := range d.room {
+		if !d.win.FitsState(r.rec.Offset) || !d.setState(r, d.stateOf(r)) {
+			break
+		}
+		r.st = kheld
+		d.held = append(d.held, r)
+		n++
+	}
+	d.room = slices.Delete(d.room, 0, n)
+}
+
+func compareInt64(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// dueRetries marks the retries that are due started (committed before
+// they are delivered), or gives the record up when its limits are
+// reached by then.
+func (d *kdriver) dueRetries(now time.Time) {
+	keep := d.held[:0]
+	for _, r := range d.held {
+		if now.Before(r.due) {
+			keep = append(keep, r)
+			continue
+		}
+		if dec := r.m.Start(now); dec.Action == checkpoint.StopRetrying {
+			d.giveUp(r)
+			continue
+		}
+		if !d.p.cfg.memoryOnly {
+			d.setState(r, d.stateOf(r)) // it holds a state: it fits
+		}
+		r.st = kstarting
+		d.starting = append(d.starting, r)
+	}
+	clear(d.held[len(keep):])
+	d.held = keep
+}
+
+// commit writes the window when it changed, then lets the retries marked
+// started go and answers the Skips waiting for it. It returns an error
+// when the driver must stop.
+func (d *kdriver) commit(ctx context.Context) error {
+	if d.win != nil {
+		next, md := d.win.Base(), ""
+		if !d.p.cfg.memoryOnly {
+			md = d.win.Encode()
+		}
+		// A base past the records fetched (the last records of a
+		// restored window were finished by the previous owner) waits
+		// until they are fetched: nothing is committed past what this
+		// owner has seen.
+		if (next != d.lastNext || md != d.lastMD) && next <= d.fetched {
+			if err := d.write(ctx, next, md); err != nil {
+				return err
+			}
+		}
+	}
+	d.ready = append(d.ready, d.starting...)
+	for _, r := range d.starting {
+		r.st = kready
+	}
+	clear(d.starting)
+	d.starting = d.starting[:0]
+	for _, c := range d.replies {
+		c <- nil
+	}
+	d.replies = nil
+	return nil
+}
+
+// write commits next with md, trying again until it succeeds.
+func (d *kdriver) write(ctx context.Context, next int64, md string) error {
+	u := &unit{p: d.p, log: d.log, rnd: d.rnd, claim: d.claim}
+	err := d.c.Commit(ctx, next, md)
+	if err != nil && !errors.Is(err, ErrRevoked) {
+		err = u.repeat(ctx, "commit", true, func() error { return d.c.Commit(ctx, next, md) })
+	}
+	switch {
+	case errors.Is(err, ErrRevoked):
+		return ErrRevoked
+	case err != nil:
+		d.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written",
+			"next", next, "cause", context.Cause(ctx))
+		return context.Cause(ctx)
+	}
+	d.lastNext, d.lastMD = next, md
+	if h := d.p.cfg.hooks.Checkpointed; h != nil {
+		h(CheckpointEvent{Topic: d.c.Topic(), Partition: d.c.Partition(), ClaimID: d.claim, Next: next, Metadata: md})
+	}
+	return nil
+}
+
+// start delivers ready records up to the concurrency limits.
+func (d *kdriver) start(ctx context.Context) {
+	n := 0
+	for _, r := range d.ready {
+		if d.running >= d.k.perPartition || !d.k.lim.acquire(d) {
+			break
+		}
+		n++
+		d.deliver(ctx, r)
+	}
+	clear(d.ready[:n])
+	d.ready = slices.Delete(d.ready, 0, n)
+}
+
+func (d *kdriver) one(r *krec) *Batch {
+	b := &Batch{Topic: r.rec.Topic, Partition: r.rec.Partition, Records: []Record{r.rec}}
+	if r.hasM {
+		b.Attempt = attemptOf(&r.m)
+	} else {
+		pol := &d.p.cfg.policy
+		b.Attempt = Attempt{MaxRetries: pol.MaxRetries, Last: pol.MaxRetries == 0}
+	}
+	return b
+}
+
+func (d *kdriver) infoOf(b *Batch) BatchInfo {
+	return BatchInfo{Topic: b.Topic, Partition: b.Partition, ClaimID: d.claim, FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
+}
+
+// deliver calls the handler over r in a goroutine of its own.
+func (d *kdriver) deliver(ctx context.Context, r *krec) {
+	r.st = krunning
+	d.running++
+	b := d.one(r)
+	clock := d.p.cfg.clock
+	go lifecycle.Inside(func() {
+		if ctx.Err() != nil {
+			d.post(kevent{r: r, b: b, notCalled: true})
+			return
+		}
+		start := clock.Now()
+		err := d.p.call(ctx, b)
+		d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now()})
+	})
+}
+
+// result applies a handler call's result to its record.
+func (d *kdriver) result(ctx context.Context, e kevent) {
+	d.running--
+	d.k.lim.release()
+	r, b := e.r, e.b
+	if e.notCalled {
+		d.abandoned(r, b, context.Cause(ctx))
+		return
+	}
+	if ctx.Err() != nil {
+		d.p.delivered(d.infoOf(b), b.Attempt, Cancelled, e.err, e.start, e.end, false)
+		d.abandoned(r, b, context.Cause(ctx))
+		return
+	}
+	res := readResult(e.err, b, d.log)
+	d.p.delivered(d.infoOf(b), b.Attempt, res.outcome, e.err, e.start, e.end, false)
+	if res.outcome == Succeeded {
+		d.finish(r)
+		return
+	}
+	m := d.machine(r)
+	var dec checkpoint.Decision
+	if res.rr != nil {
+		dec = m.RequestRetries(e.end, res.rr.request(), d.rnd)
+	} else {
+		dec = m.Fail(e.end, res.cause, d.rnd)
+	}
+	switch {
+	case dec.Action != checkpoint.StopRetrying:
+		cause := res.cause
+		if res.outcome == RetryRequested {
+			cause = nil
+		}
+		d.scheduled(r, dec, cause)
+		d.hold(r, dec)
+	case res.outcome == RetryRequested:
+		d.finish(r) // a RetryResult's retries are spent: done
+	default:
+		d.giveUp(r)
+	}
+}
+
+func (d *kdriver) scheduled(r *krec, dec checkpoint.Decision, cause error) {
+	if h := d.p.cfg.hooks.RetryScheduled; h != nil {
+		h(RetryEvent{BatchInfo: d.infoOf(d.one(r)), Retry: dec.Retry, Delay: dec.Delay, At: dec.At, Err: cause})
+	}
+	d.log.Debug("redeliver: retry scheduled", "offset", r.rec.Offset, "retry", dec.Retry, "delay", dec.Delay, "error", cause)
+}
+
+func (d *kdriver) abandoned(r *krec, b *Batch, cause error) {
+	r.st = kdone
+	if h := d.p.cfg.hooks.Abandoned; h != nil {
+		h(AbandonedEvent{BatchInfo: d.infoOf(b), Attempt: b.Attempt, Cause: cause})
+	}
+}
+
+// finish marks r finished, and makes the next record of its key the head.
+func (d *kdriver) finish(r *krec) {
+	r.st = kdone
+	if err := d.win.Finish(r.rec.Offset); err != nil {
+		d.log.Error("redeliver: window", "error", err)
+	}
+	q := r.q
+	if len(q.recs) > 0 && q.recs[0] == r {
+		q.recs[0] = nil
+		q.recs = q.recs[1:]
+	}
+	if len(q.recs) == 0 {
+		delete(d.queues, q.key)
+		return
+	}
+	d.activate(q.recs[0])
+}
+
+// giveUp gives r up: its exhaustion action runs, and its key waits for
+// it.
+func (d *kdriver) giveUp(r *krec) {
+	m := d.machine(r)
+	var xerr *checkpoint.ExhaustedError
+	if !errors.As(m.Err(), &xerr) {
+		xerr = &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: m.State().Retries, FirstFailure: m.State().FirstFailure, Last: m.LastError()}
+	}
+	if d.p.cfg.exhaustion != nil && !d.p.cfg.memoryOnly {
+		// Until its action succeeds, a next owner gives it up again at
+		// once (when there is room for its state; else it delivers it
+		// again).
+		d.setState(r, m.GivenUpState())
+	}
+	r.st = kacting
+	b := d.one(r)
+	u := &unit{p: d.p, log: d.log, rnd: d.p.newRand(), claim: d.claim, record: true,
+		haltLog: "redeliver: key stopped until its record is resumed or skipped (Processor.ResumeRecord, SkipRecord): the key's later records wait, the partition's other keys go on"}
+	if d.p.cfg.exhaustion == nil {
+		u.exhaust(context.Background(), b, xerr) // logs and reports; nothing to wait for
+		d.finish(r)
+		return
+	}
+	d.actions++
+	ctx := d.actx
+	go lifecycle.Inside(func() {
+		again, reply, err := u.exhaust(ctx, b, xerr)
+		d.post(kevent{r: r, acted: true, again: again, reply: reply, aerr: err})
+	})
+}
+
+// acted applies the end of an exhaustion action.
+func (d *kdriver) acted(e kevent) {
+	d.actions--
+	r := e.r
+	switch {
+	case e.aerr != nil:
+		// The claim ended: the next owner gives it up again.
+	case e.again:
+		// Resumed: delivered again with a fresh count.
+		r.m.Begin(r.rec.Timestamp)
+		d.setState(r, checkpoint.State{})
+		r.st = kready
+		d.ready = append(d.ready, r)
+	default:
+		d.finish(r)
+		if e.reply != nil {
+			d.replies = append(d.replies, e.reply)
+		}
+	}
+}
+
+// drain waits for the handler calls and actions in flight, which see the
+// claim's context done, once the driver stops.
+func (d *kdriver) drain(ctx context.Context, cause error) {
+	for _, c := range d.replies {
+		c <- fmt.Errorf("stream: skip of a record of %s/%d not written (%w): its next owner delivers the record again", d.c.Topic(), d.c.Partition(), cause)
+	}
+	d.replies = nil
+	for d.running > 0 || d.actions > 0 {
+		<-d.poke
+		d.mu.Lock()
+		in := d.inbox
+		d.inbox = nil
+		d.mu.Unlock()
+		for _, e := range in {
+			if e.acted {
+				d.actions--
+				if e.reply != nil && e.aerr == nil && !e.again {
+					e.reply <- fmt.Errorf("stream: skip of the record %s/%d at offset %d not written (%w): its next owner delivers it again", d.c.Topic(), d.c.Partition(), e.r.rec.Offset, cause)
+				}
+				continue
+			}
+			d.result(ctx, e)
+		}
+	}
+	if d.win != nil && d.win.Unfinished() > 0 {
+		d.log.Info("redeliver: keyed partition stopped; its next owner goes on from the last window committed",
+			"cause", cause, "base", d.lastNext, "unfinished", d.win.Unfinished())
+	}
+}
