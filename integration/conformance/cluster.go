@@ -67,6 +67,9 @@ func RunCluster(t *testing.T, p Provider, a Adapter) {
 			if b.Cluster == nil {
 				t.Skipf("the %s provider is not a cluster", p.Name())
 			}
+			if a.NeedsKIP848() && !b.KIP848 {
+				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
+			}
 			begin := time.Now()
 			f := clusterScenario(t, newEnv(t, b, a), s.fault)
 			f.Scenario, f.Provider, f.Adapter, f.Took = s.name, p.Name(), a.Name(), time.Since(begin)
