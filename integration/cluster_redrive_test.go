@@ -245,11 +245,12 @@ func TestClusterRedrive(t *testing.T) {
 			}
 		})
 	}
-	lost := 0
+	lost, most := 0, 0
 	for _, e := range es {
 		if got[e.Key] == 0 {
 			lost++
 		}
+		most = max(most, got[e.Key])
 	}
 	if lost > 0 {
 		t.Errorf("%d of %d entries never re-published", lost, n)
@@ -263,7 +264,7 @@ func TestClusterRedrive(t *testing.T) {
 		t.Errorf("%d records published twice, but only %d re-drives failed: a second copy outside the documented window", twice, failed)
 	}
 	f := conformance.Figures{Scenario: "RedriveLeaderKilled", Provider: "cluster", Adapter: "redrive (pgstore)", Records: n,
-		Faults: 1, Lost: int64(lost), Recovery: recovery, Took: took,
+		Faults: 1, Lost: int64(lost), MaxPerRec: most, MeanPerRec: float64(total) / n, Recovery: recovery, Took: took,
 		Note: fmt.Sprintf("published=%d twice=%d failed-publishes=%d killed=broker%d (leader of the retry topic's partition 0)", total, twice, failed, node)}
 	t.Log(f.String())
 	if path := os.Getenv(conformance.EnvFigures); path != "" {
