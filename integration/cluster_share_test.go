@@ -472,14 +472,24 @@ func shareClusterScenario(t *testing.T, b conformance.Broker, fault func(*testin
 	// leader that takes over after a kill or a pause starts an acquired
 	// record again from the count last persisted. Counted, not a
 	// violation of the consumer: the checker assumes one leader.
-	recounted := 0
+	//
+	// A record handed out with a count one higher than the checker saw:
+	// the broker acquired it for a member whose fetch answer never came
+	// back (the request timed out while the leader was paused or cut
+	// off), the lock ran out, and the next hand-out counts both. The
+	// member never held it: as after a crash, not the consumer's doing.
+	recounted, unseen := 0, 0
 	for _, v := range rep.Violations {
-		if strings.Contains(v, " again, want more than ") {
+		switch {
+		case strings.Contains(v, " again, want more than "):
 			recounted++
 			t.Logf("broker recount after a leader change: %s", v)
-			continue
+		case strings.Contains(v, "(the broker counts each hand-out once)"):
+			unseen++
+			t.Logf("a hand-out no member saw: %s", v)
+		default:
+			t.Error(v)
 		}
-		t.Error(v)
 	}
 	if rep.Lost > 0 {
 		t.Errorf("%d records lost", rep.Lost)
@@ -522,8 +532,8 @@ func shareClusterScenario(t *testing.T, b conformance.Broker, fault func(*testin
 	}
 	return conformance.Figures{Records: total, Faults: faults.Load() + 1, Lost: rep.Lost, MaxPerRec: rep.MaxDeliveries,
 		MeanPerRec: mean, Recovery: recovery,
-		Note: fmt.Sprintf("dead-letters=%d twice=%d poison-handled<=%d acquisitions<=%d again-after-ack=%d count-repeated=%d (retryCount %d) fault=%s %s",
-			len(letters), twice, poisonMax, acquisitions, rep.Duplicates, recounted, shareClusterRetries, faultTook.Round(100*time.Millisecond), note)}
+		Note: fmt.Sprintf("dead-letters=%d twice=%d poison-handled<=%d acquisitions<=%d again-after-ack=%d count-repeated=%d unseen-hand-outs=%d (retryCount %d) fault=%s %s",
+			len(letters), twice, poisonMax, acquisitions, rep.Duplicates, recounted, unseen, shareClusterRetries, faultTook.Round(100*time.Millisecond), note)}
 }
 
 // readShareDeadLetters reads the dead-letter topic to its end and returns
