@@ -39,8 +39,10 @@ import (
 // not carried). The checker (streamtest.ShareHistory) verifies that no
 // record is lost, that a member only acknowledges what it holds, that a
 // record is accepted only after a successful handling and rejected only
-// after its dead letter was published, and that the broker's count grows
-// by one per hand-out.
+// after its dead letter was published; it also checks that the broker's
+// count grows by one per hand-out, which a leader change or a fetch answer
+// lost in a fault breaks on the broker's side: those are counted and
+// reported (count-repeated, unseen-hand-outs), not failed.
 const (
 	shareClusterRetries = 4
 	shareClusterPoison  = 150 // offset ≡ 42 mod it: a poison record
