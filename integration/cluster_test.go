@@ -45,7 +45,9 @@ func TestCluster(t *testing.T) {
 // REDELIVER_FIGURES:
 //
 //	b=$(integration/kafka-cluster.sh start) && export "$b"
-//	cd integration && REDELIVER_CHAOS=30m go test -count=1 -run TestClusterChaos -timeout 60m -v .
+//	cd integration && REDELIVER_CHAOS=30m go test -count=1 -run TestClusterChaos -parallel 8 -timeout 60m -v .
+//
+// -parallel 8: the members run as parallel subtests, all at once.
 //
 // REDELIVER_CHAOS_SEED repeats a run's choice of faults.
 func TestClusterChaos(t *testing.T) {

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
@@ -355,6 +356,14 @@ func RunChaos(t *testing.T, p Provider, adapters []Adapter, d time.Duration, ext
 	want := len(adapters)
 	if extra != nil {
 		want++
+	}
+	// The members are parallel subtests: go test runs -parallel of them at
+	// once (GOMAXPROCS by default), and a member that starts after the
+	// chaos ended sees none of it.
+	if f := flag.Lookup("test.parallel"); f != nil {
+		if n, err := strconv.Atoi(f.Value.String()); err == nil && n < want {
+			t.Fatalf("the chaos run has %d members, which must run at once: run go test with -parallel %d or more (it is %d)", want, want, n)
+		}
 	}
 	ch := NewChaos(b.Cluster, d, want, chaosSeed(seedText))
 	t.Logf("chaos for %v, seed %q (REDELIVER_CHAOS_SEED)", d, seedText)
