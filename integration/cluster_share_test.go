@@ -450,7 +450,10 @@ func shareClusterScenario(t *testing.T, b conformance.Broker, fault func(*testin
 	stopFeed()
 	feeding.Wait()
 
-	offs, err := adm.ListEndOffsets(ctx, r.topic)
+	// A fresh bound: the fault (a chaos run) may have outlasted ctx.
+	ectx, ecancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer ecancel()
+	offs, err := adm.ListEndOffsets(ectx, r.topic)
 	if err == nil {
 		err = offs.Error()
 	}

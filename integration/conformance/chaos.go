@@ -378,6 +378,7 @@ func RunChaos(t *testing.T, p Provider, adapters []Adapter, d time.Duration, ext
 				}
 				begin := time.Now()
 				f := clusterScenario(t, newEnv(t, b, a), func(t *testing.T, r *clusterRun) (time.Time, string) {
+					r.poisonSlack = 1
 					ended := ch.Join(ChaosMember{Name: a.Name(), Group: r.e.group, Topic: r.e.topic, Parts: r.parts,
 						Progress: func() (map[int32]int64, error) {
 							got, err := r.e.tryCommitted()
