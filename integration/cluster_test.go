@@ -1,7 +1,9 @@
 package integration_test
 
 import (
+	"os"
 	"testing"
+	"time"
 
 	"github.com/redeliver-go/redeliver/integration/conformance"
 	"github.com/redeliver-go/redeliver/integration/provider"
@@ -22,9 +24,42 @@ func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cluster scenarios are long")
 	}
-	for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}} {
+	for _, a := range []conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}} {
 		t.Run(a.Name(), func(t *testing.T) {
 			conformance.RunCluster(t, provider.Cluster(), a)
 		})
 	}
+}
+
+// TestClusterChaos runs every adapter's cluster scenario at once (franz-go
+// cooperative-sticky and KIP-848, kafka-go, sarama, confluent and the
+// share consumer, each with its own topic, group, producer, handler faults
+// and poison records) while, for the duration REDELIVER_CHAOS gives (a Go
+// duration such as 30m), one random fault at a time hits a random broker:
+// SIGKILL then restart, SIGSTOP then SIGCONT, cut off from the consumers
+// then healed, a clean restart, or a leader moved (of a partition of a
+// topic or of a group's __consumer_offsets partition, which moves its
+// coordinator). After each fault it measures how long until every
+// partition of every member moved on; at the end each member's history is
+// checked as in TestCluster, and a summary is logged and written to
+// REDELIVER_FIGURES:
+//
+//	b=$(integration/kafka-cluster.sh start) && export "$b"
+//	cd integration && REDELIVER_CHAOS=30m go test -count=1 -run TestClusterChaos -parallel 8 -timeout 60m -v .
+//
+// -parallel 8: the members run as parallel subtests, all at once.
+//
+// REDELIVER_CHAOS_SEED repeats a run's choice of faults.
+func TestClusterChaos(t *testing.T) {
+	raw := os.Getenv("REDELIVER_CHAOS")
+	if raw == "" {
+		t.Skip("set REDELIVER_CHAOS to a duration (and start the cluster) to run the chaos run")
+	}
+	d, err := time.ParseDuration(raw)
+	if err != nil || d <= 0 {
+		t.Fatalf("REDELIVER_CHAOS=%q: want a positive Go duration such as 30m (%v)", raw, err)
+	}
+	conformance.RunChaos(t, provider.Cluster(),
+		[]conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}},
+		d, shareInChaos)
 }

@@ -22,6 +22,9 @@
 #   integration/kafka-cluster.sh heal N     undo cut N
 #   integration/kafka-cluster.sh leader TOPIC PARTITION
 #                                           print the node id of the partition's leader
+#   integration/kafka-cluster.sh move TOPIC PARTITION
+#                                           move the partition's leadership to another in-sync replica
+#                                           (reorder its replicas, elect the preferred one); prints "OLD NEW"
 #   integration/kafka-cluster.sh coordinator GROUP
 #                                           print the node id of the group's coordinator
 #   integration/kafka-cluster.sh pid N      print broker N's pid
@@ -383,6 +386,11 @@ case ${1:-} in
     [ $# = 3 ] || die "usage: leader TOPIC PARTITION"
     build_helper
     "$HELPER" leader -brokers "$(addrs iport)" "$2" "$3"
+    ;;
+  move)
+    [ $# = 3 ] || die "usage: move TOPIC PARTITION"
+    build_helper
+    "$HELPER" move -brokers "$(addrs iport)" "$2" "$3"
     ;;
   coordinator)
     [ $# = 2 ] || die "usage: coordinator GROUP"

@@ -67,6 +67,9 @@ func RunCluster(t *testing.T, p Provider, a Adapter) {
 			if b.Cluster == nil {
 				t.Skipf("the %s provider is not a cluster", p.Name())
 			}
+			if a.NeedsKIP848() && !b.KIP848 {
+				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
+			}
 			begin := time.Now()
 			f := clusterScenario(t, newEnv(t, b, a), s.fault)
 			f.Scenario, f.Provider, f.Adapter, f.Took = s.name, p.Name(), a.Name(), time.Since(begin)
@@ -84,6 +87,12 @@ type clusterRun struct {
 
 	hist   streamtest.History
 	faults atomic.Int64
+	// poisonSlack is how many deliveries beyond retryCount+1 a poison
+	// record may take: 0 in the scenarios; 1 under the chaos run, where a
+	// commit of its retry state can be given up at the end of a claim
+	// (the documented window: the next owner delivers the record again,
+	// at most once more), which the history checker accounts for.
+	poisonSlack int
 
 	armed      atomic.Bool
 	failed     chan int32 // a partition whose delivery failed, once armed
@@ -298,8 +307,8 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 		t.Errorf("%d poison records dead-lettered, want %d", len(letters), poisons)
 	}
 	minP, maxP := r.poisonDeliveries()
-	if maxP > clusterRetries+1 {
-		t.Errorf("a poison record was delivered %d times, want at most %d (retryCount %d)", maxP, clusterRetries+1, clusterRetries)
+	if maxP > clusterRetries+1+r.poisonSlack {
+		t.Errorf("a poison record was delivered %d times, want at most %d (retryCount %d)", maxP, clusterRetries+1+r.poisonSlack, clusterRetries)
 	}
 	f := figures(rep, r.faults.Load()+1)
 	f.Records = total

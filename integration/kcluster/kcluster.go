@@ -237,3 +237,52 @@ func SetReachable(api string, node int, up bool) error {
 	}
 	return nil
 }
+
+// MoveLeader moves the leadership of topic's partition to another of its
+// in-sync replicas, as a preferred-leader election after a reassignment
+// does in a real cluster: it reorders the partition's replicas so that
+// the new leader comes first (the same replicas, so nothing is copied) and
+// elects the preferred replica. It returns the old and the new leader.
+func MoveLeader(ctx context.Context, adm *kadm.Client, topic string, partition int32) (from, to int32, err error) {
+	td, err := adm.ListTopics(ctx, topic)
+	if err != nil {
+		return -1, -1, err
+	}
+	p, ok := td[topic].Partitions[partition]
+	if !ok || p.Err != nil {
+		return -1, -1, fmt.Errorf("kcluster: %s/%d: no such partition (%v)", topic, partition, p.Err)
+	}
+	from, to = p.Leader, -1
+	for _, r := range p.ISR {
+		if r != from {
+			to = r
+			break
+		}
+	}
+	if to < 0 {
+		return from, -1, fmt.Errorf("kcluster: %s/%d: no other replica in sync (ISR %v)", topic, partition, p.ISR)
+	}
+	order := []int32{to}
+	for _, r := range p.Replicas {
+		if r != to {
+			order = append(order, r)
+		}
+	}
+	var req kadm.AlterPartitionAssignmentsReq
+	req.Assign(topic, partition, order)
+	resp, err := adm.AlterPartitionAssignments(ctx, req)
+	if err != nil {
+		return from, to, fmt.Errorf("kcluster: reorder %s/%d: %w", topic, partition, err)
+	}
+	if r := resp[topic][partition]; r.Err != nil {
+		return from, to, fmt.Errorf("kcluster: reorder %s/%d: %w %s", topic, partition, r.Err, r.ErrMessage)
+	}
+	res, err := adm.ElectLeaders(ctx, kadm.ElectPreferredReplica, kadm.TopicsSet{topic: {partition: {}}})
+	if err != nil {
+		return from, to, fmt.Errorf("kcluster: elect %s/%d: %w", topic, partition, err)
+	}
+	if r := res[topic][partition]; r.Err != nil {
+		return from, to, fmt.Errorf("kcluster: elect %s/%d: %w %s", topic, partition, r.Err, r.ErrMessage)
+	}
+	return from, to, nil
+}

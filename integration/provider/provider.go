@@ -87,7 +87,8 @@ func (externalProvider) Start(t *testing.T) conformance.Broker {
 // skips every test when REDELIVER_KAFKA_CLUSTER is unset. The consumers
 // reach the brokers through the fault proxies, the suite's own client
 // directly; the suite's topics are replicated three times; the session
-// timeout is 6s.
+// timeout is 6s. The cluster runs Kafka 4, whose brokers run the KIP-848
+// protocol.
 func Cluster() conformance.Provider { return clusterProvider{} }
 
 type clusterProvider struct{}
@@ -115,7 +116,7 @@ func (clusterProvider) Start(t *testing.T) conformance.Broker {
 		t.Fatalf("%s=%s, but the cluster in %s serves %s", kcluster.EnvCluster, addrs, dir, strings.Join(c.Clients, ","))
 	}
 	return conformance.Broker{Addrs: c.Clients, AdminAddrs: c.Direct, Replication: -1,
-		SessionTimeout: 6 * time.Second, Cluster: c}
+		SessionTimeout: 6 * time.Second, KIP848: true, Cluster: c}
 }
 
 // moduleDir returns the integration module's directory, where

@@ -7,6 +7,7 @@
 //	kafkacluster ready -brokers A,B,C [-n 3] [-timeout 3s] exit 0 when n brokers answer and every partition is fully in sync
 //	kafkacluster leader -brokers A,B,C TOPIC PARTITION     print the leader's node id
 //	kafkacluster coordinator -brokers A,B,C GROUP          print the group coordinator's node id
+//	kafkacluster move -brokers A,B,C TOPIC PARTITION       move the partition's leadership to another in-sync replica
 //	kafkacluster cut|heal -api ADDR NODE                   cut node off from the clients / undo it
 //	kafkacluster down|up -api ADDR NODE                    close node's proxy (connections refused) / open it
 package main
@@ -55,7 +56,7 @@ func main() {
 			}
 			return kcluster.InSync(ctx, adm, *n)
 		})
-	case "leader":
+	case "leader", "move":
 		if len(args) != 2 {
 			usage()
 		}
@@ -64,6 +65,13 @@ func main() {
 			fail(fmt.Errorf("partition %q: %w", args[1], perr))
 		}
 		err = withAdmin(*brokers, *timeout, func(adm *kadm.Client) error {
+			if cmd == "move" {
+				from, to, err := kcluster.MoveLeader(ctx, adm, args[0], int32(p))
+				if err == nil {
+					fmt.Println(from, to)
+				}
+				return err
+			}
 			id, err := kcluster.Leader(ctx, adm, args[0], int32(p))
 			if err == nil {
 				fmt.Println(id)
@@ -149,7 +157,7 @@ func runProxies(api string, specs []string) error {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: kafkacluster proxy|ready|leader|coordinator|cut|heal|down|up [flags] [args]")
+	fmt.Fprintln(os.Stderr, "usage: kafkacluster proxy|ready|leader|move|coordinator|cut|heal|down|up [flags] [args]")
 	os.Exit(2)
 }
 
