@@ -207,8 +207,13 @@ func (cl *claim) revoke(cause error) {
 		cl.timer.Stop()
 	}
 	cl.pmu.Unlock()
+	// Under the classic protocol's cooperative rebalancing, a partition is
+	// revoked once the member's new generation is known, and given to no
+	// member in that generation: its last commit may go out under that
+	// generation (not under another member ID: the session expired, and
+	// the partition may be another's already).
 	if pending && cl.owned && cl.started {
-		if err := cl.send(at, "", nil); err != nil {
+		if err := cl.sendLast(at); err != nil {
 			cl.c.log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
 				"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
 		}
@@ -519,6 +524,12 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 	}
 }
 
+// sendLast sends the claim's last commit, at, from its revocation; cl.ownMu
+// is held.
+func (cl *claim) sendLast(at kgo.EpochOffset) error {
+	return cl.c.commit.commitAs(cl, at, "", true)
+}
+
 // schedule starts a background flush of the pending commit when it is due,
 // or arms the timer that starts it at the interval; cl.pmu is held.
 func (cl *claim) schedule() {
@@ -574,23 +585,25 @@ func (cl *claim) flush() {
 	at := cl.pendAt
 	cl.pending, cl.pendRecs, cl.sentAt = false, 0, time.Now()
 	cl.pmu.Unlock()
-	var ended <-chan struct{}
-	if cl.ctx != nil {
-		ended = cl.ctx.Done()
-	}
-	err := cl.send(at, "", ended)
-	cl.ownMu.Unlock()
+	// Not refused when the claim's context ends: the revocation, which
+	// waits for this, writes what is pending after it (put back below).
+	err := cl.send(at, "", nil)
+	// A failed commit is put back before the revocation can take the
+	// commit lock, so that it writes it.
 	cl.pmu.Lock()
 	defer cl.pmu.Unlock()
-	cl.flushing = false
 	if err != nil && !errors.Is(err, stream.ErrRevoked) {
-		cl.c.log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
-			"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
+		if !errors.Is(err, errUnconfirmed) { // a session changing: tried again quietly
+			cl.c.log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
+				"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
+		}
 		if !cl.pending {
 			cl.pending, cl.pendAt = true, at
 		}
 		cl.sentAt = time.Now() // tried again at the interval, not at once
 	}
+	cl.ownMu.Unlock()
+	cl.flushing = false
 	cl.failed = err != nil && !errors.Is(err, stream.ErrRevoked)
 	cl.schedule()
 }
