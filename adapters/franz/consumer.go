@@ -124,16 +124,19 @@ func WithCommitTimeout(d time.Duration) Option {
 // succeeds carries no retry state, so its commit need not be written before
 // the next batch is delivered: such commits are coalesced and written in
 // the background, one request in flight per partition, as soon as records
-// have passed since the last one written, interval has passed, or the
+// have passed since the last one sent, interval has passed, or the
 // partition has nothing more buffered (it is caught up), and always before
-// the partition is given up (revocation, shutdown). A crash (the process
-// killed, the machine lost) then delivers again at most the records of
-// the last interval or the last records, whichever is fewer, beyond those
-// of the batch in flight; none is lost and no retry count is reset. A
-// commit that carries a retry state, and the first success after one (it
-// clears the state), are written before the next delivery, as always. The
-// default is 500ms and 50,000 records. WithCommitWindow(0, 0) writes every
-// commit before the next batch is delivered.
+// the partition is given up (revocation, shutdown). While a commit is in
+// flight (or failed), the records after it are held to the window too: once
+// they reach it, the next commit is written before the next batch is
+// delivered. A crash (the process killed, the machine lost) therefore
+// delivers again at most the records of the commit in flight and one window
+// after it, about twice the window; none is lost and no retry count is
+// reset. A commit that
+// carries a retry state, and the first success after one (it clears the
+// state), are written before the next delivery, as always. The default is
+// 500ms and 50,000 records. WithCommitWindow(0, 0) writes every commit
+// before the next batch is delivered.
 //
 // The Checkpointed hook reports a coalesced commit when the adapter takes
 // it, before it is written.

@@ -177,3 +177,44 @@ func offsetOf(adm *kadm.Client) (kadm.OffsetResponse, error) {
 	o, _ := offs.Lookup("t", 0)
 	return o, nil
 }
+
+// TestCoalescingStopsAtTheWindow holds the first commit in the broker with
+// a window of 3 records: the worker goes on while the records after the
+// commit in flight stay within the window, and then waits for it, so that
+// a crash would deliver again at most the commit in flight and one window.
+func TestCoalescingStopsAtTheWindow(t *testing.T) {
+	kc, addrs, adm := cluster(t, 10)
+	var (
+		inCommit = make(chan struct{})
+		release  = make(chan struct{})
+		once     sync.Once
+		handled  atomic.Int32
+	)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.DropControl() // hold the first commit only
+		once.Do(func() { close(inCommit) })
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	cfg := engine.DefaultConfig()
+	cfg.MaxBatch = 1
+	cfg.CommitInterval, cfg.CommitRecords = time.Hour, 3
+	runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 1 {
+			select { // the first batch's commit is in flight
+			case <-inCommit:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		handled.Add(1)
+		return nil
+	}, cfg)
+	waitUntil(t, "the batches within the window", func() bool { return handled.Load() >= 4 })
+	time.Sleep(200 * time.Millisecond) // time to go past the window, if it did
+	if n := handled.Load(); n > 5 {
+		t.Fatalf("%d batches handled while the first commit was in flight, want at most 5 (1 in flight, 3 in the window, 1 waiting)", n)
+	}
+	close(release)
+	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 10 })
+}

@@ -224,7 +224,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	cl.mu.Unlock()
 	if cfg := &cl.g.c.cfg; cfg.CommitInterval > 0 && metadata == "" {
 		cl.pmu.Lock()
-		if cl.askedMD == "" {
+		if cl.askedMD == "" && !cl.overdue(next) {
 			defer cl.pmu.Unlock()
 			if cl.closed || cl.ctx.Err() != nil {
 				return stream.ErrRevoked
@@ -249,6 +249,26 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	cl.sentAt = time.Now()
 	cl.pmu.Unlock()
 	return cl.g.commit(cl, next, epoch, metadata, false)
+}
+
+// window returns the consumer's configuration, with its commit window.
+func (cl *claim) window() *Config { return &cl.g.c.cfg }
+
+// overdue reports whether a success commit of next would stretch the
+// redelivery window past the commit window while the commit before it is
+// still in flight, or failed: then it is written before Commit returns,
+// after the one in flight, so that a crash delivers again at most about
+// two windows (the commit in flight and the records after it); cl.pmu is
+// held.
+func (cl *claim) overdue(next int64) bool {
+	if !cl.flushing && !cl.failed {
+		return false
+	}
+	recs := cl.pendRecs
+	if next > cl.askedAt && cl.askedAt >= 0 {
+		recs += next - cl.askedAt
+	}
+	return recs >= cl.window().CommitRecords || time.Since(cl.sentAt) >= cl.window().CommitInterval
 }
 
 // schedule starts a background flush of the pending commit when it is due,
