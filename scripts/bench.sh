@@ -129,7 +129,9 @@ for round in $(seq $((1 - WARMUP)) "$ROUNDS"); do
       leafbin=$binary leafpath=$leaf
       if [[ $leaf == *:* ]]; then leafbin=${leaf%%:*} leafpath=${leaf#*:}; fi
       output=$("$bin/$leafbin.test" -test.run '^$' -test.bench "$(anchor "$leafpath")" -test.benchtime "$benchtime" \
-        -test.benchmem 2>&1 || true)
+        -test.benchmem 2>"$bin/stderr" || true)
+      # The handlers' log lines (stderr) would split a result line.
+      output+=$'\n'$(tail -n 15 "$bin/stderr")
       line=$(grep '^Benchmark' <<<"$output" || true)
       if [ -z "$line" ] && ! grep -q -e '--- FAIL' -e '^FAIL' <<<"$output"; then
         # A benchmark that skips itself (b.Skip: the share poison leaf
