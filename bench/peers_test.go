@@ -361,9 +361,17 @@ func processorFor(l *leaf, tel ...telemetry) (*stream.Processor, <-chan time.Tim
 }
 
 // runConsumer runs a redeliver consumer until the commits reach every
-// partition's end.
-func runConsumer(l *leaf, run func(context.Context) error, done <-chan time.Time) time.Time {
+// partition's end: once the engine has reported the last checkpoint, it
+// reads the group's offsets until they are there, as the adapters write
+// success commits in the background (their commit window).
+func runConsumer(l *leaf, addrs []string, topic string, run func(context.Context) error, done <-chan time.Time) time.Time {
 	b := l.b
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- run(ctx) }()
@@ -372,8 +380,19 @@ func runConsumer(l *leaf, run func(context.Context) error, done <-chan time.Time
 		<-stopped
 	}()
 	select {
-	case end := <-done:
-		return end
+	case <-done:
+		wctx, wcancel := context.WithTimeout(ctx, benchTimeout)
+		defer wcancel()
+		for {
+			gap, err := commitGap(wctx, adm, l, topic)
+			if err != nil {
+				b.Fatalf("the group's offsets: %v", err)
+			}
+			if gap == "" {
+				return time.Now()
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
 	case err := <-stopped:
 		b.Fatalf("consumer stopped: %v", err)
 	case <-time.After(benchTimeout):
@@ -401,7 +420,7 @@ func franzWith(l *leaf, addrs []string, topic string, tel ...telemetry) time.Tim
 	if err != nil {
 		l.b.Fatal(err)
 	}
-	return runConsumer(l, c.Run, done)
+	return runConsumer(l, addrs, topic, c.Run, done)
 }
 
 // redeliverKafkago runs the Processor through the kafka-go adapter.
@@ -413,5 +432,5 @@ func redeliverKafkago(l *leaf, addrs []string, topic string) time.Time {
 	if err != nil {
 		l.b.Fatal(err)
 	}
-	return runConsumer(l, c.Run, done)
+	return runConsumer(l, addrs, topic, c.Run, done)
 }
