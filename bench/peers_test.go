@@ -59,9 +59,11 @@ import (
 //   - batch: 500 records per poll (franz-inplace), per batch (redeliver),
 //     per commit (kafkago-reader); watermill has no batch, a message is
 //     handled and acked alone.
-//   - commits: synchronous, one per poll (franz-inplace), per 500 messages
-//     (kafkago-reader) or per batch (redeliver, which also commits the retry
-//     state before a retry); watermill's sarama commits what was acked every
+//   - commits: synchronous, one per poll (franz-inplace) or per 500
+//     messages (kafkago-reader); redeliver writes a batch's retry state
+//     before its retry and coalesces success commits in the background
+//     (the adapters' commit window), and its time ends when the group's
+//     offsets are at every partition's end; watermill's sarama commits what was acked every
 //     100 ms in the background (AutoCommit.Interval, shortened from sarama's
 //     1 s so that the interval adds at most 100 ms to the figure). sarama
 //     sends its commits on the connection its fetches use, and a broker
