@@ -172,6 +172,18 @@ func (cl *claim) confirmedFor(member string, gen int32, kip848 bool) bool {
 	return false
 }
 
+// revokedIn reports whether a revocation's last commit may go out as
+// member in generation gen: the classic protocol's cooperative rebalance
+// revokes a partition once the member's next generation is known, and
+// gives it to no member in that generation, only in the one after. So the
+// next generation of the same member, and no later one (the partition may
+// be another member's by then).
+func (cl *claim) revokedIn(member string, gen int32) bool {
+	cl.confMu.Lock()
+	defer cl.confMu.Unlock()
+	return member == cl.confMember && gen == cl.confGen+1
+}
+
 // begin prepares the claim for its worker; g.mu is held.
 func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *Consumer) {
 	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
@@ -210,8 +222,8 @@ func (cl *claim) revoke(cause error) {
 	// Under the classic protocol's cooperative rebalancing, a partition is
 	// revoked once the member's new generation is known, and given to no
 	// member in that generation: its last commit may go out under that
-	// generation (not under another member ID: the session expired, and
-	// the partition may be another's already).
+	// generation (see revokedIn; not under another member ID: the session
+	// expired, and the partition may be another's already).
 	if pending && cl.owned && cl.started {
 		if err := cl.sendLast(at); err != nil {
 			cl.c.log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",

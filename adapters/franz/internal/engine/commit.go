@@ -161,7 +161,7 @@ func (m *committer) send(round, next []*commitReq) ([]*commitReq, []*commitReq) 
 					parts = append(parts, p)
 					continue
 				}
-				if r.cl != nil && !r.cl.confirmedFor(req.MemberID, req.Generation, m.kip848 || r.last) {
+				if r.cl != nil && !r.cl.confirmedFor(req.MemberID, req.Generation, m.kip848) && !(r.last && r.cl.revokedIn(req.MemberID, req.Generation)) {
 					r.done <- errUnconfirmed
 					answered[key] = true
 					continue
