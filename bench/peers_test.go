@@ -59,9 +59,11 @@ import (
 //   - batch: 500 records per poll (franz-inplace), per batch (redeliver),
 //     per commit (kafkago-reader); watermill has no batch, a message is
 //     handled and acked alone.
-//   - commits: synchronous, one per poll (franz-inplace), per 500 messages
-//     (kafkago-reader) or per batch (redeliver, which also commits the retry
-//     state before a retry); watermill's sarama commits what was acked every
+//   - commits: synchronous, one per poll (franz-inplace) or per 500
+//     messages (kafkago-reader); redeliver writes a batch's retry state
+//     before its retry and coalesces success commits in the background
+//     (the adapters' commit window), and its time ends when the group's
+//     offsets are at every partition's end; watermill's sarama commits what was acked every
 //     100 ms in the background (AutoCommit.Interval, shortened from sarama's
 //     1 s so that the interval adds at most 100 ms to the figure). sarama
 //     sends its commits on the connection its fetches use, and a broker
@@ -361,9 +363,17 @@ func processorFor(l *leaf, tel ...telemetry) (*stream.Processor, <-chan time.Tim
 }
 
 // runConsumer runs a redeliver consumer until the commits reach every
-// partition's end.
-func runConsumer(l *leaf, run func(context.Context) error, done <-chan time.Time) time.Time {
+// partition's end: once the engine has reported the last checkpoint, it
+// reads the group's offsets until they are there, as the adapters write
+// success commits in the background (their commit window).
+func runConsumer(l *leaf, addrs []string, topic string, run func(context.Context) error, done <-chan time.Time) time.Time {
 	b := l.b
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	go func() { stopped <- run(ctx) }()
@@ -372,8 +382,19 @@ func runConsumer(l *leaf, run func(context.Context) error, done <-chan time.Time
 		<-stopped
 	}()
 	select {
-	case end := <-done:
-		return end
+	case <-done:
+		wctx, wcancel := context.WithTimeout(ctx, benchTimeout)
+		defer wcancel()
+		for {
+			gap, err := commitGap(wctx, adm, l, topic)
+			if err != nil {
+				b.Fatalf("the group's offsets: %v", err)
+			}
+			if gap == "" {
+				return time.Now()
+			}
+			time.Sleep(100 * time.Microsecond)
+		}
 	case err := <-stopped:
 		b.Fatalf("consumer stopped: %v", err)
 	case <-time.After(benchTimeout):
@@ -401,7 +422,7 @@ func franzWith(l *leaf, addrs []string, topic string, tel ...telemetry) time.Tim
 	if err != nil {
 		l.b.Fatal(err)
 	}
-	return runConsumer(l, c.Run, done)
+	return runConsumer(l, addrs, topic, c.Run, done)
 }
 
 // redeliverKafkago runs the Processor through the kafka-go adapter.
@@ -413,5 +434,5 @@ func redeliverKafkago(l *leaf, addrs []string, topic string) time.Time {
 	if err != nil {
 		l.b.Fatal(err)
 	}
-	return runConsumer(l, c.Run, done)
+	return runConsumer(l, addrs, topic, c.Run, done)
 }

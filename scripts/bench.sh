@@ -16,12 +16,25 @@
 #   OUT=file        also keep every benchmark line there (default: a temp file)
 #   REDELIVER_KAFKA_BROKERS=host:port  run the adapters against that broker
 #                   instead of an in-process kfake cluster
+#   BROKER=1        start (or reuse) the test broker with integration/kafka.sh
+#                   and run against it (WARMUP=1 is advised there)
+#
+# ONLY=ceiling runs the ceiling comparisons alone (issue 50): per scenario
+# the fastest at-least-once loops a user writes (franz-go marks with
+# background commits, one loop and one goroutine per partition; kafka-go's
+# Reader with a commit interval, and its raw kafka.Conn loop) beside the
+# adapters, and prints a markdown table of each loop's records/s, its ratio
+# to the ceiling (the faster of the two franz-go marks loops in the same
+# round) and its CPU per record against the ceiling's.
 #
 # The figures are only as good as the machine is quiet: the load average is
 # printed before and after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if [ "${BROKER:-}" = 1 ] && [ -z "${REDELIVER_KAFKA_BROKERS:-}" ]; then
+  export "$(bash integration/kafka.sh start)"
+fi
 ROUNDS=${ROUNDS:-5}
 WARMUP=${WARMUP:-0}
 RECORDS=${RECORDS:-1000000}
@@ -83,6 +96,19 @@ comparisons=(
   "telemetry franz p=8|peers|${RECORDS}x|BenchmarkTelemetry/off/partitions=8|BenchmarkTelemetry/metrics/partitions=8|BenchmarkTelemetry/traces/partitions=8"
   "peers p=1|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=1|BenchmarkPeersFailure/redeliver-kafkago/partitions=1|BenchmarkPeersFailure/franz-inplace/partitions=1|BenchmarkPeersFailure/kafkago-reader/partitions=1|BenchmarkPeersFailure/watermill/partitions=1"
   "peers p=8|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=8|BenchmarkPeersFailure/redeliver-kafkago/partitions=8|BenchmarkPeersFailure/franz-inplace/partitions=8|BenchmarkPeersFailure/kafkago-reader/partitions=8|BenchmarkPeersFailure/watermill/partitions=8"
+
+  # The ceiling (issue 50): the fastest at-least-once loops a user writes
+  # beside the adapters, on the same scenario. A leaf written binary:leaf
+  # runs in that test binary instead of the comparison's.
+  "ceiling success p=1|franz|${RECORDS}x|BenchmarkCeiling/success/marks/partitions=1|BenchmarkCeiling/success/gpp/partitions=1|BenchmarkCeiling/success/raw/partitions=1|BenchmarkCeiling/success/redeliver/partitions=1|kafkago:BenchmarkCeiling/success/reader/partitions=1|kafkago:BenchmarkCeiling/success/rawconn/partitions=1|kafkago:BenchmarkCeiling/success/redeliver/partitions=1"
+  "ceiling success p=8|franz|${RECORDS}x|BenchmarkCeiling/success/marks/partitions=8|BenchmarkCeiling/success/gpp/partitions=8|BenchmarkCeiling/success/raw/partitions=8|BenchmarkCeiling/success/redeliver/partitions=8|kafkago:BenchmarkCeiling/success/reader/partitions=8|kafkago:BenchmarkCeiling/success/rawconn/partitions=8|kafkago:BenchmarkCeiling/success/redeliver/partitions=8"
+  "ceiling success p=1000|franz|${RECORDS}x|BenchmarkCeiling/success/marks/partitions=1000|BenchmarkCeiling/success/gpp/partitions=1000|BenchmarkCeiling/success/raw/partitions=1000|BenchmarkCeiling/success/redeliver/partitions=1000|kafkago:BenchmarkCeiling/success/reader/partitions=1000|kafkago:BenchmarkCeiling/success/rawconn/partitions=1000|kafkago:BenchmarkCeiling/success/redeliver/partitions=1000"
+  "ceiling failure p=1|franz|${RECORDS}x|BenchmarkCeiling/failure/marks/partitions=1|BenchmarkCeiling/failure/gpp/partitions=1|BenchmarkCeiling/failure/raw/partitions=1|BenchmarkCeiling/failure/redeliver/partitions=1|kafkago:BenchmarkCeiling/failure/reader/partitions=1|kafkago:BenchmarkCeiling/failure/rawconn/partitions=1|kafkago:BenchmarkCeiling/failure/redeliver/partitions=1"
+  "ceiling failure p=8|franz|${RECORDS}x|BenchmarkCeiling/failure/marks/partitions=8|BenchmarkCeiling/failure/gpp/partitions=8|BenchmarkCeiling/failure/raw/partitions=8|BenchmarkCeiling/failure/redeliver/partitions=8|kafkago:BenchmarkCeiling/failure/reader/partitions=8|kafkago:BenchmarkCeiling/failure/rawconn/partitions=8|kafkago:BenchmarkCeiling/failure/redeliver/partitions=8"
+  "ceiling failure p=1000|franz|${RECORDS}x|BenchmarkCeiling/failure/marks/partitions=1000|BenchmarkCeiling/failure/gpp/partitions=1000|BenchmarkCeiling/failure/raw/partitions=1000|BenchmarkCeiling/failure/redeliver/partitions=1000|kafkago:BenchmarkCeiling/failure/reader/partitions=1000|kafkago:BenchmarkCeiling/failure/rawconn/partitions=1000|kafkago:BenchmarkCeiling/failure/redeliver/partitions=1000"
+  "ceiling poison p=1|franz|${RECORDS}x|BenchmarkCeiling/poison/marks/partitions=1|BenchmarkCeiling/poison/gpp/partitions=1|BenchmarkCeiling/poison/raw/partitions=1|BenchmarkCeiling/poison/redeliver/partitions=1|kafkago:BenchmarkCeiling/poison/reader/partitions=1|kafkago:BenchmarkCeiling/poison/rawconn/partitions=1|kafkago:BenchmarkCeiling/poison/redeliver/partitions=1"
+  "ceiling poison p=8|franz|${RECORDS}x|BenchmarkCeiling/poison/marks/partitions=8|BenchmarkCeiling/poison/gpp/partitions=8|BenchmarkCeiling/poison/raw/partitions=8|BenchmarkCeiling/poison/redeliver/partitions=8|kafkago:BenchmarkCeiling/poison/reader/partitions=8|kafkago:BenchmarkCeiling/poison/rawconn/partitions=8|kafkago:BenchmarkCeiling/poison/redeliver/partitions=8"
+  "ceiling poison p=1000|franz|${RECORDS}x|BenchmarkCeiling/poison/marks/partitions=1000|BenchmarkCeiling/poison/gpp/partitions=1000|BenchmarkCeiling/poison/raw/partitions=1000|BenchmarkCeiling/poison/redeliver/partitions=1000|kafkago:BenchmarkCeiling/poison/reader/partitions=1000|kafkago:BenchmarkCeiling/poison/rawconn/partitions=1000|kafkago:BenchmarkCeiling/poison/redeliver/partitions=1000"
 )
 
 anchor() { # BenchmarkX/a/b -> ^BenchmarkX$/^a$/^b$
@@ -100,8 +126,12 @@ for round in $(seq $((1 - WARMUP)) "$ROUNDS"); do
     n=${#ls[@]}
     for i in $(seq 0 $((n - 1))); do
       leaf=${ls[$(((i + round + 100 * n) % n))]}
-      output=$("$bin/$binary.test" -test.run '^$' -test.bench "$(anchor "$leaf")" -test.benchtime "$benchtime" \
-        -test.benchmem 2>&1 || true)
+      leafbin=$binary leafpath=$leaf
+      if [[ $leaf == *:* ]]; then leafbin=${leaf%%:*} leafpath=${leaf#*:}; fi
+      output=$("$bin/$leafbin.test" -test.run '^$' -test.bench "$(anchor "$leafpath")" -test.benchtime "$benchtime" \
+        -test.benchmem 2>"$bin/stderr" || true)
+      # The handlers' log lines (stderr) would split a result line.
+      output+=$'\n'$(tail -n 15 "$bin/stderr")
       line=$(grep '^Benchmark' <<<"$output" || true)
       if [ -z "$line" ] && ! grep -q -e '--- FAIL' -e '^FAIL' <<<"$output"; then
         # A benchmark that skips itself (b.Skip: the share poison leaf
@@ -165,7 +195,7 @@ BEGIN {
 END {
   printf "\n| comparison | leaf | rounds | median | min | max | cpu-ns/record | others-done-ms |\n|---|---|---|---|---|---|---|---|\n"
   for (i = 1; i <= nc; i++) {
-    name = order[i]; if (!(name in leaves)) continue
+    name = order[i]; if (!(name in leaves) || name ~ /^ceiling /) continue
     unit = unitOf(name)
     nl = split(substr(leaves[name], 2), ls, SUBSEP)
     for (j = 1; j <= nl; j++) {
@@ -184,7 +214,7 @@ END {
   }
   printf "\n| comparison | ratio | of medians | per-round min | per-round median | rounds |\n|---|---|---|---|---|---|\n"
   for (i = 1; i <= nc; i++) {
-    name = order[i]; if (!(name in leaves)) continue
+    name = order[i]; if (!(name in leaves) || name ~ /^ceiling /) continue
     nl = split(substr(leaves[name], 2), ls, SUBSEP)
     bkey = name SUBSEP base[name]
     lower = (unitOf(name) != "records/s")  # a lower figure is better: the ratio is baseline / other
@@ -204,6 +234,74 @@ END {
     }
   }
 }' "$OUT"
+
+# The ceiling table: per scenario and partition count, the ceiling is the
+# faster of the franz-go marks loops (marks, gpp) in each round; every
+# loop's cell is its median records/s, the median and the minimum of its
+# per-round ratios to the ceiling, and its median CPU per record in µs with
+# the median of its per-round ratios to the ceiling's (the CPU of the loop
+# that was the ceiling in that round).
+if grep -q '^ceiling ' "$OUT"; then
+  echo
+  echo "Ceiling: records/s (ratio to the ceiling: median, min over rounds; CPU µs/record, x the ceiling's)"
+  awk -F'\t' '
+function metric(line, unit,   n, f, i) {
+  n = split(line, f, /[ \t]+/)
+  for (i = 2; i <= n; i++) if (f[i] == unit) return f[i-1]
+  return ""
+}
+function sort(a, n,   i, j, t) { for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] > t; j--) a[j+1] = a[j]; a[j+1] = t } }
+function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
+function rate(v) { return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : sprintf("%.0f k", v / 1e3) }
+$1 ~ /^ceiling / {
+  name = $1; round = $2; leaf = $3; line = $0
+  sub(/^[^\t]*\t[^\t]*\t[^\t]*\t/, "", line)
+  loop = leaf; sub(/\/partitions=.*/, "", loop); sub(/.*\//, "", loop)
+  loop = (leaf ~ /^kafkago:/ ? "kafkago " : "franz ") loop
+  if (!(name in seen)) { seen[name] = 1; names[++nn] = name }
+  rs[name, loop, round] = metric(line, "records/s") + 0
+  cpu[name, loop, round] = metric(line, "cpu-ns/record") + 0
+  if (!((name, round) in rd)) { rd[name, round] = 1; rounds[name] = rounds[name] " " round }
+}
+END {
+  nloops = split("franz marks|franz gpp|franz raw|franz redeliver|kafkago reader|kafkago rawconn|kafkago redeliver", L, "|")
+  head = "| scenario | ceiling |"; sep = "|---|---|"
+  for (k = 1; k <= nloops; k++) { head = head " " L[k] " |"; sep = sep "---|" }
+  print head; print sep
+  for (i = 1; i <= nn; i++) {
+    name = names[i]; nr = split(substr(rounds[name], 2), R, " ")
+    delete cr; delete cc; n = 0
+    for (r = 1; r <= nr; r++) {
+      a = rs[name, "franz marks", R[r]]; g = rs[name, "franz gpp", R[r]]
+      if (a == 0 && g == 0) continue
+      n++; if (a >= g) { cr[R[r]] = a; cc[R[r]] = cpu[name, "franz marks", R[r]] } else { cr[R[r]] = g; cc[R[r]] = cpu[name, "franz gpp", R[r]] }
+    }
+    delete t; m = 0; for (r in cr) t[++m] = cr[r]; cm = m ? med(t, m) : 0
+    delete t; m = 0; for (r in cc) t[++m] = cc[r]; ccm = m ? med(t, m) : 0
+    sc = name; sub(/^ceiling /, "", sc)
+    row = "| " sc " | " (cm ? rate(cm) sprintf(" (%.2f µs)", ccm / 1e3) : "-") " |"
+    for (k = 1; k <= nloops; k++) {
+      delete v; delete q; delete c; delete x; nv = 0; nq = 0
+      for (r = 1; r <= nr; r++) {
+        rr = R[r]; val = rs[name, L[k], rr]
+        if (val == 0) continue
+        nv++; v[nv] = val; c[nv] = cpu[name, L[k], rr]
+        if ((rr in cr) && cr[rr] > 0) { nq++; q[nq] = val / cr[rr]; x[nq] = cc[rr] > 0 ? c[nv] / cc[rr] : 0 }
+      }
+      if (nv == 0) { row = row " - |"; continue }
+      cell = rate(med(v, nv))
+      if (nq > 0) {
+        qm = med(q, nq); qmin = q[1]  # med sorted q
+        cell = cell sprintf(" (%.2f, min %.2f)", qm, qmin)
+      }
+      cell = cell sprintf("; %.2f µs", med(c, nv) / 1e3)
+      if (nq > 0) cell = cell sprintf(" = %.1fx", med(x, nq))
+      row = row " " cell " |"
+    }
+    print row
+  }
+}' "$OUT"
+fi
 
 # Memory, measured once (not a ratio of throughputs): the heap and the
 # goroutines per idle partition with 1,000 and 10,000 partitions, and the heap

@@ -120,6 +120,30 @@ func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }
 
+// WithCommitWindow bounds the records a crash delivers again. A batch that
+// succeeds carries no retry state, so its commit need not be written before
+// the next batch is delivered: such commits are coalesced and written in
+// the background, one request in flight per partition, as soon as records
+// have passed since the last one sent, interval has passed, or the
+// partition has nothing more buffered (it is caught up), and always before
+// the partition is given up (revocation, shutdown). While a commit is in
+// flight (or failed), the records after it are held to the window too: once
+// they reach it, the next commit is written before the next batch is
+// delivered. A crash (the process killed, the machine lost) therefore
+// delivers again at most the records of the commit in flight and one window
+// after it, about twice the window; none is lost and no retry count is
+// reset. A commit that
+// carries a retry state, and the first success after one (it clears the
+// state), are written before the next delivery, as always. The default is
+// 500ms and 50,000 records. WithCommitWindow(0, 0) writes every commit
+// before the next batch is delivered.
+//
+// The Checkpointed hook reports a coalesced commit when the adapter takes
+// it, before it is written.
+func WithCommitWindow(interval time.Duration, records int) Option {
+	return optionFunc(func(c *config) { c.CommitInterval, c.CommitRecords = interval, int64(records) })
+}
+
 // WithFailAfter sets how long a problem that stops all consumption may
 // last before Run ends with its error: the brokers do not answer, or a
 // topic the consumer reads does not exist or may not be read. While it

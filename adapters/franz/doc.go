@@ -36,11 +36,18 @@
 //     most 100ms while other partitions could take records: then the full
 //     partition is paused in the client, so that one slow handler never
 //     holds back the partitions that are caught up.
-//   - Checkpoints are committed per partition, synchronously, after the batch
-//     is handled, with the metadata string the Processor gives (a later
-//     owner reads it back through [stream.Claim.Committed]). Autocommit is
-//     always off. Commits of several partitions that are due at the same
-//     time travel in one OffsetCommit request.
+//   - Checkpoints are committed per partition after the batch is handled,
+//     with the metadata string the Processor gives (a later owner reads it
+//     back through [stream.Claim.Committed]). A commit that carries a retry
+//     state, and the success that clears one, are written before the next
+//     delivery. Other success commits are coalesced and written in the
+//     background, one request in flight per partition, within the commit
+//     window ([WithCommitWindow]: 500ms or 50,000 records by default, and
+//     at once when the partition is caught up), and always before the
+//     partition is given up: a crash delivers again at most the window's
+//     records, and loses none. Autocommit is always off. Commits of several
+//     partitions that are due at the same time travel in one OffsetCommit
+//     request.
 //   - A fetch error that franz-go reports (it retries the others itself)
 //     is logged at Warn when it first comes for a partition, then at most
 //     every 30s with how often it came; a poll that brought errors and no

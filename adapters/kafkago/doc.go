@@ -30,10 +30,13 @@
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill. With the default maximum wait of 0 a batch is whatever has been
 //     fetched, so with a backlog batches are full.
-//   - Checkpoints are committed per partition, synchronously, after the
-//     batch is handled, with [kafka.Client.OffsetCommit] under the
-//     generation's ID and member ID, with the metadata string the Processor
-//     gives. When a generation begins, the committed offsets and their
+//   - Checkpoints are committed per partition after the batch is handled,
+//     with [kafka.Client.OffsetCommit] under the generation's ID and member
+//     ID, with the metadata string the Processor gives. A commit that
+//     carries a retry state, and the success that clears one, are written
+//     before the next delivery; other success commits are coalesced and
+//     written in the background within the commit window
+//     ([WithCommitWindow]), and before the generation is given up. When a generation begins, the committed offsets and their
 //     metadata are read with [kafka.Client.OffsetFetch], so that a new owner
 //     continues the retry count of a withheld batch
 //     ([stream.Claim.Committed]).
@@ -62,10 +65,11 @@
 // timer) and [kafka.Generation.CommitOffsets] are not used: CommitOffsets
 // has no metadata (it writes an empty string, which would erase the retry
 // state of a withheld batch), and interval commits may be sent after a
-// rebalance or lost on exit. A commit here is synchronous and per batch, as
-// the raw loops in this package's benchmark commit; it costs one round trip
-// to the group coordinator per batch and partition, so larger batches mean
-// fewer commits.
+// rebalance or lost on exit. The adapter's own coalescing keeps the
+// metadata, writes a retry state before the retry, and writes the last
+// success commit before the generation ends ([WithCommitWindow]);
+// WithCommitWindow(0, 0) commits every batch synchronously, one round trip
+// to the group coordinator per batch and partition.
 //
 // Generation changes. kafka-go's group protocol is eager: every rebalance
 // (a member joining or leaving, a partition added when

@@ -19,7 +19,8 @@ import (
 //     CommitUncommittedOffsets (synchronous), AllowRebalance, again. A
 //     failing poll is retried in place: sleep, handle again.
 //   - redeliver: the Processor run by this adapter, batches of up to 500
-//     records of a partition, a synchronous commit per batch.
+//     records of a partition, success commits coalesced (the adapter's
+//     default commit window), a retry state written before its retry.
 var loops = []kafkatest.Loop{{Name: "raw", Run: rawLoop}, kafkatest.RedeliverLoop(adapter)}
 
 // BenchmarkSuccessPath: every batch succeeds. The partitions=8-snappy leaves

@@ -46,11 +46,30 @@ func cluster(t *testing.T, n int) (*kfake.Cluster, []string, *kadm.Client) {
 // ends: the engine's, whose claims the test reaches.
 func runConsumer(t *testing.T, addrs []string, h stream.HandlerFunc) *engine.Consumer {
 	t.Helper()
+	return runConsumerWith(t, addrs, h, engine.DefaultConfig())
+}
+
+// syncCommits is the configuration that writes every commit before Commit
+// returns (franz.WithCommitWindow(0, 0)).
+func syncCommits() engine.Config {
+	cfg := engine.DefaultConfig()
+	cfg.CommitInterval, cfg.CommitRecords = 0, 0
+	return cfg
+}
+
+// runConsumerWith is runConsumer with the consumer's configuration cfg.
+func runConsumerWith(t *testing.T, addrs []string, h stream.HandlerFunc, cfg engine.Config) *engine.Consumer {
+	t.Helper()
 	proc, err := stream.NewProcessor(h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := engine.DefaultConfig()
+	return runProcessorWith(t, addrs, proc, cfg)
+}
+
+// runProcessorWith runs proc as runConsumerWith does.
+func runProcessorWith(t *testing.T, addrs []string, proc *stream.Processor, cfg engine.Config) *engine.Consumer {
+	t.Helper()
 	cfg.Kopts, cfg.KoptsSet = []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, true
 	c, err := engine.New(proc, cfg)
@@ -134,7 +153,8 @@ func TestCommittedAndMetadata(t *testing.T) {
 
 // TestRevokeWaitsForCommitInFlight holds an offset commit in the broker,
 // revokes the partition meanwhile, and checks that the revocation waits for
-// the commit and that the claim refuses commits afterwards.
+// the commit and that the claim refuses commits afterwards (every commit
+// synchronous; TestRevokeWritesCoalescedCommit is the coalesced one).
 func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 	kc, addrs, adm := cluster(t, 3)
 	var (
@@ -150,14 +170,14 @@ func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 		kc.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	c = runConsumer(t, addrs, func(ctx context.Context, b *stream.Batch) error {
+	c = runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
 		<-ready
 		cl := engine.ClaimOf(c, "t", 0)
 		results <- cl.Commit(ctx, 1, "")
 		results <- cl.Commit(ctx, 2, "")
 		<-ctx.Done()
 		return ctx.Err()
-	})
+	}, syncCommits())
 	close(ready)
 	select {
 	case <-inCommit:

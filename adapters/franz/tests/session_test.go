@@ -158,7 +158,7 @@ func TestClaimCommitWaitsForConfirmationOrEnd(t *testing.T) {
 	m := engine.NewTestCommitter(cl, wait)
 	defer m.Stop()
 	stale := func(p int32) *engine.TestClaim {
-		k := engine.NewTestClaim(cl, "t", p, engine.DefaultConfig(), m)
+		k := engine.NewTestClaim(cl, "t", p, syncCommits(), m)
 		k.Confirm("gone-member", 1) // an older session's
 		return k
 	}

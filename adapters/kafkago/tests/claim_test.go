@@ -38,6 +38,9 @@ func joined(t *testing.T, gctx context.Context) (*kfake.Cluster, *kafka.Generati
 	gc := kafka.ConsumerGroupConfig{ID: "g", Brokers: kc.ListenAddrs(), Topics: []string{"t"}, HeartbeatInterval: 100 * time.Millisecond}
 	cfg := engine.DefaultConfig()
 	cfg.Group, cfg.GroupSet = gc, true
+	// The claims' tests check each commit's own outcome: every commit
+	// synchronous (coalesce_test.go has the coalesced ones).
+	cfg.CommitInterval, cfg.CommitRecords = 0, 0
 	c, err := engine.New(proc, cfg)
 	if err != nil {
 		t.Fatal(err)

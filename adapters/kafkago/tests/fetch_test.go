@@ -173,7 +173,7 @@ func TestStaleCommitRejoins(t *testing.T) {
 		lr  logRecorder
 	)
 	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())),
-		kafkago.WithMaxBatch(10), kafkago.WithLogger(lr.logger()))
+		kafkago.WithMaxBatch(10), kafkago.WithLogger(lr.logger()), kafkago.WithCommitWindow(0, 0))
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 30})
 	if !refused.Load() {
 		t.Fatal("no commit was refused")

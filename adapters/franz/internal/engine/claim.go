@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -81,6 +82,20 @@ type claim struct {
 	ownMu sync.Mutex // held across a commit; the revocation takes it too
 	owned bool
 
+	// Coalesced success commits (see Commit), guarded by pmu; a
+	// background flush takes ownMu before pmu.
+	pmu      sync.Mutex
+	closed   bool            // the claim is ending: no more coalescing
+	pending  bool            // a success commit not sent yet
+	pendAt   kgo.EpochOffset // its offset
+	pendRecs int64           // records it passes since the last commit sent
+	askedAt  int64           // the offset of the latest commit asked for
+	askedMD  string          // and its metadata
+	sentAt   time.Time       // when the last commit was sent
+	flushing bool            // a background flush runs
+	failed   bool            // the last flush failed: the next waits for the timer
+	timer    *time.Timer     // flushes the pending commit at the interval
+
 	// The group session the partition is known to be assigned to this
 	// member in: the member ID and generation (member epoch under
 	// KIP-848) when the claim was made, and again at the end of every
@@ -105,6 +120,7 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 		done: make(chan struct{}), lastOff: -1, hwm: -1, aheadTo: -1,
 		aheadWake: make(chan struct{}, 1), owned: true,
 		confGen: -1, confWake: make(chan struct{}),
+		askedAt: committed, askedMD: metadata,
 	}
 }
 
@@ -156,6 +172,18 @@ func (cl *claim) confirmedFor(member string, gen int32, kip848 bool) bool {
 	return false
 }
 
+// revokedIn reports whether a revocation's last commit may go out as
+// member in generation gen: the classic protocol's cooperative rebalance
+// revokes a partition once the member's next generation is known, and
+// gives it to no member in that generation, only in the one after. So the
+// next generation of the same member, and no later one (the partition may
+// be another member's by then).
+func (cl *claim) revokedIn(member string, gen int32) bool {
+	cl.confMu.Lock()
+	defer cl.confMu.Unlock()
+	return member == cl.confMember && gen == cl.confGen+1
+}
+
 // begin prepares the claim for its worker; g.mu is held.
 func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *Consumer) {
 	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
@@ -175,15 +203,34 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 }
 
 // revoke cancels the claim's context with cause, so that Commit refuses
-// from now on, and then waits for a commit in flight by taking the commit
-// lock.
+// from now on, waits for a commit in flight by taking the commit lock, and
+// writes the coalesced success commit not written yet, if any.
 func (cl *claim) revoke(cause error) {
 	if cl.started {
 		cl.cancel(cause)
 	}
 	cl.ownMu.Lock()
+	defer cl.ownMu.Unlock()
+	cl.pmu.Lock()
+	cl.closed = true
+	at, pending := cl.pendAt, cl.pending
+	cl.pending = false
+	if cl.timer != nil {
+		cl.timer.Stop()
+	}
+	cl.pmu.Unlock()
+	// Under the classic protocol's cooperative rebalancing, a partition is
+	// revoked once the member's new generation is known, and given to no
+	// member in that generation: its last commit may go out under that
+	// generation (see revokedIn; not under another member ID: the session
+	// expired, and the partition may be another's already).
+	if pending && cl.owned && cl.started {
+		if err := cl.sendLast(at); err != nil {
+			cl.c.log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
+				"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
+		}
+	}
 	cl.owned = false
-	cl.ownMu.Unlock()
 }
 
 // wait waits for the claim's worker, if it was started.
@@ -403,12 +450,21 @@ func (cl *claim) Resume() {
 	}
 }
 
-// Commit commits next with metadata for the partition and waits for the
-// broker's answer. It returns [stream.ErrRevoked] once the claim is ending
-// (its context is done: revocation, loss or shutdown). A commit that was
-// sent is not cancelled by a revocation, which waits for it (up to the
-// commit timeout) rather than leave its outcome unknown; a shutdown waits
-// for it at most 250ms, then cuts it short.
+// Commit commits next with metadata for the partition. It returns
+// [stream.ErrRevoked] once the claim is ending (its context is done:
+// revocation, loss or shutdown).
+//
+// A success commit (no metadata) that follows one without a retry state
+// is coalesced when the consumer's commit window is set (the default):
+// Commit notes it and returns, and it is written in the background, one
+// request in flight per partition, once the window's records or interval
+// have passed since the last commit sent or the partition has nothing more
+// buffered, and at the latest when the claim ends (revoke). Any other
+// commit supersedes the coalesced one and is written before Commit returns.
+//
+// A commit that was sent is not cancelled by a revocation, which waits for
+// it (up to the commit timeout) rather than leave its outcome unknown; a
+// shutdown waits for it at most 250ms, then cuts it short.
 //
 // A commit is sent only under the group session the claim was confirmed
 // in (see confirmedFor). When the client has moved on to a new session
@@ -417,28 +473,169 @@ func (cl *claim) Resume() {
 // kept) and the commit is sent again, or it ends (the partition was lost)
 // and Commit returns [stream.ErrRevoked].
 func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
-	cl.ownMu.Lock()
-	defer cl.ownMu.Unlock()
-	var ended <-chan struct{}
-	if cl.ctx != nil {
-		ended = cl.ctx.Done()
-	}
 	epoch := int32(-1)
 	if next == cl.lastOff+1 {
 		epoch = cl.lastEpoch
 	}
+	at := kgo.EpochOffset{Epoch: epoch, Offset: next}
+	if cfg := &cl.c.cfg; cfg.CommitInterval > 0 && metadata == "" {
+		cl.pmu.Lock()
+		if cl.askedMD == "" && !cl.overdue(next) {
+			defer cl.pmu.Unlock()
+			if cl.closed || cl.ctx != nil && cl.ctx.Err() != nil {
+				return stream.ErrRevoked
+			}
+			if next > cl.askedAt && cl.askedAt >= 0 {
+				cl.pendRecs += next - cl.askedAt
+			}
+			cl.askedAt = next
+			cl.pending, cl.pendAt = true, at
+			cl.schedule()
+			return nil
+		}
+		cl.pmu.Unlock()
+	}
+	cl.ownMu.Lock()
+	defer cl.ownMu.Unlock()
+	// This commit supersedes a coalesced one not sent yet: the engine
+	// commits in order, never behind what it committed before.
+	cl.pmu.Lock()
+	cl.pending, cl.failed = false, false
+	cl.askedAt, cl.askedMD, cl.pendRecs = next, metadata, 0
+	cl.sentAt = time.Now()
+	cl.pmu.Unlock()
+	var ended <-chan struct{}
+	if cl.ctx != nil {
+		ended = cl.ctx.Done()
+	}
+	return cl.send(at, metadata, ended)
+}
+
+// send commits at with metadata and waits for the answer; cl.ownMu is
+// held. ended, when not nil, makes it refuse once the claim is ending (a
+// revocation's own last commit passes nil). A commit sent under a session
+// the claim is not confirmed in waits for the claim's next confirmation
+// and is sent again.
+func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}) error {
 	for {
-		if !cl.owned || cl.ctx != nil && cl.ctx.Err() != nil {
+		if !cl.owned || ended != nil && cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
 		confirmed := cl.confirmation()
-		err := cl.c.commit.commit(cl, kgo.EpochOffset{Epoch: epoch, Offset: next}, metadata)
+		err := cl.c.commit.commit(cl, at, metadata)
 		if !errors.Is(err, errUnconfirmed) {
 			return err
+		}
+		if ended == nil {
+			return err // the claim is ending: no new session is waited for
 		}
 		select {
 		case <-confirmed:
 		case <-ended:
 		}
 	}
+}
+
+// sendLast sends the claim's last commit, at, from its revocation; cl.ownMu
+// is held.
+func (cl *claim) sendLast(at kgo.EpochOffset) error {
+	return cl.c.commit.commitAs(cl, at, "", true)
+}
+
+// window returns the consumer's configuration, with its commit window.
+func (cl *claim) window() *Config { return &cl.c.cfg }
+
+// overdue reports whether a success commit of next would stretch the
+// redelivery window past the commit window while the commit before it is
+// still in flight, or failed: then it is written before Commit returns,
+// after the one in flight, so that a crash delivers again at most about
+// two windows (the commit in flight and the records after it); cl.pmu is
+// held.
+func (cl *claim) overdue(next int64) bool {
+	if !cl.flushing && !cl.failed {
+		return false
+	}
+	recs := cl.pendRecs
+	if next > cl.askedAt && cl.askedAt >= 0 {
+		recs += next - cl.askedAt
+	}
+	return recs >= cl.window().CommitRecords || time.Since(cl.sentAt) >= cl.window().CommitInterval
+}
+
+// schedule starts a background flush of the pending commit when it is due,
+// or arms the timer that starts it at the interval; cl.pmu is held.
+func (cl *claim) schedule() {
+	if cl.flushing || !cl.pending || cl.closed {
+		return
+	}
+	cfg := &cl.c.cfg
+	wait := cfg.CommitInterval - time.Since(cl.sentAt)
+	if wait <= 0 || !cl.failed && (cl.pendRecs >= cfg.CommitRecords || cl.caughtUp()) {
+		if cl.timer != nil {
+			cl.timer.Stop()
+		}
+		cl.flushing = true
+		cl.g.wg.Add(1)
+		go cl.flush()
+		return
+	}
+	if cl.timer == nil {
+		cl.timer = time.AfterFunc(wait, cl.due)
+		return
+	}
+	cl.timer.Reset(wait)
+}
+
+// due runs at the interval: it starts the pending commit's flush.
+func (cl *claim) due() {
+	cl.pmu.Lock()
+	defer cl.pmu.Unlock()
+	cl.sentAt = time.Time{} // due now
+	cl.schedule()
+}
+
+// caughtUp reports whether the claim has nothing buffered: its worker
+// waits for records, so the pending commit is written now.
+func (cl *claim) caughtUp() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf == nil || cl.buf.Size() == 0
+}
+
+// flush writes the pending commit in the background; one runs at a time
+// per claim, and when it is done it starts the next if one is due.
+func (cl *claim) flush() {
+	defer cl.g.wg.Done()
+	cl.ownMu.Lock()
+	cl.pmu.Lock()
+	if !cl.pending || cl.closed || !cl.owned {
+		cl.flushing = false
+		cl.pmu.Unlock()
+		cl.ownMu.Unlock()
+		return
+	}
+	at := cl.pendAt
+	cl.pending, cl.pendRecs, cl.sentAt = false, 0, time.Now()
+	cl.pmu.Unlock()
+	// Not refused when the claim's context ends: the revocation, which
+	// waits for this, writes what is pending after it (put back below).
+	err := cl.send(at, "", nil)
+	// A failed commit is put back before the revocation can take the
+	// commit lock, so that it writes it.
+	cl.pmu.Lock()
+	defer cl.pmu.Unlock()
+	if err != nil && !errors.Is(err, stream.ErrRevoked) {
+		if !errors.Is(err, errUnconfirmed) { // a session changing: tried again quietly
+			cl.c.log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
+				"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
+		}
+		if !cl.pending {
+			cl.pending, cl.pendAt = true, at
+		}
+		cl.sentAt = time.Now() // tried again at the interval, not at once
+	}
+	cl.ownMu.Unlock()
+	cl.flushing = false
+	cl.failed = err != nil && !errors.Is(err, stream.ErrRevoked)
+	cl.schedule()
 }

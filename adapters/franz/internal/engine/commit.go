@@ -28,6 +28,7 @@ type commitReq struct {
 	key      tp
 	at       kgo.EpochOffset
 	metadata string
+	last     bool // the claim's last commit, made by its revocation (see claim.revoke)
 	done     chan error
 }
 
@@ -76,7 +77,14 @@ func (m *committer) stop() {
 // answer: errUnconfirmed when the request went out under a group session
 // cl is not confirmed in, so that the partition was left out of it.
 func (m *committer) commit(cl *claim, at kgo.EpochOffset, metadata string) error {
-	r := &commitReq{cl: cl, key: cl.key, at: at, metadata: metadata, done: make(chan error, 1)}
+	return m.commitAs(cl, at, metadata, false)
+}
+
+// commitAs is commit; last marks the claim's last commit, made by its
+// revocation, which may go out under a later generation of the same
+// member (see claim.revoke).
+func (m *committer) commitAs(cl *claim, at kgo.EpochOffset, metadata string, last bool) error {
+	r := &commitReq{cl: cl, key: cl.key, at: at, metadata: metadata, last: last, done: make(chan error, 1)}
 	select {
 	case m.reqs <- r:
 	case <-m.quit:
@@ -153,7 +161,7 @@ func (m *committer) send(round, next []*commitReq) ([]*commitReq, []*commitReq) 
 					parts = append(parts, p)
 					continue
 				}
-				if r.cl != nil && !r.cl.confirmedFor(req.MemberID, req.Generation, m.kip848) {
+				if r.cl != nil && !r.cl.confirmedFor(req.MemberID, req.Generation, m.kip848) && !(r.last && r.cl.revokedIn(req.MemberID, req.Generation)) {
 					r.done <- errUnconfirmed
 					answered[key] = true
 					continue

@@ -43,6 +43,11 @@ type Config struct {
 	MaxWait       time.Duration
 	BufferBytes   int
 	CommitTimeout time.Duration
+	// CommitInterval and CommitRecords bound the redelivery window of
+	// coalesced success commits (see claim.Commit); CommitInterval 0
+	// commits every batch synchronously.
+	CommitInterval time.Duration
+	CommitRecords  int64
 	// Drain bounds how long Run waits, once stopping, for its workers;
 	// 0 waits as long as they take.
 	Drain time.Duration
@@ -68,9 +73,18 @@ type Publisher struct {
 	DeadLetterTopics func() []string
 }
 
+// DefaultCommitInterval and DefaultCommitRecords bound, by default, the
+// records a crash delivers again: those of the success commits not written
+// yet (franz.WithCommitWindow).
+const (
+	DefaultCommitInterval = 500 * time.Millisecond
+	DefaultCommitRecords  = 50000
+)
+
 // DefaultConfig returns the configuration before any option.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
+	return Config{MaxBatch: 500, BufferBytes: 16 << 20, CommitTimeout: 10 * time.Second,
+		CommitInterval: DefaultCommitInterval, CommitRecords: DefaultCommitRecords, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
 }
 
 // Consumer runs a [stream.Processor] over the partitions a franz-go group
@@ -119,6 +133,8 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("franz: max wait %v, want 0 or more", cfg.MaxWait)
 	case cfg.CommitTimeout <= 0:
 		return nil, fmt.Errorf("franz: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	case cfg.CommitInterval < 0 || cfg.CommitRecords < 0 || (cfg.CommitInterval == 0) != (cfg.CommitRecords == 0):
+		return nil, fmt.Errorf("franz: WithCommitWindow(%v, %d): want both more than 0, or both 0 (every commit synchronous)", cfg.CommitInterval, cfg.CommitRecords)
 	case cfg.Drain < 0:
 		return nil, fmt.Errorf("franz: WithDrain(%v): want 0 (no bound) or more", cfg.Drain)
 	case cfg.FailAfter < 0:

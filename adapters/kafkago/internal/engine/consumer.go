@@ -41,6 +41,11 @@ type Config struct {
 	MaxBatch      int
 	MaxWait       time.Duration
 	CommitTimeout time.Duration
+	// CommitInterval and CommitRecords bound the redelivery window of
+	// coalesced success commits (see claim.Commit); CommitInterval 0
+	// commits every batch synchronously.
+	CommitInterval time.Duration
+	CommitRecords  int64
 	// Drain bounds how long Run waits, once stopping, for its workers;
 	// 0 waits as long as they take.
 	Drain time.Duration
@@ -54,9 +59,18 @@ type Config struct {
 	DeadLetterCheck func(context.Context) []health.Problem
 }
 
+// DefaultCommitInterval and DefaultCommitRecords bound, by default, the
+// records a crash delivers again: those of the success commits not written
+// yet (kafkago.WithCommitWindow).
+const (
+	DefaultCommitInterval = 500 * time.Millisecond
+	DefaultCommitRecords  = 50000
+)
+
 // DefaultConfig returns the configuration before any option.
 func DefaultConfig() Config {
-	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
+	return Config{MaxBatch: 500, CommitTimeout: 10 * time.Second,
+		CommitInterval: DefaultCommitInterval, CommitRecords: DefaultCommitRecords, Drain: lifecycle.DefaultDrain, FailAfter: health.DefaultEndAfter}
 }
 
 // Consumer runs a [stream.Processor] over the partitions a kafka-go consumer
@@ -101,6 +115,8 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 		return nil, fmt.Errorf("kafkago: max wait %v, want 0 or more", cfg.MaxWait)
 	case cfg.CommitTimeout <= 0:
 		return nil, fmt.Errorf("kafkago: commit timeout %v, want more than 0", cfg.CommitTimeout)
+	case cfg.CommitInterval < 0 || cfg.CommitRecords < 0 || (cfg.CommitInterval == 0) != (cfg.CommitRecords == 0):
+		return nil, fmt.Errorf("kafkago: WithCommitWindow(%v, %d): want both more than 0, or both 0 (every commit synchronous)", cfg.CommitInterval, cfg.CommitRecords)
 	case cfg.Drain < 0:
 		return nil, fmt.Errorf("kafkago: WithDrain(%v): want 0 (no bound) or more", cfg.Drain)
 	case cfg.FailAfter < 0:

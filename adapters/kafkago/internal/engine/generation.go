@@ -264,6 +264,13 @@ func (g *generation) end(cause error) {
 		cl.cancel(cause)
 	}
 	g.wg.Wait()
+	// The success commits not written yet (coalesced), before the
+	// partitions are given up.
+	var fw sync.WaitGroup
+	for _, cl := range claims {
+		fw.Go(cl.final)
+	}
+	fw.Wait()
 	for _, cl := range claims {
 		g.c.log.Info("redeliver: partition released", "topic", cl.key.topic, "partition", cl.key.partition,
 			"generation", g.gen.ID, "cause", cause)
@@ -287,11 +294,16 @@ func (g *generation) markStale() {
 // then sends them all in the next (the coordinator answers a request at a
 // time, so a hundred partitions ending their backoffs together would
 // otherwise each wait for the ninety-nine commits before them).
-func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string) error {
-	g.mu.RLock()
-	defer g.mu.RUnlock()
-	if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
-		return stream.ErrRevoked
+//
+// final is the claim's last commit, made by end once the claim's worker has
+// returned: it is sent all the same.
+func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string, final bool) error {
+	if !final {
+		g.mu.RLock()
+		defer g.mu.RUnlock()
+		if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
+			return stream.ErrRevoked
+		}
 	}
 	call := &commitCall{cl: cl, next: next, epoch: epoch, metadata: metadata, done: make(chan error, 1)}
 	g.cmu.Lock()

@@ -1,0 +1,220 @@
+package franz_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// TestRevokeWritesCoalescedCommit holds the first offset commit in the
+// broker while the worker asks for two success commits, revokes the
+// partition meanwhile, and checks that both commits returned at once
+// (coalesced), that the revocation waited for the commit in flight and
+// then wrote the one not written yet, and that the claim refuses commits
+// afterwards.
+func TestRevokeWritesCoalescedCommit(t *testing.T) {
+	kc, addrs, adm := cluster(t, 3)
+	var (
+		c        *engine.Consumer
+		inCommit = make(chan struct{})
+		release  = make(chan struct{})
+		results  = make(chan error, 3)
+		ready    = make(chan struct{})
+		once     sync.Once
+	)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.DropControl() // hold the first commit only
+		once.Do(func() { close(inCommit) })
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	c = runConsumer(t, addrs, func(ctx context.Context, b *stream.Batch) error {
+		<-ready
+		cl := engine.ClaimOf(c, "t", 0)
+		results <- cl.Commit(ctx, 1, "")
+		<-inCommit
+		results <- cl.Commit(ctx, 2, "")
+		<-ctx.Done() // the revocation
+		results <- cl.Commit(ctx, 3, "")
+		return ctx.Err()
+	})
+	close(ready)
+	for i := range 2 {
+		select {
+		case err := <-results:
+			if err != nil {
+				t.Fatalf("commit %d: %v, want success", i+1, err)
+			}
+		case <-time.After(wait):
+			t.Fatalf("commit %d did not return while the commit before it was in flight: not coalesced", i+1)
+		}
+	}
+	revoked := make(chan struct{})
+	go func() {
+		engine.Revoke(c, "t", 0)
+		close(revoked)
+	}()
+	select {
+	case <-revoked:
+		t.Fatal("the revocation returned while a commit was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-revoked:
+	case <-time.After(wait):
+		t.Fatal("the revocation did not return")
+	}
+	if o := fetchOffset(t, adm); o.At != 2 {
+		t.Errorf("broker has offset %d, want 2: the revocation did not write the coalesced commit", o.At)
+	}
+	if err := <-results; !errors.Is(err, stream.ErrRevoked) {
+		t.Errorf("commit after the revocation: %v, want stream.ErrRevoked", err)
+	}
+	if o := fetchOffset(t, adm); o.At != 2 {
+		t.Errorf("broker has offset %d after a refused commit, want 2", o.At)
+	}
+}
+
+// TestSuccessCommitsCoalesce consumes 2,000 records in batches of 5 and
+// checks that the broker gets far fewer commits than batches (400), and
+// that the last commit, at the end, is written while the consumer runs on
+// (the partition is caught up).
+func TestSuccessCommitsCoalesce(t *testing.T) {
+	kc, addrs, adm := cluster(t, 2000)
+	spy := spyCommits(kc)
+	cfg := engine.DefaultConfig()
+	cfg.MaxBatch = 5
+	runConsumerWith(t, addrs, func(context.Context, *stream.Batch) error { return nil }, cfg)
+	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 2000 })
+	if n := spy.count(0); n > 100 {
+		t.Errorf("the broker got %d commits for 400 batches, want at most 100", n)
+	}
+}
+
+// TestRetryStateIsWrittenBeforeTheRetry checks, with coalescing on, that
+// the retry state of a failed batch is on the broker when the batch is
+// delivered again, and that the success after it, which clears it, is too
+// before the next batch is delivered.
+func TestRetryStateIsWrittenBeforeTheRetry(t *testing.T) {
+	_, addrs, adm := cluster(t, 20)
+	var (
+		failed atomic.Bool
+		errs   = make(chan error, 4)
+		passed atomic.Bool
+	)
+	h := func(_ context.Context, b *stream.Batch) error {
+		first := b.FirstOffset()
+		switch {
+		case first == 10 && b.Attempt.Retry == 0 && failed.CompareAndSwap(false, true):
+			return errors.New("fails once")
+		case first == 10:
+			if o, err := offsetOf(adm); err != nil || o.At != 10 || o.Metadata == "" {
+				errs <- errors.New("the retry was delivered before its retry state was written")
+			}
+		case first > 10 && !passed.Swap(true):
+			if o, err := offsetOf(adm); err != nil || o.At != first || o.Metadata != "" {
+				errs <- errors.New("the batch after the retry was delivered before the success that clears the state was written")
+			}
+		}
+		return nil
+	}
+	proc, err := stream.NewProcessor(stream.HandlerFunc(h), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Millisecond)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := engine.DefaultConfig()
+	cfg.MaxBatch = 5
+	runProcessorWith(t, addrs, proc, cfg)
+	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 20 })
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if !failed.Load() || !passed.Load() {
+		t.Fatal("the batch at 10 did not fail, or no batch followed it")
+	}
+}
+
+// TestCoalescedCommitWrittenAtTheInterval blocks the handler on the third
+// batch, with more records buffered behind it, and checks that the second
+// batch's success commit, held back (coalesced), is written at the commit
+// interval.
+func TestCoalescedCommitWrittenAtTheInterval(t *testing.T) {
+	_, addrs, adm := cluster(t, 10)
+	cfg := engine.DefaultConfig()
+	cfg.MaxBatch = 1
+	cfg.CommitInterval, cfg.CommitRecords = 100*time.Millisecond, 1<<30
+	runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 2 {
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return nil
+	}, cfg)
+	waitUntil(t, "the second batch's commit", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 2 })
+}
+
+// offsetOf returns the group's checkpoint of t/0, for a goroutine other
+// than the test's.
+func offsetOf(adm *kadm.Client) (kadm.OffsetResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	offs, err := adm.FetchOffsets(ctx, "g")
+	if err != nil {
+		return kadm.OffsetResponse{}, err
+	}
+	o, _ := offs.Lookup("t", 0)
+	return o, nil
+}
+
+// TestCoalescingStopsAtTheWindow holds the first commit in the broker with
+// a window of 3 records: the worker goes on while the records after the
+// commit in flight stay within the window, and then waits for it, so that
+// a crash would deliver again at most the commit in flight and one window.
+func TestCoalescingStopsAtTheWindow(t *testing.T) {
+	kc, addrs, adm := cluster(t, 10)
+	var (
+		inCommit = make(chan struct{})
+		release  = make(chan struct{})
+		once     sync.Once
+		handled  atomic.Int32
+	)
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.DropControl() // hold the first commit only
+		once.Do(func() { close(inCommit) })
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	cfg := engine.DefaultConfig()
+	cfg.MaxBatch = 1
+	cfg.CommitInterval, cfg.CommitRecords = time.Hour, 3
+	runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 1 {
+			select { // the first batch's commit is in flight
+			case <-inCommit:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		handled.Add(1)
+		return nil
+	}, cfg)
+	waitUntil(t, "the batches within the window", func() bool { return handled.Load() >= 4 })
+	time.Sleep(200 * time.Millisecond) // time to go past the window, if it did
+	if n := handled.Load(); n > 5 {
+		t.Fatalf("%d batches handled while the first commit was in flight, want at most 5 (1 in flight, 3 in the window, 1 waiting)", n)
+	}
+	close(release)
+	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 10 })
+}
