@@ -42,8 +42,9 @@
 //     state, and the success that clears one, are written before the next
 //     delivery. Other success commits are coalesced and written in the
 //     background, one request in flight per partition, within the commit
-//     window ([WithCommitWindow]: 500ms or 50,000 records by default, and
-//     at once when the partition is caught up), and always before the
+//     window ([WithCommitWindow]: none by default, where every commit is
+//     written before the next delivery; with one, at once too when the
+//     partition is caught up), and always before the
 //     partition is given up: a crash delivers again at most the window's
 //     records, and loses none. Autocommit is always off. Commits of several
 //     partitions that are due at the same time travel in one OffsetCommit

@@ -38,7 +38,7 @@ func TestRevokeWritesCoalescedCommit(t *testing.T) {
 		kc.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	c = runConsumer(t, addrs, func(ctx context.Context, b *stream.Batch) error {
+	c = runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
 		<-ready
 		cl := engine.ClaimOf(c, "t", 0)
 		results <- cl.Commit(ctx, 1, "")
@@ -47,7 +47,7 @@ func TestRevokeWritesCoalescedCommit(t *testing.T) {
 		<-ctx.Done() // the revocation
 		results <- cl.Commit(ctx, 3, "")
 		return ctx.Err()
-	})
+	}, coalescing())
 	close(ready)
 	for i := range 2 {
 		select {
@@ -93,7 +93,7 @@ func TestRevokeWritesCoalescedCommit(t *testing.T) {
 func TestSuccessCommitsCoalesce(t *testing.T) {
 	kc, addrs, adm := cluster(t, 2000)
 	spy := spyCommits(kc)
-	cfg := engine.DefaultConfig()
+	cfg := coalescing()
 	cfg.MaxBatch = 5
 	runConsumerWith(t, addrs, func(context.Context, *stream.Batch) error { return nil }, cfg)
 	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 2000 })
@@ -133,7 +133,7 @@ func TestRetryStateIsWrittenBeforeTheRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := engine.DefaultConfig()
+	cfg := coalescing()
 	cfg.MaxBatch = 5
 	runProcessorWith(t, addrs, proc, cfg)
 	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 20 })
@@ -152,7 +152,7 @@ func TestRetryStateIsWrittenBeforeTheRetry(t *testing.T) {
 // interval.
 func TestCoalescedCommitWrittenAtTheInterval(t *testing.T) {
 	_, addrs, adm := cluster(t, 10)
-	cfg := engine.DefaultConfig()
+	cfg := coalescing()
 	cfg.MaxBatch = 1
 	cfg.CommitInterval, cfg.CommitRecords = 100*time.Millisecond, 1<<30
 	runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
@@ -196,7 +196,7 @@ func TestCoalescingStopsAtTheWindow(t *testing.T) {
 		kc.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	cfg := engine.DefaultConfig()
+	cfg := coalescing()
 	cfg.MaxBatch = 1
 	cfg.CommitInterval, cfg.CommitRecords = time.Hour, 3
 	runConsumerWith(t, addrs, func(ctx context.Context, b *stream.Batch) error {
@@ -217,4 +217,13 @@ func TestCoalescingStopsAtTheWindow(t *testing.T) {
 	}
 	close(release)
 	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 10 })
+}
+
+// coalescing is the default configuration with the commit window the
+// package doc recommends (franz.WithCommitWindow(500*time.Millisecond,
+// 50000)): the default writes every commit before the next batch.
+func coalescing() engine.Config {
+	cfg := engine.DefaultConfig()
+	cfg.CommitInterval, cfg.CommitRecords = engine.RecommendedCommitInterval, engine.RecommendedCommitRecords
+	return cfg
 }

@@ -3,6 +3,7 @@ package franz_test
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kversion"
@@ -15,7 +16,8 @@ import (
 // adapter describes the franz-go adapter to the tests every Kafka adapter
 // runs. Options of a Config are kgo.Opt and franz.Option values.
 var adapter = kafkatest.Adapter{
-	Name: "franz",
+	Name:       "franz",
+	Throughput: []any{franz.WithCommitWindow(500*time.Millisecond, 50000)},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		kopts := []kgo.Opt{kgo.SeedBrokers(cfg.Addrs...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(cfg.Topic),

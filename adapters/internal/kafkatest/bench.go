@@ -29,8 +29,8 @@ import (
 // loops, and [RedeliverLoop], the adapter with the Processor. Every loop
 // handles batches of at most BenchBatch records of a partition and touches
 // each record's value; the raw loops commit each batch synchronously, the
-// adapters as they are configured (franz-go and kafka-go coalesce success
-// commits by default), and a loop's time ends when the group's commits are
+// adapters with their [Adapter.Throughput] options (franz-go and kafka-go
+// coalesce success commits in the window their docs recommend), and a loop's time ends when the group's commits are
 // at every partition's end.
 //
 // b.N is the number of records: run with -benchtime=1000000x or so, each
@@ -446,7 +446,9 @@ func RedeliverLoop(a Adapter) Loop {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := a.New(BenchConfig(addrs, topic, proc))
+		cfg := BenchConfig(addrs, topic, proc)
+		cfg.Options = append(cfg.Options, a.Throughput...)
+		c, err := a.New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -45,6 +45,10 @@ type Adapter struct {
 	// before 2.8, so that a topic deleted and created again is the same
 	// topic rewound; nil when it always fetches by name.
 	FetchByName []any
+	// Throughput are options of the adapter's own ([Config.Options]) that
+	// the benchmarks' redeliver loop runs with: the commit window the
+	// adapter's doc recommends for throughput, where it has one.
+	Throughput []any
 }
 
 // Config is one consumer for [Adapter.New]: it consumes Topic in Group on

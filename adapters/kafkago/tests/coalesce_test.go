@@ -31,7 +31,7 @@ func TestSuccessCommitsCoalesce(t *testing.T) {
 		return nil, nil, false
 	})
 	start(t, addrs, "g", "t", newProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })),
-		kafkago.WithMaxBatch(5))
+		kafkago.WithMaxBatch(5), coalescing)
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 2000})
 	if n := commits.Load(); n > 100 {
 		t.Errorf("the broker got %d commits for 400 batches, want at most 100", n)
@@ -87,7 +87,7 @@ func TestRetryStateIsWrittenBeforeTheRetry(t *testing.T) {
 		return nil
 	}
 	proc := newProcessor(t, stream.HandlerFunc(h), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Millisecond)}))
-	start(t, addrs, "g", "t", proc, kafkago.WithMaxBatch(5))
+	start(t, addrs, "g", "t", proc, kafkago.WithMaxBatch(5), coalescing)
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 20})
 	mu.Lock()
 	defer mu.Unlock()
@@ -131,7 +131,7 @@ func TestStopWritesCoalescedCommit(t *testing.T) {
 		}
 		handled.Add(1)
 		return nil
-	})), kafkago.WithMaxBatch(1))
+	})), kafkago.WithMaxBatch(1), coalescing)
 	deadline := time.Now().Add(wait)
 	for handled.Load() < 10 {
 		if time.Now().After(deadline) {
@@ -152,3 +152,7 @@ func TestStopWritesCoalescedCommit(t *testing.T) {
 		t.Fatalf("the group's checkpoint after the stop is %d, want 10: the coalesced commit was not written", o["t"][0].At)
 	}
 }
+
+// coalescing is the commit window the package doc recommends: the default
+// writes every commit before the next batch.
+var coalescing = kafkago.WithCommitWindow(500*time.Millisecond, 50000)

@@ -3,6 +3,7 @@ package tests
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/segmentio/kafka-go"
 
@@ -16,7 +17,8 @@ import (
 // types func(*kafka.ConsumerGroupConfig) and func(*kafka.ReadBatchConfig)
 // that change the group and fetch configurations.
 var adapter = kafkatest.Adapter{
-	Name: "kafkago",
+	Name:       "kafkago",
+	Throughput: []any{kafkago.WithCommitWindow(500*time.Millisecond, 50000)},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		gc := groupConfig(cfg.Addrs, cfg.Group, cfg.Topic)

@@ -73,12 +73,17 @@ type Publisher struct {
 	DeadLetterTopics func() []string
 }
 
-// DefaultCommitInterval and DefaultCommitRecords bound, by default, the
-// records a crash delivers again: those of the success commits not written
-// yet (franz.WithCommitWindow).
+// DefaultCommitInterval and DefaultCommitRecords are the commit window
+// by default (franz.WithCommitWindow): none, every commit is written
+// before the next batch is delivered. RecommendedCommitInterval and
+// RecommendedCommitRecords are the window the package doc suggests for
+// throughput.
 const (
-	DefaultCommitInterval = 500 * time.Millisecond
-	DefaultCommitRecords  = 50000
+	DefaultCommitInterval = 0
+	DefaultCommitRecords  = 0
+
+	RecommendedCommitInterval = 500 * time.Millisecond
+	RecommendedCommitRecords  = 50000
 )
 
 // DefaultConfig returns the configuration before any option.

@@ -59,12 +59,17 @@ type Config struct {
 	DeadLetterCheck func(context.Context) []health.Problem
 }
 
-// DefaultCommitInterval and DefaultCommitRecords bound, by default, the
-// records a crash delivers again: those of the success commits not written
-// yet (kafkago.WithCommitWindow).
+// DefaultCommitInterval and DefaultCommitRecords are the commit window
+// by default (kafkago.WithCommitWindow): none, every commit is written
+// before the next batch is delivered. RecommendedCommitInterval and
+// RecommendedCommitRecords are the window the package doc suggests for
+// throughput.
 const (
-	DefaultCommitInterval = 500 * time.Millisecond
-	DefaultCommitRecords  = 50000
+	DefaultCommitInterval = 0
+	DefaultCommitRecords  = 0
+
+	RecommendedCommitInterval = 500 * time.Millisecond
+	RecommendedCommitRecords  = 50000
 )
 
 // DefaultConfig returns the configuration before any option.
