@@ -290,7 +290,10 @@ type Report struct {
 //     batch being retried;
 //   - no checkpoint ahead of the records handled or resolved by the
 //     exhaustion action (given up is not enough: the action must have
-//     succeeded first), and none that goes backwards;
+//     succeeded first), and none that goes backwards, except to where a
+//     new owner starts after a claim that was never released (a crash:
+//     the commits its adapter had coalesced are gone, and their records
+//     are delivered again);
 //   - no checkpoint written by a claim that no longer owns the partition:
 //     after it was released, or after another claim took the partition, by
 //     another consumer or by the same one again (claims are told apart by
@@ -441,6 +444,15 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				kept, live = prev.own[start], true
 			} else if p.left != nil {
 				kept = p.left[start]
+			}
+			if live && e.Offset < p.commit {
+				// The claim before was never released (its process was
+				// killed, or its session expired): the success commits its
+				// adapter had coalesced and not written yet are gone, and
+				// their records are delivered again from the checkpoint
+				// written (the redelivery window, DESIGN 9.2). Nothing is
+				// lost; a released claim wrote them before its release.
+				p.commit, p.commitMD = e.Offset, e.Metadata
 			}
 			p.left = nil
 			s = &session{next: start, own: map[int64]*own{}, owedTo: -1}

@@ -120,6 +120,34 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			commit(a, 10)
 			commit(a, 5)
 		}, "went back"},
+		// A's commits of 5 and 10 were reported (coalesced) and not
+		// written when a crashed: b, starting at 0 after a claim never
+		// released, delivers them again. Nothing is lost.
+		{"crash before coalesced commits were written", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 4)
+			commit(a, 5)
+			ok(a, 5, 9)
+			commit(a, 10)
+			claim(b, -1)
+			ok(b, 0, 2)
+			commit(b, 3)
+			ok(b, 3, 9)
+			commit(b, 10)
+		}, ""},
+		// The same after a's claim was released: a release writes every
+		// commit first, so a new owner starting behind is a lost write.
+		{"released claim's commits not written", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 4)
+			commit(a, 5)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			claim(b, -1)
+			ok(b, 0, 2)
+			commit(b, 3)
+			ok(b, 3, 9)
+			commit(b, 10)
+		}, "went back"},
 		{"stale owner", func(a, b stream.Hooks) {
 			claim(a, -1)
 			ok(a, 0, 4)
