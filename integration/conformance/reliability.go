@@ -100,6 +100,7 @@ func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
 		{"SIGKILLDuringBackoffPerRecord", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, false, childName, true) }},
 		{"SIGKILLDuringDelivery", func(t *testing.T, e *env) Figures { return killDuringDelivery(t, e, childName) }},
 		{"SIGKILLInMemoryOverrun", func(t *testing.T, e *env) Figures { return budgetScenario(t, e, true, childName, false) }},
+		{"SIGKILLWithCommitsUnwritten", func(t *testing.T, e *env) Figures { return killWithCommitsUnwritten(t, e, childName) }},
 		{"BrokerRestart", func(t *testing.T, e *env) Figures { return restartScenario(t, e, false) }},
 		{"BrokerRestartPerRecord", func(t *testing.T, e *env) Figures { return restartScenario(t, e, true) }},
 		{"CommitFailures", func(t *testing.T, e *env) Figures { return commitFailuresScenario(t, e, false) }},
@@ -601,6 +602,91 @@ func killDuringDelivery(t *testing.T, e *env, child string) Figures {
 	f := figures(r, 1)
 	f.Recovery = recovery
 	f.Note = fmt.Sprintf("poison-batch-handler-calls=%d (retryCount %d)", got, retries)
+	return f
+}
+
+// killWithCommitsUnwritten: the consumer process handles a backlog that
+// only succeeds while every offset commit fails (kfake answers them with
+// REQUEST_TIMED_OUT), so that the success commits its adapter coalesced are
+// taken (and reported) but not written; it is killed with SIGKILL once it
+// reported a checkpoint at 200 or more, the commits succeed again, and
+// another consumer takes over. Nothing is lost: the new owner starts from
+// the last checkpoint written and delivers the records after it again,
+// which the history checker allows only after a claim that was never
+// released. An adapter that commits synchronously reports nothing it did
+// not write, and the new owner starts where it stopped.
+func killWithCommitsUnwritten(t *testing.T, e *env, child string) Figures {
+	if e.backend != nil {
+		t.Skip("the backend's events live in this test process; a child process cannot share them")
+	}
+	if e.control == nil {
+		t.Skip("the commits are made to fail through kfake's request control")
+	}
+	const n = 1000
+	e.createTopic(2)
+	e.produce(0, 0, n)
+	e.produce(1, 0, n)
+	var failing atomic.Bool
+	failing.Store(true)
+	var faults atomic.Int64
+	e.control.ControlKey(int16(kmsg.OffsetCommit), func(kr kmsg.Request) (kmsg.Response, error, bool) {
+		e.control.KeepControl()
+		if !failing.Load() {
+			return nil, nil, false
+		}
+		faults.Add(1)
+		req := kr.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.RequestTimedOut.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	cfg := ChildConfig{
+		Retries: 3, BackoffMS: 1, MaxBatch: 10, Poison: -1,
+		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
+		Adapter: child, Member: "a",
+	}
+	var hist streamtest.History
+	var reported atomic.Int64 // the child's highest checkpoint reported
+	far := newSignal()
+	kill := e.startChild(&hist, cfg, stream.Hooks{Checkpointed: func(ev stream.CheckpointEvent) {
+		for {
+			r := reported.Load()
+			if ev.Next <= r || reported.CompareAndSwap(r, ev.Next) {
+				break
+			}
+		}
+		if ev.Next >= 200 {
+			far.fire()
+		}
+	}}, nil)
+	// An adapter that commits synchronously reports no checkpoint while
+	// the commits fail: it is killed all the same after a while.
+	select {
+	case <-far.ch:
+	case <-time.After(3 * time.Second):
+	}
+	if err := kill(); err != nil {
+		t.Fatal(err)
+	}
+	failing.Store(false)
+	written, _ := e.tryCommitted() // none yet: the zero offsets
+	b := e.start("b", cfg.spec(hist.Hooks("b")))
+	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
+	if err := b.stop(); err != nil {
+		t.Error(err)
+	}
+	r := check(t, &hist, e.ends(2, n))
+	f := figures(r, faults.Load())
+	f.Note = fmt.Sprintf("reported=%d written-at-kill=%d,%d failed-commit-requests=%d", reported.Load(), written[0].At, written[1].At, faults.Load())
 	return f
 }
 
