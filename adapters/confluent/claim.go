@@ -2,13 +2,13 @@ package confluent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -40,6 +40,8 @@ type claim struct {
 
 	out     []stream.Record // the worker's own
 	pending []stream.Record // the poll goroutine's own: polled, not yet pushed
+
+	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
 
 func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata string) *claim {
@@ -52,6 +54,12 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 		OnDrained: cl.releaseLocked,
 		Reuse:     true,
 	})
+	cl.commits = kafkaadapter.Coalescer{
+		Interval: e.cfg.commitInterval, Records: e.cfg.commitRecords,
+		Send: cl.send, CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errRevoked,
+		Log: e.log, Topic: key.topic, Partition: key.partition,
+	}
+	cl.commits.Start(committed, metadata)
 	return cl
 }
 
@@ -64,6 +72,10 @@ func (cl *claim) run() {
 	lifecycle.Inside(func() { err = cl.e.proc.Process(stream.WithSource(cl.ctx, src), cl) })
 	ended := cl.ctx.Err() != nil
 	cl.cancel(errRevoked)
+	// The success commit not written yet (coalesced), before the partition
+	// is given up: a revocation waits for the worker (endClaims) before it
+	// unassigns the partition, a shutdown before it closes the consumer.
+	cl.commits.Final()
 	cl.mu.Lock()
 	if cl.pauseTimer != nil {
 		cl.pauseTimer.Stop()
@@ -188,12 +200,38 @@ func (cl *claim) Resume() {
 	cl.releaseLocked()
 }
 
-// Commit commits next with metadata for the partition
-// (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
-// It returns [stream.ErrRevoked] once the claim has ended. A shutdown
-// waits for a commit in flight at most 250ms.
+// Commit commits next with metadata for the partition. It returns
+// [stream.ErrRevoked] once the claim has ended.
+//
+// A success commit (no metadata) that follows one without a retry state
+// is coalesced when the consumer's commit window is set (the default):
+// Commit notes it and returns, and it is written in the background, one
+// request in flight per partition, once the window's records or interval
+// have passed since the last commit sent or the partition has nothing more
+// buffered, and at the latest when the claim ends, before the partition is
+// given up (kafkaadapter.Coalescer). Any other commit supersedes the
+// coalesced one and is written before Commit returns.
 func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if cl.ctx.Err() != nil {
+		return errRevoked
+	}
+	return cl.commits.Commit(next, metadata)
+}
+
+// caughtUp reports whether the partition has nothing buffered.
+func (cl *claim) caughtUp() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Len() == 0
+}
+
+// send commits next with metadata for the partition
+// (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
+// A shutdown waits for a commit in flight at most 250ms. final is the
+// claim's last commit, made once its worker has returned: it is sent
+// although the claim has ended.
+func (cl *claim) send(next int64, metadata string, final bool) error {
+	if !final && cl.ctx.Err() != nil {
 		return errRevoked
 	}
 	t, md := cl.key.topic, metadata
@@ -225,22 +263,8 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if err == nil {
 		return nil
 	}
-	if cl.ctx.Err() != nil || isStale(err) && cl.ctx.Err() != nil {
+	if !final && cl.ctx.Err() != nil {
 		return errRevoked
 	}
 	return fmt.Errorf("confluent: commit %s/%d at %d: %w", t, cl.key.partition, next, err)
-}
-
-// isStale reports whether the coordinator refused a commit for a member or
-// generation that is no longer current.
-func isStale(err error) bool {
-	var ke kafka.Error
-	if !errors.As(err, &ke) {
-		return false
-	}
-	switch ke.Code() {
-	case kafka.ErrIllegalGeneration, kafka.ErrUnknownMemberID, kafka.ErrRebalanceInProgress, kafka.ErrFencedInstanceID:
-		return true
-	}
-	return false
 }

@@ -67,6 +67,9 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	if err := cfg.Options.Check("confluent"); err != nil {
 		return nil, err
 	}
+	if err := kafkaadapter.CheckCommitWindow("confluent", cfg.commitInterval, cfg.commitRecords); err != nil {
+		return nil, err
+	}
 	if err := kafkaadapter.CheckTopics("confluent", cfg.topics); err != nil {
 		return nil, err
 	}

@@ -49,6 +49,8 @@ type claim struct {
 	groupPaused bool                            // the partition is paused in sarama's consumer; guarded by mu
 
 	out []stream.Record // the worker's own
+
+	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
 
 // newClaim reads the partition's committed offset and metadata from the
@@ -72,6 +74,13 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		OnFull:    cl.holdLocked,
 		OnDrained: cl.releaseLocked,
 	})
+	cfg := &h.e.cfg
+	cl.commits = kafkaadapter.Coalescer{
+		Interval: cfg.commitInterval, Records: cfg.commitRecords,
+		Send: cl.send, CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errSessionEnded,
+		Log: h.e.log, Topic: key.topic, Partition: key.partition,
+	}
+	cl.commits.Start(committed, md)
 	return cl, nil
 }
 
@@ -99,6 +108,10 @@ func (cl *claim) run(proc *stream.Processor) error {
 		cl.cancel(err)
 	}
 	<-cl.pumped
+	// The success commit not written yet (coalesced), before sarama gives
+	// the partition up: ConsumeClaim has not returned, so the session
+	// still holds it.
+	cl.commits.Final()
 	cl.mu.Lock()
 	cl.buf.Drop()
 	if cl.groupPaused {
@@ -238,20 +251,60 @@ func (cl *claim) Resume() {
 	cl.mu.Unlock()
 }
 
-// Commit commits next with metadata for the partition under the session's
-// generation and member ID, and waits for the coordinator's answer. It
-// returns [stream.ErrRevoked] once the claim has ended. A commit the
+// Commit commits next with metadata for the partition. It returns
+// [stream.ErrRevoked] once the claim has ended.
+//
+// A success commit (no metadata) that follows one without a retry state
+// is coalesced when the consumer's commit window is set (the default):
+// Commit notes it and returns, and it is written in the background, one
+// request in flight per partition, once the window's records or interval
+// have passed since the last commit sent or the partition has nothing more
+// delivered, and at the latest when the claim ends, before ConsumeClaim
+// returns (kafkaadapter.Coalescer). Any other commit supersedes the
+// coalesced one and is written before Commit returns.
+func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
+	if cl.ctx.Err() != nil {
+		return errSessionEnded
+	}
+	return cl.commits.Commit(next, metadata)
+}
+
+// caughtUp reports whether the partition has nothing more delivered: the
+// buffer and sarama's channel are empty.
+func (cl *claim) caughtUp() bool {
+	cl.mu.Lock()
+	n := cl.buf.Len()
+	cl.mu.Unlock()
+	return n == 0 && len(cl.sc.Messages()) == 0
+}
+
+// send commits next with metadata under the session's generation and
+// member ID, and waits for the coordinator's answer. A commit the
 // coordinator refuses as stale (illegal generation, unknown member, a
 // rebalance in progress) waits for the outcome: under the cooperative
 // protocol sarama joins the next generation keeping the partition, and
 // the commit is sent again under it; otherwise the session ends, and with
 // it the claim. A shutdown waits for a commit in flight at most 250ms.
-func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
-	if cl.ctx.Err() != nil {
+//
+// final is the claim's last commit, made once its worker has returned and
+// before ConsumeClaim does: it is sent although the claim has ended, and
+// when refused as stale it is sent once more if sarama has moved to a new
+// generation meanwhile (the partition is then nobody's: its next owner
+// has not started), and not waited for otherwise.
+func (cl *claim) send(next int64, metadata string, final bool) error {
+	if !final && cl.ctx.Err() != nil {
 		return errSessionEnded
 	}
 	ctx, cancel := context.WithTimeout(cl.h.commitCtx, cl.h.e.cfg.CommitTimeout)
 	defer cancel()
+	if final {
+		gen := cl.sess.GenerationID()
+		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)
+		if isStale(err) && cl.sess.GenerationID() != gen {
+			err = cl.h.commit(ctx, cl.sess, cl.sess.GenerationID(), cl.key, next, metadata)
+		}
+		return err
+	}
 	for {
 		gen := cl.sess.GenerationID()
 		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)
