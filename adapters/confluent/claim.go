@@ -16,12 +16,12 @@ import (
 
 // claim is one assigned partition: a [stream.Claim] whose buffer
 // (batching.Buffer) the poll goroutine fills with the partition's
-// messages. While the worker waits out a backoff, or the buffer holds
-// max(4 x max batch, 2048) records (until the worker has taken it down to
-// half), the partition is paused in librdkafka (Consumer.Pause), which
-// stops fetching it and drops what it had fetched but not yet handed to
-// Poll; on Resume it fetches again from the message after the last one
-// polled, so nothing is lost or repeated.
+// messages. While the worker waits out a backoff (after pauseDelay), or
+// the buffer holds max(4 x max batch, 2048) records and its worker has not
+// taken it down to half within fullWait, the partition is paused in
+// librdkafka (Consumer.Pause), which stops fetching it and drops what it
+// had fetched but not yet handed to Poll; on Resume it fetches again from
+// the message after the last one polled, so nothing is lost or repeated.
 type claim struct {
 	e         *engine
 	c         *kafka.Consumer
@@ -36,6 +36,7 @@ type claim struct {
 	mu         sync.Mutex
 	buf        *batching.Buffer[stream.Record] // guarded by mu
 	paused     bool                            // paused in librdkafka; guarded by mu
+	room       chan struct{}                   // gets a value when the buffer stops being full
 	pauseTimer *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
 
 	out     []stream.Record // the worker's own
@@ -46,13 +47,22 @@ type claim struct {
 
 func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata string) *claim {
 	ctx, cancel := context.WithCancelCause(e.runCtx)
-	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), room: make(chan struct{}, 1)}
 	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
-		Offset:    func(r *stream.Record) int64 { return r.Offset },
-		Limit:     max(4*e.cfg.MaxBatch, 2048),
-		OnFull:    cl.holdLocked,
-		OnDrained: cl.releaseLocked,
-		Reuse:     true,
+		Offset: func(r *stream.Record) int64 { return r.Offset },
+		Limit:  max(4*e.cfg.MaxBatch, 2048),
+		// A full buffer is not paused at once (see engine.holdFull): a
+		// pause drops what librdkafka fetched ahead, and the resume waits
+		// for a fetch.
+		OnDrained: func() {
+			cl.releaseLocked()
+			select {
+			case cl.room <- struct{}{}:
+			default:
+			}
+		},
+		Reuse: true,
 	})
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: e.cfg.commitInterval, Records: e.cfg.commitRecords,
@@ -115,6 +125,24 @@ func (cl *claim) flush() {
 	cl.buf.Push(cl.pending)
 	cl.pending = cl.buf.Slice()
 	cl.mu.Unlock()
+}
+
+// fullOrBackoff reports whether the buffer is full and the partition not
+// paused yet, and whether the worker waits out a backoff.
+func (cl *claim) fullOrBackoff() (full, backoff bool) {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Full() && !cl.paused, cl.buf.Paused()
+}
+
+// holdIfFull pauses the partition in librdkafka if its buffer is still
+// full.
+func (cl *claim) holdIfFull() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.buf.Full() && cl.ctx.Err() == nil {
+		cl.holdLocked()
+	}
 }
 
 func (cl *claim) parts() []kafka.TopicPartition {
