@@ -27,7 +27,7 @@ type tp struct {
 // The pump always reads sarama's channel, so that it sees at once when
 // sarama closes it (the partition revoked, its consumer failed). It holds
 // the partition back through sarama instead: while the worker waits out a
-// backoff, or the buffer is full (until the worker has taken it down to
+// backoff (after pauseDelay), or the buffer is full (until the worker has taken it down to
 // half), the partition is paused in sarama's consumer (ConsumerGroup.Pause),
 // which stops fetching it; what was fetched before comes out in order after
 // the resume.
@@ -47,6 +47,7 @@ type claim struct {
 	mu          sync.Mutex
 	buf         *batching.Buffer[stream.Record] // guarded by mu
 	groupPaused bool                            // the partition is paused in sarama's consumer; guarded by mu
+	pauseTimer  *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
 
 	out []stream.Record // the worker's own
 
@@ -113,6 +114,9 @@ func (cl *claim) run(proc *stream.Processor) error {
 	// still holds it.
 	cl.commits.Final()
 	cl.mu.Lock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
 	cl.buf.Drop()
 	if cl.groupPaused {
 		cl.groupPaused = false
@@ -234,21 +238,42 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	return out, nil
 }
 
+// pauseDelay is how long a backoff lasts before its partition is paused in
+// sarama's consumer: a resume waits for sarama's next fetch of the
+// partition, which costs more than the backoffs of a millisecond or so
+// that most retries wait; meanwhile, what comes is buffered, within the
+// buffer's bound (a full buffer pauses the partition at once).
+const pauseDelay = 100 * time.Millisecond
+
 // Pause pauses the partition in sarama's consumer while the Processor
-// waits out a backoff. Records already delivered stay buffered.
+// waits out a backoff, once the backoff has lasted pauseDelay. Records
+// already delivered stay buffered.
 func (cl *claim) Pause() {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
 	cl.buf.Pause()
-	cl.holdLocked()
-	cl.mu.Unlock()
+	if cl.pauseTimer == nil {
+		cl.pauseTimer = time.AfterFunc(pauseDelay, func() {
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			if cl.buf.Paused() && cl.ctx.Err() == nil {
+				cl.holdLocked()
+			}
+		})
+	} else {
+		cl.pauseTimer.Reset(pauseDelay)
+	}
 }
 
 // Resume undoes Pause.
 func (cl *claim) Resume() {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
 	cl.buf.Resume()
 	cl.releaseLocked()
-	cl.mu.Unlock()
 }
 
 // Commit commits next with metadata for the partition. It returns
