@@ -127,12 +127,12 @@ func (cl *claim) flush() {
 	cl.mu.Unlock()
 }
 
-// fullOrBackoff reports whether the buffer is full and the partition not
-// paused yet, and whether the worker waits out a backoff.
-func (cl *claim) fullOrBackoff() (full, backoff bool) {
+// full reports whether the buffer is full and the partition not paused
+// yet.
+func (cl *claim) full() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.buf.Full() && !cl.paused, cl.buf.Paused()
+	return cl.buf.Full() && !cl.paused
 }
 
 // holdIfFull pauses the partition in librdkafka if its buffer is still

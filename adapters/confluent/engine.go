@@ -217,18 +217,18 @@ func (e *engine) flush() {
 const fullWait = 100 * time.Millisecond
 
 // holdFull waits for the full buffers to be taken down to half, together at
-// most fullWait, and pauses the partitions of those still full, and at once
-// those whose workers wait out a backoff.
+// most fullWait, and pauses the partitions of those still full. A worker
+// waiting out a backoff is waited for too: most backoffs are short, and a
+// long one pauses the partition anyway (pauseDelay).
 func (e *engine) holdFull(ctx context.Context) {
 	var deadline <-chan time.Time
 	expired := false
 	for _, cl := range e.claims {
 		for {
-			full, backoff := cl.fullOrBackoff()
-			if !full {
+			if !cl.full() {
 				break
 			}
-			if backoff || expired {
+			if expired {
 				cl.holdIfFull()
 				break
 			}

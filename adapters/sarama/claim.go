@@ -48,6 +48,7 @@ type claim struct {
 	buf         *batching.Buffer[stream.Record] // guarded by mu
 	groupPaused bool                            // the partition is paused in sarama's consumer; guarded by mu
 	pauseTimer  *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
+	room        chan struct{}                   // gets a value when the buffer stops being full
 
 	out []stream.Record // the worker's own
 
@@ -67,13 +68,20 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		return nil, err
 	}
 	cl := &claim{h: h, sess: sess, sc: sc, key: key, committed: committed, metadata: md,
-		ctx: ctx, cancel: cancel, pumped: make(chan struct{})}
+		ctx: ctx, cancel: cancel, pumped: make(chan struct{}), room: make(chan struct{}, 1)}
 	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
-		Offset:    func(r *stream.Record) int64 { return r.Offset },
-		Limit:     highWater(h.e.cfg.MaxBatch),
-		Reuse:     true,
-		OnFull:    cl.holdLocked,
-		OnDrained: cl.releaseLocked,
+		Offset: func(r *stream.Record) int64 { return r.Offset },
+		Limit:  highWater(h.e.cfg.MaxBatch),
+		Reuse:  true,
+		// A full buffer is not paused at once (see waitRoom): a resume
+		// waits for sarama's next fetch of the partition.
+		OnDrained: func() {
+			cl.releaseLocked()
+			select {
+			case cl.room <- struct{}{}:
+			default:
+			}
+		},
 	})
 	cfg := &h.e.cfg
 	cl.commits = kafkaadapter.Coalescer{
@@ -175,6 +183,52 @@ func (cl *claim) pump() {
 		cl.h.e.fetches.Clear(kafkaadapter.Partition{Topic: cl.key.topic, Partition: cl.key.partition})
 		if closed {
 			cl.cancel(errSessionEnded)
+			return
+		}
+		cl.waitRoom()
+	}
+}
+
+// fullWait is how long the pump waits, at most, for the worker to take a
+// full buffer down to half before it pauses the partition in sarama's
+// consumer. Meanwhile it reads nothing from sarama's channel, which holds
+// sarama back as a ConsumeClaim that handles what it reads does (sarama
+// stops fetching the partition for a while once it has waited
+// Consumer.MaxProcessingTime, 100ms by default, for the channel). A pause
+// is resumed only with sarama's next fetch of the partition, which took
+// about 100ms on kfake: a worker that keeps up takes half a buffer in a
+// millisecond or so and never needs it.
+const fullWait = 100 * time.Millisecond
+
+// waitRoom waits, when the buffer is full, until the worker has taken it
+// down to half, for at most fullWait, and then pauses the partition in
+// sarama's consumer. A worker waiting out a backoff is waited for too: most
+// backoffs are short, and a long one pauses the partition anyway
+// (pauseDelay). It returns at once when the claim ends.
+func (cl *claim) waitRoom() {
+	var deadline <-chan time.Time
+	for {
+		cl.mu.Lock()
+		full := cl.buf.Full() && !cl.groupPaused
+		cl.mu.Unlock()
+		if !full {
+			return
+		}
+		if deadline == nil {
+			t := time.NewTimer(fullWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-cl.room:
+		case <-deadline:
+			cl.mu.Lock()
+			if cl.buf.Full() {
+				cl.holdLocked()
+			}
+			cl.mu.Unlock()
+			return
+		case <-cl.ctx.Done():
 			return
 		}
 	}
