@@ -24,13 +24,15 @@ type tp struct {
 // goroutine that moves what sarama's partition consumer delivers
 // (ConsumerGroupClaim.Messages) into a buffer (batching.Buffer).
 //
-// The pump always reads sarama's channel, so that it sees at once when
-// sarama closes it (the partition revoked, its consumer failed). It holds
-// the partition back through sarama instead: while the worker waits out a
-// backoff (after pauseDelay), or the buffer is full (until the worker has taken it down to
-// half), the partition is paused in sarama's consumer (ConsumerGroup.Pause),
-// which stops fetching it; what was fetched before comes out in order after
-// the resume.
+// The pump reads sarama's channel, so that it sees when sarama closes it
+// (the partition revoked, its consumer failed), except while the buffer
+// is full: then it waits for the worker to take it down to half, at most
+// fullWait, which holds sarama back as its own ConsumeClaim loop would.
+// Past that, and once the worker has waited out pauseDelay of a backoff,
+// the partition is paused in sarama's consumer (ConsumerGroup.Pause),
+// which stops fetching it, until the buffer is down to half and the
+// backoff over; what was fetched before comes out in order after the
+// resume.
 type claim struct {
 	h         *handler
 	sess      sarama.ConsumerGroupSession

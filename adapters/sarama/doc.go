@@ -51,12 +51,14 @@
 //     MarkOffset ignores an offset that is not past the last one marked, so
 //     the retry state of a withheld batch, written at the same offset with
 //     new metadata each time, would never be written.
-//   - Pause. Once a batch has waited out 100ms of a backoff (a resume waits
-//     for sarama's next fetch, which would cost the short backoffs most
-//     retries wait more than the backoff), or while the claim's buffer holds
-//     max(4 x max batch, 2048) records (until the worker has taken it down
-//     to half), the partition is paused in sarama's consumer
-//     (ConsumerGroup.Pause), which stops fetching it; heartbeats go on, so
+//   - Pause. Once a batch has waited out 100ms of a backoff, or once the
+//     claim's buffer holds max(4 x max batch, 2048) records and its worker
+//     has not taken it down to half within 100ms (meanwhile the pump reads
+//     nothing from sarama's channel, which holds sarama back as a
+//     ConsumeClaim loop does; a resume waits for sarama's next fetch of the
+//     partition, which took about 100ms on kfake), the partition is paused
+//     in sarama's consumer (ConsumerGroup.Pause) until the backoff is over
+//     and the buffer down to half; it stops fetching it; heartbeats go on, so
 //     a backoff longer than the session timeout causes no rebalance.
 //     Records delivered before the pause stay buffered, in order. sarama
 //     keeps a partition's pause across sessions, so a claim resumes its
