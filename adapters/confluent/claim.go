@@ -2,13 +2,13 @@ package confluent
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -16,12 +16,12 @@ import (
 
 // claim is one assigned partition: a [stream.Claim] whose buffer
 // (batching.Buffer) the poll goroutine fills with the partition's
-// messages. While the worker waits out a backoff, or the buffer holds
-// max(4 x max batch, 2048) records (until the worker has taken it down to
-// half), the partition is paused in librdkafka (Consumer.Pause), which
-// stops fetching it and drops what it had fetched but not yet handed to
-// Poll; on Resume it fetches again from the message after the last one
-// polled, so nothing is lost or repeated.
+// messages. While the worker waits out a backoff (after pauseDelay), or
+// the buffer holds max(4 x max batch, 2048) records and its worker has not
+// taken it down to half within fullWait, the partition is paused in
+// librdkafka (Consumer.Pause), which stops fetching it and drops what it
+// had fetched but not yet handed to Poll; on Resume it fetches again from
+// the message after the last one polled, so nothing is lost or repeated.
 type claim struct {
 	e         *engine
 	c         *kafka.Consumer
@@ -36,22 +36,40 @@ type claim struct {
 	mu         sync.Mutex
 	buf        *batching.Buffer[stream.Record] // guarded by mu
 	paused     bool                            // paused in librdkafka; guarded by mu
+	room       chan struct{}                   // gets a value when the buffer stops being full
 	pauseTimer *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
 
 	out     []stream.Record // the worker's own
 	pending []stream.Record // the poll goroutine's own: polled, not yet pushed
+
+	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
 
 func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata string) *claim {
 	ctx, cancel := context.WithCancelCause(e.runCtx)
-	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel,
+		done: make(chan struct{}), room: make(chan struct{}, 1)}
 	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
-		Offset:    func(r *stream.Record) int64 { return r.Offset },
-		Limit:     max(4*e.cfg.MaxBatch, 2048),
-		OnFull:    cl.holdLocked,
-		OnDrained: cl.releaseLocked,
-		Reuse:     true,
+		Offset: func(r *stream.Record) int64 { return r.Offset },
+		Limit:  max(4*e.cfg.MaxBatch, 2048),
+		// A full buffer is not paused at once (see engine.holdFull): a
+		// pause drops what librdkafka fetched ahead, and the resume waits
+		// for a fetch.
+		OnDrained: func() {
+			cl.releaseLocked()
+			select {
+			case cl.room <- struct{}{}:
+			default:
+			}
+		},
+		Reuse: true,
 	})
+	cl.commits = kafkaadapter.Coalescer{
+		Interval: e.cfg.commitInterval, Records: e.cfg.commitRecords,
+		Send: cl.send, CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errRevoked,
+		Log: e.log, Topic: key.topic, Partition: key.partition,
+	}
+	cl.commits.Start(committed, metadata)
 	return cl
 }
 
@@ -64,6 +82,10 @@ func (cl *claim) run() {
 	lifecycle.Inside(func() { err = cl.e.proc.Process(stream.WithSource(cl.ctx, src), cl) })
 	ended := cl.ctx.Err() != nil
 	cl.cancel(errRevoked)
+	// The success commit not written yet (coalesced), before the partition
+	// is given up: a revocation waits for the worker (endClaims) before it
+	// unassigns the partition, a shutdown before it closes the consumer.
+	cl.commits.Final()
 	cl.mu.Lock()
 	if cl.pauseTimer != nil {
 		cl.pauseTimer.Stop()
@@ -103,6 +125,24 @@ func (cl *claim) flush() {
 	cl.buf.Push(cl.pending)
 	cl.pending = cl.buf.Slice()
 	cl.mu.Unlock()
+}
+
+// full reports whether the buffer is full and the partition not paused
+// yet.
+func (cl *claim) full() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Full() && !cl.paused
+}
+
+// holdIfFull pauses the partition in librdkafka if its buffer is still
+// full.
+func (cl *claim) holdIfFull() {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.buf.Full() && cl.ctx.Err() == nil {
+		cl.holdLocked()
+	}
 }
 
 func (cl *claim) parts() []kafka.TopicPartition {
@@ -188,12 +228,38 @@ func (cl *claim) Resume() {
 	cl.releaseLocked()
 }
 
-// Commit commits next with metadata for the partition
-// (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
-// It returns [stream.ErrRevoked] once the claim has ended. A shutdown
-// waits for a commit in flight at most 250ms.
+// Commit commits next with metadata for the partition. It returns
+// [stream.ErrRevoked] once the claim has ended.
+//
+// A success commit (no metadata) that follows one without a retry state
+// is coalesced when the consumer's commit window is set (the default):
+// Commit notes it and returns, and it is written in the background, one
+// request in flight per partition, once the window's records or interval
+// have passed since the last commit sent or the partition has nothing more
+// buffered, and at the latest when the claim ends, before the partition is
+// given up (kafkaadapter.Coalescer). Any other commit supersedes the
+// coalesced one and is written before Commit returns.
 func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if cl.ctx.Err() != nil {
+		return errRevoked
+	}
+	return cl.commits.Commit(next, metadata)
+}
+
+// caughtUp reports whether the partition has nothing buffered.
+func (cl *claim) caughtUp() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Len() == 0
+}
+
+// send commits next with metadata for the partition
+// (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
+// A shutdown waits for a commit in flight at most 250ms. final is the
+// claim's last commit, made once its worker has returned: it is sent
+// although the claim has ended.
+func (cl *claim) send(next int64, metadata string, final bool) error {
+	if !final && cl.ctx.Err() != nil {
 		return errRevoked
 	}
 	t, md := cl.key.topic, metadata
@@ -225,22 +291,8 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if err == nil {
 		return nil
 	}
-	if cl.ctx.Err() != nil || isStale(err) && cl.ctx.Err() != nil {
+	if !final && cl.ctx.Err() != nil {
 		return errRevoked
 	}
 	return fmt.Errorf("confluent: commit %s/%d at %d: %w", t, cl.key.partition, next, err)
-}
-
-// isStale reports whether the coordinator refused a commit for a member or
-// generation that is no longer current.
-func isStale(err error) bool {
-	var ke kafka.Error
-	if !errors.As(err, &ke) {
-		return false
-	}
-	switch ke.Code() {
-	case kafka.ErrIllegalGeneration, kafka.ErrUnknownMemberID, kafka.ErrRebalanceInProgress, kafka.ErrFencedInstanceID:
-		return true
-	}
-	return false
 }

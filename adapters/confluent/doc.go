@@ -35,12 +35,22 @@
 //     under the eager protocol), waits for their workers (at most
 //     [WithCommitTimeout]), and only then gives the partitions up, so that
 //     a worker's last commit is made while the partition is still owned.
-//   - Checkpoints are committed per partition, synchronously, after the
-//     batch is handled, with [kafka.Consumer.CommitOffsets] and the
-//     metadata string the Processor gives in TopicPartition.Metadata.
-//   - Pause. Once a batch has waited out 100ms of a backoff, or while the
-//     claim's buffer holds max(4 x max batch, 2048) records (until the
-//     worker has taken it down to half), the partition is paused in
+//   - Checkpoints are committed per partition after the batch is handled,
+//     with [kafka.Consumer.CommitOffsets] and the metadata string the
+//     Processor gives in TopicPartition.Metadata. A commit that carries a
+//     retry state, and the success that clears one, are written before the
+//     next delivery. Other success commits are coalesced and written in
+//     the background, one request in flight per partition, within the
+//     commit window ([WithCommitWindow]: 500ms or 50,000 records by
+//     default, and at once when the partition is caught up), and always
+//     before the partition is given up (the worker writes it before the
+//     revocation unassigns the partition, and before Close): a crash
+//     delivers again at most about two windows of records, and loses none.
+//   - Pause. Once a batch has waited out 100ms of a backoff, or once the
+//     claim's buffer holds max(4 x max batch, 2048) records and its worker
+//     has not taken it down to half within 100ms (the poll goroutine waits
+//     that long, as a Poll loop that handles what it polls holds
+//     librdkafka back), the partition is paused in
 //     librdkafka ([kafka.Consumer.Pause]); heartbeats go on, so a backoff
 //     longer than the session timeout causes no rebalance. librdkafka drops
 //     what it had fetched for the partition but not yet handed to Poll, and

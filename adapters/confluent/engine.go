@@ -67,6 +67,9 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	if err := cfg.Options.Check("confluent"); err != nil {
 		return nil, err
 	}
+	if err := kafkaadapter.CheckCommitWindow("confluent", cfg.commitInterval, cfg.commitRecords); err != nil {
+		return nil, err
+	}
 	if err := kafkaadapter.CheckTopics("confluent", cfg.topics); err != nil {
 		return nil, err
 	}
@@ -133,6 +136,7 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}
 		e.flush()
+		e.holdFull(ctx)
 	}
 	cause := context.Cause(ctx)
 	// The workers end with ctx: a handler that ignores the end of its
@@ -199,6 +203,48 @@ func (e *engine) deliver(m *kafka.Message) {
 func (e *engine) flush() {
 	for _, cl := range e.claims {
 		cl.flush()
+	}
+}
+
+// fullWait is how long the poll goroutine waits, at most, for the workers
+// of full buffers to take them down to half before it pauses their
+// partitions in librdkafka. A pause drops what librdkafka fetched ahead and
+// a resume waits for a new fetch, which a worker that keeps up (it takes
+// half a buffer in a millisecond or so) never needs; meanwhile librdkafka
+// holds back what it fetches, within its own queue's bounds, as a Poll
+// loop that handles what it polls does. A slow worker's partition is
+// paused after fullWait, so that it holds the others back no longer.
+const fullWait = 100 * time.Millisecond
+
+// holdFull waits for the full buffers to be taken down to half, together at
+// most fullWait, and pauses the partitions of those still full. A worker
+// waiting out a backoff is waited for too: most backoffs are short, and a
+// long one pauses the partition anyway (pauseDelay).
+func (e *engine) holdFull(ctx context.Context) {
+	var deadline <-chan time.Time
+	expired := false
+	for _, cl := range e.claims {
+		for {
+			if !cl.full() {
+				break
+			}
+			if expired {
+				cl.holdIfFull()
+				break
+			}
+			if deadline == nil {
+				t := time.NewTimer(fullWait)
+				defer t.Stop()
+				deadline = t.C
+			}
+			select {
+			case <-cl.room:
+			case <-deadline:
+				expired = true
+			case <-ctx.Done():
+				return
+			}
+		}
 	}
 }
 

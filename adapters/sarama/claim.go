@@ -24,13 +24,15 @@ type tp struct {
 // goroutine that moves what sarama's partition consumer delivers
 // (ConsumerGroupClaim.Messages) into a buffer (batching.Buffer).
 //
-// The pump always reads sarama's channel, so that it sees at once when
-// sarama closes it (the partition revoked, its consumer failed). It holds
-// the partition back through sarama instead: while the worker waits out a
-// backoff, or the buffer is full (until the worker has taken it down to
-// half), the partition is paused in sarama's consumer (ConsumerGroup.Pause),
-// which stops fetching it; what was fetched before comes out in order after
-// the resume.
+// The pump reads sarama's channel, so that it sees when sarama closes it
+// (the partition revoked, its consumer failed), except while the buffer
+// is full: then it waits for the worker to take it down to half, at most
+// fullWait, which holds sarama back as its own ConsumeClaim loop would.
+// Past that, and once the worker has waited out pauseDelay of a backoff,
+// the partition is paused in sarama's consumer (ConsumerGroup.Pause),
+// which stops fetching it, until the buffer is down to half and the
+// backoff over; what was fetched before comes out in order after the
+// resume.
 type claim struct {
 	h         *handler
 	sess      sarama.ConsumerGroupSession
@@ -47,8 +49,12 @@ type claim struct {
 	mu          sync.Mutex
 	buf         *batching.Buffer[stream.Record] // guarded by mu
 	groupPaused bool                            // the partition is paused in sarama's consumer; guarded by mu
+	pauseTimer  *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
+	room        chan struct{}                   // gets a value when the buffer stops being full
 
 	out []stream.Record // the worker's own
+
+	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
 
 // newClaim reads the partition's committed offset and metadata from the
@@ -64,14 +70,28 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		return nil, err
 	}
 	cl := &claim{h: h, sess: sess, sc: sc, key: key, committed: committed, metadata: md,
-		ctx: ctx, cancel: cancel, pumped: make(chan struct{})}
+		ctx: ctx, cancel: cancel, pumped: make(chan struct{}), room: make(chan struct{}, 1)}
 	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
-		Offset:    func(r *stream.Record) int64 { return r.Offset },
-		Limit:     highWater(h.e.cfg.MaxBatch),
-		Reuse:     true,
-		OnFull:    cl.holdLocked,
-		OnDrained: cl.releaseLocked,
+		Offset: func(r *stream.Record) int64 { return r.Offset },
+		Limit:  highWater(h.e.cfg.MaxBatch),
+		Reuse:  true,
+		// A full buffer is not paused at once (see waitRoom): a resume
+		// waits for sarama's next fetch of the partition.
+		OnDrained: func() {
+			cl.releaseLocked()
+			select {
+			case cl.room <- struct{}{}:
+			default:
+			}
+		},
 	})
+	cfg := &h.e.cfg
+	cl.commits = kafkaadapter.Coalescer{
+		Interval: cfg.commitInterval, Records: cfg.commitRecords,
+		Send: cl.send, CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errSessionEnded,
+		Log: h.e.log, Topic: key.topic, Partition: key.partition,
+	}
+	cl.commits.Start(committed, md)
 	return cl, nil
 }
 
@@ -99,7 +119,14 @@ func (cl *claim) run(proc *stream.Processor) error {
 		cl.cancel(err)
 	}
 	<-cl.pumped
+	// The success commit not written yet (coalesced), before sarama gives
+	// the partition up: ConsumeClaim has not returned, so the session
+	// still holds it.
+	cl.commits.Final()
 	cl.mu.Lock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
 	cl.buf.Drop()
 	if cl.groupPaused {
 		cl.groupPaused = false
@@ -158,6 +185,52 @@ func (cl *claim) pump() {
 		cl.h.e.fetches.Clear(kafkaadapter.Partition{Topic: cl.key.topic, Partition: cl.key.partition})
 		if closed {
 			cl.cancel(errSessionEnded)
+			return
+		}
+		cl.waitRoom()
+	}
+}
+
+// fullWait is how long the pump waits, at most, for the worker to take a
+// full buffer down to half before it pauses the partition in sarama's
+// consumer. Meanwhile it reads nothing from sarama's channel, which holds
+// sarama back as a ConsumeClaim that handles what it reads does (sarama
+// stops fetching the partition for a while once it has waited
+// Consumer.MaxProcessingTime, 100ms by default, for the channel). A pause
+// is resumed only with sarama's next fetch of the partition, which took
+// about 100ms on kfake: a worker that keeps up takes half a buffer in a
+// millisecond or so and never needs it.
+const fullWait = 100 * time.Millisecond
+
+// waitRoom waits, when the buffer is full, until the worker has taken it
+// down to half, for at most fullWait, and then pauses the partition in
+// sarama's consumer. A worker waiting out a backoff is waited for too: most
+// backoffs are short, and a long one pauses the partition anyway
+// (pauseDelay). It returns at once when the claim ends.
+func (cl *claim) waitRoom() {
+	var deadline <-chan time.Time
+	for {
+		cl.mu.Lock()
+		full := cl.buf.Full() && !cl.groupPaused
+		cl.mu.Unlock()
+		if !full {
+			return
+		}
+		if deadline == nil {
+			t := time.NewTimer(fullWait)
+			defer t.Stop()
+			deadline = t.C
+		}
+		select {
+		case <-cl.room:
+		case <-deadline:
+			cl.mu.Lock()
+			if cl.buf.Full() {
+				cl.holdLocked()
+			}
+			cl.mu.Unlock()
+			return
+		case <-cl.ctx.Done():
 			return
 		}
 	}
@@ -221,37 +294,98 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	return out, nil
 }
 
+// pauseDelay is how long a backoff lasts before its partition is paused in
+// sarama's consumer: a resume waits for sarama's next fetch of the
+// partition, which costs more than the backoffs of a millisecond or so
+// that most retries wait; meanwhile, what comes is buffered, within the
+// buffer's bound (a full buffer pauses the partition at once).
+const pauseDelay = 100 * time.Millisecond
+
 // Pause pauses the partition in sarama's consumer while the Processor
-// waits out a backoff. Records already delivered stay buffered.
+// waits out a backoff, once the backoff has lasted pauseDelay. Records
+// already delivered stay buffered.
 func (cl *claim) Pause() {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
 	cl.buf.Pause()
-	cl.holdLocked()
-	cl.mu.Unlock()
+	if cl.pauseTimer == nil {
+		cl.pauseTimer = time.AfterFunc(pauseDelay, func() {
+			cl.mu.Lock()
+			defer cl.mu.Unlock()
+			if cl.buf.Paused() && cl.ctx.Err() == nil {
+				cl.holdLocked()
+			}
+		})
+	} else {
+		cl.pauseTimer.Reset(pauseDelay)
+	}
 }
 
 // Resume undoes Pause.
 func (cl *claim) Resume() {
 	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.pauseTimer != nil {
+		cl.pauseTimer.Stop()
+	}
 	cl.buf.Resume()
 	cl.releaseLocked()
-	cl.mu.Unlock()
 }
 
-// Commit commits next with metadata for the partition under the session's
-// generation and member ID, and waits for the coordinator's answer. It
-// returns [stream.ErrRevoked] once the claim has ended. A commit the
+// Commit commits next with metadata for the partition. It returns
+// [stream.ErrRevoked] once the claim has ended.
+//
+// A success commit (no metadata) that follows one without a retry state
+// is coalesced when the consumer's commit window is set (the default):
+// Commit notes it and returns, and it is written in the background, one
+// request in flight per partition, once the window's records or interval
+// have passed since the last commit sent or the partition has nothing more
+// delivered, and at the latest when the claim ends, before ConsumeClaim
+// returns (kafkaadapter.Coalescer). Any other commit supersedes the
+// coalesced one and is written before Commit returns.
+func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
+	if cl.ctx.Err() != nil {
+		return errSessionEnded
+	}
+	return cl.commits.Commit(next, metadata)
+}
+
+// caughtUp reports whether the partition has nothing more delivered: the
+// buffer and sarama's channel are empty.
+func (cl *claim) caughtUp() bool {
+	cl.mu.Lock()
+	n := cl.buf.Len()
+	cl.mu.Unlock()
+	return n == 0 && len(cl.sc.Messages()) == 0
+}
+
+// send commits next with metadata under the session's generation and
+// member ID, and waits for the coordinator's answer. A commit the
 // coordinator refuses as stale (illegal generation, unknown member, a
 // rebalance in progress) waits for the outcome: under the cooperative
 // protocol sarama joins the next generation keeping the partition, and
 // the commit is sent again under it; otherwise the session ends, and with
 // it the claim. A shutdown waits for a commit in flight at most 250ms.
-func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
-	if cl.ctx.Err() != nil {
+//
+// final is the claim's last commit, made once its worker has returned and
+// before ConsumeClaim does: it is sent although the claim has ended, and
+// when refused as stale it is sent once more if sarama has moved to a new
+// generation meanwhile (the partition is then nobody's: its next owner
+// has not started), and not waited for otherwise.
+func (cl *claim) send(next int64, metadata string, final bool) error {
+	if !final && cl.ctx.Err() != nil {
 		return errSessionEnded
 	}
 	ctx, cancel := context.WithTimeout(cl.h.commitCtx, cl.h.e.cfg.CommitTimeout)
 	defer cancel()
+	if final {
+		gen := cl.sess.GenerationID()
+		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)
+		if isStale(err) && cl.sess.GenerationID() != gen {
+			err = cl.h.commit(ctx, cl.sess, cl.sess.GenerationID(), cl.key, next, metadata)
+		}
+		return err
+	}
 	for {
 		gen := cl.sess.GenerationID()
 		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)

@@ -35,6 +35,10 @@ type config struct {
 	groupSet             bool
 	sarama               *sarama.Config
 	kafkaadapter.Options // the options every adapter takes
+	// commitInterval and commitRecords are the commit window
+	// (WithCommitWindow).
+	commitInterval time.Duration
+	commitRecords  int64
 	// deadLetterCheck checks the topic of the processor's dead-letter
 	// action, when it has one through a Publisher.
 	deadLetterCheck func(context.Context) []health.Problem
@@ -56,7 +60,7 @@ func WithGroup(brokers []string, groupID string, topics ...string) Option {
 // sarama.OffsetNewest; set sarama.OffsetOldest to start at its start),
 // Consumer.IsolationLevel and fetch sizes. The consumer works on a copy,
 // in which it sets Consumer.Offsets.AutoCommit.Enable to false (it commits
-// itself, each batch, with its retry state) and Consumer.Return.Errors to
+// itself, with the retry state, see [WithCommitWindow]) and Consumer.Return.Errors to
 // true (it logs them). The default is sarama.NewConfig(). [New] refuses a
 // nil config and one whose Validate fails.
 func WithConfig(cfg *sarama.Config) Option {
@@ -88,6 +92,31 @@ func WithMaxWait(d time.Duration) Option {
 // shutdown waits for it at most 250ms, then cuts it short.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.CommitTimeout = d })
+}
+
+// WithCommitWindow bounds the records a crash delivers again. A batch that
+// succeeds carries no retry state, so its commit need not be written before
+// the next batch is delivered: such commits are coalesced and written in
+// the background, one request in flight per partition, as soon as records
+// have passed since the last one sent, interval has passed, or the
+// partition has nothing more delivered (it is caught up), and always before
+// the partition is given up (the session's end, revocation, shutdown).
+// While a commit is in flight (or failed), the records after it are held
+// to the window too: once they reach it, the next commit is written before
+// the next batch is delivered. A crash (the process killed, the machine
+// lost) therefore delivers again at most the records of the commit in
+// flight and one window after it, about twice the window; none is lost and
+// no retry count is reset. A commit that carries a retry state, and the
+// first success after one (it clears the state), are written before the
+// next delivery, as always. The default is 500ms and 50,000 records.
+// WithCommitWindow(0, 0) writes every commit before the next batch is
+// delivered. New returns an error when one is 0 and not the other, or
+// either is negative.
+//
+// The Checkpointed hook reports a coalesced commit when the adapter takes
+// it, before it is written.
+func WithCommitWindow(interval time.Duration, records int) Option {
+	return optionFunc(func(c *config) { c.commitInterval, c.commitRecords = interval, int64(records) })
 }
 
 // WithFailAfter sets how long a problem that stops all consumption may
@@ -151,7 +180,8 @@ type Consumer struct {
 // brokers, no group ID or no topic, an option is out of range, or sarama's
 // configuration is nil or one sarama would reject.
 func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
-	cfg := config{Options: kafkaadapter.Defaults(), sarama: sarama.NewConfig()}
+	cfg := config{Options: kafkaadapter.Defaults(), sarama: sarama.NewConfig(),
+		commitInterval: kafkaadapter.DefaultCommitInterval, commitRecords: kafkaadapter.DefaultCommitRecords}
 	for i, o := range opts {
 		if o == nil {
 			return nil, fmt.Errorf("sarama: option %d of New is nil", i+1)

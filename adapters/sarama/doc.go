@@ -28,10 +28,18 @@
 //   - A pump goroutine per claim moves what sarama delivers into a buffer;
 //     batches are formed from it: at most [WithMaxBatch] records, waiting at
 //     most [WithMaxWait] for a batch to fill.
-//   - Checkpoints are committed per partition, synchronously, after the
-//     batch is handled, with an OffsetCommit request under the session's
-//     generation and member ID (and group instance ID), with the metadata
-//     string the Processor gives. sarama's automatic commits are turned off
+//   - Checkpoints are committed per partition after the batch is handled,
+//     with an OffsetCommit request under the session's generation and
+//     member ID (and group instance ID), with the metadata string the
+//     Processor gives. A commit that carries a retry state, and the success
+//     that clears one, are written before the next delivery. Other success
+//     commits are coalesced and written in the background, one request in
+//     flight per partition, within the commit window ([WithCommitWindow]:
+//     500ms or 50,000 records by default, and at once when the partition
+//     is caught up), and always before the partition is given up (before
+//     ConsumeClaim returns, so while the session still holds it): a crash
+//     delivers again at most about two windows of records, and loses none.
+//     sarama's automatic commits are turned off
 //     (Consumer.Offsets.AutoCommit.Enable false, set on the consumer's copy
 //     of the configuration). The commits, and the reads of the committed
 //     offsets, go through a sarama client of their own, so through a
@@ -43,10 +51,14 @@
 //     MarkOffset ignores an offset that is not past the last one marked, so
 //     the retry state of a withheld batch, written at the same offset with
 //     new metadata each time, would never be written.
-//   - Pause. While a batch waits out a backoff, or the claim's buffer holds
-//     max(4 x max batch, 2048) records (until the worker has taken it down
-//     to half), the partition is paused in sarama's consumer
-//     (ConsumerGroup.Pause), which stops fetching it; heartbeats go on, so
+//   - Pause. Once a batch has waited out 100ms of a backoff, or once the
+//     claim's buffer holds max(4 x max batch, 2048) records and its worker
+//     has not taken it down to half within 100ms (meanwhile the pump reads
+//     nothing from sarama's channel, which holds sarama back as a
+//     ConsumeClaim loop does; a resume waits for sarama's next fetch of the
+//     partition, which took about 100ms on kfake), the partition is paused
+//     in sarama's consumer (ConsumerGroup.Pause) until the backoff is over
+//     and the buffer down to half; it stops fetching it; heartbeats go on, so
 //     a backoff longer than the session timeout causes no rebalance.
 //     Records delivered before the pause stay buffered, in order. sarama
 //     keeps a partition's pause across sessions, so a claim resumes its

@@ -84,6 +84,9 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	if err := cfg.Options.Check("sarama"); err != nil {
 		return nil, err
 	}
+	if err := kafkaadapter.CheckCommitWindow("sarama", cfg.commitInterval, cfg.commitRecords); err != nil {
+		return nil, err
+	}
 	if err := kafkaadapter.CheckTopics("sarama", cfg.topics); err != nil {
 		return nil, err
 	}

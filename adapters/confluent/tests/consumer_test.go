@@ -61,6 +61,46 @@ func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
 	kafkatest.CheckHistory(t, rec.Of("t", 1), 100)
 }
 
+// A worker that does not keep up holds its full buffer for a while: its
+// partition is then paused in librdkafka, and the other partition, whose
+// records come through the same Poll, goes on; once the slow worker goes
+// on, nothing of its partition is lost or reordered.
+func TestSlowWorkerDoesNotHoldOthers(t *testing.T) {
+	_, addrs := kafkatest.NewCluster(t, "t", 2)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 5000)
+	var (
+		rec       streamtest.Recorder
+		stuck     = make(chan struct{})
+		goOn      = make(chan struct{})
+		stuckOnce sync.Once
+	)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if b.Partition == 0 && b.FirstOffset() == 0 {
+			stuckOnce.Do(func() { close(stuck) })
+			select {
+			case <-goOn:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	})
+	proc := kafkatest.NewProcessor(t, stream.Chain(h, rec.Middleware()))
+	start(t, addrs, "g", "t", proc, confluent.WithMaxBatch(10))
+	select {
+	case <-stuck:
+	case <-time.After(wait):
+		t.Fatal("partition 0 was not delivered")
+	}
+	time.Sleep(300 * time.Millisecond) // partition 0's buffer fills up
+	kafkatest.Produce(t, addrs, "t", 1, 0, 100)
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{1: 100})
+	close(goOn)
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 5000, 1: 100})
+	kafkatest.CheckHistory(t, rec.Of("t", 0), 5000)
+	kafkatest.CheckHistory(t, rec.Of("t", 1), 100)
+}
+
 // The retry state of a withheld batch moves with its partition, under
 // eager and cooperative assignment: a second member joins and the first
 // leaves while the batch is retried, and the retry count goes on where it
@@ -180,6 +220,8 @@ func TestNewErrorsAndZeroValues(t *testing.T) {
 		{"commit timeout", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithCommitTimeout(0)}, "WithCommitTimeout(0s)"},
 		{"drain", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithDrain(-time.Second)}, "WithDrain(-1s)"},
 		{"fail after", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithFailAfter(-time.Second)}, "WithFailAfter(-1s)"},
+		{"commit window half", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithCommitWindow(time.Second, 0)}, "WithCommitWindow(1s, 0): want both more than 0, or both 0"},
+		{"commit window negative", proc, []confluent.Option{confluent.WithGroup(conf, "t"), confluent.WithCommitWindow(-time.Second, -1)}, "WithCommitWindow(-1s, -1)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cons, err := confluent.New(c.proc, c.opts...)

@@ -205,6 +205,8 @@ func TestNewErrors(t *testing.T) {
 		{"commit timeout", proc, []rdsarama.Option{group, rdsarama.WithCommitTimeout(0)}, "WithCommitTimeout(0s)"},
 		{"drain", proc, []rdsarama.Option{group, rdsarama.WithDrain(-time.Second)}, "WithDrain(-1s)"},
 		{"fail after", proc, []rdsarama.Option{group, rdsarama.WithFailAfter(-time.Second)}, "WithFailAfter(-1s)"},
+		{"commit window half", proc, []rdsarama.Option{group, rdsarama.WithCommitWindow(0, 10)}, "WithCommitWindow(0s, 10): want both more than 0, or both 0"},
+		{"commit window negative", proc, []rdsarama.Option{group, rdsarama.WithCommitWindow(-time.Second, -1)}, "WithCommitWindow(-1s, -1)"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cons, err := rdsarama.New(c.proc, c.opts...)

@@ -73,6 +73,9 @@ func Example() {
 		rdsarama.WithGroup(brokers, "billing", "orders"),
 		rdsarama.WithConfig(cfg),
 		rdsarama.WithMaxBatch(5),
+		// sarama hands over a fetch's records one at a time: wait for a
+		// batch to fill, so that the batches are the same on every run.
+		rdsarama.WithMaxWait(100*time.Millisecond),
 	)
 	if err != nil {
 		fmt.Println(err)

@@ -1,0 +1,225 @@
+package kafkaadapter
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// The commit window's defaults (each adapter's WithCommitWindow): the
+// success commits not written yet cover at most 500ms or 50,000 records.
+const (
+	DefaultCommitInterval = 500 * time.Millisecond
+	DefaultCommitRecords  = 50000
+)
+
+// CheckCommitWindow returns an error naming pkg's WithCommitWindow when
+// the window is out of range: both more than 0, or both 0 (every commit
+// synchronous).
+func CheckCommitWindow(pkg string, interval time.Duration, records int64) error {
+	if interval < 0 || records < 0 || (interval == 0) != (records == 0) {
+		return fmt.Errorf("%s: WithCommitWindow(%v, %d): want both more than 0, or both 0 (every commit synchronous)", pkg, interval, records)
+	}
+	return nil
+}
+
+// Coalescer is one partition's commits (DESIGN 9.2). A commit that carries
+// a retry state, and the first success after one (it clears the state),
+// are written before Commit returns. Any other success commit is noted
+// and written in the background, one request in flight per partition, once
+// Records records or Interval have passed since the last commit sent, or
+// at once when the partition is caught up (CaughtUp), and at the latest by
+// Final, which the claim calls once its worker has returned and before the
+// partition is given up. While a commit is in flight (or failed), the
+// records after it are held to the window too: once they reach it, the
+// next commit is written before Commit returns, so that a crash delivers
+// again at most the commit in flight and one window.
+//
+// It is the same scheme as the franz-go and kafka-go adapters' claims.
+type Coalescer struct {
+	// Interval and Records are the commit window; Interval 0 writes every
+	// commit before Commit returns.
+	Interval time.Duration
+	Records  int64
+	// Send writes one commit and returns the broker's answer. final marks
+	// the claim's last commit (Final), sent although the claim has ended.
+	Send func(next int64, metadata string, final bool) error
+	// CaughtUp reports whether the partition has nothing more buffered.
+	CaughtUp func() bool
+	// Ended reports whether the claim has ended: nothing more is taken.
+	Ended func() bool
+	// Revoked is what Commit returns once the claim has ended.
+	Revoked error
+	// Log, Topic and Partition name the partition in the log.
+	Log       *slog.Logger
+	Topic     string
+	Partition int32
+
+	// smu is held across a commit's send, so that the partition's commits
+	// go out in order, one at a time; pmu guards the rest and is taken
+	// after smu.
+	smu      sync.Mutex
+	pmu      sync.Mutex
+	inited   bool
+	closed   bool        // Final has run: nothing more is coalesced
+	pending  bool        // a success commit not sent yet
+	pendNext int64       // its offset
+	pendRecs int64       // records it passes since the last commit sent
+	askedAt  int64       // the offset of the latest commit asked for
+	askedMD  string      // and its metadata
+	sentAt   time.Time   // when the last commit was sent
+	flushing bool        // a background flush runs
+	failed   bool        // the last flush failed: the next waits for the timer
+	timer    *time.Timer // flushes the pending commit at the interval
+	flushes  sync.WaitGroup
+}
+
+// Start sets the commit the partition had when it was claimed: its offset
+// (-1 for none) and metadata. It is called before the first Commit.
+func (c *Coalescer) Start(committed int64, metadata string) {
+	c.pmu.Lock()
+	c.askedAt, c.askedMD, c.inited = committed, metadata, true
+	c.pmu.Unlock()
+}
+
+// Commit takes the commit of next with metadata: it coalesces a success
+// that follows one without a retry state, and otherwise writes it (after
+// the one in flight, if any) and returns the broker's answer.
+func (c *Coalescer) Commit(next int64, metadata string) error {
+	if c.Interval > 0 && metadata == "" {
+		c.pmu.Lock()
+		if c.inited && c.askedMD == "" && !c.overdue(next) {
+			defer c.pmu.Unlock()
+			if c.closed || c.Ended() {
+				return c.Revoked
+			}
+			if next > c.askedAt && c.askedAt >= 0 {
+				c.pendRecs += next - c.askedAt
+			}
+			c.askedAt = next
+			c.pending, c.pendNext = true, next
+			c.schedule()
+			return nil
+		}
+		c.pmu.Unlock()
+	}
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	// This commit supersedes a coalesced one not sent yet: the engine
+	// commits in order, never behind what it committed before.
+	c.pmu.Lock()
+	c.pending, c.failed = false, false
+	c.askedAt, c.askedMD, c.pendRecs, c.inited = next, metadata, 0, true
+	c.sentAt = time.Now()
+	c.pmu.Unlock()
+	return c.Send(next, metadata, false)
+}
+
+// overdue reports whether a success commit of next would stretch the
+// redelivery window past the commit window while the commit before it is
+// in flight, or failed; c.pmu is held.
+func (c *Coalescer) overdue(next int64) bool {
+	if !c.flushing && !c.failed {
+		return false
+	}
+	recs := c.pendRecs
+	if next > c.askedAt && c.askedAt >= 0 {
+		recs += next - c.askedAt
+	}
+	return recs >= c.Records || time.Since(c.sentAt) >= c.Interval
+}
+
+// schedule starts a background flush of the pending commit when it is due,
+// or arms the timer that starts it at the interval; c.pmu is held.
+func (c *Coalescer) schedule() {
+	if c.flushing || !c.pending || c.closed || c.Ended() {
+		return
+	}
+	wait := c.Interval - time.Since(c.sentAt)
+	if wait <= 0 || !c.failed && (c.pendRecs >= c.Records || c.CaughtUp()) {
+		if c.timer != nil {
+			c.timer.Stop()
+		}
+		c.flushing = true
+		c.flushes.Add(1)
+		go c.flush()
+		return
+	}
+	if c.timer == nil {
+		c.timer = time.AfterFunc(wait, c.due)
+		return
+	}
+	c.timer.Reset(wait)
+}
+
+// due runs at the interval: it starts the pending commit's flush.
+func (c *Coalescer) due() {
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	c.sentAt = time.Time{} // due now
+	c.schedule()
+}
+
+// flush writes the pending commit in the background; one runs at a time,
+// and when it is done it starts the next if one is due. A commit that
+// fails (or is refused because the claim is ending) is put back, for the
+// next flush or for Final.
+func (c *Coalescer) flush() {
+	defer c.flushes.Done()
+	c.smu.Lock()
+	c.pmu.Lock()
+	if !c.pending || c.closed {
+		c.flushing = false
+		c.pmu.Unlock()
+		c.smu.Unlock()
+		return
+	}
+	next := c.pendNext
+	c.pending, c.pendRecs, c.sentAt = false, 0, time.Now()
+	c.pmu.Unlock()
+	err := c.Send(next, "", false)
+	c.pmu.Lock()
+	defer c.pmu.Unlock()
+	if err != nil {
+		if !errors.Is(err, c.Revoked) {
+			c.Log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
+				"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
+		}
+		if !c.pending {
+			c.pending, c.pendNext = true, next
+		}
+		c.sentAt = time.Now() // tried again at the interval, not at once
+	}
+	c.smu.Unlock()
+	c.flushing = false
+	c.failed = err != nil
+	c.schedule()
+}
+
+// Final writes the coalesced commit not written yet, if any, once the
+// claim's worker has returned and before the partition is given up; a
+// flush in flight is waited for first. Nothing is coalesced afterwards.
+func (c *Coalescer) Final() {
+	c.pmu.Lock()
+	c.closed = true
+	if c.timer != nil {
+		c.timer.Stop()
+	}
+	c.pmu.Unlock()
+	c.flushes.Wait() // a flush started before returns, having put back what failed
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	c.pmu.Lock()
+	next, pending := c.pendNext, c.pending
+	c.pending = false
+	c.pmu.Unlock()
+	if !pending {
+		return
+	}
+	if err := c.Send(next, "", true); err != nil {
+		c.Log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
+			"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
+	}
+}
