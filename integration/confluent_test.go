@@ -40,7 +40,8 @@ func (confluentAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (confo
 	if cfg.Dial != nil {
 		t.Skip("librdkafka dials its brokers itself: no dial function can be given")
 	}
-	return confluent.New(cfg.Processor, confluent.WithGroup(conf, cfg.Topic), confluent.WithMaxBatch(cfg.MaxBatch))
+	return confluent.New(cfg.Processor, confluent.WithGroup(conf, cfg.Topic), confluent.WithMaxBatch(cfg.MaxBatch),
+		confluent.WithCommitWindow(window(cfg)))
 }
 
 // TestConfluent runs the conformance suite on kfake and, when one is given,

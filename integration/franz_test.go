@@ -45,7 +45,15 @@ func (a franzAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 	if cfg.HeartbeatInterval > 0 {
 		opts = append(opts, kgo.HeartbeatInterval(cfg.HeartbeatInterval))
 	}
-	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch))
+	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch), franz.WithCommitWindow(window(cfg)))
+}
+
+// window is the commit window of cfg, as WithCommitWindow's arguments.
+func window(cfg conformance.Config) (time.Duration, int) {
+	if cfg.CommitWindow <= 0 {
+		return 0, 0
+	}
+	return cfg.CommitWindow, 50000
 }
 
 func TestFranz(t *testing.T) {

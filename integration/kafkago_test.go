@@ -34,7 +34,7 @@ func (kafkagoAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 	if cfg.Dial != nil {
 		gc.Dialer = &kafka.Dialer{Timeout: 10 * time.Second, DualStack: true, DialFunc: cfg.Dial}
 	}
-	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
+	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch), kafkago.WithCommitWindow(window(cfg)))
 }
 
 func TestKafkago(t *testing.T) {

@@ -55,7 +55,7 @@ func (a franzEager) NewConsumer(t *testing.T, cfg conformance.Config) (conforman
 	if cfg.SessionTimeout > 0 {
 		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout), kgo.HeartbeatInterval(cfg.HeartbeatInterval))
 	}
-	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch))
+	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch), franz.WithCommitWindow(window(cfg)))
 }
 
 // kafkagoRoundRobin is the kafka-go adapter with the round-robin balancer
@@ -70,7 +70,7 @@ func (a kafkagoRoundRobin) NewConsumer(t *testing.T, cfg conformance.Config) (co
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		GroupBalancers: []kafka.GroupBalancer{kafka.RoundRobinGroupBalancer{}},
 	}
-	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
+	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch), kafkago.WithCommitWindow(window(cfg)))
 }
 
 // kafkagoShortRebalance is the kafka-go adapter with a 5s rebalance
@@ -86,7 +86,7 @@ func (a kafkagoShortRebalance) NewConsumer(t *testing.T, cfg conformance.Config)
 		SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.HeartbeatInterval,
 		RebalanceTimeout: 5 * time.Second,
 	}
-	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch))
+	return kafkago.New(cfg.Processor, kafkago.WithGroupConfig(gc), kafkago.WithMaxBatch(cfg.MaxBatch), kafkago.WithCommitWindow(window(cfg)))
 }
 
 // TestReliability runs the reliability suite for every adapter and

@@ -41,7 +41,8 @@ func (saramaAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conforma
 		sc.Net.Proxy.Enable = true
 		sc.Net.Proxy.Dialer = dialFunc(cfg.Dial)
 	}
-	return rdsarama.New(cfg.Processor, rdsarama.WithGroup(cfg.Brokers, cfg.Group, cfg.Topic), rdsarama.WithConfig(sc), rdsarama.WithMaxBatch(cfg.MaxBatch))
+	return rdsarama.New(cfg.Processor, rdsarama.WithGroup(cfg.Brokers, cfg.Group, cfg.Topic), rdsarama.WithConfig(sc), rdsarama.WithMaxBatch(cfg.MaxBatch),
+		rdsarama.WithCommitWindow(window(cfg)))
 }
 
 // dialFunc makes a conformance dial function sarama's proxy dialer.

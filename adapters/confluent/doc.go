@@ -41,8 +41,9 @@
 //     retry state, and the success that clears one, are written before the
 //     next delivery. Other success commits are coalesced and written in
 //     the background, one request in flight per partition, within the
-//     commit window ([WithCommitWindow]: 500ms or 50,000 records by
-//     default, and at once when the partition is caught up), and always
+//     commit window ([WithCommitWindow]: none by default, where every
+//     commit is written before the next delivery; with one, at once too
+//     when the partition is caught up), and always
 //     before the partition is given up (the worker writes it before the
 //     revocation unassigns the partition, and before Close): a crash
 //     delivers again at most about two windows of records, and loses none.

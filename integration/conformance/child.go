@@ -42,6 +42,8 @@ type ChildConfig struct {
 	// PerRecord makes the handler per record (stream.PerRecord): the
 	// record at Poison fails every time, the one before it fails once.
 	PerRecord bool
+	// CommitWindow is the consumer's Config.CommitWindow.
+	CommitWindow time.Duration
 }
 
 func (c ChildConfig) poison(b *stream.Batch) bool {
@@ -102,6 +104,7 @@ func (c ChildConfig) spec(hooks stream.Hooks) spec {
 		maxBatch: c.MaxBatch,
 		hooks:    hooks,
 		session:  true,
+		window:   c.CommitWindow,
 	}
 	if c.Memory {
 		s.opts = append(s.opts, stream.WithInMemoryState())
@@ -180,7 +183,7 @@ func runChild(raw string, adapters map[string]Adapter) error {
 		return err
 	}
 	c, err := a.NewConsumer(nil, Config{Brokers: cfg.Brokers, Group: cfg.Group, Topic: cfg.Topic, Processor: proc,
-		MaxBatch: cfg.MaxBatch, SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.SessionTimeout / 10})
+		MaxBatch: cfg.MaxBatch, SessionTimeout: cfg.SessionTimeout, HeartbeatInterval: cfg.SessionTimeout / 10, CommitWindow: cfg.CommitWindow})
 	if err != nil {
 		return err
 	}

@@ -108,6 +108,11 @@ type Config struct {
 	Dial func(ctx context.Context, network, address string) (net.Conn, error)
 	// Backend is the Broker's, for adapters of a non-Kafka service.
 	Backend Backend
+	// CommitWindow, when above 0, is the adapter's commit window
+	// (WithCommitWindow(CommitWindow, 50000)): success commits coalesced.
+	// 0 is the adapter's default, where every commit is written before
+	// the next batch.
+	CommitWindow time.Duration
 }
 
 // Consumer is a consumer an adapter built.

@@ -195,6 +195,7 @@ type spec struct {
 	session  bool         // ask for the broker's short session timeout
 	opts     []stream.Option
 	dial     func(ctx context.Context, network, address string) (net.Conn, error) // Config.Dial
+	window   time.Duration                                                        // Config.CommitWindow
 }
 
 // member is a running consumer.
@@ -215,7 +216,8 @@ func (e *env) start(name string, s spec) *member {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1), Dial: s.dial, Backend: e.backend}
+	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1), Dial: s.dial, Backend: e.backend,
+		CommitWindow: s.window}
 	if s.session {
 		cfg.SessionTimeout = e.b.SessionTimeout
 		cfg.HeartbeatInterval = e.b.SessionTimeout / 10

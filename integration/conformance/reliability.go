@@ -652,7 +652,7 @@ func killWithCommitsUnwritten(t *testing.T, e *env, child string) Figures {
 	cfg := ChildConfig{
 		Retries: 3, BackoffMS: 1, MaxBatch: 10, Poison: -1,
 		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
-		Adapter: child, Member: "a",
+		Adapter: child, Member: "a", CommitWindow: 500 * time.Millisecond,
 	}
 	var hist streamtest.History
 	var reported atomic.Int64 // the child's highest checkpoint reported

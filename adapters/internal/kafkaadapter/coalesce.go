@@ -8,11 +8,16 @@ import (
 	"time"
 )
 
-// The commit window's defaults (each adapter's WithCommitWindow): the
+// The commit window by default (each adapter's WithCommitWindow): none,
+// every commit is written before the next batch is delivered; and the
+// window the adapters' docs recommend for throughput, with which the
 // success commits not written yet cover at most 500ms or 50,000 records.
 const (
-	DefaultCommitInterval = 500 * time.Millisecond
-	DefaultCommitRecords  = 50000
+	DefaultCommitInterval = 0
+	DefaultCommitRecords  = 0
+
+	RecommendedCommitInterval = 500 * time.Millisecond
+	RecommendedCommitRecords  = 50000
 )
 
 // CheckCommitWindow returns an error naming pkg's WithCommitWindow when

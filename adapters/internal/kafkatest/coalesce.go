@@ -23,10 +23,12 @@ import (
 // commit is in flight, and the coalesced commit written by a stop. window
 // returns the adapter's WithCommitWindow option.
 func RunCoalesce(t *testing.T, a Adapter, window func(interval time.Duration, records int) any) {
-	t.Run("SuccessCommitsCoalesce", func(t *testing.T) { successCommitsCoalesce(t, a) })
-	t.Run("RetryStateIsWrittenBeforeTheRetry", func(t *testing.T) { retryStateWrittenFirst(t, a) })
+	// The window the adapters' docs recommend; there is none by default.
+	on := window(500*time.Millisecond, 50000)
+	t.Run("SuccessCommitsCoalesce", func(t *testing.T) { successCommitsCoalesce(t, a, on) })
+	t.Run("RetryStateIsWrittenBeforeTheRetry", func(t *testing.T) { retryStateWrittenFirst(t, a, on) })
 	t.Run("CoalescingStopsAtTheWindow", func(t *testing.T) { stopsAtTheWindow(t, a, window) })
-	t.Run("StopWritesCoalescedCommit", func(t *testing.T) { stopWritesCoalesced(t, a) })
+	t.Run("StopWritesCoalescedCommit", func(t *testing.T) { stopWritesCoalesced(t, a, on) })
 	t.Run("SynchronousWithAZeroWindow", func(t *testing.T) { zeroWindow(t, a, window) })
 }
 
@@ -38,7 +40,7 @@ func okHandler() stream.Handler {
 // that the broker gets far fewer commits than batches (400), and that the
 // last one, at the end, is written while the consumer runs on (the
 // partition is caught up).
-func successCommitsCoalesce(t *testing.T, a Adapter) {
+func successCommitsCoalesce(t *testing.T, a Adapter, on any) {
 	kc, addrs := NewCluster(t, "t", 1)
 	Produce(t, addrs, "t", 0, 0, 2000)
 	var commits atomic.Int32
@@ -47,7 +49,7 @@ func successCommitsCoalesce(t *testing.T, a Adapter) {
 		commits.Add(1)
 		return nil, nil, false
 	})
-	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, okHandler()), MaxBatch: 5})
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, okHandler()), MaxBatch: 5, Options: []any{on}})
 	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 2000})
 	if n := commits.Load(); n > 100 {
 		t.Errorf("the broker got %d commits for 400 batches, want at most 100", n)
@@ -58,7 +60,7 @@ func successCommitsCoalesce(t *testing.T, a Adapter) {
 // of a failed batch is on the broker when the batch is delivered again,
 // and that the success after it, which clears it, is too before the next
 // batch is delivered.
-func retryStateWrittenFirst(t *testing.T, a Adapter) {
+func retryStateWrittenFirst(t *testing.T, a Adapter, on any) {
 	_, addrs := NewCluster(t, "t", 1)
 	Produce(t, addrs, "t", 0, 0, 20)
 	var (
@@ -102,7 +104,7 @@ func retryStateWrittenFirst(t *testing.T, a Adapter) {
 		return nil
 	}
 	proc := NewProcessor(t, stream.HandlerFunc(h), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Millisecond)}))
-	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc, MaxBatch: 5})
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc, MaxBatch: 5, Options: []any{on}})
 	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 20})
 	mu.Lock()
 	defer mu.Unlock()
@@ -167,7 +169,7 @@ func stopsAtTheWindow(t *testing.T, a Adapter, window func(time.Duration, int) a
 // consumer handles 10 records in batches of 1, and stops it: the last
 // success commit, coalesced behind the held one, is written before Run
 // returns.
-func stopWritesCoalesced(t *testing.T, a Adapter) {
+func stopWritesCoalesced(t *testing.T, a Adapter, on any) {
 	kc, addrs := NewCluster(t, "t", 1)
 	Produce(t, addrs, "t", 0, 0, 10)
 	var (
@@ -196,7 +198,7 @@ func stopWritesCoalesced(t *testing.T, a Adapter) {
 		handled.Add(1)
 		return nil
 	}))
-	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc, MaxBatch: 1})
+	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc, MaxBatch: 1, Options: []any{on}})
 	deadline := time.Now().Add(Wait)
 	for handled.Load() < 10 {
 		if time.Now().After(deadline) {

@@ -33,7 +33,8 @@ func saramaConfig() *sarama.Config {
 // runs. Options of a Config are rdsarama.Option values, and functions of
 // type func(*sarama.Config) that change sarama's configuration.
 var adapter = kafkatest.Adapter{
-	Name: "sarama",
+	Name:       "sarama",
+	Throughput: []any{rdsarama.WithCommitWindow(500*time.Millisecond, 50000)},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		sc := saramaConfig()
