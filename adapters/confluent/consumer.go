@@ -49,7 +49,11 @@ type config struct {
 // isolation.level, fetch settings) and the topics it consumes. It is
 // required. The consumer works on a copy of conf, in which it sets
 // enable.auto.commit and enable.auto.offset.store to false (it commits
-// itself, with the retry state, see [WithCommitWindow]).
+// itself, with the retry state, see [WithCommitWindow]), and, unless conf
+// sets it, fetch.queue.backoff.ms to 10: librdkafka's default of a second
+// stalls the consumer for up to that long whenever librdkafka's queue of
+// records fetched ahead fills up (queued.min.messages), which happens with
+// several partitions.
 func WithGroup(conf kafka.ConfigMap, topics ...string) Option {
 	return optionFunc(func(c *config) {
 		c.conf = make(kafka.ConfigMap, len(conf))

@@ -81,6 +81,7 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 	}
 	cfg.conf["enable.auto.commit"] = false
 	cfg.conf["enable.auto.offset.store"] = false
+	setQueueBackoff(cfg.conf)
 	log := cfg.Logger
 	if log == nil {
 		log = proc.Logger()
@@ -373,6 +374,32 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 			cl.run()
 		}()
 	}
+}
+
+// queueBackoff is the fetch.queue.backoff.ms the consumer sets when conf
+// does not: how long librdkafka waits before it fetches a partition again
+// once its local queue holds queued.min.messages (100,000 by default) or
+// queued.max.messages.kbytes. librdkafka's default, 1000ms, stalled the
+// consumer: the poll goroutine hands records to the workers a little
+// slower than librdkafka fetches them from several partitions at once, the
+// queue reached 100,000 records (8 partitions, two fetches of 1 MB each),
+// and once the poll goroutine had taken them, nothing came for up to a
+// second (docs/BENCHMARKS.md, 160 k records/s instead of 500 k and more at
+// 8 partitions). Fetching again 10ms later keeps the queue as bounded as
+// before, at the cost of a check every 10ms while it is over the bound.
+const queueBackoff = 10 // ms
+
+// setQueueBackoff sets fetch.queue.backoff.ms (queueBackoff) in conf,
+// unless conf sets it or the librdkafka linked in is older than 2.4, which
+// does not know it.
+func setQueueBackoff(conf kafka.ConfigMap) {
+	if _, set := conf["fetch.queue.backoff.ms"]; set {
+		return
+	}
+	if v, _ := kafka.LibraryVersion(); v < 0x02040000 {
+		return
+	}
+	conf["fetch.queue.backoff.ms"] = queueBackoff
 }
 
 // fetchWait is the configuration's fetch.wait.max.ms (librdkafka's default:

@@ -14,7 +14,8 @@ import (
 // the Processor and this adapter ("redeliver") against the fastest
 // at-least-once loop confluent-kafka-go itself offers ("raw"), on the same
 // cluster in the same run, with the same librdkafka configuration
-// (auto.offset.reset earliest, fetch.wait.max.ms kafkatest.BenchMaxWait):
+// (auto.offset.reset earliest, fetch.wait.max.ms kafkatest.BenchMaxWait,
+// fetch.queue.backoff.ms 10 as the adapter sets it):
 // a Poll loop that takes what Poll has ready, at most
 // kafkatest.BenchBatch records, handles each partition's records as a
 // batch, touching every record, and stores the offset past it
@@ -47,7 +48,10 @@ func rawLoop(l *kafkatest.Leaf, addrs []string, topic string) time.Duration {
 		"auto.offset.reset":        "earliest",
 		"enable.auto.offset.store": false,
 		"fetch.wait.max.ms":        int(kafkatest.BenchMaxWait / time.Millisecond),
-		"log_level":                3,
+		// What the adapter sets (librdkafka's default, 1000ms, stalls this
+		// loop too whenever librdkafka's queue reaches queued.min.messages).
+		"fetch.queue.backoff.ms": 10,
+		"log_level":              3,
 	})
 	if err != nil {
 		b.Fatal(err)
