@@ -225,3 +225,55 @@ func TestOnAssignedBeforeNew(t *testing.T) {
 		t.Fatalf("New reported the earlier assignment as %v, want the topic's 2 partitions", got)
 	}
 }
+
+// TestSupersededCoalescedCommitWrittenAtRevocation: a success commit was
+// coalesced (Commit returned, the Processor reported the checkpoint), then
+// a retry state commit superseded it and was refused as the claim ended
+// while it waited for the member's new session to be confirmed: the
+// revocation still writes the coalesced commit. Before, the superseding
+// commit had dropped it, nothing wrote it, and the partition's next owner
+// read the checkpoint before it (the reliability scenarios
+// MembersJoinAndLeave on a real broker with cooperative-sticky and a commit
+// window: "checkpoint went back").
+func TestSupersededCoalescedCommitWrittenAtRevocation(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	m := engine.NewTestCommitter(cl, wait)
+	defer m.Stop()
+	k := engine.NewTestClaim(cl, "t", 0, coalescing(), m)
+	// Confirmed in the session before the client's current one: the
+	// client has moved on to a new generation whose assignment is not
+	// seen through yet, as when a cooperative rebalance revokes the
+	// partition.
+	member, gen := cl.GroupMetadata()
+	k.Confirm(member, gen-1)
+	recs := make([]*kgo.Record, 20)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
+	}
+	k.Push(recs, 20, -1) // not caught up: the success commit waits for the window
+
+	ctx := context.Background()
+	if err := k.Claim().Commit(ctx, 5, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+	stateErr := make(chan error, 1)
+	go func() { stateErr <- k.Claim().Commit(ctx, 5, "retry state") }()
+	time.Sleep(200 * time.Millisecond) // the state commit is left out of the request and waits
+	k.Revoke()
+	select {
+	case err := <-stateErr:
+		if !errors.Is(err, stream.ErrRevoked) {
+			t.Fatalf("retry state commit: %v, want stream.ErrRevoked", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the retry state commit did not return at the revocation")
+	}
+	if o := fetchOffset(t, kadm.NewClient(cl)); o.At != 5 || o.Metadata != "" {
+		t.Fatalf("broker has offset %d (metadata %q), want 5 with no metadata: the coalesced commit the state commit superseded was not written", o.At, o.Metadata)
+	}
+}
