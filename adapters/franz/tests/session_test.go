@@ -277,3 +277,69 @@ func TestSupersededCoalescedCommitWrittenAtRevocation(t *testing.T) {
 		t.Fatalf("broker has offset %d (metadata %q), want 5 with no metadata: the coalesced commit the state commit superseded was not written", o.At, o.Metadata)
 	}
 }
+
+// TestShutdownWritesLastCommitBehindRebalance: Run stops while the client
+// is in a rebalance's JoinGroup (franz-go holds commits until the session's
+// SyncGroup ends), and the revocation writes the claim's coalesced success
+// commit, which the Processor reported written: it waits for the new
+// session rather than being cut short after the shutdown's 250ms grace.
+// The JoinGroup is held 600ms in the broker, for real: the grace is real
+// time.
+func TestShutdownWritesLastCommitBehindRebalance(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	member, _ := cl.GroupMetadata()
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	m := engine.NewTestCommitterIn(runCtx, cl, wait)
+	defer m.Stop()
+	cfg := coalescing()
+	cfg.CommitInterval = time.Hour // written by the revocation only
+	k := engine.NewTestClaim(cl, "t", 0, cfg, m)
+	k.Confirm(cl.GroupMetadata())
+	recs := make([]*kgo.Record, 20)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
+	}
+	k.Push(recs, 20, -1) // not caught up: a success commit waits for the window
+	// The first success commit is written at once, the next waits.
+	if err := k.Claim().Commit(context.Background(), 3, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+	adm := kadm.NewClient(cl)
+	waitUntil(t, "the first commit is written", func() bool { return fetchOffset(t, adm).At == 3 })
+	if err := k.Claim().Commit(context.Background(), 5, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+
+	inJoin := make(chan struct{})
+	var once sync.Once
+	kc.ControlKey(kmsg.JoinGroup.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if req.(*kmsg.JoinGroupRequest).MemberID == member {
+			once.Do(func() { close(inJoin) })
+			kc.SleepControl(func() { time.Sleep(600 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	other, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go other.PollFetches(runCtx) // joins: a rebalance
+	select {
+	case <-inJoin:
+	case <-time.After(wait):
+		t.Fatal("the client did not rejoin")
+	}
+	stopRun()
+	k.Revoke()
+	if o := fetchOffset(t, kadm.NewClient(other)); o.At != 5 {
+		t.Fatalf("broker has offset %d, want 5: the revocation's last commit was cut short at shutdown", o.At)
+	}
+}
