@@ -464,7 +464,8 @@ func (cl *claim) Resume() {
 //
 // A commit that was sent is not cancelled by a revocation, which waits for
 // it (up to the commit timeout) rather than leave its outcome unknown; a
-// shutdown waits for it at most 250ms, then cuts it short.
+// shutdown waits for it at most 250ms, then cuts it short (not the
+// revocation's last commit: see committer.send).
 //
 // A commit is sent only under the group session the claim was confirmed
 // in (see confirmedFor). When the client has moved on to a new session
