@@ -115,7 +115,9 @@ func WithBufferBytes(n int) Option {
 // WithCommitTimeout bounds one offset commit, overriding the default 10s. A
 // commit that was sent is not cancelled by a revocation: the revocation
 // waits for it, for at most this long. A shutdown waits for it at most
-// 250ms, then cuts it short.
+// 250ms, then cuts it short; but with a commit window, the last success
+// commit a shutdown writes for a partition (already reported written) is
+// bounded by this timeout only.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }
@@ -260,7 +262,9 @@ func (c *Consumer) Client() *kgo.Client {
 // On return, every worker has stopped, its batch in flight abandoned without
 // a commit, and a client the consumer owns is closed (leaving the group).
 // Run returns within a second of its context's end whatever the broker is
-// slow to answer: a commit in flight is cut short after 250ms, and closing
+// slow to answer (with a commit window, but for the last success commit of
+// each partition, which can wait up to the commit timeout behind a
+// rebalance; see WithCommitTimeout): a commit in flight is cut short after 250ms, and closing
 // an owned client waits at most 400ms for the broker before its requests
 // in flight are cancelled (the broker then removes the member at its
 // session timeout). An owned client is built with kgo.WithContext for this; a

@@ -225,3 +225,121 @@ func TestOnAssignedBeforeNew(t *testing.T) {
 		t.Fatalf("New reported the earlier assignment as %v, want the topic's 2 partitions", got)
 	}
 }
+
+// TestSupersededCoalescedCommitWrittenAtRevocation: a success commit was
+// coalesced (Commit returned, the Processor reported the checkpoint), then
+// a retry state commit superseded it and was refused as the claim ended
+// while it waited for the member's new session to be confirmed: the
+// revocation still writes the coalesced commit. Before, the superseding
+// commit had dropped it, nothing wrote it, and the partition's next owner
+// read the checkpoint before it (the reliability scenarios
+// MembersJoinAndLeave on a real broker with cooperative-sticky and a commit
+// window: "checkpoint went back").
+func TestSupersededCoalescedCommitWrittenAtRevocation(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	m := engine.NewTestCommitter(cl, wait)
+	defer m.Stop()
+	k := engine.NewTestClaim(cl, "t", 0, coalescing(), m)
+	// Confirmed in the session before the client's current one: the
+	// client has moved on to a new generation whose assignment is not
+	// seen through yet, as when a cooperative rebalance revokes the
+	// partition.
+	member, gen := cl.GroupMetadata()
+	k.Confirm(member, gen-1)
+	recs := make([]*kgo.Record, 20)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
+	}
+	k.Push(recs, 20, -1) // not caught up: the success commit waits for the window
+
+	ctx := context.Background()
+	if err := k.Claim().Commit(ctx, 5, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+	stateErr := make(chan error, 1)
+	go func() { stateErr <- k.Claim().Commit(ctx, 5, "retry state") }()
+	time.Sleep(200 * time.Millisecond) // the state commit is left out of the request and waits
+	k.Revoke()
+	select {
+	case err := <-stateErr:
+		if !errors.Is(err, stream.ErrRevoked) {
+			t.Fatalf("retry state commit: %v, want stream.ErrRevoked", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the retry state commit did not return at the revocation")
+	}
+	if o := fetchOffset(t, kadm.NewClient(cl)); o.At != 5 || o.Metadata != "" {
+		t.Fatalf("broker has offset %d (metadata %q), want 5 with no metadata: the coalesced commit the state commit superseded was not written", o.At, o.Metadata)
+	}
+}
+
+// TestShutdownWritesLastCommitBehindRebalance: Run stops while the client
+// is in a rebalance's JoinGroup (franz-go holds commits until the session's
+// SyncGroup ends), and the revocation writes the claim's coalesced success
+// commit, which the Processor reported written: it waits for the new
+// session rather than being cut short after the shutdown's 250ms grace.
+// The JoinGroup is held 600ms in the broker, for real: the grace is real
+// time.
+func TestShutdownWritesLastCommitBehindRebalance(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	member, _ := cl.GroupMetadata()
+	runCtx, stopRun := context.WithCancel(context.Background())
+	defer stopRun()
+	m := engine.NewTestCommitterIn(runCtx, cl, wait)
+	defer m.Stop()
+	cfg := coalescing()
+	cfg.CommitInterval = time.Hour // written by the revocation only
+	k := engine.NewTestClaim(cl, "t", 0, cfg, m)
+	k.Confirm(cl.GroupMetadata())
+	recs := make([]*kgo.Record, 20)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
+	}
+	k.Push(recs, 20, -1) // not caught up: a success commit waits for the window
+	// The first success commit is written at once, the next waits.
+	if err := k.Claim().Commit(context.Background(), 3, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+	adm := kadm.NewClient(cl)
+	waitUntil(t, "the first commit is written", func() bool { return fetchOffset(t, adm).At == 3 })
+	if err := k.Claim().Commit(context.Background(), 5, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+
+	inJoin := make(chan struct{})
+	var once sync.Once
+	kc.ControlKey(kmsg.JoinGroup.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if req.(*kmsg.JoinGroupRequest).MemberID == member {
+			once.Do(func() { close(inJoin) })
+			kc.SleepControl(func() { time.Sleep(600 * time.Millisecond) })
+		}
+		return nil, nil, false
+	})
+	other, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	go other.PollFetches(runCtx) // joins: a rebalance
+	select {
+	case <-inJoin:
+	case <-time.After(wait):
+		t.Fatal("the client did not rejoin")
+	}
+	stopRun()
+	k.Revoke()
+	if o := fetchOffset(t, kadm.NewClient(other)); o.At != 5 {
+		t.Fatalf("broker has offset %d, want 5: the revocation's last commit was cut short at shutdown", o.At)
+	}
+}

@@ -464,7 +464,8 @@ func (cl *claim) Resume() {
 //
 // A commit that was sent is not cancelled by a revocation, which waits for
 // it (up to the commit timeout) rather than leave its outcome unknown; a
-// shutdown waits for it at most 250ms, then cuts it short.
+// shutdown waits for it at most 250ms, then cuts it short (not the
+// revocation's last commit: see committer.send).
 //
 // A commit is sent only under the group session the claim was confirmed
 // in (see confirmedFor). When the client has moved on to a new session
@@ -500,6 +501,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	// This commit supersedes a coalesced one not sent yet: the engine
 	// commits in order, never behind what it committed before.
 	cl.pmu.Lock()
+	superseded, supAt := cl.pending, cl.pendAt
 	cl.pending, cl.failed = false, false
 	cl.askedAt, cl.askedMD, cl.pendRecs = next, metadata, 0
 	cl.sentAt = time.Now()
@@ -508,7 +510,21 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if cl.ctx != nil {
 		ended = cl.ctx.Done()
 	}
-	return cl.send(at, metadata, ended)
+	err := cl.send(at, metadata, ended)
+	if err != nil && superseded {
+		// The coalesced commit was reported written when it was asked
+		// for: when this one is not written (refused as the claim ends,
+		// typically while it waited for the member's new session), it
+		// is put back, before the commit lock is released, for the
+		// revocation (or the next commit) to write. Dropped, the
+		// partition's next owner read the checkpoint before it.
+		cl.pmu.Lock()
+		if !cl.pending {
+			cl.pending, cl.pendAt = true, supAt
+		}
+		cl.pmu.Unlock()
+	}
+	return err
 }
 
 // send commits at with metadata and waits for the answer; cl.ownMu is

@@ -143,7 +143,19 @@ func (m *committer) send(round, next []*commitReq) ([]*commitReq, []*commitReq) 
 	}
 	round = kept
 
-	ctx, cancel := context.WithTimeout(m.ctx, m.timeout)
+	// A revocation's last commit writes a success commit the Processor
+	// has reported written already: a shutdown does not cut it short
+	// after commitGrace (it can wait that long behind a rebalance's
+	// JoinGroup and SyncGroup, during which franz-go holds commits), only
+	// the commit timeout bounds it.
+	base := m.ctx
+	for _, r := range round {
+		if r.last {
+			base = context.WithoutCancel(m.ctx)
+			break
+		}
+	}
+	ctx, cancel := context.WithTimeout(base, m.timeout)
 	defer cancel()
 	answered := make(map[tp]bool, len(round))
 	// The request's member ID and generation are those of the client's

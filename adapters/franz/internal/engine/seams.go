@@ -47,6 +47,15 @@ func NewTestCommitter(cl *kgo.Client, timeout time.Duration) *TestCommitter {
 	return &TestCommitter{m}
 }
 
+// NewTestCommitterIn returns a committer of cl's commits, started with
+// ctx as Run's context: once ctx is done, a commit in flight is cut short
+// after the shutdown's grace.
+func NewTestCommitterIn(ctx context.Context, cl *kgo.Client, timeout time.Duration) *TestCommitter {
+	m := newCommitter(cl, timeout)
+	m.start(ctx)
+	return &TestCommitter{m}
+}
+
 // Stop stops the committer.
 func (t *TestCommitter) Stop() { t.m.stop() }
 
