@@ -166,6 +166,9 @@ func (p *Processor) Leases(cfg LeaseConfig) (*LeaseDriver, error) {
 // Lane returns a lane of the driver: its own source of randomness and
 // memory, for one poll loop. A lane is not safe for concurrent use.
 func (d *LeaseDriver) Lane(log *slog.Logger) *LeaseLane {
+	if d == nil || d.p == nil {
+		return nil // its Settle does nothing: a driver not made by Processor.Leases
+	}
 	if log == nil {
 		log = d.log
 	}

@@ -267,3 +267,20 @@ func TestLeaseStopDrains(t *testing.T) {
 		})
 	}
 }
+
+// A driver not made by Processor.Leases (nil, or the zero value) gives a
+// nil lane, whose Settle returns at once: no panic.
+func TestLeaseDriverNotMadeByLeases(t *testing.T) {
+	var nilDriver *stream.LeaseDriver
+	for _, d := range []*stream.LeaseDriver{nilDriver, new(stream.LeaseDriver)} {
+		ln := d.Lane(nil)
+		if ln != nil {
+			t.Errorf("Lane of a driver not made by Leases = %v, want nil", ln)
+		}
+		ln.Settle(context.Background(), nil)
+	}
+	var p *stream.Processor
+	if _, err := p.Leases(stream.LeaseConfig{}); err == nil {
+		t.Error("Leases on a nil Processor: no error")
+	}
+}
