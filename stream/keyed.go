@@ -112,8 +112,12 @@ type kdriver struct {
 	replies    []chan<- error // Skips to answer once committed
 	fullLogged bool
 
-	mu          sync.Mutex
-	inbox       []kevent
+	mu    sync.Mutex
+	inbox []kevent
+	// woken says that something changed since the loop last looked (an
+	// event posted, or a place freed under the processor's concurrency
+	// limit): the next fetch returns at once instead of blocking.
+	woken       bool
 	fetchCancel context.CancelFunc
 	poke        chan struct{}
 }
@@ -200,6 +204,7 @@ func (d *kdriver) post(e kevent) {
 // in, or ends its sleep.
 func (d *kdriver) wake() {
 	d.mu.Lock()
+	d.woken = true
 	if d.fetchCancel != nil {
 		d.fetchCancel()
 	}
@@ -213,7 +218,7 @@ func (d *kdriver) wake() {
 func (d *kdriver) takeInbox(ctx context.Context) {
 	d.mu.Lock()
 	in := d.inbox
-	d.inbox = nil
+	d.inbox, d.woken = nil, false
 	d.mu.Unlock()
 	for _, e := range in {
 		if e.acted {
@@ -257,7 +262,7 @@ func (d *kdriver) fetch(ctx context.Context, wake time.Time) ([]Record, error) {
 	fctx, fcancel := context.WithCancel(ctx)
 	defer fcancel()
 	d.mu.Lock()
-	if len(d.inbox) > 0 {
+	if d.woken {
 		d.mu.Unlock()
 		return nil, nil
 	}
