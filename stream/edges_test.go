@@ -68,9 +68,7 @@ func TestInfiniteCountPast2To31(t *testing.T) {
 	})
 }
 
-// RetryRequestOf reads a result as the Processor does, for the consumers
-// that apply the contract with an engine of their own (the share
-// consumer): a retry request alone, wrapped or joined with others is one;
+// retryRequestOf reads a result as the Processor does: a retry request alone, wrapped or joined with others is one;
 // a failure beside it, Permanent and an invalid RetryResult are failures.
 func TestRetryRequestOf(t *testing.T) {
 	boom := errors.New("boom")
