@@ -86,8 +86,7 @@
 //     handled, or given up with its action done, is finished, and the
 //     next record of its key goes. The commit is the lowest record not
 //     finished, with the finished records above it and the retrying
-//     records' states as metadata (see [checkpoint.Window] and
-//     docs/KEYS.md).
+//     records' states as metadata (see docs/KEYS.md).
 //
 // # Pieces
 //

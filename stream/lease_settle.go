@@ -9,6 +9,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // The lease driver's settling loop: how one poll's records go through the
@@ -41,7 +42,7 @@ type leased struct {
 }
 
 type leasedMore struct {
-	m      checkpoint.Machine
+	m      retrystate.Machine
 	hasM   bool
 	due    time.Time          // held: when its retry is due
 	cancel context.CancelFunc // acting: its action's
@@ -56,10 +57,10 @@ func (it *leased) more() *leasedMore {
 
 // machine returns the record's retry state machine, made on first use:
 // most records never fail, and never need one.
-func (it *leased) machine(p *checkpoint.Policy) *checkpoint.Machine {
+func (it *leased) machine(p *checkpoint.Policy) *retrystate.Machine {
 	x := it.more()
 	if !x.hasM {
-		x.m = checkpoint.NewMachine(*p)
+		x.m = retrystate.NewMachine(*p)
 		x.m.Begin(it.rec.Timestamp)
 		x.hasM = true
 	}
@@ -200,10 +201,10 @@ func (s *settler) restore(ctx context.Context, it *leased, now time.Time) {
 	if st, ok := s.d.recall(it.rec, int(it.dc)); ok {
 		m.Restore(st)
 	} else {
-		m.Resume(checkpoint.State{Retries: int(it.dc) - 1, LastError: fmt.Sprintf(
+		m.Resume(retrystate.State{Retries: int(it.dc) - 1, LastError: fmt.Sprintf(
 			"the broker delivered the record %s before, and it was not settled (released by a holder that stopped, or its lock lost)", times(int(it.dc)-1))}, now, s.ln.rnd)
 	}
-	if d := m.Start(now); d.Action == checkpoint.StopRetrying {
+	if d := m.Start(now); d.Action == retrystate.StopRetrying {
 		s.giveUp(ctx, it)
 	}
 }
@@ -397,7 +398,7 @@ func (s *settler) start(ctx context.Context, now time.Time, recs []Record) {
 		if it.state == lheld && !now.Before(it.x.due) && !s.draining {
 			// The retry is due: the policy's limits are checked again,
 			// as the partition worker does.
-			if d := it.x.m.Start(now); d.Action == checkpoint.StopRetrying {
+			if d := it.x.m.Start(now); d.Action == retrystate.StopRetrying {
 				s.giveUp(ctx, it)
 				continue
 			}
@@ -615,16 +616,16 @@ func (s *settler) result(ctx context.Context, it *leased, res result, start, now
 		return
 	}
 	m := it.machine(&s.p.cfg.policy)
-	var d checkpoint.Decision
+	var d retrystate.Decision
 	if res.rr != nil {
 		d = m.RequestRetries(now, res.rr.request(), s.ln.rnd)
 	} else {
 		d = m.Fail(now, res.cause, s.ln.rnd)
 	}
 	requested := res.outcome == RetryRequested
-	s.observe(it, LeaseEvent{Kind: LeaseHandled, OK: requested && d.Action == checkpoint.StopRetrying, Start: start})
+	s.observe(it, LeaseEvent{Kind: LeaseHandled, OK: requested && d.Action == retrystate.StopRetrying, Start: start})
 	switch {
-	case d.Action != checkpoint.StopRetrying:
+	case d.Action != retrystate.StopRetrying:
 		s.schedule(ctx, it, d, res.cause, now)
 	case requested:
 		// A RetryResult's retries are spent: the record is done.
@@ -643,7 +644,7 @@ func (s *settler) settle(it *leased, how func()) {
 // schedule holds a record until its retry is due, or releases it to the
 // broker when its lease cannot be held that long; at the broker's last
 // delivery it gives the record up instead.
-func (s *settler) schedule(ctx context.Context, it *leased, d checkpoint.Decision, cause error, now time.Time) {
+func (s *settler) schedule(ctx context.Context, it *leased, d retrystate.Decision, cause error, now time.Time) {
 	if h := s.p.cfg.hooks.RetryScheduled; h != nil {
 		h(RetryEvent{BatchInfo: s.infoOf(s.one(it)), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: cause})
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // ExhaustionAction runs when a failed batch is given up, before its
@@ -298,7 +299,7 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		claim: id,
 		p:     p,
 		c:     c,
-		m:     checkpoint.NewMachine(p.cfg.policy),
+		m:     retrystate.NewMachine(p.cfg.policy),
 		rnd:   p.newRand(),
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
 		log:   p.log.With("topic", c.Topic(), "partition", c.Partition()),
@@ -335,7 +336,7 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 }
 
 // The partition worker's states, besides its batch's retry state (the
-// machine, checkpoint.Machine) and the restored state it continues (from).
+// machine, retrystate.Machine) and the restored state it continues (from).
 // Each is set for the batch under way, and run resets it when a batch
 // begins.
 //
@@ -401,7 +402,7 @@ const (
 type worker struct {
 	p     *Processor
 	c     Claim
-	m     checkpoint.Machine
+	m     retrystate.Machine
 	rnd   checkpoint.Rand
 	batch Batch
 	fetch fetchState
@@ -411,7 +412,7 @@ type worker struct {
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
-	restored checkpoint.State
+	restored retrystate.State
 
 	// scope is what a give-up of the batch gives up; givenUp, in
 	// previousGiveUp, how many of its records the previous owner gave up.
@@ -451,10 +452,10 @@ func (w *worker) readState(off int64, md string) {
 	if off < 0 || md == "" {
 		return
 	}
-	s, err := checkpoint.ReadCommitted(off, md)
-	var other *checkpoint.OtherRecordError
+	s, err := retrystate.ReadCommitted(off, md)
+	var other *retrystate.OtherRecordError
 	switch {
-	case errors.Is(err, checkpoint.ErrForeignMetadata):
+	case errors.Is(err, retrystate.ErrForeignMetadata):
 		w.log.Debug("redeliver: committed metadata is not ours, ignored", "offset", off, "metadata", md)
 	case errors.As(err, &other):
 		// Not the state of the record at the checkpoint: never apply
@@ -480,7 +481,7 @@ func (w *worker) run(ctx context.Context) error {
 	w.m.Begin(b.Records[0].Timestamp)
 	w.scope, w.givenUp, w.extra = wholeBatch, 0, 0
 	var (
-		d       checkpoint.Decision
+		d       retrystate.Decision
 		outcome Outcome // of the latest delivery
 		cause   error   // the error behind d, for the hooks
 		fresh   bool    // d was just made, not restored
@@ -515,7 +516,7 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			continue
 		}
-		if d.Action == checkpoint.RetryNow || d.Action == checkpoint.RetryLater {
+		if d.Action == retrystate.RetryNow || d.Action == retrystate.RetryLater {
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
 				if d.Delay > 0 {
@@ -539,7 +540,7 @@ func (w *worker) run(ctx context.Context) error {
 					return err
 				}
 			}
-			if d = w.m.Start(w.p.cfg.clock.Now()); d.Action != checkpoint.StopRetrying {
+			if d = w.m.Start(w.p.cfg.clock.Now()); d.Action != retrystate.StopRetrying {
 				// The retry counts before it starts: a move or a crash
 				// during it cannot make a next owner repeat it.
 				if err := w.saveState(ctx, b); err != nil {
@@ -556,7 +557,7 @@ func (w *worker) run(ctx context.Context) error {
 			}
 		}
 		done, reply := b, chan<- error(nil)
-		if d.Action == checkpoint.StopRetrying && outcome == Failed {
+		if d.Action == retrystate.StopRetrying && outcome == Failed {
 			if w.member != nil {
 				// Given up: the partition no longer counts as failing
 				// in the outage budget, while its exhaustion action
@@ -577,7 +578,7 @@ func (w *worker) run(ctx context.Context) error {
 				// those records only.
 				s := w.m.GivenUpState()
 				s.Offset, s.Records = b.FirstOffset(), len(given.Records)
-				if err := w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s)); err != nil {
+				if err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s)); err != nil {
 					return err
 				}
 			}
@@ -630,7 +631,7 @@ func (w *worker) giving() int {
 // outcome and its error. After a partial success it has moved the
 // checkpoint to the failed record and cut the batch there. It returns an
 // error when the worker must stop.
-func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, outcome Outcome, cause error, stop error) {
+func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, outcome Outcome, cause error, stop error) {
 	hooks := &w.p.cfg.hooks
 	clock := w.p.cfg.clock
 	b.Attempt = attemptOf(&w.m)
@@ -677,14 +678,14 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				w.member.requested(now)
 			}
 		} else {
-			var before checkpoint.Machine
+			var before retrystate.Machine
 			if w.member != nil {
 				before = w.m
 			}
 			d = w.m.Fail(now, cause, w.rnd)
 			switch {
 			case w.member == nil:
-			case d.Action == checkpoint.StopRetrying && d.Reason == checkpoint.NotRetryable:
+			case d.Action == retrystate.StopRetrying && d.Reason == checkpoint.NotRetryable:
 				w.member.neutral(now)
 			default:
 				counts, began := w.member.failed(now, w.infoOf(b))
@@ -695,7 +696,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 				if !counts {
 					// An outage, not this batch's failure: it spends
 					// no retry.
-					w.m, d, w.delivery = before, checkpoint.Decision{}, uncounted
+					w.m, d, w.delivery = before, retrystate.Decision{}, uncounted
 				}
 			}
 		}
@@ -720,7 +721,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d checkpoint.Decision, 
 	return d, outcome, cause, nil
 }
 
-func (w *worker) scheduled(b *Batch, d checkpoint.Decision, err error, outcome Outcome) {
+func (w *worker) scheduled(b *Batch, d retrystate.Decision, err error, outcome Outcome) {
 	if outcome == RetryRequested {
 		err = nil
 	}
@@ -824,7 +825,7 @@ func asBatchError(err error, n int) *BatchError {
 // outcome, the decision that counts that retry as made (fresh: to be
 // scheduled and committed anew). The zero Decision means that b is to be
 // delivered as if nothing had been restored.
-func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause error, fresh bool) {
+func (w *worker) resume(b *Batch) (d retrystate.Decision, outcome Outcome, cause error, fresh bool) {
 	s := w.restored
 	d = w.m.Resume(s, w.p.cfg.clock.Now(), w.rnd)
 	w.log.Info("redeliver: continuing retry state of a previous owner", "offset", b.FirstOffset(),
@@ -845,8 +846,8 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 		// Its outcome is not known: counted as failed, under a
 		// RetryResult too, so that a spent count gives the batch up to
 		// the exhaustion action instead of moving past it unhandled.
-		cause = checkpoint.ErrInterrupted
-	case s.Request != (checkpoint.Request{}):
+		cause = retrystate.ErrInterrupted
+	case s.Request != (retrystate.Request{}):
 		outcome = RetryRequested
 	}
 	return d, outcome, cause, s.Started && !s.Halted
@@ -858,7 +859,7 @@ func (w *worker) resume(b *Batch) (d checkpoint.Decision, outcome Outcome, cause
 // fetched after those are delivered as the next batch. Records it covers
 // that the fetch did not return (a next owner that fetches fewer) are
 // w.extra, which run fetches before it retries b or gives it up.
-func (w *worker) cover(b *Batch, s checkpoint.State, d checkpoint.Decision) {
+func (w *worker) cover(b *Batch, s retrystate.State, d retrystate.Decision) {
 	// A retry state that does not say what it covers (written before
 	// states did) is taken as a failure at its record alone: given up,
 	// it gives up that record only, never records that may not have
@@ -921,7 +922,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	if err := w.m.LastError(); err != nil {
 		s.LastError = err.Error() // its first 128 bytes are kept
 	}
-	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
+	return w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
 }
 
 // beforeHalt pauses the claim and commits the batch's state as halted,
@@ -934,7 +935,7 @@ func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.Exhaust
 	}
 	s := w.m.GivenUpState()
 	s.Offset, s.Halted = b.FirstOffset(), true
-	return w.write(ctx, b, b.FirstOffset(), checkpoint.EncodeState(s))
+	return w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
 }
 
 // commit writes the checkpoint past b and resumes a paused claim. The

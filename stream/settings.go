@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/redeliver-go/redeliver/internal/actionctx"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // Clock returns the clock the processor was built with ([WithClock]; the
@@ -82,4 +83,19 @@ type Source struct {
 func SourceFrom(ctx context.Context) (Source, bool) {
 	s, ok := actionctx.SourceFrom(ctx)
 	return Source(s), ok
+}
+
+// DescribeMetadata puts in words the retry state that a checkpoint's
+// metadata holds ([CheckpointEvent.Metadata], [ClaimEvent.Metadata]), with
+// the retry limit of the policy in force, maxRetries
+// ([checkpoint.Infinite] for none; a handler's own [RetryResult] in the
+// state replaces it):
+//
+//	retry 2 of 5, due at 12:00:01.5 UTC
+//	given up after 3 deliveries (retries spent), its exhaustion action not done; last error: timeout
+//
+// Empty metadata reads "no retry"; metadata of another tool or damaged
+// metadata says so.
+func DescribeMetadata(md string, maxRetries int) string {
+	return retrystate.Describe(md, maxRetries)
 }
