@@ -372,9 +372,10 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 					w.log.Error("redeliver: outage: the outage budget ran out, failures spend no retries until a delivery succeeds",
 						"offset", b.FirstOffset(), "error", cause)
 				}
-				if !counts {
+				if !counts && (d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RecordTooOld) {
 					// An outage, not this batch's failure: it spends
-					// no retry.
+					// no retry. MaxRecordAge applies all the same: a
+					// failure past it counts, and gives the batch up.
 					w.m, d, w.delivery = before, retrystate.Decision{}, uncounted
 				}
 			}

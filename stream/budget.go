@@ -80,7 +80,10 @@ func (b *Budget) probeDelay(n int) time.Duration {
 //
 // Time spent waiting out an outage does not count against a policy's
 // MaxRetryTime (the retry state keeps it as OutageTime; the first failure
-// stays what it was). MaxRecordAge still applies. A RetryResult, and an
+// stays what it was). MaxRecordAge still applies: a failed delivery of a
+// batch whose records are too old counts during an outage too, and gives
+// the batch up (with infinite retries, poison batches on MinPartitions
+// partitions are given up that way). A RetryResult, and an
 // error the policy does not retry ([checkpoint.Permanent]), neither spend nor refill
 // the budget.
 //

@@ -168,6 +168,32 @@ func TestOutageGivesNothingUp(t *testing.T) {
 	})
 }
 
+// MaxRecordAge applies during an outage: with infinite retries and a
+// downstream that never comes back, every batch is given up once its
+// records are too old, instead of the partitions waiting for ever (the
+// failures of an outage count for nothing else).
+func TestOutageKeepsMaxRecordAge(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		budget, err := stream.NewBudget(stream.BudgetConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(time.Second), MaxRecordAge: 30 * time.Second}
+		r := outageCase(t, budget, policy, 1000*time.Hour, "")
+		if r.began.Load() == 0 {
+			t.Fatal("no outage: the case does not test the budget")
+		}
+		if len(r.given.errs) == 0 {
+			t.Fatal("nothing given up")
+		}
+		for _, xerr := range r.given.errs {
+			if xerr.Reason != checkpoint.RecordTooOld || !errors.Is(xerr, errDown) {
+				t.Fatalf("given up with %v, want for record age after %v", xerr, errDown)
+			}
+		}
+	})
+}
+
 // A poison record during the outage is given up after the recovery, with
 // the retries of its policy, as the only record given up; the probe that
 // tests it never holds the outage open, since the next probe is another
