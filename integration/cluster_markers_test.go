@@ -34,12 +34,11 @@ import (
 // the handler, and must hand every committed record once. It runs when
 // REDELIVER_KAFKA_CLUSTER is set.
 //
-// It fails today for all four adapters (committed 15, 15 and 10 against
-// log ends of 16): the engine moves a partition's checkpoint only past
-// records it handed to the handler, so a marker, or an aborted
-// transaction and its marker, at the end of a log is never committed past
-// until a record follows it (group lag 1, or 6, for ever). It is named
-// apart from TestCluster, whose scenarios pass, until that is fixed; see
+// It failed for all four adapters before the engine took a claim's
+// position past the records it skips (stream.Positioner): committed 15, 15
+// and 10 against log ends of 16, a group lag of 1, or 6, for ever. It is
+// named apart from TestCluster because its setup (a transactional
+// producer, a broker killed before the consumer starts) is its own; see
 // docs/RELIABILITY.md.
 func TestTrailingMarkersOnCluster(t *testing.T) {
 	if testing.Short() {

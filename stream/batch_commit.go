@@ -132,10 +132,18 @@ func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.Exhaust
 	return w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
 }
 
-// commit writes the checkpoint past b and resumes a paused claim. The
-// partition no longer counts as failing in the outage budget.
+// commit writes the checkpoint past b, or past the records the claim
+// skipped after it when nothing fetched waits after b, and resumes a
+// paused claim. The partition no longer counts as failing in the outage
+// budget.
 func (w *worker) commit(ctx context.Context, b *Batch) error {
-	if err := w.write(ctx, b, b.LastOffset()+1, ""); err != nil {
+	next := b.LastOffset() + 1
+	if len(w.rest) == 0 && w.extra == 0 {
+		// The claim's position ([Positioner]) is past b's last record
+		// when it skipped records after it.
+		next = max(next, positionOf(w.c))
+	}
+	if err := w.write(ctx, b, next, ""); err != nil {
 		return err
 	}
 	if w.member != nil {
@@ -146,6 +154,23 @@ func (w *worker) commit(ctx context.Context, b *Batch) error {
 		w.fetch = flowing
 	}
 	return nil
+}
+
+// skip writes the checkpoint at the claim's position after a Fetch that
+// returned no records (it skipped records only: transaction markers, or
+// aborted records), when that is past the last checkpoint written. It runs
+// between batches: every record fetched before is finished. A restored
+// retry state whose record was skipped is dropped with it, as when the
+// first batch fetched does not start at its record.
+func (w *worker) skip(ctx context.Context) error {
+	next := positionOf(w.c)
+	if next <= w.lastNext || next <= w.from {
+		return nil
+	}
+	w.from = -1
+	b := &w.batch
+	b.Records = nil
+	return w.write(ctx, b, next, "")
 }
 
 // write commits next with metadata, trying again until it succeeds. It
@@ -165,6 +190,7 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 			"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
 		return w.abandon(ctx)
 	}
+	w.lastNext = next
 	if h := w.p.cfg.hooks.Checkpointed; h != nil {
 		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.claim, Next: next, Metadata: md})
 	}

@@ -108,6 +108,9 @@ type worker struct {
 	// for none.
 	extra int
 
+	// lastNext is the offset last committed (-1 for none).
+	lastNext int64
+
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
 	// delivery is what the latest or next delivery is in the budget's

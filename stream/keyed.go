@@ -148,6 +148,7 @@ func (d *kdriver) run(parent context.Context) error {
 		d.dueRetries(now)
 		d.placeRoom()
 		d.admit()
+		d.skipped()
 		if err := d.commit(ctx); err != nil {
 			stop = err
 			break
@@ -331,6 +332,26 @@ func (d *kdriver) take(recs []Record) error {
 	}
 	d.admit()
 	return nil
+}
+
+// skipped moves the window to the claim's position ([Positioner]) when
+// the claim skipped records (transaction markers, aborted records) after
+// the last it returned, and every record fetched is finished: the next
+// commit writes it. Never past a record unfinished, and never back.
+func (d *kdriver) skipped() {
+	pos := positionOf(d.c)
+	switch {
+	case pos < 0 || pos <= d.lastNext || pos < d.fetched || len(d.pending) > 0:
+		return
+	case d.win != nil && (d.win.Unfinished() > 0 || pos <= d.win.Next()):
+		return
+	}
+	w, err := retrystate.NewWindow(pos, d.k.limits)
+	if err != nil { // checked by NewProcessor
+		d.log.Error("redeliver: window", "error", err)
+		return
+	}
+	d.win, d.fetched = w, pos
 }
 
 // admit takes the fetched records into the window and their keys'

@@ -306,6 +306,7 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		from:  -1,
 	}
 	w.u = unit{p: p, log: w.log, rnd: w.rnd, claim: id, beforeHalt: w.beforeHalt}
+	w.lastNext = off
 	if !p.cfg.memoryOnly {
 		w.readState(off, md)
 	}
@@ -325,6 +326,9 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 				return fmt.Errorf("stream: fetch %s/%d: %w", c.Topic(), c.Partition(), err)
 			}
 			if len(recs) == 0 {
+				if err := w.skip(ctx); err != nil {
+					return err
+				}
 				continue
 			}
 		}

@@ -128,6 +128,32 @@ func (cl *claim) flush() {
 	cl.mu.Unlock()
 }
 
+// drained reports whether every message polled has been taken by the
+// worker; the poll goroutine's.
+func (cl *claim) drained() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return len(cl.pending) == 0 && cl.buf.Len() == 0
+}
+
+// skip notes librdkafka's position of the partition, next: past the
+// transaction markers (and aborted messages) it read after the last
+// message pushed, if any.
+func (cl *claim) skip(next int64) {
+	cl.mu.Lock()
+	cl.buf.Skip(next)
+	cl.mu.Unlock()
+}
+
+// Position returns the offset past the transaction markers (and aborted
+// messages) read after the last record Fetch returned, when nothing is
+// buffered; -1 otherwise ([stream.Positioner]).
+func (cl *claim) Position() int64 {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Position()
+}
+
 // full reports whether the buffer is full and the partition not paused
 // yet.
 func (cl *claim) full() bool {
@@ -180,6 +206,9 @@ func (cl *claim) Partition() int32 { return cl.key.partition }
 func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
 
 // Fetch returns the next batch of buffered records.
+//
+// It returns no records when librdkafka read transaction markers or
+// aborted messages only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []stream.Record) {

@@ -24,6 +24,14 @@
 //     into their partition's buffer; batches are formed from it: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill.
+//   - Transaction markers never reach a handler (librdkafka never hands
+//     them out), and the checkpoint moves past them, and under
+//     read_committed past an aborted transaction's messages: after each
+//     poll the adapter reads [kafka.Consumer.Position] of the partitions
+//     whose messages are all handed over, which librdkafka moves past what
+//     it skipped. A log that ends with a marker is committed to its end
+//     once the messages before it are handled, not one short of it (a
+//     group lag that would never drain).
 //   - The rebalance callback runs on the poll goroutine. On an assignment
 //     it reads the new partitions' committed offsets and metadata
 //     ([kafka.Consumer.Committed]), so that a new owner continues the retry

@@ -137,6 +137,7 @@ func (e *engine) run(ctx context.Context) error {
 			}
 		}
 		e.flush()
+		e.positions(c)
 		e.holdFull(ctx)
 	}
 	cause := context.Cause(ctx)
@@ -198,6 +199,36 @@ func (e *engine) deliver(m *kafka.Message) {
 		return
 	}
 	cl.add(m)
+}
+
+// positions moves the Position of each claim that has nothing buffered to
+// librdkafka's position of its partition (the offset after the last
+// message polled, or past the transaction markers, and under
+// read_committed the aborted messages, it read after it), so that a log
+// that ends with a marker is committed to its end. A position that is not
+// past the last message pushed is ignored (batching.Buffer.Skip).
+func (e *engine) positions(c *kafka.Consumer) {
+	var parts []kafka.TopicPartition
+	for _, cl := range e.claims {
+		if cl.drained() {
+			parts = append(parts, kafka.TopicPartition{Topic: &cl.key.topic, Partition: cl.key.partition})
+		}
+	}
+	if len(parts) == 0 {
+		return
+	}
+	got, err := c.Position(parts)
+	if err != nil {
+		return // none known now; the next poll asks again
+	}
+	for _, p := range got {
+		if p.Topic == nil || p.Error != nil || p.Offset < 0 {
+			continue
+		}
+		if cl := e.claims[tp{*p.Topic, p.Partition}]; cl != nil {
+			cl.skip(int64(p.Offset))
+		}
+	}
 }
 
 // flush pushes what deliver added to each claim.

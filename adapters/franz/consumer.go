@@ -21,7 +21,9 @@ var errNotMade = errors.New("franz: the Consumer was not made by franz.New: buil
 
 // ClientOptions returns the kgo options a client needs to serve a
 // [Consumer]: autocommit off, rebalances blocked while a poll's records are
-// handed out (BlockRebalanceOnPoll), and the callbacks that turn assignments
+// handed out (BlockRebalanceOnPoll), control records kept
+// (KeepControlRecords: the claims drop transaction markers and commit past
+// them), and the callbacks that turn assignments
 // into claims (OnOffsetsFetched), confirm the claims a new group session
 // keeps (OnPartitionsAssigned, which franz-go calls at the end of every
 // session's assignment) and end them (OnPartitionsRevoked,

@@ -60,6 +60,13 @@
 //   - A rewind of a partition (its topic deleted and created again, its
 //     log truncated, and franz-go going back to an earlier offset) is
 //     logged at Warn and its records are delivered from there.
+//   - Transaction markers never reach a handler, and the checkpoint moves
+//     past them (and, under read_committed, past an aborted transaction's
+//     records), as Kafka's own consumers commit their fetch position: a
+//     log that ends with a marker is committed to its end once the records
+//     before it are handled, not one short of it (a group lag that would
+//     never drain). For this the client keeps control records
+//     (kgo.KeepControlRecords, in [ClientOptions]); the claims drop them.
 //   - Revocation and loss cancel the partition's claim and wait for its
 //     worker before the rebalance goes on; a commit is refused with
 //     [stream.ErrRevoked] once the revocation has begun, under the same lock

@@ -97,6 +97,10 @@
 // it never sees a record of an aborted transaction, as Kafka's own
 // consumer. With kafka.ReadUncommitted (the default) it sees the records of
 // open and aborted transactions, as any read_uncommitted consumer does.
+// The checkpoint moves past the markers and aborted records it skips, as
+// Kafka's own consumers commit their fetch position: a log that ends with
+// a marker is committed to its end once the records before it are handled,
+// not one short of it (a group lag that would never drain).
 //
 // Leader epochs. Every commit carries the leader epoch of the record
 // before the committed offset when that record ended the batch handled,

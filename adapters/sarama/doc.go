@@ -28,6 +28,17 @@
 //   - A pump goroutine per claim moves what sarama delivers into a buffer;
 //     batches are formed from it: at most [WithMaxBatch] records, waiting at
 //     most [WithMaxWait] for a batch to fill.
+//   - Transaction markers. sarama never hands out a transaction's marker
+//     (nor, under read_committed, an aborted transaction's records) and
+//     gives no position past them, so a log that ends with a marker would
+//     be committed one short of its end (a group lag that never drains).
+//     When the partition's high watermark is past the last record sarama
+//     delivered and nothing more comes for 200ms, the pump fetches from
+//     there itself (one request on the commits' client, with the
+//     consumer's isolation level) and moves the checkpoint past the
+//     markers and aborted records it finds before the next record; it
+//     stops at the first record sarama would hand out, and under
+//     read_committed reads nothing of an open transaction.
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with an OffsetCommit request under the session's generation and
 //     member ID (and group instance ID), with the metadata string the

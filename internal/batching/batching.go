@@ -61,6 +61,8 @@ type Buffer[R any] struct {
 	pushed int64 // records ever pushed, and taken: a record's sequence number
 	taken  int64
 	cuts   []int64 // the sequence numbers of buffered records that begin a rewind
+	skip   int64   // the offset past the records skipped after the last pushed (Skip); -1 for none
+	told   int64   // the skip a Next returned no records for
 	full   bool
 	paused bool
 	spare  [][]R
@@ -73,7 +75,7 @@ type Buffer[R any] struct {
 
 // New returns an empty buffer guarded by mu.
 func New[R any](mu sync.Locker, cfg Config[R]) *Buffer[R] {
-	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, skip: -1, told: -1, wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
 }
 
 func (b *Buffer[R]) sizeOf(r *R) int {
@@ -105,6 +107,7 @@ func (b *Buffer[R]) Push(recs []R) {
 	if b.cfg.Size == nil {
 		b.size += len(recs)
 	}
+	b.skip = -1 // past it, or a rewind
 	b.chunks = append(b.chunks, recs)
 	b.n += len(recs)
 	b.pushed += int64(len(recs))
@@ -120,13 +123,43 @@ func (b *Buffer[R]) Push(recs []R) {
 	}
 }
 
+// Skip notes that the fetch side read the partition up to offset to
+// (excluded) past the last record it pushed, and skipped the records
+// between: a Kafka client's transaction markers, and under read_committed
+// the records of aborted transactions. It wakes a worker waiting in Next
+// when nothing is buffered. An offset not past the last record pushed, or
+// the last skip, is ignored.
+func (b *Buffer[R]) Skip(to int64) {
+	if to <= b.last+1 || to <= b.skip {
+		return
+	}
+	b.skip = to
+	if b.waiting && b.n == 0 {
+		b.waiting = false
+		signal(b.wake)
+	}
+}
+
+// Position returns the offset past the records skipped (Skip) after the
+// last record pushed, when every record pushed has been taken; -1
+// otherwise (none skipped, or records buffered): a claim's
+// stream.Positioner.
+func (b *Buffer[R]) Position() int64 {
+	if b.n == 0 && b.skip > b.last+1 {
+		return b.skip
+	}
+	return -1
+}
+
 // Next waits for the next batch and hands it to take, in one or more
 // consecutive parts, with the lock held: at most maxBatch records, once
 // that many are buffered, or a rewind ends the batch, or maxWait has
 // passed since records were first there (at once when maxWait is 0). The
 // parts are the buffer's memory: take copies what it keeps, and the buffer
 // clears them afterwards. Next returns the cause of ctx when ctx ends
-// first.
+// first. With nothing buffered, it returns without calling take when the
+// fetch side skipped records (Skip) since it last did: the worker reads
+// the new Position.
 func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duration, take func(part []R)) error {
 	var (
 		timer   *time.Timer
@@ -150,6 +183,14 @@ func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duratio
 		}
 		if cut || b.n >= maxBatch || b.n > 0 && (maxWait == 0 || waited) {
 			b.takeLocked(k, take)
+			if b.n == 0 {
+				b.told = max(b.told, b.skip) // the worker reads Position after this batch
+			}
+			b.mu.Unlock()
+			return nil
+		}
+		if b.n == 0 && b.skip > b.last+1 && b.skip > b.told {
+			b.told = b.skip
 			b.mu.Unlock()
 			return nil
 		}

@@ -311,3 +311,64 @@ func TestReuse(t *testing.T) {
 		})
 	}
 }
+
+// Records the fetch side skipped (Skip: transaction markers, aborted
+// records) set the Position once everything pushed before them is taken,
+// and wake a Next waiting on an empty buffer, which returns no records.
+func TestSkipAndPosition(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(100, false, false)
+		f.push(recs(0, 2))
+		f.locked(func() { f.b.Skip(4) })
+		f.locked(func() {
+			if p := f.b.Position(); p != -1 {
+				t.Errorf("Position %d with records buffered, want -1", p)
+			}
+		})
+		if offs, err := f.next(t, t.Context(), 10, 0); err != nil || !slices.Equal(offs, []int64{0, 1, 2}) {
+			t.Fatalf("next: %v %v", offs, err)
+		}
+		f.locked(func() {
+			if p := f.b.Position(); p != 4 {
+				t.Errorf("Position %d, want 4 (past the skipped 3)", p)
+			}
+		})
+		// The skip was there with the batch: the next Next waits.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		if offs, err := f.next(t, ctx, 10, 0); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("next after the skip was read: %v %v, want the context's end", offs, err)
+		}
+		cancel()
+		// A skip while Next waits on an empty buffer ends it, with no records.
+		done := make(chan []int64)
+		go func() {
+			offs, err := f.next(t, t.Context(), 10, 0)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- offs
+		}()
+		synctest.Wait()
+		f.locked(func() { f.b.Skip(3) }) // not past the last skip: ignored
+		f.locked(func() { f.b.Skip(7) })
+		if offs := <-done; len(offs) != 0 {
+			t.Errorf("next after a skip: %v, want no records", offs)
+		}
+		f.locked(func() {
+			if p := f.b.Position(); p != 7 {
+				t.Errorf("Position %d, want 7", p)
+			}
+		})
+		// Records pushed after a skip: the position is theirs.
+		f.push(recs(7, 8))
+		f.locked(func() { f.b.Skip(8) }) // not past the last record: ignored
+		if offs, err := f.next(t, t.Context(), 10, 0); err != nil || !slices.Equal(offs, []int64{7, 8}) {
+			t.Fatalf("next: %v %v", offs, err)
+		}
+		f.locked(func() {
+			if p := f.b.Position(); p != -1 {
+				t.Errorf("Position %d after records past the skip, want -1", p)
+			}
+		})
+	})
+}

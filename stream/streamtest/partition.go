@@ -46,8 +46,10 @@ type Partition struct {
 
 	mu        sync.Mutex
 	log       []stream.Record
-	pos       int64 // next offset Fetch returns
-	committed int64 // -1 when nothing was committed
+	skipped   map[int64]bool // offsets Fetch never returns (AppendSkipped)
+	pos       int64          // next offset Fetch reads
+	returned  int64          // the offset after the last record Fetch returned
+	committed int64          // -1 when nothing was committed
 	metadata  string
 	commits   []Commit
 	maxBatch  int
@@ -135,6 +137,40 @@ func (p *Partition) AppendN(ts time.Time, n int) int64 {
 		vals[i] = strconv.Itoa(base + i)
 	}
 	return p.Append(ts, vals...) + int64(n)
+}
+
+// AppendSkipped adds n entries to the log that Fetch never returns, as a
+// Kafka client skips a transaction's marker, and under read_committed an
+// aborted transaction's records, and returns the offset of the first. The
+// Partition is a [stream.Positioner]: its Position is past the entries it
+// skipped after the last record it returned, and a Fetch that reads
+// skipped entries only returns no records.
+func (p *Partition) AppendSkipped(n int) int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	first := int64(len(p.log))
+	if p.skipped == nil {
+		p.skipped = map[int64]bool{}
+	}
+	for range n {
+		off := int64(len(p.log))
+		p.skipped[off] = true
+		p.log = append(p.log, stream.Record{Topic: p.topic, Partition: p.partition, Offset: off})
+	}
+	p.notify()
+	return first
+}
+
+// Position returns the offset after the entries Fetch skipped since the
+// last record it returned (see [Partition.AppendSkipped]), or -1 when it
+// skipped none.
+func (p *Partition) Position() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pos > p.returned {
+		return p.pos
+	}
+	return -1
 }
 
 // End returns the offset after the last record.
@@ -226,6 +262,7 @@ func (p *Partition) claim(ctx context.Context) (context.Context, context.CancelC
 	p.cancel = cancel
 	p.paused = false
 	p.pos = max(p.committed, 0)
+	p.returned = p.pos
 	return ctx, cancel
 }
 
@@ -248,7 +285,10 @@ func (p *Partition) Topic() string { return p.topic }
 func (p *Partition) Partition() int32 { return p.partition }
 
 // Fetch returns the next batch of at most maxBatch records, waiting for
-// records to be appended. It fails with [stream.ErrRevoked] once revoked.
+// records to be appended. It reads at most maxBatch entries of the log:
+// when they are all skipped ones ([Partition.AppendSkipped]) it returns no
+// records, its Position past them. It fails with [stream.ErrRevoked] once
+// revoked.
 func (p *Partition) Fetch(ctx context.Context) ([]stream.Record, error) {
 	for {
 		p.mu.Lock()
@@ -264,7 +304,18 @@ func (p *Partition) Fetch(ctx context.Context) ([]stream.Record, error) {
 		if n := int64(len(p.log)) - p.pos; n > 0 {
 			end := p.pos + min(n, int64(max(p.maxBatch, 1)))
 			recs := p.log[p.pos:end:end]
+			if len(p.skipped) > 0 {
+				recs = nil
+				for _, r := range p.log[p.pos:end] {
+					if !p.skipped[r.Offset] {
+						recs = append(recs, r)
+					}
+				}
+			}
 			p.pos = end
+			if len(recs) > 0 {
+				p.returned = recs[len(recs)-1].Offset + 1
+			}
 			p.mu.Unlock()
 			return recs, nil
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
 	"net"
@@ -236,6 +237,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ConsumeInOrderInBatches", consumeInOrderInBatches},
 		{"MaxWaitFillsBatches", maxWaitFillsBatches},
 		{"TransactionalTopic", transactionalTopic},
+		{"TrailingTransactionMarkers", trailingTransactionMarkers},
 		{"RunRule", runRule},
 		{"CloseFromInside", closeFromInside},
 		{"OnAssigned", onAssigned},
@@ -371,6 +373,62 @@ func transactionalTopic(t *testing.T, a Adapter) {
 			}
 			mu.Unlock()
 			WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 16})
+		})
+	}
+}
+
+// Logs that end with a transaction marker, after a committed transaction
+// (partition 0) and an aborted one (partition 1): the checkpoint reaches
+// each log's end, past the marker (and the aborted records), as Kafka's
+// own consumers commit their position, not one short of it (a group lag
+// of 1, or of the aborted records and 1, for as long as nothing more is
+// written). Records of an aborted transaction are never delivered under
+// read_committed.
+func trailingTransactionMarkers(t *testing.T, a Adapter) {
+	for _, committed := range []bool{true, false} {
+		name := "read_uncommitted"
+		if committed {
+			name = "read_committed"
+		}
+		t.Run(name, func(t *testing.T) {
+			_, addrs := NewCluster(t, "t", 2)
+			// Offsets on each partition: 0-2 plain, 3-6 the
+			// transaction's, 7 its marker; the log ends at 8.
+			for p := range int32(2) {
+				Produce(t, addrs, "t", p, 0, 3)
+			}
+			ProduceTxn(t, addrs, "t", 0, true, TxnValues("committed", 4)...)
+			ProduceTxn(t, addrs, "t", 1, false, TxnValues("aborted", 4)...)
+			var (
+				mu  sync.Mutex
+				got []string
+			)
+			h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, r := range b.Records {
+					got = append(got, fmt.Sprintf("%d:%s", r.Partition, r.Value))
+				}
+				return nil
+			})
+			Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, h), MaxBatch: 5, ReadCommitted: committed})
+			WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 8, 1: 8})
+			want := []string{"0:0-0", "0:0-1", "0:0-2", "1:1-0", "1:1-1", "1:1-2"}
+			for _, v := range TxnValues("committed", 4) {
+				want = append(want, "0:"+v)
+			}
+			if !committed {
+				for _, v := range TxnValues("aborted", 4) {
+					want = append(want, "1:"+v)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			slices.Sort(got)
+			slices.Sort(want)
+			if !slices.Equal(got, want) {
+				t.Errorf("handler saw %q\nwant        %q", got, want)
+			}
 		})
 	}
 }

@@ -125,6 +125,7 @@ func (cl *claim) fetchOnce(from int64, topicID [16]byte) bool {
 			}
 			fp, _ := kgo.ProcessFetchPartition(kgo.ProcessFetchPartitionOpts{
 				Offset: from, IsolationLevel: iso, Topic: cl.key.topic, Partition: cl.key.partition,
+				KeepControlRecords: true, // skipped by push, which moves the claim's Position past them
 			}, p, kgo.DefaultDecompressor(), nil)
 			if fp.Err != nil {
 				return false

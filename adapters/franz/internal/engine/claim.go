@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -276,6 +277,19 @@ func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 	if cl.dead {
 		return
 	}
+	// Transaction markers (the client keeps them: KeepControlRecords)
+	// are never handed over: they move the claim's Position past them,
+	// and past an aborted transaction's records before them, which
+	// read_committed drops (stream.Positioner).
+	var skip int64 = -1
+	for _, r := range recs {
+		if r.Attrs.IsControl() {
+			skip = max(skip, r.Offset+1)
+		}
+	}
+	if skip >= 0 {
+		recs = slices.DeleteFunc(slices.Clone(recs), func(r *kgo.Record) bool { return r.Attrs.IsControl() })
+	}
 	last := cl.buf.Last()
 	polled := from < 0
 	if polled {
@@ -326,6 +340,9 @@ func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 		kept = recs
 	}
 	cl.buf.Push(kept)
+	if skip >= 0 {
+		cl.buf.Skip(skip) // ignored when not past the records pushed
+	}
 }
 
 // setPauseLocked sets or clears pause reasons and pauses or resumes the
@@ -369,10 +386,20 @@ func (cl *claim) Partition() int32 { return cl.key.partition }
 // assigned, as franz-go fetched them before it started fetching records.
 func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
 
+// Position returns the offset past the transaction markers (and the aborted
+// records before them) read after the last record Fetch returned, when
+// nothing is buffered; -1 otherwise ([stream.Positioner]).
+func (cl *claim) Position() int64 {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Position()
+}
+
 // Fetch returns the next batch: at most the maximum batch size of buffered
 // records, once the batch is full, the maximum wait has passed since records
 // were first there, or at once when the maximum wait is 0; never across a
-// rewind.
+// rewind. It returns no records when the client read transaction markers
+// only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	cl.taken = cl.taken[:0]
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
@@ -392,6 +419,9 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 		cl.g.notify() // this partition starves while another is full
 	}
 	cl.mu.Unlock()
+	if len(cl.taken) == 0 {
+		return nil, nil
+	}
 	return cl.convert(), nil
 }
 
@@ -424,7 +454,8 @@ func (cl *claim) convert() []stream.Record {
 // partition has more records than it got; cl.mu is held. A partition whose
 // high watermark is not known yet counts as starving.
 func (cl *claim) starvingLocked() bool {
-	return !cl.buf.Full() && cl.pause == 0 && !cl.buf.Paused() && cl.buf.Size() == 0 && (cl.hwm < 0 || cl.buf.Last()+1 < cl.hwm)
+	next := max(cl.buf.Last()+1, cl.buf.Position()) // past trailing markers
+	return !cl.buf.Full() && cl.pause == 0 && !cl.buf.Paused() && cl.buf.Size() == 0 && (cl.hwm < 0 || next < cl.hwm)
 }
 
 // Pause notes that the Processor waits out a backoff. The partition stays in

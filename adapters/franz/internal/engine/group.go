@@ -26,6 +26,10 @@ func ClientOptions() []kgo.Opt {
 	return []kgo.Opt{
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
+		// Transaction markers come to the claims, which skip them and
+		// commit past them (claim.push): a log that ends with one is
+		// committed to its end.
+		kgo.KeepControlRecords(),
 		kgo.OnOffsetsFetched(g.onFetched),
 		kgo.OnPartitionsAssigned(g.onAssigned),
 		kgo.OnPartitionsRevoked(g.onRevoked),

@@ -130,6 +130,25 @@ func (cl *claim) push(msgs []record) {
 	cl.mu.Unlock()
 }
 
+// skip notes that the fetcher read the partition up to next, past control
+// batches (transaction markers) and, under kafka.ReadCommitted, aborted
+// records after the last record pushed: the claim's Position moves there
+// (ignored when next is not past the last record pushed).
+func (cl *claim) skip(next int64) {
+	cl.mu.Lock()
+	cl.buf.Skip(next)
+	cl.mu.Unlock()
+}
+
+// Position returns the offset past the transaction markers (and aborted
+// records) read after the last record Fetch returned, when nothing is
+// buffered; -1 otherwise ([stream.Positioner]).
+func (cl *claim) Position() int64 {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Position()
+}
+
 // slice returns an empty slice for the fetcher to read an answer into.
 func (cl *claim) slice() []record {
 	cl.mu.Lock()
@@ -150,7 +169,8 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // Fetch returns the next batch: at most the maximum batch size of buffered
 // records, once the batch is full, the maximum wait has passed since records
 // were first there, or at once when the maximum wait is 0; never across a
-// rewind.
+// rewind. It returns no records when the fetcher read transaction markers
+// or aborted records only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	out, hdrs := cl.out[:0], cl.hdrs[:0] // the Processor gave the last batch up by calling Fetch
 	err := cl.buf.Next(ctx, cl.g.c.cfg.MaxBatch, cl.g.c.cfg.MaxWait, func(part []record) {

@@ -665,6 +665,11 @@ func (cl *claim) fetchLoop(offset int64) {
 			cl.push(recs) // the buffer keeps the slice
 			recs = nil
 		}
+		if err == nil {
+			// Past the answer's transaction markers and aborted
+			// records, if it ended with some: the claim's Position.
+			cl.skip(offset)
+		}
 		if ctx.Err() != nil {
 			return
 		}
