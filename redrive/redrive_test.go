@@ -1,12 +1,14 @@
 package redrive_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/redrive/redrivetest"
+	"github.com/redeliver-go/redeliver/stream"
 )
 
 func TestStateNames(t *testing.T) {
@@ -70,6 +72,54 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 	} {
 		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
 			t.Errorf("%s: %v, want an error about %s", c.name, c.err, c.want)
+		}
+	}
+}
+
+// TestParkByKeyRefuses: ParkByKey refuses a nil store, a store that keeps
+// no key locks and a tiny expiry; NewProcessor refuses its option in an
+// ordering other than ByKey, so that it is never half wired.
+func TestParkByKeyRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil store", func() error { _, err := redrive.ParkByKey(nil, time.Minute); return err }(), "nil store"},
+		{"no key locks", func() error { _, err := redrive.ParkByKey(fakeStore{}, time.Minute); return err }(), "not a redrive.KeyLocker"},
+		{"zero expiry", func() error { _, err := redrive.ParkByKey(redrivetest.NewMemStore(), 0); return err }(), "expiry"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error about %s", c.name, c.err, c.want)
+		}
+	}
+	park, err := redrive.ParkByKey(redrivetest.NewMemStore(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+	for _, o := range []stream.Ordering{stream.ByPartition, stream.ByNone} {
+		if _, err := stream.NewProcessor(h, park, stream.WithOrdering(o)); err == nil || !strings.Contains(err.Error(), "redrive.ParkByKey applies to ByKey ordering only") {
+			t.Errorf("NewProcessor with ParkByKey in %s ordering: %v, want a refusal", o, err)
+		}
+	}
+	if _, err := stream.NewProcessor(h, park, stream.WithOrdering(stream.ByKey)); err != nil {
+		t.Errorf("NewProcessor with ParkByKey in key ordering: %v", err)
+	}
+}
+
+func TestOrderKey(t *testing.T) {
+	for _, c := range []struct {
+		key, want string
+	}{
+		{"customer-42", "orders/3/customer-42"},
+		{"", "orders/3/"},
+		{"a/b", "orders/3/a/b"},
+		{"~x", "orders/3/~fng"},
+		{"\x00\xff", "orders/3/~AP8"},
+	} {
+		if got := redrive.OrderKey("orders", 3, c.key); got != c.want {
+			t.Errorf("OrderKey(%q) = %q, want %q", c.key, got, c.want)
 		}
 	}
 }

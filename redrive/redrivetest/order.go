@@ -2,11 +2,16 @@ package redrivetest
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/redeliver-go/redeliver/redrive"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // The cases of key order (redrive.Entry.OrderKey, redrive.KeyLocker,
@@ -151,5 +156,257 @@ func testKeyLocks(t *testing.T, s redrive.Store) {
 	}
 	if got, err := kl.LockedKeys(ctx, "onboarding", 3); err != nil || len(got) != 0 {
 		t.Fatalf("LockedKeys once every entry is done = %v, %v: want none", got, err)
+	}
+}
+
+// logClaim is a [stream.Claim] over fixed records (which may carry
+// headers, as re-driven records do), for one owner.
+type logClaim struct {
+	topic string
+	part  int32
+	recs  []stream.Record
+
+	mu        sync.Mutex
+	fetched   bool
+	committed int64
+	done      chan struct{}
+}
+
+func newLogClaim(topic string, part int32, recs ...stream.Record) *logClaim {
+	return &logClaim{topic: topic, part: part, recs: recs, committed: -1, done: make(chan struct{})}
+}
+
+func (c *logClaim) Topic() string              { return c.topic }
+func (c *logClaim) Partition() int32           { return c.part }
+func (c *logClaim) Committed() (int64, string) { return -1, "" }
+func (c *logClaim) Pause()                     {}
+func (c *logClaim) Resume()                    {}
+func (c *logClaim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	c.mu.Lock()
+	if !c.fetched {
+		c.fetched = true
+		c.mu.Unlock()
+		return c.recs, nil
+	}
+	c.mu.Unlock()
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+func (c *logClaim) Commit(_ context.Context, next int64, _ string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if next > c.committed {
+		c.committed = next
+		if next > c.recs[len(c.recs)-1].Offset {
+			select {
+			case <-c.done:
+			default:
+				close(c.done)
+			}
+		}
+	}
+	return nil
+}
+
+// keyRun runs a ByKey processor with ParkByKey over s on claim until
+// every record is committed, and returns the records the handler saw
+// (offset order per key). fail says which records the handler fails.
+type keyRun struct {
+	t     *testing.T
+	s     redrive.Store
+	clock *streamtest.Clock
+
+	mu   sync.Mutex
+	seen []stream.Record
+}
+
+func (k *keyRun) processor(fail func(stream.Record) bool) *stream.Processor {
+	k.t.Helper()
+	park, err := redrive.ParkByKey(k.s, time.Minute, redrive.WithClock(k.clock), redrive.WithLogger(quiet))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	h := stream.Chain(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		r := b.Records[0]
+		k.mu.Lock()
+		k.seen = append(k.seen, r)
+		k.mu.Unlock()
+		if fail(r) {
+			return errors.New("poison")
+		}
+		return nil
+	}), redrive.CompleteOnSuccess(k.s, redrive.WithClock(k.clock), redrive.WithLogger(quiet)))
+	proc, err := stream.NewProcessor(h, stream.WithOrdering(stream.ByKey), park, stream.WithLogger(quiet))
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	return proc
+}
+
+// run processes the claim to its end and returns the offsets handled.
+func (k *keyRun) run(proc *stream.Processor, c stream.Claim, done func(ctx context.Context) error) []int64 {
+	k.t.Helper()
+	k.mu.Lock()
+	k.seen = nil
+	k.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() {
+		if p, ok := c.(*streamtest.Partition); ok {
+			errc <- streamtest.Run(ctx, proc, p)
+			return
+		}
+		errc <- proc.Process(ctx, c)
+	}()
+	if err := done(ctx); err != nil {
+		k.t.Fatalf("the records were not all committed: %v", err)
+	}
+	cancel()
+	<-errc
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var offs []int64
+	for _, r := range k.seen {
+		offs = append(offs, r.Offset)
+	}
+	slices.Sort(offs)
+	return offs
+}
+
+// testParkByKey: in key mode with ParkByKey, key K fails for good at
+// offset 3; its records at 5 and 9 are parked behind it, never handled,
+// and the other keys flow. A new processor on the same store (a restart)
+// keeps the lock. The scheduler re-drives 3, then 5, then 9, each once
+// the one before is done (completed, or timed out), not merely
+// re-published; the key is released when its last entry is done.
+func testParkByKey(t *testing.T, s redrive.Store) {
+	if _, ok := s.(redrive.KeyLocker); !ok {
+		t.Skipf("%T is not a redrive.KeyLocker: redrive.ParkByKey refuses it", s)
+	}
+	k := &keyRun{t: t, s: s, clock: streamtest.NewClock(t0)}
+	poisonK := func(r stream.Record) bool {
+		_, redriven := Header(r, redrive.HeaderKey)
+		return string(r.Key) == "K" && !redriven
+	}
+	part := streamtest.NewPartition("orders", 0, 100)
+	//                         0    1    2    3    4    5    6    7    8    9
+	end := part.AppendKeyed(t0, "A", "B", "C", "K", "A", "K", "B", "C", "A", "K")
+	got := k.run(k.processor(poisonK), part, func(ctx context.Context) error { return part.WaitCommitted(ctx, end) })
+	if !slices.Equal(got, []int64{0, 1, 2, 3, 4, 6, 7, 8}) {
+		t.Fatalf("the handler saw offsets %v: want every record but K's 5 and 9 (parked behind 3)", got)
+	}
+	okey := redrive.OrderKey("orders", 0, "K")
+	entries := func() []redrive.Entry {
+		es, err := s.List(ctxFor(t), redrive.Filter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return es
+	}
+	var keys []string
+	for _, e := range entries() {
+		keys = append(keys, e.Key)
+		if e.OrderKey != okey || e.Status != redrive.Parked {
+			t.Errorf("entry %s: order key %q, %s; want %q, parked", e.Key, e.OrderKey, e.State(), okey)
+		}
+	}
+	if !slices.Equal(keys, []string{"orders/0/3", "orders/0/5", "orders/0/9"}) {
+		t.Fatalf("entries %v (by ID): want orders/0/3, orders/0/5, orders/0/9", keys)
+	}
+
+	// A restart: a new processor on the same store parks K's next record
+	// behind, and handles the others.
+	end = part.AppendKeyed(t0, "K", "A")
+	got = k.run(k.processor(poisonK), part, func(ctx context.Context) error { return part.WaitCommitted(ctx, end) })
+	if !slices.Equal(got, []int64{11}) {
+		t.Fatalf("after a restart the handler saw offsets %v: want 11 only (10 is K's, parked behind)", got)
+	}
+	if e := mustGet(t, s, "orders/0/10"); e.OrderKey != okey {
+		t.Fatalf("entry of offset 10: order key %q, want %q", e.OrderKey, okey)
+	}
+
+	h, sch := newHarness(t, s, false, redrive.WithMaxRedrives(1))
+	sweep := func() []int64 {
+		t.Helper()
+		n := len(h.pub.Records())
+		if ev := sch.Sweep(ctxFor(t)); ev.Err != nil {
+			t.Fatal(ev.Err)
+		}
+		var offs []int64
+		for _, r := range h.pub.Records()[n:] {
+			if _, ok := Header(r, redrive.HeaderErrorCode); ok {
+				continue // a time-out's report
+			}
+			o, _ := Header(r, stream.HeaderOffset)
+			n, _ := strconv.ParseInt(o, 10, 64)
+			offs = append(offs, n)
+		}
+		return offs
+	}
+	h.clock.Advance(time.Minute) // 3 is due; 5, 9 and 10 were due at once
+	if got := sweep(); !slices.Equal(got, []int64{3}) {
+		t.Fatalf("first sweep re-drove offsets %v: want 3 only", got)
+	}
+	if got := sweep(); len(got) != 0 {
+		t.Fatalf("with 3 re-driven but not done, a sweep re-drove %v: want nothing", got)
+	}
+	// The re-driven record of 3 comes back on the topic: it is the key's
+	// head, handled (not parked behind), and its success completes 3.
+	recs := h.pub.Records()
+	redriven := recs[len(recs)-1]
+	redriven.Topic, redriven.Partition, redriven.Offset = "orders", 0, 20
+	c := newLogClaim("orders", 0, redriven)
+	got = k.run(k.processor(poisonK), c, func(ctx context.Context) error {
+		select {
+		case <-c.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	if !slices.Equal(got, []int64{20}) {
+		t.Fatalf("the re-driven record of 3: the handler saw %v, want offset 20", got)
+	}
+	if e := mustGet(t, s, "orders/0/3"); e.Status != redrive.Done {
+		t.Fatalf("entry 3 after its re-driven record was handled: %s, want done", e.State())
+	}
+	if got := sweep(); !slices.Equal(got, []int64{5}) {
+		t.Fatalf("with 3 done, a sweep re-drove %v: want 5 only", got)
+	}
+	// 5 is not completed: it times out after its expiry (one re-drive
+	// at most), and only then is 9 re-driven.
+	h.clock.Advance(time.Minute)
+	if got := sweep(); len(got) != 0 {
+		t.Fatalf("the sweep that timed 5 out re-drove %v: want nothing (5 was still pending when it claimed)", got)
+	}
+	if e := mustGet(t, s, "orders/0/5"); e.Status != redrive.TimedOut {
+		t.Fatalf("entry 5: %s, want timed out", e.State())
+	}
+	if got := sweep(); !slices.Equal(got, []int64{9}) {
+		t.Fatalf("with 5 timed out, a sweep re-drove %v: want 9 only", got)
+	}
+	if _, err := s.Complete(ctxFor(t), "orders/0/9", h.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if got := sweep(); !slices.Equal(got, []int64{10}) {
+		t.Fatalf("with 9 done, a sweep re-drove %v: want 10", got)
+	}
+	kl := s.(redrive.KeyLocker)
+	if locked, err := kl.KeyLocked(ctxFor(t), okey); err != nil || !locked {
+		t.Fatalf("KeyLocked with 10 retrying = %v, %v; want locked", locked, err)
+	}
+	if _, err := s.Complete(ctxFor(t), "orders/0/10", h.clock.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if locked, err := kl.KeyLocked(ctxFor(t), okey); err != nil || locked {
+		t.Fatalf("KeyLocked once its last entry is done = %v, %v; want released", locked, err)
+	}
+	// Released: K's next record is handled again.
+	end = part.AppendKeyed(t0, "K")
+	got = k.run(k.processor(func(stream.Record) bool { return false }), part, func(ctx context.Context) error { return part.WaitCommitted(ctx, end) })
+	if !slices.Equal(got, []int64{12}) {
+		t.Fatalf("once K was released the handler saw %v: want 12", got)
 	}
 }

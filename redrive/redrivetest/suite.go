@@ -82,6 +82,7 @@ func Run(t *testing.T, newStore NewStore) {
 		{"OrderKeyKept", testOrderKeyKept},
 		{"ClaimKeepsKeyOrder", testClaimKeepsKeyOrder},
 		{"KeyLocks", testKeyLocks},
+		{"ParkByKey", testParkByKey},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
