@@ -88,7 +88,7 @@ func TestLockSetRefresh(t *testing.T) {
 	s.keys = nil // released in the store
 	check("orders/0/K", false, 1, 2)
 	check("orders/0/K", false, 1, 2) // dropped from the set: no store call
-	s.keys = []string{"orders/0/L"} // locked by another instance
+	s.keys = []string{"orders/0/L"}  // locked by another instance
 	check("orders/0/L", false, 1, 2) // not seen until the refresh (a claim starts one at once)
 	clock.t = clock.t.Add(lockRefresh)
 	check("orders/0/L", true, 2, 3)
