@@ -101,7 +101,7 @@ type keyLocks struct {
 	expiry  time.Duration
 	refresh time.Duration
 
-	mu    sync.Mutex
+	mu    sync.RWMutex
 	parts map[partKey]*partLocks
 }
 
@@ -112,18 +112,25 @@ type partKey struct {
 
 // partLocks is a partition's set of locked keys. Its mutex is held
 // through a load and through a park, so that a lock this processor makes
-// is never lost by a load that read the store before it.
+// is never lost by a load that read the store before it; a record's check
+// takes it for reading only.
 type partLocks struct {
-	mu     sync.Mutex
+	mu     sync.RWMutex
 	keys   map[string]struct{}
 	loaded time.Time // zero: to be read from the store
 }
 
 func (l *keyLocks) part(topic string, partition int32) *partLocks {
+	k := partKey{topic, partition}
+	l.mu.RLock()
+	p := l.parts[k]
+	l.mu.RUnlock()
+	if p != nil {
+		return p
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	k := partKey{topic, partition}
-	p := l.parts[k]
+	p = l.parts[k]
 	if p == nil {
 		p = &partLocks{}
 		l.parts[k] = p
@@ -144,27 +151,17 @@ func (l *keyLocks) claimed(ev stream.ClaimEvent) {
 // partition, is locked.
 func (l *keyLocks) locked(ctx context.Context, topic string, partition int32, okey string) (bool, error) {
 	p := l.part(topic, partition)
-	p.mu.Lock()
-	if now := l.c.clock.Now(); p.loaded.IsZero() || now.Sub(p.loaded) >= l.refresh {
-		bctx, said, cancel := bound(ctx)
-		keys, err := l.store.LockedKeys(bctx, topic, partition)
-		err = said(err)
-		cancel()
-		if err != nil {
-			p.mu.Unlock()
-			return false, fmt.Errorf("read the locked keys of %s/%d: %w", topic, partition, err)
-		}
-		p.keys = make(map[string]struct{}, len(keys))
-		for _, k := range keys {
-			p.keys[k] = struct{}{}
-		}
-		p.loaded = now
-		if len(keys) > 0 {
-			l.c.logger.Info("redrive: keys locked by parked records", "topic", topic, "partition", partition, "keys", len(keys))
+	now := l.c.clock.Now()
+	p.mu.RLock()
+	_, in := p.keys[okey]
+	fresh := !p.loaded.IsZero() && now.Sub(p.loaded) < l.refresh
+	p.mu.RUnlock()
+	if !fresh {
+		var err error
+		if in, err = l.load(ctx, p, topic, partition, okey); err != nil {
+			return false, err
 		}
 	}
-	_, in := p.keys[okey]
-	p.mu.Unlock()
 	if !in {
 		return false, nil
 	}
@@ -180,6 +177,32 @@ func (l *keyLocks) locked(ctx context.Context, topic string, partition int32, ok
 		p.mu.Unlock()
 	}
 	return locked, nil
+}
+
+// load reads the partition's set from the store when it is due (once a
+// claim starts, then every refresh), and reports whether okey is in it.
+func (l *keyLocks) load(ctx context.Context, p *partLocks, topic string, partition int32, okey string) (bool, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if now := l.c.clock.Now(); p.loaded.IsZero() || now.Sub(p.loaded) >= l.refresh {
+		bctx, said, cancel := bound(ctx)
+		keys, err := l.store.LockedKeys(bctx, topic, partition)
+		err = said(err)
+		cancel()
+		if err != nil {
+			return false, fmt.Errorf("read the locked keys of %s/%d: %w", topic, partition, err)
+		}
+		p.keys = make(map[string]struct{}, len(keys))
+		for _, k := range keys {
+			p.keys[k] = struct{}{}
+		}
+		p.loaded = now
+		if len(keys) > 0 {
+			l.c.logger.Info("redrive: keys locked by parked records", "topic", topic, "partition", partition, "keys", len(keys))
+		}
+	}
+	_, in := p.keys[okey]
+	return in, nil
 }
 
 // park parks entries and adds their locks to the set of topic and
