@@ -110,14 +110,19 @@ type partKey struct {
 	partition int32
 }
 
-// partLocks is a partition's set of locked keys. Its mutex is held
-// through a load and through a park, so that a lock this processor makes
-// is never lost by a load that read the store before it; a record's check
-// takes it for reading only.
+// partLocks is a partition's set of locked keys. A record's check takes
+// mu for reading only; no store call is made under mu, so a park or a
+// load never holds up the checks of the partition's other records. One
+// load at a time runs (under loadMu), and the locks this processor's
+// parks add while it reads the store are added to what it read (during):
+// a lock is never lost by a load that read the store before it.
 type partLocks struct {
+	loadMu sync.Mutex
 	mu     sync.RWMutex
 	keys   map[string]struct{}
-	loaded time.Time // zero: to be read from the store
+	loaded time.Time           // zero: to be read from the store
+	during map[string]struct{} // non-nil while a load reads the store
+	claims uint64              // claims started: a load read before one is stale
 }
 
 func (l *keyLocks) part(topic string, partition int32) *partLocks {
@@ -144,6 +149,7 @@ func (l *keyLocks) claimed(ev stream.ClaimEvent) {
 	p := l.part(ev.Topic, ev.Partition)
 	p.mu.Lock()
 	p.keys, p.loaded = nil, time.Time{}
+	p.claims++
 	p.mu.Unlock()
 }
 
@@ -182,24 +188,47 @@ func (l *keyLocks) locked(ctx context.Context, topic string, partition int32, ok
 // load reads the partition's set from the store when it is due (once a
 // claim starts, then every refresh), and reports whether okey is in it.
 func (l *keyLocks) load(ctx context.Context, p *partLocks, topic string, partition int32, okey string) (bool, error) {
+	p.loadMu.Lock()
+	defer p.loadMu.Unlock()
+	now := l.c.clock.Now()
+	p.mu.Lock()
+	if !p.loaded.IsZero() && now.Sub(p.loaded) < l.refresh {
+		// Loaded by the record that held loadMu before.
+		_, in := p.keys[okey]
+		p.mu.Unlock()
+		return in, nil
+	}
+	p.during = map[string]struct{}{}
+	claims := p.claims
+	p.mu.Unlock()
+	bctx, said, cancel := bound(ctx)
+	keys, err := l.store.LockedKeys(bctx, topic, partition)
+	err = said(err)
+	cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if now := l.c.clock.Now(); p.loaded.IsZero() || now.Sub(p.loaded) >= l.refresh {
-		bctx, said, cancel := bound(ctx)
-		keys, err := l.store.LockedKeys(bctx, topic, partition)
-		err = said(err)
-		cancel()
-		if err != nil {
-			return false, fmt.Errorf("read the locked keys of %s/%d: %w", topic, partition, err)
+	during := p.during
+	p.during = nil
+	if err != nil {
+		for k := range during {
+			if p.keys != nil {
+				p.keys[k] = struct{}{}
+			}
 		}
-		p.keys = make(map[string]struct{}, len(keys))
-		for _, k := range keys {
-			p.keys[k] = struct{}{}
-		}
+		return false, fmt.Errorf("read the locked keys of %s/%d: %w", topic, partition, err)
+	}
+	p.keys = make(map[string]struct{}, len(keys)+len(during))
+	for _, k := range keys {
+		p.keys[k] = struct{}{}
+	}
+	for k := range during {
+		p.keys[k] = struct{}{}
+	}
+	if p.claims == claims {
 		p.loaded = now
-		if len(keys) > 0 {
-			l.c.logger.Info("redrive: keys locked by parked records", "topic", topic, "partition", partition, "keys", len(keys))
-		}
+	} // else a claim started during the read: the next record reads again
+	if len(keys) > 0 {
+		l.c.logger.Info("redrive: keys locked by parked records", "topic", topic, "partition", partition, "keys", len(keys))
 	}
 	_, in := p.keys[okey]
 	return in, nil
@@ -208,15 +237,21 @@ func (l *keyLocks) load(ctx context.Context, p *partLocks, topic string, partiti
 // park parks entries and adds their locks to the set of topic and
 // partition.
 func (l *keyLocks) park(ctx context.Context, topic string, partition int32, entries []Entry, said func(error) error) error {
-	p := l.part(topic, partition)
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if _, err := l.store.Park(ctx, entries); err != nil {
 		return fmt.Errorf("park %d records: %w", len(entries), said(err))
 	}
+	p := l.part(topic, partition)
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	for _, e := range entries {
-		if e.OrderKey != "" && p.keys != nil {
+		if e.OrderKey == "" {
+			continue
+		}
+		if p.keys != nil {
 			p.keys[e.OrderKey] = struct{}{}
+		}
+		if p.during != nil {
+			p.during[e.OrderKey] = struct{}{}
 		}
 	}
 	return nil

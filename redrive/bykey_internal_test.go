@@ -2,6 +2,7 @@ package redrive
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -15,11 +16,23 @@ type lockedStore struct {
 	KeyLocker
 	keys          []string
 	loads, checks int
+	onLoad        func() // runs after a load read the keys, before it returns them
 }
 
 func (s *lockedStore) LockedKeys(context.Context, string, int32) ([]string, error) {
 	s.loads++
-	return s.keys, nil
+	out := slices.Clone(s.keys)
+	if s.onLoad != nil {
+		s.onLoad()
+	}
+	return out, nil
+}
+
+func (s *lockedStore) Park(_ context.Context, es []Entry) (int, error) {
+	for _, e := range es {
+		s.keys = append(s.keys, e.OrderKey)
+	}
+	return len(es), nil
 }
 
 func (s *lockedStore) KeyLocked(_ context.Context, k string) (bool, error) {
@@ -95,6 +108,18 @@ func TestLockSetRefresh(t *testing.T) {
 	s.keys = []string{"orders/0/M"}
 	l.claimed(streamClaim("orders", 0))
 	check("orders/0/M", true, 3, 4)
+
+	// A park of this processor that lands while a load reads the store
+	// (the read predates it) is kept.
+	s.onLoad = func() {
+		if err := l.park(ctx, "orders", 0, []Entry{{OrderKey: "orders/0/P"}}, func(err error) error { return err }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.claimed(streamClaim("orders", 0))
+	check("orders/0/A", false, 4, 4)
+	s.onLoad = nil
+	check("orders/0/P", true, 4, 5)
 }
 
 type fixedClock struct{ t time.Time }
