@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/redrive/internal/rowcodec"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -45,7 +46,11 @@ import (
 // locked key cost a store call. A record that a scheduler re-published
 // (it carries [HeaderKey]) is the head of its key's entries: it is
 // handled, never parked behind, and if it fails again it goes back to its
-// entry, as with Park.
+// entry, as with Park. When the store fails a record's check (or its park
+// behind), the record waits and is tried again every 5 seconds, with a
+// warning each time, until the store answers: a store that is down spends
+// none of the record's retries, and no record is handled before its key
+// is known not to be locked.
 //
 // ParkByKey takes Park's options. It returns an error for a nil store, a
 // store that keeps no key locks (not a [KeyLocker]: sqlitestore and
@@ -272,7 +277,7 @@ func (l *keyLocks) middleware(next stream.Handler) stream.Handler {
 		okey := OrderKey(r.Topic, r.Partition, key)
 		locked, err := l.locked(ctx, b.Topic, b.Partition, okey)
 		if err != nil {
-			return fmt.Errorf("redrive: ParkByKey: record %s/%d at offset %d: %w", r.Topic, r.Partition, r.Offset, err)
+			return l.storeFailed(ctx, r, "tell whether its key is locked", err)
 		}
 		if !locked {
 			return next.Handle(ctx, b)
@@ -287,10 +292,27 @@ func (l *keyLocks) middleware(next stream.Handler) stream.Handler {
 		bctx, said, cancel := bound(ctx)
 		defer cancel()
 		if err := l.park(bctx, b.Topic, b.Partition, []Entry{e}, said); err != nil {
-			return fmt.Errorf("redrive: ParkByKey: %w", err)
+			return l.storeFailed(ctx, r, "park it behind its key", err)
 		}
 		l.c.logger.Info("redrive: record parked behind the parked records of its key", "topic", r.Topic, "partition", r.Partition,
 			"offset", r.Offset, "key", okey)
 		return nil
 	})
+}
+
+// storeRetry is how long a record waits before its key is looked up
+// again when the store failed.
+const storeRetry = 5 * time.Second
+
+// storeFailed logs a store failure of the check of record r and asks the
+// processor to deliver r again after storeRetry, for as long as it takes:
+// a store that fails is not the record's failure, so it spends none of
+// the record's retries, and the record is neither given up nor handled
+// before its key is known not to be locked.
+func (l *keyLocks) storeFailed(ctx context.Context, r stream.Record, what string, err error) error {
+	if ctx.Err() == nil {
+		l.c.logger.Warn("redrive: ParkByKey: the re-drive store failed; the record waits and is tried again", "topic", r.Topic,
+			"partition", r.Partition, "offset", r.Offset, "doing", what, "retry_in", storeRetry, "error", err)
+	}
+	return stream.Retry(checkpoint.Infinite, storeRetry)
 }
