@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // seq is a Rand that returns its values in turn, cycling.
@@ -194,7 +195,7 @@ func TestCappedAndMaxDelay(t *testing.T) {
 		{"Capped keeps the hint", checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Capped(5*s, checkpoint.Fixed(10*s))}, time.Minute},
 		{"MaxDelay caps the hint", checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(10 * s), MaxDelay: 5 * s}, 5 * s},
 	} {
-		m := checkpoint.NewMachine(tc.p)
+		m := retrystate.NewMachine(tc.p)
 		m.Begin(time.Time{})
 		if d := m.Fail(t0, hinted, constU(0.5)); d.Delay != tc.want {
 			t.Errorf("%s: waits %v, want %v", tc.name, d.Delay, tc.want)

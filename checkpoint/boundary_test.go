@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // constU is a Rand that always draws u.
@@ -63,7 +64,7 @@ func boundaryPolicies(t *testing.T) map[string]checkpoint.Policy {
 // failure at t0, for a handler that fails at once (each failure at its
 // retry's due time).
 func dueTimes(p checkpoint.Policy, n int, rnd checkpoint.Rand) []time.Time {
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
 	var out []time.Time
 	now := t0
@@ -120,16 +121,16 @@ func TestMaxRetryTimeBoundary(t *testing.T) {
 // scheduled runs p's machine for at most n retries, each failing at once,
 // and returns the due times of those it scheduled before it stopped.
 func scheduled(p checkpoint.Policy, rnd checkpoint.Rand, n int) []time.Time {
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
 	var out []time.Time
 	now := t0
 	for range n {
 		d := m.Fail(now, errBoom, rnd)
-		if d.Action == checkpoint.StopRetrying {
+		if d.Action == retrystate.StopRetrying {
 			break
 		}
-		if s := m.Start(d.At); s.Action == checkpoint.StopRetrying {
+		if s := m.Start(d.At); s.Action == retrystate.StopRetrying {
 			break
 		}
 		out = append(out, d.At)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 var (
@@ -74,13 +75,13 @@ func TestDecide(t *testing.T) {
 			[]string{"retry 1 in 1s"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := checkpoint.NewMachine(tc.policy)
+			m := retrystate.NewMachine(tc.policy)
 			m.Begin(time.Time{})
 			at := now
 			var got []string
 			for _, err := range tc.errs {
 				d := m.Fail(at, err, nil)
-				if d.Action == checkpoint.StopRetrying {
+				if d.Action == retrystate.StopRetrying {
 					got = append(got, "stop: "+d.Reason.String())
 					break
 				}

@@ -1,7 +1,9 @@
 // Package checkpoint holds the retry discipline of redeliver, independent of
 // any stream client: the [Policy] (a retry limit, a [Backoff], an error
-// filter and optional time limits), the delay algorithms, the per-partition
-// retry state [Machine] and the durable form of its [State].
+// filter and optional time limits), the delay algorithms, the error
+// markers a handler returns, and the [ExhaustedError] of a batch given up.
+// Package stream applies it; the engine's own machinery (the retry state
+// machine and the durable form of its state) is internal to redeliver.
 //
 //	policy := checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Exponential(time.Second)}
 //	policy.Schedule(5, nil) // [1s 2s 4s 8s 16s]
@@ -33,8 +35,7 @@
 // [Policy.Retryable].
 //
 // Nothing in this package sleeps, starts a goroutine, reads the clock or uses
-// a global random source. Decisions are pure functions of the state, the time
-// and the random source the caller passes in, as in the Azure IoT C SDK's
-// retry control: [Machine.Fail] answers RetryNow, RetryLater at a time, or
-// StopRetrying with a [Reason].
+// a global random source: a [Backoff] and a [DecideFunc] are pure functions
+// of the retry number, the previous delay and the random source the caller
+// passes in, so that a policy can be tested exactly ([Policy.Schedule]).
 package checkpoint

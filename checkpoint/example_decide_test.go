@@ -6,17 +6,18 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // decide fails one delivery after another, each with the next of errs, as
 // the engine does with a batch that keeps failing, and prints what p
 // decides each time.
 func decide(p checkpoint.Policy, errs ...error) {
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	now := time.Unix(0, 0)
 	for _, err := range errs {
 		d := m.Fail(now, err, nil)
-		if d.Action == checkpoint.StopRetrying {
+		if d.Action == retrystate.StopRetrying {
 			fmt.Printf("%v: give up (%v)\n", err, d.Reason)
 			return
 		}

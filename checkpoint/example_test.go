@@ -72,22 +72,3 @@ func ExampleJitteredExponential() {
 	}
 	// Output: 100ms 187.5ms 362.5ms 712.5ms 1.4125s
 }
-
-func ExampleMachine() {
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(5 * time.Second)})
-	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	m.Begin(time.Time{})
-	for {
-		d := m.Fail(now, fmt.Errorf("boom"), nil)
-		if d.Action == checkpoint.StopRetrying {
-			fmt.Println(d.Action, "-", d.Reason)
-			break
-		}
-		fmt.Println(d.Action, "retry", d.Retry, "at", d.At.Format(time.TimeOnly))
-		now = d.At
-	}
-	// Output:
-	// retry later retry 1 at 00:00:05
-	// retry later retry 2 at 00:00:10
-	// stop retrying - retries spent
-}

@@ -160,48 +160,6 @@ func (p Policy) Schedule(n int, rnd Rand) []time.Duration {
 // that a policy can be shared by goroutines and tested exactly.
 type DecideFunc func(n int, err error, prev time.Duration, rnd Rand) (delay time.Duration, retry bool)
 
-// next returns the delay before retry n after err (nil for a retry a
-// handler asked for), or false when Decide declines the retry: Decide's or
-// Backoff's delay, raised to err's retry-after hint unless IgnoreRetryAfter,
-// then capped by MaxDelay.
-func (p *Policy) next(n int, prev time.Duration, err error, rnd Rand) (time.Duration, bool) {
-	rnd = orGlobal(rnd)
-	var d time.Duration
-	switch {
-	case p.Decide != nil && err != nil:
-		var ok bool
-		if d, ok = p.Decide(n, err, prev, rnd); !ok {
-			return 0, false
-		}
-	case p.Backoff != nil:
-		d = p.Backoff(n, prev, rnd)
-	}
-	if !p.IgnoreRetryAfter {
-		if h, ok := RetryAfterOf(err); ok && h > d {
-			d = h
-		}
-	}
-	return p.capped(d), true
-}
-
-// capped returns d, 0 when negative, capped by MaxDelay.
-func (p *Policy) capped(d time.Duration) time.Duration {
-	if d < 0 {
-		d = 0
-	}
-	if p.MaxDelay > 0 && d > p.MaxDelay {
-		d = p.MaxDelay
-	}
-	return d
-}
-
-func (p *Policy) retryable(err error) bool {
-	if p.Retryable == nil {
-		return DefaultRetryable(err)
-	}
-	return p.Retryable(err)
-}
-
 // DefaultRetryable is the error filter of a Policy whose Retryable is nil:
 // every error may be retried except those marked with [Permanent] and context
 // cancellation.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // The exported constructors and the zero values of the package, given nil
@@ -48,7 +49,7 @@ func TestZeroAndNilValues(t *testing.T) {
 		p := checkpoint.Policy{MaxRetries: 3, Backoff: b}
 		_ = p.Delay(1, 0, nil)
 		_ = p.Schedule(3, nil)
-		m := checkpoint.NewMachine(p)
+		m := retrystate.NewMachine(p)
 		m.Begin(time.Time{})
 		if d := m.Fail(time.Unix(0, 0), errors.New("x"), nil); d.Action == 0 {
 			t.Errorf("%s: Fail with a nil Rand decided nothing", name)
@@ -65,7 +66,7 @@ func TestZeroAndNilValues(t *testing.T) {
 			seen++
 			return time.Duration(rnd.Float64())
 		}}
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
 	m.Fail(time.Unix(0, 0), errors.New("x"), nil)
 	m.Request(time.Unix(1, 0), nil)
@@ -73,15 +74,15 @@ func TestZeroAndNilValues(t *testing.T) {
 		t.Fatalf("Decide and Backoff called %d times, want 2", seen)
 	}
 	// The zero Machine and the zero Policy never retry.
-	var zero checkpoint.Machine
-	if d := zero.Fail(time.Unix(0, 0), errors.New("x"), nil); d.Action != checkpoint.StopRetrying || zero.Err() == nil {
+	var zero retrystate.Machine
+	if d := zero.Fail(time.Unix(0, 0), errors.New("x"), nil); d.Action != retrystate.StopRetrying || zero.Err() == nil {
 		t.Fatalf("zero Machine: %+v", d)
 	}
-	if zero.Start(time.Unix(0, 0)).Action != 0 || zero.Decide(time.Unix(0, 0)).Action != checkpoint.StopRetrying {
+	if zero.Start(time.Unix(0, 0)).Action != 0 || zero.Decide(time.Unix(0, 0)).Action != retrystate.StopRetrying {
 		t.Fatal("zero Machine's Start or Decide")
 	}
-	var fresh checkpoint.Machine
-	if d := fresh.Resume(checkpoint.State{}, time.Unix(0, 0), nil); d.Action != 0 {
+	var fresh retrystate.Machine
+	if d := fresh.Resume(retrystate.State{}, time.Unix(0, 0), nil); d.Action != 0 {
 		t.Fatalf("Resume of the zero State: %+v", d)
 	}
 	if err := (checkpoint.Policy{}).Validate(); err != nil {
@@ -98,15 +99,15 @@ func TestZeroAndNilValues(t *testing.T) {
 		_ = f(nil)
 		_ = f(errors.New("x"))
 	}
-	if md := checkpoint.EncodeState(checkpoint.State{}); md != "" {
+	if md := retrystate.EncodeState(retrystate.State{}); md != "" {
 		t.Fatalf("EncodeState of the zero State: %q", md)
 	}
-	if s, err := checkpoint.DecodeState(""); err != nil || s != (checkpoint.State{}) {
+	if s, err := retrystate.DecodeState(""); err != nil || s != (retrystate.State{}) {
 		t.Fatalf("DecodeState(\"\"): %+v %v", s, err)
 	}
-	_ = checkpoint.Describe("", 0)
+	_ = retrystate.Describe("", 0)
 	_ = (&checkpoint.ExhaustedError{}).Error()
-	_ = checkpoint.State{}.String()
+	_ = retrystate.State{}.String()
 	for _, f := range []func() error{
 		func() error { _, err := checkpoint.AzureIoTC{}.Policy(); return err },
 		func() error { _, err := checkpoint.NewAzureIoTC(0, 0).Policy(); return err },

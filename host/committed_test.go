@@ -10,6 +10,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -33,25 +34,25 @@ func TestCommittedStateShown(t *testing.T) {
 		now := time.Now()
 		states := []struct {
 			at int64
-			s  checkpoint.State
+			s  retrystate.State
 		}{
 			// Stopped at offset 3 by the previous owner.
-			{3, checkpoint.State{Offset: 3, Retries: 2, FirstFailure: now.Add(-time.Minute), Started: true,
+			{3, retrystate.State{Offset: 3, Retries: 2, FirstFailure: now.Add(-time.Minute), Started: true,
 				GivenUp: checkpoint.RetriesSpent, LastError: "timeout", Halted: true, Records: 1, Alone: true}},
 			// Given up at offset 2, its exhaustion action not done.
-			{2, checkpoint.State{Offset: 2, Retries: 0, FirstFailure: now.Add(-time.Minute), Started: true,
+			{2, retrystate.State{Offset: 2, Retries: 0, FirstFailure: now.Add(-time.Minute), Started: true,
 				GivenUp: checkpoint.NotRetryable, LastError: "bad; record"}},
 			// The state of the record at 6, with the checkpoint at 4.
-			{4, checkpoint.State{Offset: 6, Retries: 2, FirstFailure: now.Add(-time.Minute), NextAt: now.Add(time.Hour)}},
+			{4, retrystate.State{Offset: 6, Retries: 2, FirstFailure: now.Add(-time.Minute), NextAt: now.Add(time.Hour)}},
 			// Retry 2 of the record at 1, due in an hour, after a minute of outages.
-			{1, checkpoint.State{Offset: 1, Retries: 2, FirstFailure: now.Add(-time.Minute), LastDelay: time.Second,
+			{1, retrystate.State{Offset: 1, Retries: 2, FirstFailure: now.Add(-time.Minute), LastDelay: time.Second,
 				NextAt: now.Add(time.Hour), OutageTime: time.Minute, Records: 5}},
 		}
 		var parts []*streamtest.Partition
 		for i, st := range states {
 			p := streamtest.NewPartition("orders", int32(i), 1)
 			p.AppendN(now, 10)
-			p.SetCheckpoint(st.at, checkpoint.EncodeState(st.s))
+			p.SetCheckpoint(st.at, retrystate.EncodeState(st.s))
 			parts = append(parts, p)
 		}
 		delivered := make(chan int32, len(parts))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -242,7 +243,7 @@ type PartitionStatus struct {
 }
 
 // CommittedState is the retry state committed with a partition's
-// checkpoint, as the engine reads it (see [checkpoint.DecodeState]): what a
+// checkpoint, as the engine reads it: what a
 // next owner of the partition, after a rebalance or a restart, continues.
 type CommittedState struct {
 	// Offset is the offset of the record the state belongs to; -1 when the
@@ -294,9 +295,9 @@ func committedState(at int64, md string, maxRetries int) *CommittedState {
 	if at < 0 || md == "" {
 		return nil
 	}
-	st, err := checkpoint.DecodeState(md)
+	st, err := retrystate.DecodeState(md)
 	if err != nil {
-		return &CommittedState{Offset: -1, Summary: checkpoint.Describe(md, maxRetries) + ": ignored", Error: err.Error()}
+		return &CommittedState{Offset: -1, Summary: retrystate.Describe(md, maxRetries) + ": ignored", Error: err.Error()}
 	}
 	if st.Retries == 0 && st.GivenUp == 0 {
 		return &CommittedState{Offset: -1, Summary: "no retry"}
@@ -315,9 +316,9 @@ func committedState(at int64, md string, maxRetries int) *CommittedState {
 		c.Summary = fmt.Sprintf("retry state of the record at offset %d, not of the one at the checkpoint (%d): ignored, the record at %d starts its count over", st.Offset, at, at)
 		return c
 	case st.Offset >= 0:
-		c.Summary = fmt.Sprintf("record at offset %d: %s", st.Offset, checkpoint.Describe(md, maxRetries))
+		c.Summary = fmt.Sprintf("record at offset %d: %s", st.Offset, retrystate.Describe(md, maxRetries))
 	default:
-		c.Summary = checkpoint.Describe(md, maxRetries)
+		c.Summary = retrystate.Describe(md, maxRetries)
 	}
 	if c.OutageTime != "" {
 		c.Summary += "; " + c.OutageTime + " waited out in outages of the downstream"
@@ -516,8 +517,8 @@ func (s *fnStatus) hooks() stream.Hooks {
 // claimed shows what the engine does with the retry state a previous owner
 // committed for the partition it claims (see stream.Processor.Process).
 func (s *fnStatus) claimed(p *PartitionStatus, e stream.ClaimEvent) {
-	st, err := checkpoint.ReadCommitted(e.Committed, e.Metadata)
-	var other *checkpoint.OtherRecordError
+	st, err := retrystate.ReadCommitted(e.Committed, e.Metadata)
+	var other *retrystate.OtherRecordError
 	switch {
 	case e.Committed < 0:
 		return // nothing committed: a first delivery
@@ -536,7 +537,7 @@ func (s *fnStatus) claimed(p *PartitionStatus, e stream.ClaimEvent) {
 	}
 	p.FirstOffset, p.LastOffset, p.Retry, p.FirstFailure = e.Committed, e.Committed, st.Retries, st.FirstFailure
 	p.MaxRetries = s.maxRetries()
-	if st.Request != (checkpoint.Request{}) {
+	if st.Request != (retrystate.Request{}) {
 		p.MaxRetries = st.Request.MaxRetries // the handler's RetryResult replaces the policy
 	}
 	if st.GivenUp != 0 {
@@ -558,8 +559,8 @@ func (s *fnStatus) claimed(p *PartitionStatus, e stream.ClaimEvent) {
 	case s.proc != nil:
 		// The engine's own decision: it brings a due time beyond the
 		// policy's delay for the retry back to it.
-		m := checkpoint.NewMachine(s.proc.Policy())
-		if d := m.Resume(st, s.now(), nil); d.Action == checkpoint.RetryLater || d.Action == checkpoint.RetryNow {
+		m := retrystate.NewMachine(s.proc.Policy())
+		if d := m.Resume(st, s.now(), nil); d.Action == retrystate.RetryLater || d.Action == retrystate.RetryNow {
 			p.NextAt = d.At
 		}
 	}

@@ -78,7 +78,7 @@ func TestOutageBudgetSection(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b := proc.Settings().OutageBudget
+		b := proc.OutageBudget()
 		if b == nil || b.Config().MaxTokens != 20 {
 			t.Fatalf("processor budget %v", b)
 		}
@@ -111,7 +111,7 @@ func TestOutageBudgetDefaultsOffAndEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.OutageBudget != nil || proc.Settings().OutageBudget != nil {
+	if cfg.OutageBudget != nil || proc.OutageBudget() != nil {
 		t.Fatal("a budget without the section")
 	}
 	if strings.Contains(cfg.Explain(), "Outage budget") {

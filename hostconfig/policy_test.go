@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -115,7 +116,7 @@ func TestHonorRetryAfter(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			m := checkpoint.NewMachine(p)
+			m := retrystate.NewMachine(p)
 			if d := m.Fail(time.Unix(0, 0), hinted, nil); d.Delay != tc.want {
 				t.Errorf("delay %v, want %v", d.Delay, tc.want)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -108,8 +109,8 @@ func newEHKafka(t *testing.T) *ehKafkaCluster {
 // error whose 128 bytes kept are all escaped.
 func TestRetryStateFitsEventHubsKafkaMetadata(t *testing.T) {
 	far := time.Date(9999, 12, 31, 23, 59, 59, 999e6, time.UTC)
-	md := checkpoint.EncodeState(checkpoint.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: far, LastDelay: time.Duration(math.MaxInt64), NextAt: far,
-		OutageTime: time.Duration(math.MaxInt64), Started: true, Request: checkpoint.Request{MaxRetries: math.MaxInt, Delay: time.Duration(math.MaxInt64)},
+	md := retrystate.EncodeState(retrystate.State{Offset: math.MaxInt64, Retries: math.MaxInt, FirstFailure: far, LastDelay: time.Duration(math.MaxInt64), NextAt: far,
+		OutageTime: time.Duration(math.MaxInt64), Started: true, Request: retrystate.Request{MaxRetries: math.MaxInt, Delay: time.Duration(math.MaxInt64)},
 		GivenUp: checkpoint.NotRetryable, LastError: strings.Repeat(";", 500), Records: math.MaxInt, Alone: true, Halted: true})
 	if len(md) > ehMaxMetadata {
 		t.Fatalf("the largest retry state is %d bytes, over Event Hubs' %d: %q", len(md), ehMaxMetadata, md)

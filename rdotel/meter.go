@@ -14,6 +14,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -346,7 +347,7 @@ func (s *scope) claimed(e stream.ClaimEvent) {
 	}
 	p := s.part(e.Topic, e.Partition)
 	p.claim.Store(e.ClaimID)
-	st, err := checkpoint.DecodeState(e.Metadata)
+	st, err := retrystate.DecodeState(e.Metadata)
 	if e.Metadata == "" || err != nil {
 		return
 	}

@@ -216,7 +216,7 @@ step "go test -race ($(echo "$mods" | wc -l) modules: $(echo $mods | tr ' ' ',')
 go test -race -count=1 -p 4 $(echo "$pkgs" | grep -v '^github.com/redeliver-go/redeliver/bench$')
 
 step "benchmarks, once each (that they run; scripts/bench.sh measures)"
-go test -run '^$' -bench . -benchtime 1x ./checkpoint ./stream github.com/redeliver-go/redeliver/adapters/...
+go test -run '^$' -bench . -benchtime 1x ./checkpoint ./internal/retrystate ./stream github.com/redeliver-go/redeliver/adapters/...
 
 # The status page in a real browser (Chromium installed in the background
 # above).

@@ -296,7 +296,7 @@ const (
 
 // The headers of Kafka's own share-group dead-letter queue (KIP-1191), which
 // a dead-lettered record carries too, so that one tool reads both. Group is
-// set when the consumer names its group (see [WithSource]); DeliveryCount
+// set when the consumer names its group (see [SourceFrom]); DeliveryCount
 // is the record's own deliveries, as HeaderDeliveries (in share mode not
 // the broker's delivery count, which does not count the retries a
 // consumer holds in memory); Message holds the reason the record was
@@ -351,7 +351,7 @@ func DeadLetter(pub Publisher, topic string) (ExhaustionAction, error) {
 }
 
 // deadLetter is the action DeadLetter returns. It is never inlined, so
-// that its actions share one code pointer, which DeadLetterOf knows them
+// that its actions share one code pointer, which deadLetterOf knows them
 // by (an inlined copy of a closure is compiled apart).
 //
 //go:noinline
@@ -359,7 +359,7 @@ func deadLetter(pub Publisher, topic string) ExhaustionAction {
 	id := new(deadLetterID) // what this action wrote is its own, whatever other action runs with it
 	return func(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedError) error {
 		if q, ok := ctx.Value(deadLetterQuery{}).(*deadLetterTarget); ok {
-			q.pub, q.topic = pub, topic // DeadLetterOf asks: nothing is published
+			q.pub, q.topic = pub, topic // deadLetterOf asks: nothing is published
 			return nil
 		}
 		recs := make([]Record, len(b.Records))
@@ -469,15 +469,10 @@ type deadLetterTarget struct {
 // deadLetterCode identifies the code of the actions DeadLetter makes.
 var deadLetterCode = reflect.ValueOf(deadLetter(nil, "")).Pointer()
 
-// DeadLetterOf returns the publisher and the topic of an exhaustion action
-// made by [DeadLetter], and false for any other action (one of the
-// application's own, or DeadLetter's wrapped in a function of its own). An
-// adapter checks with it, when it is built, that the publisher of the
-// processor's dead-letter action can publish (see [Processor.Settings]):
-// a publisher that can never publish would otherwise be found at the first
-// record given up, which would then wait for ever. Only actions made by
-// DeadLetter are asked; no other action runs.
-func DeadLetterOf(a ExhaustionAction) (pub Publisher, topic string, ok bool) {
+// deadLetterOf returns the publisher and the topic of an exhaustion action
+// made by [DeadLetter], and false for any other action, without running it
+// (see [Processor.DeadLetter]).
+func deadLetterOf(a ExhaustionAction) (pub Publisher, topic string, ok bool) {
 	if a == nil || reflect.ValueOf(a).Pointer() != deadLetterCode {
 		return nil, "", false
 	}

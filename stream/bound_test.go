@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -352,7 +353,7 @@ func TestLoweredRetryCountAfterAMove(t *testing.T) {
 		p := streamtest.NewPartition("orders", 0, 5)
 		p.AppendN(time.Now(), 5)
 		now := time.Now()
-		p.SetCheckpoint(0, checkpoint.EncodeState(checkpoint.State{Offset: 0, Retries: 4, FirstFailure: now.Add(-time.Minute),
+		p.SetCheckpoint(0, retrystate.EncodeState(retrystate.State{Offset: 0, Retries: 4, FirstFailure: now.Add(-time.Minute),
 			LastDelay: time.Second, NextAt: now.Add(time.Second), Records: 5}))
 		var calls atomic.Int32
 		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
@@ -700,7 +701,7 @@ func TestStartedLastRetryResultAfterAMove(t *testing.T) {
 		if !runParts(t, proc, time.Hour, p) {
 			t.Fatal("not done")
 		}
-		if len(given.errs) != 1 || given.errs[0].Retries != 2 || !errors.Is(given.errs[0], checkpoint.ErrInterrupted) {
+		if len(given.errs) != 1 || given.errs[0].Retries != 2 || !errors.Is(given.errs[0], retrystate.ErrInterrupted) {
 			t.Fatalf("given up %v, want the batch after its 2 retries, its last one interrupted", given.got)
 		}
 		if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 5}); len(r.Violations) > 0 {

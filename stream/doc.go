@@ -56,6 +56,28 @@
 // and per record, what a move carries, and what the dead-letter headers
 // describe.
 //
+// # Errors that must not be retried
+//
+// Three ways keep an error from being retried; use the first that fits:
+//
+//   - checkpoint.Permanent(err), returned by the handler, when the handler
+//     knows, where the error happens, that retrying cannot help (a record
+//     that will never parse). It travels through %w, errors.Join and
+//     [FailedAt], and every policy honours it.
+//   - a filter in the policy (checkpoint.Policy's Retryable, with
+//     checkpoint.RetryUnless, RetryOnly or RetryUnlessType) when a kind of
+//     error, wherever it comes from, is or is not worth retrying in this
+//     deployment.
+//   - checkpoint.Policy's Decide only when the delay, or whether to go
+//     on, depends on the error and the retry's number together (a 429
+//     waits longer than a timeout).
+//
+// Each gives the batch (with FailedAt, the record) up at once, with the
+// reason "error not retryable", to the exhaustion action. A hint about
+// when, not whether, is checkpoint.RetryAfter; a retry that is not a
+// failure is [Retry]. docs/ERRORS.md has examples and tells apart the
+// names that look alike.
+//
 // # Units of work
 //
 // The engine runs two kinds of unit, with one implementation of every
@@ -86,8 +108,7 @@
 //     handled, or given up with its action done, is finished, and the
 //     next record of its key goes. The commit is the lowest record not
 //     finished, with the finished records above it and the retrying
-//     records' states as metadata (see [checkpoint.Window] and
-//     docs/KEYS.md).
+//     records' states as metadata (see docs/KEYS.md).
 //
 // # Pieces
 //

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -38,7 +39,7 @@ func TestRetryResultOfTheLargestCountSurvivesAMove(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, md := p.Committed()
-		if _, err := checkpoint.DecodeState(md); err != nil {
+		if _, err := retrystate.DecodeState(md); err != nil {
 			t.Fatalf("committed %q, which the next owner cannot read: %v", md, err)
 		}
 		b := start(t, h, []*streamtest.Partition{p}, fixed(0, 0))
@@ -68,9 +69,7 @@ func TestInfiniteCountPast2To31(t *testing.T) {
 	})
 }
 
-// RetryRequestOf reads a result as the Processor does, for the consumers
-// that apply the contract with an engine of their own (the share
-// consumer): a retry request alone, wrapped or joined with others is one;
+// retryRequestOf reads a result as the Processor does: a retry request alone, wrapped or joined with others is one;
 // a failure beside it, Permanent and an invalid RetryResult are failures.
 func TestRetryRequestOf(t *testing.T) {
 	boom := errors.New("boom")

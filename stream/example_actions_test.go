@@ -182,7 +182,7 @@ func ExampleProcessor_Skip() {
 
 // Hooks report what happens to each batch. While a batch is withheld, its
 // retry state is committed with the checkpoint as metadata;
-// checkpoint.Describe puts it in words. A manual clock makes the times
+// DescribeMetadata puts it in words. A manual clock makes the times
 // exact.
 func ExampleHooks() {
 	clock := streamtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
@@ -204,7 +204,7 @@ func ExampleHooks() {
 			},
 			Checkpointed: func(e stream.CheckpointEvent) {
 				if e.Metadata != "" {
-					fmt.Printf("%s retry state written, checkpoint stays at %d: %s\n", at(), e.Next, checkpoint.Describe(e.Metadata, policy.MaxRetries))
+					fmt.Printf("%s retry state written, checkpoint stays at %d: %s\n", at(), e.Next, stream.DescribeMetadata(e.Metadata, policy.MaxRetries))
 					return
 				}
 				fmt.Printf("%s checkpoint moved to %d\n", at(), e.Next)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // Handler processes one batch of one partition. It returns nil when the batch
@@ -149,8 +150,8 @@ func (r *RetryResult) Error() string {
 	return fmt.Sprintf("retry requested (max %d retries, delay %v)", r.MaxRetries, r.Delay)
 }
 
-func (r *RetryResult) request() checkpoint.Request {
-	return checkpoint.Request{MaxRetries: r.MaxRetries, Delay: r.Delay}
+func (r *RetryResult) request() retrystate.Request {
+	return retrystate.Request{MaxRetries: r.MaxRetries, Delay: r.Delay}
 }
 
 // validate returns why r is invalid, or nil.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // The keyed driver (this file and keyed_record.go): a claimed partition
@@ -26,7 +27,7 @@ import (
 // whose context ends, for the next). The claim's methods are called one
 // at a time, from run.
 //
-// The commit is the window's (checkpoint.Window, ReserveOnFailure): its
+// The commit is the window's (retrystate.Window, ReserveOnFailure): its
 // base, with the finished records above it and each retrying record's
 // state as metadata. It is written once per turn of the loop when it
 // changed, and always before a retry is delivered: a record's state
@@ -56,7 +57,7 @@ type krec struct {
 	rec  Record
 	q    *kqueue
 	st   kstate
-	m    checkpoint.Machine
+	m    retrystate.Machine
 	hasM bool
 	due  time.Time // kheld, kroom: when its retry is due
 	// resumed says that its state in a restored window was applied.
@@ -96,7 +97,7 @@ type kdriver struct {
 	rnd   checkpoint.Rand
 
 	actx       context.Context // the claim's, for the exhaustion actions
-	win        *checkpoint.Window
+	win        *retrystate.Window
 	fetched    int64 // the offset after the last record fetched; -1 for none
 	fetchedAny bool  // records were fetched
 	lastNext   int64
@@ -182,7 +183,7 @@ func (d *kdriver) restore() {
 	if d.p.cfg.memoryOnly {
 		md = ""
 	}
-	w, err := checkpoint.RestoreWindow(off, md, d.k.limits)
+	w, err := retrystate.RestoreWindow(off, md, d.k.limits)
 	if err != nil {
 		d.log.Warn("redeliver: committed metadata is not a window this processor can read, ignored: the records above the committed offset are delivered again, with fresh counts",
 			"offset", off, "error", err)
@@ -343,7 +344,7 @@ func (d *kdriver) admit() {
 			break // no new record while a failed one waits for room
 		}
 		if d.win == nil {
-			w, err := checkpoint.NewWindow(max(off, 0), d.k.limits)
+			w, err := retrystate.NewWindow(max(off, 0), d.k.limits)
 			if err != nil { // checked by NewProcessor
 				d.log.Error("redeliver: window", "error", err)
 				break
@@ -362,7 +363,7 @@ func (d *kdriver) admit() {
 			full = true
 		default:
 			if err := d.win.Admit(off); err != nil {
-				if !errors.Is(err, checkpoint.ErrWindowFull) {
+				if !errors.Is(err, retrystate.ErrWindowFull) {
 					d.log.Error("redeliver: record out of order, not taken in", "offset", off, "next", d.win.Next(), "error", err)
 					n++
 					continue

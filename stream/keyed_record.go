@@ -9,6 +9,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // The keyed driver's records (keyed.go runs the loop, the fetches and
@@ -16,9 +17,9 @@ import (
 // or for room in the window, given up and finished, and how the window is
 // committed.
 
-func (d *kdriver) machine(r *krec) *checkpoint.Machine {
+func (d *kdriver) machine(r *krec) *retrystate.Machine {
 	if !r.hasM {
-		r.m = checkpoint.NewMachine(d.p.cfg.policy)
+		r.m = retrystate.NewMachine(d.p.cfg.policy)
 		r.m.Begin(r.rec.Timestamp)
 		r.hasM = true
 	}
@@ -40,7 +41,7 @@ func (d *kdriver) activate(r *krec) {
 }
 
 // resume continues the state s that a previous owner committed for r.
-func (d *kdriver) resume(r *krec, s checkpoint.State) {
+func (d *kdriver) resume(r *krec, s retrystate.State) {
 	m := d.machine(r)
 	now := d.p.cfg.clock.Now()
 	dec := m.Resume(s, now, d.rnd)
@@ -49,23 +50,23 @@ func (d *kdriver) resume(r *krec, s checkpoint.State) {
 	switch dec.Action {
 	case 0:
 		// A fresh count (a record stopped, then moved).
-		d.setState(r, checkpoint.State{})
+		d.setState(r, retrystate.State{})
 		r.st = kready
 		d.ready = append(d.ready, r)
-	case checkpoint.StopRetrying:
+	case retrystate.StopRetrying:
 		d.giveUp(r)
 	default:
 		if s.Started {
 			// Its retry never reported: counted as failed, scheduled
 			// anew (and committed before it is delivered).
-			d.scheduled(r, dec, checkpoint.ErrInterrupted)
+			d.scheduled(r, dec, retrystate.ErrInterrupted)
 		}
 		d.hold(r, dec)
 	}
 }
 
 // stateOf is r's state as its window keeps it.
-func (d *kdriver) stateOf(r *krec) checkpoint.State {
+func (d *kdriver) stateOf(r *krec) retrystate.State {
 	s := r.m.State()
 	s.Offset, s.Records, s.Alone, s.LastError = r.rec.Offset, 0, false, ""
 	if err := r.m.LastError(); err != nil {
@@ -76,7 +77,7 @@ func (d *kdriver) stateOf(r *krec) checkpoint.State {
 
 // setState sets r's state in the window; it reports false when there is
 // no room for it.
-func (d *kdriver) setState(r *krec, s checkpoint.State) bool {
+func (d *kdriver) setState(r *krec, s retrystate.State) bool {
 	var err error
 	if s.GivenUp != 0 {
 		err = d.win.GiveUp(r.rec.Offset, s)
@@ -84,7 +85,7 @@ func (d *kdriver) setState(r *krec, s checkpoint.State) bool {
 		err = d.win.Retry(r.rec.Offset, s)
 	}
 	switch {
-	case errors.Is(err, checkpoint.ErrWindowFull):
+	case errors.Is(err, retrystate.ErrWindowFull):
 		return false
 	case err != nil:
 		// A state the window cannot hold (times too far apart): the
@@ -96,7 +97,7 @@ func (d *kdriver) setState(r *krec, s checkpoint.State) bool {
 
 // hold keeps r until its retry is due at dec.At, with its state in the
 // window, or waits for room for its state.
-func (d *kdriver) hold(r *krec, dec checkpoint.Decision) {
+func (d *kdriver) hold(r *krec, dec retrystate.Decision) {
 	r.due = dec.At
 	if d.p.cfg.memoryOnly || d.setState(r, d.stateOf(r)) {
 		r.st = kheld
@@ -148,7 +149,7 @@ func (d *kdriver) dueRetries(now time.Time) {
 			keep = append(keep, r)
 			continue
 		}
-		if dec := r.m.Start(now); dec.Action == checkpoint.StopRetrying {
+		if dec := r.m.Start(now); dec.Action == retrystate.StopRetrying {
 			d.giveUp(r)
 			continue
 		}
@@ -283,14 +284,14 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 		return
 	}
 	m := d.machine(r)
-	var dec checkpoint.Decision
+	var dec retrystate.Decision
 	if res.rr != nil {
 		dec = m.RequestRetries(e.end, res.rr.request(), d.rnd)
 	} else {
 		dec = m.Fail(e.end, res.cause, d.rnd)
 	}
 	switch {
-	case dec.Action != checkpoint.StopRetrying:
+	case dec.Action != retrystate.StopRetrying:
 		cause := res.cause
 		if res.outcome == RetryRequested {
 			cause = nil
@@ -304,7 +305,7 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 	}
 }
 
-func (d *kdriver) scheduled(r *krec, dec checkpoint.Decision, cause error) {
+func (d *kdriver) scheduled(r *krec, dec retrystate.Decision, cause error) {
 	if h := d.p.cfg.hooks.RetryScheduled; h != nil {
 		h(RetryEvent{BatchInfo: d.infoOf(d.one(r)), Retry: dec.Retry, Delay: dec.Delay, At: dec.At, Err: cause})
 	}
@@ -386,7 +387,7 @@ func (d *kdriver) acted(e kevent) {
 	case e.again:
 		// Resumed: delivered again with a fresh count.
 		r.m.Begin(r.rec.Timestamp)
-		d.setState(r, checkpoint.State{})
+		d.setState(r, retrystate.State{})
 		r.st = kready
 		d.ready = append(d.ready, r)
 	default:

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -183,7 +184,7 @@ func TestKeyedMoveMidRetry(t *testing.T) {
 		defer cancel()
 		for {
 			next, md := p.Committed()
-			if w, err := checkpoint.RestoreWindow(next, md, checkpoint.WindowLimits{}); err == nil {
+			if w, err := retrystate.RestoreWindow(next, md, checkpoint.WindowLimits{}); err == nil {
 				if s, ok := w.State(7); ok && s.Retries >= 2 && !s.Started {
 					break
 				}
@@ -199,7 +200,7 @@ func TestKeyedMoveMidRetry(t *testing.T) {
 			before[o] = calls.of(o)
 		}
 		next, md := p.Committed()
-		w, err := checkpoint.RestoreWindow(next, md, checkpoint.WindowLimits{})
+		w, err := retrystate.RestoreWindow(next, md, checkpoint.WindowLimits{})
 		if err != nil || next != 7 {
 			t.Fatalf("committed %d %q: %v", next, md, err)
 		}
@@ -473,14 +474,14 @@ func TestKeyedRewindStops(t *testing.T) {
 func TestKeyedRoomHeldByRecordsNotFetched(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		now := time.Now()
-		s := checkpoint.State{Retries: 1, FirstFailure: now, NextAt: now.Add(time.Second), LastDelay: time.Second, LastError: "failed before the move"}
+		s := retrystate.State{Retries: 1, FirstFailure: now, NextAt: now.Add(time.Second), LastDelay: time.Second, LastError: "failed before the move"}
 		// The smallest limit whose window holds the states of records 8
 		// and 9, and has no room for a third.
 		var lim checkpoint.WindowLimits
 		var md string
 		for m := 100; m < 4096 && md == ""; m++ {
 			lim = checkpoint.WindowLimits{MaxBytes: m, ReserveOnFailure: true}
-			w, err := checkpoint.NewWindow(0, lim)
+			w, err := retrystate.NewWindow(0, lim)
 			if err != nil {
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // Lease is one record that a record-acknowledging transport (a Kafka share
@@ -126,7 +127,7 @@ type LeaseDriver struct {
 
 type releasedRetry struct {
 	deliveries int
-	state      checkpoint.State
+	state      retrystate.State
 }
 
 // maxReleased bounds the driver's memory of released retries.
@@ -176,7 +177,7 @@ func (d *LeaseDriver) Lane(log *slog.Logger) *LeaseLane {
 }
 
 // remember keeps the state of a record released for a retry.
-func (d *LeaseDriver) remember(r *Record, deliveries int, s checkpoint.State) {
+func (d *LeaseDriver) remember(r *Record, deliveries int, s retrystate.State) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.released == nil {
@@ -193,13 +194,13 @@ func (d *LeaseDriver) remember(r *Record, deliveries int, s checkpoint.State) {
 
 // recall takes the state of a record this driver released for a retry at
 // the delivery before this one.
-func (d *LeaseDriver) recall(r *Record, deliveries int) (checkpoint.State, bool) {
+func (d *LeaseDriver) recall(r *Record, deliveries int) (retrystate.State, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	k := recordID{r.Topic, r.Partition, r.Offset}
 	rr, ok := d.released[k]
 	if !ok {
-		return checkpoint.State{}, false
+		return retrystate.State{}, false
 	}
 	delete(d.released, k)
 	return rr.state, rr.deliveries+1 == deliveries

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -47,7 +48,7 @@ func (c *endingClaim) Fetch(ctx context.Context) ([]stream.Record, error) {
 }
 
 func (c *endingClaim) Commit(_ context.Context, _ int64, md string) error {
-	if s, err := checkpoint.DecodeState(md); c.onStarted && err == nil && s.Started {
+	if s, err := retrystate.DecodeState(md); c.onStarted && err == nil && s.Started {
 		c.cancel()
 	}
 	return nil

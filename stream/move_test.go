@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -95,7 +96,7 @@ func TestPoisonRecordMovesAlone(t *testing.T) {
 		lastErr string
 		n       string // its deliveries: 3 with the cut retry, 2 when the next owner refuses retry 2
 	}{
-		{"during its last retry", true, checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second)}, checkpoint.ErrInterrupted.Error(), "3"},
+		{"during its last retry", true, checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second)}, retrystate.ErrInterrupted.Error(), "3"},
 		{"a lowered retry count", false, checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(time.Second)}, errPoison.Error(), "2"},
 		{"MaxRetryTime", false, checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second), MaxRetryTime: 1500 * time.Millisecond}, errPoison.Error(), "2"},
 		{"MaxRecordAge", false, checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second), MaxRecordAge: 1500 * time.Millisecond}, errPoison.Error(), "2"},
@@ -126,7 +127,7 @@ func TestPoisonRecordMovesAlone(t *testing.T) {
 					}
 					return proc
 				}, func(e stream.CheckpointEvent) bool {
-					s, _ := checkpoint.DecodeState(e.Metadata)
+					s, _ := retrystate.DecodeState(e.Metadata)
 					return s.Retries == 2 && s.Started == tt.started
 				})
 				pub := &memPublisher{}

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // Ordering says which records of a partition a [Processor] keeps in order,
@@ -77,8 +78,8 @@ const DefaultConcurrency = 16
 // its own retry count, backoff and give-up (its exhaustion action gets a
 // batch of that record alone), and a partition's commit is the lowest
 // record not finished, with the records finished above it and the retry
-// state of each record retrying in the commit's metadata (see
-// [checkpoint.Window]): a next owner skips the finished records and goes
+// state of each record retrying in the commit's metadata (docs/KEYS.md):
+// a next owner skips the finished records and goes
 // on with each retrying record's count.
 func WithOrdering(o Ordering) Option {
 	return optionFunc(func(c *config) { c.keyed.ordering = o })
@@ -204,7 +205,7 @@ func (k *keyedConfig) prepare(c *config) error {
 		return fmt.Errorf("stream: NewProcessor: WithOutageBudget is not applied in %s ordering yet: leave it out, or use ByPartition ordering", k.ordering)
 	}
 	k.limits.ReserveOnFailure = true
-	if _, err := checkpoint.NewWindow(0, k.limits); err != nil {
+	if _, err := retrystate.NewWindow(0, k.limits); err != nil {
 		return fmt.Errorf("stream: NewProcessor: WithWindowLimits: %w", err)
 	}
 	if k.perPartition == 0 {

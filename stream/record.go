@@ -3,7 +3,7 @@ package stream
 import (
 	"time"
 
-	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // Record is one record of a partition, as an adapter delivers it.
@@ -82,7 +82,7 @@ type Attempt struct {
 // Number returns the 1-based number of this delivery: Retry+1.
 func (a Attempt) Number() int { return a.Retry + 1 }
 
-func attemptOf(m *checkpoint.Machine) Attempt {
+func attemptOf(m *retrystate.Machine) Attempt {
 	s := m.State()
 	return Attempt{
 		Retry:        s.Retries,

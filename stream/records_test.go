@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -237,7 +238,7 @@ func TestRetryStateNamesItsRecord(t *testing.T) {
 		var states []string
 		for _, c := range p.Commits() {
 			if c.Metadata != "" {
-				s, err := checkpoint.DecodeState(c.Metadata)
+				s, err := retrystate.DecodeState(c.Metadata)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -260,7 +261,7 @@ func TestRecordCountSurvivesAMove(t *testing.T) {
 		p.AppendN(time.Now(), 10)
 		f := &failing{fails: map[int64]int{0: 1, 4: -1}}
 		revoke := stream.Hooks{Checkpointed: func(e stream.CheckpointEvent) {
-			if s, _ := checkpoint.DecodeState(e.Metadata); s.Offset == 4 && s.Retries == 2 && !s.Started {
+			if s, _ := retrystate.DecodeState(e.Metadata); s.Offset == 4 && s.Retries == 2 && !s.Started {
 				p.Revoke()
 			}
 		}}

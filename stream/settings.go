@@ -3,56 +3,52 @@ package stream
 import (
 	"context"
 	"errors"
-	"log/slog"
 
-	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/actionctx"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
-// Settings are what a [Processor] was built with: its handler and the
-// options that shape the retry contract, read with [Processor.Settings] by
-// an adapter's start checks (the publisher of a DeadLetter action, say).
-// The contract itself is applied by the Processor alone, for every unit of
-// work: a partition's batch ([Processor.Process]) and a leased record
-// ([Processor.Leases]).
-type Settings struct {
-	Handler          Handler
-	Policy           checkpoint.Policy
-	Logger           *slog.Logger // never nil
-	Hooks            Hooks
-	Clock            Clock
-	NewRand          func() checkpoint.Rand
-	Exhaustion       ExhaustionAction // nil skips
-	OperationBackoff checkpoint.Backoff
-	InMemoryState    bool
-	OutageBudget     *Budget // nil for none; record leases refuse one (Processor.Leases)
+// Clock returns the clock the processor was built with ([WithClock]; the
+// system clock by default), for a consumer whose own timers must agree with
+// the engine's.
+func (p *Processor) Clock() Clock {
+	if p == nil || p.cfg.clock == nil {
+		return systemClock{}
+	}
+	return p.cfg.clock
 }
 
-// Settings returns the processor's handler and options.
-func (p *Processor) Settings() Settings {
+// OutageBudget returns the outage budget the processor draws from
+// ([WithOutageBudget]), nil for none: read its State to see an outage.
+func (p *Processor) OutageBudget() *Budget {
 	if p == nil {
-		return Settings{Logger: p.Logger()}
+		return nil
 	}
-	return Settings{
-		Handler:          p.h,
-		Policy:           p.cfg.policy,
-		Logger:           p.Logger(),
-		Hooks:            p.cfg.hooks,
-		Clock:            p.cfg.clock,
-		NewRand:          p.cfg.newRand,
-		Exhaustion:       p.cfg.exhaustion,
-		OperationBackoff: p.cfg.opBackoff,
-		InMemoryState:    p.cfg.memoryOnly,
-		OutageBudget:     p.cfg.budget,
-	}
+	return p.cfg.budget
 }
 
-// RetryRequestOf reads a handler's result as a [Processor] does (see
-// [RetryResult] for the rules), for a middleware, say: it returns the retry request err
-// makes, or nil and the failure to apply instead of err. A failure beside
-// a retry request and an error marked checkpoint.Permanent are failures
-// (err itself); an invalid RetryResult is a failure whose error says what
-// is wrong. A nil err returns nil, nil.
-func RetryRequestOf(err error) (*RetryResult, error) {
+// DeadLetter returns the publisher and the topic of the processor's
+// exhaustion action when [DeadLetter] made it, and false for any other
+// action (one of the application's own, or DeadLetter's wrapped in a
+// function of its own) or none. An adapter checks with it, when it is
+// built, that the publisher can publish: a publisher that can never
+// publish would otherwise be found at the first record given up, which
+// would then wait for ever. Only an action made by DeadLetter is asked;
+// no other action runs.
+func (p *Processor) DeadLetter() (pub Publisher, topic string, ok bool) {
+	if p == nil {
+		return nil, "", false
+	}
+	return deadLetterOf(p.cfg.exhaustion)
+}
+
+// retryRequestOf reads a handler's result (see [RetryResult] for the
+// rules): it returns the retry request err makes, or nil and the failure to
+// apply instead of err. A failure beside a retry request and an error
+// marked checkpoint.Permanent are failures (err itself); an invalid
+// RetryResult is a failure whose error says what is wrong. A nil err
+// returns nil, nil.
+func retryRequestOf(err error) (*RetryResult, error) {
 	rr := retryRequest(err)
 	if rr == nil {
 		return nil, err
@@ -66,24 +62,40 @@ func RetryRequestOf(err error) (*RetryResult, error) {
 // IsStop reports whether err is what [StopPartition] returns, or wraps it.
 func IsStop(err error) bool { return errors.Is(err, errStop) }
 
-// Source describes where a dead-lettered record came from beyond its topic,
-// partition and offset, for [DeadLetter]'s headers: the group that gave up on
-// it (Kafka share groups) and why, in the consumer's words. A consumer puts
-// it in the exhaustion action's context with [WithSource].
+// Source describes where a given-up record came from beyond its topic,
+// partition and offset: the consumer group that gave up on it and why, in
+// the consumer's words. Every adapter puts it in the context of the
+// processor's exhaustion action; [DeadLetter] writes it in its headers, and
+// an action of the application's own that records where a record was given
+// up (a store of failed records, an alert) reads it with [SourceFrom].
 type Source struct {
-	Group  string
+	Group  string // the consumer group, when the consumer has one
 	Reason string // empty: the ExhaustedError's message
 }
 
-type sourceKey struct{}
-
-// WithSource returns ctx carrying s, for an exhaustion action.
-func WithSource(ctx context.Context, s Source) context.Context {
-	return context.WithValue(ctx, sourceKey{}, s)
+// SourceFrom returns the Source in the context of an exhaustion action,
+// and false when the consumer set none:
+//
+//	stream.WithExhaustionAction(func(ctx context.Context, b *stream.Batch, err *checkpoint.ExhaustedError) error {
+//		src, _ := stream.SourceFrom(ctx)
+//		return store.Save(ctx, src.Group, b, err)
+//	})
+func SourceFrom(ctx context.Context) (Source, bool) {
+	s, ok := actionctx.SourceFrom(ctx)
+	return Source(s), ok
 }
 
-// SourceFrom returns the Source that ctx carries, if any.
-func SourceFrom(ctx context.Context) (Source, bool) {
-	s, ok := ctx.Value(sourceKey{}).(Source)
-	return s, ok
+// DescribeMetadata puts in words the retry state that a checkpoint's
+// metadata holds ([CheckpointEvent.Metadata], [ClaimEvent.Metadata]), with
+// the retry limit of the policy in force, maxRetries
+// ([checkpoint.Infinite] for none; a handler's own [RetryResult] in the
+// state replaces it):
+//
+//	retry 2 of 5, due at 12:00:01.5 UTC
+//	given up after 3 deliveries (retries spent), its exhaustion action not done; last error: timeout
+//
+// Empty metadata reads "no retry"; metadata of another tool or damaged
+// metadata says so.
+func DescribeMetadata(md string, maxRetries int) string {
+	return retrystate.Describe(md, maxRetries)
 }

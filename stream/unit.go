@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/actionctx"
 )
 
 // This file holds what the engine does the same way for every unit of
@@ -85,7 +86,7 @@ func readResult(err error, b *Batch, log *slog.Logger) result {
 			cause = fmt.Errorf("stream: the handler returned FailedAt(%d, nil): the record at offset %d failed with no error", partial.Index, b.Records[partial.Index].Offset)
 		}
 	}
-	rr, cause := RetryRequestOf(cause)
+	rr, cause := retryRequestOf(cause)
 	if rr != nil {
 		return result{outcome: RetryRequested, rr: rr, partial: partial}
 	}
@@ -177,7 +178,7 @@ func (u *unit) exhaust(ctx context.Context, b *Batch, xerr *checkpoint.Exhausted
 	// failed try like any other (the claim's end shows in ctx).
 	actx := context.WithValue(ctx, actionKey{}, &actionCall{log: u.log})
 	if u.source != nil {
-		actx = WithSource(actx, *u.source)
+		actx = actionctx.WithSource(actx, actionctx.Source(*u.source))
 	}
 	err = u.repeat(ctx, "exhaustion action", false, func() error {
 		try++

@@ -156,12 +156,12 @@ func TestAccessorsOfEmptyAndNilValues(t *testing.T) {
 	if p := nilProc.Policy(); p.MaxRetries != 0 || p.Backoff != nil {
 		t.Errorf("a nil Processor's Policy = %+v, want the zero Policy", p)
 	}
-	if s := nilProc.Settings(); s.Handler != nil || s.Exhaustion != nil || s.Logger == nil {
-		t.Errorf("a nil Processor's Settings = %+v, want zero but for the default logger", s)
+	if nilProc.Clock() == nil || nilProc.OutageBudget() != nil {
+		t.Errorf("a nil Processor's Clock, OutageBudget = %v, %v, want the system clock and nil", nilProc.Clock(), nilProc.OutageBudget())
 	}
 	var zeroProc stream.Processor
-	if s := zeroProc.Settings(); s.Logger == nil {
-		t.Error("a zero Processor's Settings has no Logger; Settings.Logger is never nil")
+	if zeroProc.Clock() == nil {
+		t.Error("a zero Processor's Clock is nil; want the system clock")
 	}
 	var nilBudget *stream.Budget
 	if s := nilBudget.State(); s.Outage || s.Tokens != 0 {
@@ -223,24 +223,41 @@ func TestNoPolicyGivesUpLoudly(t *testing.T) {
 	})
 }
 
-// DeadLetterOf reads the publisher and topic of DeadLetter's actions, and
-// no other action's, which it never runs.
-func TestDeadLetterOf(t *testing.T) {
+// Processor.DeadLetter reads the publisher and topic of DeadLetter's
+// actions, and no other action's, which it never runs.
+func TestProcessorDeadLetter(t *testing.T) {
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+	proc := func(a stream.ExhaustionAction) *stream.Processor {
+		t.Helper()
+		var opts []stream.Option
+		if a != nil {
+			opts = append(opts, stream.WithExhaustionAction(a))
+		}
+		p, err := stream.NewProcessor(h, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
 	pub := &memPublisher{}
 	dl, err := stream.DeadLetter(pub, "orders.dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, topic, ok := stream.DeadLetterOf(dl); !ok || got != pub || topic != "orders.dlq" {
-		t.Fatalf("DeadLetterOf(DeadLetter(pub, orders.dlq)) = %v %q %v", got, topic, ok)
+	if got, topic, ok := proc(dl).DeadLetter(); !ok || got != pub || topic != "orders.dlq" {
+		t.Fatalf("DeadLetter of a processor with DeadLetter(pub, orders.dlq) = %v %q %v", got, topic, ok)
 	}
 	ran := false
 	own := func(context.Context, *stream.Batch, *checkpoint.ExhaustedError) error { ran = true; return nil }
 	wrapped := func(ctx context.Context, b *stream.Batch, x *checkpoint.ExhaustedError) error { return dl(ctx, b, x) }
 	for _, a := range []stream.ExhaustionAction{nil, own, wrapped, stream.StopPartition} {
-		if _, _, ok := stream.DeadLetterOf(a); ok || ran {
-			t.Fatalf("DeadLetterOf of another action: ok %v, ran %v", ok, ran)
+		if _, _, ok := proc(a).DeadLetter(); ok || ran {
+			t.Fatalf("DeadLetter of a processor with another action: ok %v, ran %v", ok, ran)
 		}
+	}
+	var nilProc *stream.Processor
+	if _, _, ok := nilProc.DeadLetter(); ok {
+		t.Fatal("a nil Processor has a dead-letter action")
 	}
 	if pub.calls != 0 {
 		t.Fatalf("the publisher was called %d times", pub.calls)

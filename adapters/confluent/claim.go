@@ -9,6 +9,7 @@ import (
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
+	"github.com/redeliver-go/redeliver/internal/actionctx"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
@@ -78,8 +79,8 @@ func (cl *claim) run() {
 	defer close(cl.done)
 	var err error
 	// The group names the dead letters' __dlq.errors.group header.
-	src := stream.Source{Group: fmt.Sprint(cl.e.group())}
-	lifecycle.Inside(func() { err = cl.e.proc.Process(stream.WithSource(cl.ctx, src), cl) })
+	src := actionctx.Source{Group: fmt.Sprint(cl.e.group())}
+	lifecycle.Inside(func() { err = cl.e.proc.Process(actionctx.WithSource(cl.ctx, src), cl) })
 	ended := cl.ctx.Err() != nil
 	cl.cancel(errRevoked)
 	// The success commit not written yet (coalesced), before the partition

@@ -183,7 +183,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		o.apply(&cfg)
 	}
 	if proc != nil {
-		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+		if pub, topic, ok := proc.DeadLetter(); ok {
 			if cp, isConfluent := pub.(*Publisher); isConfluent && cp.p != nil {
 				cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return cp.checkTopic(ctx, topic) }
 			}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
+	"github.com/redeliver-go/redeliver/internal/actionctx"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -372,6 +373,6 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		return
 	}
 	// The consumer group names the dead letters' __dlq.errors.group header.
-	err = c.proc.Process(stream.WithSource(cctx, stream.Source{Group: k.group}), cl)
+	err = c.proc.Process(actionctx.WithSource(cctx, actionctx.Source{Group: k.group}), cl)
 	log.Debug("redeliver: claim ended", "cause", err)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/eventhubs"
 	"github.com/redeliver-go/redeliver/adapters/eventhubs/memhub"
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -620,7 +621,7 @@ func TestStaleStateClearedAtFirstCommit(t *testing.T) {
 		c19.FullyQualifiedNamespace, c19.EventHubName, c19.ConsumerGroup = memhub.Namespace, "orders", "cg"
 		stale := cp("0", 10)
 		stale.FullyQualifiedNamespace, stale.EventHubName, stale.ConsumerGroup = memhub.Namespace, "orders", "cg"+eventhubs.StateGroupSuffix
-		md := "redeliver:" + checkpoint.EncodeState(checkpoint.State{Retries: 2, Started: true, FirstFailure: time.Now()})
+		md := "redeliver:" + retrystate.EncodeState(retrystate.State{Retries: 2, Started: true, FirstFailure: time.Now()})
 		stale.Offset = &md
 		for _, c := range []azeventhubs.Checkpoint{c19, stale} {
 			if err := store.SetCheckpoint(ctx, c, nil); err != nil {

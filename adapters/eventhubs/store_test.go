@@ -16,6 +16,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/eventhubs"
 	"github.com/redeliver-go/redeliver/adapters/eventhubs/memhub"
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -82,8 +83,8 @@ func TestCheckpointStoreRefusesWithoutOwnership(t *testing.T) {
 }
 
 func TestCommittedReadsStateBesideCheckpoint(t *testing.T) {
-	moved := checkpoint.EncodeState(checkpoint.State{Offset: 10, Retries: 2, FirstFailure: time.UnixMilli(1), Started: true, Records: 5, LastError: "timeout; 503"})
-	if s, err := checkpoint.DecodeState(moved); err != nil || s.Records != 5 || s.LastError != "timeout; 503" {
+	moved := retrystate.EncodeState(retrystate.State{Offset: 10, Retries: 2, FirstFailure: time.UnixMilli(1), Started: true, Records: 5, LastError: "timeout; 503"})
+	if s, err := retrystate.DecodeState(moved); err != nil || s.Records != 5 || s.LastError != "timeout; 503" {
 		t.Fatalf("state %q: %+v, %v", moved, s, err)
 	}
 	ms := memhub.NewStore()

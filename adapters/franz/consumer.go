@@ -227,7 +227,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		cfg.Publishers = append(cfg.Publishers, b)
 	}
 	if proc != nil {
-		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+		if pub, topic, ok := proc.DeadLetter(); ok {
 			if fp, isFranz := pub.(*Publisher); isFranz && !slices.Contains(cfg.publishers, fp) {
 				if !fp.Bound() {
 					// It would fail every record given up, for ever.

@@ -210,7 +210,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	var dlq *Publisher
 	var dlqTopic string
 	if proc != nil {
-		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+		if pub, topic, ok := proc.DeadLetter(); ok {
 			if kp, isKafkago := pub.(*Publisher); isKafkago && kp != nil {
 				dlq, dlqTopic = kp, topic
 				if kp.writer() != nil || slices.Contains(pubs, kp) {

@@ -10,6 +10,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
+	"github.com/redeliver-go/redeliver/internal/actionctx"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -111,7 +112,7 @@ func (cl *claim) run(proc *stream.Processor) error {
 		cl.pump()
 	}()
 	// The group names the dead letters' __dlq.errors.group header.
-	err := proc.Process(stream.WithSource(cl.ctx, stream.Source{Group: cl.h.e.cfg.group}), cl)
+	err := proc.Process(actionctx.WithSource(cl.ctx, actionctx.Source{Group: cl.h.e.cfg.group}), cl)
 	cl.ended = cl.ctx.Err() != nil
 	if err == nil {
 		cl.cancel(context.Canceled)

@@ -191,7 +191,7 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		o.apply(&cfg)
 	}
 	if proc != nil {
-		if pub, topic, ok := stream.DeadLetterOf(proc.Settings().Exhaustion); ok {
+		if pub, topic, ok := proc.DeadLetter(); ok {
 			if sp, isSarama := pub.(*Publisher); isSarama && sp.client != nil {
 				cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return sp.checkTopic(ctx, topic) }
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 var update = flag.Bool("update", false, "rewrite the testdata/*.golden files with the commands' output")
@@ -187,17 +188,17 @@ func TestHelp(t *testing.T) {
 // overflow.
 func TestDeliveriesOfLargestCount(t *testing.T) {
 	for _, tc := range []struct {
-		s    checkpoint.State
+		s    retrystate.State
 		want uint64
 	}{
-		{checkpoint.State{}, 0},
-		{checkpoint.State{Retries: 1}, 1},
-		{checkpoint.State{Retries: 1, Started: true}, 2},
-		{checkpoint.State{Retries: math.MaxInt, Started: true}, 1 << 63},
+		{retrystate.State{}, 0},
+		{retrystate.State{Retries: 1}, 1},
+		{retrystate.State{Retries: 1, Started: true}, 2},
+		{retrystate.State{Retries: math.MaxInt, Started: true}, 1 << 63},
 		// Given up: the first delivery and every retry it was given up after.
-		{checkpoint.State{Started: true, GivenUp: checkpoint.NotRetryable}, 1},
-		{checkpoint.State{Retries: 2, Started: true, GivenUp: checkpoint.RetriesSpent, Halted: true}, 3},
-		{checkpoint.State{Retries: math.MaxInt, Started: true, GivenUp: checkpoint.RetriesSpent}, 1 << 63},
+		{retrystate.State{Started: true, GivenUp: checkpoint.NotRetryable}, 1},
+		{retrystate.State{Retries: 2, Started: true, GivenUp: checkpoint.RetriesSpent, Halted: true}, 3},
+		{retrystate.State{Retries: math.MaxInt, Started: true, GivenUp: checkpoint.RetriesSpent}, 1 << 63},
 	} {
 		if got := deliveriesOf(tc.s); got != tc.want {
 			t.Errorf("deliveriesOf(%+v) = %d, want %d", tc.s, got, tc.want)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/hostconfig"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // overdue is how long past its due time a retry that has not happened is
@@ -302,10 +303,10 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		r.State = "no retry state"
 		return
 	}
-	s, err := checkpoint.ReadCommitted(r.Committed, r.Metadata)
-	var other *checkpoint.OtherRecordError
+	s, err := retrystate.ReadCommitted(r.Committed, r.Metadata)
+	var other *retrystate.OtherRecordError
 	switch {
-	case errors.Is(err, checkpoint.ErrForeignMetadata):
+	case errors.Is(err, retrystate.ErrForeignMetadata):
 		r.State = fmt.Sprintf("metadata of another tool (%q), ignored", r.Metadata)
 		return
 	case errors.As(err, &other):
@@ -335,7 +336,7 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		return
 	}
 	r.MaxRetries, r.Started = maxRetries, s.Started
-	if s.Request != (checkpoint.Request{}) {
+	if s.Request != (retrystate.Request{}) {
 		r.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
 		r.MaxRetries = &s.Request.MaxRetries // it replaces the policy's limit for this batch
 	}
@@ -376,7 +377,7 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 
 // givenUpRow describes the row of a record given up: its exhaustion action
 // not done yet, or, halted, its partition stopped at it.
-func givenUpRow(r *offsetRow, s checkpoint.State, now time.Time) {
+func givenUpRow(r *offsetRow, s retrystate.State, now time.Time) {
 	r.GivenUp, r.Halted, r.LastError = s.GivenUp.String(), s.Halted, s.LastError
 	deliveries := fmt.Sprintf("%d %s", deliveriesOf(s), map[bool]string{true: "delivery", false: "deliveries"}[deliveriesOf(s) == 1])
 	var b strings.Builder
@@ -395,7 +396,7 @@ func givenUpRow(r *offsetRow, s checkpoint.State, now time.Time) {
 }
 
 // failingSince adds the first failure and the time waited out in outages.
-func failingSince(b *strings.Builder, r *offsetRow, s checkpoint.State, now time.Time) {
+func failingSince(b *strings.Builder, r *offsetRow, s retrystate.State, now time.Time) {
 	if !s.FirstFailure.IsZero() {
 		fmt.Fprintf(b, "; failing since %s (%s)", stamp(s.FirstFailure), relative(now, s.FirstFailure))
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // seedGroup produces 10 records to each of the topic's 3 partitions and
@@ -39,7 +40,7 @@ func seedGroup(t *testing.T, brokers []string, group, topic string) {
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	state := checkpoint.EncodeState(checkpoint.State{Offset: 4, Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute),
+	state := retrystate.EncodeState(retrystate.State{Offset: 4, Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute),
 		LastDelay: 2 * time.Second, NextAt: fixedNow.Add(30 * time.Second)})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 10, LeaderEpoch: -1})
@@ -68,11 +69,11 @@ func seedStopped(t *testing.T, brokers []string, group, topic string) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	givenUp := checkpoint.EncodeState(checkpoint.State{Offset: 4, Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute), LastDelay: 2 * time.Second,
+	givenUp := retrystate.EncodeState(retrystate.State{Offset: 4, Retries: 2, FirstFailure: fixedNow.Add(-5 * time.Minute), LastDelay: 2 * time.Second,
 		Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "timeout; upstream=orders"})
-	halted := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 0, FirstFailure: fixedNow.Add(-time.Hour),
+	halted := retrystate.EncodeState(retrystate.State{Offset: 5, Retries: 0, FirstFailure: fixedNow.Add(-time.Hour),
 		Started: true, GivenUp: checkpoint.NotRetryable, LastError: "bad payload", Halted: true})
-	overdue := checkpoint.EncodeState(checkpoint.State{Offset: 6, Retries: 1, FirstFailure: fixedNow.Add(-10 * time.Minute), LastDelay: time.Second,
+	overdue := retrystate.EncodeState(retrystate.State{Offset: 6, Retries: 1, FirstFailure: fixedNow.Add(-10 * time.Minute), LastDelay: time.Second,
 		NextAt: fixedNow.Add(-5 * time.Minute), OutageTime: time.Minute})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: 4, LeaderEpoch: -1, Metadata: givenUp})
@@ -205,13 +206,13 @@ func TestOffsetsStateAndMistakes(t *testing.T) {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	asked := checkpoint.EncodeState(checkpoint.State{Offset: 3, Retries: 2, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: 2 * time.Second,
-		NextAt: fixedNow.Add(2 * time.Second), Request: checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}})
-	started := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 1, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: time.Second, Started: true})
+	asked := retrystate.EncodeState(retrystate.State{Offset: 3, Retries: 2, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: 2 * time.Second,
+		NextAt: fixedNow.Add(2 * time.Second), Request: retrystate.Request{MaxRetries: 3, Delay: 2 * time.Second}})
+	started := retrystate.EncodeState(retrystate.State{Offset: 5, Retries: 1, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: time.Second, Started: true})
 	var offs kadm.Offsets
 	offs.Add(kadm.Offset{Topic: "orders", Partition: 0, At: 3, LeaderEpoch: -1, Metadata: asked})
 	offs.Add(kadm.Offset{Topic: "orders", Partition: 1, At: 5, LeaderEpoch: -1, Metadata: started})
-	other := checkpoint.EncodeState(checkpoint.State{Offset: 6, Retries: 4, FirstFailure: fixedNow.Add(-time.Minute)})
+	other := retrystate.EncodeState(retrystate.State{Offset: 6, Retries: 4, FirstFailure: fixedNow.Add(-time.Minute)})
 	offs.Add(kadm.Offset{Topic: "orders", Partition: 2, At: 9, LeaderEpoch: -1, Metadata: other})
 	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, "app", offs); err != nil || resp.Error() != nil {
 		t.Fatal(err, resp.Error())

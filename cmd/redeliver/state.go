@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // stateJSON is the JSON form of a decoded retry state.
@@ -64,7 +64,7 @@ func runState(args []string, e env) int {
 		return usageError(fs, "want one metadata string (quote it: it holds semicolons)")
 	}
 	md := pos[0]
-	s, err := checkpoint.DecodeState(md)
+	s, err := retrystate.DecodeState(md)
 	out := stateJSON{Metadata: md, Redeliver: err == nil, Retries: s.Retries, Started: s.Started, Deliveries: deliveriesOf(s),
 		FirstFailure: s.FirstFailure.UTC(), NextAt: s.NextAt.UTC()}
 	if err == nil && md != "" {
@@ -79,7 +79,7 @@ func runState(args []string, e env) int {
 	if s.LastDelay > 0 {
 		out.LastDelay = s.LastDelay.String()
 	}
-	if s.Request != (checkpoint.Request{}) {
+	if s.Request != (retrystate.Request{}) {
 		out.RetryResult = &retryResult{MaxRetries: s.Request.MaxRetries, Delay: s.Request.Delay.String()}
 	}
 	if s.Offset >= 0 && (s.Retries > 0 || s.GivenUp != 0) {
@@ -105,7 +105,7 @@ func runState(args []string, e env) int {
 		return exitOK
 	}
 	switch {
-	case errors.Is(err, checkpoint.ErrForeignMetadata):
+	case errors.Is(err, retrystate.ErrForeignMetadata):
 		fmt.Fprintf(e.stdout, "%q is not redeliver's retry state: another tool wrote it, and redeliver ignores it\n", md)
 		return exitProblems
 	case err != nil:
@@ -188,7 +188,7 @@ func runState(args []string, e env) int {
 	if s.OutageTime > 0 {
 		fmt.Fprintf(e.stdout, "  outage waits:    %v since the first failure, which maxRetryTime does not count\n", s.OutageTime)
 	}
-	if r := s.Request; r != (checkpoint.Request{}) {
+	if r := s.Request; r != (retrystate.Request{}) {
 		fmt.Fprintf(e.stdout, "  RetryResult:     the handler asked for %s, %v apart: they replace the policy for this batch\n", retries(r.MaxRetries), r.Delay)
 	}
 	return exitOK
@@ -197,7 +197,7 @@ func runState(args []string, e env) int {
 // deliveriesOf counts the deliveries of the batch a state describes: the
 // first, the retries made, and a started retry; a record given up had the
 // first and every retry it was given up after.
-func deliveriesOf(s checkpoint.State) uint64 {
+func deliveriesOf(s retrystate.State) uint64 {
 	switch {
 	case s.GivenUp != 0:
 		return uint64(max(s.Retries, 0)) + 1 // no overflow at the largest count

@@ -99,7 +99,7 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 			if e.Metadata != "" {
 				// The checkpoint stays at the withheld batch; the write
 				// stores its retry state, for a next owner.
-				print("p%d  retry state written (checkpoint stays at %d): %s", e.Partition, e.Next, checkpoint.Describe(e.Metadata, retries))
+				print("p%d  retry state written (checkpoint stays at %d): %s", e.Partition, e.Next, stream.DescribeMetadata(e.Metadata, retries))
 				return
 			}
 			print("p%d  checkpoint -> %d", e.Partition, e.Next)

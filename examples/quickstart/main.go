@@ -346,7 +346,7 @@ func (tl *timeline) hooks() stream.Hooks {
 			tl.mu.Lock()
 			defer tl.mu.Unlock()
 			if e.Metadata != "" {
-				tl.printf("p%d  checkpoint stays at %d, retry state written: %s", e.Partition, e.Next, checkpoint.Describe(e.Metadata, tl.maxRetries))
+				tl.printf("p%d  checkpoint stays at %d, retry state written: %s", e.Partition, e.Next, stream.DescribeMetadata(e.Metadata, tl.maxRetries))
 				return
 			}
 			tl.printf("p%d  checkpoint -> %d", e.Partition, e.Next)

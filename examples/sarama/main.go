@@ -319,7 +319,7 @@ func (tl *timeline) hooks(member string) stream.Hooks {
 			defer tl.mu.Unlock()
 			state := ""
 			if e.Metadata != "" {
-				state = ", retry state: " + checkpoint.Describe(e.Metadata, policy.MaxRetries)
+				state = ", retry state: " + stream.DescribeMetadata(e.Metadata, policy.MaxRetries)
 			}
 			tl.printf("%s  p%d claimed, committed offset %d%s", member, e.Partition, e.Committed, state)
 		},

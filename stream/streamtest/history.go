@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -420,7 +421,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			delete(s.own, o)
 		}
 	}
-	interrupted := checkpoint.ErrInterrupted.Error()
+	interrupted := retrystate.ErrInterrupted.Error()
 	for i, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
 		if _, ok := ends[tp]; !ok {
@@ -738,8 +739,8 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 			// A started retry is committed before its delivery; a
 			// given-up state after every delivery it counts.
-			var other *checkpoint.OtherRecordError
-			if _, err := checkpoint.ReadCommitted(e.Offset, e.Metadata); errors.As(err, &other) {
+			var other *retrystate.OtherRecordError
+			if _, err := retrystate.ReadCommitted(e.Offset, e.Metadata); errors.As(err, &other) {
 				bad("%s: retry state %q committed with the checkpoint at %d, but it names the record at %d", where(), e.Metadata, e.Offset, other.Offset)
 			} else if st := stateOf(e.Metadata, e.Offset); st.n-b2i(st.started && !st.givenUp) != n {
 				bad("%s: retry state %q committed for the record at %d, but the record has had %d counted deliveries", where(), e.Metadata, e.Offset, n)
@@ -788,7 +789,7 @@ type committedState struct {
 // a state that names another record than the one at at (a next owner
 // ignores it).
 func stateOf(md string, at int64) committedState {
-	s, err := checkpoint.ReadCommitted(at, md)
+	s, err := retrystate.ReadCommitted(at, md)
 	if err != nil || s.Halted || s.Retries <= 0 && s.GivenUp == 0 {
 		return committedState{} // a halted partition's next owner starts afresh
 	}

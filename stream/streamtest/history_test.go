@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -90,7 +91,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 	// state commits the retry state of the batch at 0 after n counted
 	// deliveries: scheduled, or started (retry n about to be delivered).
 	state := func(hk stream.Hooks, n int, started bool) {
-		md := checkpoint.EncodeState(checkpoint.State{Retries: n, FirstFailure: time.UnixMilli(1000), Started: started})
+		md := retrystate.EncodeState(retrystate.State{Retries: n, FirstFailure: time.UnixMilli(1000), Started: started})
 		hk.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 	}
 	failAt := func(hk stream.Hooks, n int, at time.Time) {
@@ -269,7 +270,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			retry(a, 0, stream.Failed)
 			state(a, 1, false)
 			a.Released(stream.ReleaseEvent{Topic: "t"})
-			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 1})})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: retrystate.EncodeState(retrystate.State{Retries: 1})})
 			retry(b, 0, stream.Failed)
 			retry(b, 0, stream.Succeeded)
 			commit(b, 10)
@@ -300,7 +301,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			retry(a, 0, stream.Failed)
 			state(a, 1, true)
 			// killed during retry 1: no event of it
-			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 1, Started: true})})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: retrystate.EncodeState(retrystate.State{Retries: 1, Started: true})})
 			state(b, 2, true)
 			retry(b, 2, stream.Succeeded)
 			commit(b, 10)
@@ -361,7 +362,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			ok(a, 0, 2)
 			commit(a, 3)
 			a.Released(stream.ReleaseEvent{Topic: "t"})
-			md := checkpoint.EncodeState(checkpoint.State{Offset: 1, Retries: 2, FirstFailure: t0, Started: true})
+			md := retrystate.EncodeState(retrystate.State{Offset: 1, Retries: 2, FirstFailure: t0, Started: true})
 			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 3, Metadata: md})
 			ok(b, 3, 9)
 			commit(b, 10)
@@ -369,7 +370,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		{"state committed naming another record", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			retry(a, 0, stream.Failed)
-			md := checkpoint.EncodeState(checkpoint.State{Offset: 5, Retries: 1, FirstFailure: t0})
+			md := retrystate.EncodeState(retrystate.State{Offset: 5, Retries: 1, FirstFailure: t0})
 			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 		}, "committed with the checkpoint at 0, but it names the record at 5"},
 		// A next owner gives up again what its previous owner gave up,
@@ -377,7 +378,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		{"a next owner gives up more than was given up", func(a, b stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
-			md := checkpoint.EncodeState(checkpoint.State{FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
+			md := retrystate.EncodeState(retrystate.State{FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
 			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, FirstFailure: t0, Last: errors.New("x")}})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
@@ -408,9 +409,9 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			state(a, 2, true)
 			poison(2, stream.Cancelled)
 			a.Released(stream.ReleaseEvent{Topic: "t"})
-			md := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true})
+			md := retrystate.EncodeState(retrystate.State{Retries: 2, FirstFailure: t0, Started: true})
 			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
-			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: checkpoint.ErrInterrupted}})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: retrystate.ErrInterrupted}})
 			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
 			commit(b, 10)
 		}, "records 0-9 given up, but record 1 never failed"},
@@ -426,9 +427,9 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			state(a, 2, true)
 			retry(a, 2, stream.Cancelled)
 			a.Released(stream.ReleaseEvent{Topic: "t"})
-			md := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true, Records: 10})
+			md := retrystate.EncodeState(retrystate.State{Retries: 2, FirstFailure: t0, Started: true, Records: 10})
 			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
-			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: checkpoint.ErrInterrupted}})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: retrystate.ErrInterrupted}})
 			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
 			commit(b, 10)
 		}, ""},
@@ -441,7 +442,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
 			}
 			st := func(n int, started bool) {
-				md := checkpoint.EncodeState(checkpoint.State{Retries: n, FirstFailure: t0, Started: started, Records: 5})
+				md := retrystate.EncodeState(retrystate.State{Retries: n, FirstFailure: t0, Started: started, Records: 5})
 				a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 			}
 			whole(0)
@@ -451,7 +452,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			st(2, false)
 			st(2, true)
 			whole(2)
-			md := checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
+			md := retrystate.EncodeState(retrystate.State{Retries: 2, FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
 			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 2, FirstFailure: t0, Last: errors.New("x")}})
 			a.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 4), Try: 1, Err: errors.New("dead-letter topic unavailable")})
@@ -472,16 +473,16 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			var md string
 			for n := range 2 {
 				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
-				md = checkpoint.EncodeState(checkpoint.State{Retries: n + 1, FirstFailure: t0, Records: 5})
+				md = retrystate.EncodeState(retrystate.State{Retries: n + 1, FirstFailure: t0, Records: 5})
 				a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 				if n == 0 {
-					md = checkpoint.EncodeState(checkpoint.State{Retries: 1, FirstFailure: t0, Started: true, Records: 5})
+					md = retrystate.EncodeState(retrystate.State{Retries: 1, FirstFailure: t0, Started: true, Records: 5})
 					a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 				}
 			}
 			a.Released(stream.ReleaseEvent{Topic: "t"})
 			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
-			b.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 2, FirstFailure: t0, Started: true, Records: 5})})
+			b.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: retrystate.EncodeState(retrystate.State{Retries: 2, FirstFailure: t0, Started: true, Records: 5})})
 			b.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 2), Attempt: stream.Attempt{Retry: 2, MaxRetries: 2}, Outcome: stream.Succeeded})
 			commit(b, 3)
 			ok(b, 3, 9)
@@ -494,7 +495,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			failAt(a, 0, t0)
 			state(a, 1, false)
 			a.Released(stream.ReleaseEvent{Topic: "t"})
-			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: checkpoint.EncodeState(checkpoint.State{Retries: 1, FirstFailure: t0, Records: 10})})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: retrystate.EncodeState(retrystate.State{Retries: 1, FirstFailure: t0, Records: 10})})
 			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 9), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, FirstFailure: t0}})
 			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
 			commit(b, 10)

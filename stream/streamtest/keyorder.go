@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -47,7 +48,7 @@ func (h *History) Middleware(member string) stream.Middleware {
 //     delivers the record again);
 //   - a finish that was committed is final: a record below a committed
 //     offset, or marked finished in a committed window
-//     ([checkpoint.RestoreWindow]), was handled or resolved by its
+//     (the engine restores the window), was handled or resolved by its
 //     exhaustion action before that commit, and is never delivered
 //     again;
 //   - no record lost: every record was handled, or given up and its
@@ -257,7 +258,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 			for ; p.final < min(e.Offset, int64(len(rs))); p.final++ {
 				final(p.final)
 			}
-			w, err := checkpoint.RestoreWindow(max(e.Offset, 0), e.Metadata, checkpoint.WindowLimits{MaxBytes: 1 << 20})
+			w, err := retrystate.RestoreWindow(max(e.Offset, 0), e.Metadata, checkpoint.WindowLimits{MaxBytes: 1 << 20})
 			if err != nil {
 				bad("%s: commit of %d with metadata %q that does not read: %v", where, e.Offset, e.Metadata, err)
 				continue

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -46,7 +47,7 @@ func TestCheckKeysCatchesDisorder(t *testing.T) {
 	// window returns the metadata of a window from base whose records in
 	// done are finished, up to next.
 	window := func(base, next int64, done ...int64) string {
-		w, err := checkpoint.NewWindow(base, checkpoint.WindowLimits{})
+		w, err := retrystate.NewWindow(base, checkpoint.WindowLimits{})
 		if err != nil {
 			t.Fatal(err)
 		}

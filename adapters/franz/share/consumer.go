@@ -213,14 +213,13 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 	if err := checkKgoOpts(cfg.kopts); err != nil {
 		return nil, err
 	}
-	set := proc.Settings()
-	if pub, topic, ok := stream.DeadLetterOf(set.Exhaustion); ok {
+	if pub, topic, ok := proc.DeadLetter(); ok {
 		if b, isBound := pub.(interface{ Bound() bool }); isBound && !b.Bound() {
 			// It would hold every record given up, for ever.
 			return nil, fmt.Errorf("share: the processor dead-letters to %q through a publisher bound to no client: make it with franz.NewPublisher(client)", topic)
 		}
 	}
-	c := &Consumer{proc: proc, clock: set.Clock, cfg: cfg, log: proc.Logger(), life: lifecycle.New("share", fmt.Errorf("share: consumer %w", stream.ErrClosed))}
+	c := &Consumer{proc: proc, clock: proc.Clock(), cfg: cfg, log: proc.Logger(), life: lifecycle.New("share", fmt.Errorf("share: consumer %w", stream.ErrClosed))}
 	if cfg.logger != nil {
 		c.log = cfg.logger
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -84,15 +85,15 @@ func keyedRetryAcrossMove(t *testing.T, a Adapter) {
 	}
 	// windows returns the committed window of each partition that carries
 	// record 6's count.
-	windows := func() map[int32]*checkpoint.Window {
-		out := map[int32]*checkpoint.Window{}
+	windows := func() map[int32]*retrystate.Window {
+		out := map[int32]*retrystate.Window{}
 		offs := Committed(t, addrs, "g")
 		for p := range int32(2) {
 			o, ok := offs.Lookup("t", p)
 			if !ok || o.Err != nil {
 				continue
 			}
-			if w, err := checkpoint.RestoreWindow(o.At, o.Metadata, checkpoint.WindowLimits{}); err == nil {
+			if w, err := retrystate.RestoreWindow(o.At, o.Metadata, checkpoint.WindowLimits{}); err == nil {
 				if s, ok := w.State(6); ok && s.Retries >= 1 {
 					out[p] = w
 				}
@@ -100,7 +101,7 @@ func keyedRetryAcrossMove(t *testing.T, a Adapter) {
 		}
 		return out
 	}
-	waitWindows := func(what string) map[int32]*checkpoint.Window {
+	waitWindows := func(what string) map[int32]*retrystate.Window {
 		deadline := time.Now().Add(Wait)
 		for {
 			if ws := windows(); len(ws) == 2 {

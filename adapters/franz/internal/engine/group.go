@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/internal/actionctx"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
-	"github.com/redeliver-go/redeliver/stream"
 )
 
 // ClientOptions returns the kgo options a client needs to serve a
@@ -347,7 +347,7 @@ func (g *group) startLocked(cl *claim) {
 		defer ended()
 		// The group names the dead letters' __dlq.errors.group header.
 		group, _ := g.cl.OptValue(kgo.ConsumerGroup).(string)
-		err := c.proc.Process(stream.WithSource(ctx, stream.Source{Group: group}), cl)
+		err := c.proc.Process(actionctx.WithSource(ctx, actionctx.Source{Group: group}), cl)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
 			c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redeliver-go/redeliver/internal/actionctx"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -105,7 +106,7 @@ func (cl *claim) run(proc *stream.Processor) (ended bool, err error) {
 		cl.fetchLoop(start)
 	}()
 	// The group names the dead letters' __dlq.errors.group header.
-	err = proc.Process(stream.WithSource(cl.ctx, stream.Source{Group: cl.g.gen.GroupID}), cl)
+	err = proc.Process(actionctx.WithSource(cl.ctx, actionctx.Source{Group: cl.g.gen.GroupID}), cl)
 	ended = cl.ctx.Err() != nil
 	cl.cancel(err)
 	<-cl.pumped

@@ -1,15 +1,15 @@
-package checkpoint_test
+package retrystate_test
 
 import (
 	"errors"
 	"testing"
 	"time"
 
-	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 func TestReadCommitted(t *testing.T) {
-	at40 := checkpoint.EncodeState(checkpoint.State{Offset: 40, Retries: 2, FirstFailure: time.UnixMilli(1_700_000_000_000)})
+	at40 := retrystate.EncodeState(retrystate.State{Offset: 40, Retries: 2, FirstFailure: time.UnixMilli(1_700_000_000_000)})
 	unnamed := "rd1;r=2" // written before states named their record
 	for _, tc := range []struct {
 		name    string
@@ -28,11 +28,11 @@ func TestReadCommitted(t *testing.T) {
 		{name: "damaged", at: 40, md: "rd1;o=40;r=x", damaged: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, err := checkpoint.ReadCommitted(tc.at, tc.md)
-			var other *checkpoint.OtherRecordError
+			s, err := retrystate.ReadCommitted(tc.at, tc.md)
+			var other *retrystate.OtherRecordError
 			switch {
 			case tc.foreign:
-				if !errors.Is(err, checkpoint.ErrForeignMetadata) {
+				if !errors.Is(err, retrystate.ErrForeignMetadata) {
 					t.Fatalf("err = %v, want ErrForeignMetadata", err)
 				}
 			case tc.other != 0:
@@ -40,7 +40,7 @@ func TestReadCommitted(t *testing.T) {
 					t.Fatalf("err = %v, want an OtherRecordError naming %d at %d", err, tc.other, tc.at)
 				}
 			case tc.damaged:
-				if err == nil || errors.Is(err, checkpoint.ErrForeignMetadata) || errors.As(err, &other) {
+				if err == nil || errors.Is(err, retrystate.ErrForeignMetadata) || errors.As(err, &other) {
 					t.Fatalf("err = %v, want a damaged-metadata error", err)
 				}
 			case err != nil:
@@ -58,7 +58,7 @@ func TestAppliesTo(t *testing.T) {
 		offset, at int64
 		want       bool
 	}{{40, 40, true}, {40, 41, false}, {41, 40, false}, {-1, 40, true}, {0, 0, true}, {0, 1, false}} {
-		if got := (checkpoint.State{Offset: tc.offset}).AppliesTo(tc.at); got != tc.want {
+		if got := (retrystate.State{Offset: tc.offset}).AppliesTo(tc.at); got != tc.want {
 			t.Errorf("State{Offset: %d}.AppliesTo(%d) = %v, want %v", tc.offset, tc.at, got, tc.want)
 		}
 	}

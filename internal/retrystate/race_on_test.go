@@ -1,6 +1,6 @@
 //go:build race
 
-package checkpoint
+package retrystate
 
 // raceEnabled reports a build with the race detector, which slows the
 // codec's long property tests about ten times and has nothing to find in

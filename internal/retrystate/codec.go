@@ -1,4 +1,4 @@
-package checkpoint
+package retrystate
 
 import (
 	"errors"
@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 // The durable form of a State, written as a Kafka offset commit's metadata or
@@ -21,7 +23,7 @@ import (
 // in milliseconds; w the time spent waiting out outages in milliseconds
 // ([State.OutageTime]); s=1 marks a started retry ([State.Started]); rr the
 // handler's own [Request] as its retry limit (-1 for none) and its delay in
-// milliseconds, rounded up; x the [Reason] of a batch given up whose
+// milliseconds, rounded up; x the [checkpoint.Reason] of a batch given up whose
 // exhaustion action has not succeeded ([State.GivenUp]) and e its last
 // error, percent-encoded (every byte outside printable ASCII, and ';',
 // '=' and '%'), also written with a retry state, for a next owner that
@@ -195,10 +197,10 @@ func DecodeState(md string) (State, error) {
 			}
 			s.Alone = n == 1
 		case "x":
-			if n < int64(RetriesSpent) || n > int64(NotRetryable) {
-				return damaged("field x=%q: want a reason from %d to %d", v, RetriesSpent, NotRetryable)
+			if n < int64(checkpoint.RetriesSpent) || n > int64(checkpoint.NotRetryable) {
+				return damaged("field x=%q: want a reason from %d to %d", v, checkpoint.RetriesSpent, checkpoint.NotRetryable)
 			}
-			s.GivenUp = Reason(n)
+			s.GivenUp = checkpoint.Reason(n)
 		}
 	}
 	if s == (State{Offset: s.Offset}) {
@@ -214,7 +216,7 @@ func decodeRequest(v string) (Request, error) {
 		return Request{}, errors.New("want <max retries>:<delay in milliseconds>")
 	}
 	n, err := strconv.ParseInt(a, 10, strconv.IntSize)
-	if err != nil || n < Infinite {
+	if err != nil || n < checkpoint.Infinite {
 		return Request{}, errors.New("max retries: want -1 or more")
 	}
 	ms, err := strconv.ParseInt(b, 10, 64)
@@ -284,7 +286,7 @@ func (s State) String() string { return s.describe(0, false) }
 
 // Describe reads the durable form of a retry state (a Kafka offset
 // commit's metadata) and describes it for people, with the limit of the
-// policy in force, maxRetries ([Infinite] for none; a handler's own request
+// policy in force, maxRetries ([checkpoint.Infinite] for none; a handler's own request
 // in the state replaces it):
 //
 //	retry 2 of 5, due at 12:00:01.5 UTC
@@ -331,7 +333,7 @@ func (s State) describe(maxRetries int, withMax bool) string {
 		maxRetries = s.Request.MaxRetries
 	}
 	if withMax {
-		if maxRetries == Infinite {
+		if maxRetries == checkpoint.Infinite {
 			b.WriteString(" (no limit)")
 		} else {
 			fmt.Fprintf(&b, " of %d", maxRetries)
@@ -348,7 +350,7 @@ func (s State) describe(maxRetries int, withMax bool) string {
 	}
 	if s.Request != (Request{}) {
 		n := "no limit of retries"
-		if s.Request.MaxRetries != Infinite {
+		if s.Request.MaxRetries != checkpoint.Infinite {
 			n = count(s.Request.MaxRetries, "retry", "retries")
 		}
 		fmt.Fprintf(&b, " (RetryResult: %s, %v apart)", n, s.Request.Delay)

@@ -1,4 +1,4 @@
-package checkpoint
+package retrystate
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"math"
 	"time"
 	"unicode/utf8"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 // Action is what a [Decision] tells the caller to do.
@@ -32,40 +34,6 @@ func (a Action) String() string {
 	return "none"
 }
 
-// Reason says why a [Machine] stopped retrying.
-type Reason uint8
-
-const (
-	// RetriesSpent: the policy's MaxRetries were all used.
-	RetriesSpent Reason = iota + 1
-	// TimeBudgetSpent: the next retry would start past MaxRetryTime.
-	TimeBudgetSpent
-	// RecordTooOld: the next retry would start past MaxRecordAge.
-	RecordTooOld
-	// NotRetryable: the policy's error filter rejected the error.
-	NotRetryable
-	// DeliveryLimitReached: the broker's delivery count limit is reached
-	// (a Kafka share group's): the record's retry could not be held, and
-	// released it would be archived.
-	DeliveryLimitReached
-)
-
-func (r Reason) String() string {
-	switch r {
-	case RetriesSpent:
-		return "retries spent"
-	case TimeBudgetSpent:
-		return "retry time budget spent"
-	case RecordTooOld:
-		return "record too old"
-	case NotRetryable:
-		return "error not retryable"
-	case DeliveryLimitReached:
-		return "delivery limit reached"
-	}
-	return "none"
-}
-
 // Decision is the answer of a [Machine]: retry now, retry later at a time, or
 // stop retrying for a reason.
 type Decision struct {
@@ -80,7 +48,7 @@ type Decision struct {
 	// Retry is the number of the retry that is due, from 1.
 	Retry int
 	// Reason is set when Action is StopRetrying.
-	Reason Reason
+	Reason checkpoint.Reason
 }
 
 // State is the retry state of one pending batch: what must survive a
@@ -126,7 +94,7 @@ type State struct {
 	// retries it was given up after, and [Machine.Resume] gives it up
 	// again at once, without a delivery. Started is set with it, so that a
 	// reader that does not know GivenUp counts every retry as made.
-	GivenUp Reason
+	GivenUp checkpoint.Reason
 	// LastError is the text of the last error (its first 128 bytes): of
 	// a batch GivenUp, for the exhaustion action of a next owner, and of
 	// the latest failed delivery of a scheduled or started retry, for a
@@ -160,7 +128,7 @@ type State struct {
 // current batch was given up with err and that its exhaustion action has
 // not succeeded yet; the zero State when the machine has not stopped.
 func (m *Machine) GivenUpState() State {
-	var xerr *ExhaustedError
+	var xerr *checkpoint.ExhaustedError
 	if !errors.As(m.Err(), &xerr) {
 		return State{}
 	}
@@ -194,7 +162,7 @@ type restoredError struct{ msg string }
 func (e *restoredError) Error() string { return e.msg }
 
 // Request is a handler's own request for retries, MaxRetries of them
-// ([Infinite] for no limit) Delay apart: stream's RetryResult. While it is
+// ([checkpoint.Infinite] for no limit) Delay apart: stream's RetryResult. While it is
 // in force it replaces the policy of its batch, error filter and time
 // limits included ([Request.Policy]). It is part of the [State], so that a
 // next owner keeps it. The zero Request stands for none: it asks for no
@@ -206,8 +174,8 @@ type Request struct {
 
 // Policy returns the policy r puts in force: MaxRetries retries, a fixed
 // Delay before each, no time limit and no error filter beyond the default.
-func (r Request) Policy() Policy {
-	return Policy{MaxRetries: r.MaxRetries, Backoff: Fixed(r.Delay)}
+func (r Request) Policy() checkpoint.Policy {
+	return checkpoint.Policy{MaxRetries: r.MaxRetries, Backoff: checkpoint.Fixed(r.Delay)}
 }
 
 // Machine is the retry state machine of one partition: it follows one batch
@@ -219,18 +187,18 @@ func (r Request) Policy() Policy {
 // never retries. A Machine is not safe for concurrent use; give each
 // partition its own.
 type Machine struct {
-	base     Policy
-	override Policy
+	base     checkpoint.Policy
+	override checkpoint.Policy
 	hasOver  bool
 	state    State
 	oldest   time.Time
 	last     error
-	stopped  Reason
+	stopped  checkpoint.Reason
 	refused  bool // Start refused the scheduled retry: it was never delivered
 }
 
 // NewMachine returns a Machine that applies p.
-func NewMachine(p Policy) Machine {
+func NewMachine(p checkpoint.Policy) Machine {
 	return Machine{base: p}
 }
 
@@ -239,7 +207,7 @@ func NewMachine(p Policy) Machine {
 // policy of any [Machine.RequestRetries].
 func (m *Machine) Begin(oldest time.Time) {
 	if m.hasOver {
-		m.override, m.hasOver = Policy{}, false
+		m.override, m.hasOver = checkpoint.Policy{}, false
 	}
 	m.state, m.oldest, m.last, m.stopped, m.refused = State{}, oldest, nil, 0, false
 }
@@ -287,7 +255,7 @@ var ErrInterrupted = errors.New("checkpoint: a retry started by a previous owner
 // A State without a first failure time, or with one after now (the clocks
 // of two owners disagree), is taken to have first failed at now, and its
 // OutageTime is at most the time since its first failure.
-func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
+func (m *Machine) Resume(s State, now time.Time, rnd checkpoint.Rand) Decision {
 	m.Restore(s)
 	if s.Halted {
 		// A partition stopped at the batch: delivered again, with a
@@ -323,7 +291,7 @@ func (m *Machine) Resume(s State, now time.Time, rnd Rand) Decision {
 	}
 	p := m.policyRef()
 	longest := p.Delay(m.state.Retries, m.state.LastDelay, topDraw{})
-	if last := p.capped(m.state.LastDelay); last > longest {
+	if last := capped(p, m.state.LastDelay); last > longest {
 		longest = last
 	}
 	limit := now.Add(longest)
@@ -351,19 +319,19 @@ func (m *Machine) restoredTimes(now time.Time) {
 // interrupted counts the started retry of a restored State as failed at
 // now with ErrInterrupted, and decides the next one with the policy's
 // Backoff, or the last delay again when it has none.
-func (m *Machine) interrupted(now time.Time, rnd Rand) Decision {
+func (m *Machine) interrupted(now time.Time, rnd checkpoint.Rand) Decision {
 	m.last, m.refused = ErrInterrupted, false
 	m.state.NextAt, m.state.Started = time.Time{}, false
 	p := m.policyRef()
-	if p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries {
-		return m.stop(RetriesSpent)
+	if p.MaxRetries != checkpoint.Infinite && m.state.Retries >= p.MaxRetries {
+		return m.stop(checkpoint.RetriesSpent)
 	}
 	n := next(m.state.Retries)
 	d := m.state.LastDelay
 	if p.Backoff != nil {
 		d = p.Backoff(n, m.state.LastDelay, orGlobal(rnd))
 	}
-	return m.schedule(now, n, p.capped(d))
+	return m.schedule(now, n, capped(p, d))
 }
 
 // topDraw is the largest random draw: with it a Backoff gives the longest
@@ -387,19 +355,19 @@ func (m *Machine) Start(now time.Time) Decision {
 		return Decision{}
 	}
 	p := m.policyRef()
-	if p.MaxRetries != Infinite && m.state.Retries > p.MaxRetries {
+	if p.MaxRetries != checkpoint.Infinite && m.state.Retries > p.MaxRetries {
 		// Past the limit of the policy in force: a state scheduled under
 		// a policy with more retries (a redeploy that lowered the count).
 		m.refused = true
-		return m.stop(RetriesSpent)
+		return m.stop(checkpoint.RetriesSpent)
 	}
 	if p.MaxRetryTime > 0 && !m.state.FirstFailure.IsZero() && m.spent(now) >= p.MaxRetryTime {
 		m.refused = true
-		return m.stop(TimeBudgetSpent)
+		return m.stop(checkpoint.TimeBudgetSpent)
 	}
 	if p.MaxRecordAge > 0 && !m.oldest.IsZero() && now.Sub(m.oldest) >= p.MaxRecordAge {
 		m.refused = true
-		return m.stop(RecordTooOld)
+		return m.stop(checkpoint.RecordTooOld)
 	}
 	m.state.Started, m.state.NextAt = true, time.Time{}
 	return Decision{Action: RetryNow, At: now, Delay: m.state.LastDelay, Retry: m.state.Retries}
@@ -409,7 +377,7 @@ func (m *Machine) Start(now time.Time) Decision {
 func (m *Machine) State() State { return m.state }
 
 // Policy returns the policy in force for the current batch.
-func (m *Machine) Policy() Policy {
+func (m *Machine) Policy() checkpoint.Policy {
 	if m.hasOver {
 		return m.override
 	}
@@ -427,10 +395,10 @@ func (m *Machine) LastError() error { return m.last }
 // earlier.
 func (m *Machine) Last() bool {
 	p := m.policyRef()
-	return p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries
+	return p.MaxRetries != checkpoint.Infinite && m.state.Retries >= p.MaxRetries
 }
 
-func (m *Machine) policyRef() *Policy {
+func (m *Machine) policyRef() *checkpoint.Policy {
 	if m.hasOver {
 		return &m.override
 	}
@@ -441,7 +409,7 @@ func (m *Machine) policyRef() *Policy {
 // what follows: a retry (now or later) or, when the policy's filter rejects
 // err or its limits are reached, a stop. rnd is the random source of the
 // policy's Backoff or Decide; nil draws from math/rand/v2's global source.
-func (m *Machine) Fail(now time.Time, err error, rnd Rand) Decision {
+func (m *Machine) Fail(now time.Time, err error, rnd checkpoint.Rand) Decision {
 	return m.fail(now, err, rnd, true)
 }
 
@@ -449,7 +417,7 @@ func (m *Machine) Fail(now time.Time, err error, rnd Rand) Decision {
 // like [Machine.Fail], but the error filter does not apply. The policy in
 // force decides; see [Machine.RequestRetries] for a request that brings its
 // own.
-func (m *Machine) Request(now time.Time, rnd Rand) Decision {
+func (m *Machine) Request(now time.Time, rnd checkpoint.Rand) Decision {
 	return m.fail(now, nil, rnd, false)
 }
 
@@ -457,30 +425,30 @@ func (m *Machine) Request(now time.Time, rnd Rand) Decision {
 // RetryResult): r replaces the policy for the rest of the batch (until the
 // next [Machine.Begin]) and becomes part of the State; then it decides as
 // [Machine.Request]. The retries already made still count.
-func (m *Machine) RequestRetries(now time.Time, r Request, rnd Rand) Decision {
+func (m *Machine) RequestRetries(now time.Time, r Request, rnd checkpoint.Rand) Decision {
 	m.override, m.hasOver = r.Policy(), true
 	m.state.Request = r
 	return m.fail(now, nil, rnd, false)
 }
 
-func (m *Machine) fail(now time.Time, err error, rnd Rand, filter bool) Decision {
+func (m *Machine) fail(now time.Time, err error, rnd checkpoint.Rand, filter bool) Decision {
 	if m.state.FirstFailure.IsZero() {
 		m.state.FirstFailure = now
 	}
 	m.last, m.refused = err, false
 	m.state.NextAt, m.state.Started = time.Time{}, false
 	p := m.policyRef()
-	if filter && (IsPermanent(err) || !p.retryable(err)) {
+	if filter && (checkpoint.IsPermanent(err) || !retryable(p, err)) {
 		// Permanent is never retried, whatever the policy's filter says.
-		return m.stop(NotRetryable)
+		return m.stop(checkpoint.NotRetryable)
 	}
-	if p.MaxRetries != Infinite && m.state.Retries >= p.MaxRetries {
-		return m.stop(RetriesSpent)
+	if p.MaxRetries != checkpoint.Infinite && m.state.Retries >= p.MaxRetries {
+		return m.stop(checkpoint.RetriesSpent)
 	}
 	n := next(m.state.Retries)
-	d, ok := p.next(n, m.state.LastDelay, err, rnd)
+	d, ok := policyNext(p, n, m.state.LastDelay, err, rnd)
 	if !ok {
-		return m.stop(NotRetryable)
+		return m.stop(checkpoint.NotRetryable)
 	}
 	return m.schedule(now, n, d)
 }
@@ -500,10 +468,10 @@ func (m *Machine) schedule(now time.Time, n int, d time.Duration) Decision {
 	p := m.policyRef()
 	at := addClamped(now, d)
 	if p.MaxRetryTime > 0 && m.spent(at) >= p.MaxRetryTime {
-		return m.stop(TimeBudgetSpent)
+		return m.stop(checkpoint.TimeBudgetSpent)
 	}
 	if p.MaxRecordAge > 0 && !m.oldest.IsZero() && at.Sub(m.oldest) >= p.MaxRecordAge {
-		return m.stop(RecordTooOld)
+		return m.stop(checkpoint.RecordTooOld)
 	}
 	m.state.Retries, m.state.LastDelay, m.state.NextAt = n, d, at
 	m.stopped = 0
@@ -530,7 +498,7 @@ func addClamped(t time.Time, d time.Duration) time.Time {
 	return at
 }
 
-func (m *Machine) stop(r Reason) Decision {
+func (m *Machine) stop(r checkpoint.Reason) Decision {
 	m.stopped = r
 	return Decision{Action: StopRetrying, Reason: r}
 }
@@ -552,7 +520,7 @@ func (m *Machine) Decide(now time.Time) Decision {
 	return d
 }
 
-// Err returns, once the machine has stopped retrying, an [*ExhaustedError]
+// Err returns, once the machine has stopped retrying, an [*checkpoint.ExhaustedError]
 // that carries the reason and the last error; nil before.
 func (m *Machine) Err() error {
 	if m.stopped == 0 {
@@ -562,58 +530,11 @@ func (m *Machine) Err() error {
 	if m.refused {
 		retries-- // the scheduled retry was refused when due
 	}
-	return &ExhaustedError{Reason: m.stopped, Retries: retries, FirstFailure: m.state.FirstFailure, Last: m.last}
+	return &checkpoint.ExhaustedError{Reason: m.stopped, Retries: retries, FirstFailure: m.state.FirstFailure, Last: m.last}
 }
 
-// ErrExhausted is matched by every [*ExhaustedError] with errors.Is.
-var ErrExhausted = errors.New("given up")
-
-// ExhaustedError says that a batch (or a record, see stream.FailedAt) was
-// given up: why, after how many retries, and the error of its last
-// delivery. Its message reads
-//
-//	given up after 4 deliveries (the retry limit, 3 retries, is reached): inventory service timed out
-type ExhaustedError struct {
-	// Reason says why retrying stopped.
-	Reason Reason
-	// Retries is how many retries were delivered: the batch was delivered
-	// Retries+1 times.
-	Retries int
-	// FirstFailure is when the batch first failed (or first asked for a
-	// retry).
-	FirstFailure time.Time
-	// Last is the error of the last delivery; nil when it asked for a
-	// retry without failing, or when that delivery was cut short under a
-	// previous owner.
-	Last error
-}
-
-func (e *ExhaustedError) Error() string {
-	var why string
-	switch e.Reason {
-	case RetriesSpent:
-		if e.Retries == 0 {
-			why = "no retry allowed"
-		} else {
-			why = fmt.Sprintf("the retry limit, %s, is reached", count(e.Retries, "retry", "retries"))
-		}
-	case TimeBudgetSpent:
-		why = "the retry time budget is spent"
-	case RecordTooOld:
-		why = "the record is too old to retry"
-	case NotRetryable:
-		why = "the error is not retryable"
-	case DeliveryLimitReached:
-		why = "the broker's delivery count limit is reached"
-	default:
-		why = e.Reason.String()
-	}
-	msg := fmt.Sprintf("given up after %s (%s)", count(e.Retries+1, "delivery", "deliveries"), why)
-	if e.Last == nil {
-		return msg
-	}
-	return msg + ": " + e.Last.Error()
-}
+// maxDuration is the longest time.Duration.
+const maxDuration = time.Duration(math.MaxInt64)
 
 func count(n int, one, many string) string {
 	if n == 1 {
@@ -621,9 +542,3 @@ func count(n int, one, many string) string {
 	}
 	return fmt.Sprintf("%d %s", n, many)
 }
-
-// Unwrap returns the last error.
-func (e *ExhaustedError) Unwrap() error { return e.Last }
-
-// Is reports whether target is [ErrExhausted].
-func (e *ExhaustedError) Is(target error) bool { return target == ErrExhausted }

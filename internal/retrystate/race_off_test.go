@@ -1,5 +1,5 @@
 //go:build !race
 
-package checkpoint
+package retrystate
 
 const raceEnabled = false

@@ -1,4 +1,4 @@
-package checkpoint_test
+package retrystate_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 var t0 = time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
@@ -18,12 +19,12 @@ var errBoom = errors.New("boom")
 
 // deliveries runs a batch that always fails through m and returns how many
 // deliveries it got before the machine stopped (capped at limit).
-func deliveries(m *checkpoint.Machine, limit int) (int, checkpoint.Decision) {
+func deliveries(m *retrystate.Machine, limit int) (int, retrystate.Decision) {
 	now := t0
 	m.Begin(time.Time{})
 	for n := 1; ; n++ {
 		d := m.Fail(now, errBoom, nil)
-		if d.Action == checkpoint.StopRetrying || n == limit {
+		if d.Action == retrystate.StopRetrying || n == limit {
 			return n, d
 		}
 		now = d.At
@@ -39,7 +40,7 @@ func TestMachineRetryCount(t *testing.T) {
 		{checkpoint.Infinite, 1000}, // never stops: capped by the test
 	} {
 		t.Run(fmt.Sprint(tt.maxRetries), func(t *testing.T) {
-			m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: tt.maxRetries, Backoff: checkpoint.Fixed(time.Second)})
+			m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: tt.maxRetries, Backoff: checkpoint.Fixed(time.Second)})
 			got, d := deliveries(&m, 1000)
 			if got != tt.want {
 				t.Fatalf("MaxRetries %d: %d deliveries, want %d", tt.maxRetries, got, tt.want)
@@ -47,7 +48,7 @@ func TestMachineRetryCount(t *testing.T) {
 			if tt.maxRetries >= 0 && d.Reason != checkpoint.RetriesSpent {
 				t.Fatalf("stopped for %v, want retries spent", d.Reason)
 			}
-			if tt.maxRetries < 0 && d.Action == checkpoint.StopRetrying {
+			if tt.maxRetries < 0 && d.Action == retrystate.StopRetrying {
 				t.Fatalf("infinite policy stopped: %v", d.Reason)
 			}
 		})
@@ -55,13 +56,13 @@ func TestMachineRetryCount(t *testing.T) {
 }
 
 func TestMachineLastAndState(t *testing.T) {
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Linear(time.Second)})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Linear(time.Second)})
 	m.Begin(time.Time{})
 	if m.Last() {
 		t.Fatal("first of 3 deliveries reported as last")
 	}
 	d := m.Fail(t0, errBoom, nil)
-	if d.Action != checkpoint.RetryLater || d.Retry != 1 || d.Delay != time.Second || !d.At.Equal(t0.Add(time.Second)) {
+	if d.Action != retrystate.RetryLater || d.Retry != 1 || d.Delay != time.Second || !d.At.Equal(t0.Add(time.Second)) {
 		t.Fatalf("first failure: %+v", d)
 	}
 	if m.Last() {
@@ -82,7 +83,7 @@ func TestMachineLastAndState(t *testing.T) {
 		t.Fatalf("last error %v", m.LastError())
 	}
 	d = m.Fail(s.NextAt, errBoom, nil)
-	if d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RetriesSpent {
+	if d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RetriesSpent {
 		t.Fatalf("third failure: %+v", d)
 	}
 	var xerr *checkpoint.ExhaustedError
@@ -90,26 +91,26 @@ func TestMachineLastAndState(t *testing.T) {
 		t.Fatalf("Err() = %v", err)
 	}
 	m.Begin(time.Time{})
-	if m.State() != (checkpoint.State{}) || m.Err() != nil || m.LastError() != nil {
+	if m.State() != (retrystate.State{}) || m.Err() != nil || m.LastError() != nil {
 		t.Fatal("Begin kept the previous batch's state")
 	}
 }
 
 func TestMachineDecide(t *testing.T) {
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(5 * time.Second)})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Fixed(5 * time.Second)})
 	m.Begin(time.Time{})
 	if d := m.Decide(t0); d.Action != 0 {
 		t.Fatalf("decision before any failure: %v", d.Action)
 	}
 	m.Fail(t0, errBoom, nil)
-	if d := m.Decide(t0.Add(4 * time.Second)); d.Action != checkpoint.RetryLater {
+	if d := m.Decide(t0.Add(4 * time.Second)); d.Action != retrystate.RetryLater {
 		t.Fatalf("before due: %v", d.Action)
 	}
-	if d := m.Decide(t0.Add(5 * time.Second)); d.Action != checkpoint.RetryNow || d.Retry != 1 {
+	if d := m.Decide(t0.Add(5 * time.Second)); d.Action != retrystate.RetryNow || d.Retry != 1 {
 		t.Fatalf("when due: %+v", d)
 	}
 	m.Fail(t0.Add(5*time.Second), errBoom, nil)
-	if d := m.Decide(t0.Add(time.Hour)); d.Action != checkpoint.StopRetrying {
+	if d := m.Decide(t0.Add(time.Hour)); d.Action != retrystate.StopRetrying {
 		t.Fatalf("after exhaustion: %v", d.Action)
 	}
 }
@@ -117,7 +118,7 @@ func TestMachineDecide(t *testing.T) {
 func TestMachineTimeBudget(t *testing.T) {
 	// Retries at +5s and +10s start inside the 12s budget; the one at +15s
 	// would not, so the machine stops after the third delivery.
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(5 * time.Second), MaxRetryTime: 12 * time.Second})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(5 * time.Second), MaxRetryTime: 12 * time.Second})
 	got, d := deliveries(&m, 100)
 	if got != 3 || d.Reason != checkpoint.TimeBudgetSpent {
 		t.Fatalf("%d deliveries, stopped for %v; want 3, time budget", got, d.Reason)
@@ -125,18 +126,18 @@ func TestMachineTimeBudget(t *testing.T) {
 }
 
 func TestMachineRecordAge(t *testing.T) {
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(time.Minute), MaxRecordAge: time.Hour})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(time.Minute), MaxRecordAge: time.Hour})
 	m.Begin(t0.Add(-57 * time.Minute)) // written 57 minutes before the first failure
 	d := m.Fail(t0, errBoom, nil)      // retry at age 58m: allowed
-	if d.Action != checkpoint.RetryLater {
+	if d.Action != retrystate.RetryLater {
 		t.Fatalf("first failure: %v", d.Action)
 	}
 	d = m.Fail(d.At, errBoom, nil) // retry at age 59m: allowed
-	if d.Action != checkpoint.RetryLater {
+	if d.Action != retrystate.RetryLater {
 		t.Fatalf("second failure: %v", d.Action)
 	}
 	d = m.Fail(d.At, errBoom, nil) // retry at age 60m: refused
-	if d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RecordTooOld {
+	if d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RecordTooOld {
 		t.Fatalf("third failure: %+v", d)
 	}
 }
@@ -168,10 +169,10 @@ func TestErrorFilters(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 5, Retryable: tt.filter})
+			m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 5, Retryable: tt.filter})
 			m.Begin(time.Time{})
 			d := m.Fail(t0, tt.err, nil)
-			if got := d.Action != checkpoint.StopRetrying; got != tt.want {
+			if got := d.Action != retrystate.StopRetrying; got != tt.want {
 				t.Fatalf("retried = %v, want %v (%+v)", got, tt.want, d)
 			}
 			if !tt.want && d.Reason != checkpoint.NotRetryable {
@@ -191,16 +192,16 @@ func TestMachineRequestRetriesOverridesThePolicy(t *testing.T) {
 	// The configured policy would never retry; a RetryResult's request
 	// brings its own policy, which retries twice, and the filter does not
 	// apply.
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 0, Retryable: func(error) bool { return false }})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 0, Retryable: func(error) bool { return false }})
 	m.Begin(time.Time{})
 	now := t0
-	var got []checkpoint.Action
+	var got []retrystate.Action
 	for range 3 {
-		d := m.RequestRetries(now, checkpoint.Request{MaxRetries: 2, Delay: time.Second}, nil)
+		d := m.RequestRetries(now, retrystate.Request{MaxRetries: 2, Delay: time.Second}, nil)
 		got = append(got, d.Action)
 		now = d.At
 	}
-	want := []checkpoint.Action{checkpoint.RetryLater, checkpoint.RetryLater, checkpoint.StopRetrying}
+	want := []retrystate.Action{retrystate.RetryLater, retrystate.RetryLater, retrystate.StopRetrying}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %v, want %v", got, want)
 	}
@@ -251,7 +252,7 @@ func TestPolicyValidateRefusesSpin(t *testing.T) {
 }
 
 func BenchmarkMachineSuccess(b *testing.B) {
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Exponential(time.Second)})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Exponential(time.Second)})
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Begin(t0)
@@ -262,7 +263,7 @@ func BenchmarkMachineSuccess(b *testing.B) {
 }
 
 func BenchmarkMachineFailure(b *testing.B) {
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Exponential(time.Second)})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Exponential(time.Second)})
 	b.ReportAllocs()
 	for b.Loop() {
 		m.Begin(t0)

@@ -1,4 +1,4 @@
-package checkpoint_test
+package retrystate_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // An ExhaustedError reads as one sentence: how many deliveries, why it
@@ -42,12 +43,12 @@ func TestExhaustedErrorMessage(t *testing.T) {
 // delivered: the ExhaustedError does not count it.
 func TestExhaustedErrorCountsDeliveredRetries(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	m := checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second), MaxRetryTime: 10 * time.Second})
+	m := retrystate.NewMachine(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second), MaxRetryTime: 10 * time.Second})
 	m.Begin(t0)
-	if d := m.Fail(t0, errors.New("x"), nil); d.Action != checkpoint.RetryLater {
+	if d := m.Fail(t0, errors.New("x"), nil); d.Action != retrystate.RetryLater {
 		t.Fatalf("decision %+v", d)
 	}
-	if d := m.Start(t0.Add(time.Minute)); d.Action != checkpoint.StopRetrying {
+	if d := m.Start(t0.Add(time.Minute)); d.Action != retrystate.StopRetrying {
 		t.Fatalf("Start past the budget: %+v", d)
 	}
 	var xerr *checkpoint.ExhaustedError
@@ -63,18 +64,18 @@ func TestExhaustedErrorCountsDeliveredRetries(t *testing.T) {
 func TestDescribeState(t *testing.T) {
 	at := time.Date(2026, 1, 1, 12, 0, 1, 500e6, time.UTC)
 	for _, tt := range []struct {
-		s    checkpoint.State
+		s    retrystate.State
 		max  int
 		want string
 	}{
-		{checkpoint.State{}, 5, "no retry"},
-		{checkpoint.State{Retries: 2, NextAt: at, FirstFailure: at}, 5, "retry 2 of 5, due at 12:00:01.5 UTC"},
-		{checkpoint.State{Retries: 2, Started: true}, 5, "retry 2 of 5, started"},
-		{checkpoint.State{Retries: 1, NextAt: at}, checkpoint.Infinite, "retry 1 (no limit), due at 12:00:01.5 UTC"},
-		{checkpoint.State{Retries: 1, NextAt: at, Request: checkpoint.Request{MaxRetries: 3, Delay: 10 * time.Second}}, 5,
+		{retrystate.State{}, 5, "no retry"},
+		{retrystate.State{Retries: 2, NextAt: at, FirstFailure: at}, 5, "retry 2 of 5, due at 12:00:01.5 UTC"},
+		{retrystate.State{Retries: 2, Started: true}, 5, "retry 2 of 5, started"},
+		{retrystate.State{Retries: 1, NextAt: at}, checkpoint.Infinite, "retry 1 (no limit), due at 12:00:01.5 UTC"},
+		{retrystate.State{Retries: 1, NextAt: at, Request: retrystate.Request{MaxRetries: 3, Delay: 10 * time.Second}}, 5,
 			"retry 1 of 3, due at 12:00:01.5 UTC (RetryResult: 3 retries, 10s apart)"},
 	} {
-		if got := checkpoint.Describe(checkpoint.EncodeState(tt.s), tt.max); got != tt.want {
+		if got := retrystate.Describe(retrystate.EncodeState(tt.s), tt.max); got != tt.want {
 			t.Errorf("Describe(%+v) = %q, want %q", tt.s, got, tt.want)
 		}
 	}
@@ -85,14 +86,14 @@ func TestDescribeState(t *testing.T) {
 		"rd1;o=3;r=0;s=1;x=4;h=1":              "stopped by StopPartition after 1 delivery (error not retryable): a next owner delivers it again with a fresh count",
 		"rd1;o=3;r=1;f=1;d=1000;s=1;rr=2:1000": "retry 1 of 2, started (RetryResult: 2 retries, 1s apart)",
 	} {
-		if got := checkpoint.Describe(md, 5); got != want {
+		if got := retrystate.Describe(md, 5); got != want {
 			t.Errorf("Describe(%q) = %q, want %q", md, got, want)
 		}
 	}
-	if got := checkpoint.Describe("offset=3", 5); got != `not redeliver's metadata ("offset=3")` {
+	if got := retrystate.Describe("offset=3", 5); got != `not redeliver's metadata ("offset=3")` {
 		t.Errorf("Describe of foreign metadata = %q", got)
 	}
-	if got := (checkpoint.State{Retries: 2, NextAt: at}).String(); got != "retry 2 due at 12:00:01.5 UTC" {
+	if got := (retrystate.State{Retries: 2, NextAt: at}).String(); got != "retry 2 due at 12:00:01.5 UTC" {
 		t.Errorf("String() = %q", got)
 	}
 }

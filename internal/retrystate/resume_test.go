@@ -1,4 +1,4 @@
-package checkpoint_test
+package retrystate_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // A retry that started under a previous owner counts as made: the next owner
@@ -15,23 +16,23 @@ func TestMachineResumeCountsAStartedRetry(t *testing.T) {
 	p := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(5 * time.Second), Retryable: func(error) bool { return false }}
 	first := t0.Add(-time.Minute)
 
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
-	d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: first, LastDelay: 5 * time.Second, Started: true}, t0, nil)
-	if d.Action != checkpoint.RetryLater || d.Retry != 3 || !d.At.Equal(t0.Add(5*time.Second)) {
+	d := m.Resume(retrystate.State{Retries: 2, FirstFailure: first, LastDelay: 5 * time.Second, Started: true}, t0, nil)
+	if d.Action != retrystate.RetryLater || d.Retry != 3 || !d.At.Equal(t0.Add(5*time.Second)) {
 		t.Fatalf("after a started retry 2 of 3: %+v, want retry 3 at +5s (the filter does not apply)", d)
 	}
-	if s := m.State(); s.Retries != 3 || s.Started || !s.FirstFailure.Equal(first) || !errors.Is(m.LastError(), checkpoint.ErrInterrupted) {
+	if s := m.State(); s.Retries != 3 || s.Started || !s.FirstFailure.Equal(first) || !errors.Is(m.LastError(), retrystate.ErrInterrupted) {
 		t.Fatalf("state %+v, last error %v", s, m.LastError())
 	}
 
 	m.Begin(time.Time{})
-	d = m.Resume(checkpoint.State{Retries: 3, FirstFailure: first, Started: true}, t0, nil)
-	if d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RetriesSpent {
+	d = m.Resume(retrystate.State{Retries: 3, FirstFailure: first, Started: true}, t0, nil)
+	if d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RetriesSpent {
 		t.Fatalf("after a started last retry: %+v, want retries spent", d)
 	}
 	var xerr *checkpoint.ExhaustedError
-	if !errors.As(m.Err(), &xerr) || xerr.Retries != 3 || !errors.Is(xerr, checkpoint.ErrInterrupted) {
+	if !errors.As(m.Err(), &xerr) || xerr.Retries != 3 || !errors.Is(xerr, retrystate.ErrInterrupted) {
 		t.Fatalf("exhausted error %v", m.Err())
 	}
 }
@@ -41,26 +42,26 @@ func TestMachineResumeCountsAStartedRetry(t *testing.T) {
 // delivered (issue 10, defect 7).
 func TestMachineStartRechecksTimeLimits(t *testing.T) {
 	p := checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(5 * time.Second), MaxRetryTime: 12 * time.Second}
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
 	d := m.Fail(t0, errBoom, nil)
-	if d.Action != checkpoint.RetryLater {
+	if d.Action != retrystate.RetryLater {
 		t.Fatalf("first failure: %+v", d)
 	}
-	if d := m.Start(d.At); d.Action != checkpoint.RetryNow || d.Retry != 1 || !m.State().Started || !m.State().NextAt.IsZero() {
+	if d := m.Start(d.At); d.Action != retrystate.RetryNow || d.Retry != 1 || !m.State().Started || !m.State().NextAt.IsZero() {
 		t.Fatalf("start when due: %+v, state %+v", d, m.State())
 	}
 
 	// The same scheduled state, restored by a next owner 20s after the
 	// first failure.
-	s := checkpoint.State{Retries: 1, FirstFailure: t0, LastDelay: 5 * time.Second, NextAt: t0.Add(5 * time.Second)}
-	m = checkpoint.NewMachine(p)
+	s := retrystate.State{Retries: 1, FirstFailure: t0, LastDelay: 5 * time.Second, NextAt: t0.Add(5 * time.Second)}
+	m = retrystate.NewMachine(p)
 	m.Begin(time.Time{})
 	late := t0.Add(20 * time.Second)
-	if d := m.Resume(s, late, nil); d.Action != checkpoint.RetryNow {
+	if d := m.Resume(s, late, nil); d.Action != retrystate.RetryNow {
 		t.Fatalf("resume late: %+v", d)
 	}
-	if d := m.Start(late); d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.TimeBudgetSpent {
+	if d := m.Start(late); d.Action != retrystate.StopRetrying || d.Reason != checkpoint.TimeBudgetSpent {
 		t.Fatalf("start past the budget: %+v, want the time budget spent", d)
 	}
 	if m.State().Started {
@@ -68,10 +69,10 @@ func TestMachineStartRechecksTimeLimits(t *testing.T) {
 	}
 
 	// The record age too.
-	m = checkpoint.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(time.Second), MaxRecordAge: time.Hour})
+	m = retrystate.NewMachine(checkpoint.Policy{MaxRetries: 10, Backoff: checkpoint.Fixed(time.Second), MaxRecordAge: time.Hour})
 	m.Begin(t0.Add(-59 * time.Minute))
 	d = m.Fail(t0, errBoom, nil)
-	if d := m.Start(t0.Add(time.Minute)); d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RecordTooOld {
+	if d := m.Start(t0.Add(time.Minute)); d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RecordTooOld {
 		t.Fatalf("start with the record an hour old: %+v", d)
 	}
 }
@@ -83,26 +84,26 @@ func TestMachineStartRechecksTimeLimits(t *testing.T) {
 func TestMachineStartRechecksTheCount(t *testing.T) {
 	p := checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Second)}
 	for _, tt := range []struct {
-		s       checkpoint.State
+		s       retrystate.State
 		started bool // the retry is started
 		retries int  // else given up after these
 	}{
-		{checkpoint.State{Retries: 4, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, false, 3},
-		{checkpoint.State{Retries: 3, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, false, 2},
-		{checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, true, 0},
-		{checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, Started: true}, false, 2},
+		{retrystate.State{Retries: 4, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, false, 3},
+		{retrystate.State{Retries: 3, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, false, 2},
+		{retrystate.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: t0}, true, 0},
+		{retrystate.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, Started: true}, false, 2},
 	} {
-		m := checkpoint.NewMachine(p)
+		m := retrystate.NewMachine(p)
 		m.Begin(time.Time{})
 		d := m.Resume(tt.s, t0, nil)
-		if d.Action != checkpoint.StopRetrying {
+		if d.Action != retrystate.StopRetrying {
 			d = m.Start(t0)
 		}
 		var xerr *checkpoint.ExhaustedError
 		switch {
-		case tt.started && d.Action != checkpoint.RetryNow:
+		case tt.started && d.Action != retrystate.RetryNow:
 			t.Errorf("%v: %+v, want retry %d started", tt.s, d, tt.s.Retries)
-		case !tt.started && (d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.RetriesSpent || !errors.As(m.Err(), &xerr) || xerr.Retries != tt.retries):
+		case !tt.started && (d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RetriesSpent || !errors.As(m.Err(), &xerr) || xerr.Retries != tt.retries):
 			t.Errorf("%v: %+v (%v), want given up for spent retries after %d", tt.s, d, m.Err(), tt.retries)
 		}
 	}
@@ -126,12 +127,12 @@ func TestMachineResumeCapsTheWait(t *testing.T) {
 		{"no due time: due now", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}, time.Time{}, t0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := checkpoint.NewMachine(tc.p)
+			m := retrystate.NewMachine(tc.p)
 			m.Begin(time.Time{})
-			d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: tc.next}, t0, nil)
-			want := checkpoint.RetryLater
+			d := m.Resume(retrystate.State{Retries: 2, FirstFailure: t0, LastDelay: time.Second, NextAt: tc.next}, t0, nil)
+			want := retrystate.RetryLater
 			if tc.wantAt.Equal(t0) {
-				want = checkpoint.RetryNow
+				want = retrystate.RetryNow
 			}
 			if d.Action != want || d.At.Sub(tc.wantAt).Abs() > time.Microsecond {
 				t.Fatalf("%+v, want a retry at +%v", d, tc.wantAt.Sub(t0))
@@ -144,21 +145,21 @@ func TestMachineResumeCapsTheWait(t *testing.T) {
 // and delay instead of the configured policy (issue 10, defect 8).
 func TestMachineRequestSurvivesResume(t *testing.T) {
 	never := checkpoint.Policy{} // retries nothing
-	m := checkpoint.NewMachine(never)
+	m := retrystate.NewMachine(never)
 	m.Begin(time.Time{})
-	d := m.RequestRetries(t0, checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}, nil)
-	if d.Action != checkpoint.RetryLater || d.Retry != 1 {
+	d := m.RequestRetries(t0, retrystate.Request{MaxRetries: 3, Delay: 2 * time.Second}, nil)
+	if d.Action != retrystate.RetryLater || d.Retry != 1 {
 		t.Fatalf("request: %+v", d)
 	}
 	s := m.State()
-	if s.Request != (checkpoint.Request{MaxRetries: 3, Delay: 2 * time.Second}) {
+	if s.Request != (retrystate.Request{MaxRetries: 3, Delay: 2 * time.Second}) {
 		t.Fatalf("state %+v holds no request", s)
 	}
-	back, err := checkpoint.DecodeState(checkpoint.EncodeState(s))
+	back, err := retrystate.DecodeState(retrystate.EncodeState(s))
 	if err != nil {
 		t.Fatal(err)
 	}
-	next := checkpoint.NewMachine(never)
+	next := retrystate.NewMachine(never)
 	next.Begin(time.Time{})
 	now := t0.Add(2 * time.Second)
 	next.Resume(back, now, nil)
@@ -167,11 +168,11 @@ func TestMachineRequestSurvivesResume(t *testing.T) {
 	}
 	next.Start(now)
 	d = next.Request(now, nil)
-	if d.Action != checkpoint.RetryLater || d.Retry != 2 || d.Delay != 2*time.Second {
+	if d.Action != retrystate.RetryLater || d.Retry != 2 || d.Delay != 2*time.Second {
 		t.Fatalf("next owner's decision %+v, want retry 2 after the request's 2s", d)
 	}
 	next.Begin(time.Time{})
-	if next.MaxRetries() != 0 || next.State().Request != (checkpoint.Request{}) {
+	if next.MaxRetries() != 0 || next.State().Request != (retrystate.Request{}) {
 		t.Fatal("the request outlived its batch")
 	}
 }
@@ -192,20 +193,20 @@ func TestMachineResumeKeepsAThrottledDelay(t *testing.T) {
 		{"retry-after hint", checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			m := checkpoint.NewMachine(tc.p)
+			m := retrystate.NewMachine(tc.p)
 			m.Begin(time.Time{})
 			d := m.Fail(t0, checkpoint.RetryAfter(errBoom, 30*time.Second), nil)
 			if !d.At.Equal(t0.Add(30 * time.Second)) {
 				t.Fatalf("first failure: %+v, want a retry at +30s", d)
 			}
-			back, err := checkpoint.DecodeState(checkpoint.EncodeState(m.State()))
+			back, err := retrystate.DecodeState(retrystate.EncodeState(m.State()))
 			if err != nil {
 				t.Fatal(err)
 			}
-			next := checkpoint.NewMachine(tc.p)
+			next := retrystate.NewMachine(tc.p)
 			next.Begin(time.Time{})
 			now := t0.Add(10 * time.Second) // a move 10s later
-			if d := next.Resume(back, now, nil); d.Action != checkpoint.RetryLater || !d.At.Equal(t0.Add(30*time.Second)) {
+			if d := next.Resume(back, now, nil); d.Action != retrystate.RetryLater || !d.At.Equal(t0.Add(30*time.Second)) {
 				t.Fatalf("after a move: %+v, want the retry still at +30s", d)
 			}
 		})
@@ -221,13 +222,13 @@ func TestMachineResumeStartedRetryWithDecide(t *testing.T) {
 	p := checkpoint.Policy{MaxRetries: 5, Decide: func(_ int, err error, _ time.Duration, _ checkpoint.Rand) (time.Duration, bool) {
 		return 7 * time.Second, errors.Is(err, known)
 	}, Retryable: func(err error) bool { return errors.Is(err, known) }}
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
-	d := m.Resume(checkpoint.State{Retries: 2, FirstFailure: t0, LastDelay: 7 * time.Second, Started: true}, t0, nil)
-	if d.Action != checkpoint.RetryLater || d.Retry != 3 || d.Delay != 7*time.Second {
+	d := m.Resume(retrystate.State{Retries: 2, FirstFailure: t0, LastDelay: 7 * time.Second, Started: true}, t0, nil)
+	if d.Action != retrystate.RetryLater || d.Retry != 3 || d.Delay != 7*time.Second {
 		t.Fatalf("resumed started retry: %+v, want retry 3 after the last 7s", d)
 	}
-	if !errors.Is(m.LastError(), checkpoint.ErrInterrupted) {
+	if !errors.Is(m.LastError(), retrystate.ErrInterrupted) {
 		t.Fatalf("last error %v, want ErrInterrupted (the outcome is not known)", m.LastError())
 	}
 }
@@ -239,9 +240,9 @@ func TestPermanentIgnoresTheFilter(t *testing.T) {
 		{MaxRetries: 5, Retryable: checkpoint.RetryOnly(errBoom)},
 		{MaxRetries: 5, Decide: func(int, error, time.Duration, checkpoint.Rand) (time.Duration, bool) { return 0, true }},
 	} {
-		m := checkpoint.NewMachine(p)
+		m := retrystate.NewMachine(p)
 		m.Begin(time.Time{})
-		if d := m.Fail(t0, checkpoint.Permanent(errBoom), nil); d.Action != checkpoint.StopRetrying || d.Reason != checkpoint.NotRetryable {
+		if d := m.Fail(t0, checkpoint.Permanent(errBoom), nil); d.Action != retrystate.StopRetrying || d.Reason != checkpoint.NotRetryable {
 			t.Fatalf("Permanent(err) with a custom filter: %+v, want not retryable", d)
 		}
 	}
@@ -258,28 +259,28 @@ func TestPermanentIgnoresTheFilter(t *testing.T) {
 func TestMachineResumeCapsAFutureFirstFailure(t *testing.T) {
 	for _, tt := range []struct {
 		name string
-		s    checkpoint.State
+		s    retrystate.State
 	}{
-		{"first failure ahead", checkpoint.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond, Started: true}},
-		{"outage time past the first failure", checkpoint.State{Retries: 1, FirstFailure: t0.Add(-time.Second), LastDelay: 10 * time.Millisecond,
+		{"first failure ahead", retrystate.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond, Started: true}},
+		{"outage time past the first failure", retrystate.State{Retries: 1, FirstFailure: t0.Add(-time.Second), LastDelay: 10 * time.Millisecond,
 			Started: true, OutageTime: time.Hour}},
-		{"first failure ahead with outage time", checkpoint.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond,
+		{"first failure ahead with outage time", retrystate.State{Retries: 1, FirstFailure: t0.Add(time.Hour), LastDelay: 10 * time.Millisecond,
 			NextAt: t0, OutageTime: 30 * time.Minute}},
 	} {
 		t.Run(tt.name, func(t *testing.T) { resumeWithinBudget(t, tt.s) })
 	}
 }
 
-func resumeWithinBudget(t *testing.T, s checkpoint.State) {
+func resumeWithinBudget(t *testing.T, s retrystate.State) {
 	p := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.Fixed(10 * time.Millisecond), MaxRetryTime: 10 * time.Second}
-	m := checkpoint.NewMachine(p)
+	m := retrystate.NewMachine(p)
 	m.Begin(time.Time{})
 	now := t0
 	d := m.Resume(s, now, nil)
 	retries := 0
-	for d.Action != checkpoint.StopRetrying {
+	for d.Action != retrystate.StopRetrying {
 		now = d.At
-		if s := m.Start(now); s.Action == checkpoint.StopRetrying {
+		if s := m.Start(now); s.Action == retrystate.StopRetrying {
 			break
 		}
 		retries++

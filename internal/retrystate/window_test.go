@@ -1,4 +1,4 @@
-package checkpoint
+package retrystate
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 var t0 = time.UnixMilli(1764300000000) // 2025-11-28
@@ -102,7 +104,7 @@ func checkWorst(t *testing.T, w *Window, rng *rand.Rand) {
 		var err error
 		_, had := c.states[o]
 		if i%2 == 0 || rng.IntN(2) == 0 {
-			s.GivenUp = NotRetryable
+			s.GivenUp = checkpoint.NotRetryable
 			err = c.GiveUp(o, s)
 		} else {
 			err = c.Retry(o, s)
@@ -150,7 +152,7 @@ func TestWindowRandomOperations(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 49))
-			lim := WindowLimits{MaxBytes: []int{0, 512, 1024, 2048}[seed%4], MaxErrorBytes: []int{0, -1, 16, 200}[seed/4%4], ReserveOnFailure: seed >= 300}
+			lim := checkpoint.WindowLimits{MaxBytes: []int{0, 512, 1024, 2048}[seed%4], MaxErrorBytes: []int{0, -1, 16, 200}[seed/4%4], ReserveOnFailure: seed >= 300}
 			start := int64(rng.IntN(1000))
 			if seed%7 == 0 {
 				start = math.MaxInt64 / 2
@@ -199,7 +201,7 @@ func TestWindowRandomOperations(t *testing.T) {
 					}
 					_, had := w.states[o]
 					if rng.IntN(4) == 0 {
-						s.GivenUp, s.Started = Reason(rng.IntN(4)+1), true
+						s.GivenUp, s.Started = checkpoint.Reason(rng.IntN(4)+1), true
 						err = w.GiveUp(o, s)
 					} else {
 						err = w.Retry(o, s)
@@ -235,7 +237,7 @@ func TestWindowRandomOperations(t *testing.T) {
 }
 
 func TestWindowBasics(t *testing.T) {
-	w, err := NewWindow(100, WindowLimits{})
+	w, err := NewWindow(100, checkpoint.WindowLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,10 +270,10 @@ func TestWindowBasics(t *testing.T) {
 	if err := w.Retry(100, s); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.GiveUp(103, State{Retries: 3, GivenUp: RetriesSpent, Started: true, FirstFailure: t0, LastError: "bad"}); err != nil {
+	if err := w.GiveUp(103, State{Retries: 3, GivenUp: checkpoint.RetriesSpent, Started: true, FirstFailure: t0, LastError: "bad"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Retry(103, State{GivenUp: RetriesSpent}); err == nil {
+	if err := w.Retry(103, State{GivenUp: checkpoint.RetriesSpent}); err == nil {
 		t.Fatal("Retry of a given-up state")
 	}
 	if err := w.GiveUp(103, State{Retries: 1}); err == nil {
@@ -307,7 +309,7 @@ func TestWindowBasics(t *testing.T) {
 }
 
 func TestWindowErrorCut(t *testing.T) {
-	w, _ := NewWindow(0, WindowLimits{MaxErrorBytes: 10})
+	w, _ := NewWindow(0, checkpoint.WindowLimits{MaxErrorBytes: 10})
 	_ = w.Admit(0)
 	if err := w.Retry(0, State{Retries: 1, LastError: "ééééééééé"}); err != nil {
 		t.Fatal(err)
@@ -316,7 +318,7 @@ func TestWindowErrorCut(t *testing.T) {
 	if got.LastError != "ééé…" { // 6 bytes of é, then the 3-byte mark: 9, never half a rune
 		t.Errorf("cut error %q", got.LastError)
 	}
-	w, _ = NewWindow(0, WindowLimits{MaxErrorBytes: -1})
+	w, _ = NewWindow(0, checkpoint.WindowLimits{MaxErrorBytes: -1})
 	_ = w.Admit(0)
 	_ = w.Retry(0, State{Retries: 1, LastError: "boom"})
 	if got, _ := w.State(0); got.LastError != "" {
@@ -325,16 +327,16 @@ func TestWindowErrorCut(t *testing.T) {
 }
 
 func TestWindowLimits(t *testing.T) {
-	for _, lim := range []WindowLimits{{MaxBytes: -1}, {MaxErrorBytes: -2}, {MaxErrorBytes: 5000}, {MaxBytes: 100}} {
+	for _, lim := range []checkpoint.WindowLimits{{MaxBytes: -1}, {MaxErrorBytes: -2}, {MaxErrorBytes: 5000}, {MaxBytes: 100}} {
 		if _, err := NewWindow(0, lim); err == nil {
 			t.Errorf("%+v: no error", lim)
 		}
 	}
-	if _, err := NewWindow(-1, WindowLimits{}); err == nil {
+	if _, err := NewWindow(-1, checkpoint.WindowLimits{}); err == nil {
 		t.Error("negative start: no error")
 	}
 	// Admission stops exactly where the bound would pass the limit.
-	w, _ := NewWindow(0, WindowLimits{})
+	w, _ := NewWindow(0, checkpoint.WindowLimits{})
 	n := int64(0)
 	for ; w.Admit(n) == nil; n++ {
 	}
@@ -352,7 +354,7 @@ func TestWindowLimits(t *testing.T) {
 }
 
 func TestWindowStateLimits(t *testing.T) {
-	w, _ := NewWindow(0, WindowLimits{})
+	w, _ := NewWindow(0, checkpoint.WindowLimits{})
 	_ = w.Admit(0)
 	_ = w.Admit(1)
 	for _, s := range []State{
@@ -373,7 +375,7 @@ func TestWindowStateLimits(t *testing.T) {
 // damaged metadata: each gives a clear error, and a restore an empty
 // window at the checkpoint.
 func TestDecodeWindowRefuses(t *testing.T) {
-	good, _ := NewWindow(10, WindowLimits{})
+	good, _ := NewWindow(10, checkpoint.WindowLimits{})
 	_ = good.Admit(10)
 	_ = good.Admit(11)
 	_ = good.Admit(12)
@@ -428,7 +430,7 @@ func TestDecodeWindowRefuses(t *testing.T) {
 		if err == nil || c.is != nil && !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%q: %v; want %q %v", c.md, err, c.want, c.is)
 		}
-		w, err2 := RestoreWindow(10, c.md, WindowLimits{})
+		w, err2 := RestoreWindow(10, c.md, checkpoint.WindowLimits{})
 		if err2 == nil || w == nil || w.Base() != 10 || w.Next() != 10 || w.Encode() != "" {
 			t.Errorf("%q: restore %+v, %v", c.md, w, err2)
 		}
@@ -440,7 +442,7 @@ func TestDecodeWindowRefuses(t *testing.T) {
 func TestDecodeWindowFromSingleState(t *testing.T) {
 	s := State{Offset: 40, Retries: 3, FirstFailure: t0, NextAt: t0.Add(5 * time.Second), LastDelay: 5 * time.Second, LastError: "timeout"}
 	for _, md := range []string{EncodeState(s), "rd1;r=3;f=1764300000000;d=5000;n=1764300005000;e=timeout"} {
-		w, err := RestoreWindow(40, md, WindowLimits{})
+		w, err := RestoreWindow(40, md, checkpoint.WindowLimits{})
 		if err != nil {
 			t.Fatalf("%q: %v", md, err)
 		}
@@ -449,10 +451,10 @@ func TestDecodeWindowFromSingleState(t *testing.T) {
 			t.Fatalf("%q: %+v %v, base %d next %d", md, got, ok, w.Base(), w.Next())
 		}
 	}
-	if w, err := RestoreWindow(40, "", WindowLimits{}); err != nil || w.Base() != 40 || w.Unfinished() != 0 {
+	if w, err := RestoreWindow(40, "", checkpoint.WindowLimits{}); err != nil || w.Base() != 40 || w.Unfinished() != 0 {
 		t.Fatalf("empty: %+v %v", w, err)
 	}
-	if w, err := RestoreWindow(40, "rd1;o=40", WindowLimits{}); err != nil || w.Unfinished() != 0 {
+	if w, err := RestoreWindow(40, "rd1;o=40", checkpoint.WindowLimits{}); err != nil || w.Unfinished() != 0 {
 		t.Fatalf("rd1 with no retry state: %+v %v", w, err)
 	}
 }
@@ -461,7 +463,7 @@ func TestDecodeWindowFromSingleState(t *testing.T) {
 // input's worth, what it reads encodes back to metadata that reads the
 // same, and within the bound a Window reserves for its records.
 func FuzzDecodeWindow(f *testing.F) {
-	w, _ := NewWindow(7, WindowLimits{})
+	w, _ := NewWindow(7, checkpoint.WindowLimits{})
 	for o := int64(7); o < 40; o++ {
 		_ = w.Admit(o)
 	}
@@ -470,7 +472,7 @@ func FuzzDecodeWindow(f *testing.F) {
 	}
 	_ = w.Retry(7, State{Retries: 2, FirstFailure: t0, NextAt: t0.Add(time.Second), LastDelay: time.Second, LastError: "e;=%",
 		Request: Request{MaxRetries: -1, Delay: 3}, OutageTime: time.Minute, Records: 2, Alone: true})
-	_ = w.GiveUp(10, State{Retries: 5, GivenUp: RecordTooOld, Started: true, Halted: true})
+	_ = w.GiveUp(10, State{Retries: 5, GivenUp: checkpoint.RecordTooOld, Started: true, Halted: true})
 	f.Add(w.Encode(), int64(7))
 	f.Add("", int64(0))
 	f.Add("rd1;o=3;r=1", int64(3))
@@ -494,7 +496,7 @@ func FuzzDecodeWindow(f *testing.F) {
 		if ws.base != committed {
 			t.Fatalf("base %d, committed %d", ws.base, committed)
 		}
-		w, err := RestoreWindow(committed, md, WindowLimits{MaxBytes: 1 << 20, MaxErrorBytes: 1024})
+		w, err := RestoreWindow(committed, md, checkpoint.WindowLimits{MaxBytes: 1 << 20, MaxErrorBytes: 1024})
 		if err != nil {
 			t.Fatalf("decoded, but not restored: %v", err)
 		}
@@ -502,7 +504,7 @@ func FuzzDecodeWindow(f *testing.F) {
 		if w.Size() > w.Bound() {
 			t.Fatalf("%q: %d bytes, over the bound %d of its %d unfinished records", md, w.Size(), w.Bound(), w.Unfinished())
 		}
-		w2, err := RestoreWindow(committed, again, WindowLimits{MaxBytes: 1 << 20, MaxErrorBytes: 1024})
+		w2, err := RestoreWindow(committed, again, checkpoint.WindowLimits{MaxBytes: 1 << 20, MaxErrorBytes: 1024})
 		if err != nil {
 			t.Fatalf("%q -> %q: %v", md, again, err)
 		}
@@ -518,7 +520,7 @@ func FuzzDecodeWindow(f *testing.F) {
 // the metadata fits, and within a few bytes of the limit, so that a
 // bound reserving less per record would not.
 func TestWindowBoundIsTight(t *testing.T) {
-	for _, lim := range []WindowLimits{{}, {MaxErrorBytes: -1}, {MaxBytes: 1024, MaxErrorBytes: 16}, {MaxBytes: 65536}} {
+	for _, lim := range []checkpoint.WindowLimits{{}, {MaxErrorBytes: -1}, {MaxBytes: 1024, MaxErrorBytes: 16}, {MaxBytes: 65536}} {
 		w, err := NewWindow(0, lim)
 		if err != nil {
 			t.Fatal(err)
@@ -531,7 +533,7 @@ func TestWindowBoundIsTight(t *testing.T) {
 		for i, o := range c.open {
 			s := State{Retries: maxWindowRetries, FirstFailure: far, NextAt: far, LastDelay: maxDuration, OutageTime: maxDuration,
 				Started: true, Request: Request{MaxRetries: maxWindowRetries, Delay: maxDuration}, LastError: strings.Repeat("x", 2000),
-				Records: maxWindowRetries, Alone: true, Halted: true, GivenUp: NotRetryable}
+				Records: maxWindowRetries, Alone: true, Halted: true, GivenUp: checkpoint.NotRetryable}
 			if i == 0 {
 				s.FirstFailure = t0
 			}
@@ -566,7 +568,7 @@ func TestWindowSizes(t *testing.T) {
 	// build admits n records from 1000 and finishes all but those in
 	// retrying (which get a typical state) and those in flight.
 	build := func(n int64, retrying, inFlight []int64) *Window {
-		w, err := NewWindow(1000, WindowLimits{MaxBytes: 1 << 20})
+		w, err := NewWindow(1000, checkpoint.WindowLimits{MaxBytes: 1 << 20})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -625,17 +627,17 @@ func TestWindowSizes(t *testing.T) {
 		for lo < hi {
 			k := (lo + hi + 1) / 2
 			w := build(int64(k)*every, spread(k, int64(k)*every, rand.New(rand.NewPCG(uint64(k), 2))), nil)
-			if w.Size() <= DefaultMaxMetadataBytes {
+			if w.Size() <= checkpoint.DefaultMaxMetadataBytes {
 				lo = k
 			} else {
 				hi = k - 1
 			}
 		}
 		t.Logf("one record in %d retrying at random, typical states: %d retrying (a window of %d records) fit in %d bytes",
-			every, lo, int64(lo)*every, DefaultMaxMetadataBytes)
+			every, lo, int64(lo)*every, checkpoint.DefaultMaxMetadataBytes)
 	}
 	// Admission: how many unfinished records a window holds at once.
-	for _, lim := range []WindowLimits{{}, {MaxErrorBytes: 16}, {MaxErrorBytes: -1}, {MaxBytes: 1024}, {MaxBytes: 1 << 16}} {
+	for _, lim := range []checkpoint.WindowLimits{{}, {MaxErrorBytes: 16}, {MaxErrorBytes: -1}, {MaxBytes: 1024}, {MaxBytes: 1 << 16}} {
 		w, err := NewWindow(1000, lim)
 		if err != nil {
 			t.Fatal(err)
@@ -660,7 +662,7 @@ func slicesSort(s []int64) {
 // refuses a state (ErrWindowFull) rather than pass its MaxBytes.
 func TestWindowReserveOnFailure(t *testing.T) {
 	for _, span := range []int64{1, 1000, 100000} {
-		w, err := NewWindow(0, WindowLimits{ReserveOnFailure: true})
+		w, err := NewWindow(0, checkpoint.WindowLimits{ReserveOnFailure: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -717,7 +719,7 @@ func TestWindowStatesWithReserveOnFailure(t *testing.T) {
 	for _, maxBytes := range []int{4096, 1024} {
 		for _, u := range []int{16, 64, 256} {
 			for _, behind := range []int64{0, 100000} {
-				w, err := NewWindow(0, WindowLimits{ReserveOnFailure: true, MaxBytes: maxBytes})
+				w, err := NewWindow(0, checkpoint.WindowLimits{ReserveOnFailure: true, MaxBytes: maxBytes})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -1,4 +1,4 @@
-package checkpoint
+package retrystate
 
 import (
 	"encoding/base64"
@@ -9,6 +9,8 @@ import (
 	"math/bits"
 	"strings"
 	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
 )
 
 // The durable form of a window (see [Window]), written as a Kafka offset
@@ -397,9 +399,9 @@ func decodeWindow(md string, committed int64, maxBytes int) (windowState, error)
 		if f&^entKnown != 0 && r.err == nil {
 			return damaged("entry %d: unknown flags %#x", i, f)
 		}
-		reason := Reason(f >> entReasonAt)
-		if reason > NotRetryable && r.err == nil {
-			return damaged("entry %d: given up for reason %d, want one from %d to %d", i, reason, RetriesSpent, NotRetryable)
+		reason := checkpoint.Reason(f >> entReasonAt)
+		if reason > checkpoint.NotRetryable && r.err == nil {
+			return damaged("entry %d: given up for reason %d, want one from %d to %d", i, reason, checkpoint.RetriesSpent, checkpoint.NotRetryable)
 		}
 		s.GivenUp = reason
 		s.Started, s.Alone, s.Halted = f&entStarted != 0, f&entAlone != 0, f&entHalted != 0
@@ -418,7 +420,7 @@ func decodeWindow(md string, committed int64, maxBytes int) (windowState, error)
 		}
 		if f&entRequest != 0 {
 			m := r.varint("request limit")
-			if (m < Infinite || m > maxWindowRetries) && r.err == nil {
+			if (m < checkpoint.Infinite || m > maxWindowRetries) && r.err == nil {
 				return damaged("entry %d: a request's limit of %d retries, want -1 to %d", i, m, maxWindowRetries)
 			}
 			s.Request = Request{MaxRetries: int(m), Delay: r.duration("request delay", true)}

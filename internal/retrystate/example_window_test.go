@@ -1,4 +1,4 @@
-package checkpoint_test
+package retrystate_test
 
 import (
 	"errors"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // A key-ordered partition: record 40 fails and waits for its retry, while
@@ -13,7 +14,7 @@ import (
 // 40 and says that 41-43 are done and how far 40 got; a next owner skips
 // them and continues 40's count.
 func ExampleWindow() {
-	w, err := checkpoint.NewWindow(40, checkpoint.WindowLimits{}) // 4096 bytes, the broker's default
+	w, err := retrystate.NewWindow(40, checkpoint.WindowLimits{}) // 4096 bytes, the broker's default
 	if err != nil {
 		panic(err)
 	}
@@ -23,14 +24,14 @@ func ExampleWindow() {
 		}
 	}
 	first := time.Date(2026, 11, 28, 12, 0, 0, 0, time.UTC)
-	_ = w.Retry(40, checkpoint.State{Retries: 1, FirstFailure: first, NextAt: first.Add(time.Second), LastDelay: time.Second, LastError: "timeout"})
+	_ = w.Retry(40, retrystate.State{Retries: 1, FirstFailure: first, NextAt: first.Add(time.Second), LastDelay: time.Second, LastError: "timeout"})
 	for _, o := range []int64{41, 42, 43} {
 		_ = w.Finish(o)
 	}
 	offset, md := w.Base(), w.Encode() // commit these; 44 is still being handled
 	fmt.Println("commit", offset, "with", len(md), "bytes of metadata")
 
-	next, err := checkpoint.RestoreWindow(offset, md, checkpoint.WindowLimits{})
+	next, err := retrystate.RestoreWindow(offset, md, checkpoint.WindowLimits{})
 	if err != nil {
 		panic(err)
 	}
@@ -49,7 +50,7 @@ func ExampleWindow() {
 	// Admission stops before the window could pass its limit.
 	full := 0
 	for o := next.Next(); ; o++ {
-		if err := next.Admit(o); errors.Is(err, checkpoint.ErrWindowFull) {
+		if err := next.Admit(o); errors.Is(err, retrystate.ErrWindowFull) {
 			break
 		}
 		full++
