@@ -62,7 +62,9 @@
 // rendered by the host from the standard library, with no build step, and
 // reloads itself. With a re-drive store ([WithRedrive]), it also lists each
 // function's parked entries, and a function whose policy says onExhausted
-// park parks there (without a store, it is an error at start); the host
+// park parks there (without a store, it is an error at start; with
+// "ordering": "key", through [redrive.ParkByKey], which keeps each key's
+// order through the re-drive); the host
 // runs the re-drive's scheduler on that store and completes an entry when a
 // function handles its re-driven record ([WithoutScheduler] leaves the
 // re-drive to another process). The re-drive's options given to

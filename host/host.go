@@ -145,7 +145,12 @@ func WithDrain(d time.Duration) Option {
 // trigger's topic). Open the store from the redrive section
 // (sqlitestore.Open, pgstore.Open) and close it after Run returns. The
 // default has no store, and Run refuses to start a function whose policy
-// parks.
+// parks. A function whose trigger says "ordering": "key" parks through
+// [redrive.ParkByKey] instead: a parked record locks its key, the key's
+// later records are parked behind it in order instead of being handled,
+// and the scheduler re-drives them one at a time; the store must then be
+// a [redrive.KeyLocker] (sqlitestore and pgstore are), or Run refuses to
+// start the function.
 //
 // The host also runs a [redrive.Scheduler] on the store, configured by
 // host.json's redrive section (its interval, retry topic, retry timeout and
@@ -777,6 +782,17 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	}
 	if o := f.trigger.Ordering; o != stream.ByPartition && !f.trigger.Share {
 		opts = append(opts, stream.WithOrdering(o))
+	}
+	if h.c.store != nil && f.trigger.Ordering == stream.ByKey && !f.trigger.Share &&
+		f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionPark {
+		// Key ordering with park: a parked record locks its key, whose
+		// later records are parked behind it (redrive.ParkByKey). Its
+		// action replaces the plain park given above.
+		pk, perr := redrive.ParkByKey(h.c.store, redriveExpiry(h.cfg.Redrive), h.c.parkOpts...)
+		if perr != nil {
+			return fmt.Errorf("host: function %s: ordering key with onExhausted park: %w", f.name, perr)
+		}
+		opts = append(opts, pk)
 	}
 	log := h.log.With("function", f.name)
 	status := newFnStatus(f, h.c.now)

@@ -54,6 +54,56 @@
 // never to a new one: an entry's life is bounded by the maximum number of
 // re-drives and the retry timeout, however the consumers are wired.
 //
+// # A parked key keeps its order
+//
+// With [Park] in key ordering (stream.WithOrdering(stream.ByKey)), a
+// record whose retries are spent is parked alone and its key moves on:
+// the key's later records are handled before the parked one is re-driven.
+// [ParkByKey] keeps the key's order instead. It is one option, which the
+// processor takes in place of stream.WithExhaustionAction(park), and
+// stream.NewProcessor refuses it in another ordering:
+//
+//	park, err := redrive.ParkByKey(store, 5*time.Minute)
+//	proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), park)
+//
+// These are its rules:
+//
+//   - The order key. A parked record's entry gets [Entry.OrderKey]:
+//     [OrderKey] of its topic, partition and ordering key (its Kafka key,
+//     or what stream.WithKeyFunc gave), "orders/3/customer-42". Entries
+//     with no order key ("", those of Park and Await, and every entry
+//     written before the stores' migration 004) order nothing, as before.
+//   - The lock. A key is locked while it has an entry parked or retrying.
+//     The lock is the store's rows, so every instance of the group sees it
+//     as soon as it is written, and a partition's next owner reads it from
+//     the store: there is no window in which a rebalance loses it.
+//   - Parked behind. While its key is locked, a record is not handled: it
+//     is parked as an entry of its own, with the same order key, due at
+//     once, and counts as handled (the handler is not called). A record
+//     that a scheduler re-published (it carries [HeaderKey]) is the head of
+//     its key's entries: it is handled as any record, and one that fails
+//     again goes back to its entry.
+//   - The re-drive. [Store.Claim] never claims an entry while an entry of
+//     its order key with a lower ID is pending: a scheduler re-drives a
+//     key's entries one at a time, in the order they were parked (offset
+//     order), each once the one before is done or timed out, not merely
+//     re-published. The key is released when its last entry is done or
+//     timed out.
+//   - What the consumer reads. A processor keeps, per partition it
+//     handles, the set of locked keys: read from the store
+//     ([KeyLocker.LockedKeys]) when a claim of the partition starts and
+//     every 30 seconds after, and kept up to date by the parks it makes
+//     itself. A record whose key is not in the set goes to the handler with
+//     no store call; one whose key is in it is checked in the store
+//     ([KeyLocker.KeyLocked]) before it is parked behind, so a released
+//     key goes on at once. Only another instance locking a key of a
+//     partition this one owns (an owner that lost the partition and does
+//     not know it yet) can be missed, for up to 30 seconds; a stale lock
+//     in the set costs a store call, never a record out of order.
+//
+// The stores that ship are [KeyLocker]s; ParkByKey refuses a store that is
+// not. docs/KEYS.md gives what it costs per record.
+//
 // docs/REDRIVE.md in the repository is a walkthrough, with the cases in
 // which a record can be published twice.
 //

@@ -131,6 +131,15 @@ type Entry struct {
 	// Message is the original record: its topic, partition, offset, key,
 	// value, headers and timestamp.
 	Message stream.Record
+	// OrderKey orders the entry behind the other entries of the same
+	// order key: a store never claims it for a re-drive while an entry of
+	// that order key with a lower ID is pending (parked or retrying), so a
+	// key's entries are re-driven one at a time, in the order they were
+	// parked, each once the one before is done or timed out. "" (an
+	// entry of [Park] or [Await]) orders nothing. [ParkByKey] sets it to
+	// [OrderKey] of the record's topic and ordering key. It must be text
+	// (valid UTF-8 without a NUL).
+	OrderKey string
 }
 
 // Origin returns the position of the record the entry stands for: the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -97,6 +99,49 @@ func ExamplePark() {
 	// orders/0/0: REDELIVER_PARKED order-1 (given up after 2 deliveries (the retry limit, 1 retry, is reached): payment service: 503)
 	// orders/0/1: REDELIVER_PARKED order-2 (given up after 2 deliveries (the retry limit, 1 retry, is reached): payment service: 503)
 	// checkpoint 2
+}
+
+// In key ordering, ParkByKey keeps a key's order through the re-drive:
+// customer-7's first record is given up and parked, its later record is
+// parked behind it instead of being handled, and the other key flows.
+func ExampleParkByKey() {
+	store := redrivetest.NewMemStore()
+	park, err := redrive.ParkByKey(store, 5*time.Minute)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	var handled []string
+	var mu sync.Mutex
+	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		r := b.Records[0]
+		mu.Lock()
+		handled = append(handled, fmt.Sprintf("%d:%s", r.Offset, r.Key))
+		mu.Unlock()
+		if string(r.Key) == "customer-7" {
+			return errors.New("payment service: 503")
+		}
+		return nil
+	})
+	proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), park)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	part := streamtest.NewPartition("orders", 0, 5)
+	part.AppendKeyed(time.Now(), "customer-7", "customer-9", "customer-7")
+	runToEnd(proc, part)
+
+	slices.Sort(handled)
+	fmt.Println("handled:", handled)
+	entries, _ := store.List(context.Background(), redrive.Filter{})
+	for _, e := range entries {
+		fmt.Printf("%s: %s, order key %s\n", e.Key, e.State(), e.OrderKey)
+	}
+	// Output:
+	// handled: [0:customer-7 1:customer-9]
+	// orders/0/0: REDELIVER_PARKED, order key orders/0/customer-7
+	// orders/0/2: REDELIVER_PARKED, order key orders/0/customer-7
 }
 
 // An application parks a record in a state of its own while it waits for

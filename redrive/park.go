@@ -50,11 +50,17 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 	if expiry < Resolution {
 		return nil, fmt.Errorf("redrive: Park: expiry %v: want at least %v (stores keep times to the microsecond)", expiry, Resolution)
 	}
-	expiry = ceil(expiry)
 	c, err := newConfig("Park", opts)
 	if err != nil {
 		return nil, err
 	}
+	return parkAction(store, ceil(expiry), c, nil), nil
+}
+
+// parkAction is the action of [Park], and with locks that of [ParkByKey]:
+// in ByKey ordering, its entries get their record's order key, which
+// locks the key, and the lock is added to locks.
+func parkAction(store Store, expiry time.Duration, c config, locks *keyLocks) stream.ExhaustionAction {
 	return func(ctx context.Context, b *stream.Batch, xerr *checkpoint.ExhaustedError) error {
 		if b == nil {
 			return errors.New("redrive: park: nil batch")
@@ -90,6 +96,9 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 					e.Key, e.Message = key, original(r)
 				}
 			}
+			if key, ok := stream.OrderKey(ctx); ok && locks != nil {
+				e.OrderKey = OrderKey(e.Message.Topic, e.Message.Partition, key)
+			}
 			entries = append(entries, e)
 		}
 		if len(entries) == 0 {
@@ -97,11 +106,16 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 		}
 		bctx, said, cancel := bound(ctx)
 		defer cancel()
+		if locks != nil {
+			// The lock is known to the partition's set before the key's
+			// next record is delivered (it waits for this action).
+			return locks.park(bctx, b.Topic, b.Partition, entries, said)
+		}
 		if _, err := store.Park(bctx, entries); err != nil {
 			return fmt.Errorf("park %d records: %w", len(entries), said(err))
 		}
 		return nil
-	}, nil
+	}
 }
 
 // storeTimeout bounds each store call of the [Park] action and of

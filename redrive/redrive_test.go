@@ -1,12 +1,19 @@
 package redrive_test
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/redrive/redrivetest"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 func TestStateNames(t *testing.T) {
@@ -72,4 +79,113 @@ func TestConstructorsRejectBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want an error about %s", c.name, c.err, c.want)
 		}
 	}
+}
+
+// TestParkByKeyRefuses: ParkByKey refuses a nil store, a store that keeps
+// no key locks and a tiny expiry; NewProcessor refuses its option in an
+// ordering other than ByKey, so that it is never half wired.
+func TestParkByKeyRefuses(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil store", func() error { _, err := redrive.ParkByKey(nil, time.Minute); return err }(), "nil store"},
+		{"no key locks", func() error { _, err := redrive.ParkByKey(fakeStore{}, time.Minute); return err }(), "not a redrive.KeyLocker"},
+		{"zero expiry", func() error { _, err := redrive.ParkByKey(redrivetest.NewMemStore(), 0); return err }(), "expiry"},
+	} {
+		if c.err == nil || !strings.Contains(c.err.Error(), c.want) {
+			t.Errorf("%s: %v, want an error about %s", c.name, c.err, c.want)
+		}
+	}
+	park, err := redrive.ParkByKey(redrivetest.NewMemStore(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+	for _, o := range []stream.Ordering{stream.ByPartition, stream.ByNone} {
+		if _, err := stream.NewProcessor(h, park, stream.WithOrdering(o)); err == nil || !strings.Contains(err.Error(), "redrive.ParkByKey applies to ByKey ordering only") {
+			t.Errorf("NewProcessor with ParkByKey in %s ordering: %v, want a refusal", o, err)
+		}
+	}
+	if _, err := stream.NewProcessor(h, park, stream.WithOrdering(stream.ByKey)); err != nil {
+		t.Errorf("NewProcessor with ParkByKey in key ordering: %v", err)
+	}
+}
+
+func TestOrderKey(t *testing.T) {
+	for _, c := range []struct {
+		key, want string
+	}{
+		{"customer-42", "orders/3/customer-42"},
+		{"", "orders/3/"},
+		{"a/b", "orders/3/a/b"},
+		{"~x", "orders/3/~fng"},
+		{"\x00\xff", "orders/3/~AP8"},
+	} {
+		if got := redrive.OrderKey("orders", 3, c.key); got != c.want {
+			t.Errorf("OrderKey(%q) = %q, want %q", c.key, got, c.want)
+		}
+	}
+}
+
+// flakyLocks is a MemStore whose LockedKeys fails while fail is above 0.
+type flakyLocks struct {
+	*redrivetest.MemStore
+	mu   sync.Mutex
+	fail int
+}
+
+func (s *flakyLocks) LockedKeys(ctx context.Context, topic string, partition int32) ([]string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fail > 0 {
+		s.fail--
+		return nil, errors.New("database down")
+	}
+	return s.MemStore.LockedKeys(ctx, topic, partition)
+}
+
+// TestParkByKeyStoreDown: while the store cannot say whether a key is
+// locked, the record waits and is tried again; it spends none of its
+// retries (a policy of none here), is neither given up nor parked, and is
+// handled once the store answers.
+func TestParkByKeyStoreDown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := &flakyLocks{MemStore: redrivetest.NewMemStore(), fail: 3}
+		park, err := redrive.ParkByKey(store, time.Minute, redrive.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mu sync.Mutex
+		var handled []int64
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			handled = append(handled, b.Records[0].Offset)
+			mu.Unlock()
+			return nil
+		}), stream.WithOrdering(stream.ByKey), park, stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := streamtest.NewPartition("orders", 0, 5)
+		end := part.AppendKeyed(time.Now(), "a")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		go func() { _ = part.WaitCommitted(ctx, end); cancel() }()
+		start := time.Now()
+		_ = streamtest.Run(ctx, proc, part)
+		if n, _ := part.Committed(); n != end {
+			t.Fatalf("committed %d, want %d", n, end)
+		}
+		if len(handled) != 1 {
+			t.Fatalf("handled %v, want offset 0 once, after the store came back", handled)
+		}
+		if d := time.Since(start); d < 15*time.Second {
+			t.Fatalf("handled after %v: want three waits of 5 s for the store", d)
+		}
+		if es, _ := store.List(t.Context(), redrive.Filter{}); len(es) != 0 {
+			t.Fatalf("%d entries: want none (nothing given up)", len(es))
+		}
+	})
 }

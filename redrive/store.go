@@ -55,7 +55,9 @@ type Store interface {
 
 	// Claim claims up to limit pending entries due at now (DueAt <= now),
 	// earliest first, so that no other Claim on the same store gets them
-	// while fn runs; fn returns the changes to make, and Claim applies each
+	// while fn runs. It never claims an entry while an entry of the same
+	// [Entry.OrderKey] ("" excepted) with a lower ID is pending (parked or
+	// retrying): a key's entries are re-driven one at a time, in order; fn returns the changes to make, and Claim applies each
 	// as a compare-and-set on the status and version it names. It returns
 	// the number of entries claimed and the changes applied. When it
 	// returns an error, no change was applied. fn is not called when
@@ -76,6 +78,19 @@ type Store interface {
 
 	// List returns entries by ascending ID, as the filter selects.
 	List(ctx context.Context, f Filter) ([]Entry, error)
+}
+
+// KeyLocker is a [Store] that keeps the key locks of [ParkByKey]: the
+// order keys that have a pending entry. Both stores that ship implement
+// it, and pass the conformance suite's cases of it.
+type KeyLocker interface {
+	Store
+	// LockedKeys returns the order keys (see [Entry.OrderKey]) that have a
+	// pending entry (parked or retrying) whose record came from topic and
+	// partition, each once, in no particular order.
+	LockedKeys(ctx context.Context, topic string, partition int32) ([]string, error)
+	// KeyLocked reports whether the order key has a pending entry.
+	KeyLocked(ctx context.Context, orderKey string) (bool, error)
 }
 
 // Filter selects the entries [Store.List] returns.

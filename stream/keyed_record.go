@@ -258,7 +258,7 @@ func (d *kdriver) deliver(ctx context.Context, r *krec) {
 			return
 		}
 		start := clock.Now()
-		err := d.p.call(ctx, b)
+		err := d.p.call(d.keyed(ctx, r), b)
 		d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now()})
 	})
 }
@@ -361,11 +361,20 @@ func (d *kdriver) giveUp(r *krec) {
 		return
 	}
 	d.actions++
-	ctx := d.actx
+	ctx := d.keyed(d.actx, r)
 	go lifecycle.Inside(func() {
 		again, reply, err := u.exhaust(ctx, b, xerr)
 		d.post(kevent{r: r, acted: true, again: again, reply: reply, aerr: err})
 	})
+}
+
+// keyed returns ctx with r's ordering key for [OrderKey], in ByKey
+// ordering.
+func (d *kdriver) keyed(ctx context.Context, r *krec) context.Context {
+	if d.k.ordering != ByKey || r.q == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, orderKeyCtx{}, r.q.key.s)
 }
 
 // acted applies the end of an exhaustion action.

@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -109,6 +110,38 @@ func WithKeyFunc(fn func(r *Record) string) Option {
 	})
 }
 
+// WithKeyMiddleware wraps the handler, in [ByKey] ordering, with mw: mw
+// sees each record alone, with its ordering key in [OrderKey] of the
+// context, before the handler does. It is how a re-drive store parks the
+// records of a key that waits behind its parked records (see
+// redrive.ParkByKey), which gives it as part of one option. name names
+// the option in the error with which NewProcessor refuses it in another
+// ordering.
+func WithKeyMiddleware(name string, mw Middleware) Option {
+	return optionFunc(func(c *config) {
+		if name == "" {
+			name = "WithKeyMiddleware"
+		}
+		c.keyed.mw = append(c.keyed.mw, mw)
+		c.keyed.mwNames = append(c.keyed.mwNames, name)
+	})
+}
+
+// orderKeyCtx is the context key of [OrderKey].
+type orderKeyCtx struct{}
+
+// OrderKey returns, in [ByKey] ordering, the key that orders the record
+// being handled (its Key, or what [WithKeyFunc] returned for it), in the
+// context of a handler call and of an exhaustion action; ok is false in
+// another ordering.
+func OrderKey(ctx context.Context) (key string, ok bool) {
+	if ctx == nil {
+		return "", false
+	}
+	key, ok = ctx.Value(orderKeyCtx{}).(string)
+	return key, ok
+}
+
 // WithWindowLimits sets, in [ByKey] and [ByNone] ordering, how much
 // commit metadata a partition may write (MaxBytes: the broker's
 // offset.metadata.max.bytes, 4096 by default; a managed Kafka service may
@@ -138,11 +171,23 @@ type keyedConfig struct {
 	set []string
 	// lim is the processor's concurrency limit; nil for none.
 	lim *limiter
+	// mw wraps the handler in ByKey ordering (WithKeyMiddleware), mwNames
+	// names each.
+	mw      []Middleware
+	mwNames []string
 }
 
 // prepare checks the keyed options and fills in their defaults; it is
 // called by NewProcessor.
 func (k *keyedConfig) prepare(c *config) error {
+	for i, mw := range k.mw {
+		switch {
+		case mw == nil:
+			return fmt.Errorf("stream: NewProcessor: %s: nil middleware", k.mwNames[i])
+		case k.ordering != ByKey:
+			return fmt.Errorf("stream: NewProcessor: %s applies to ByKey ordering only (it keeps each key's order), and the ordering is %s: give WithOrdering(stream.ByKey)", k.mwNames[i], k.ordering)
+		}
+	}
 	switch {
 	case k.ordering > ByNone:
 		return fmt.Errorf("stream: NewProcessor: WithOrdering(%d): want ByPartition, ByKey or ByNone", uint8(k.ordering))

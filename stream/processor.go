@@ -44,6 +44,24 @@ type config struct {
 	// nilExhaustion records WithExhaustionAction(nil), which NewProcessor
 	// refuses.
 	nilExhaustion bool
+	// nilInOptions records a nil option given to Options, which
+	// NewProcessor refuses.
+	nilInOptions bool
+}
+
+// Options bundles opts into one option, applied in the order given: what
+// a package hands out as one option to turn one thing on (such as
+// redrive.ParkByKey).
+func Options(opts ...Option) Option {
+	return optionFunc(func(c *config) {
+		for _, o := range opts {
+			if isNil(o) {
+				c.nilInOptions = true
+				continue
+			}
+			o.apply(c)
+		}
+	})
 }
 
 // WithPolicy sets the retry policy. The default is the zero
@@ -194,6 +212,8 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 		return nil, errors.New("stream: NewProcessor: WithRand(nil): give a function that returns a Rand, or leave the option out")
 	case cfg.opBackoff == nil:
 		return nil, errors.New("stream: NewProcessor: WithOperationBackoff(nil): give a backoff, or leave the option out")
+	case cfg.nilInOptions:
+		return nil, errors.New("stream: NewProcessor: Options holds a nil option")
 	case cfg.nilExhaustion:
 		return nil, errors.New("stream: NewProcessor: WithExhaustionAction(nil): give an action (DeadLetter, StopPartition, a re-drive store's park), or leave the option out to skip a batch given up")
 	case cfg.budget != nil && cfg.budget.cfg.ProbeBackoff == nil:
@@ -201,6 +221,9 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	}
 	if err := cfg.keyed.prepare(&cfg); err != nil {
 		return nil, err
+	}
+	if len(cfg.keyed.mw) > 0 {
+		h = Chain(h, cfg.keyed.mw...)
 	}
 	p := &Processor{h: h, cfg: cfg, log: cfg.logger}
 	if p.log == nil {

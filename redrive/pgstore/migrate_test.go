@@ -95,7 +95,7 @@ func TestUpgradeKeepsEntries(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := e.Message.Headers
-	if e.LastError != "payment service: 503 — « réessayer »" || e.Reparks != 0 || e.Redrives != 1 || e.Status != redrive.Retrying ||
+	if e.LastError != "payment service: 503 — « réessayer »" || e.Reparks != 0 || e.OrderKey != "" || e.Redrives != 1 || e.Status != redrive.Retrying ||
 		len(h) != 2 || h[0].Key != "trace" || string(h[0].Value) != "\x00\x01" || h[1].Value != nil || e.Message.Value == nil || len(e.Message.Value) != 0 {
 		t.Fatalf("entry after the upgrade: %+v", e)
 	}

@@ -68,7 +68,7 @@ func (s *Store) usable(ctx context.Context) error {
 	return nil
 }
 
-var _ redrive.Store = (*Store)(nil)
+var _ redrive.KeyLocker = (*Store)(nil)
 
 // Option configures [Open].
 type Option interface{ apply(*Store) }
@@ -200,7 +200,7 @@ func wrap(op string, err error) error {
 }
 
 const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, reparks, last_error, version,
-	topic, partition, "offset", msg_key, msg_value, headers, msg_time`
+	topic, partition, "offset", msg_key, msg_value, headers, msg_time, order_key`
 
 func scan(r pgx.Row) (redrive.Entry, error) { return scanWith(r) }
 
@@ -215,7 +215,7 @@ func scanWith(r pgx.Row, extra ...any) (redrive.Entry, error) {
 		lastError    []byte
 	)
 	err := r.Scan(append([]any{&e.ID, &e.Key, &e.Base, &status, &e.StateTime, &e.Created, &expiry, &due, &e.Redrives, &e.Reparks, &lastError, &e.Version,
-		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &e.Message.Key, &e.Message.Value, &headers, &msgTime}, extra...)...)
+		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &e.Message.Key, &e.Message.Value, &headers, &msgTime, &e.OrderKey}, extra...)...)
 	if err != nil {
 		return e, err
 	}
@@ -256,6 +256,7 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 	n := len(entries)
 	var (
 		keys, bases, statuses, states, topics = make([]string, n), make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+		orderKeys                             = make([]string, n)
 		stateTimes, created                   = make([]time.Time, n), make([]time.Time, n)
 		dues, msgTimes                        = make([]*time.Time, n), make([]*time.Time, n)
 		expiries, offsets                     = make([]int64, n), make([]int64, n)
@@ -267,7 +268,7 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 		keys[i], bases[i], statuses[i], states[i], lastErrs[i], topics[i] = e.Key, e.Base, e.Status.String(), e.State(), []byte(e.LastError), e.Message.Topic
 		stateTimes[i], created[i], dues[i], msgTimes[i] = e.StateTime, e.Created, nullTime(e.DueAt), nullTime(e.Message.Timestamp)
 		expiries[i], offsets[i], redrives[i], reparks[i], partitions[i] = int64(e.Expiry), e.Message.Offset, int32(e.Redrives), int32(e.Reparks), e.Message.Partition
-		msgKeys[i], msgValues[i] = e.Message.Key, e.Message.Value
+		msgKeys[i], msgValues[i], orderKeys[i] = e.Message.Key, e.Message.Value, e.OrderKey
 		h, ok, err := rowcodec.Headers(e.Message.Headers)
 		if err != nil {
 			return 0, fmt.Errorf("pgstore: park %q: headers: %w", e.Key, err)
@@ -278,18 +279,18 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 	}
 	tag, err := s.pool.Exec(ctx, `INSERT INTO redrive_entries
 		(key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error,
-		 topic, partition, "offset", msg_key, msg_value, headers, msg_time)
+		 topic, partition, "offset", msg_key, msg_value, headers, msg_time, order_key)
 		SELECT key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error,
-		 topic, partition, "offset", msg_key, msg_value, headers::jsonb, msg_time
+		 topic, partition, "offset", msg_key, msg_value, headers::jsonb, msg_time, order_key
 		FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[], $6::timestamptz[], $7::bigint[],
 		 $8::timestamptz[], $9::integer[], $10::integer[], $11::bytea[], $12::text[], $13::integer[], $14::bigint[], $15::bytea[], $16::bytea[],
-		 $17::text[], $18::timestamptz[])
+		 $17::text[], $18::timestamptz[], $19::text[])
 		 WITH ORDINALITY AS t(key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error,
-		 topic, partition, "offset", msg_key, msg_value, headers, msg_time, ord)
+		 topic, partition, "offset", msg_key, msg_value, headers, msg_time, order_key, ord)
 		ORDER BY ord
 		ON CONFLICT (key) DO NOTHING`,
 		keys, bases, statuses, states, stateTimes, created, expiries, dues, redrives, reparks, lastErrs,
-		topics, partitions, offsets, msgKeys, msgValues, headers, msgTimes)
+		topics, partitions, offsets, msgKeys, msgValues, headers, msgTimes, orderKeys)
 	if err != nil {
 		return 0, wrap(fmt.Sprintf("park %d entries", n), err)
 	}
@@ -437,6 +438,9 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(con
 	defer tx.Rollback(wctx)
 	rows, err := tx.Query(rctx, `SELECT `+columns+` FROM redrive_entries
 		WHERE due_at <= $1 AND status IN ('parked', 'retrying')
+		AND (order_key = '' OR NOT EXISTS (SELECT 1 FROM redrive_entries AS b
+			WHERE b.order_key = redrive_entries.order_key AND b.order_key <> '' AND b.id < redrive_entries.id
+			AND b.status IN ('parked', 'retrying')))
 		ORDER BY due_at, id LIMIT $2
 		FOR UPDATE SKIP LOCKED`, now, limit)
 	if err != nil {
@@ -545,4 +549,46 @@ func (s *Store) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry, er
 		out = append(out, e)
 	}
 	return out, wrap("list", rows.Err())
+}
+
+// LockedKeys returns the order keys with a pending entry of a record of
+// topic and partition; see [redrive.KeyLocker].
+func (s *Store) LockedKeys(ctx context.Context, topic string, partition int32) ([]string, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	op := fmt.Sprintf("locked keys of %s/%d", topic, partition)
+	rows, err := s.pool.Query(ctx, `SELECT DISTINCT order_key FROM redrive_entries
+		WHERE topic = $1 AND partition = $2 AND order_key <> '' AND status IN ('parked', 'retrying')`, topic, partition)
+	if err != nil {
+		return nil, wrap(op, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, wrap(op, err)
+		}
+		out = append(out, k)
+	}
+	return out, wrap(op, rows.Err())
+}
+
+// KeyLocked reports whether the order key has a pending entry; see
+// [redrive.KeyLocker].
+func (s *Store) KeyLocked(ctx context.Context, orderKey string) (bool, error) {
+	if err := s.ready(ctx); err != nil {
+		return false, err
+	}
+	if orderKey == "" {
+		return false, nil
+	}
+	var locked bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM redrive_entries
+		WHERE order_key = $1 AND order_key <> '' AND status IN ('parked', 'retrying'))`, orderKey).Scan(&locked)
+	if err != nil {
+		return false, wrap(fmt.Sprintf("key locked %q", orderKey), err)
+	}
+	return locked, nil
 }

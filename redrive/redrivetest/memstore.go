@@ -209,7 +209,7 @@ func (s *MemStore) Claim(ctx context.Context, now time.Time, limit int, fn func(
 	s.mu.Lock()
 	var due []redrive.Entry
 	for _, e := range s.byID {
-		if e.Status.Pending() && !e.DueAt.IsZero() && !e.DueAt.After(now) {
+		if e.Status.Pending() && !e.DueAt.IsZero() && !e.DueAt.After(now) && !s.heldBack(e) {
 			due = append(due, copyEntry(*e))
 		}
 	}
@@ -271,4 +271,53 @@ func (s *MemStore) List(ctx context.Context, f redrive.Filter) ([]redrive.Entry,
 	return out, nil
 }
 
-var _ redrive.Store = (*MemStore)(nil)
+// heldBack reports whether a pending entry of e's order key with a lower
+// ID holds e back. s.mu is held.
+func (s *MemStore) heldBack(e *redrive.Entry) bool {
+	if e.OrderKey == "" {
+		return false
+	}
+	for _, b := range s.byID {
+		if b.OrderKey == e.OrderKey && b.ID < e.ID && b.Status.Pending() {
+			return true
+		}
+	}
+	return false
+}
+
+// LockedKeys returns the order keys with a pending entry of a record of
+// topic and partition; see [redrive.KeyLocker].
+func (s *MemStore) LockedKeys(ctx context.Context, topic string, partition int32) ([]string, error) {
+	if err := ctxErr(ctx); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, e := range s.byID {
+		if e.OrderKey != "" && e.Status.Pending() && e.Message.Topic == topic && e.Message.Partition == partition && !seen[e.OrderKey] {
+			seen[e.OrderKey] = true
+			out = append(out, e.OrderKey)
+		}
+	}
+	return out, nil
+}
+
+// KeyLocked reports whether the order key has a pending entry; see
+// [redrive.KeyLocker].
+func (s *MemStore) KeyLocked(ctx context.Context, orderKey string) (bool, error) {
+	if err := ctxErr(ctx); err != nil {
+		return false, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, e := range s.byID {
+		if orderKey != "" && e.OrderKey == orderKey && e.Status.Pending() {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+var _ redrive.KeyLocker = (*MemStore)(nil)

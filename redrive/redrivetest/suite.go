@@ -79,6 +79,10 @@ func Run(t *testing.T, newStore NewStore) {
 		{"SubMicrosecond", testSubMicrosecond},
 		{"LongSweep", testLongSweep},
 		{"PartialPublish", testPartialPublish},
+		{"OrderKeyKept", testOrderKeyKept},
+		{"ClaimKeepsKeyOrder", testClaimKeepsKeyOrder},
+		{"KeyLocks", testKeyLocks},
+		{"ParkByKey", testParkByKey},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) { c.fn(t, newStore(t)) })
@@ -164,6 +168,9 @@ func diff(got, want redrive.Entry) string {
 	}
 	if got.Reparks != want.Reparks {
 		add("Reparks", got.Reparks, want.Reparks)
+	}
+	if got.OrderKey != want.OrderKey {
+		add("OrderKey", got.OrderKey, want.OrderKey)
 	}
 	if got.LastError != want.LastError {
 		add("LastError", fmt.Sprintf("%q", got.LastError), fmt.Sprintf("%q", want.LastError))

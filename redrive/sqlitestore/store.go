@@ -69,7 +69,7 @@ func (s *Store) lockClaims(ctx context.Context, op string) error {
 
 func (s *Store) unlockClaims() { <-s.claim }
 
-var _ redrive.Store = (*Store)(nil)
+var _ redrive.KeyLocker = (*Store)(nil)
 
 // Option configures [Open].
 type Option interface{ apply(*options) }
@@ -178,7 +178,7 @@ func (s *Store) Close() error {
 // columns are the columns scan reads, with whether the message's key and
 // value are NULL: the driver reads an empty BLOB as nil.
 const columns = `id, key, base, status, state_time, created, expiry, due_at, redrives, reparks, last_error, version,
-	topic, partition, "offset", msg_key, msg_key IS NULL, msg_value, msg_value IS NULL, headers, msg_time`
+	topic, partition, "offset", msg_key, msg_key IS NULL, msg_value, msg_value IS NULL, headers, msg_time, order_key`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -196,7 +196,7 @@ func scanWith(r scanner, extra ...any) (redrive.Entry, error) {
 		keyNull, valueNull         bool
 	)
 	err := r.Scan(append([]any{&e.ID, &e.Key, &e.Base, &status, &stateTime, &created, &expiry, &due, &e.Redrives, &e.Reparks, &e.LastError, &e.Version,
-		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &key, &keyNull, &value, &valueNull, &headers, &msgTime}, extra...)...)
+		&e.Message.Topic, &e.Message.Partition, &e.Message.Offset, &key, &keyNull, &value, &valueNull, &headers, &msgTime, &e.OrderKey}, extra...)...)
 	if err != nil {
 		return e, err
 	}
@@ -253,8 +253,8 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 	defer tx.Rollback()
 	stmt, err := tx.PrepareContext(ctx, `INSERT INTO redrive_entries
 		(key, base, status, state, state_time, created, expiry, due_at, redrives, reparks, last_error, version,
-		 topic, partition, "offset", msg_key, msg_value, headers, msg_time)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+		 topic, partition, "offset", msg_key, msg_value, headers, msg_time, order_key)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT (key) DO NOTHING`)
 	if err != nil {
 		return 0, fmt.Errorf("sqlitestore: park: %w", err)
@@ -269,7 +269,7 @@ func (s *Store) Park(ctx context.Context, entries []redrive.Entry) (int, error) 
 		}
 		res, err := stmt.ExecContext(ctx, e.Key, e.Base, e.Status.String(), e.State(), micro(e.StateTime), micro(e.Created),
 			int64(e.Expiry), nullMicro(e.DueAt), e.Redrives, e.Reparks, e.LastError,
-			e.Message.Topic, e.Message.Partition, e.Message.Offset, e.Message.Key, e.Message.Value, headers, nullMicro(e.Message.Timestamp))
+			e.Message.Topic, e.Message.Partition, e.Message.Offset, e.Message.Key, e.Message.Value, headers, nullMicro(e.Message.Timestamp), e.OrderKey)
 		if err != nil {
 			return 0, fmt.Errorf("sqlitestore: park %q: %w", e.Key, err)
 		}
@@ -408,6 +408,9 @@ func (s *Store) Claim(ctx context.Context, now time.Time, limit int, fn func(con
 	defer s.unlockClaims()
 	rows, err := s.db.QueryContext(ctx, `SELECT `+columns+` FROM redrive_entries
 		WHERE due_at IS NOT NULL AND due_at <= ? AND status IN ('parked', 'retrying')
+		AND (order_key = '' OR NOT EXISTS (SELECT 1 FROM redrive_entries AS b
+			WHERE b.order_key = redrive_entries.order_key AND b.order_key <> '' AND b.id < redrive_entries.id
+			AND b.status IN ('parked', 'retrying')))
 		ORDER BY due_at, id LIMIT ?`, micro(now), limit)
 	if err != nil {
 		return 0, nil, fmt.Errorf("sqlitestore: claim: %w", err)
@@ -506,4 +509,48 @@ func statusArg(st redrive.Status) string {
 		return ""
 	}
 	return st.String()
+}
+
+// LockedKeys returns the order keys with a pending entry of a record of
+// topic and partition; see [redrive.KeyLocker].
+func (s *Store) LockedKeys(ctx context.Context, topic string, partition int32) ([]string, error) {
+	if err := s.usable(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.db.QueryContext(ctx, `SELECT DISTINCT order_key FROM redrive_entries
+		WHERE topic = ? AND partition = ? AND order_key <> '' AND status IN ('parked', 'retrying')`, topic, partition)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: locked keys of %s/%d: %w", topic, partition, err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			return nil, fmt.Errorf("sqlitestore: locked keys of %s/%d: %w", topic, partition, err)
+		}
+		out = append(out, k)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: locked keys of %s/%d: %w", topic, partition, err)
+	}
+	return out, nil
+}
+
+// KeyLocked reports whether the order key has a pending entry; see
+// [redrive.KeyLocker].
+func (s *Store) KeyLocked(ctx context.Context, orderKey string) (bool, error) {
+	if err := s.usable(ctx); err != nil {
+		return false, err
+	}
+	if orderKey == "" {
+		return false, nil
+	}
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM redrive_entries
+		WHERE order_key = ? AND order_key <> '' AND status IN ('parked', 'retrying') LIMIT 1)`, orderKey).Scan(&n)
+	if err != nil {
+		return false, fmt.Errorf("sqlitestore: key locked %q: %w", orderKey, err)
+	}
+	return n > 0, nil
 }

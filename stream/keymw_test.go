@@ -1,0 +1,85 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// TestKeyMiddleware: in ByKey ordering, WithKeyMiddleware sees each
+// record with its ordering key (WithKeyFunc's) in OrderKey, and so does
+// the exhaustion action; in ByPartition ordering OrderKey says none, and
+// NewProcessor refuses the middleware outside ByKey, or nil.
+func TestKeyMiddleware(t *testing.T) {
+	var (
+		mu      sync.Mutex
+		mwKeys  = map[int64]string{}
+		actKeys = map[int64]string{}
+	)
+	mw := func(next stream.Handler) stream.Handler {
+		return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			k, ok := stream.OrderKey(ctx)
+			if !ok {
+				return errors.New("no order key in ByKey ordering")
+			}
+			mu.Lock()
+			mwKeys[b.Records[0].Offset] = k
+			mu.Unlock()
+			return next.Handle(ctx, b)
+		})
+	}
+	action := func(ctx context.Context, b *stream.Batch, _ *checkpoint.ExhaustedError) error {
+		k, _ := stream.OrderKey(ctx)
+		mu.Lock()
+		actKeys[b.Records[0].Offset] = k
+		mu.Unlock()
+		return nil
+	}
+	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if string(b.Records[0].Key) == "bad" {
+			return errors.New("poison")
+		}
+		return nil
+	})
+	proc, err := stream.NewProcessor(handler, stream.Options(stream.WithOrdering(stream.ByKey), stream.WithKeyMiddleware("test", mw)),
+		stream.WithKeyFunc(func(r *stream.Record) string { return "k-" + string(r.Key) }), stream.WithExhaustionAction(action))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := streamtest.NewPartition("t", 0, 10)
+	end := p.AppendKeyed(time.Now(), "a", "bad", "a")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	go func() { _ = p.WaitCommitted(ctx, end); cancel() }()
+	_ = streamtest.Run(ctx, proc, p)
+	if n, _ := p.Committed(); n != end {
+		t.Fatalf("committed %d, want %d", n, end)
+	}
+	if mwKeys[0] != "k-a" || mwKeys[1] != "k-bad" || mwKeys[2] != "k-a" || actKeys[1] != "k-bad" {
+		t.Fatalf("order keys seen by the middleware %v and the action %v", mwKeys, actKeys)
+	}
+
+	if k, ok := stream.OrderKey(t.Context()); ok || k != "" {
+		t.Fatalf("OrderKey of a context without one = %q, %v", k, ok)
+	}
+	for _, c := range []struct {
+		opts []stream.Option
+		want string
+	}{
+		{[]stream.Option{stream.WithKeyMiddleware("mine", mw)}, "mine applies to ByKey ordering only"},
+		{[]stream.Option{stream.WithKeyMiddleware("mine", mw), stream.WithOrdering(stream.ByNone)}, "mine applies to ByKey ordering only"},
+		{[]stream.Option{stream.WithKeyMiddleware("mine", nil), stream.WithOrdering(stream.ByKey)}, "mine: nil middleware"},
+		{[]stream.Option{stream.Options(stream.WithOrdering(stream.ByKey), nil)}, "Options holds a nil option"},
+	} {
+		if _, err := stream.NewProcessor(handler, c.opts...); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewProcessor: %v, want %q", err, c.want)
+		}
+	}
+}
