@@ -21,10 +21,11 @@ import (
 // the client learns, whose connections it carries to the broker through
 // a dial function (the consumer's faultNet), rewriting the broker
 // addresses in the answers that carry them (Metadata, FindCoordinator,
-// and the leader hints of Fetch and Produce from v16 and v10) to its own
-// listeners. The client bootstraps from [Front.Bootstrap]'s addresses and
-// from then on connects only to the front's listeners; every byte of
-// every connection crosses the dial function's network. Nothing else in
+// DescribeCluster, and the leader hints of Fetch and Produce from v16 and
+// v10) to its own listeners. The client bootstraps from
+// [Front.Bootstrap]'s addresses and from then on connects only to the
+// front's listeners; every byte of every connection crosses the dial
+// function's network. Nothing else in
 // the protocol is changed: requests go through as they are, and answers
 // the front cannot read go through as they came.
 type Front struct {
@@ -209,7 +210,7 @@ func readFrame(r *bufio.Reader) ([]byte, error) {
 // frame it does not rewrite, or cannot read, comes back as it was.
 func (f *Front) rewrite(frame []byte, key, version int16) []byte {
 	switch {
-	case key == 3, key == 10: // Metadata, FindCoordinator
+	case key == 3, key == 10, key == 60: // Metadata, FindCoordinator, DescribeCluster
 	case key == 1 && version >= 16, key == 0 && version >= 10: // Fetch, Produce: leader hints
 	default:
 		return frame
@@ -259,6 +260,10 @@ func (f *Front) rewrite(frame []byte, key, version int16) []byte {
 			if r.Coordinators[i].ErrorCode == 0 {
 				move(&r.Coordinators[i].Host, &r.Coordinators[i].Port)
 			}
+		}
+	case *kmsg.DescribeClusterResponse:
+		for i := range r.Brokers {
+			move(&r.Brokers[i].Host, &r.Brokers[i].Port)
 		}
 	case *kmsg.FetchResponse:
 		for i := range r.Brokers {

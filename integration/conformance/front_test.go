@@ -36,6 +36,10 @@ func TestFrontRewrite(t *testing.T) {
 			x := r.(*kmsg.FindCoordinatorResponse)
 			return [][2]any{{x.Coordinators[0].Host, x.Coordinators[0].Port}}
 		}},
+		{"DescribeCluster v1", 60, 1, &kmsg.DescribeClusterResponse{Brokers: []kmsg.DescribeClusterResponseBroker{{NodeID: 1, Host: host, Port: port}}}, func(r kmsg.Response) [][2]any {
+			x := r.(*kmsg.DescribeClusterResponse)
+			return [][2]any{{x.Brokers[0].Host, x.Brokers[0].Port}}
+		}},
 		{"Fetch v16", 1, 16, &kmsg.FetchResponse{Brokers: []kmsg.FetchResponseBroker{{NodeID: 1, Host: host, Port: port}}}, func(r kmsg.Response) [][2]any {
 			x := r.(*kmsg.FetchResponse)
 			return [][2]any{{x.Brokers[0].Host, x.Brokers[0].Port}}
