@@ -33,7 +33,9 @@ import (
 // address, through a proxy of its own for that address, made on first use.
 // The broker's advertised address stays what it is, every connection of
 // the consumer crosses the faulty network, and the test's own admin client
-// (producing, reading committed offsets) dials the broker directly.
+// (producing, reading committed offsets) dials the broker directly. A
+// client that takes no dialer (librdkafka) bootstraps from a [Front] that
+// uses the dialer for it.
 
 // EnvSoak makes the network-fault scenarios run longer (more records,
 // more faults, longer outages); CI runs the short versions.
