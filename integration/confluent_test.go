@@ -14,9 +14,11 @@ import (
 // confluentAdapter builds confluent-kafka-go (librdkafka) consumers for the
 // conformance suite: librdkafka's default (eager) range and round-robin
 // assignors, reading a partition without a commit from its start, with
-// librdkafka's defaults for everything the suite does not set. The
-// network-fault scenarios do not run it: librdkafka dials its brokers
-// itself, with no dial function to give.
+// librdkafka's defaults for everything the suite does not set. librdkafka
+// dials its brokers itself, with no dial function to give: for the
+// network-fault scenarios it bootstraps from a [conformance.Front] whose
+// listeners carry its connections through the scenario's dial function and
+// which rewrites the broker addresses in the answers to its own.
 type confluentAdapter struct{}
 
 func (confluentAdapter) Name() string { return "confluent" }
@@ -25,8 +27,15 @@ func (confluentAdapter) Name() string { return "confluent" }
 func (confluentAdapter) NeedsKIP848() bool { return false }
 
 func (confluentAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conformance.Consumer, error) {
+	brokers := cfg.Brokers
+	if cfg.Dial != nil {
+		var err error
+		if brokers, err = conformance.NewFront(t, cfg.Dial).Bootstrap(brokers); err != nil {
+			return nil, err
+		}
+	}
 	conf := kafka.ConfigMap{
-		"bootstrap.servers": strings.Join(cfg.Brokers, ","),
+		"bootstrap.servers": strings.Join(brokers, ","),
 		"group.id":          cfg.Group,
 		"auto.offset.reset": "earliest",
 		"log_level":         3,
@@ -36,9 +45,6 @@ func (confluentAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (confo
 	}
 	if cfg.HeartbeatInterval > 0 {
 		conf["heartbeat.interval.ms"] = int(cfg.HeartbeatInterval.Milliseconds())
-	}
-	if cfg.Dial != nil {
-		t.Skip("librdkafka dials its brokers itself: no dial function can be given")
 	}
 	return confluent.New(cfg.Processor, confluent.WithGroup(conf, cfg.Topic), confluent.WithMaxBatch(cfg.MaxBatch),
 		confluent.WithCommitWindow(window(cfg)))

@@ -17,7 +17,7 @@ func TestNetworkFaults(t *testing.T) {
 		t.Skip("the network-fault scenarios are long")
 	}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}} {
+		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}} {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunNetworkFaults(t, p, a)
 			})

@@ -33,7 +33,9 @@ import (
 // address, through a proxy of its own for that address, made on first use.
 // The broker's advertised address stays what it is, every connection of
 // the consumer crosses the faulty network, and the test's own admin client
-// (producing, reading committed offsets) dials the broker directly.
+// (producing, reading committed offsets) dials the broker directly. A
+// client that takes no dialer (librdkafka) bootstraps from a [Front] that
+// uses the dialer for it.
 
 // EnvSoak makes the network-fault scenarios run longer (more records,
 // more faults, longer outages); CI runs the short versions.
@@ -278,6 +280,7 @@ func netPartitionScenario(t *testing.T, e *env, soak bool) Figures {
 	cut.add("hole-up", "timeout", "upstream", `{"timeout":0}`)
 	cut.add("hole-down", "timeout", "downstream", `{"timeout":0}`)
 	began := time.Now()
+	cutAt := len(hist.Events())
 	time.Sleep(300 * time.Millisecond) // commits that crossed before the cut land
 	at := e.committed()
 	// Recovery: until every partition the cut consumer held moves on
@@ -303,6 +306,13 @@ func netPartitionScenario(t *testing.T, e *env, soak bool) Figures {
 	if rest := outage - time.Since(began); rest > 0 {
 		time.Sleep(rest)
 	}
+	// The cut reached the consumer only if the group moved its
+	// partitions: the other claimed some while it was cut off. (A
+	// consumer whose connections went around the faulty network would
+	// keep them, and its commits would move on all the same.)
+	if !claimedSince(hist.Events()[cutAt:], "b") {
+		t.Errorf("the other consumer claimed no partition while the first was cut off for %v: the cut did not reach the consumer", outage)
+	}
 	cut.remove("hole-up")
 	cut.remove("hole-down")
 	e.waitTotal(total, longWait)
@@ -312,4 +322,14 @@ func netPartitionScenario(t *testing.T, e *env, soak bool) Figures {
 	f.Recovery = recovery
 	f.Note = fmt.Sprintf("one consumer blackholed for %v (session timeout %v); recovery = from the cut until every partition moves on", outage, e.b.SessionTimeout)
 	return f
+}
+
+// claimedSince says whether member claimed a partition in events.
+func claimedSince(events []streamtest.Event, member string) bool {
+	for _, e := range events {
+		if e.Kind == streamtest.Claimed && e.Member == member {
+			return true
+		}
+	}
+	return false
 }
