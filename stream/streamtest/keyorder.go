@@ -89,7 +89,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 	type part struct {
 		recs  []rec
 		keys  map[string]*key
-		final int64 // records below are final
+		final int64  // records below are final
 		owner *claim // the latest claim of the partition; nil once released
 	}
 	var r Report
