@@ -177,7 +177,7 @@ function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1])
 function unitOf(name) { return name ~ /lateness/ ? "p99-late-µs" : name ~ /poison$/ ? "s-to-all-good" : "records/s" }
 function fmt(v, unit) {
   if (v == "") return "-"
-  if (unit == "records/s") return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : sprintf("%.0f k", v / 1e3)
+  if (unit == "records/s") return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : v >= 1e4 ? sprintf("%.0f k", v / 1e3) : sprintf("%.0f", v)
   if (unit == "s-to-all-good") return sprintf("%.2f s", v)
   return sprintf("%.0f", v)
 }
