@@ -126,7 +126,11 @@ type Consumer interface {
 // Run runs every case of the suite as a subtest of t, in the variant
 // [VariantFromEnv] reads (REDELIVER_ORDERING=key: in key ordering).
 func Run(t *testing.T, p Provider, a Adapter) {
-	RunVariant(t, p, a, VariantFromEnv())
+	v, err := VariantFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	RunVariant(t, p, a, v)
 }
 
 // partitionOnly names the cases whose assertions hold in partition

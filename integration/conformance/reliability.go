@@ -89,7 +89,11 @@ func report(t *testing.T, f Figures) {
 // The variant is [VariantFromEnv]'s: REDELIVER_ORDERING=key runs every
 // scenario in key ordering.
 func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
-	RunReliabilityVariant(t, p, a, childName, VariantFromEnv())
+	v, err := VariantFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	RunReliabilityVariant(t, p, a, childName, v)
 }
 
 // Variant changes how the reliability scenarios run.
@@ -112,15 +116,15 @@ type Variant struct {
 const EnvOrdering = "REDELIVER_ORDERING"
 
 // VariantFromEnv returns the variant REDELIVER_ORDERING asks for: the way
-// to run the whole reliability suite in key ordering by hand. A value it
-// cannot read panics, naming it, so that a mistyped run is not taken for
-// a run in partition ordering.
-func VariantFromEnv() Variant {
+// to run a whole suite in key ordering by hand. A value it cannot read is
+// an error naming it (the suites fail the test with it), so that a
+// mistyped run is not taken for a run in partition ordering.
+func VariantFromEnv() (Variant, error) {
 	o, err := stream.ParseOrdering(os.Getenv(EnvOrdering))
 	if err != nil {
-		panic(fmt.Sprintf("%s: %v", EnvOrdering, err))
+		return Variant{}, fmt.Errorf("%s: %w", EnvOrdering, err)
 	}
-	return Variant{Ordering: o}
+	return Variant{Ordering: o}, nil
 }
 
 // RunReliabilityVariant is [RunReliability] in the given variant.
