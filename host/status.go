@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -236,14 +237,20 @@ type PartitionStatus struct {
 	// Since is when the partition entered its state.
 	Since time.Time `json:"since"`
 	// StoppedRecords are the offsets of the partition's records held by
-	// StopPartition in share mode (the unit stopped is a record there):
+	// StopPartition in share mode or in key ordering (the unit stopped is
+	// a record there):
 	// each is resumed or skipped on its own ([Host.ResumeRecord],
 	// [Host.SkipRecord], the actions with an offset).
 	StoppedRecords []int64 `json:"stoppedRecords,omitempty"`
+	// StoppedKeys are, in key ordering, the keys of StoppedRecords, in
+	// the same order: StopPartition stopped the key, not the partition
+	// (the key's later records wait; the partition's other keys go on).
+	// Absent in partition ordering and in a share group.
+	StoppedKeys []string `json:"stoppedKeys,omitempty"`
 }
 
 // CommittedState is the retry state committed with a partition's
-// checkpoint, as the engine reads it: what a
+// checkpoint, as the engine reads it (see [retrystate.DecodeState]): what a
 // next owner of the partition, after a rebalance or a restart, continues.
 type CommittedState struct {
 	// Offset is the offset of the record the state belongs to; -1 when the
@@ -287,6 +294,25 @@ type CommittedState struct {
 	// ignores.
 	Summary string `json:"summary"`
 	Error   string `json:"error,omitempty"`
+	// Window, for a commit of key (or no) ordering, whose metadata is a
+	// window ("rd2:", docs/KEYS.md), is that window as a next owner reads
+	// it; the fields above are then its lowest record's.
+	Window *CommittedWindow `json:"window,omitempty"`
+}
+
+// CommittedWindow is the window committed with a partition's checkpoint
+// in key (or no) ordering ([retrystate.RestoreWindow]): the records from
+// the checkpoint to Next, of which Unfinished are not finished yet (a next
+// owner delivers those again, and skips the others).
+type CommittedWindow struct {
+	Next       int64 `json:"next"`
+	Unfinished int   `json:"unfinished"`
+	// Records are the unfinished records that hold a state, by offset:
+	// retrying (the retry due or started), given up with their exhaustion
+	// action not done, or stopped (Halted: StopPartition stopped the
+	// record's key, whose later records wait until an operator resumes
+	// or skips the record; the actions with its offset).
+	Records []CommittedState `json:"records,omitempty"`
 }
 
 // committedState decodes the metadata committed at checkpoint, with
@@ -295,10 +321,77 @@ func committedState(at int64, md string, maxRetries int) *CommittedState {
 	if at < 0 || md == "" {
 		return nil
 	}
+	if strings.HasPrefix(md, "rd2:") {
+		return committedWindow(at, md, maxRetries)
+	}
 	st, err := retrystate.DecodeState(md)
 	if err != nil {
 		return &CommittedState{Offset: -1, Summary: retrystate.Describe(md, maxRetries) + ": ignored", Error: err.Error()}
 	}
+	return recordState(at, st, maxRetries)
+}
+
+// committedWindow decodes the window of key (or no) ordering committed at
+// checkpoint at.
+func committedWindow(at int64, md string, maxRetries int) *CommittedState {
+	w, err := retrystate.RestoreWindow(at, md, checkpoint.WindowLimits{MaxBytes: 1 << 20})
+	if err != nil {
+		return &CommittedState{Offset: -1, Summary: "a window a next owner cannot read: ignored, the records after the checkpoint are delivered again", Error: err.Error()}
+	}
+	cw := &CommittedWindow{Next: w.Next(), Unfinished: w.Unfinished()}
+	seen := 0
+	for o := w.Base(); o < w.Next() && seen < cw.Unfinished; o++ {
+		if w.Finished(o) {
+			continue
+		}
+		seen++
+		if st, ok := w.State(o); ok {
+			cw.Records = append(cw.Records, *recordState(o, st, maxRetries))
+		}
+	}
+	c := &CommittedState{Offset: -1, Window: cw}
+	if len(cw.Records) > 0 {
+		c = &cw.Records[0]
+		cp := *c
+		c = &cp
+		c.Window = cw
+	}
+	c.Summary = fmt.Sprintf("window: %d of the records from %d to %d not finished", cw.Unfinished, at, cw.Next-1)
+	if cw.Next <= at {
+		c.Summary = "window: every record finished"
+	}
+	stopped, retrying, given := 0, 0, 0
+	for _, r := range cw.Records {
+		switch {
+		case r.Halted:
+			stopped++
+		case r.GivenUp != "":
+			given++
+		default:
+			retrying++
+		}
+	}
+	for _, x := range []struct {
+		n    int
+		what string
+	}{{retrying, "retrying"}, {given, "given up, the action not done"}, {stopped, "stopped (its key waits for an operator)"}} {
+		if x.n > 0 {
+			c.Summary += fmt.Sprintf("; %d %s", x.n, x.what)
+		}
+	}
+	for i, r := range cw.Records {
+		if i == 3 {
+			c.Summary += fmt.Sprintf("; and %d more", len(cw.Records)-3)
+			break
+		}
+		c.Summary += "; " + r.Summary
+	}
+	return c
+}
+
+// recordState is the CommittedState of st, committed at checkpoint at.
+func recordState(at int64, st retrystate.State, maxRetries int) *CommittedState {
+	md := retrystate.EncodeState(st)
 	if st.Retries == 0 && st.GivenUp == 0 {
 		return &CommittedState{Offset: -1, Summary: "no retry"}
 	}
@@ -605,13 +698,14 @@ func (s *fnStatus) snapshot() FunctionStatus {
 		fs.PolicyFrom = f.policy.Origin
 	}
 	stopped := map[partKey]bool{}
-	records := map[partKey][]int64{}
+	records := map[partKey][]stream.StoppedPartition{}
+	keyed := s.proc != nil && s.proc.Ordering() == stream.ByKey
 	if s.proc != nil {
 		for _, sp := range s.proc.Stopped() {
 			k := partKey{sp.Topic, sp.Partition}
 			stopped[k] = true
 			if sp.Record {
-				records[k] = append(records[k], sp.FirstOffset)
+				records[k] = append(records[k], sp)
 			}
 		}
 	}
@@ -625,9 +719,13 @@ func (s *fnStatus) snapshot() FunctionStatus {
 	for k, p := range s.parts {
 		ps := *p
 		ps.CommittedState = committedState(ps.Checkpoint, ps.Metadata, maxRetries)
-		if recs := records[k]; len(recs) > 0 {
-			ps.StoppedRecords = slices.Clone(recs)
-			slices.Sort(ps.StoppedRecords)
+		if recs := records[k]; len(recs) > 0 { // Stopped sorts them by offset
+			for _, sp := range recs {
+				ps.StoppedRecords = append(ps.StoppedRecords, sp.FirstOffset)
+				if keyed {
+					ps.StoppedKeys = append(ps.StoppedKeys, sp.Key)
+				}
+			}
 		}
 		switch {
 		case ps.State == StateStopped && !stopped[k] && s.proc != nil:

@@ -10,6 +10,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/integration/conformance"
 	"github.com/redeliver-go/redeliver/integration/provider"
+	"github.com/redeliver-go/redeliver/stream"
 )
 
 // franzAdapter builds franz-go consumers for the conformance suite, with
@@ -68,6 +69,22 @@ func TestFranz(t *testing.T) {
 		for _, a := range []franzAdapter{{}, {kip848: true}} {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.Run(t, p, a)
+			})
+		}
+	}
+}
+
+// TestKeyed runs the conformance suite in key ordering
+// (conformance.Variant: records with keys, each case's history checked
+// with History.CheckKeys; the cases about partition ordering skip) for the
+// franz-go and kafka-go adapters, on kfake and on the external broker when
+// one is given. REDELIVER_ORDERING=key runs TestFranz and TestKafkago so.
+func TestKeyed(t *testing.T) {
+	v := conformance.Variant{Ordering: stream.ByKey}
+	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
+		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}} {
+			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				conformance.RunVariant(t, p, a, v)
 			})
 		}
 	}

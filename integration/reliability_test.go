@@ -13,6 +13,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/integration/conformance"
 	"github.com/redeliver-go/redeliver/integration/provider"
+	"github.com/redeliver-go/redeliver/stream"
 )
 
 // TestMain lets the reliability suite run this binary again as a consumer
@@ -122,6 +123,27 @@ func TestReliability(t *testing.T) {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunReliability(t, p, a, name)
+			})
+		}
+	}
+}
+
+// TestReliabilityKeyed runs a short set of the reliability suite in key
+// ordering (conformance.Variant: records with keys, every record retried
+// on its own, each history checked with History.CheckKeys: per-key order,
+// the per-record retry bound, no loss) for the franz-go and kafka-go
+// adapters, on kfake and on the external broker when one is given:
+// members joining and leaving while records are retried (rebalances), and
+// a member killed with SIGKILL in the middle of a record's retry.
+// REDELIVER_ORDERING=key runs the whole of TestReliability in key
+// ordering.
+func TestReliabilityKeyed(t *testing.T) {
+	v := conformance.Variant{Ordering: stream.ByKey, Only: []string{"MembersJoinAndLeavePerRecord", "SIGKILLDuringDelivery"}}
+	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
+		for _, name := range []string{"franz", "kafkago"} {
+			a := reliabilityAdapters[name]
+			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				conformance.RunReliabilityVariant(t, p, a, name, v)
 			})
 		}
 	}

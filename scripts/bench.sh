@@ -63,7 +63,8 @@ go test -c -o "$bin/stream.test" ./stream
 (cd rdotel/tests && go test -c -o "$bin/rdotel.test" .)
 
 # Comparisons: name|binary|benchtime|baseline leaf|other leaves...
-# Leaf paths are anchored per level.
+# Leaf paths are anchored per level. A leaf written leaf@benchtime runs
+# with that benchtime instead of the comparison's.
 comparisons=(
   "engine success|stream|1s|BenchmarkSuccessPath/direct|BenchmarkSuccessPath/processor"
   "engine isolation|stream|1s|BenchmarkIsolation/alone|BenchmarkIsolation/beside-a-partition-in-backoff"
@@ -97,6 +98,13 @@ comparisons=(
   "peers p=1|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=1|BenchmarkPeersFailure/redeliver-kafkago/partitions=1|BenchmarkPeersFailure/franz-inplace/partitions=1|BenchmarkPeersFailure/kafkago-reader/partitions=1|BenchmarkPeersFailure/watermill/partitions=1"
   "peers p=8|peers|${RECORDS}x|BenchmarkPeersFailure/redeliver-franz/partitions=8|BenchmarkPeersFailure/redeliver-kafkago/partitions=8|BenchmarkPeersFailure/franz-inplace/partitions=8|BenchmarkPeersFailure/kafkago-reader/partitions=8|BenchmarkPeersFailure/watermill/partitions=8"
 
+  # Key ordering (issue 49, docs/BENCHMARKS.md): one partition of
+  # KEYED_RECORDS records over 1,000 keys, a handler that waits 2ms per
+  # record. Partition ordering handles one record at a time (about 450/s
+  # here): its leaf runs 5,000 records, whose rate is the same as 100,000's.
+  "keyed franz p=1|franz|${KEYED_RECORDS:-100000}x|BenchmarkKeyOrdering/partition@5000x|BenchmarkKeyOrdering/key/concurrency=16|BenchmarkKeyOrdering/key/concurrency=64|BenchmarkKeyOrdering/key/concurrency=256|BenchmarkKeyOrdering/poison/concurrency=64|BenchmarkKeyOrdering/nowait/key/concurrency=256|BenchmarkKeyOrdering/nowait/partition"
+  "keyed kafkago p=1|kafkago|${KEYED_RECORDS:-100000}x|BenchmarkKeyOrdering/partition@5000x|BenchmarkKeyOrdering/key/concurrency=16|BenchmarkKeyOrdering/key/concurrency=64|BenchmarkKeyOrdering/key/concurrency=256|BenchmarkKeyOrdering/poison/concurrency=64|BenchmarkKeyOrdering/nowait/key/concurrency=256|BenchmarkKeyOrdering/nowait/partition"
+
   # The ceiling (issue 50): the fastest at-least-once loops a user writes
   # beside the adapters, on the same scenario. A leaf written binary:leaf
   # runs in that test binary instead of the comparison's.
@@ -126,9 +134,10 @@ for round in $(seq $((1 - WARMUP)) "$ROUNDS"); do
     n=${#ls[@]}
     for i in $(seq 0 $((n - 1))); do
       leaf=${ls[$(((i + round + 100 * n) % n))]}
-      leafbin=$binary leafpath=$leaf
-      if [[ $leaf == *:* ]]; then leafbin=${leaf%%:*} leafpath=${leaf#*:}; fi
-      output=$("$bin/$leafbin.test" -test.run '^$' -test.bench "$(anchor "$leafpath")" -test.benchtime "$benchtime" \
+      leafbin=$binary leafpath=$leaf leaftime=$benchtime
+      if [[ $leafpath == *@* ]]; then leaftime=${leafpath##*@} leafpath=${leafpath%@*}; fi
+      if [[ $leafpath == *:* ]]; then leafbin=${leafpath%%:*} leafpath=${leafpath#*:}; fi
+      output=$("$bin/$leafbin.test" -test.run '^$' -test.bench "$(anchor "$leafpath")" -test.benchtime "$leaftime" \
         -test.benchmem 2>"$bin/stderr" || true)
       # The handlers' log lines (stderr) would split a result line.
       output+=$'\n'$(tail -n 15 "$bin/stderr")
@@ -168,7 +177,7 @@ function med(a, n) { sort(a, n); return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1])
 function unitOf(name) { return name ~ /lateness/ ? "p99-late-µs" : name ~ /poison$/ ? "s-to-all-good" : "records/s" }
 function fmt(v, unit) {
   if (v == "") return "-"
-  if (unit == "records/s") return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : sprintf("%.0f k", v / 1e3)
+  if (unit == "records/s") return v >= 1e6 ? sprintf("%.2f M", v / 1e6) : v >= 1e4 ? sprintf("%.0f k", v / 1e3) : sprintf("%.0f", v)
   if (unit == "s-to-all-good") return sprintf("%.2f s", v)
   return sprintf("%.0f", v)
 }

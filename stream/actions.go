@@ -75,6 +75,12 @@ type StoppedPartition struct {
 	// address it; Resume and Skip do too while it is the partition's
 	// only record held.
 	Record bool
+	// Key is the key of the record held, with Record: in key ordering the
+	// key that orders it ([WithKeyFunc]'s, or the record's Kafka key),
+	// whose later records wait until the record is resumed or skipped;
+	// in a share group the record's key. Empty for a partition held and
+	// for a record without a key.
+	Key string
 }
 
 // ErrNotStopped is returned by [Processor.Resume] and [Processor.Skip] for a

@@ -263,3 +263,19 @@ func (l *limiter) forget(d *kdriver) {
 	delete(l.waiters, d)
 	l.mu.Unlock()
 }
+
+// keyOf returns the key that orders r in key ordering, as the operator
+// sees it (StoppedPartition.Key): the key function's, or r's key. A key
+// function that panics gives "" (the driver ordered the record with the
+// records without a key, and logged it).
+func (k *keyedConfig) keyOf(r *Record) (key string) {
+	if k.keyFn == nil || k.ordering != ByKey {
+		return string(r.Key)
+	}
+	defer func() {
+		if recover() != nil {
+			key = ""
+		}
+	}()
+	return k.keyFn(r)
+}

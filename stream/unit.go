@@ -212,6 +212,9 @@ func (u *unit) halt(ctx context.Context, b *Batch, xerr *checkpoint.ExhaustedErr
 		}
 	}
 	sp := StoppedPartition{BatchInfo: u.infoOf(b), Err: xerr, Record: u.record}
+	if u.record && len(b.Records) == 1 {
+		sp.Key = u.p.cfg.keyed.keyOf(&b.Records[0])
+	}
 	e := u.p.register(sp)
 	defer u.p.unregister(e)
 	if h := u.p.cfg.hooks.Stopped; h != nil {

@@ -66,6 +66,20 @@ type offsetRow struct {
 	Halted    bool   `json:"halted,omitempty"`
 	LastError string `json:"lastError,omitempty"`
 	State     string `json:"state"`
+	// Window is, for a commit of key (or no) ordering (metadata "rd2:"),
+	// the window a next owner reads (docs/KEYS.md): the records from the
+	// committed offset to Next, Unfinished of them not finished (a next
+	// owner delivers those again and skips the others), and the records
+	// among them that hold a state, each as a row of its own (Committed
+	// is the record's offset there).
+	Window *windowRow `json:"window,omitempty"`
+}
+
+// windowRow is the window of a key ordering's commit.
+type windowRow struct {
+	Next       int64       `json:"next"`
+	Unfinished int         `json:"unfinished"`
+	Records    []offsetRow `json:"records,omitempty"`
 }
 
 func runOffsets(args []string, e env) int {
@@ -303,6 +317,10 @@ func describeRow(r *offsetRow, maxRetries *int, now time.Time) {
 		r.State = "no retry state"
 		return
 	}
+	if strings.HasPrefix(r.Metadata, "rd2:") {
+		describeWindow(r, maxRetries, now)
+		return
+	}
 	s, err := retrystate.ReadCommitted(r.Committed, r.Metadata)
 	var other *retrystate.OtherRecordError
 	switch {
@@ -428,4 +446,55 @@ func groupExists(ctx context.Context, adm *kadm.Client, group string) error {
 		hint = fmt.Sprintf("the brokers know %d other groups", len(names))
 	}
 	return fmt.Errorf("group %s does not exist: %s", group, hint)
+}
+
+// describeWindow describes the row of a key (or no) ordering's commit: its
+// window, and each record in it that holds a state.
+func describeWindow(r *offsetRow, maxRetries *int, now time.Time) {
+	w, err := retrystate.RestoreWindow(r.Committed, r.Metadata, checkpoint.WindowLimits{MaxBytes: 1 << 20})
+	if err != nil {
+		r.State = fmt.Sprintf("damaged window of key ordering, ignored (the records after the checkpoint are delivered again): %v", err)
+		return
+	}
+	win := &windowRow{Next: w.Next(), Unfinished: w.Unfinished()}
+	seen := 0
+	for o := w.Base(); o < w.Next() && seen < win.Unfinished; o++ {
+		if w.Finished(o) {
+			continue
+		}
+		seen++
+		st, ok := w.State(o)
+		if !ok {
+			continue
+		}
+		rec := offsetRow{Topic: r.Topic, Partition: r.Partition, Committed: o, End: -1, Lag: -1, Metadata: retrystate.EncodeState(st)}
+		describeRow(&rec, maxRetries, now)
+		if rec.GivenUp != "" && !rec.Halted {
+			// A record given up in key ordering whose action is not done:
+			// StopPartition stopped its key, or its action fails.
+			rec.State = strings.Replace(rec.State, "its exhaustion action not done yet: it is tried again, and a next owner gives the record up again at once, without delivering it",
+				"its exhaustion action not done: StopPartition stopped its key until an operator resumes or skips the record (the status page's actions with its offset), or the action is being tried again; the key's later records wait, and a next owner gives the record up again at once", 1)
+		}
+		rec.State = strings.TrimPrefix(rec.State, fmt.Sprintf("withheld at %d: ", o))
+		rec.State = strings.Replace(rec.State, fmt.Sprintf("given up at %d after", o), "given up after", 1)
+		rec.Metadata = ""
+		win.Records = append(win.Records, rec)
+	}
+	r.Window = win
+	var b strings.Builder
+	if win.Unfinished == 0 {
+		fmt.Fprintf(&b, "key ordering: every record to %d finished", win.Next)
+	} else {
+		fmt.Fprintf(&b, "key ordering: %d of the records from %d to %d not finished (a next owner delivers them, and skips the others)", win.Unfinished, r.Committed, win.Next-1)
+	}
+	for _, rec := range win.Records {
+		switch {
+		case rec.GivenUp != "":
+			r.GivenUp = rec.GivenUp // the row counts as at a record given up
+		case rec.Withheld:
+			r.Withheld = true
+		}
+		fmt.Fprintf(&b, "; record %d: %s", rec.Committed, rec.State)
+	}
+	r.State = b.String()
 }

@@ -84,6 +84,44 @@ func seedStopped(t *testing.T, brokers []string, group, topic string) {
 	}
 }
 
+// seedKeyed commits, for group, a window of key ordering on partition 0
+// of the topic seedGroup filled: committed at 3, record 3 given up with
+// its action not done (its key stopped), 4 and 6 finished, 5 retrying
+// (retry 2, due in 30s), 7 in flight.
+func seedKeyed(t *testing.T, brokers []string, group, topic string) {
+	t.Helper()
+	w, err := retrystate.NewWindow(3, checkpoint.WindowLimits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for o := int64(3); o < 8; o++ {
+		if err := w.Admit(o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, step := range []error{
+		w.Finish(4), w.Finish(6),
+		w.Retry(5, retrystate.State{Offset: 5, Retries: 2, FirstFailure: fixedNow.Add(-time.Minute), LastDelay: 30 * time.Second, NextAt: fixedNow.Add(30 * time.Second), LastError: "503", Records: 1, Alone: true}),
+		w.GiveUp(3, retrystate.State{Offset: 3, Retries: 1, FirstFailure: fixedNow.Add(-10 * time.Minute), Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "bad payload", Records: 1, Alone: true}),
+	} {
+		if step != nil {
+			t.Fatal(step)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var offs kadm.Offsets
+	offs.Add(kadm.Offset{Topic: topic, Partition: 0, At: w.Base(), LeaderEpoch: -1, Metadata: w.Encode()})
+	if resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, offs); err != nil || resp.Error() != nil {
+		t.Fatal(err, resp.Error())
+	}
+}
+
 func kfakeBrokers(t *testing.T, topic string) []string {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(3, topic))
@@ -100,6 +138,7 @@ func TestOffsetsGolden(t *testing.T) {
 	brokers := kfakeBrokers(t, "orders")
 	seedGroup(t, brokers, "orders-app", "orders")
 	seedStopped(t, brokers, "stopped-app", "orders")
+	seedKeyed(t, brokers, "keyed-app", "orders")
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -110,6 +149,10 @@ func TestOffsetsGolden(t *testing.T) {
 		// committed, in words and as JSON.
 		{"offsets_given_up_stopped", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "stopped-app", "-config", "testdata/app.json", "-function", "orders"}},
 		{"offsets_given_up_stopped_json", []string{"offsets", "-json", "-brokers", strings.Join(brokers, ","), "-group", "stopped-app", "-config", "testdata/app.json", "-function", "orders"}},
+		// Key ordering: the window, a key stopped at its record and a
+		// record retrying, in words and as JSON.
+		{"offsets_key_window", []string{"offsets", "-brokers", strings.Join(brokers, ","), "-group", "keyed-app", "-config", "testdata/app.json", "-function", "orders"}},
+		{"offsets_key_window_json", []string{"offsets", "-json", "-brokers", strings.Join(brokers, ","), "-group", "keyed-app", "-config", "testdata/app.json", "-function", "orders"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, code := runCLI(tc.args)

@@ -44,6 +44,9 @@ type ChildConfig struct {
 	PerRecord bool
 	// CommitWindow is the consumer's Config.CommitWindow.
 	CommitWindow time.Duration
+	// Ordering is the consumer's ordering, as stream.ParseOrdering reads
+	// it ("" is partition ordering).
+	Ordering string
 }
 
 func (c ChildConfig) poison(b *stream.Batch) bool {
@@ -109,6 +112,12 @@ func (c ChildConfig) spec(hooks stream.Hooks) spec {
 	if c.Memory {
 		s.opts = append(s.opts, stream.WithInMemoryState())
 	}
+	return s
+}
+
+// with returns s recording into rec (spec.rec).
+func (s spec) with(rec *streamtest.History) spec {
+	s.rec = rec
 	return s
 }
 
@@ -178,7 +187,25 @@ func runChild(raw string, adapters map[string]Adapter) error {
 		}
 		return h.Handle(ctx, b)
 	})
-	proc, err := stream.NewProcessor(s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(s.hooks)}, s.opts...)...)
+	opts := append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(s.hooks)}, s.opts...)
+	ordering, err := stream.ParseOrdering(cfg.Ordering)
+	if err != nil {
+		return err
+	}
+	if ordering != stream.ByPartition {
+		// The start of each handler call goes out before the call, as
+		// the poison batch's began line does: a call a kill cuts short
+		// is known to have begun.
+		flushed := func(next stream.Handler) stream.Handler {
+			return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+				flush()
+				return next.Handle(ctx, b)
+			})
+		}
+		s.handler = stream.Chain(s.handler, hist.Middleware(cfg.Member), flushed)
+		opts = append(opts, stream.WithOrdering(ordering))
+	}
+	proc, err := stream.NewProcessor(s.handler, opts...)
 	if err != nil {
 		return err
 	}
@@ -261,9 +288,45 @@ func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream
 			if !errors.As(werr, &exit) {
 				err = fmt.Errorf("child consumer: %v\n%s", werr, stderr.String())
 			}
+			endKilled(hist, cfg.Member)
 		})
 		return err
 	}
 	e.t.Cleanup(func() { _ = kill() })
 	return kill
+}
+
+// endKilled records, for a member whose process was killed, that each
+// handler call it began ([streamtest.History.Middleware]'s Started events,
+// in key ordering) and did not return was cut short: a Delivered event
+// with the outcome Cancelled, as for a call a revocation cuts short. The
+// process is gone, and so are its calls; without it the key checker would
+// take them for calls still running when the next owner delivers the
+// key's records.
+func endKilled(hist *streamtest.History, member string) {
+	type call struct {
+		tp          streamtest.TopicPartition
+		first, last int64
+	}
+	open := map[call][]streamtest.Event{}
+	for _, ev := range hist.Events() {
+		if ev.Member != member {
+			continue
+		}
+		c := call{streamtest.TopicPartition{Topic: ev.Topic, Partition: ev.Partition}, ev.First, ev.Last}
+		switch ev.Kind {
+		case streamtest.Started:
+			open[c] = append(open[c], ev)
+		case streamtest.Delivered:
+			if q := open[c]; len(q) > 0 {
+				open[c] = q[1:]
+			}
+		}
+	}
+	for _, q := range open {
+		for _, ev := range q {
+			hist.Add(streamtest.Event{Kind: streamtest.Delivered, Member: member, Claim: ev.Claim, Topic: ev.Topic, Partition: ev.Partition,
+				First: ev.First, Last: ev.Last, Retry: ev.Retry, MaxRetries: ev.MaxRetries, Outcome: stream.Cancelled})
+		}
+	}
 }

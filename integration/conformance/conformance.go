@@ -19,6 +19,7 @@ package conformance
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -122,15 +123,48 @@ type Consumer interface {
 	Run(ctx context.Context) error
 }
 
-// Run runs every case of the suite as a subtest of t.
+// Run runs every case of the suite as a subtest of t, in the variant
+// [VariantFromEnv] reads (REDELIVER_ORDERING=key: in key ordering).
 func Run(t *testing.T, p Provider, a Adapter) {
+	v, err := VariantFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	RunVariant(t, p, a, v)
+}
+
+// partitionOnly names the cases whose assertions hold in partition
+// ordering only, and why: RunVariant skips them in key ordering.
+var partitionOnly = map[string]string{
+	"OrderWithinPartition":          "it checks that a partition's records are handled in offset order; in key ordering only a key's are",
+	"GracefulShutdownDuringBackoff": "it checks that the next owner starts with the batch in backoff; in key ordering the other keys' records are delivered too",
+	"PartialSuccess":                "it needs a batch of several records; in key ordering each record is a batch of its own",
+}
+
+// RunVariant is [Run] in the given variant: in key ordering, the records
+// carry keys and every case's history is checked with
+// [streamtest.History.CheckKeys]; the cases whose assertions are about
+// partition ordering (whole batches, one batch at a time) skip then, with
+// the reason.
+func RunVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 	for _, c := range cases {
+		if len(v.Only) > 0 && !slices.Contains(v.Only, c.name) {
+			continue
+		}
 		t.Run(c.name, func(t *testing.T) {
 			b := p.Start(t)
 			if a.NeedsKIP848() && !b.KIP848 {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
-			c.run(t, newEnv(t, b, a))
+			e := newEnv(t, b, a)
+			e.ordering = v.Ordering
+			if why := partitionOnly[c.name]; e.keyed() && why != "" {
+				t.Skipf("partition ordering only: %s", why)
+			}
+			if e.keyed() {
+				e.hist.keys = func(p int32) []string { return e.keys[p] }
+			}
+			c.run(t, e)
 		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // wait bounds every wait of the suite.
@@ -35,6 +36,35 @@ type env struct {
 	members []*member
 	control Controller
 	backend Backend // instead of cl and adm
+	// ordering is the variant's ([Variant.Ordering]): in ByKey or ByNone
+	// the records produced carry keys (keys), the consumers run in that
+	// ordering, and the reliability scenarios check their histories with
+	// [streamtest.History.CheckKeys].
+	ordering stream.Ordering
+	keys     map[int32][]string // each partition's records' keys, by offset
+}
+
+// keysPerPartition is how many keys the records of a partition cycle
+// through in key ordering: the record at offset o has key "k<o mod 8>".
+const keysPerPartition = 8
+
+// keyed reports whether the case runs in key (or no) ordering.
+func (e *env) keyed() bool { return e.ordering != stream.ByPartition }
+
+// key returns the key of the record at offset o in key ordering, and
+// notes it as the key of that record of the partition.
+func (e *env) key(partition int32, o int64) []byte {
+	k := fmt.Sprint("k", o%keysPerPartition)
+	if e.keys == nil {
+		e.keys = map[int32][]string{}
+	}
+	ks := e.keys[partition]
+	for int64(len(ks)) <= o {
+		ks = append(ks, "")
+	}
+	ks[o] = k
+	e.keys[partition] = ks
+	return []byte(k)
 }
 
 func newEnv(t *testing.T, b Broker, a Adapter) *env {
@@ -117,6 +147,9 @@ func (e *env) produce(partition int32, first, n int) {
 	recs := make([]*kgo.Record, n)
 	for i := range recs {
 		recs[i] = &kgo.Record{Topic: e.topic, Partition: partition, Value: fmt.Appendf(nil, "%d:%d", partition, first+i)}
+		if e.keyed() {
+			recs[i].Key = e.key(partition, int64(first+i))
+		}
 	}
 	if err := e.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		e.t.Fatalf("produce: %v", err)
@@ -196,6 +229,10 @@ type spec struct {
 	opts     []stream.Option
 	dial     func(ctx context.Context, network, address string) (net.Conn, error) // Config.Dial
 	window   time.Duration                                                        // Config.CommitWindow
+	// rec is the history the scenario checks: in key ordering the
+	// handler records each call's start into it (History.Middleware),
+	// which CheckKeys needs.
+	rec *streamtest.History
 }
 
 // member is a running consumer.
@@ -212,7 +249,16 @@ type member struct {
 func (e *env) start(name string, s spec) *member {
 	e.t.Helper()
 	hooks := e.hist.hooks(name, s.hooks)
-	proc, err := stream.NewProcessor(s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(hooks)}, s.opts...)...)
+	handler, opts := s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(hooks)}, s.opts...)
+	if e.keyed() {
+		rec := s.rec
+		if rec == nil {
+			rec = &e.hist.rec // the conformance cases check the env's history
+		}
+		handler = stream.Chain(handler, rec.Middleware(name))
+		opts = append(opts, stream.WithOrdering(e.ordering))
+	}
+	proc, err := stream.NewProcessor(handler, opts...)
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -46,6 +46,9 @@ type history struct {
 	events []event
 	topic  string
 	rec    streamtest.History // the same events, for the checker
+	// keys, in key ordering, returns the keys of a partition's records
+	// (env.keys): check runs History.CheckKeys then.
+	keys func(partition int32) []string
 }
 
 func (h *history) add(e event) {
@@ -122,7 +125,20 @@ func (h *history) check(t *testing.T, end map[int32]int64) {
 	for deadline := time.Now().Add(wait); !h.reached(ends) && time.Now().Before(deadline); {
 		time.Sleep(5 * time.Millisecond)
 	}
-	r := h.rec.Check(ends)
+	var r streamtest.Report
+	if h.keys != nil {
+		keys := map[streamtest.TopicPartition][]string{}
+		for tp, end := range ends {
+			ks := h.keys(tp.Partition)
+			if int64(len(ks)) != end {
+				t.Fatalf("%v: %d keys noted for %d records", tp, len(ks), end)
+			}
+			keys[tp] = ks
+		}
+		r = h.rec.CheckKeys(keys)
+	} else {
+		r = h.rec.Check(ends)
+	}
 	for _, v := range r.Violations {
 		t.Error(v)
 	}

@@ -60,6 +60,9 @@ func (e *env) produceValues(partition int32, values []string) {
 	recs := make([]*kgo.Record, len(values))
 	for i, v := range values {
 		recs[i] = &kgo.Record{Topic: e.topic, Partition: partition, Value: []byte(v)}
+		if e.keyed() {
+			recs[i].Key = e.key(partition, int64(len(e.keys[partition]))) // one producer: the next offset
+		}
 	}
 	for {
 		err := cl.ProduceSync(ctx, recs...).FirstErr()
@@ -200,6 +203,9 @@ func (in *incarnations) hooks(member string) stream.Hooks {
 // consumer started anew reads it. Each incarnation's history is checked
 // on its own.
 func topicRecreatedScenario(t *testing.T, e *env) Figures {
+	if e.keyed() {
+		t.Skipf("in %s ordering a rewound log stops its partition with an error (docs/KEYS.md) instead of following the new topic", e.ordering)
+	}
 	if e.backend != nil {
 		t.Skip("the backend cannot delete a topic")
 	}
@@ -316,7 +322,7 @@ func slowPartitionScenario(t *testing.T, e *env) Figures {
 		return nil
 	})
 	var hist streamtest.History
-	e.start("a", spec{handler: h, policy: checkpoint.Policy{}, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.start("a", spec{handler: h, policy: checkpoint.Policy{}, maxBatch: 10, hooks: hist.Hooks("a"), rec: &hist})
 	e.await(slowSeen.ch, "partition 0's first delivery")
 	time.Sleep(time.Second) // partition 0's buffer fills up
 	for i := range fast {
@@ -336,7 +342,7 @@ func slowPartitionScenario(t *testing.T, e *env) Figures {
 	}
 	e.waitCommittedWithin(map[int32]int64{0: backlog, 1: fast, 2: fast}, longWait)
 	e.stopAll()
-	r := check(t, &hist, map[streamtest.TopicPartition]int64{
+	r := e.check(&hist, map[streamtest.TopicPartition]int64{
 		{Topic: e.topic, Partition: 0}: backlog, {Topic: e.topic, Partition: 1}: fast, {Topic: e.topic, Partition: 2}: fast,
 	})
 	f := figures(r, 0)

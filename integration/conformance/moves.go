@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -132,7 +133,11 @@ func giveUpSeenThroughASmallerFetch(t *testing.T, e *env) {
 	e.start("b", spec{handler: h, maxBatch: 3, policy: policy, opts: []stream.Option{stream.WithExhaustionAction(dl)}})
 	e.waitCommitted(map[int32]int64{0: n})
 	e.hist.check(t, map[int32]int64{0: n})
-	if got := deadLetteredOffsets(e); fmt.Sprint(got) != "[0 1 2 3 4]" {
+	got := deadLetteredOffsets(e)
+	if e.keyed() {
+		slices.Sort(got) // records 0-4 have keys of their own: any order
+	}
+	if fmt.Sprint(got) != "[0 1 2 3 4]" {
 		t.Fatalf("dead-lettered %v, want 0-4 once each\n%s", got, e.hist.dump())
 	}
 	mu.Lock()
@@ -141,6 +146,14 @@ func giveUpSeenThroughASmallerFetch(t *testing.T, e *env) {
 		want := 3
 		if o >= 5 {
 			want = 1
+		}
+		if e.keyed() && o < 5 && calls[o] >= 1 && calls[o] <= want {
+			// In key ordering each record is retried on its own: the first
+			// consumer stops when the first give-up's action fails, some
+			// records in the middle of their retries (a retry it marked
+			// started counts as made for the next owner, which may give the
+			// record up without a delivery). The bound holds.
+			continue
 		}
 		if calls[o] != want {
 			t.Errorf("record %d delivered %d times, want %d\n%s", o, calls[o], want, e.hist.dump())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -84,7 +86,50 @@ func report(t *testing.T, f Figures) {
 // provider's broker. Child-process scenarios run the test binary again as a
 // consumer: the binary's TestMain must call [ChildMain] with the adapter
 // registered under childName.
+//
+// The variant is [VariantFromEnv]'s: REDELIVER_ORDERING=key runs every
+// scenario in key ordering.
 func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
+	v, err := VariantFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	RunReliabilityVariant(t, p, a, childName, v)
+}
+
+// Variant changes how the reliability scenarios run.
+type Variant struct {
+	// Ordering is the consumers' ordering ([stream.WithOrdering]). In
+	// [stream.ByKey] (or [stream.ByNone]) the records carry keys (8 a
+	// partition, in turn), every record is retried on its own, and the
+	// history is checked with [streamtest.History.CheckKeys]: per-key
+	// order, the per-record retry bound (plus one per move), no record a
+	// commit said was finished delivered again, no loss. The scenarios
+	// that do not apply to that ordering skip with the reason.
+	Ordering stream.Ordering
+	// Only, when not empty, names the scenarios to run (a short set for
+	// CI); the others are not run.
+	Only []string
+}
+
+// EnvOrdering names the variable that sets the ordering of
+// [VariantFromEnv]: "key", "none" or "partition" (the default).
+const EnvOrdering = "REDELIVER_ORDERING"
+
+// VariantFromEnv returns the variant REDELIVER_ORDERING asks for: the way
+// to run a whole suite in key ordering by hand. A value it cannot read is
+// an error naming it (the suites fail the test with it), so that a
+// mistyped run is not taken for a run in partition ordering.
+func VariantFromEnv() (Variant, error) {
+	o, err := stream.ParseOrdering(os.Getenv(EnvOrdering))
+	if err != nil {
+		return Variant{}, fmt.Errorf("%s: %w", EnvOrdering, err)
+	}
+	return Variant{Ordering: o}, nil
+}
+
+// RunReliabilityVariant is [RunReliability] in the given variant.
+func RunReliabilityVariant(t *testing.T, p Provider, a Adapter, childName string, v Variant) {
 	for _, s := range []struct {
 		name string
 		run  func(t *testing.T, e *env) Figures
@@ -108,13 +153,21 @@ func RunReliability(t *testing.T, p Provider, a Adapter, childName string) {
 		{"TopicRecreated", topicRecreatedScenario},
 		{"SlowPartition", slowPartitionScenario},
 	} {
+		if len(v.Only) > 0 && !slices.Contains(v.Only, s.name) {
+			continue
+		}
 		t.Run(s.name, func(t *testing.T) {
 			b := p.Start(t)
 			if a.NeedsKIP848() && !b.KIP848 {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
 			begin := time.Now()
-			f := s.run(t, newEnv(t, b, a))
+			e := newEnv(t, b, a)
+			e.ordering = v.Ordering
+			f := s.run(t, e)
+			if e.keyed() {
+				f.Note = strings.TrimSpace("ordering=" + e.ordering.String() + " " + f.Note)
+			}
 			f.Scenario, f.Provider, f.Adapter, f.Took = s.name, p.Name(), a.Name(), time.Since(begin)
 			report(t, f)
 		})
@@ -302,6 +355,37 @@ func check(t *testing.T, h *streamtest.History, ends map[streamtest.TopicPartiti
 	return r
 }
 
+// check runs check, or in key ordering the key checker
+// ([streamtest.History.CheckKeys]) over the keys of the records the case
+// produced.
+func (e *env) check(h *streamtest.History, ends map[streamtest.TopicPartition]int64) streamtest.Report {
+	e.t.Helper()
+	if !e.keyed() {
+		return check(e.t, h, ends)
+	}
+	dump(e.t, h)
+	keys := map[streamtest.TopicPartition][]string{}
+	for tp, end := range ends {
+		ks := e.keys[tp.Partition]
+		if int64(len(ks)) != end {
+			e.t.Fatalf("%v: %d keys noted for %d records", tp, len(ks), end)
+		}
+		keys[tp] = ks
+	}
+	r := h.CheckKeys(keys)
+	for i, v := range r.Violations {
+		if i == 20 {
+			e.t.Errorf("... and %d more violations", len(r.Violations)-20)
+			break
+		}
+		e.t.Error(v)
+	}
+	if r.Lost != 0 {
+		e.t.Errorf("%d records lost", r.Lost)
+	}
+	return r
+}
+
 func figures(r streamtest.Report, faults int64) Figures {
 	return Figures{Records: r.Records, Faults: faults, Lost: r.Lost, MaxPerRec: r.MaxDeliveries, MeanPerRec: r.MeanPerRecord}
 }
@@ -318,15 +402,15 @@ func faultsScenario(t *testing.T, e *env, perRecord bool) Figures {
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(checkpoint.Capped(5*time.Millisecond, checkpoint.Exponential(time.Millisecond)))}
 	h := faulty(perRecord, 0, 0.35, 0.15, &faults)
 	for _, name := range []string{"a", "b"} {
-		e.start(name, spec{handler: h, policy: policy, maxBatch: 8, hooks: hist.Hooks(name)})
+		e.start(name, spec{handler: h, policy: policy, maxBatch: 8, hooks: hist.Hooks(name), rec: &hist})
 	}
 	e.waitTotal(parts*n, longWait)
 	e.stopAll()
-	r := check(t, &hist, e.ends(parts, n))
+	r := e.check(&hist, e.ends(parts, n))
 	if faults.Load() < 1000 {
 		t.Errorf("only %d faults injected, want at least 1000", faults.Load())
 	}
-	for tp, batches := range counted(&hist) {
+	for tp, batches := range counted(&hist, e.keyed()) {
 		for first, k := range batches {
 			if k > policy.MaxRetries+1 {
 				t.Errorf("%v: batch at %d delivered %d times (a repeated first delivery counted once), want at most %d", tp, first, k, policy.MaxRetries+1)
@@ -339,7 +423,12 @@ func faultsScenario(t *testing.T, e *env, perRecord bool) Figures {
 // counted returns the deliveries of each batch that count toward its retry
 // bound: its retries, and its first delivery once however often a move
 // repeated it (a first delivery commits nothing before it runs).
-func counted(h *streamtest.History) map[streamtest.TopicPartition]map[int64]int {
+// In key ordering (keyed) it returns nil: [streamtest.History.CheckKeys]
+// bounds each record's deliveries, moves counted.
+func counted(h *streamtest.History, keyed bool) map[streamtest.TopicPartition]map[int64]int {
+	if keyed {
+		return nil
+	}
 	out := map[streamtest.TopicPartition]map[int64]int{}
 	firsts := map[streamtest.TopicPartition]map[int64]bool{}
 	for _, e := range h.Events() {
@@ -373,7 +462,7 @@ func membersScenario(t *testing.T, e *env, perRecord bool) Figures {
 	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(checkpoint.Capped(50*time.Millisecond, checkpoint.Exponential(5*time.Millisecond)))}
 	h := faulty(perRecord, 5*time.Millisecond, 0.3, 0.05, &faults)
 	run := func(name string) *member {
-		return e.start(name, spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true})
+		return e.start(name, spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks(name), session: true, rec: &hist})
 	}
 	total := int64(parts * n)
 	a := run("a")
@@ -392,7 +481,7 @@ func membersScenario(t *testing.T, e *env, perRecord bool) Figures {
 	if err := c.stop(); err != nil {
 		t.Error(err)
 	}
-	r := check(t, &hist, e.ends(parts, n))
+	r := e.check(&hist, e.ends(parts, n))
 	return figures(r, faults.Load())
 }
 
@@ -448,7 +537,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 	e.produce(1, 0, n)
 	cfg := ChildConfig{
 		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, Memory: memory, PerRecord: perRecord,
-		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
+		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout, Ordering: e.ordering.String(),
 	}
 	hist := streamtest.History{MemoryOnly: memory}
 	fourth, stateWritten := newSignal(), newSignal()
@@ -461,11 +550,24 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 			}
 		},
 		// The worker writes the retry state of the 4th failure after its
-		// Delivered hook: the first state checkpoint of partition 0 after it.
+		// Delivered hook: the first state checkpoint of partition 0 after
+		// it. In key ordering, the first window of partition 0 that
+		// counts 4 failures of the poison record (a window may carry other
+		// records' states, or the poison record's retry 3 marked started).
 		Checkpointed: func(ev stream.CheckpointEvent) {
-			if ev.Partition == 0 && ev.Metadata != "" && fourthSeen.Load() {
-				stateWritten.fire()
+			if ev.Partition != 0 || ev.Metadata == "" || !fourthSeen.Load() {
+				return
 			}
+			if e.keyed() {
+				w, err := retrystate.RestoreWindow(ev.Next, ev.Metadata, checkpoint.WindowLimits{})
+				if err != nil {
+					return
+				}
+				if st, ok := w.State(poison); !ok || st.Retries < 4 {
+					return
+				}
+			}
+			stateWritten.fire()
 		},
 	}
 	var (
@@ -476,7 +578,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 		cfg.Adapter, cfg.Member = child, "a"
 		kill = e.startChild(&hist, cfg, watch, nil)
 	} else {
-		a := e.start("a", cfg.spec(stream.MergeHooks(hist.Hooks("a"), watch)))
+		a := e.start("a", cfg.spec(stream.MergeHooks(hist.Hooks("a"), watch)).with(&hist))
 		kill = a.stop
 	}
 	e.await(fourth.ch, "the poison batch's 4th delivery")
@@ -501,17 +603,19 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 			resumed.fire()
 		}
 	}}
-	b := e.start("b", cfg.spec(stream.MergeHooks(hist.Hooks("b"), after)))
+	b := e.start("b", cfg.spec(stream.MergeHooks(hist.Hooks("b"), after)).with(&hist))
 	e.await(resumed.ch, "the new owner's first delivery")
 	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
 	if err := b.stop(); err != nil {
 		t.Error(err)
 	}
-	r := check(t, &hist, e.ends(2, n))
+	r := e.check(&hist, e.ends(2, n))
 
 	got := 0
 	for first, k := range hist.Deliveries()[streamtest.TopicPartition{Topic: e.topic, Partition: 0}] {
-		if first <= poison && (first+5 > poison) && !perRecord {
+		// A batch of 5 holds the poison record; in key ordering, a batch
+		// is a record.
+		if first <= poison && (first+5 > poison) && !perRecord && (!e.keyed() || first == poison) {
 			got += k
 		}
 	}
@@ -556,7 +660,7 @@ func killDuringDelivery(t *testing.T, e *env, child string) Figures {
 	e.produce(1, 0, n)
 	cfg := ChildConfig{
 		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, SlowRetry: 3,
-		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
+		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout, Ordering: e.ordering.String(),
 		Adapter: child, Member: "a",
 	}
 	var hist streamtest.History
@@ -583,13 +687,13 @@ func killDuringDelivery(t *testing.T, e *env, child string) Figures {
 		}
 	}}
 	cfg.SlowRetry = 0
-	b := e.start("b", cfg.spec(stream.MergeHooks(hist.Hooks("b"), after)))
+	b := e.start("b", cfg.spec(stream.MergeHooks(hist.Hooks("b"), after)).with(&hist))
 	e.await(resumed.ch, "the new owner's first delivery")
 	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
 	if err := b.stop(); err != nil {
 		t.Error(err)
 	}
-	r := check(t, &hist, e.ends(2, n))
+	r := e.check(&hist, e.ends(2, n))
 	got := int(calls.Load())
 	for _, ev := range hist.Events() {
 		if ev.Member == "b" && ev.Kind == streamtest.Delivered && ev.Partition == 0 && ev.First <= poison && poison <= ev.Last {
@@ -651,7 +755,7 @@ func killWithCommitsUnwritten(t *testing.T, e *env, child string) Figures {
 	})
 	cfg := ChildConfig{
 		Retries: 3, BackoffMS: 1, MaxBatch: 10, Poison: -1,
-		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout,
+		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout, Ordering: e.ordering.String(),
 		Adapter: child, Member: "a", CommitWindow: 500 * time.Millisecond,
 	}
 	var hist streamtest.History
@@ -679,12 +783,12 @@ func killWithCommitsUnwritten(t *testing.T, e *env, child string) Figures {
 	}
 	failing.Store(false)
 	written, _ := e.tryCommitted() // none yet: the zero offsets
-	b := e.start("b", cfg.spec(hist.Hooks("b")))
+	b := e.start("b", cfg.spec(hist.Hooks("b")).with(&hist))
 	e.waitCommittedWithin(map[int32]int64{0: n, 1: n}, longWait)
 	if err := b.stop(); err != nil {
 		t.Error(err)
 	}
-	r := check(t, &hist, e.ends(2, n))
+	r := e.check(&hist, e.ends(2, n))
 	f := figures(r, faults.Load())
 	f.Note = fmt.Sprintf("reported=%d written-at-kill=%d,%d failed-commit-requests=%d", reported.Load(), written[0].At, written[1].At, faults.Load())
 	return f
@@ -756,11 +860,11 @@ func commitFailuresScenario(t *testing.T, e *env, perRecord bool) Figures {
 	var hist streamtest.History
 	var handlerFaults atomic.Int64
 	policy := checkpoint.Policy{MaxRetries: 8, Backoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Millisecond, checkpoint.Exponential(time.Millisecond)))}
-	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.start("a", spec{handler: faulty(perRecord, 0, 0.2, 0.05, &handlerFaults), policy: policy, maxBatch: 10, hooks: hist.Hooks("a"), rec: &hist})
 	e.waitTotal(parts*n0, longWait)
 	waitReported(t, &hist, e.ends(parts, n0), wait)
 	e.stopAll()
-	r := check(t, &hist, e.ends(parts, n0))
+	r := e.check(&hist, e.ends(parts, n0))
 	if faults.Load() < 50 {
 		t.Errorf("only %d commit requests failed, want at least 50", faults.Load())
 	}
@@ -784,7 +888,7 @@ func restartScenario(t *testing.T, e *env, perRecord bool) Figures {
 	)
 	policy := checkpoint.Policy{MaxRetries: checkpoint.Infinite, Backoff: checkpoint.FullJitter(checkpoint.Capped(100*time.Millisecond, checkpoint.Exponential(10*time.Millisecond)))}
 	h := faulty(perRecord, 5*time.Millisecond, 0.2, 0.05, &faults)
-	e.start("a", spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks("a")})
+	e.start("a", spec{handler: h, policy: policy, maxBatch: 10, hooks: hist.Hooks("a"), rec: &hist})
 	e.waitTotal(parts*n/4, longWait)
 	out, err := exec.Command("bash", "-c", cmd).CombinedOutput()
 	if err != nil {
@@ -801,7 +905,7 @@ func restartScenario(t *testing.T, e *env, perRecord bool) Figures {
 	recovery := time.Since(restarted)
 	e.waitTotal(parts*n, longWait)
 	e.stopAll()
-	r := check(t, &hist, e.ends(parts, n))
+	r := e.check(&hist, e.ends(parts, n))
 	f := figures(r, faults.Load()+1)
 	f.Recovery = recovery
 	f.Note = "recovery = from the restarted broker's readiness to the next commit"

@@ -50,7 +50,10 @@ func (h *History) Middleware(member string) stream.Middleware {
 //     offset, or marked finished in a committed window
 //     (the engine restores the window), was handled or resolved by its
 //     exhaustion action before that commit, and is never delivered
-//     again;
+//     again; except, as in [History.Check], when a new owner starts
+//     after a claim that was never released (a crash: the commits its
+//     adapter had coalesced are gone): then what that owner's claim read
+//     (its Claimed event's offset and metadata) is final;
 //   - no record lost: every record was handled, or given up and its
 //     exhaustion action succeeded.
 //
@@ -80,10 +83,15 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		low      int           // offsets[:low] are done
 		inFlight map[int64]int // its records being delivered
 	}
+	type claim struct {
+		member string
+		id     uint64
+	}
 	type part struct {
 		recs  []rec
 		keys  map[string]*key
-		final int64 // records below are final
+		final int64  // records below are final
+		owner *claim // the latest claim of the partition; nil once released
 	}
 	var r Report
 	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
@@ -134,6 +142,23 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		}
 		switch e.Kind {
 		case Claimed:
+			if p.owner != nil {
+				// The claim before was never released (its process was
+				// killed, or its session expired): the commits its
+				// adapter coalesced and did not write are gone, and the
+				// records they said were finished may be delivered again.
+				// Final stays what this claim read: below its offset, and
+				// what its window says.
+				start := max(e.Offset, 0)
+				w, err := retrystate.RestoreWindow(start, e.Metadata, checkpoint.WindowLimits{MaxBytes: 1 << 20})
+				for o := start; o < int64(len(rs)); o++ {
+					if rs[o].final && (err != nil || o >= w.Next() || !w.Finished(o)) {
+						rs[o].final = false
+					}
+				}
+				p.final = min(p.final, start)
+			}
+			p.owner = &claim{e.Member, e.Claim}
 			for o := p.final; o < int64(len(rs)); o++ {
 				if !rs[o].final && rs[o].started {
 					rs[o].moves++
@@ -247,6 +272,10 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 			}
 			for o := e.First; o <= e.Last; o++ {
 				rs[o].resolved = true
+			}
+		case Released:
+			if p.owner != nil && *p.owner == (claim{e.Member, e.Claim}) {
+				p.owner = nil
 			}
 		case Committed:
 			final := func(o int64) {

@@ -200,6 +200,38 @@ func TestCheckKeysCatchesDisorder(t *testing.T) {
 			}
 			commit(x, 6, "")
 		}, "record 1 delivered again, but a commit said it was finished"},
+		{"a crash's commits not written, delivered again by the next owner", func(x hist) {
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Claim: 1, Offset: -1})
+			handle(x, 0)
+			handle(x, 1)
+			commit(x, 2, "") // coalesced, never written: the process dies
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Member: "n", Claim: 2, Offset: 0, Metadata: window(0, 2, 1)})
+			start(x, 0, 0) // 0 again; 1 the claim read as finished
+			ret(x, 0, stream.Succeeded)
+			for o := int64(2); o < 6; o++ {
+				handle(x, o)
+			}
+			commit(x, 6, "")
+		}, ""},
+		{"a crash's commits, delivered again past what the next owner read", func(x hist) {
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Claim: 1, Offset: -1})
+			handle(x, 0)
+			handle(x, 1)
+			commit(x, 2, "")
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Member: "n", Claim: 2, Offset: 0, Metadata: window(0, 2, 1)})
+			handle(x, 1) // the claim read 1 as finished
+			all(x)
+		}, "record 1 delivered again, but a commit said it was finished"},
+		{"a released claim's commits, delivered again", func(x hist) {
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Claim: 1, Offset: -1})
+			handle(x, 0)
+			handle(x, 1)
+			commit(x, 2, "")
+			ev(x, streamtest.Event{Kind: streamtest.Released, Claim: 1})
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Member: "n", Claim: 2, Offset: 0})
+			handle(x, 0)
+			all(x)
+		}, "record 0 delivered again, but a commit said it was finished"},
 		{"committed as finished, not handled", func(x hist) {
 			handle(x, 0)
 			commit(x, 0, window(0, 2, 1)) // 1 never handled

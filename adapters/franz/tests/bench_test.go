@@ -126,3 +126,9 @@ func rawLoop(l *kafkatest.Leaf, addrs []string, topic string) time.Duration {
 	}
 	return time.Since(l.Start())
 }
+
+// BenchmarkKeyOrdering: one partition, records over 1,000 keys, a handler
+// that waits 2ms per record, in partition ordering and in key ordering at
+// concurrency 16, 64 and 256, with a poison key, and without the wait;
+// see kafkatest.BenchKeyed.
+func BenchmarkKeyOrdering(b *testing.B) { kafkatest.BenchKeyed(b, adapter) }
