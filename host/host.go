@@ -769,7 +769,18 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 		err  error
 	)
 	sel := []hostconfig.Option{hostconfig.Function(f.name)}
-	if h.c.store != nil {
+	switch {
+	case h.c.store != nil && f.trigger.Ordering == stream.ByKey && !f.trigger.Share &&
+		f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionPark:
+		// Key ordering with park: a parked record locks its key, whose
+		// later records are parked behind it (redrive.ParkByKey, whose
+		// option brings its park).
+		pk, perr := redrive.ParkByKey(h.c.store, redriveExpiry(h.cfg.Redrive), h.c.parkOpts...)
+		if perr != nil {
+			return fmt.Errorf("host: function %s: ordering key with onExhausted park: %w", f.name, perr)
+		}
+		sel = append(sel, hostconfig.ParkOption(pk))
+	case h.c.store != nil:
 		park, perr := redrive.Park(h.c.store, redriveExpiry(h.cfg.Redrive), h.c.parkOpts...)
 		if perr != nil {
 			return fmt.Errorf("host: function %s: %w", f.name, perr)
@@ -782,17 +793,6 @@ func (h *Host) build(f *function, pub stream.Publisher) error {
 	}
 	if o := f.trigger.Ordering; o != stream.ByPartition && !f.trigger.Share {
 		opts = append(opts, stream.WithOrdering(o))
-	}
-	if h.c.store != nil && f.trigger.Ordering == stream.ByKey && !f.trigger.Share &&
-		f.policy != nil && f.policy.OnExhausted.Action == hostconfig.ActionPark {
-		// Key ordering with park: a parked record locks its key, whose
-		// later records are parked behind it (redrive.ParkByKey). Its
-		// action replaces the plain park given above.
-		pk, perr := redrive.ParkByKey(h.c.store, redriveExpiry(h.cfg.Redrive), h.c.parkOpts...)
-		if perr != nil {
-			return fmt.Errorf("host: function %s: ordering key with onExhausted park: %w", f.name, perr)
-		}
-		opts = append(opts, pk)
 	}
 	log := h.log.With("function", f.name)
 	status := newFnStatus(f, h.c.now)

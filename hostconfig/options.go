@@ -20,6 +20,7 @@ type selection struct {
 	function    string
 	hasFunction bool
 	park        stream.ExhaustionAction
+	parkOpt     stream.Option // ParkOption's
 	hasPark     bool
 	err         error // the first option that cannot mean what it says
 }
@@ -63,12 +64,31 @@ func Function(name string) Option {
 func Park(action stream.ExhaustionAction) Option {
 	return optionFunc(func(s *selection) {
 		switch {
+		case s.parkOpt != nil:
+			s.fail(errors.New("hostconfig: Park beside ParkOption: one park per call"))
 		case s.hasPark:
 			s.fail(errors.New("hostconfig: Park given twice: one park action per call"))
 		case action == nil:
 			s.fail(errors.New("hostconfig: Park(nil): want the action of redrive.Park"))
 		}
 		s.park, s.hasPark = action, true
+	})
+}
+
+// ParkOption is [Park] for a park that comes as a processor option
+// bringing its own exhaustion action: redrive.ParkByKey's, which keeps each
+// key's order in stream.ByKey ordering. A policy whose onExhausted is park
+// then converts to opt in place of stream.WithExhaustionAction. A nil
+// option, or ParkOption beside Park or a second ParkOption, is an error.
+func ParkOption(opt stream.Option) Option {
+	return optionFunc(func(s *selection) {
+		switch {
+		case s.hasPark:
+			s.fail(errors.New("hostconfig: ParkOption beside Park or another ParkOption: one park per call"))
+		case opt == nil:
+			s.fail(errors.New("hostconfig: ParkOption(nil): want the option of redrive.ParkByKey"))
+		}
+		s.parkOpt, s.hasPark = opt, true
 	})
 }
 
@@ -133,14 +153,14 @@ func (c *Config) Options(pub stream.Publisher, opts ...Option) ([]stream.Option,
 	if err != nil {
 		return nil, err
 	}
-	popts, err := p.options(pub, s.park)
+	popts, err := p.options(pub, s.park, s.parkOpt)
 	if err != nil {
 		return nil, err
 	}
 	return c.budgetOption(popts)
 }
 
-func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction) ([]stream.Option, error) {
+func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction, parkOpt stream.Option) ([]stream.Option, error) {
 	cp, err := p.Policy()
 	if err != nil {
 		return nil, err
@@ -166,10 +186,14 @@ func (p *RetryPolicy) options(pub stream.Publisher, park stream.ExhaustionAction
 		}
 		opts = append(opts, stream.WithExhaustionAction(dl))
 	case ActionPark:
-		if park == nil {
+		switch {
+		case parkOpt != nil:
+			opts = append(opts, parkOpt)
+		case park != nil:
+			opts = append(opts, stream.WithExhaustionAction(park))
+		default:
 			return nil, fmt.Errorf("hostconfig: %s: onExhausted park needs a re-drive store: give Config.Options the option hostconfig.Park(action), with action from redrive.Park", p.Origin)
 		}
-		opts = append(opts, stream.WithExhaustionAction(park))
 	default:
 		return nil, fmt.Errorf("hostconfig: %s: unknown exhaustion action %v", p.Origin, p.OnExhausted.Action)
 	}

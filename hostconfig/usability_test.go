@@ -138,6 +138,12 @@ func TestUnknownFunction(t *testing.T) {
 			`hostconfig: Park(nil): want the action of redrive.Park`},
 		{"two park actions", []hostconfig.Option{hostconfig.Park(stream.StopPartition), hostconfig.Park(stream.StopPartition)},
 			`hostconfig: Park given twice: one park action per call`},
+		{"nil park option", []hostconfig.Option{hostconfig.ParkOption(nil)},
+			`hostconfig: ParkOption(nil): want the option of redrive.ParkByKey`},
+		{"park and park option", []hostconfig.Option{hostconfig.Park(stream.StopPartition), hostconfig.ParkOption(stream.WithExhaustionAction(stream.StopPartition))},
+			`hostconfig: ParkOption beside Park or another ParkOption: one park per call`},
+		{"park option and park", []hostconfig.Option{hostconfig.ParkOption(stream.WithExhaustionAction(stream.StopPartition)), hostconfig.Park(stream.StopPartition)},
+			`hostconfig: Park beside ParkOption: one park per call`},
 	} {
 		if _, err := cfg.Options(nil, tc.opts...); err == nil || err.Error() != tc.want {
 			t.Errorf("Options, %s: %v\nwant %s", tc.name, err, tc.want)

@@ -55,9 +55,9 @@ import (
 // ParkByKey takes Park's options. It returns an error for a nil store, a
 // store that keeps no key locks (not a [KeyLocker]: sqlitestore and
 // pgstore are), or an expiry under a microsecond; [stream.NewProcessor]
-// refuses its option in an ordering other than ByKey. Give no
-// stream.WithExhaustionAction besides it: a later one would replace its
-// action, and records would no longer lock their keys.
+// refuses its option in an ordering other than ByKey, and beside a
+// stream.WithExhaustionAction (which would replace its park, and records
+// would no longer lock their keys).
 func ParkByKey(store Store, expiry time.Duration, opts ...Option) (stream.Option, error) {
 	if isNil(store) {
 		return nil, errors.New("redrive: ParkByKey: nil store: open one with sqlitestore.Open or pgstore.Open")
@@ -75,8 +75,7 @@ func ParkByKey(store Store, expiry time.Duration, opts ...Option) (stream.Option
 	}
 	l := &keyLocks{store: kl, c: c, expiry: ceil(expiry), refresh: lockRefresh, parts: map[partKey]*partLocks{}}
 	return stream.Options(
-		stream.WithExhaustionAction(parkAction(store, l.expiry, c, l)),
-		stream.WithKeyMiddleware("redrive.ParkByKey", l.middleware),
+		stream.WithKeyMiddleware("redrive.ParkByKey", l.middleware, parkAction(store, l.expiry, c, l)),
 		stream.WithHooks(stream.Hooks{Claimed: l.claimed}),
 	), nil
 }

@@ -16,7 +16,8 @@ import (
 // TestKeyMiddleware: in ByKey ordering, WithKeyMiddleware sees each
 // record with its ordering key (WithKeyFunc's) in OrderKey, and so does
 // the exhaustion action; in ByPartition ordering OrderKey says none, and
-// NewProcessor refuses the middleware outside ByKey, or nil.
+// NewProcessor refuses the middleware outside ByKey, or nil, and an
+// exhaustion action given beside one the middleware brings.
 func TestKeyMiddleware(t *testing.T) {
 	var (
 		mu      sync.Mutex
@@ -48,7 +49,7 @@ func TestKeyMiddleware(t *testing.T) {
 		}
 		return nil
 	})
-	proc, err := stream.NewProcessor(handler, stream.Options(stream.WithOrdering(stream.ByKey), stream.WithKeyMiddleware("test", mw)),
+	proc, err := stream.NewProcessor(handler, stream.Options(stream.WithOrdering(stream.ByKey), stream.WithKeyMiddleware("test", mw, nil)),
 		stream.WithKeyFunc(func(r *stream.Record) string { return "k-" + string(r.Key) }), stream.WithExhaustionAction(action))
 	if err != nil {
 		t.Fatal(err)
@@ -73,10 +74,13 @@ func TestKeyMiddleware(t *testing.T) {
 		opts []stream.Option
 		want string
 	}{
-		{[]stream.Option{stream.WithKeyMiddleware("mine", mw)}, "mine applies to ByKey ordering only"},
-		{[]stream.Option{stream.WithKeyMiddleware("mine", mw), stream.WithOrdering(stream.ByNone)}, "mine applies to ByKey ordering only"},
-		{[]stream.Option{stream.WithKeyMiddleware("mine", nil), stream.WithOrdering(stream.ByKey)}, "mine: nil middleware"},
+		{[]stream.Option{stream.WithKeyMiddleware("mine", mw, nil)}, "mine applies to ByKey ordering only"},
+		{[]stream.Option{stream.WithKeyMiddleware("mine", mw, nil), stream.WithOrdering(stream.ByNone)}, "mine applies to ByKey ordering only"},
+		{[]stream.Option{stream.WithKeyMiddleware("mine", nil, nil), stream.WithOrdering(stream.ByKey)}, "mine: nil middleware"},
 		{[]stream.Option{stream.Options(stream.WithOrdering(stream.ByKey), nil)}, "Options holds a nil option"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithKeyMiddleware("mine", mw, action), stream.WithExhaustionAction(action)}, "WithExhaustionAction beside mine"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithExhaustionAction(action), stream.WithKeyMiddleware("mine", mw, action)}, "WithExhaustionAction beside mine"},
+		{[]stream.Option{stream.WithOrdering(stream.ByKey), stream.WithKeyMiddleware("a", mw, action), stream.WithKeyMiddleware("b", mw, action)}, "a and b each bring an exhaustion action"},
 	} {
 		if _, err := stream.NewProcessor(handler, c.opts...); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("NewProcessor: %v, want %q", err, c.want)

@@ -115,15 +115,24 @@ func WithKeyFunc(fn func(r *Record) string) Option {
 // context, before the handler does. It is how a re-drive store parks the
 // records of a key that waits behind its parked records (see
 // redrive.ParkByKey), which gives it as part of one option. name names
-// the option in the error with which NewProcessor refuses it in another
+// the option in the errors of NewProcessor, which refuses it in another
 // ordering.
-func WithKeyMiddleware(name string, mw Middleware) Option {
+//
+// A non-nil action is the exhaustion action mw goes with (a park that
+// locks the key mw checks): it becomes the processor's, and NewProcessor
+// refuses a WithExhaustionAction beside it, in either order, since one
+// would replace the other in silence.
+func WithKeyMiddleware(name string, mw Middleware, action ExhaustionAction) Option {
 	return optionFunc(func(c *config) {
 		if name == "" {
 			name = "WithKeyMiddleware"
 		}
 		c.keyed.mw = append(c.keyed.mw, mw)
 		c.keyed.mwNames = append(c.keyed.mwNames, name)
+		if action != nil {
+			c.exhaustion = action
+			c.keyed.actionBy = append(c.keyed.actionBy, name)
+		}
 	})
 }
 
@@ -175,6 +184,9 @@ type keyedConfig struct {
 	// names each.
 	mw      []Middleware
 	mwNames []string
+	// actionBy names the WithKeyMiddleware options that brought an
+	// exhaustion action.
+	actionBy []string
 }
 
 // prepare checks the keyed options and fills in their defaults; it is
@@ -187,6 +199,12 @@ func (k *keyedConfig) prepare(c *config) error {
 		case k.ordering != ByKey:
 			return fmt.Errorf("stream: NewProcessor: %s applies to ByKey ordering only (it keeps each key's order), and the ordering is %s: give WithOrdering(stream.ByKey)", k.mwNames[i], k.ordering)
 		}
+	}
+	switch {
+	case len(k.actionBy) > 1:
+		return fmt.Errorf("stream: NewProcessor: %s each bring an exhaustion action: give one of them", strings.Join(k.actionBy, " and "))
+	case len(k.actionBy) == 1 && c.actionGiven:
+		return fmt.Errorf("stream: NewProcessor: WithExhaustionAction beside %s, which brings its own exhaustion action (the one would replace the other): leave WithExhaustionAction out", k.actionBy[0])
 	}
 	switch {
 	case k.ordering > ByNone:

@@ -44,6 +44,10 @@ type config struct {
 	// nilExhaustion records WithExhaustionAction(nil), which NewProcessor
 	// refuses.
 	nilExhaustion bool
+	// actionGiven records that WithExhaustionAction was given, which
+	// NewProcessor refuses beside a WithKeyMiddleware that brings its own
+	// action.
+	actionGiven bool
 	// nilInOptions records a nil option given to Options, which
 	// NewProcessor refuses.
 	nilInOptions bool
@@ -108,7 +112,7 @@ func WithRand(newRand func() checkpoint.Rand) Option {
 // it. A nil action is refused by [NewProcessor], as the other nil options
 // are: leave the option out for the default.
 func WithExhaustionAction(a ExhaustionAction) Option {
-	return optionFunc(func(c *config) { c.exhaustion, c.nilExhaustion = a, a == nil })
+	return optionFunc(func(c *config) { c.exhaustion, c.nilExhaustion, c.actionGiven = a, a == nil, true })
 }
 
 // WithInMemoryState keeps retry state in memory only, as the Azure Functions
