@@ -134,11 +134,13 @@ func TestStatusAndActions(t *testing.T) {
 	hd := h.Handler()
 	start(t, h)
 
-	waitFor(t, "slow in backoff and stopper stopped", func() bool {
+	// The backoff shows before its retry state is committed (the
+	// RetryScheduled hook comes first): wait for both.
+	waitFor(t, "slow in backoff with its state committed, and stopper stopped", func() bool {
 		st := status(t, hd)
 		slow, ok1 := partition(st, "slow")
 		stop, ok2 := partition(st, "stopper")
-		return ok1 && ok2 && slow.State == host.StateBackoff && stop.State == host.StateStopped
+		return ok1 && ok2 && slow.State == host.StateBackoff && slow.Metadata != "" && stop.State == host.StateStopped
 	})
 	st := status(t, hd)
 	slow, _ := partition(st, "slow")
