@@ -244,11 +244,25 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	// This commit supersedes a coalesced one not sent yet: the engine
 	// commits in order, never behind what it committed before.
 	cl.pmu.Lock()
+	superseded, supNext, supEp := cl.pending, cl.pendNext, cl.pendEp
 	cl.pending, cl.failed = false, false
 	cl.askedAt, cl.askedMD, cl.pendRecs = next, metadata, 0
 	cl.sentAt = time.Now()
 	cl.pmu.Unlock()
-	return cl.g.commit(cl, next, epoch, metadata, false)
+	err := cl.g.commit(cl, next, epoch, metadata, false)
+	if err != nil && superseded {
+		// The coalesced commit was reported written when it was asked
+		// for: when this one is not written, it is put back, before the
+		// send lock is released, for the next commit or final to write.
+		// Dropped, the partition's next owner read the checkpoint
+		// before it.
+		cl.pmu.Lock()
+		if !cl.pending {
+			cl.pending, cl.pendNext, cl.pendEp = true, supNext, supEp
+		}
+		cl.pmu.Unlock()
+	}
+	return err
 }
 
 // window returns the consumer's configuration, with its commit window.
