@@ -245,10 +245,12 @@ func (c *Coalescer) flush() {
 }
 
 // Final writes the coalesced commit not written yet, if any, before the
-// partition is given up; a flush in flight, and a commit being sent, are
-// waited for first. Nothing is coalesced afterwards. The claim calls it
-// once it is ending (Ended reports true, so that a commit still asked for
-// is refused) and before it gives the partition up.
+// partition is given up; a commit being sent (Commit's or a flush's) is
+// waited for first, and a flush that had not begun to send finds the
+// Coalescer closed and returns. Nothing is coalesced afterwards, and no
+// flush runs once Final has returned. The claim calls it once it is
+// ending (Ended reports true, so that a commit still asked for is
+// refused) and before it gives the partition up.
 func (c *Coalescer) Final() {
 	c.pmu.Lock()
 	c.closed = true
@@ -256,7 +258,8 @@ func (c *Coalescer) Final() {
 		c.timer.Stop()
 	}
 	c.pmu.Unlock()
-	c.flushes.Wait() // a flush started before returns, having put back what failed
+	defer c.flushes.Wait()
+	// A send in flight puts back what failed before it releases smu.
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	c.pmu.Lock()
