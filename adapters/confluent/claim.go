@@ -67,7 +67,10 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 	})
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: e.cfg.commitInterval, Records: e.cfg.commitRecords,
-		Send: cl.send, CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errRevoked,
+		Send: func(next int64, _ int32, md string, k kafkaadapter.SendKind) error {
+			return cl.send(next, md, k == kafkaadapter.SendFinal)
+		},
+		CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errRevoked,
 		Log: e.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, metadata)
@@ -273,7 +276,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if cl.ctx.Err() != nil {
 		return errRevoked
 	}
-	return cl.commits.Commit(next, metadata)
+	return cl.commits.Commit(next, -1, metadata)
 }
 
 // caughtUp reports whether the partition has nothing buffered.

@@ -99,7 +99,10 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 	cfg := &h.e.cfg
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: cfg.commitInterval, Records: cfg.commitRecords,
-		Send: cl.send, CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errSessionEnded,
+		Send: func(next int64, _ int32, md string, k kafkaadapter.SendKind) error {
+			return cl.send(next, md, k == kafkaadapter.SendFinal)
+		},
+		CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errSessionEnded,
 		Log: h.e.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, md)
@@ -510,7 +513,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if cl.ctx.Err() != nil {
 		return errSessionEnded
 	}
-	return cl.commits.Commit(next, metadata)
+	return cl.commits.Commit(next, -1, metadata)
 }
 
 // caughtUp reports whether the partition has nothing more delivered: the

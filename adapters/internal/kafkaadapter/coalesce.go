@@ -30,33 +30,45 @@ func CheckCommitWindow(pkg string, interval time.Duration, records int64) error 
 	return nil
 }
 
-// Coalescer is one partition's commits (DESIGN 9.2). A commit that carries
-// a retry state, and the first success after one (it clears the state),
-// are written before Commit returns. Any other success commit is noted
-// and written in the background, one request in flight per partition, once
-// Records records or Interval have passed since the last commit sent, or
-// at once when the partition is caught up (CaughtUp), and at the latest by
-// Final, which the claim calls once its worker has returned and before the
-// partition is given up. While a commit is in flight (or failed), the
-// records after it are held to the window too: once they reach it, the
-// next commit is written before Commit returns, so that a crash delivers
-// again at most the commit in flight and one window.
+// Coalescer is one partition's commits (DESIGN 9.2), the one scheme of the
+// franz-go, kafka-go, sarama and confluent adapters' claims. A commit that
+// carries a retry state, and the first success after one (it clears the
+// state), are written before Commit returns. Any other success commit is
+// noted and written in the background, one request in flight per
+// partition, once Records records or Interval have passed since the last
+// commit sent, or at once when the partition is caught up (CaughtUp), and
+// at the latest by Final, which the claim calls before the partition is
+// given up. While a commit is in flight (or failed), the records after it
+// are held to the window too: once they reach it, the next commit is
+// written before Commit returns, so that a crash delivers again at most
+// the commit in flight and one window.
 //
-// It is the same scheme as the franz-go and kafka-go adapters' claims.
+// A success commit Commit took is reported written (the Processor reports
+// its checkpoint): one that fails, in the background or because a commit
+// that superseded it failed, is kept, and written by the next commit, the
+// next flush or Final.
+//
+// Set the fields, then call Start before the first Commit; it is safe for
+// concurrent use from then on.
 type Coalescer struct {
 	// Interval and Records are the commit window; Interval 0 writes every
 	// commit before Commit returns.
 	Interval time.Duration
 	Records  int64
-	// Send writes one commit and returns the broker's answer. final marks
-	// the claim's last commit (Final), sent although the claim has ended.
-	Send func(next int64, metadata string, final bool) error
+	// Send writes one commit (at next, with the leader epoch of the
+	// record before next or -1, and metadata) and returns the broker's
+	// answer; kind says which commit it is. One Send runs at a time.
+	Send func(next int64, epoch int32, metadata string, kind SendKind) error
 	// CaughtUp reports whether the partition has nothing more buffered.
 	CaughtUp func() bool
-	// Ended reports whether the claim has ended: nothing more is taken.
+	// Ended reports whether the claim is ending: nothing more is taken,
+	// nor flushed in the background (Final writes what is pending).
 	Ended func() bool
 	// Revoked is what Commit returns once the claim has ended.
 	Revoked error
+	// Quiet, when set, reports the errors of a background flush that are
+	// tried again without a warning (Revoked always is).
+	Quiet func(error) bool
 	// Log, Topic and Partition name the partition in the log.
 	Log       *slog.Logger
 	Topic     string
@@ -71,6 +83,7 @@ type Coalescer struct {
 	closed   bool        // Final has run: nothing more is coalesced
 	pending  bool        // a success commit not sent yet
 	pendNext int64       // its offset
+	pendEp   int32       // and leader epoch
 	pendRecs int64       // records it passes since the last commit sent
 	askedAt  int64       // the offset of the latest commit asked for
 	askedMD  string      // and its metadata
@@ -81,6 +94,19 @@ type Coalescer struct {
 	flushes  sync.WaitGroup
 }
 
+// SendKind says which commit Coalescer.Send is asked to write.
+type SendKind uint8
+
+const (
+	// SendSync is a commit Commit writes before it returns.
+	SendSync SendKind = iota
+	// SendFlush is a coalesced success commit written in the background.
+	SendFlush
+	// SendFinal is the claim's last commit, written by Final; it is sent
+	// although the claim is ending.
+	SendFinal
+)
+
 // Start sets the commit the partition had when it was claimed: its offset
 // (-1 for none) and metadata. It is called before the first Commit.
 func (c *Coalescer) Start(committed int64, metadata string) {
@@ -89,10 +115,11 @@ func (c *Coalescer) Start(committed int64, metadata string) {
 	c.pmu.Unlock()
 }
 
-// Commit takes the commit of next with metadata: it coalesces a success
-// that follows one without a retry state, and otherwise writes it (after
-// the one in flight, if any) and returns the broker's answer.
-func (c *Coalescer) Commit(next int64, metadata string) error {
+// Commit takes the commit of next, with the leader epoch of the record
+// before it (or -1) and metadata: it coalesces a success that follows one
+// without a retry state, and otherwise writes it (after the one in flight,
+// if any) and returns the broker's answer.
+func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 	if c.Interval > 0 && metadata == "" {
 		c.pmu.Lock()
 		if c.inited && c.askedMD == "" && !c.overdue(next) {
@@ -104,7 +131,7 @@ func (c *Coalescer) Commit(next int64, metadata string) error {
 				c.pendRecs += next - c.askedAt
 			}
 			c.askedAt = next
-			c.pending, c.pendNext = true, next
+			c.pending, c.pendNext, c.pendEp = true, next, epoch
 			c.schedule()
 			return nil
 		}
@@ -115,11 +142,25 @@ func (c *Coalescer) Commit(next int64, metadata string) error {
 	// This commit supersedes a coalesced one not sent yet: the engine
 	// commits in order, never behind what it committed before.
 	c.pmu.Lock()
+	superseded, supNext, supEp := c.pending, c.pendNext, c.pendEp
 	c.pending, c.failed = false, false
 	c.askedAt, c.askedMD, c.pendRecs, c.inited = next, metadata, 0, true
 	c.sentAt = time.Now()
 	c.pmu.Unlock()
-	return c.Send(next, metadata, false)
+	err := c.Send(next, epoch, metadata, SendSync)
+	if err != nil && superseded {
+		// The coalesced commit was reported written when it was taken:
+		// when this one is not written (failed, or refused as the claim
+		// ends), it is put back, before the send lock is released, for
+		// the next commit or Final to write. Dropped, the partition's
+		// next owner read the checkpoint before it.
+		c.pmu.Lock()
+		if !c.pending {
+			c.pending, c.pendNext, c.pendEp = true, supNext, supEp
+		}
+		c.pmu.Unlock()
+	}
+	return err
 }
 
 // overdue reports whether a success commit of next would stretch the
@@ -181,19 +222,19 @@ func (c *Coalescer) flush() {
 		c.smu.Unlock()
 		return
 	}
-	next := c.pendNext
+	next, epoch := c.pendNext, c.pendEp
 	c.pending, c.pendRecs, c.sentAt = false, 0, time.Now()
 	c.pmu.Unlock()
-	err := c.Send(next, "", false)
+	err := c.Send(next, epoch, "", SendFlush)
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
 	if err != nil {
-		if !errors.Is(err, c.Revoked) {
+		if !errors.Is(err, c.Revoked) && (c.Quiet == nil || !c.Quiet(err)) {
 			c.Log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
 				"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
 		}
 		if !c.pending {
-			c.pending, c.pendNext = true, next
+			c.pending, c.pendNext, c.pendEp = true, next, epoch
 		}
 		c.sentAt = time.Now() // tried again at the interval, not at once
 	}
@@ -203,9 +244,13 @@ func (c *Coalescer) flush() {
 	c.schedule()
 }
 
-// Final writes the coalesced commit not written yet, if any, once the
-// claim's worker has returned and before the partition is given up; a
-// flush in flight is waited for first. Nothing is coalesced afterwards.
+// Final writes the coalesced commit not written yet, if any, before the
+// partition is given up; a commit being sent (Commit's or a flush's) is
+// waited for first, and a flush that had not begun to send finds the
+// Coalescer closed and returns. Nothing is coalesced afterwards, and no
+// flush runs once Final has returned. The claim calls it once it is
+// ending (Ended reports true, so that a commit still asked for is
+// refused) and before it gives the partition up.
 func (c *Coalescer) Final() {
 	c.pmu.Lock()
 	c.closed = true
@@ -213,17 +258,18 @@ func (c *Coalescer) Final() {
 		c.timer.Stop()
 	}
 	c.pmu.Unlock()
-	c.flushes.Wait() // a flush started before returns, having put back what failed
+	defer c.flushes.Wait()
+	// A send in flight puts back what failed before it releases smu.
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	c.pmu.Lock()
-	next, pending := c.pendNext, c.pending
+	next, epoch, pending := c.pendNext, c.pendEp, c.pending
 	c.pending = false
 	c.pmu.Unlock()
 	if !pending {
 		return
 	}
-	if err := c.Send(next, "", true); err != nil {
+	if err := c.Send(next, epoch, "", SendFinal); err != nil {
 		c.Log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
 			"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -22,19 +23,23 @@ type sends struct {
 	fails int // how many sends fail from now on
 }
 
-func (s *sends) send(next int64, md string, final bool) error {
+func (s *sends) send(next int64, epoch int32, md string, kind SendKind) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	ep := ""
+	if epoch >= 0 {
+		ep = fmt.Sprintf("@%d", epoch)
+	}
 	if s.fails > 0 {
 		s.fails--
-		s.got = append(s.got, fmt.Sprintf("%d%s failed", next, md))
+		s.got = append(s.got, fmt.Sprintf("%d%s%s failed", next, ep, md))
 		return errors.New("broker says no")
 	}
 	f := ""
-	if final {
+	if kind == SendFinal {
 		f = " final"
 	}
-	s.got = append(s.got, fmt.Sprintf("%d%s%s", next, md, f))
+	s.got = append(s.got, fmt.Sprintf("%d%s%s%s", next, ep, md, f))
 	return nil
 }
 
@@ -72,46 +77,46 @@ func TestCoalescer(t *testing.T) {
 		var s sends
 		caughtUp := false
 		c := newCoalescer(&s, &caughtUp)
-		if err := c.Commit(5, ""); err != nil {
+		if err := c.Commit(5, -1, ""); err != nil {
 			t.Fatal(err)
 		}
 		expect(t, &s, "5") // no commit sent yet: at once
 		for _, next := range []int64{10, 20, 30} {
-			if err := c.Commit(next, ""); err != nil {
+			if err := c.Commit(next, -1, ""); err != nil {
 				t.Fatal(err)
 			}
 		}
 		expect(t, &s) // within the window
 		time.Sleep(time.Second)
-		expect(t, &s, "30")                       // the interval: the latest only
-		if err := c.Commit(200, ""); err != nil { // 170 records past 30
+		expect(t, &s, "30")                           // the interval: the latest only
+		if err := c.Commit(200, -1, ""); err != nil { // 170 records past 30
 			t.Fatal(err)
 		}
 		expect(t, &s, "200") // the record threshold
-		if err := c.Commit(200, "state"); err != nil {
+		if err := c.Commit(200, -1, "state"); err != nil {
 			t.Fatal(err)
 		}
 		if got := s.take(); !slices.Equal(got, []string{"200state"}) {
 			t.Fatalf("a retry state: sent %q before Commit returned, want [200state]", got)
 		}
-		if err := c.Commit(210, ""); err != nil {
+		if err := c.Commit(210, -1, ""); err != nil {
 			t.Fatal(err)
 		}
 		if got := s.take(); !slices.Equal(got, []string{"210"}) {
 			t.Fatalf("the success after a retry state: sent %q before Commit returned, want [210]", got)
 		}
 		caughtUp = true
-		if err := c.Commit(220, ""); err != nil {
+		if err := c.Commit(220, -1, ""); err != nil {
 			t.Fatal(err)
 		}
 		expect(t, &s, "220") // caught up: at once
 		caughtUp = false
-		if err := c.Commit(230, ""); err != nil {
+		if err := c.Commit(230, -1, ""); err != nil {
 			t.Fatal(err)
 		}
 		c.Final()
 		expect(t, &s, "230 final")
-		if err := c.Commit(240, ""); !errors.Is(err, errTestRevoked) {
+		if err := c.Commit(240, -1, ""); !errors.Is(err, errTestRevoked) {
 			t.Fatalf("Commit after Final: %v, want the revoked error", err)
 		}
 		time.Sleep(2 * time.Second)
@@ -127,11 +132,11 @@ func TestCoalescerFailedFlush(t *testing.T) {
 		caughtUp := true
 		c := newCoalescer(&s, &caughtUp)
 		s.fails = 2
-		if err := c.Commit(10, ""); err != nil {
+		if err := c.Commit(10, -1, ""); err != nil {
 			t.Fatal(err)
 		}
 		expect(t, &s, "10 failed")
-		if err := c.Commit(20, ""); err != nil { // waits for the interval after a failure
+		if err := c.Commit(20, -1, ""); err != nil { // waits for the interval after a failure
 			t.Fatal(err)
 		}
 		expect(t, &s)
@@ -151,18 +156,18 @@ func TestCoalescerHoldsTheWindowWhileInFlight(t *testing.T) {
 		release := make(chan struct{})
 		held := make(chan struct{})
 		c := newCoalescer(&s, new(bool))
-		c.Send = func(next int64, md string, final bool) error {
+		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
 			if next == 150 {
 				close(held)
 				<-release
 			}
-			return s.send(next, md, final)
+			return s.send(next, epoch, md, kind)
 		}
-		if err := c.Commit(150, ""); err != nil { // the first: flushed at once
+		if err := c.Commit(150, -1, ""); err != nil { // the first: flushed at once
 			t.Fatal(err)
 		}
 		<-held
-		if err := c.Commit(200, ""); err != nil { // 50 records: within the window
+		if err := c.Commit(200, -1, ""); err != nil { // 50 records: within the window
 			t.Fatal(err)
 		}
 		c.pmu.Lock()
@@ -183,6 +188,123 @@ func TestCoalescerHoldsTheWindowWhileInFlight(t *testing.T) {
 		c.Final()
 		expect(t, &s)
 	})
+}
+
+// A coalesced commit (reported written when Commit took it) that a retry
+// state commit superseded is kept when that commit fails, with its leader
+// epoch: Final writes it. A later commit that is written supersedes it.
+func TestCoalescerFailedCommitKeepsSuperseded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s sends
+		c := newCoalescer(&s, new(bool))
+		if err := c.Commit(5, 3, ""); err != nil { // the first: flushed at once
+			t.Fatal(err)
+		}
+		expect(t, &s, "5@3")
+		if err := c.Commit(8, 4, ""); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, &s) // within the window
+		s.fails = 1
+		if err := c.Commit(8, -1, "state"); err == nil {
+			t.Fatal("the retry state commit the broker refused: no error")
+		}
+		expect(t, &s, "8state failed")
+		c.Final()
+		expect(t, &s, "8@4 final")
+
+		c = newCoalescer(&s, new(bool))
+		if err := c.Commit(5, -1, ""); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, &s, "5")
+		if err := c.Commit(8, -1, ""); err != nil {
+			t.Fatal(err)
+		}
+		s.fails = 1
+		if err := c.Commit(8, -1, "state"); err == nil {
+			t.Fatal("the retry state commit the broker refused: no error")
+		}
+		if err := c.Commit(8, -1, "state"); err != nil { // the Processor tries again
+			t.Fatal(err)
+		}
+		c.Final()
+		expect(t, &s, "8state failed", "8state") // the written state superseded it
+	})
+}
+
+// Once the claim is ending, nothing is flushed in the background, a
+// success is refused, and Final writes what is pending; a flush's errors
+// that Quiet names are tried again without a warning.
+func TestCoalescerEnding(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			s                 sends
+			ended, quiet, bad atomic.Bool
+			logged            lockedBuilder
+		)
+		c := newCoalescer(&s, new(bool))
+		c.Ended = ended.Load
+		c.Log = slog.New(slog.NewTextHandler(&logged, nil))
+		errQuiet := errors.New("a new session")
+		c.Quiet = func(err error) bool { return errors.Is(err, errQuiet) }
+		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+			switch {
+			case quiet.Load():
+				return errQuiet
+			case bad.Load():
+				return errors.New("broker says no")
+			}
+			return s.send(next, epoch, md, kind)
+		}
+		quiet.Store(true)
+		if err := c.Commit(5, -1, ""); err != nil { // flushed at once, fails quietly
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if l := logged.String(); l != "" {
+			t.Fatalf("a quiet error was logged: %s", l)
+		}
+		quiet.Store(false)
+		bad.Store(true)
+		time.Sleep(time.Second) // tried again at the interval
+		synctest.Wait()
+		if l := logged.String(); !strings.Contains(l, "a success commit failed") {
+			t.Fatalf("a failed flush was not logged: %q", l)
+		}
+		bad.Store(false)
+		time.Sleep(time.Second)
+		expect(t, &s, "5") // and again
+		if err := c.Commit(9, -1, ""); err != nil {
+			t.Fatal(err)
+		}
+		ended.Store(true)
+		time.Sleep(3 * time.Second)
+		expect(t, &s) // ending: no background flush
+		if err := c.Commit(12, -1, ""); !errors.Is(err, errTestRevoked) {
+			t.Fatalf("a success while ending: %v, want the revoked error", err)
+		}
+		c.Final()
+		expect(t, &s, "9 final")
+	})
+}
+
+// lockedBuilder is a strings.Builder safe for concurrent use.
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestCheckCommitWindow(t *testing.T) {

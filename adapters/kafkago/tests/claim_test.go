@@ -26,6 +26,14 @@ const testWait = 20 * time.Second
 // the partition whose worker is not started.
 func joined(t *testing.T, gctx context.Context) (*kfake.Cluster, *kafka.Generation, *engine.TestGeneration) {
 	t.Helper()
+	// The claims' tests check each commit's own outcome: every commit
+	// synchronous (coalesce_test.go has the coalesced ones).
+	return joinedWindow(t, gctx, 0, 0)
+}
+
+// joinedWindow is joined with the commit window interval and records.
+func joinedWindow(t *testing.T, gctx context.Context, interval time.Duration, records int64) (*kfake.Cluster, *kafka.Generation, *engine.TestGeneration) {
+	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
 	if err != nil {
 		t.Fatal(err)
@@ -38,9 +46,7 @@ func joined(t *testing.T, gctx context.Context) (*kfake.Cluster, *kafka.Generati
 	gc := kafka.ConsumerGroupConfig{ID: "g", Brokers: kc.ListenAddrs(), Topics: []string{"t"}, HeartbeatInterval: 100 * time.Millisecond}
 	cfg := engine.DefaultConfig()
 	cfg.Group, cfg.GroupSet = gc, true
-	// The claims' tests check each commit's own outcome: every commit
-	// synchronous (coalesce_test.go has the coalesced ones).
-	cfg.CommitInterval, cfg.CommitRecords = 0, 0
+	cfg.CommitInterval, cfg.CommitRecords = interval, records
 	c, err := engine.New(proc, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -297,5 +303,48 @@ func TestConcurrentCommitsShareARequest(t *testing.T) {
 		if p.Offset != int64(10+p.Partition) || *p.Metadata != "m" {
 			t.Errorf("partition %d committed at %d with %q", p.Partition, p.Offset, *p.Metadata)
 		}
+	}
+}
+
+// TestFailedCommitKeepsCoalescedCommit: a success commit was coalesced
+// (Commit returned, the Processor reported the checkpoint), then a retry
+// state commit superseded it and failed: the generation's end still
+// writes the coalesced commit. Before, the failed commit had dropped it,
+// and the partition's next owner read the checkpoint before it.
+func TestFailedCommitKeepsCoalescedCommit(t *testing.T) {
+	kc, _, g := joinedWindow(t, context.Background(), time.Hour, 1<<40)
+	cl := g.Claim()
+	g.Buffer(20) // not caught up: the success commit waits for the window
+	var commits atomic.Int32
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if commits.Add(1) == 3 {
+			return commitError(r.(*kmsg.OffsetCommitRequest), 15), nil, true // COORDINATOR_NOT_AVAILABLE
+		}
+		return nil, nil, false
+	})
+	ctx := context.Background()
+	// A retry state and the success that clears it are written at once;
+	// the next success waits for the window (an hour from now).
+	for _, c := range []struct {
+		next int64
+		md   string
+	}{{2, "rd1;r=1"}, {3, ""}, {5, ""}} {
+		if err := cl.Commit(ctx, c.next, c.md); err != nil {
+			t.Fatalf("commit of %d %q: %v", c.next, c.md, err)
+		}
+	}
+	if n := commits.Load(); n != 2 {
+		t.Fatalf("%d commits reached the broker, want 2: the success at 5 was not coalesced", n)
+	}
+	if err := cl.Commit(ctx, 5, "rd1;r=2"); err == nil || errors.Is(err, stream.ErrRevoked) {
+		t.Fatalf("retry state commit answered COORDINATOR_NOT_AVAILABLE: %v, want that error", err)
+	}
+	g.End()
+	if n := commits.Load(); n != 4 {
+		t.Errorf("%d commits reached the broker, want 4 (two written, the failed one and the end's)", n)
+	}
+	if o := brokerOffset(t, kc); o.At != 5 || o.Metadata != "" {
+		t.Fatalf("broker has offset %d (metadata %q), want 5 with no metadata: the coalesced commit the failed commit superseded was not written", o.At, o.Metadata)
 	}
 }

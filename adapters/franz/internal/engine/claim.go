@@ -5,10 +5,10 @@ import (
 	"errors"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -80,22 +80,12 @@ type claim struct {
 	polled    bool
 	aheadWake chan struct{}
 
-	ownMu sync.Mutex // held across a commit; the revocation takes it too
-	owned bool
-
-	// Coalesced success commits (see Commit), guarded by pmu; a
-	// background flush takes ownMu before pmu.
-	pmu      sync.Mutex
-	closed   bool            // the claim is ending: no more coalescing
-	pending  bool            // a success commit not sent yet
-	pendAt   kgo.EpochOffset // its offset
-	pendRecs int64           // records it passes since the last commit sent
-	askedAt  int64           // the offset of the latest commit asked for
-	askedMD  string          // and its metadata
-	sentAt   time.Time       // when the last commit was sent
-	flushing bool            // a background flush runs
-	failed   bool            // the last flush failed: the next waits for the timer
-	timer    *time.Timer     // flushes the pending commit at the interval
+	// The partition's commits, success commits coalesced; made by begin.
+	// Its sends take ownMu, which guards owned: the revocation clears it
+	// once its last commit is written.
+	commits kafkaadapter.Coalescer
+	ownMu   sync.Mutex
+	owned   bool
 
 	// The group session the partition is known to be assigned to this
 	// member in: the member ID and generation (member epoch under
@@ -121,7 +111,6 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 		done: make(chan struct{}), lastOff: -1, hwm: -1, aheadTo: -1,
 		aheadWake: make(chan struct{}, 1), owned: true,
 		confGen: -1, confWake: make(chan struct{}),
-		askedAt: committed, askedMD: metadata,
 	}
 }
 
@@ -201,37 +190,28 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 			cl.g.notify()
 		},
 	})
+	cl.commits = kafkaadapter.Coalescer{
+		Interval: c.cfg.CommitInterval, Records: c.cfg.CommitRecords,
+		Send: cl.sendKind, CaughtUp: cl.caughtUp,
+		Ended:   func() bool { return cl.ctx.Err() != nil },
+		Revoked: stream.ErrRevoked,
+		Quiet:   func(err error) bool { return errors.Is(err, errUnconfirmed) }, // a session changing: tried again quietly
+		Log:     c.log, Topic: cl.key.topic, Partition: cl.key.partition,
+	}
+	cl.commits.Start(cl.committed, cl.metadata)
 }
 
 // revoke cancels the claim's context with cause, so that Commit refuses
-// from now on, waits for a commit in flight by taking the commit lock, and
-// writes the coalesced success commit not written yet, if any.
+// from now on, waits for a commit in flight, and writes the coalesced
+// success commit not written yet, if any (see sendKind).
 func (cl *claim) revoke(cause error) {
 	if cl.started {
 		cl.cancel(cause)
 	}
+	cl.commits.Final()
 	cl.ownMu.Lock()
-	defer cl.ownMu.Unlock()
-	cl.pmu.Lock()
-	cl.closed = true
-	at, pending := cl.pendAt, cl.pending
-	cl.pending = false
-	if cl.timer != nil {
-		cl.timer.Stop()
-	}
-	cl.pmu.Unlock()
-	// Under the classic protocol's cooperative rebalancing, a partition is
-	// revoked once the member's new generation is known, and given to no
-	// member in that generation: its last commit may go out under that
-	// generation (see revokedIn; not under another member ID: the session
-	// expired, and the partition may be another's already).
-	if pending && cl.owned && cl.started {
-		if err := cl.sendLast(at); err != nil {
-			cl.c.log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
-				"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
-		}
-	}
 	cl.owned = false
+	cl.ownMu.Unlock()
 }
 
 // wait waits for the claim's worker, if it was started.
@@ -486,12 +466,14 @@ func (cl *claim) Resume() {
 // revocation, loss or shutdown).
 //
 // A success commit (no metadata) that follows one without a retry state
-// is coalesced when the consumer's commit window is set (the default):
-// Commit notes it and returns, and it is written in the background, one
-// request in flight per partition, once the window's records or interval
-// have passed since the last commit sent or the partition has nothing more
-// buffered, and at the latest when the claim ends (revoke). Any other
-// commit supersedes the coalesced one and is written before Commit returns.
+// is coalesced when the consumer's commit window is set: Commit notes it
+// and returns, and it is written in the background, one request in flight
+// per partition, once the window's records or interval have passed since
+// the last commit sent or the partition has nothing more buffered, and at
+// the latest when the claim ends (revoke) (kafkaadapter.Coalescer). Any
+// other commit supersedes the coalesced one and is written before Commit
+// returns; when it is not written, the coalesced one is kept for the
+// revocation (or the next commit) to write.
 //
 // A commit that was sent is not cancelled by a revocation, which waits for
 // it (up to the commit timeout) rather than leave its outcome unknown; a
@@ -509,60 +491,45 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	if next == cl.lastOff+1 {
 		epoch = cl.lastEpoch
 	}
+	return cl.commits.Commit(next, epoch, metadata)
+}
+
+// sendKind sends one of the claim's commits for its Coalescer: a commit
+// Commit writes is refused once the claim is ending; a background flush is
+// not (the revocation, which waits for it, writes what it put back); the
+// revocation's own last commit may go out under the member's next
+// generation (see revokedIn).
+func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaadapter.SendKind) error {
 	at := kgo.EpochOffset{Epoch: epoch, Offset: next}
-	if cfg := &cl.c.cfg; cfg.CommitInterval > 0 && metadata == "" {
-		cl.pmu.Lock()
-		if cl.askedMD == "" && !cl.overdue(next) {
-			defer cl.pmu.Unlock()
-			if cl.closed || cl.ctx != nil && cl.ctx.Err() != nil {
-				return stream.ErrRevoked
-			}
-			if next > cl.askedAt && cl.askedAt >= 0 {
-				cl.pendRecs += next - cl.askedAt
-			}
-			cl.askedAt = next
-			cl.pending, cl.pendAt = true, at
-			cl.schedule()
-			return nil
-		}
-		cl.pmu.Unlock()
-	}
 	cl.ownMu.Lock()
 	defer cl.ownMu.Unlock()
-	// This commit supersedes a coalesced one not sent yet: the engine
-	// commits in order, never behind what it committed before.
-	cl.pmu.Lock()
-	superseded, supAt := cl.pending, cl.pendAt
-	cl.pending, cl.failed = false, false
-	cl.askedAt, cl.askedMD, cl.pendRecs = next, metadata, 0
-	cl.sentAt = time.Now()
-	cl.pmu.Unlock()
+	switch kind {
+	case kafkaadapter.SendFinal:
+		// Under the classic protocol's cooperative rebalancing, a
+		// partition is revoked once the member's new generation is
+		// known, and given to no member in that generation: its last
+		// commit may go out under that generation (see revokedIn; not
+		// under another member ID: the session expired, and the
+		// partition may be another's already).
+		if !cl.owned || !cl.started {
+			return stream.ErrRevoked
+		}
+		return cl.c.commit.commitAs(cl, at, "", true)
+	case kafkaadapter.SendFlush:
+		return cl.send(at, "", nil)
+	}
 	var ended <-chan struct{}
 	if cl.ctx != nil {
 		ended = cl.ctx.Done()
 	}
-	err := cl.send(at, metadata, ended)
-	if err != nil && superseded {
-		// The coalesced commit was reported written when it was asked
-		// for: when this one is not written (refused as the claim ends,
-		// typically while it waited for the member's new session), it
-		// is put back, before the commit lock is released, for the
-		// revocation (or the next commit) to write. Dropped, the
-		// partition's next owner read the checkpoint before it.
-		cl.pmu.Lock()
-		if !cl.pending {
-			cl.pending, cl.pendAt = true, supAt
-		}
-		cl.pmu.Unlock()
-	}
-	return err
+	return cl.send(at, metadata, ended)
 }
 
 // send commits at with metadata and waits for the answer; cl.ownMu is
 // held. ended, when not nil, makes it refuse once the claim is ending (a
-// revocation's own last commit passes nil). A commit sent under a session
-// the claim is not confirmed in waits for the claim's next confirmation
-// and is sent again.
+// background flush passes nil). A commit sent under a session the claim is
+// not confirmed in waits for the claim's next confirmation and is sent
+// again.
 func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}) error {
 	for {
 		if !cl.owned || ended != nil && cl.ctx.Err() != nil {
@@ -574,7 +541,7 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 			return err
 		}
 		if ended == nil {
-			return err // the claim is ending: no new session is waited for
+			return err // a flush: tried again at the interval
 		}
 		select {
 		case <-confirmed:
@@ -583,106 +550,10 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 	}
 }
 
-// sendLast sends the claim's last commit, at, from its revocation; cl.ownMu
-// is held.
-func (cl *claim) sendLast(at kgo.EpochOffset) error {
-	return cl.c.commit.commitAs(cl, at, "", true)
-}
-
-// window returns the consumer's configuration, with its commit window.
-func (cl *claim) window() *Config { return &cl.c.cfg }
-
-// overdue reports whether a success commit of next would stretch the
-// redelivery window past the commit window while the commit before it is
-// still in flight, or failed: then it is written before Commit returns,
-// after the one in flight, so that a crash delivers again at most about
-// two windows (the commit in flight and the records after it); cl.pmu is
-// held.
-func (cl *claim) overdue(next int64) bool {
-	if !cl.flushing && !cl.failed {
-		return false
-	}
-	recs := cl.pendRecs
-	if next > cl.askedAt && cl.askedAt >= 0 {
-		recs += next - cl.askedAt
-	}
-	return recs >= cl.window().CommitRecords || time.Since(cl.sentAt) >= cl.window().CommitInterval
-}
-
-// schedule starts a background flush of the pending commit when it is due,
-// or arms the timer that starts it at the interval; cl.pmu is held.
-func (cl *claim) schedule() {
-	if cl.flushing || !cl.pending || cl.closed {
-		return
-	}
-	cfg := &cl.c.cfg
-	wait := cfg.CommitInterval - time.Since(cl.sentAt)
-	if wait <= 0 || !cl.failed && (cl.pendRecs >= cfg.CommitRecords || cl.caughtUp()) {
-		if cl.timer != nil {
-			cl.timer.Stop()
-		}
-		cl.flushing = true
-		cl.g.wg.Add(1)
-		go cl.flush()
-		return
-	}
-	if cl.timer == nil {
-		cl.timer = time.AfterFunc(wait, cl.due)
-		return
-	}
-	cl.timer.Reset(wait)
-}
-
-// due runs at the interval: it starts the pending commit's flush.
-func (cl *claim) due() {
-	cl.pmu.Lock()
-	defer cl.pmu.Unlock()
-	cl.sentAt = time.Time{} // due now
-	cl.schedule()
-}
-
 // caughtUp reports whether the claim has nothing buffered: its worker
 // waits for records, so the pending commit is written now.
 func (cl *claim) caughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.buf == nil || cl.buf.Size() == 0
-}
-
-// flush writes the pending commit in the background; one runs at a time
-// per claim, and when it is done it starts the next if one is due.
-func (cl *claim) flush() {
-	defer cl.g.wg.Done()
-	cl.ownMu.Lock()
-	cl.pmu.Lock()
-	if !cl.pending || cl.closed || !cl.owned {
-		cl.flushing = false
-		cl.pmu.Unlock()
-		cl.ownMu.Unlock()
-		return
-	}
-	at := cl.pendAt
-	cl.pending, cl.pendRecs, cl.sentAt = false, 0, time.Now()
-	cl.pmu.Unlock()
-	// Not refused when the claim's context ends: the revocation, which
-	// waits for this, writes what is pending after it (put back below).
-	err := cl.send(at, "", nil)
-	// A failed commit is put back before the revocation can take the
-	// commit lock, so that it writes it.
-	cl.pmu.Lock()
-	defer cl.pmu.Unlock()
-	if err != nil && !errors.Is(err, stream.ErrRevoked) {
-		if !errors.Is(err, errUnconfirmed) { // a session changing: tried again quietly
-			cl.c.log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
-				"topic", cl.key.topic, "partition", cl.key.partition, "next", at.Offset, "error", err)
-		}
-		if !cl.pending {
-			cl.pending, cl.pendAt = true, at
-		}
-		cl.sentAt = time.Now() // tried again at the interval, not at once
-	}
-	cl.ownMu.Unlock()
-	cl.flushing = false
-	cl.failed = err != nil && !errors.Is(err, stream.ErrRevoked)
-	cl.schedule()
 }

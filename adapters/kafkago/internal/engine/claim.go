@@ -2,10 +2,10 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"time"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/actionctx"
 	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
@@ -50,22 +50,7 @@ type claim struct {
 	out  []stream.Record
 	hdrs []stream.Header
 
-	// Coalesced success commits (see Commit): smu is held across a
-	// commit's send, so that the partition's commits go out in order, one
-	// at a time; pmu guards the rest and is taken after smu.
-	smu      sync.Mutex
-	pmu      sync.Mutex
-	closed   bool        // the claim has ended: nothing more is coalesced
-	pending  bool        // a success commit not sent yet
-	pendNext int64       // its offset
-	pendEp   int32       // and leader epoch
-	pendRecs int64       // records it passes since the last commit sent
-	askedAt  int64       // the offset of the latest commit asked for
-	askedMD  string      // and its metadata
-	sentAt   time.Time   // when the last commit was sent
-	flushing bool        // a background flush runs
-	failed   bool        // the last flush failed: the next waits for the timer
-	timer    *time.Timer // flushes the pending commit at the interval
+	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
 
 func newClaim(g *generation, key tp, committed int64, metadata string, runCtx context.Context) *claim {
@@ -74,7 +59,6 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 	cl := &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
 		ctx: ctx, cancel: cancel, pumped: make(chan struct{}), lastOff: -1, lastEpoch: -1,
-		askedAt: committed, askedMD: metadata,
 		f: fetcher{
 			dialer: c.dialer, brokers: c.brokers, topic: key.topic, partition: int(key.partition),
 			fetch: c.fetch, start: c.start, log: c.log,
@@ -85,6 +69,15 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 		Limit:  highWater(c.cfg.MaxBatch),
 		Reuse:  true,
 	})
+	cl.commits = kafkaadapter.Coalescer{
+		Interval: c.cfg.CommitInterval, Records: c.cfg.CommitRecords,
+		Send: func(next int64, epoch int32, md string, k kafkaadapter.SendKind) error {
+			return g.commit(cl, next, epoch, md, k == kafkaadapter.SendFinal)
+		},
+		CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: stream.ErrRevoked,
+		Log: c.log, Topic: key.topic, Partition: key.partition,
+	}
+	cl.commits.Start(committed, metadata)
 	return cl
 }
 
@@ -219,12 +212,12 @@ func (cl *claim) Resume() {
 // its generation has ended.
 //
 // A success commit (no metadata) that follows one without a retry state
-// is coalesced when the consumer's commit window is set (the default):
-// Commit notes it and returns, and it is written in the background, one
-// request in flight per partition, once the window's records or interval
-// have passed since the last commit sent or the partition has nothing more
-// buffered, and at the latest when the claim ends (final). Any other
-// commit supersedes the coalesced one and is written before Commit
+// is coalesced when the consumer's commit window is set: Commit notes it
+// and returns, and it is written in the background, one request in flight
+// per partition, once the window's records or interval have passed since
+// the last commit sent or the partition has nothing more buffered, and at
+// the latest when the claim ends (final) (kafkaadapter.Coalescer). Any
+// other commit supersedes the coalesced one and is written before Commit
 // returns: a commit that was sent is not cancelled by the generation's
 // end, which waits for it (up to the commit timeout) rather than leave its
 // outcome unknown; a shutdown waits for it at most 250ms, then cuts it
@@ -243,84 +236,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 		epoch = cl.lastEpoch
 	}
 	cl.mu.Unlock()
-	if cfg := &cl.g.c.cfg; cfg.CommitInterval > 0 && metadata == "" {
-		cl.pmu.Lock()
-		if cl.askedMD == "" && !cl.overdue(next) {
-			defer cl.pmu.Unlock()
-			if cl.closed || cl.ctx.Err() != nil {
-				return stream.ErrRevoked
-			}
-			if next > cl.askedAt && cl.askedAt >= 0 {
-				cl.pendRecs += next - cl.askedAt
-			}
-			cl.askedAt = next
-			cl.pending, cl.pendNext, cl.pendEp = true, next, epoch
-			cl.schedule()
-			return nil
-		}
-		cl.pmu.Unlock()
-	}
-	cl.smu.Lock()
-	defer cl.smu.Unlock()
-	// This commit supersedes a coalesced one not sent yet: the engine
-	// commits in order, never behind what it committed before.
-	cl.pmu.Lock()
-	cl.pending, cl.failed = false, false
-	cl.askedAt, cl.askedMD, cl.pendRecs = next, metadata, 0
-	cl.sentAt = time.Now()
-	cl.pmu.Unlock()
-	return cl.g.commit(cl, next, epoch, metadata, false)
-}
-
-// window returns the consumer's configuration, with its commit window.
-func (cl *claim) window() *Config { return &cl.g.c.cfg }
-
-// overdue reports whether a success commit of next would stretch the
-// redelivery window past the commit window while the commit before it is
-// still in flight, or failed: then it is written before Commit returns,
-// after the one in flight, so that a crash delivers again at most about
-// two windows (the commit in flight and the records after it); cl.pmu is
-// held.
-func (cl *claim) overdue(next int64) bool {
-	if !cl.flushing && !cl.failed {
-		return false
-	}
-	recs := cl.pendRecs
-	if next > cl.askedAt && cl.askedAt >= 0 {
-		recs += next - cl.askedAt
-	}
-	return recs >= cl.window().CommitRecords || time.Since(cl.sentAt) >= cl.window().CommitInterval
-}
-
-// schedule starts a background flush of the pending commit when it is due,
-// or arms the timer that starts it at the interval; cl.pmu is held.
-func (cl *claim) schedule() {
-	if cl.flushing || !cl.pending || cl.closed || cl.ctx.Err() != nil {
-		return
-	}
-	cfg := &cl.g.c.cfg
-	wait := cfg.CommitInterval - time.Since(cl.sentAt)
-	if wait <= 0 || !cl.failed && (cl.pendRecs >= cfg.CommitRecords || cl.caughtUp()) {
-		if cl.timer != nil {
-			cl.timer.Stop()
-		}
-		cl.flushing = true
-		go cl.flush()
-		return
-	}
-	if cl.timer == nil {
-		cl.timer = time.AfterFunc(wait, cl.due)
-		return
-	}
-	cl.timer.Reset(wait)
-}
-
-// due runs at the interval: it starts the pending commit's flush.
-func (cl *claim) due() {
-	cl.pmu.Lock()
-	defer cl.pmu.Unlock()
-	cl.sentAt = time.Time{} // due now
-	cl.schedule()
+	return cl.commits.Commit(next, epoch, metadata)
 }
 
 // caughtUp reports whether the claim has nothing buffered: its worker
@@ -331,63 +247,10 @@ func (cl *claim) caughtUp() bool {
 	return cl.buf.Size() == 0
 }
 
-// flush writes the pending commit in the background; one runs at a time
-// per claim, and when it is done it starts the next if one is due. A
-// commit that fails (or is refused because the claim is ending) is put
-// back, for the next flush or for final.
-func (cl *claim) flush() {
-	cl.smu.Lock()
-	cl.pmu.Lock()
-	if !cl.pending || cl.closed {
-		cl.flushing = false
-		cl.pmu.Unlock()
-		cl.smu.Unlock()
-		return
-	}
-	next, epoch := cl.pendNext, cl.pendEp
-	cl.pending, cl.pendRecs, cl.sentAt = false, 0, time.Now()
-	cl.pmu.Unlock()
-	err := cl.g.commit(cl, next, epoch, "", false)
-	cl.pmu.Lock()
-	defer cl.pmu.Unlock()
-	if err != nil {
-		if !errors.Is(err, stream.ErrRevoked) {
-			cl.g.c.log.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
-				"topic", cl.key.topic, "partition", cl.key.partition, "next", next, "error", err)
-		}
-		if !cl.pending {
-			cl.pending, cl.pendNext, cl.pendEp = true, next, epoch
-		}
-		cl.sentAt = time.Now() // tried again at the interval, not at once
-	}
-	cl.smu.Unlock()
-	cl.flushing = false
-	cl.failed = err != nil
-	cl.schedule()
-}
-
 // final writes the coalesced commit not written yet, if any, once the
 // claim's worker has returned and before the generation is given up; a
 // flush in flight is waited for first. Nothing is coalesced afterwards.
-func (cl *claim) final() {
-	cl.smu.Lock()
-	defer cl.smu.Unlock()
-	cl.pmu.Lock()
-	cl.closed = true
-	if cl.timer != nil {
-		cl.timer.Stop()
-	}
-	next, epoch, pending := cl.pendNext, cl.pendEp, cl.pending
-	cl.pending = false
-	cl.pmu.Unlock()
-	if !pending {
-		return
-	}
-	if err := cl.g.commit(cl, next, epoch, "", true); err != nil {
-		cl.g.c.log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
-			"topic", cl.key.topic, "partition", cl.key.partition, "next", next, "error", err)
-	}
-}
+func (cl *claim) final() { cl.commits.Final() }
 
 // sleep waits d or until ctx is done; it reports whether d passed.
 func sleep(ctx context.Context, d time.Duration) bool {

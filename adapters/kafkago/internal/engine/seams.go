@@ -38,6 +38,16 @@ func (t *TestGeneration) AddClaim(topic string, partition int32) stream.Claim {
 	return cl
 }
 
+// Buffer hands the partition's claim n records, at offsets 0 to n-1, as its
+// pump does: the claim is not caught up until a Fetch takes them.
+func (t *TestGeneration) Buffer(n int) {
+	recs := make([]record, n)
+	for i := range recs {
+		recs[i] = record{offset: int64(i), epoch: -1}
+	}
+	t.cl.push(recs)
+}
+
 // End ends the generation as a rebalance does, and returns when it has
 // ended.
 func (t *TestGeneration) End() { t.g.end(errGenerationEnded) }
