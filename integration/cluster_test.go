@@ -61,5 +61,5 @@ func TestClusterChaos(t *testing.T) {
 	}
 	conformance.RunChaos(t, provider.Cluster(),
 		[]conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}},
-		d, shareInChaos)
+		d, conformance.ChaosOptions{Child: "franz", Postgres: os.Getenv("REDELIVER_POSTGRES_URL")}, shareInChaos)
 }

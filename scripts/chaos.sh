@@ -17,6 +17,13 @@
 #                            (default /tmp/redeliver-chaos); kept after the
 #                            run but for the data, which stop removes
 #   REDELIVER_CHAOS_SEED     repeat a run's choice of faults
+#   REDELIVER_CHAOS_KINDS    only these kinds of fault, e.g. burst,sigkill,postgres
+#                            (kill pause cut restart move burst sigkill postgres)
+#
+# When a member does not move on within 2 minutes of a fault, every
+# goroutine's stack of the test process goes to $REDELIVER_CHAOS_DIR/stalls;
+# the brokers' and PostgreSQL's logs are copied to $REDELIVER_CHAOS_DIR/logs
+# at the end.
 #   REDELIVER_KAFKA_CLUSTER_PORT, REDELIVER_POSTGRES_PORT
 #                            ports, when the defaults are taken (another
 #                            cluster on the machine)
@@ -98,9 +105,9 @@ rc=0
 
 echo "== figures (also in $figures)"
 cat "$figures"
-echo "== failures"
-grep -E -e '--- FAIL' -e '\.go:[0-9]+: .*(want|lost|did not|FAIL)' -e 'panic:' "$log" | head -50 || true
 if [ "$rc" -ne 0 ]; then
+  echo "== failures (the checks' messages are in $log, above each --- FAIL)"
+  grep -E -e '--- FAIL' -e '^panic:' "$log" | head -50 || true
   say "FAILED (go test exit $rc): see $log"
   exit 1
 fi
