@@ -25,7 +25,7 @@ import (
 // clusterRedriveExpiry is how long a parked record waits before the
 // scheduler re-drives it (and a re-driven one before it is re-driven
 // again when nobody completed it).
-const clusterRedriveExpiry = 10 * time.Second
+const clusterRedriveExpiry = 30 * time.Second
 
 // clusterRedrive is a cluster scenario's re-drive: given-up records parked
 // in PostgreSQL, re-driven to the scenario's topic by a redrive.Scheduler,
