@@ -19,14 +19,14 @@
 #   REDELIVER_CHAOS_SEED     repeat a run's choice of faults
 #   REDELIVER_CHAOS_KINDS    only these kinds of fault, e.g. burst,sigkill,postgres
 #                            (kill pause cut restart move burst sigkill postgres)
-#
-# When a member does not move on within 2 minutes of a fault, every
-# goroutine's stack of the test process goes to $REDELIVER_CHAOS_DIR/stalls;
-# the brokers' and PostgreSQL's logs are copied to $REDELIVER_CHAOS_DIR/logs
-# at the end.
 #   REDELIVER_KAFKA_CLUSTER_PORT, REDELIVER_POSTGRES_PORT
 #                            ports, when the defaults are taken (another
 #                            cluster on the machine)
+#
+# When a member does not move on within 2 minutes of a fault, every
+# goroutine's stack of the test process goes to $REDELIVER_CHAOS_DIR/stalls,
+# where the share consumers' client logs are too; the brokers' and
+# PostgreSQL's logs are copied to $REDELIVER_CHAOS_DIR/logs at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -99,7 +99,7 @@ say "running TestClusterChaos for $d (log: $log)"
 rc=0
 (
   cd integration
-  REDELIVER_CHAOS=$d REDELIVER_FIGURES=$figures \
+  REDELIVER_CHAOS=$d REDELIVER_FIGURES=$figures REDELIVER_CHAOS_DUMPS=$run/stalls \
     go test -count=1 -run '^TestClusterChaos$' -parallel 16 -timeout "$timeout" -v .
 ) >"$log" 2>&1 || rc=$?
 
