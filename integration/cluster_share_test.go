@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -388,8 +389,23 @@ func shareClusterScenario(t *testing.T, b conformance.Broker, fault func(*testin
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, err := share.New(proc, share.WithKgoOptions(kgo.SeedBrokers(b.Addrs...), kgo.ShareGroup(r.group), kgo.ConsumeTopics(r.topic),
-			kgo.FetchMaxWait(100*time.Millisecond), kgo.ShareMaxRecords(20)),
+		kopts := []kgo.Opt{kgo.SeedBrokers(b.Addrs...), kgo.ShareGroup(r.group), kgo.ConsumeTopics(r.topic),
+			kgo.FetchMaxWait(100 * time.Millisecond), kgo.ShareMaxRecords(20)}
+		if dir := os.Getenv("REDELIVER_CHAOS_DUMPS"); dir != "" {
+			// The chaos run keeps each share consumer's client log (info
+			// level: connections, metadata, the share group's
+			// heartbeats and assignments), for a look at what it waited
+			// for when it stalled.
+			if err := os.MkdirAll(dir, 0o755); err == nil {
+				if f, err := os.Create(filepath.Join(dir, "share-"+name+".log")); err == nil {
+					t.Cleanup(func() { f.Close() })
+					kopts = append(kopts, kgo.WithLogger(kgo.BasicLogger(f, kgo.LogLevelInfo, func() string {
+						return time.Now().UTC().Format("15:04:05.000 ")
+					})))
+				}
+			}
+		}
+		c, err := share.New(proc, share.WithKgoOptions(kopts...),
 			share.WithLanes(2), share.WithResetEarliest(), share.WithMember(name), share.WithEvents(events))
 		if err != nil {
 			t.Fatal(err)

@@ -34,22 +34,26 @@ func TestCluster(t *testing.T) {
 // TestClusterChaos runs every adapter's cluster scenario at once (franz-go
 // cooperative-sticky and KIP-848, kafka-go, sarama, confluent and the
 // share consumer, each with its own topic, group, producer, handler faults
-// and poison records) while, for the duration REDELIVER_CHAOS gives (a Go
-// duration such as 30m), one random fault at a time hits a random broker:
-// SIGKILL then restart, SIGSTOP then SIGCONT, cut off from the consumers
-// then healed, a clean restart, or a leader moved (of a partition of a
-// topic or of a group's __consumer_offsets partition, which moves its
-// coordinator). After each fault it measures how long until every
+// and poison records, plus two more franz-go members: one whose consumer b
+// runs in a child process, one that parks what it gives up in PostgreSQL
+// and re-drives it with a redrive.Scheduler when REDELIVER_POSTGRES_URL is
+// set) while, for the duration REDELIVER_CHAOS gives (a Go duration such
+// as 30m), one random fault at a time hits the cluster or a member:
+// SIGKILL then restart of a broker, SIGSTOP then SIGCONT, cut off from the
+// consumers then healed, a clean restart, a leader moved (of a partition
+// of a topic or of a group's __consumer_offsets partition, which moves its
+// coordinator), a handler fault burst, a SIGKILL of the child consumer, or
+// a PostgreSQL restart. After each fault it measures how long until every
 // partition of every member moved on; at the end each member's history is
 // checked as in TestCluster, and a summary is logged and written to
-// REDELIVER_FIGURES:
+// REDELIVER_FIGURES. scripts/chaos.sh runs it in one command:
 //
-//	b=$(integration/kafka-cluster.sh start) && export "$b"
-//	cd integration && REDELIVER_CHAOS=30m go test -count=1 -run TestClusterChaos -parallel 8 -timeout 60m -v .
+//	scripts/chaos.sh 30m
 //
-// -parallel 8: the members run as parallel subtests, all at once.
-//
-// REDELIVER_CHAOS_SEED repeats a run's choice of faults.
+// The members run as parallel subtests, all at once (-parallel 8 or more).
+// REDELIVER_CHAOS_SEED repeats a run's choice of faults,
+// REDELIVER_CHAOS_KINDS limits it to some kinds, REDELIVER_CHAOS_DUMPS is
+// where a stall's goroutine dump goes.
 func TestClusterChaos(t *testing.T) {
 	raw := os.Getenv("REDELIVER_CHAOS")
 	if raw == "" {
@@ -61,5 +65,5 @@ func TestClusterChaos(t *testing.T) {
 	}
 	conformance.RunChaos(t, provider.Cluster(),
 		[]conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}},
-		d, shareInChaos)
+		d, conformance.ChaosOptions{Child: "franz", Postgres: os.Getenv("REDELIVER_POSTGRES_URL")}, shareInChaos)
 }

@@ -10,6 +10,9 @@
 #   integration/postgres.sh stop     stop it and remove its run directory
 #   integration/postgres.sh status   print the same line and exit 0 if it
 #                                    answers, exit 1 otherwise
+#   integration/postgres.sh restart  restart the server this script started
+#                                    (a fast shutdown: open connections are
+#                                    cut), on the same port and data
 #   integration/postgres.sh logs     print the server's log
 #
 # Typical use:  u=$(integration/postgres.sh start) && export "$u"; ...; integration/postgres.sh stop
@@ -150,10 +153,18 @@ status() {
   printf '%s\n' "$line"
 }
 
+restart() {
+  running || die "no server of this script is running in $RUN"
+  local b
+  b=$(bindir) || die "no PostgreSQL server binaries"
+  as_pg "$b/pg_ctl" -D "$DATA" -l "$LOG" -m fast -w -t 60 restart >&2 || { tail -n 30 "$LOG" >&2; die "pg_ctl restart failed"; }
+}
+
 case "${1:-}" in
   start) start ;;
+  restart) restart ;;
   stop) stop ;;
   status) status ;;
   logs) cat "$LOG" ;;
-  *) die "usage: $0 start|stop|status|logs" ;;
+  *) die "usage: $0 start|stop|status|restart|logs" ;;
 esac

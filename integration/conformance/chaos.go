@@ -7,6 +7,8 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strconv"
@@ -36,6 +38,16 @@ type ChaosMember struct {
 	Topic    string
 	Parts    int32
 	Progress func() (map[int32]int64, error)
+
+	// The faults a member offers besides the brokers' (nil: none).
+	// Burst makes the member's handler fail every record for d.
+	Burst func(d time.Duration)
+	// Kill kills (SIGKILL) the member's consumer that runs in a child
+	// process, waits d, and starts a new one in its place.
+	Kill func(d time.Duration) error
+	// RestartStore restarts the PostgreSQL server under the member's
+	// re-drive scheduler.
+	RestartStore func() error
 }
 
 // Chaos injects random broker faults into the three-broker cluster for a
@@ -140,7 +152,7 @@ collect:
 		rec, who, ok := ch.awaitProgress()
 		if !ok {
 			stuck++
-			logf("chaos %d: %s: %s did not move on within %v", i, what, who, chaosRecoveryBound)
+			logf("chaos %d: %s: %s did not move on within %v%s", i, what, who, chaosRecoveryBound, dumpStall(i))
 		} else {
 			ch.recovery = append(ch.recovery, rec)
 			if rec >= slices.Max(ch.recovery) {
@@ -175,10 +187,47 @@ func (ch *Chaos) fault(logf func(string, ...any)) (string, string) {
 	n := strconv.Itoa(node)
 	hold := time.Duration(2000+ch.rnd.IntN(13000)) * time.Millisecond
 	kinds := []string{"kill", "pause", "cut", "restart", "move"}
+	ch.mu.Lock()
+	withBurst, withKill, withStore := ch.offering(func(m ChaosMember) bool { return m.Burst != nil }),
+		ch.offering(func(m ChaosMember) bool { return m.Kill != nil }),
+		ch.offering(func(m ChaosMember) bool { return m.RestartStore != nil })
+	ch.mu.Unlock()
+	if len(withBurst) > 0 {
+		kinds = append(kinds, "burst")
+	}
+	if len(withKill) > 0 {
+		kinds = append(kinds, "sigkill")
+	}
+	if len(withStore) > 0 {
+		kinds = append(kinds, "postgres")
+	}
+	if only := os.Getenv("REDELIVER_CHAOS_KINDS"); only != "" {
+		kinds = slices.DeleteFunc(kinds, func(k string) bool { return !slices.Contains(strings.Split(only, ","), k) })
+		if len(kinds) == 0 {
+			logf("chaos: REDELIVER_CHAOS_KINDS=%q names none of the kinds on offer", only)
+			time.Sleep(time.Second)
+			return "", ""
+		}
+	}
 	kind := kinds[ch.rnd.IntN(len(kinds))]
 	var what string
 	var err error
 	switch kind {
+	case "burst":
+		m := withBurst[ch.rnd.IntN(len(withBurst))]
+		hold = time.Duration(1000+ch.rnd.IntN(5000)) * time.Millisecond
+		what = fmt.Sprintf("handler fault burst on %s for %v", m.Name, hold)
+		m.Burst(hold)
+		time.Sleep(hold)
+	case "sigkill":
+		m := withKill[ch.rnd.IntN(len(withKill))]
+		hold = min(hold, 10*time.Second)
+		what = fmt.Sprintf("SIGKILL a consumer of %s, a new one after %v", m.Name, hold)
+		err = m.Kill(hold)
+	case "postgres":
+		m := withStore[ch.rnd.IntN(len(withStore))]
+		what = fmt.Sprintf("restart PostgreSQL (under %s)", m.Name)
+		err = m.RestartStore()
 	case "kill":
 		what = fmt.Sprintf("kill broker %d for %v", node, hold)
 		if err = ch.cluster("kill", n); err == nil {
@@ -226,6 +275,42 @@ func (ch *Chaos) fault(logf func(string, ...any)) (string, string) {
 	ch.log = append(ch.log, what)
 	ch.mu.Unlock()
 	return kind, what
+}
+
+// dumpStall writes every goroutine's stack of the test process (the
+// members' consumers and clients, what each waits for) to
+// REDELIVER_CHAOS_DUMPS/stall-<i>-<time>.txt when that directory is set,
+// and says where; the brokers' logs of the same moment are in their run
+// directories (scripts/chaos.sh keeps them).
+func dumpStall(i int) string {
+	dir := os.Getenv("REDELIVER_CHAOS_DUMPS")
+	if dir == "" {
+		return ""
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Sprintf(" (no stack dump: %v)", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("stall-%d-%s.txt", i, time.Now().UTC().Format("150405")))
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Sprintf(" (no stack dump: %v)", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("goroutine").WriteTo(f, 2); err != nil {
+		return fmt.Sprintf(" (stack dump: %v)", err)
+	}
+	return fmt.Sprintf(" (every goroutine's stack at %s UTC in %s)", time.Now().UTC().Format("15:04:05"), path)
+}
+
+// offering returns the members for which f is true; ch.mu is held.
+func (ch *Chaos) offering(f func(ChaosMember) bool) []ChaosMember {
+	var ms []ChaosMember
+	for _, m := range ch.members {
+		if f(m) {
+			ms = append(ms, m)
+		}
+	}
+	return ms
 }
 
 // offsetsPartition is the __consumer_offsets partition of a group, as
@@ -340,11 +425,27 @@ func chaosSeed(s string) uint64 {
 	return h.Sum64()
 }
 
+// ChaosOptions add members of the first adapter to a chaos run.
+type ChaosOptions struct {
+	// Child, when not "", adds a member whose consumer b runs in a child
+	// process (this test binary run again, the adapter registered under
+	// Child in ChildMain's map), which the chaos kills (SIGKILL) and
+	// replaces.
+	Child string
+	// Postgres, when not "", adds a member that parks the records it
+	// gives up in PostgreSQL at this URL (redrive/pgstore) and runs a
+	// redrive.Scheduler re-driving them to its topic; the chaos restarts
+	// the server (integration/postgres.sh restart, next to
+	// kafka-cluster.sh).
+	Postgres string
+}
+
 // RunChaos runs every adapter's cluster scenario at once under a chaos
 // run of duration d (see [Chaos]); extra, when not nil, runs more members
 // (the share consumer) as parallel subtests that join ch themselves. It
 // logs and reports the summary (to REDELIVER_FIGURES too).
-func RunChaos(t *testing.T, p Provider, adapters []Adapter, d time.Duration, extra func(t *testing.T, b Broker, ch *Chaos)) {
+// o adds members of the first adapter (see [ChaosOptions]).
+func RunChaos(t *testing.T, p Provider, adapters []Adapter, d time.Duration, o ChaosOptions, extra func(t *testing.T, b Broker, ch *Chaos)) {
 	b := p.Start(t)
 	if b.Cluster == nil {
 		t.Skipf("the %s provider is not a cluster", p.Name())
@@ -354,6 +455,12 @@ func RunChaos(t *testing.T, p Provider, adapters []Adapter, d time.Duration, ext
 		seedText = time.Now().Format(time.RFC3339Nano)
 	}
 	want := len(adapters)
+	if o.Child != "" {
+		want++
+	}
+	if o.Postgres != "" {
+		want++
+	}
 	if extra != nil {
 		want++
 	}
@@ -370,32 +477,48 @@ func RunChaos(t *testing.T, p Provider, adapters []Adapter, d time.Duration, ext
 	summaries := make(chan ChaosSummary, 1)
 	go func() { summaries <- ch.Run(t.Logf) }()
 	t.Run("members", func(t *testing.T) {
-		for _, a := range adapters {
-			t.Run(a.Name(), func(t *testing.T) {
-				t.Parallel()
-				if a.NeedsKIP848() && !b.KIP848 {
-					t.Skipf("%s needs the KIP-848 protocol", a.Name())
+		member := func(t *testing.T, name string, a Adapter, co clusterOptions) {
+			t.Parallel()
+			if a.NeedsKIP848() && !b.KIP848 {
+				t.Skipf("%s needs the KIP-848 protocol", a.Name())
+			}
+			begin := time.Now()
+			f := clusterScenarioWith(t, newEnv(t, b, a), co, func(t *testing.T, r *clusterRun) (time.Time, string) {
+				r.poisonSlack = 1
+				m := ChaosMember{Name: name, Group: r.e.group, Topic: r.e.topic, Parts: r.parts,
+					Progress: func() (map[int32]int64, error) {
+						got, err := r.e.tryCommitted()
+						if err != nil {
+							return nil, err
+						}
+						m := map[int32]int64{}
+						for p, o := range got {
+							m[p] = o.At
+						}
+						return m, nil
+					},
+					Burst: r.burst}
+				if co.child != "" {
+					m.Kill = r.killChild
 				}
-				begin := time.Now()
-				f := clusterScenario(t, newEnv(t, b, a), func(t *testing.T, r *clusterRun) (time.Time, string) {
-					r.poisonSlack = 1
-					ended := ch.Join(ChaosMember{Name: a.Name(), Group: r.e.group, Topic: r.e.topic, Parts: r.parts,
-						Progress: func() (map[int32]int64, error) {
-							got, err := r.e.tryCommitted()
-							if err != nil {
-								return nil, err
-							}
-							m := map[int32]int64{}
-							for p, o := range got {
-								m[p] = o.At
-							}
-							return m, nil
-						}})
-					return ended, "chaos"
-				})
-				f.Scenario, f.Provider, f.Adapter, f.Took = "Chaos", p.Name(), a.Name(), time.Since(begin)
-				report(t, f)
+				if co.postgres != "" {
+					m.RestartStore = r.restartPostgres
+				}
+				return ch.Join(m), "chaos"
 			})
+			f.Scenario, f.Provider, f.Adapter, f.Took = "Chaos", p.Name(), name, time.Since(begin)
+			report(t, f)
+		}
+		for _, a := range adapters {
+			t.Run(a.Name(), func(t *testing.T) { member(t, a.Name(), a, clusterOptions{}) })
+		}
+		if o.Child != "" {
+			name := adapters[0].Name() + " child"
+			t.Run(name, func(t *testing.T) { member(t, name, adapters[0], clusterOptions{child: o.Child}) })
+		}
+		if o.Postgres != "" {
+			name := adapters[0].Name() + " redrive"
+			t.Run(name, func(t *testing.T) { member(t, name, adapters[0], clusterOptions{postgres: o.Postgres}) })
 		}
 		if extra != nil {
 			t.Run("share", func(t *testing.T) {

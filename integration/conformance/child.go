@@ -11,8 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
@@ -47,6 +51,13 @@ type ChildConfig struct {
 	// Ordering is the consumer's ordering, as stream.ParseOrdering reads
 	// it ("" is partition ordering).
 	Ordering string
+	// Cluster runs the cluster scenarios' handler and retry policy
+	// instead (see clusterHandler; Poison and the others are unused),
+	// dead-lettering to the topic DeadLetter through franz-go's publisher.
+	Cluster    bool
+	DeadLetter string
+	// Lifetime is how long the child runs at most (10 minutes when 0).
+	Lifetime time.Duration
 }
 
 func (c ChildConfig) poison(b *stream.Batch) bool {
@@ -173,6 +184,24 @@ func runChild(raw string, adapters map[string]Adapter) error {
 		Abandoned:    func(stream.AbandonedEvent) { flush() },
 	}
 	s := cfg.spec(stream.MergeHooks(hist.Hooks(cfg.Member), relay))
+	if cfg.Cluster {
+		var faults, burst atomic.Int64
+		s.handler, s.policy, s.maxBatch = clusterHandler(&faults, &burst, nil), clusterPolicy, max(cfg.MaxBatch, 1)
+		cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		pub, err := franz.NewPublisher(cl)
+		if err != nil {
+			return err
+		}
+		dl, err := stream.DeadLetter(hist.Publisher(pub), cfg.DeadLetter)
+		if err != nil {
+			return err
+		}
+		s.opts = append(s.opts, stream.WithExhaustionAction(dl))
+	}
 	h := s.handler
 	s.handler = stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if cfg.poison(b) {
@@ -214,7 +243,11 @@ func runChild(raw string, adapters map[string]Adapter) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	lifetime := 10 * time.Minute
+	if cfg.Lifetime > 0 {
+		lifetime = cfg.Lifetime
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), lifetime)
 	defer cancel()
 	go func() {
 		io.Copy(io.Discard, os.Stdin)
@@ -229,9 +262,19 @@ func runChild(raw string, adapters map[string]Adapter) error {
 // batch, and returns a function that kills it with SIGKILL.
 func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream.Hooks, onBegan func(first int64, retry int)) (kill func() error) {
 	e.t.Helper()
-	raw, err := json.Marshal(cfg)
+	kill, err := e.tryStartChild(hist, cfg, watch, onBegan)
 	if err != nil {
 		e.t.Fatal(err)
+	}
+	return kill
+}
+
+// tryStartChild is startChild returning its error, for a goroutine other
+// than the test's.
+func (e *env) tryStartChild(hist *streamtest.History, cfg ChildConfig, watch stream.Hooks, onBegan func(first int64, retry int)) (kill func() error, err error) {
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, err
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envChild+"="+string(raw))
@@ -239,14 +282,14 @@ func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream
 	cmd.Stderr = &stderr
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		e.t.Fatal(err)
+		return nil, err
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		e.t.Fatal(err)
+		return nil, err
 	}
 	if err := cmd.Start(); err != nil {
-		e.t.Fatalf("start child consumer: %v", err)
+		return nil, fmt.Errorf("start child consumer: %w", err)
 	}
 	relayed := make(chan struct{})
 	go func() {
@@ -293,7 +336,7 @@ func (e *env) startChild(hist *streamtest.History, cfg ChildConfig, watch stream
 		return err
 	}
 	e.t.Cleanup(func() { _ = kill() })
-	return kill
+	return kill, nil
 }
 
 // endKilled records, for a member whose process was killed, that each

@@ -98,6 +98,57 @@ type clusterRun struct {
 	failed     chan int32 // a partition whose delivery failed, once armed
 	publishing chan chan struct{}
 	deadLetter atomic.Bool // arm the dead-letter publish hook
+
+	// burstUntil, in Unix nanoseconds, is when a handler fault burst
+	// ends: until then the handler fails every record (the chaos run's
+	// burst faults).
+	burstUntil atomic.Int64
+	bursts     atomic.Int64
+
+	// child is the adapter's name in ChildMain's map when consumer b runs
+	// in a child process; childKill kills the one running, the childN-th.
+	child     string
+	childMu   sync.Mutex
+	childKill func() error
+	childN    int
+	kills     atomic.Int64
+}
+
+// startChild starts consumer b in a child process, named b1, b2, ... in
+// the history.
+func (r *clusterRun) startChild() error {
+	r.childMu.Lock()
+	defer r.childMu.Unlock()
+	r.childN++
+	cfg := ChildConfig{Adapter: r.child, Member: fmt.Sprintf("b%d", r.childN), Brokers: r.e.b.Addrs,
+		Group: r.e.group, Topic: r.e.topic, SessionTimeout: r.e.b.SessionTimeout, MaxBatch: 10, Poison: -1,
+		Cluster: true, DeadLetter: r.dlq, Lifetime: 6 * time.Hour}
+	kill, err := r.e.tryStartChild(&r.hist, cfg, stream.Hooks{}, nil)
+	if err != nil {
+		return err
+	}
+	r.childKill = kill
+	return nil
+}
+
+// killChild kills (SIGKILL) consumer b's child process, waits d, and
+// starts a new one.
+func (r *clusterRun) killChild(d time.Duration) error {
+	r.childMu.Lock()
+	kill := r.childKill
+	r.childMu.Unlock()
+	if err := kill(); err != nil {
+		return err
+	}
+	r.kills.Add(1)
+	time.Sleep(d)
+	return r.startChild()
+}
+
+// burst makes the handler fail every record for d.
+func (r *clusterRun) burst(d time.Duration) {
+	r.bursts.Add(1)
+	r.burstUntil.Store(time.Now().Add(d).UnixNano())
 }
 
 func (r *clusterRun) ctx(d time.Duration) (context.Context, context.CancelFunc) {
@@ -178,9 +229,28 @@ func (p hookedPublisher) Publish(ctx context.Context, topic string, recs []strea
 
 // clusterScenario runs one scenario with the given fault.
 func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
+	return clusterScenarioWith(t, e, clusterOptions{}, fault)
+}
+
+// clusterOptions vary a cluster scenario's members (the chaos run's).
+type clusterOptions struct {
+	// child, when not "", runs consumer b in a child process (this test
+	// binary run again, the adapter registered under child in ChildMain's
+	// map), which clusterRun.killChild kills and replaces.
+	child string
+	// postgres, when not "", parks the given-up records in PostgreSQL
+	// (pgstore at this URL, a schema of the run's own) instead of
+	// dead-lettering them, and runs a redrive.Scheduler that re-drives
+	// them to the topic, where the consumers complete them.
+	postgres string
+}
+
+// clusterScenarioWith is clusterScenario with options.
+func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFault) Figures {
 	const parts, initial = 3, 300
+	child := o.child
 	r := &clusterRun{e: e, c: e.b.Cluster, dlq: e.topic + ".dlq", parts: parts,
-		failed: make(chan int32, 1), publishing: make(chan chan struct{}, 1)}
+		failed: make(chan int32, 1), publishing: make(chan chan struct{}, 1), child: child}
 	t.Cleanup(func() { r.restore(t) })
 	e.createTopic(parts)
 	ctx, cancel := r.ctx(longWait)
@@ -220,30 +290,14 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	defer func() { stopFeed(); feeding.Wait() }()
 
 	var (
-		mu    sync.Mutex
-		calls = map[[2]int64]int{}
+		rd       *clusterRedrive
+		complete func(context.Context, *stream.Record) error
 	)
-	h := stream.PerRecord(func(_ context.Context, rec *stream.Record) error {
-		time.Sleep(2 * time.Millisecond)
-		if rec.Offset%clusterPoisonEvery == 42 {
-			r.faults.Add(1)
-			return errPoison
-		}
-		k := [2]int64{int64(rec.Partition), rec.Offset}
-		mu.Lock()
-		calls[k]++
-		n := calls[k]
-		mu.Unlock()
-		switch u := unit(rec.Partition, rec.Offset, n); {
-		case u < 0.05:
-			r.faults.Add(1)
-			return errInjected
-		case u < 0.06:
-			r.faults.Add(1)
-			panic("injected handler panic")
-		}
-		return nil
-	})
+	if o.postgres != "" {
+		rd = r.startRedrive(t, o.postgres)
+		complete = rd.complete
+	}
+	h := clusterHandler(&r.faults, &r.burstUntil, complete)
 	pub, err := franz.NewPublisher(e.cl)
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +305,9 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	dl, err := stream.DeadLetter(r.hist.Publisher(hookedPublisher{r, pub}), r.dlq)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if rd != nil {
+		dl = rd.park
 	}
 	watch := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
 		if ev.Outcome == stream.Failed && r.armed.Load() {
@@ -260,8 +317,14 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 			}
 		}
 	}}
-	policy := checkpoint.Policy{MaxRetries: clusterRetries, Backoff: checkpoint.Capped(time.Second, checkpoint.Exponential(200*time.Millisecond))}
+	policy := clusterPolicy
 	for _, name := range []string{"a", "b"} {
+		if name == "b" && child != "" {
+			if err := r.startChild(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
 		e.start(name, spec{handler: h, policy: policy, maxBatch: 10, session: true,
 			hooks: stream.MergeHooks(r.hist.Hooks(name), watch),
 			opts:  []stream.Option{stream.WithExhaustionAction(dl)}})
@@ -282,6 +345,9 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	r.restore(t)
 	stopFeed()
 	feeding.Wait()
+	if rd != nil {
+		rd.drain(t)
+	}
 
 	ends := r.endOffsets(t, e.topic)
 	want := map[int32]int64{}
@@ -290,6 +356,11 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	}
 	r.waitCommitted(t, want)
 	e.stopAll()
+	if child != "" {
+		r.childMu.Lock()
+		_ = r.childKill()
+		r.childMu.Unlock()
+	}
 	hends := map[streamtest.TopicPartition]int64{}
 	var total int64
 	for p, n := range want {
@@ -303,8 +374,25 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	for _, n := range want {
 		poisons += (n + clusterPoisonEvery - 1 - 42) / clusterPoisonEvery
 	}
-	if int64(len(letters)) != poisons {
-		t.Errorf("%d poison records dead-lettered, want %d", len(letters), poisons)
+	// Records other than the poison ones are dead-lettered only when a
+	// fault burst spent their retries (the history checker has checked
+	// that each was given up after its exact budget).
+	var poisonLetters, burstLetters int64
+	for k := range letters {
+		if k[1]%clusterPoisonEvery == 42 {
+			poisonLetters++
+		} else {
+			burstLetters++
+		}
+	}
+	if rd == nil && poisonLetters != poisons {
+		t.Errorf("%d poison records dead-lettered, want %d", poisonLetters, poisons)
+	}
+	if rd != nil && len(letters) > 0 {
+		t.Errorf("%d records dead-lettered, but given-up records are parked", len(letters))
+	}
+	if burstLetters > 0 && r.bursts.Load() == 0 {
+		t.Errorf("%d records other than the poison ones dead-lettered, with no fault burst", burstLetters)
 	}
 	minP, maxP := r.poisonDeliveries()
 	if maxP > clusterRetries+1+r.poisonSlack {
@@ -315,10 +403,68 @@ func clusterScenario(t *testing.T, e *env, fault clusterFault) Figures {
 	f.Recovery = recovery
 	f.Note = fmt.Sprintf("dead-letters=%d twice=%d poison-deliveries=%d..%d (retryCount %d) fault=%s %s",
 		len(letters), twice, minP, maxP, clusterRetries, faultTook.Round(100*time.Millisecond), note)
+	if rd != nil {
+		f.Note += " " + rd.check(t)
+	}
+	if n := r.kills.Load(); n > 0 {
+		f.Note += fmt.Sprintf(" sigkills=%d", n)
+	}
+	if n := r.bursts.Load(); n > 0 {
+		f.Note += fmt.Sprintf(" bursts=%d burst-dead-letters=%d", n, burstLetters)
+	}
 	return f
 }
 
-var errPoison = errors.New("poison record")
+var (
+	errPoison = errors.New("poison record")
+	errBurst  = errors.New("injected handler fault burst")
+)
+
+// clusterHandler is the cluster scenarios' per-record handler: it fails
+// for ever at a poison record (one every clusterPoisonEvery), fails or
+// panics now and then at the others, and fails every record while a
+// fault burst lasts (until burstUntil, in Unix nanoseconds). It counts
+// the faults it injects.
+//
+// complete, when not nil, is called for each record handled: it completes
+// a re-driven record's entry.
+func clusterHandler(faults, burstUntil *atomic.Int64, complete func(context.Context, *stream.Record) error) stream.Handler {
+	var (
+		mu    sync.Mutex
+		calls = map[[2]int64]int{}
+	)
+	return stream.PerRecord(func(ctx context.Context, rec *stream.Record) error {
+		time.Sleep(2 * time.Millisecond)
+		if time.Now().UnixNano() < burstUntil.Load() {
+			faults.Add(1)
+			return errBurst
+		}
+		if rec.Offset%clusterPoisonEvery == 42 {
+			faults.Add(1)
+			return errPoison
+		}
+		k := [2]int64{int64(rec.Partition), rec.Offset}
+		mu.Lock()
+		calls[k]++
+		n := calls[k]
+		mu.Unlock()
+		switch u := unit(rec.Partition, rec.Offset, n); {
+		case u < 0.05:
+			faults.Add(1)
+			return errInjected
+		case u < 0.06:
+			faults.Add(1)
+			panic("injected handler panic")
+		}
+		if complete != nil {
+			return complete(ctx, rec)
+		}
+		return nil
+	})
+}
+
+// clusterPolicy is the cluster scenarios' retry policy.
+var clusterPolicy = checkpoint.Policy{MaxRetries: clusterRetries, Backoff: checkpoint.Capped(time.Second, checkpoint.Exponential(200*time.Millisecond))}
 
 // committed returns the group's committed offsets, asking again while the
 // brokers answer with an error (a broker just killed or restarted).
