@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -39,6 +40,10 @@ import (
 // re-driven one, with the headers copied) is not that entry's: it is
 // parked as any other record, without the copied headers.
 //
+// In stream.ByKey ordering, Park does not keep a key's order: the key's
+// later records are handled before its parked record is re-driven, and
+// the action says so once at Warn. [ParkByKey] keeps the order.
+//
 // It takes [WithClock], [WithLogger] and [WithHooks] (Reparked); other
 // options are ignored. It returns an error for a nil store or an expiry
 // under a microsecond ([Resolution]); an expiry that is not a whole
@@ -61,9 +66,15 @@ func Park(store Store, expiry time.Duration, opts ...Option) (stream.ExhaustionA
 // in ByKey ordering, its entries get their record's order key, which
 // locks the key, and the lock is added to locks.
 func parkAction(store Store, expiry time.Duration, c config, locks *keyLocks) stream.ExhaustionAction {
+	var keyWarned atomic.Bool
 	return func(ctx context.Context, b *stream.Batch, xerr *checkpoint.ExhaustedError) error {
 		if b == nil {
 			return errors.New("redrive: park: nil batch")
+		}
+		if _, keyed := stream.OrderKey(ctx); keyed && locks == nil && !keyWarned.Swap(true) {
+			// Plain Park in key ordering: said once per action.
+			c.logger.Warn("redrive: Park in key ordering: the key's later records are handled before its parked record is re-driven, so the key's order is not kept; redrive.ParkByKey keeps it",
+				"topic", b.Topic, "partition", b.Partition)
 		}
 		now := c.clock.Now().Truncate(Resolution)
 		last := ""

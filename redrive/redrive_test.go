@@ -189,3 +189,62 @@ func TestParkByKeyStoreDown(t *testing.T) {
 		}
 	})
 }
+
+// TestParkInKeyOrderingWarns: plain Park given to a processor in key
+// ordering parks a key's given-up records while the key's later records
+// are handled, so the key's order is lost: the action says so at Warn,
+// once, and names ParkByKey.
+func TestParkInKeyOrderingWarns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			mu  sync.Mutex
+			buf strings.Builder
+		)
+		log := slog.New(slog.NewTextHandler(lockedWriter{&mu, &buf}, nil))
+		store := redrivetest.NewMemStore()
+		park, err := redrive.Park(store, time.Minute, redrive.WithLogger(log))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if string(b.Records[0].Key) == "bad" {
+				return errors.New("poison")
+			}
+			return nil
+		})
+		proc, err := stream.NewProcessor(h, stream.WithOrdering(stream.ByKey), stream.WithExhaustionAction(park))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("t", 0, 10)
+		end := p.AppendKeyed(time.Now(), "a", "bad", "a", "bad", "a")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		go func() { _ = p.WaitCommitted(ctx, end); cancel() }()
+		_ = streamtest.Run(ctx, proc, p)
+		if n, _ := p.Committed(); n != end {
+			t.Fatalf("committed %d, want %d", n, end)
+		}
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		if n := strings.Count(out, "Park in key ordering"); n != 1 || !strings.Contains(out, "redrive.ParkByKey keeps it") {
+			t.Fatalf("%d warnings about Park in key ordering, want 1 naming ParkByKey; log:\n%s", n, out)
+		}
+		entries, err := store.List(t.Context(), redrive.Filter{})
+		if err != nil || len(entries) != 2 {
+			t.Fatalf("parked %d entries (%v), want the two bad records", len(entries), err)
+		}
+	})
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  *strings.Builder
+}
+
+func (l lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
