@@ -61,7 +61,8 @@
 // the key's later records are handled before the parked one is re-driven.
 // [ParkByKey] keeps the key's order instead. It is one option, which the
 // processor takes in place of stream.WithExhaustionAction(park), and
-// stream.NewProcessor refuses it in another ordering:
+// stream.NewProcessor refuses it in another ordering or beside a
+// WithExhaustionAction:
 //
 //	park, err := redrive.ParkByKey(store, 5*time.Minute)
 //	proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), park)
