@@ -414,7 +414,7 @@ func (s *scope) delivered(e stream.DeliveredEvent) {
 		p.count(&e)
 	}
 	opts := p.first
-	if e.Attempt.Retry > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
+	if e.Attempt.Retries > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 		extra := []attribute.KeyValue{semconv.MessagingOperationName("process"), attemptKey.Int(min(e.Attempt.Number(), maxAttempt))}
 		if e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 			extra = append(extra, errorType(e.Err))
@@ -437,12 +437,12 @@ func (s *scope) delivered(e stream.DeliveredEvent) {
 	}
 	p.mu.Lock()
 	due := p.due
-	if e.Attempt.Retry > 0 {
+	if e.Attempt.Retries > 0 {
 		p.due, p.backoff = time.Time{}, false
 	}
 	p.stopped = false // a delivery: resumed, if it was stopped
 	p.mu.Unlock()
-	if e.Attempt.Retry > 0 && !due.IsZero() && !e.Start.IsZero() && !s.heldByOutage(due) {
+	if e.Attempt.Retries > 0 && !due.IsZero() && !e.Start.IsZero() && !s.heldByOutage(due) {
 		s.m.lateness.Record(ctx, max(e.Start.Sub(due).Seconds(), 0), p.baseOpt)
 	}
 }

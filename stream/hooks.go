@@ -144,7 +144,7 @@ type DeliveredEvent struct {
 // RetryEvent reports that a batch will be delivered again.
 type RetryEvent struct {
 	BatchInfo
-	Retry int           // the retry number of the delivery scheduled, from 1: its Attempt.Retry
+	Retry int           // the retry number of the delivery scheduled, from 1: its Attempt.Retries
 	Delay time.Duration // the backoff before it
 	At    time.Time     // when it is due
 	Err   error         // the error that caused it; nil for a RetryResult

@@ -67,7 +67,7 @@ func TestPanicEndsSpan(t *testing.T) {
 		sr := tracetest.NewSpanRecorder()
 		tel, _ := metered(t, rdotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))))
 		panicky := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.Attempt.Retry == 0 {
+			if b.Attempt.Retries == 0 {
 				panic("nil map in the handler")
 			}
 			return nil

@@ -71,7 +71,7 @@ type Event struct {
 	// First and Last are the batch's offsets (Delivered, GivenUp,
 	// ActionTried, Abandoned).
 	First, Last int64
-	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retry), 0 for a first delivery
+	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retries), 0 for a first delivery
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
 	Handled     int            // Delivered: how many records, from First, the handler finished
@@ -137,7 +137,7 @@ func (h *History) Hooks(member string) stream.Hooks {
 		},
 		Delivered: func(e stream.DeliveredEvent) {
 			ev := Event{Kind: Delivered, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition,
-				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome,
+				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retries, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome,
 				Uncounted: e.Uncounted, At: e.Start.Add(e.Duration)}
 			var be *stream.BatchError
 			switch {
@@ -179,7 +179,7 @@ func (h *History) Hooks(member string) stream.Hooks {
 			h.add(Event{Kind: Committed, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, Offset: e.Next, Metadata: e.Metadata})
 		},
 		Abandoned: func(e stream.AbandonedEvent) {
-			h.add(Event{Kind: Abandoned, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry})
+			h.add(Event{Kind: Abandoned, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retries})
 		},
 	}
 }

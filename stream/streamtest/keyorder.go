@@ -17,7 +17,7 @@ func (h *History) Middleware(member string) stream.Middleware {
 	return func(next stream.Handler) stream.Handler {
 		return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 			h.add(Event{Kind: Started, Member: member, Topic: b.Topic, Partition: b.Partition,
-				First: b.FirstOffset(), Last: b.LastOffset(), Retry: b.Attempt.Retry, MaxRetries: b.Attempt.MaxRetries})
+				First: b.FirstOffset(), Last: b.LastOffset(), Retry: b.Attempt.Retries, MaxRetries: b.Attempt.MaxRetries})
 			return next.Handle(ctx, b)
 		})
 	}
