@@ -483,7 +483,7 @@ func runRelease(verb string, args []string, e env) int {
 		what = fmt.Sprintf("the record at offset %d of %s", u.Offset, what)
 	}
 	past := map[string]string{"resume": "resumed", "skip": "skipped"}[verb]
-	fmt.Fprintf(e.stdout, "%s %s: %s\n", past, what, msg)
+	fmt.Fprintf(e.stdout, "%s %s\n", past, what)
 	return exitOK
 }
 

@@ -127,6 +127,7 @@ func TestCLIReleasesStoppedKeys(t *testing.T) {
 	check := func(name string, environ []string, args []string, code int, wantOut, wantErr []string) {
 		t.Helper()
 		out, errOut, got := runCLI(t, environ, args...)
+		t.Logf("%s: redeliver %s\n%s%s--- exit %d", name, strings.Join(args, " "), out, errOut, got)
 		if got != code {
 			t.Errorf("%s: exit status %d, want %d\n%s%s", name, got, code, out, errOut)
 		}
@@ -156,7 +157,7 @@ func TestCLIReleasesStoppedKeys(t *testing.T) {
 		nil, []string{`key "aa" is not stopped on orders/0 of function orders: did you mean "a"?`})
 	check("partition not stopped", withToken, []string{"skip", "-url", url, "orders", "orders/1", "-key", "a"}, 1,
 		nil, []string{"orders/1 of function orders is not stopped: did you mean orders/0?"})
-	check("misspelt function", withToken, []string{"skip", "-url", url, "-key", "a", "ordrs", "orders/0"}, 1,
+	check("misspelt function, skip", withToken, []string{"skip", "-url", url, "-key", "a", "ordrs", "orders/0"}, 1,
 		nil, []string{`the host has no function "ordrs": did you mean orders?`})
 	check("no token", nil, []string{"resume", "-url", url, "-key", "a", "orders", "orders/0"}, 1,
 		nil, []string{"the host answered 401 Unauthorized", "set $REDELIVER_TOKEN or give -token-file"})
