@@ -286,7 +286,8 @@ func TestParkedBehindIsNotASuccess(t *testing.T) {
 				mu.Unlock()
 			},
 		}
-		proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		var hist streamtest.History
+		proc, err := stream.NewProcessor(stream.Chain(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			r := b.Records[0]
 			mu.Lock()
 			handled = append(handled, r.Offset)
@@ -295,8 +296,8 @@ func TestParkedBehindIsNotASuccess(t *testing.T) {
 				return errors.New("poison")
 			}
 			return nil
-		}), stream.WithOrdering(stream.ByKey), stream.WithConcurrency(1, 0), park,
-			stream.WithPolicy(checkpoint.Policy{MaxRetries: 0}), stream.WithHooks(hooks),
+		}), hist.Middleware("m")), stream.WithOrdering(stream.ByKey), stream.WithConcurrency(1, 0), park,
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 0}), stream.WithHooks(stream.MergeHooks(hooks, hist.Hooks("m"))),
 			stream.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
@@ -326,6 +327,12 @@ func TestParkedBehindIsNotASuccess(t *testing.T) {
 		}
 		if es, _ := store.List(t.Context(), redrive.Filter{}); len(es) != 3 {
 			t.Errorf("%d entries in the store, want 3 (0 given up, 1 and 3 behind it)", len(es))
+		}
+		// The history checker reads a record parked behind as finished,
+		// neither lost nor delivered out of order.
+		r := hist.CheckKeys(map[streamtest.TopicPartition][]string{{Topic: "orders", Partition: 0}: {"a", "a", "b", "a"}})
+		if len(r.Violations) > 0 || r.Lost != 0 || r.Deliveries != 2 {
+			t.Errorf("CheckKeys: %d deliveries, %d lost, violations:\n%s", r.Deliveries, r.Lost, strings.Join(r.Violations, "\n"))
 		}
 	})
 }
