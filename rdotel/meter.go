@@ -413,6 +413,13 @@ func (s *scope) delivered(e stream.DeliveredEvent) {
 	if e.Records > 0 {
 		p.count(&e)
 	}
+	if e.Outcome == stream.ParkedBehind {
+		// Not handled (redrive.ParkByKey parked it behind its key's
+		// parked records): no processing to time, not a success; it
+		// counts as a park of the key's action.
+		s.m.actions.Add(ctx, 1, p.with(s.m.actionAttrs("parked_behind")...))
+		return
+	}
 	opts := p.first
 	if e.Attempt.Retries > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 		extra := []attribute.KeyValue{semconv.MessagingOperationName("process"), attemptKey.Int(min(e.Attempt.Number(), maxAttempt))}

@@ -74,7 +74,7 @@ type Event struct {
 	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retries), 0 for a first delivery
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
-	Handled     int            // Delivered: how many records, from First, the handler finished
+	Handled     int            // Delivered: how many records, from First, the handler finished (or, ParkedBehind, parked behind their key)
 	// Index is the index in the batch of the record that a failure or a
 	// retry request names (Delivered: a stream.BatchError's Index; 0 when
 	// it names none, which stands for the batch's first record).
@@ -142,6 +142,10 @@ func (h *History) Hooks(member string) stream.Hooks {
 			var be *stream.BatchError
 			switch {
 			case e.Outcome == stream.Succeeded || e.Outcome == stream.RetryRequested:
+				ev.Handled = e.Records
+			case e.Outcome == stream.ParkedBehind:
+				// Not handled, but finished: parked behind its key in the
+				// re-drive store, which delivers it later (not lost).
 				ev.Handled = e.Records
 			case e.Outcome == stream.Cancelled:
 			case errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records:
