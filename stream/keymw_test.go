@@ -112,7 +112,7 @@ func TestMarkParkedBehind(t *testing.T) {
 				mu.Unlock()
 				return nil
 			case 2: // marked, then failed once: a failure
-				if b.Attempt.Retry == 0 {
+				if b.Attempt.Retries == 0 {
 					stream.MarkParkedBehind(ctx)
 					return errors.New("store down")
 				}
