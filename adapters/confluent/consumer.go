@@ -89,7 +89,8 @@ func WithCommitTimeout(d time.Duration) Option {
 // the next batch is delivered: such commits are coalesced and written in
 // the background, one request in flight per partition, as soon as records
 // have passed since the last one sent, interval has passed, or the
-// partition has nothing more buffered (it is caught up), and always before
+// partition is caught up (nothing buffered, and everything up to the high
+// watermark of librdkafka's last fetch of it polled), and always before
 // the partition is given up (revocation, shutdown). While a commit is in
 // flight (or failed), the records after it are held to the window too:
 // once they reach it, the next commit is written before the next batch is

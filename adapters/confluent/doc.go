@@ -51,7 +51,8 @@
 //     the background, one request in flight per partition, within the
 //     commit window ([WithCommitWindow]: none by default, where every
 //     commit is written before the next delivery; with one, at once too
-//     when the partition is caught up), and always
+//     when the partition is caught up: nothing buffered, and everything up
+//     to the high watermark of librdkafka's last fetch polled), and always
 //     before the partition is given up (the worker writes it before the
 //     revocation unassigns the partition, and before Close): a crash
 //     delivers again at most about two windows of records, and loses none.
