@@ -276,7 +276,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // checks pass, that the brokers answer (within 5s) and that the group's
 // topics exist, and, when the processor's exhaustion action is a
 // [stream.DeadLetter] through a [Publisher], that its topic exists (asked
-// through the publisher's producer); it logs each problem when it finds
+// through the publisher's producer, or the consumer's brokers for one
+// given with [WithPublisher]); it logs each problem when it finds
 // it, at Error for brokers that do not answer and at Warn for a topic, and
 // at Info when it is gone. The error joins one error per problem. Health
 // is safe for concurrent use; it returns an error for a Consumer not made

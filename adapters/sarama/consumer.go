@@ -286,7 +286,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // checks pass, that the brokers answer (within 5s) and that the group's
 // topics exist, and, when the processor's exhaustion action is a
 // [stream.DeadLetter] through a [Publisher], that its topic exists (asked
-// through the publisher's client); it logs each problem when it finds it,
+// through the publisher's client, or the group's brokers for one given
+// with [WithPublisher]); it logs each problem when it finds it,
 // at Error for brokers that do not answer and at Warn for a topic, and at
 // Info when it is gone. While Run runs, a partition whose consumer sarama
 // reports failing is reported too, until its next records come. The error
