@@ -220,3 +220,78 @@ func TestBoundPublisherLivesWithRun(t *testing.T) {
 		})
 	}
 }
+
+// A publish in flight when Run ends: Run returns without waiting for it
+// beyond its bound, saying so at Warn; the publish goes on, and the
+// producer is closed once it has returned, not under it (sarama's producer
+// panics on a send after its Close).
+func TestBoundPublisherCloseWaitsForSendInFlight(t *testing.T) {
+	c, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.CreateTopics(t, addrs, "t.dlq")
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if tp.Topic == "t.dlq" {
+				once.Do(func() { close(held) })
+				c.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	before := producerGoroutines()
+	pub := new(rdsarama.Publisher)
+	var logs kafkatest.LogBuffer
+	cons, err := adapter.New(kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t", Processor: deadLetterProcessor(t, pub, "t.dlq"),
+		Logger: logs.Logger(), Options: []any{rdsarama.WithPublisher(pub)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := kafkatest.StartConsumer(t, cons)
+	// Records large enough that sarama's pipeline fills while the broker
+	// holds the first request: the send is still handing records to the
+	// producer when Run ends.
+	recs := make([]stream.Record, 3000)
+	for i := range recs {
+		recs[i] = stream.Record{Value: make([]byte, 10<<10)}
+	}
+	published := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), kafkatest.Wait)
+		defer cancel()
+		for {
+			err := pub.Publish(ctx, "t.dlq", recs)
+			if err == nil || !strings.Contains(err.Error(), "not running yet") || ctx.Err() != nil {
+				published <- err
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	select {
+	case <-held:
+	case <-time.After(kafkatest.Wait):
+		t.Fatal("no produce request to t.dlq")
+	}
+	time.Sleep(100 * time.Millisecond) // the pipeline fills behind the held request
+	began := time.Now()
+	if err := r.Stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if took := time.Since(began); took > 3*time.Second {
+		t.Errorf("Run returned %v after its context ended, with a send in flight", took)
+	}
+	logs.WaitFor(t, "the dead-letter producer did not close in time", time.Second)
+	close(release)
+	if err := <-published; err != nil {
+		t.Errorf("the publish in flight when Run ended: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for producerGoroutines() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines of sarama's producers 10s after the send returned, %d before: the producer was not closed", producerGoroutines(), before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
