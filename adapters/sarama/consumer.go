@@ -191,7 +191,10 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // transactions), and Producer.Idempotent to true, with Net.MaxOpenRequests
 // 1, when the configuration allows it (Version at least sarama.V0_11_0_0
 // and Producer.Retry.Max at least 1; sarama's defaults do), so that a
-// retried send writes no dead letter twice.
+// retried send writes no dead letter twice. A producer the brokers refuse
+// (idempotence not allowed to the client, say) holds Run before it joins
+// the group: it tries again every second, and says so at Warn with the
+// broker's error, then every 30s while it lasts.
 //
 // New returns an error when pub is nil, has a producer of its own
 // ([NewPublisher]), is bound to another consumer, or when the producer's

@@ -263,7 +263,13 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 		group    sarama.ConsumerGroup
 		producer sarama.SyncProducer
 		err      error
+		// producerErr: the brokers answer, but the producer of the
+		// WithPublisher publishers was not made (idempotence refused,
+		// say): worth a Warn, not a Debug as brokers away are (the start
+		// check reports those).
+		producerErr bool
 	}
+	var warned time.Time // the last Warn of a producer not made
 	for {
 		ch := make(chan made, 1)
 		go func() {
@@ -283,7 +289,7 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 				if producer, err = sarama.NewSyncProducer(e.cfg.brokers, e.producerConf); err != nil {
 					_ = client.Close()
 					_ = commits.Close()
-					ch <- made{err: fmt.Errorf("the dead-letter producer: %w", err)}
+					ch <- made{err: err, producerErr: true}
 					return
 				}
 			}
@@ -304,7 +310,13 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 			if m.err == nil {
 				return m.client, m.commits, m.group, m.producer
 			}
-			e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
+			if m.producerErr && time.Since(warned) >= producerWarnEvery {
+				warned = time.Now()
+				e.log.Warn("redeliver: the dead-letter producer of WithPublisher was not made: the consumer waits for it, trying again every second",
+					"group", e.cfg.group, "error", m.err)
+			} else {
+				e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
+			}
 		case <-ctx.Done():
 			go func() {
 				if m := <-ch; m.err == nil {
@@ -322,6 +334,11 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 		}
 	}
 }
+
+// producerWarnEvery is how often Run says at Warn, while it lasts, that
+// the producer of the WithPublisher publishers cannot be made (at Debug
+// between).
+const producerWarnEvery = 30 * time.Second
 
 // producerWait is how long Run waits, when it ends, for the producer of
 // the WithPublisher publishers to close (its sends in flight to return).

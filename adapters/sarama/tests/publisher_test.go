@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
@@ -293,5 +294,26 @@ func TestBoundPublisherCloseWaitsForSendInFlight(t *testing.T) {
 			t.Fatalf("%d goroutines of sarama's producers 10s after the send returned, %d before: the producer was not closed", producerGoroutines(), before)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A producer the brokers refuse (here its idempotence: InitProducerID
+// refused) holds the consumer, which says so at Warn, with the broker's
+// error, not only at Debug.
+func TestBoundPublisherRefusedProducerIsWarned(t *testing.T) {
+	c, addrs := kafkatest.NewCluster(t, "t", 1)
+	c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	pub := new(rdsarama.Publisher)
+	var logs kafkatest.LogBuffer
+	kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t", Processor: deadLetterProcessor(t, pub, "t.dlq"),
+		Logger: logs.Logger(), Options: []any{rdsarama.WithPublisher(pub)}})
+	logs.WaitFor(t, `level=WARN msg="redeliver: the dead-letter producer of WithPublisher was not made`, 5*time.Second)
+	if !strings.Contains(logs.String(), `error="kafka server: The client is not authorized to send this request type"`) {
+		t.Errorf("the Warn line does not give the broker's error: %s", logs.String())
 	}
 }
