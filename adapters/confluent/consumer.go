@@ -177,8 +177,11 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // in-sync replica acknowledges a dead letter before the checkpoint moves
 // past its batch) and enable.idempotence=true (a retried send writes no
 // dead letter twice); the rest is librdkafka's defaults (a record's report
-// waits at most message.timeout.ms, 300s). For other producer settings,
-// make the producer yourself and use [NewPublisher].
+// waits at most message.timeout.ms, 300s). An error librdkafka reports on
+// the producer is logged: a fatal one (its idempotence refused by the
+// brokers, say; every dead letter fails from then on) at Error, the
+// others at Debug. For other producer settings, make the producer
+// yourself and use [NewPublisher].
 //
 // New returns an error when pub is nil, has a producer of its own
 // ([NewPublisher]) or is bound to another consumer; and, without

@@ -111,6 +111,7 @@ func (e *engine) run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("confluent: make the dead-letter producer of WithPublisher (from bootstrap.servers and the security settings of WithGroup's configuration): %w", err)
 		}
+		go e.producerEvents(p)
 		if !e.owned.start(p) {
 			p.Close()
 		}
@@ -213,6 +214,24 @@ const (
 	producerFlush = 400 * time.Millisecond
 	producerWait  = time.Second
 )
+
+// producerEvents logs the errors librdkafka reports on the producer of the
+// WithPublisher publishers (the delivery reports go to each publish): a
+// fatal one (its idempotence refused, say: every publish fails from then
+// on) at Error, the others, which librdkafka recovers from, at Debug. It
+// returns when the producer is closed.
+func (e *engine) producerEvents(p *kafka.Producer) {
+	for ev := range p.Events() {
+		if err, ok := ev.(kafka.Error); ok {
+			if err.IsFatal() {
+				e.log.Error("redeliver: the dead-letter producer of WithPublisher failed: every dead letter fails until the consumer runs again",
+					"group", e.group(), "error", err)
+			} else {
+				e.log.Debug("redeliver: the dead-letter producer reports an error; it goes on", "error", err)
+			}
+		}
+	}
+}
 
 // stopProducer flushes and closes the producer of the WithPublisher
 // publishers, and makes them refuse to publish from now on.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/confluent"
@@ -209,5 +210,26 @@ func TestBoundPublisherLivesWithRun(t *testing.T) {
 				t.Fatalf("%d goroutines of producers after Run returned, %d before: the producer was not closed", n, before)
 			}
 		})
+	}
+}
+
+// A producer the brokers refuse (here its idempotence: InitProducerID
+// refused, fatal to librdkafka) is said at Error, with librdkafka's error:
+// its publishes fail from then on.
+func TestBoundPublisherFatalErrorIsLogged(t *testing.T) {
+	c, addrs := kafkatest.NewCluster(t, "t", 1)
+	c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	pub := new(confluent.Publisher)
+	var logs kafkatest.LogBuffer
+	kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t", Processor: deadLetterProcessor(t, pub, "t.dlq"),
+		Logger: logs.Logger(), Options: []any{confluent.WithPublisher(pub)}})
+	logs.WaitFor(t, `level=ERROR msg="redeliver: the dead-letter producer of WithPublisher failed`, 10*time.Second)
+	if !strings.Contains(logs.String(), "uthoriz") {
+		t.Errorf("the Error line does not give librdkafka's error: %s", logs.String())
 	}
 }
