@@ -197,9 +197,9 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // broker's error, then every 30s while it lasts.
 //
 // New returns an error when pub is nil, has a producer of its own
-// ([NewPublisher]), is bound to another consumer, or when the producer's
-// configuration is one sarama rejects; and, without WithPublisher, when
-// the processor dead-letters through a Publisher bound to nothing.
+// ([NewPublisher]) or is bound to another consumer; and, without
+// WithPublisher, when the processor dead-letters through a Publisher
+// bound to nothing.
 func WithPublisher(pub *Publisher) Option {
 	return optionFunc(func(c *config) { c.publishers = append(c.publishers, pub) })
 }
