@@ -80,3 +80,30 @@ func TestFlushSizesTheNextSlice(t *testing.T) {
 		t.Errorf("buffered %d records, want 1200", got)
 	}
 }
+
+// TestProducerConfig: the producer of WithPublisher takes from the
+// consumer's configuration its bootstrap.servers and security settings
+// only (a consumer's property would be warned about by librdkafka, and a
+// producer's tuning is the user's own producer's), and asks for acks from
+// every in-sync replica and idempotence, whatever the consumer's says.
+func TestProducerConfig(t *testing.T) {
+	got := producerConfig(kafka.ConfigMap{
+		"bootstrap.servers": "b:9092", "group.id": "g", "security.protocol": "SASL_SSL",
+		"sasl.mechanisms": "PLAIN", "sasl.username": "u", "sasl.password": "p", "ssl.ca.location": "/ca",
+		"enable.ssl.certificate.verification": false, "session.timeout.ms": 6000, "acks": 1,
+		"enable.idempotence": false, "auto.offset.reset": "earliest",
+	})
+	want := kafka.ConfigMap{
+		"bootstrap.servers": "b:9092", "security.protocol": "SASL_SSL", "sasl.mechanisms": "PLAIN",
+		"sasl.username": "u", "sasl.password": "p", "ssl.ca.location": "/ca",
+		"enable.ssl.certificate.verification": false, "acks": "all", "enable.idempotence": true,
+	}
+	if len(got) != len(want) {
+		t.Errorf("producer configuration %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("producer configuration: %s = %v, want %v", k, got[k], v)
+		}
+	}
+}
