@@ -193,8 +193,10 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 // and Producer.Retry.Max at least 1; sarama's defaults do), so that a
 // retried send writes no dead letter twice. A producer the brokers refuse
 // (idempotence not allowed to the client, say) holds Run before it joins
-// the group: it tries again every second, and says so at Warn with the
-// broker's error, then every 30s while it lasts.
+// the group: it tries again every second, says so at Warn with the
+// broker's error, then every 30s while it lasts, and ends Run with that
+// error after [WithFailAfter] (a minute by default), as a problem that
+// stops all consumption does.
 //
 // New returns an error when pub is nil, has a producer of its own
 // ([NewPublisher]) or is bound to another consumer; and, without

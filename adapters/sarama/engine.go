@@ -269,7 +269,8 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 		// check reports those).
 		producerErr bool
 	}
-	var warned time.Time // the last Warn of a producer not made
+	var warned time.Time   // the last Warn of a producer not made
+	var refused time.Time // since when the producer has not been made
 	for {
 		ch := make(chan made, 1)
 		go func() {
@@ -310,10 +311,19 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 			if m.err == nil {
 				return m.client, m.commits, m.group, m.producer
 			}
+			if m.producerErr && refused.IsZero() {
+				refused = time.Now()
+			}
+			if m.producerErr && e.cfg.FailAfter > 0 && time.Since(refused) >= e.cfg.FailAfter {
+				// As a problem that stops all consumption does
+				// (WithFailAfter): the consumer has not started.
+				e.life.Fail(fmt.Errorf("sarama: the dead-letter producer of WithPublisher was not made in %v (WithFailAfter): %w", e.cfg.FailAfter, m.err))
+				return nil, nil, nil, nil
+			}
 			if m.producerErr && time.Since(warned) >= producerWarnEvery {
 				warned = time.Now()
-				e.log.Warn("redeliver: the dead-letter producer of WithPublisher was not made: the consumer waits for it, trying again every second",
-					"group", e.cfg.group, "error", m.err)
+				e.log.Warn("redeliver: the dead-letter producer of WithPublisher was not made: the consumer waits for it, trying again every second, and ends Run after WithFailAfter",
+					"group", e.cfg.group, "error", m.err, "for", time.Since(refused).Round(time.Second), "failAfter", e.cfg.FailAfter)
 			} else {
 				e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
 			}

@@ -317,3 +317,33 @@ func TestBoundPublisherRefusedProducerIsWarned(t *testing.T) {
 		t.Errorf("the Warn line does not give the broker's error: %s", logs.String())
 	}
 }
+
+// A dead-letter producer the brokers keep refusing holds the consumer back
+// as a problem that stops all consumption does: Run ends with the broker's
+// error after WithFailAfter, instead of waiting for it for ever.
+func TestBoundPublisherRefusedProducerEndsRun(t *testing.T) {
+	c, addrs := kafkatest.NewCluster(t, "t", 1)
+	c.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	pub := new(rdsarama.Publisher)
+	var logs kafkatest.LogBuffer
+	const failAfter = 2 * time.Second
+	r := kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t", Processor: deadLetterProcessor(t, pub, "t.dlq"),
+		Logger: logs.Logger(), FailAfter: failAfter, Options: []any{rdsarama.WithPublisher(pub)}})
+	start := time.Now()
+	select {
+	case <-r.Done():
+	case <-time.After(failAfter + 15*time.Second):
+		t.Fatalf("Run still runs %v after the start, with the dead-letter producer refused and WithFailAfter(%v):\n%s", time.Since(start), failAfter, logs.String())
+	}
+	if err := r.Err(); err == nil || !strings.Contains(err.Error(), "dead-letter producer") || !strings.Contains(err.Error(), "not authorized") {
+		t.Errorf("Run = %v, want the refused producer's error", err)
+	}
+	if took := time.Since(start); took < failAfter {
+		t.Errorf("Run ended after %v, before WithFailAfter's %v", took, failAfter)
+	}
+}
