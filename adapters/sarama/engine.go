@@ -269,7 +269,7 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 		// check reports those).
 		producerErr bool
 	}
-	var warned time.Time   // the last Warn of a producer not made
+	var warned time.Time  // the last Warn of a producer not made
 	var refused time.Time // since when the producer has not been made
 	for {
 		ch := make(chan made, 1)
