@@ -488,7 +488,7 @@ func shareClusterScenario(t *testing.T, b conformance.Broker, fault func(*testin
 
 	// The partitions' leaders change on the cluster. A share-partition
 	// leader does not persist a record's acquisition (only its
-	// acknowledgement, release, renewal or lock timeout) to
+	// acknowledgement, release or renewal) to
 	// __share_group_state, so a leader that takes over after a kill or a
 	// pause hands an acquired record out again at once, from the count
 	// last persisted, while the member that held it does not know yet:

@@ -75,8 +75,8 @@ type ShareHistory struct {
 	// LeaderChanges says that the partitions' leaders may change during
 	// the history (a cluster with broker faults). A share-partition
 	// leader keeps a record's acquisition in memory only: it persists
-	// the delivery count when the record is acknowledged, released,
-	// renewed or its lock runs out, not when it is handed out. So a
+	// the delivery count when the record is acknowledged, released or
+	// renewed, not when it is handed out. So a
 	// leader that takes over hands an acquired record out again at once,
 	// with the count last persisted, while the member that held it knows
 	// nothing of it yet (its lock has not run out as far as it can tell).
