@@ -47,8 +47,8 @@ type partitionAnswer struct {
 	// (-1 before fetch version 4): a fetch returns no record at or past
 	// hwm, nor under read_committed at or past lso.
 	hwm, lso int64
-	aborted []fetch.ResponseTransaction
-	records []byte // its record batches as the broker sent them (the last one may be cut short)
+	aborted  []fetch.ResponseTransaction
+	records  []byte // its record batches as the broker sent them (the last one may be cut short)
 }
 
 // roundTrip sends req at version on conn and returns the answer with its
