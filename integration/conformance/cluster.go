@@ -440,7 +440,7 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 	if burstLetters > 0 && r.bursts.Load() == 0 {
 		t.Errorf("%d records other than the poison ones dead-lettered, with no fault burst", burstLetters)
 	}
-	minP, maxP := r.poisonDeliveries()
+	minP, maxP, repeatedFirsts := r.poisonDeliveries()
 	if maxP > clusterRetries+1+r.poisonSlack {
 		t.Errorf("a poison record was delivered %d times, want at most %d (retryCount %d)", maxP, clusterRetries+1+r.poisonSlack, clusterRetries)
 	}
@@ -451,6 +451,9 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 		len(letters), twice, minP, maxP, clusterRetries, faultTook.Round(100*time.Millisecond), note)
 	if rd != nil {
 		f.Note += " " + rd.check(t)
+	}
+	if repeatedFirsts > 0 {
+		f.Note += fmt.Sprintf(" poison-first-deliveries-repeated-by-a-move=%d", repeatedFirsts)
 	}
 	if e.keyed() {
 		// What the group coordinator answered right after the fault (a
@@ -708,14 +711,29 @@ func (r *clusterRun) windowFigures() string {
 
 // poisonDeliveries returns the fewest and the most deliveries that count
 // against one poison record: those that failed at it, and its retries a
-// revocation cut short (which count as the checker counts them).
-func (r *clusterRun) poisonDeliveries() (lo, hi int) {
+// revocation cut short (which count as the checker counts them), with its
+// first delivery counted once however often a move repeated it, and how
+// many first deliveries were so repeated. A first delivery commits nothing
+// before it runs: when the partition moves between its failure and the
+// commit of the failure's state (a coordinator killed then), the next
+// owner delivers the record again as a first delivery (docs/COUNTING.md:
+// at most retryCount+1 plus one per such move, which the history checker
+// verifies move by move).
+func (r *clusterRun) poisonDeliveries() (lo, hi, repeated int) {
 	n := map[[2]int64]int{}
+	firsts := map[[2]int64]int{}
 	for _, ev := range r.hist.Events() {
 		switch {
 		case ev.Kind != streamtest.Delivered:
 		case ev.Outcome == stream.Failed && ev.Error == errPoison.Error():
-			n[[2]int64{int64(ev.Partition), ev.First + int64(ev.Index)}]++
+			k := [2]int64{int64(ev.Partition), ev.First + int64(ev.Index)}
+			if ev.Retry == 0 {
+				if firsts[k]++; firsts[k] > 1 {
+					repeated++
+					continue
+				}
+			}
+			n[k]++
 		case ev.Outcome == stream.Cancelled && ev.Retry > 0 && ev.First%clusterPoisonEvery == 42:
 			n[[2]int64{int64(ev.Partition), ev.First}]++
 		}
@@ -727,7 +745,7 @@ func (r *clusterRun) poisonDeliveries() (lo, hi int) {
 		}
 		hi = max(hi, k)
 	}
-	return max(lo, 0), hi
+	return max(lo, 0), hi, repeated
 }
 
 // awaitFailure waits for a failed delivery once the run is armed and
