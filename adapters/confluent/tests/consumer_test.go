@@ -40,7 +40,7 @@ func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
 	)
 	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		has20 := b.Partition == 0 && b.FirstOffset() <= 20 && b.LastOffset() >= 20
-		if has20 && b.Attempt.Retry == 0 {
+		if has20 && b.Attempt.Retries == 0 {
 			return errors.New("fail once")
 		}
 		if has20 {
