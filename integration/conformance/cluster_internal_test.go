@@ -16,7 +16,7 @@ func TestPoisonDeliveriesCountAFirstDeliveryOnce(t *testing.T) {
 	fail := func(member string, claim uint64, offset int64, retry int) {
 		r.hist.Hooks(member).Delivered(stream.DeliveredEvent{
 			BatchInfo: stream.BatchInfo{Topic: "t", Partition: 0, ClaimID: claim, FirstOffset: offset, LastOffset: offset, Records: 1},
-			Attempt:   stream.Attempt{Retry: retry, MaxRetries: clusterRetries}, Outcome: stream.Failed,
+			Attempt:   stream.Attempt{Retries: retry, MaxRetries: clusterRetries}, Outcome: stream.Failed,
 			Err: &stream.BatchError{Index: 0, Err: errPoison},
 		})
 	}
