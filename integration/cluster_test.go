@@ -20,6 +20,9 @@ import (
 //
 //	b=$(integration/kafka-cluster.sh start) && export "$b"
 //	cd integration && go test -run TestCluster -timeout 60m -v .
+//
+// REDELIVER_ORDERING=key runs the scenarios in key ordering
+// (conformance.RunClusterVariant).
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cluster scenarios are long")

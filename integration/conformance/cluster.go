@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -50,7 +51,30 @@ type clusterFault func(t *testing.T, r *clusterRun) (ended time.Time, note strin
 
 // RunCluster runs every cluster scenario for the adapter on the provider's
 // cluster (a Broker with Cluster set); it skips when there is none.
+//
+// The variant is [VariantFromEnv]'s: REDELIVER_ORDERING=key runs every
+// scenario in key ordering (see [RunClusterVariant]).
 func RunCluster(t *testing.T, p Provider, a Adapter) {
+	v, err := VariantFromEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	RunClusterVariant(t, p, a, v)
+}
+
+// RunClusterVariant is [RunCluster] in the given variant. In key (or no)
+// ordering the records carry keys (8 a partition), the consumers run in
+// that ordering at their default concurrency, each record is retried on
+// its own, and the history is checked with
+// [streamtest.History.CheckKeys]: per-key order, each record's retry
+// bound, no record a committed window said was finished delivered again,
+// no loss. A poison record then holds back only its own key: while it
+// waits out its backoffs the other keys' records go on, and the
+// partition's commits carry them as finished above it, with its retry
+// state, in the commit metadata that the faults must not lose. The
+// figures add the largest commit metadata written and the claims that
+// began from a window.
+func RunClusterVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 	for _, s := range []struct {
 		name  string
 		fault clusterFault
@@ -70,8 +94,16 @@ func RunCluster(t *testing.T, p Provider, a Adapter) {
 			if a.NeedsKIP848() && !b.KIP848 {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
+			if len(v.Only) > 0 && !slices.Contains(v.Only, s.name) {
+				t.Skip("not in the variant's set")
+			}
 			begin := time.Now()
-			f := clusterScenario(t, newEnv(t, b, a), s.fault)
+			e := newEnv(t, b, a)
+			e.ordering = v.Ordering
+			f := clusterScenario(t, e, s.fault)
+			if e.keyed() {
+				f.Note = "ordering=" + e.ordering.String() + " " + f.Note
+			}
 			f.Scenario, f.Provider, f.Adapter, f.Took = s.name, p.Name(), a.Name(), time.Since(begin)
 			report(t, f)
 		})
@@ -273,7 +305,14 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 			var recs []*kgo.Record
 			for p := range int32(parts) {
 				for j := range 5 {
-					recs = append(recs, &kgo.Record{Topic: e.topic, Partition: p, Value: fmt.Appendf(nil, "%d:%d", p, i+j)})
+					rec := &kgo.Record{Topic: e.topic, Partition: p, Value: fmt.Appendf(nil, "%d:%d", p, i+j)}
+					if e.keyed() {
+						// The key of the i+j-th record; a failed produce
+						// can shift offsets, so the check reads the
+						// keys back from the topic (readKeys).
+						rec.Key = fmt.Appendf(nil, "k%d", (i+j)%keysPerPartition)
+					}
+					recs = append(recs, rec)
 				}
 			}
 			pctx, pcancel := context.WithTimeout(context.Background(), longWait)
@@ -310,7 +349,11 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 		dl = rd.park
 	}
 	watch := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
-		if ev.Outcome == stream.Failed && r.armed.Load() {
+		// In key ordering the fault waits for a poison record's failure:
+		// it hits while that record's key waits out a backoff and the
+		// partition's window holds the other keys' records finished
+		// above it.
+		if ev.Outcome == stream.Failed && r.armed.Load() && (!e.keyed() || errors.Is(ev.Err, errPoison)) {
 			select {
 			case r.failed <- ev.Partition:
 			default:
@@ -325,7 +368,7 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 			}
 			continue
 		}
-		e.start(name, spec{handler: h, policy: policy, maxBatch: 10, session: true,
+		e.start(name, spec{handler: h, policy: policy, maxBatch: 10, session: true, rec: &r.hist,
 			hooks: stream.MergeHooks(r.hist.Hooks(name), watch),
 			opts:  []stream.Option{stream.WithExhaustionAction(dl)}})
 	}
@@ -367,7 +410,10 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 		hends[streamtest.TopicPartition{Topic: e.topic, Partition: p}] = n
 		total += n
 	}
-	rep := check(t, &r.hist, hends)
+	if e.keyed() {
+		r.readKeys(t, want)
+	}
+	rep := e.check(&r.hist, hends)
 
 	letters, twice := r.readDeadLetters(t)
 	var poisons int64
@@ -394,7 +440,7 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 	if burstLetters > 0 && r.bursts.Load() == 0 {
 		t.Errorf("%d records other than the poison ones dead-lettered, with no fault burst", burstLetters)
 	}
-	minP, maxP := r.poisonDeliveries()
+	minP, maxP, repeatedFirsts := r.poisonDeliveries()
 	if maxP > clusterRetries+1+r.poisonSlack {
 		t.Errorf("a poison record was delivered %d times, want at most %d (retryCount %d)", maxP, clusterRetries+1+r.poisonSlack, clusterRetries)
 	}
@@ -405,6 +451,19 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 		len(letters), twice, minP, maxP, clusterRetries, faultTook.Round(100*time.Millisecond), note)
 	if rd != nil {
 		f.Note += " " + rd.check(t)
+	}
+	if repeatedFirsts > 0 {
+		f.Note += fmt.Sprintf(" poison-first-deliveries-repeated-by-a-move=%d", repeatedFirsts)
+	}
+	if e.keyed() {
+		// What the group coordinator answered right after the fault (a
+		// new one after (b)): each partition's committed window, read
+		// back from __consumer_offsets.
+		var after []string
+		for p := range int32(parts) {
+			after = append(after, fmt.Sprintf("p%d:%d", p, len(at[p].Metadata)))
+		}
+		f.Note += " " + r.windowFigures() + " window-bytes-read-after-fault=" + strings.Join(after, ",")
 	}
 	if n := r.kills.Load(); n > 0 {
 		f.Note += fmt.Sprintf(" sigkills=%d", n)
@@ -588,16 +647,93 @@ func (r *clusterRun) readDeadLetters(t *testing.T) (map[[2]int64]int, int) {
 	return got, twice
 }
 
+// readKeys reads the topic's records up to ends and notes each one's key
+// (env.keys), for the key checker: the producer's keys follow the values
+// it numbers, and a produce that failed and was not written shifts the
+// offsets after it.
+func (r *clusterRun) readKeys(t *testing.T, ends map[int32]int64) {
+	t.Helper()
+	e := r.e
+	parts := map[string]map[int32]kgo.Offset{e.topic: {}}
+	e.keys = map[int32][]string{}
+	left := int64(0)
+	for p, n := range ends {
+		parts[e.topic][p] = kgo.NewOffset().AtStart()
+		e.keys[p] = make([]string, n)
+		left += n
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(r.c.Direct...), kgo.ConsumePartitions(parts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := r.ctx(longWait)
+	defer cancel()
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %d records not read back for their keys", e.topic, left)
+		}
+		fs.EachRecord(func(rec *kgo.Record) {
+			if ks := e.keys[rec.Partition]; rec.Offset < int64(len(ks)) && ks[rec.Offset] == "" {
+				ks[rec.Offset] = string(rec.Key)
+				left--
+			}
+		})
+	}
+}
+
+// windowFigures says, in key ordering, how large the commit metadata
+// grew (the most written by a commit, and its 99th percentile over the
+// commits that carried any) and how many claims began from a window the
+// previous owner had committed (a non-empty metadata read at the claim),
+// the largest of those.
+func (r *clusterRun) windowFigures() string {
+	var sizes []int
+	claims, claimMax := 0, 0
+	for _, ev := range r.hist.Events() {
+		switch {
+		case ev.Kind == streamtest.Committed && ev.Metadata != "":
+			sizes = append(sizes, len(ev.Metadata))
+		case ev.Kind == streamtest.Claimed && ev.Metadata != "":
+			claims++
+			claimMax = max(claimMax, len(ev.Metadata))
+		}
+	}
+	slices.Sort(sizes)
+	p99, most := 0, 0
+	if len(sizes) > 0 {
+		p99, most = sizes[(len(sizes)*99)/100], sizes[len(sizes)-1]
+	}
+	return fmt.Sprintf("metadata-bytes p99=%d max=%d (%d commits with a window) claims-from-a-window=%d (max %d bytes)",
+		p99, most, len(sizes), claims, claimMax)
+}
+
 // poisonDeliveries returns the fewest and the most deliveries that count
 // against one poison record: those that failed at it, and its retries a
-// revocation cut short (which count as the checker counts them).
-func (r *clusterRun) poisonDeliveries() (lo, hi int) {
+// revocation cut short (which count as the checker counts them), with its
+// first delivery counted once however often a move repeated it, and how
+// many first deliveries were so repeated. A first delivery commits nothing
+// before it runs: when the partition moves between its failure and the
+// commit of the failure's state (a coordinator killed then), the next
+// owner delivers the record again as a first delivery (docs/COUNTING.md:
+// at most retryCount+1 plus one per such move, which the history checker
+// verifies move by move).
+func (r *clusterRun) poisonDeliveries() (lo, hi, repeated int) {
 	n := map[[2]int64]int{}
+	firsts := map[[2]int64]int{}
 	for _, ev := range r.hist.Events() {
 		switch {
 		case ev.Kind != streamtest.Delivered:
 		case ev.Outcome == stream.Failed && ev.Error == errPoison.Error():
-			n[[2]int64{int64(ev.Partition), ev.First + int64(ev.Index)}]++
+			k := [2]int64{int64(ev.Partition), ev.First + int64(ev.Index)}
+			if ev.Retry == 0 {
+				if firsts[k]++; firsts[k] > 1 {
+					repeated++
+					continue
+				}
+			}
+			n[k]++
 		case ev.Outcome == stream.Cancelled && ev.Retry > 0 && ev.First%clusterPoisonEvery == 42:
 			n[[2]int64{int64(ev.Partition), ev.First}]++
 		}
@@ -609,7 +745,7 @@ func (r *clusterRun) poisonDeliveries() (lo, hi int) {
 		}
 		hi = max(hi, k)
 	}
-	return max(lo, 0), hi
+	return max(lo, 0), hi, repeated
 }
 
 // awaitFailure waits for a failed delivery once the run is armed and
