@@ -76,8 +76,10 @@ type claim struct {
 
 	// fetchAhead's state: ahead while it runs; polled once a poll handed
 	// over the partition since it was resumed in the client.
-	ahead     bool
-	polled    bool
+	ahead  bool
+	polled bool
+	// aheadWake wakes fetchAhead when the worker took records; made with
+	// the first fetchAhead (most partitions never need one).
 	aheadWake chan struct{}
 
 	// The partition's commits, success commits coalesced; made by begin.
@@ -95,7 +97,7 @@ type claim struct {
 	confMu     sync.Mutex
 	confMember string
 	confGen    int32
-	confWake   chan struct{} // closed and replaced at each confirmation
+	confWake   chan struct{} // closed at the next confirmation; nil until asked for
 
 	// The worker's own.
 	taken     []*kgo.Record
@@ -109,8 +111,7 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
 		done: make(chan struct{}), lastOff: -1, hwm: -1, aheadTo: -1,
-		aheadWake: make(chan struct{}, 1), owned: true,
-		confGen: -1, confWake: make(chan struct{}),
+		owned: true, confGen: -1,
 	}
 }
 
@@ -119,8 +120,10 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 func (cl *claim) confirm(member string, gen int32) {
 	cl.confMu.Lock()
 	cl.confMember, cl.confGen = member, gen
-	close(cl.confWake)
-	cl.confWake = make(chan struct{})
+	if cl.confWake != nil {
+		close(cl.confWake)
+		cl.confWake = nil
+	}
 	cl.confMu.Unlock()
 }
 
@@ -128,6 +131,9 @@ func (cl *claim) confirm(member string, gen int32) {
 func (cl *claim) confirmation() <-chan struct{} {
 	cl.confMu.Lock()
 	defer cl.confMu.Unlock()
+	if cl.confWake == nil {
+		cl.confWake = make(chan struct{})
+	}
 	return cl.confWake
 }
 
@@ -350,6 +356,9 @@ func (cl *claim) setPauseLocked(reasons uint8, on bool) {
 			// The worker's goroutine (Fetch, through the buffer's
 			// OnDrained) holds g.wg here.
 			cl.ahead = true
+			if cl.aheadWake == nil {
+				cl.aheadWake = make(chan struct{}, 1)
+			}
 			cl.g.wg.Add(1)
 			go cl.fetchAhead()
 		}
@@ -381,6 +390,11 @@ func (cl *claim) Position() int64 {
 // rewind. It returns no records when the client read transaction markers
 // only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	// The Processor gave up the previous batch: let go of its records
+	// before waiting, so that an idle partition does not keep the fetch
+	// buffers its last records point into.
+	clear(cl.out)
+	clear(cl.hdrs)
 	cl.taken = cl.taken[:0]
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
 		cl.taken = append(cl.taken, part...)
