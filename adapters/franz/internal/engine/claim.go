@@ -59,7 +59,7 @@ type claim struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	started bool
-	done    chan struct{}
+	done    sync.WaitGroup // the worker, once started
 
 	mu sync.Mutex
 	// The records polled and not yet in a batch, made by begin; its limit
@@ -97,7 +97,8 @@ type claim struct {
 	confMu     sync.Mutex
 	confMember string
 	confGen    int32
-	confWake   chan struct{} // closed at the next confirmation; nil until asked for
+	confSeq    uint64        // confirmations so far
+	confWake   chan struct{} // closed at the next confirmation; nil until waited on
 
 	// The worker's own.
 	taken     []*kgo.Record
@@ -110,7 +111,7 @@ type claim struct {
 func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		done: make(chan struct{}), lastOff: -1, hwm: -1, aheadTo: -1,
+		lastOff: -1, hwm: -1, aheadTo: -1,
 		owned: true, confGen: -1,
 	}
 }
@@ -120,6 +121,7 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 func (cl *claim) confirm(member string, gen int32) {
 	cl.confMu.Lock()
 	cl.confMember, cl.confGen = member, gen
+	cl.confSeq++
 	if cl.confWake != nil {
 		close(cl.confWake)
 		cl.confWake = nil
@@ -127,15 +129,29 @@ func (cl *claim) confirm(member string, gen int32) {
 	cl.confMu.Unlock()
 }
 
-// confirmation returns a channel closed at the claim's next confirmation.
-func (cl *claim) confirmation() <-chan struct{} {
+// confirmations returns how many confirmations the claim has had.
+func (cl *claim) confirmations() uint64 {
 	cl.confMu.Lock()
 	defer cl.confMu.Unlock()
+	return cl.confSeq
+}
+
+// confirmedAfter returns a channel closed once the claim has had more than
+// seq confirmations (closed already if it has).
+func (cl *claim) confirmedAfter(seq uint64) <-chan struct{} {
+	cl.confMu.Lock()
+	defer cl.confMu.Unlock()
+	if cl.confSeq != seq {
+		return closedChan
+	}
 	if cl.confWake == nil {
 		cl.confWake = make(chan struct{})
 	}
 	return cl.confWake
 }
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // confirmedFor reports whether a commit made by member in generation gen
 // may carry the claim's partition: the claim was confirmed in that very
@@ -183,6 +199,7 @@ func (cl *claim) revokedIn(member string, gen int32) bool {
 // begin prepares the claim for its worker; g.mu is held.
 func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *Consumer) {
 	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
+	cl.done.Add(1)
 	cl.buf = batching.New(&cl.mu, batching.Config[*kgo.Record]{
 		Offset: func(r **kgo.Record) int64 { return (*r).Offset },
 		Size:   func(r **kgo.Record) int { return recordSize(*r) },
@@ -223,7 +240,7 @@ func (cl *claim) revoke(cause error) {
 // wait waits for the claim's worker, if it was started.
 func (cl *claim) wait() {
 	if cl.started {
-		<-cl.done
+		cl.done.Wait()
 	}
 }
 
@@ -237,7 +254,7 @@ func (cl *claim) finish() {
 	cl.buf.Drop()
 	cl.mu.Unlock()
 	cl.g.notify()
-	close(cl.done)
+	cl.done.Done()
 }
 
 // recordSize is what a buffered record counts against the buffer limit: its
@@ -549,7 +566,7 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 		if !cl.owned || ended != nil && cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
-		confirmed := cl.confirmation()
+		seq := cl.confirmations()
 		err := cl.c.commit.commit(cl, at, metadata)
 		if !errors.Is(err, errUnconfirmed) {
 			return err
@@ -558,7 +575,7 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 			return err // a flush: tried again at the interval
 		}
 		select {
-		case <-confirmed:
+		case <-cl.confirmedAfter(seq):
 		case <-ended:
 		}
 	}
