@@ -326,7 +326,7 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		claim: id,
 		p:     p,
 		c:     c,
-		m:     retrystate.NewMachine(p.cfg.policy),
+		m:     retrystate.NewMachineOf(&p.cfg.policy),
 		rnd:   p.newRand(),
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
 		log:   partitionLogger(p.log, c.Topic(), c.Partition()),

@@ -187,9 +187,12 @@ func (r Request) Policy() checkpoint.Policy {
 // never retries. A Machine is not safe for concurrent use; give each
 // partition its own.
 type Machine struct {
-	base     checkpoint.Policy
-	override checkpoint.Policy
-	hasOver  bool
+	// base is the policy the Machine applies; override, when not nil,
+	// the policy of a RetryResult in force for the current batch. Neither
+	// is written through: a Machine shares base with its maker (NewMachineOf)
+	// and is copied by value.
+	base     *checkpoint.Policy
+	override *checkpoint.Policy
 	state    State
 	oldest   time.Time
 	last     error
@@ -199,16 +202,24 @@ type Machine struct {
 
 // NewMachine returns a Machine that applies p.
 func NewMachine(p checkpoint.Policy) Machine {
+	return Machine{base: &p}
+}
+
+// NewMachineOf returns a Machine that applies *p, which must not change
+// while the Machine is in use. Unlike [NewMachine], it keeps no copy of
+// the policy: the machines of one processor's partitions share one.
+func NewMachineOf(p *checkpoint.Policy) Machine {
 	return Machine{base: p}
 }
+
+// zeroPolicy is the policy of the zero Machine.
+var zeroPolicy checkpoint.Policy
 
 // Begin starts following a new batch whose oldest record was written at
 // oldest (zero when unknown). It forgets the previous batch's state and the
 // policy of any [Machine.RequestRetries].
 func (m *Machine) Begin(oldest time.Time) {
-	if m.hasOver {
-		m.override, m.hasOver = checkpoint.Policy{}, false
-	}
+	m.override = nil
 	m.state, m.oldest, m.last, m.stopped, m.refused = State{}, oldest, nil, 0, false
 }
 
@@ -218,7 +229,8 @@ func (m *Machine) Begin(oldest time.Time) {
 func (m *Machine) Restore(s State) {
 	m.state = s
 	if s.Request != (Request{}) {
-		m.override, m.hasOver = s.Request.Policy(), true
+		p := s.Request.Policy()
+		m.override = &p
 	}
 }
 
@@ -377,12 +389,7 @@ func (m *Machine) Start(now time.Time) Decision {
 func (m *Machine) State() State { return m.state }
 
 // Policy returns the policy in force for the current batch.
-func (m *Machine) Policy() checkpoint.Policy {
-	if m.hasOver {
-		return m.override
-	}
-	return m.base
-}
+func (m *Machine) Policy() checkpoint.Policy { return *m.policyRef() }
 
 // MaxRetries returns the MaxRetries of the policy in force.
 func (m *Machine) MaxRetries() int { return m.policyRef().MaxRetries }
@@ -399,10 +406,13 @@ func (m *Machine) Last() bool {
 }
 
 func (m *Machine) policyRef() *checkpoint.Policy {
-	if m.hasOver {
-		return &m.override
+	switch {
+	case m.override != nil:
+		return m.override
+	case m.base != nil:
+		return m.base
 	}
-	return &m.base
+	return &zeroPolicy
 }
 
 // Fail records that the delivery under way failed with err at now and decides
@@ -426,7 +436,8 @@ func (m *Machine) Request(now time.Time, rnd checkpoint.Rand) Decision {
 // next [Machine.Begin]) and becomes part of the State; then it decides as
 // [Machine.Request]. The retries already made still count.
 func (m *Machine) RequestRetries(now time.Time, r Request, rnd checkpoint.Rand) Decision {
-	m.override, m.hasOver = r.Policy(), true
+	p := r.Policy()
+	m.override = &p
 	m.state.Request = r
 	return m.fail(now, nil, rnd, false)
 }
