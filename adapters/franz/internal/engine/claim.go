@@ -440,6 +440,18 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 // batch's memory (the Processor gave it up by calling Fetch).
 func (cl *claim) convert() []stream.Record {
 	out, hdrs := cl.out[:0], cl.hdrs[:0]
+	// Grown to the batch's size exactly, not as append grows: a withheld
+	// batch keeps this memory for as long as it waits.
+	if cap(out) < len(cl.taken) {
+		out = make([]stream.Record, 0, len(cl.taken))
+	}
+	nh := 0
+	for _, r := range cl.taken {
+		nh += len(r.Headers)
+	}
+	if cap(hdrs) < nh {
+		hdrs = make([]stream.Header, 0, nh)
+	}
 	for _, r := range cl.taken {
 		var hs []stream.Header
 		if len(r.Headers) > 0 {

@@ -165,8 +165,17 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // rewind. It returns no records when the fetcher read transaction markers
 // or aborted records only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
-	out, hdrs := cl.out[:0], cl.hdrs[:0] // the Processor gave the last batch up by calling Fetch
+	// The Processor gave the last batch up by calling Fetch: let go of its
+	// records before waiting, so that an idle partition keeps none of them.
+	clear(cl.out)
+	clear(cl.hdrs)
+	out, hdrs := cl.out[:0], cl.hdrs[:0]
 	err := cl.buf.Next(ctx, cl.g.c.cfg.MaxBatch, cl.g.c.cfg.MaxWait, func(part []record) {
+		// Grown by what the batch needs, not as append grows: a withheld
+		// batch keeps this memory for as long as it waits.
+		if n := len(out) + len(part); n > cap(out) {
+			out = append(make([]stream.Record, 0, n), out...)
+		}
 		for i := range part {
 			m := &part[i]
 			var hs []stream.Header
