@@ -289,8 +289,13 @@ func (b *Buffer[R]) Last() int64 { return b.last }
 func (b *Buffer[R]) Full() bool { return b.full }
 
 // Pause notes that the worker waits out a backoff: the fetch side's
-// WaitRoom waits until Resume.
-func (b *Buffer[R]) Pause() { b.paused = true }
+// WaitRoom waits until Resume. The slices kept for reuse are let go: the
+// fetch side fills none before Resume, and a withheld batch should not
+// keep them for as long as it waits.
+func (b *Buffer[R]) Pause() {
+	b.paused = true
+	b.spare = nil
+}
 
 // Resume undoes Pause.
 func (b *Buffer[R]) Resume() {
