@@ -213,8 +213,16 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // It returns no records when librdkafka read transaction markers or
 // aborted messages only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	// The Processor gave the last batch up by calling Fetch: let go of its
+	// records before waiting, so that an idle partition keeps none of them.
+	clear(cl.out)
 	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []stream.Record) {
+		// Grown by what the batch needs, not as append grows: a withheld
+		// batch keeps this memory for as long as it waits.
+		if n := len(out) + len(part); n > cap(out) {
+			out = append(make([]stream.Record, 0, n), out...)
+		}
 		out = append(out, part...)
 	})
 	if err != nil {

@@ -313,8 +313,16 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // It returns no records when the pump found transaction markers or
 // aborted records only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
-	out := cl.out[:0] // the Processor gave the last batch up by calling Fetch
+	// The Processor gave the last batch up by calling Fetch: let go of its
+	// records before waiting, so that an idle partition keeps none of them.
+	clear(cl.out)
+	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.h.e.cfg.MaxBatch, cl.h.e.cfg.MaxWait, func(part []stream.Record) {
+		// Grown by what the batch needs, not as append grows: a withheld
+		// batch keeps this memory for as long as it waits.
+		if n := len(out) + len(part); n > cap(out) {
+			out = append(make([]stream.Record, 0, n), out...)
+		}
 		out = append(out, part...)
 	})
 	if err != nil {
