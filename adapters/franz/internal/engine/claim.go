@@ -401,17 +401,27 @@ func (cl *claim) Position() int64 {
 	return cl.buf.Position()
 }
 
+// idle reports whether nothing is buffered.
+func (cl *claim) idle() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Len() == 0
+}
+
 // Fetch returns the next batch: at most the maximum batch size of buffered
 // records, once the batch is full, the maximum wait has passed since records
 // were first there, or at once when the maximum wait is 0; never across a
 // rewind. It returns no records when the client read transaction markers
 // only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
-	// The Processor gave up the previous batch: let go of its records
-	// before waiting, so that an idle partition does not keep the fetch
-	// buffers its last records point into.
-	clear(cl.out)
-	clear(cl.hdrs)
+	// The Processor gave up the previous batch: when nothing is buffered,
+	// so that the worker is about to wait, let go of its records, so that
+	// an idle partition does not keep the fetch buffers its last records
+	// point into (otherwise the next batch overwrites them).
+	if cl.idle() {
+		clear(cl.out)
+		clear(cl.hdrs)
+	}
 	cl.taken = cl.taken[:0]
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
 		cl.taken = append(cl.taken, part...)
