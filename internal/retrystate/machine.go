@@ -81,20 +81,10 @@ type State struct {
 	// OutageTime is how long the batch has waited out outages since its
 	// first failure (see stream.Budget): MaxRetryTime does not count it.
 	OutageTime time.Duration
-	// Started reports that the retry counted by Retries has started. Its
-	// outcome is not part of the State: a next owner counts it as made and
-	// decides as after a failure (see [Machine.Resume]).
-	Started bool
 	// Request is the handler's own request for retries in force for the
 	// batch (stream's RetryResult), which replaces the policy; the zero
 	// Request is none.
 	Request Request
-	// GivenUp, when set, says that the batch was given up for this reason
-	// and its exhaustion action has not succeeded yet: Retries is then the
-	// retries it was given up after, and [Machine.Resume] gives it up
-	// again at once, without a delivery. Started is set with it, so that a
-	// reader that does not know GivenUp counts every retry as made.
-	GivenUp checkpoint.Reason
 	// LastError is the text of the last error (its first 128 bytes): of
 	// a batch GivenUp, for the exhaustion action of a next owner, and of
 	// the latest failed delivery of a scheduled or started retry, for a
@@ -112,6 +102,16 @@ type State struct {
 	// return before it goes on. 0 when unknown (metadata written before
 	// states said so) or with Alone.
 	Records int
+	// Started reports that the retry counted by Retries has started. Its
+	// outcome is not part of the State: a next owner counts it as made and
+	// decides as after a failure (see [Machine.Resume]).
+	Started bool
+	// GivenUp, when set, says that the batch was given up for this reason
+	// and its exhaustion action has not succeeded yet: Retries is then the
+	// retries it was given up after, and [Machine.Resume] gives it up
+	// again at once, without a delivery. Started is set with it, so that a
+	// reader that does not know GivenUp counts every retry as made.
+	GivenUp checkpoint.Reason
 	// Alone says that the latest failure counted was at the record at
 	// Offset alone (stream.FailedAt, stream.PerRecord), not at the whole
 	// batch: if a next owner gives the record up, it gives up that record
