@@ -187,11 +187,11 @@ func (r Request) Policy() checkpoint.Policy {
 // never retries. A Machine is not safe for concurrent use; give each
 // partition its own.
 type Machine struct {
-	// base is the policy the Machine applies; override, when not nil,
-	// the policy of a RetryResult in force for the current batch. Neither
-	// is written through: a Machine shares base with its maker (NewMachineOf)
-	// and is copied by value.
-	base     *checkpoint.Policy
+	// base is the policy the Machine applies, a copy (a pointer to the
+	// processor's own measured slower on the success path); override, when
+	// not nil, the policy of a RetryResult in force for the current batch,
+	// never written through.
+	base     checkpoint.Policy
 	override *checkpoint.Policy
 	state    State
 	oldest   time.Time
@@ -202,18 +202,13 @@ type Machine struct {
 
 // NewMachine returns a Machine that applies p.
 func NewMachine(p checkpoint.Policy) Machine {
-	return Machine{base: &p}
-}
-
-// NewMachineOf returns a Machine that applies *p, which must not change
-// while the Machine is in use. Unlike [NewMachine], it keeps no copy of
-// the policy: the machines of one processor's partitions share one.
-func NewMachineOf(p *checkpoint.Policy) Machine {
 	return Machine{base: p}
 }
 
-// zeroPolicy is the policy of the zero Machine.
-var zeroPolicy checkpoint.Policy
+// NewMachineOf returns a Machine that applies a copy of *p.
+func NewMachineOf(p *checkpoint.Policy) Machine {
+	return Machine{base: *p}
+}
 
 // Begin starts following a new batch whose oldest record was written at
 // oldest (zero when unknown). It forgets the previous batch's state and the
@@ -406,13 +401,10 @@ func (m *Machine) Last() bool {
 }
 
 func (m *Machine) policyRef() *checkpoint.Policy {
-	switch {
-	case m.override != nil:
+	if m.override != nil {
 		return m.override
-	case m.base != nil:
-		return m.base
 	}
-	return &zeroPolicy
+	return &m.base
 }
 
 // Fail records that the delivery under way failed with err at now and decides
