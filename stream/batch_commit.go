@@ -20,7 +20,7 @@ import (
 // scheduled and committed anew). The zero Decision means that b is to be
 // delivered as if nothing had been restored.
 func (w *worker) resume(b *Batch) (d retrystate.Decision, outcome Outcome, cause error, fresh bool) {
-	s := w.restored
+	s := *w.restored
 	d = w.m.Resume(s, w.p.cfg.clock.Now(), w.rnd)
 	w.log.Info("redeliver: continuing retry state of a previous owner", "offset", b.FirstOffset(),
 		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started,

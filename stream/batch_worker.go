@@ -91,7 +91,7 @@ type worker struct {
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
-	restored retrystate.State
+	restored *retrystate.State // made by readState: most claims restore nothing
 
 	// scope is what a give-up of the batch gives up; givenUp, in
 	// previousGiveUp, how many of its records the previous owner gave up.
@@ -147,7 +147,7 @@ func (w *worker) readState(off int64, md string) {
 	case err != nil:
 		w.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
 	default:
-		w.from, w.restored = off, s
+		w.from, w.restored = off, &s
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 
 func (d *kdriver) machine(r *krec) *retrystate.Machine {
 	if !r.hasM {
-		r.m = retrystate.NewMachine(d.p.cfg.policy)
+		r.m = retrystate.NewMachineOf(&d.p.cfg.policy)
 		r.m.Begin(r.rec.Timestamp)
 		r.hasM = true
 	}

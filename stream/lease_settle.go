@@ -59,7 +59,7 @@ func (it *leased) more() *leasedMore {
 func (it *leased) machine(p *checkpoint.Policy) *retrystate.Machine {
 	x := it.more()
 	if !x.hasM {
-		x.m = retrystate.NewMachine(*p)
+		x.m = retrystate.NewMachineOf(p)
 		x.m.Begin(it.rec.Timestamp)
 		x.hasM = true
 	}

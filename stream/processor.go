@@ -326,10 +326,10 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		claim: id,
 		p:     p,
 		c:     c,
-		m:     retrystate.NewMachine(p.cfg.policy),
+		m:     retrystate.NewMachineOf(&p.cfg.policy),
 		rnd:   p.newRand(),
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
-		log:   p.log.With("topic", c.Topic(), "partition", c.Partition()),
+		log:   partitionLogger(p.log, c.Topic(), c.Partition()),
 		from:  -1,
 	}
 	w.u = unit{p: p, log: w.log, rnd: w.rnd, claim: id, beforeHalt: w.beforeHalt}

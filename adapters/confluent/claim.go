@@ -220,13 +220,32 @@ func (cl *claim) Partition() int32 { return cl.key.partition }
 // was assigned.
 func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
 
+// idle reports whether nothing is buffered.
+func (cl *claim) idle() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Len() == 0
+}
+
 // Fetch returns the next batch of buffered records.
 //
 // It returns no records when librdkafka read transaction markers or
 // aborted messages only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	// The Processor gave the last batch up by calling Fetch: when nothing
+	// is buffered, so that the worker is about to wait, let go of its
+	// records, so that an idle partition keeps none of them (otherwise the
+	// next batch overwrites them).
+	if cl.idle() {
+		clear(cl.out)
+	}
 	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []stream.Record) {
+		// Grown by what the batch needs, not as append grows: a withheld
+		// batch keeps this memory for as long as it waits.
+		if n := len(out) + len(part); n > cap(out) {
+			out = append(make([]stream.Record, 0, n), out...)
+		}
 		out = append(out, part...)
 	})
 	if err != nil {

@@ -305,6 +305,13 @@ func (cl *claim) Partition() int32 { return cl.key.partition }
 // began, as read from the group's coordinator before the worker started.
 func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata }
 
+// idle reports whether nothing is buffered.
+func (cl *claim) idle() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Len() == 0
+}
+
 // Fetch returns the next batch: at most the maximum batch size of buffered
 // records, once the batch is full, the maximum wait has passed since records
 // were first there, or at once when the maximum wait is 0; never across a
@@ -313,8 +320,20 @@ func (cl *claim) Committed() (int64, string) { return cl.committed, cl.metadata 
 // It returns no records when the pump found transaction markers or
 // aborted records only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
-	out := cl.out[:0] // the Processor gave the last batch up by calling Fetch
+	// The Processor gave the last batch up by calling Fetch: when nothing
+	// is buffered, so that the worker is about to wait, let go of its
+	// records, so that an idle partition keeps none of them (otherwise the
+	// next batch overwrites them).
+	if cl.idle() {
+		clear(cl.out)
+	}
+	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.h.e.cfg.MaxBatch, cl.h.e.cfg.MaxWait, func(part []stream.Record) {
+		// Grown by what the batch needs, not as append grows: a withheld
+		// batch keeps this memory for as long as it waits.
+		if n := len(out) + len(part); n > cap(out) {
+			out = append(make([]stream.Record, 0, n), out...)
+		}
 		out = append(out, part...)
 	})
 	if err != nil {

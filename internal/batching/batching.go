@@ -70,12 +70,12 @@ type Buffer[R any] struct {
 	waiting     bool // the worker waits on wake
 	roomWaiting bool // the fetch side waits on room
 	wake        chan struct{}
-	room        chan struct{}
+	room        chan struct{} // made by the first WaitRoom that waits
 }
 
 // New returns an empty buffer guarded by mu.
 func New[R any](mu sync.Locker, cfg Config[R]) *Buffer[R] {
-	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, skip: -1, told: -1, wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, skip: -1, told: -1, wake: make(chan struct{}, 1)}
 }
 
 func (b *Buffer[R]) sizeOf(r *R) int {
@@ -294,8 +294,13 @@ func (b *Buffer[R]) Last() int64 { return b.last }
 func (b *Buffer[R]) Full() bool { return b.full }
 
 // Pause notes that the worker waits out a backoff: the fetch side's
-// WaitRoom waits until Resume.
-func (b *Buffer[R]) Pause() { b.paused = true }
+// WaitRoom waits until Resume. The slices kept for reuse are let go: the
+// fetch side fills none before Resume, and a withheld batch should not
+// keep them for as long as it waits.
+func (b *Buffer[R]) Pause() {
+	b.paused = true
+	b.spare = nil
+}
 
 // Resume undoes Pause.
 func (b *Buffer[R]) Resume() {
@@ -319,9 +324,13 @@ func (b *Buffer[R]) WaitRoom(ctx context.Context) bool {
 	b.mu.Lock()
 	for b.paused || b.full {
 		b.roomWaiting = true
+		if b.room == nil {
+			b.room = make(chan struct{}, 1)
+		}
+		room := b.room
 		b.mu.Unlock()
 		select {
-		case <-b.room:
+		case <-room:
 		case <-ctx.Done():
 			return false
 		}

@@ -81,20 +81,10 @@ type State struct {
 	// OutageTime is how long the batch has waited out outages since its
 	// first failure (see stream.Budget): MaxRetryTime does not count it.
 	OutageTime time.Duration
-	// Started reports that the retry counted by Retries has started. Its
-	// outcome is not part of the State: a next owner counts it as made and
-	// decides as after a failure (see [Machine.Resume]).
-	Started bool
 	// Request is the handler's own request for retries in force for the
 	// batch (stream's RetryResult), which replaces the policy; the zero
 	// Request is none.
 	Request Request
-	// GivenUp, when set, says that the batch was given up for this reason
-	// and its exhaustion action has not succeeded yet: Retries is then the
-	// retries it was given up after, and [Machine.Resume] gives it up
-	// again at once, without a delivery. Started is set with it, so that a
-	// reader that does not know GivenUp counts every retry as made.
-	GivenUp checkpoint.Reason
 	// LastError is the text of the last error (its first 128 bytes): of
 	// a batch GivenUp, for the exhaustion action of a next owner, and of
 	// the latest failed delivery of a scheduled or started retry, for a
@@ -112,6 +102,16 @@ type State struct {
 	// return before it goes on. 0 when unknown (metadata written before
 	// states said so) or with Alone.
 	Records int
+	// Started reports that the retry counted by Retries has started. Its
+	// outcome is not part of the State: a next owner counts it as made and
+	// decides as after a failure (see [Machine.Resume]).
+	Started bool
+	// GivenUp, when set, says that the batch was given up for this reason
+	// and its exhaustion action has not succeeded yet: Retries is then the
+	// retries it was given up after, and [Machine.Resume] gives it up
+	// again at once, without a delivery. Started is set with it, so that a
+	// reader that does not know GivenUp counts every retry as made.
+	GivenUp checkpoint.Reason
 	// Alone says that the latest failure counted was at the record at
 	// Offset alone (stream.FailedAt, stream.PerRecord), not at the whole
 	// batch: if a next owner gives the record up, it gives up that record
@@ -187,9 +187,12 @@ func (r Request) Policy() checkpoint.Policy {
 // never retries. A Machine is not safe for concurrent use; give each
 // partition its own.
 type Machine struct {
+	// base is the policy the Machine applies, a copy (a pointer to the
+	// processor's own measured slower on the success path); override, when
+	// not nil, the policy of a RetryResult in force for the current batch,
+	// never written through.
 	base     checkpoint.Policy
-	override checkpoint.Policy
-	hasOver  bool
+	override *checkpoint.Policy
 	state    State
 	oldest   time.Time
 	last     error
@@ -202,13 +205,16 @@ func NewMachine(p checkpoint.Policy) Machine {
 	return Machine{base: p}
 }
 
+// NewMachineOf returns a Machine that applies a copy of *p.
+func NewMachineOf(p *checkpoint.Policy) Machine {
+	return Machine{base: *p}
+}
+
 // Begin starts following a new batch whose oldest record was written at
 // oldest (zero when unknown). It forgets the previous batch's state and the
 // policy of any [Machine.RequestRetries].
 func (m *Machine) Begin(oldest time.Time) {
-	if m.hasOver {
-		m.override, m.hasOver = checkpoint.Policy{}, false
-	}
+	m.override = nil
 	m.state, m.oldest, m.last, m.stopped, m.refused = State{}, oldest, nil, 0, false
 }
 
@@ -218,7 +224,8 @@ func (m *Machine) Begin(oldest time.Time) {
 func (m *Machine) Restore(s State) {
 	m.state = s
 	if s.Request != (Request{}) {
-		m.override, m.hasOver = s.Request.Policy(), true
+		p := s.Request.Policy()
+		m.override = &p
 	}
 }
 
@@ -377,12 +384,7 @@ func (m *Machine) Start(now time.Time) Decision {
 func (m *Machine) State() State { return m.state }
 
 // Policy returns the policy in force for the current batch.
-func (m *Machine) Policy() checkpoint.Policy {
-	if m.hasOver {
-		return m.override
-	}
-	return m.base
-}
+func (m *Machine) Policy() checkpoint.Policy { return *m.policyRef() }
 
 // MaxRetries returns the MaxRetries of the policy in force.
 func (m *Machine) MaxRetries() int { return m.policyRef().MaxRetries }
@@ -399,8 +401,8 @@ func (m *Machine) Last() bool {
 }
 
 func (m *Machine) policyRef() *checkpoint.Policy {
-	if m.hasOver {
-		return &m.override
+	if m.override != nil {
+		return m.override
 	}
 	return &m.base
 }
@@ -426,7 +428,8 @@ func (m *Machine) Request(now time.Time, rnd checkpoint.Rand) Decision {
 // next [Machine.Begin]) and becomes part of the State; then it decides as
 // [Machine.Request]. The retries already made still count.
 func (m *Machine) RequestRetries(now time.Time, r Request, rnd checkpoint.Rand) Decision {
-	m.override, m.hasOver = r.Policy(), true
+	p := r.Policy()
+	m.override = &p
 	m.state.Request = r
 	return m.fail(now, nil, rnd, false)
 }

@@ -2,6 +2,7 @@ package franz_test
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -28,7 +29,44 @@ func BenchmarkIdlePartitions(b *testing.B) {
 // BenchmarkWithheldBatchHeap measures the heap a withheld batch retains
 // against the batch's bytes (kafkatest.BenchWithheldBatchHeap). Run it
 // with -benchtime=1x.
-func BenchmarkWithheldBatchHeap(b *testing.B) { kafkatest.BenchWithheldBatchHeap(b, adapter) }
+func BenchmarkWithheldBatchHeap(b *testing.B) {
+	kafkatest.BenchWithheldBatchHeap(b, adapter, rawHeld)
+}
+
+// rawHeld runs a plain franz-go group consumer until it has polled want
+// records, and holds the fetches they came in, as a loop that waits out a
+// backoff before handling them again would.
+func rawHeld(b *testing.B, addrs []string, topic string, want int) (int64, func()) {
+	cl, err := kgo.NewClient(append(benchOpts(addrs, topic), kgo.DisableAutoCommit())...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	var (
+		held  []kgo.Fetches
+		seen  int
+		bytes int64
+	)
+	for seen < want {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			b.Fatalf("raw: %d of %d records: %v", seen, want, err)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			bytes += int64(len(r.Key) + len(r.Value))
+			for _, h := range r.Headers {
+				bytes += int64(len(h.Key) + len(h.Value))
+			}
+		})
+		seen += fs.NumRecords()
+		held = append(held, fs)
+	}
+	return bytes, func() {
+		runtime.KeepAlive(held)
+		cl.Close()
+	}
+}
 
 // rawIdle runs a plain franz-go group consumer until it has consumed and
 // committed the topic's one record per partition, and returns its stop.

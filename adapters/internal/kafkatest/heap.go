@@ -73,6 +73,12 @@ func redeliverIdle(a Adapter) RawIdle {
 	}
 }
 
+// RawHeld runs a client's own consumer over topic until it has polled
+// want records and holds them, as a loop waiting out a backoff holds the
+// batch it is to retry; it returns the held records' bytes (keys, values
+// and headers) and its stop, which lets them go.
+type RawHeld func(b *testing.B, addrs []string, topic string, want int) (bytes int64, stop func())
+
 // BenchWithheldBatchHeap measures the heap a withheld batch retains
 // against the batch's bytes: 8 partitions of 500 records of 1,000 bytes
 // each fail and wait in a one-hour backoff; with every batch withheld, the
@@ -80,19 +86,55 @@ func redeliverIdle(a Adapter) RawIdle {
 // consumer started. held-x is that growth over the batches' record bytes
 // (keys, values and headers): 1 means each record is held once, as
 // fetched; overhead-B/record is the rest per record (the client's record
-// framing, buffers it fetched ahead, and the batch's Record structs). Run
-// it with -benchtime=1x.
-func BenchWithheldBatchHeap(b *testing.B, a Adapter, opts ...any) {
-	const (
-		partitions = 8
-		perBatch   = 500
-		size       = 1000
-	)
+// framing, buffers it fetched ahead, and the batch's Record structs). When
+// raw is not nil, the raw leaf measures the same for the client's own
+// consumer holding the same records (raw), and the redeliver leaf the
+// adapter. Run it with -benchtime=1x.
+func BenchWithheldBatchHeap(b *testing.B, a Adapter, raw RawHeld, opts ...any) {
+	if raw == nil {
+		benchWithheld(b, a, opts)
+		return
+	}
+	b.Run("raw", func(b *testing.B) { benchRawHeld(b, raw) })
+	b.Run("redeliver", func(b *testing.B) { benchWithheld(b, a, opts) })
+}
+
+// The withheld batches of BenchWithheldBatchHeap.
+const (
+	heldPartitions = 8
+	heldPerBatch   = 500
+	heldSize       = 1000
+)
+
+func benchRawHeld(b *testing.B, raw RawHeld) {
 	ProfileEveryAllocation(b)
 	addrs := BenchAddrs(b)
 	for range b.N {
 		topic := BenchTopic("held")
-		ProduceBench(b, addrs, topic, int32(partitions), partitions*perBatch, size, false)
+		ProduceBench(b, addrs, topic, heldPartitions, heldPartitions*heldPerBatch, heldSize, false)
+		heap0, _ := HeapAndGoroutines()
+		bytes, stop := raw(b, addrs, topic, heldPartitions*heldPerBatch)
+		heap1, _ := HeapAndGoroutines()
+		stop()
+		reportHeld(b, heap1-heap0, bytes)
+		DeleteTopic(b, addrs, topic)
+	}
+}
+
+func reportHeld(b *testing.B, grew, bytes int64) {
+	if bytes != heldPartitions*heldPerBatch*heldSize {
+		b.Fatalf("held %d bytes, want %d (a batch per partition)", bytes, heldPartitions*heldPerBatch*heldSize)
+	}
+	b.ReportMetric(float64(grew)/float64(bytes), "held-x")
+	b.ReportMetric(float64(grew-bytes)/float64(heldPartitions*heldPerBatch), "overhead-B/record")
+}
+
+func benchWithheld(b *testing.B, a Adapter, opts []any) {
+	ProfileEveryAllocation(b)
+	addrs := BenchAddrs(b)
+	for range b.N {
+		topic := BenchTopic("held")
+		ProduceBench(b, addrs, topic, heldPartitions, heldPartitions*heldPerBatch, heldSize, false)
 		heap0, _ := HeapAndGoroutines()
 		var withheld, bytes atomic.Int64
 		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
@@ -115,18 +157,14 @@ func BenchWithheldBatchHeap(b *testing.B, a Adapter, opts ...any) {
 			b.Fatal(err)
 		}
 		cfg := BenchConfig(addrs, topic, proc)
-		cfg.MaxBatch, cfg.Options = perBatch, opts
+		cfg.MaxBatch, cfg.Options = heldPerBatch, opts
 		stop := RunBench(b, a, cfg)
-		WaitFor(b, "every partition's batch withheld", func() bool { return withheld.Load() >= partitions })
+		WaitFor(b, "every partition's batch withheld", func() bool { return withheld.Load() >= heldPartitions })
 		heap1, _ := HeapAndGoroutines()
 		if err := stop(); err != nil {
 			b.Errorf("Run: %v", err)
 		}
-		if got := bytes.Load(); got != partitions*perBatch*size {
-			b.Fatalf("the first deliveries held %d bytes, want %d (a batch per partition)", got, partitions*perBatch*size)
-		}
-		b.ReportMetric(float64(heap1-heap0)/float64(bytes.Load()), "held-x")
-		b.ReportMetric(float64(heap1-heap0-bytes.Load())/float64(partitions*perBatch), "overhead-B/record")
+		reportHeld(b, heap1-heap0, bytes.Load())
 		DeleteTopic(b, addrs, topic)
 	}
 }

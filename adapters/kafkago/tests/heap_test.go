@@ -2,6 +2,7 @@ package tests
 
 import (
 	"context"
+	"runtime"
 	"testing"
 	"time"
 
@@ -21,7 +22,9 @@ func BenchmarkIdlePartitions(b *testing.B) {
 // BenchmarkWithheldBatchHeap measures the heap a withheld batch retains
 // against the batch's bytes (kafkatest.BenchWithheldBatchHeap). Run it
 // with -benchtime=1x.
-func BenchmarkWithheldBatchHeap(b *testing.B) { kafkatest.BenchWithheldBatchHeap(b, adapter) }
+func BenchmarkWithheldBatchHeap(b *testing.B) {
+	kafkatest.BenchWithheldBatchHeap(b, adapter, readerHeld)
+}
 
 // readerIdle runs a kafka.Reader of the group until it has read and
 // committed the topic's one record per partition, then leaves it waiting
@@ -53,6 +56,38 @@ func readerIdle(b *testing.B, addrs []string, topic string, partitions int32) fu
 	return func() {
 		cancel()
 		<-waited
+		rd.Close()
+	}
+}
+
+// readerHeld runs a kafka.Reader of the group until it has read want
+// records, and holds them, as a loop that waits out a backoff before
+// handling them again would.
+func readerHeld(b *testing.B, addrs []string, topic string, want int) (int64, func()) {
+	rd := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:     addrs,
+		GroupID:     kafkatest.BenchGroup(topic),
+		Topic:       topic,
+		StartOffset: kafka.FirstOffset,
+		MaxWait:     kafkatest.BenchMaxWait,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	held := make([]kafka.Message, 0, want)
+	var bytes int64
+	for len(held) < want {
+		m, err := rd.FetchMessage(ctx)
+		if err != nil {
+			b.Fatalf("reader: %d of %d records: %v", len(held), want, err)
+		}
+		bytes += int64(len(m.Key) + len(m.Value))
+		for _, h := range m.Headers {
+			bytes += int64(len(h.Key) + len(h.Value))
+		}
+		held = append(held, m)
+	}
+	return bytes, func() {
+		runtime.KeepAlive(held)
 		rd.Close()
 	}
 }

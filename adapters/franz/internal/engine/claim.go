@@ -59,7 +59,7 @@ type claim struct {
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	started bool
-	done    chan struct{}
+	done    sync.WaitGroup // the worker, once started
 
 	mu sync.Mutex
 	// The records polled and not yet in a batch, made by begin; its limit
@@ -76,8 +76,10 @@ type claim struct {
 
 	// fetchAhead's state: ahead while it runs; polled once a poll handed
 	// over the partition since it was resumed in the client.
-	ahead     bool
-	polled    bool
+	ahead  bool
+	polled bool
+	// aheadWake wakes fetchAhead when the worker took records; made with
+	// the first fetchAhead (most partitions never need one).
 	aheadWake chan struct{}
 
 	// The partition's commits, success commits coalesced; made by begin.
@@ -95,7 +97,8 @@ type claim struct {
 	confMu     sync.Mutex
 	confMember string
 	confGen    int32
-	confWake   chan struct{} // closed and replaced at each confirmation
+	confSeq    uint64        // confirmations so far
+	confWake   chan struct{} // closed at the next confirmation; nil until waited on
 
 	// The worker's own.
 	taken     []*kgo.Record
@@ -108,9 +111,8 @@ type claim struct {
 func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 	return &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		done: make(chan struct{}), lastOff: -1, hwm: -1, aheadTo: -1,
-		aheadWake: make(chan struct{}, 1), owned: true,
-		confGen: -1, confWake: make(chan struct{}),
+		lastOff: -1, hwm: -1, aheadTo: -1,
+		owned: true, confGen: -1,
 	}
 }
 
@@ -119,17 +121,37 @@ func newClaim(g *group, key tp, committed int64, metadata string) *claim {
 func (cl *claim) confirm(member string, gen int32) {
 	cl.confMu.Lock()
 	cl.confMember, cl.confGen = member, gen
-	close(cl.confWake)
-	cl.confWake = make(chan struct{})
+	cl.confSeq++
+	if cl.confWake != nil {
+		close(cl.confWake)
+		cl.confWake = nil
+	}
 	cl.confMu.Unlock()
 }
 
-// confirmation returns a channel closed at the claim's next confirmation.
-func (cl *claim) confirmation() <-chan struct{} {
+// confirmations returns how many confirmations the claim has had.
+func (cl *claim) confirmations() uint64 {
 	cl.confMu.Lock()
 	defer cl.confMu.Unlock()
+	return cl.confSeq
+}
+
+// confirmedAfter returns a channel closed once the claim has had more than
+// seq confirmations (closed already if it has).
+func (cl *claim) confirmedAfter(seq uint64) <-chan struct{} {
+	cl.confMu.Lock()
+	defer cl.confMu.Unlock()
+	if cl.confSeq != seq {
+		return closedChan
+	}
+	if cl.confWake == nil {
+		cl.confWake = make(chan struct{})
+	}
 	return cl.confWake
 }
+
+// closedChan is a closed channel.
+var closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // confirmedFor reports whether a commit made by member in generation gen
 // may carry the claim's partition: the claim was confirmed in that very
@@ -177,6 +199,7 @@ func (cl *claim) revokedIn(member string, gen int32) bool {
 // begin prepares the claim for its worker; g.mu is held.
 func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *Consumer) {
 	cl.c, cl.ctx, cl.cancel, cl.started = c, ctx, cancel, true
+	cl.done.Add(1)
 	cl.buf = batching.New(&cl.mu, batching.Config[*kgo.Record]{
 		Offset: func(r **kgo.Record) int64 { return (*r).Offset },
 		Size:   func(r **kgo.Record) int { return recordSize(*r) },
@@ -217,7 +240,7 @@ func (cl *claim) revoke(cause error) {
 // wait waits for the claim's worker, if it was started.
 func (cl *claim) wait() {
 	if cl.started {
-		<-cl.done
+		cl.done.Wait()
 	}
 }
 
@@ -231,7 +254,7 @@ func (cl *claim) finish() {
 	cl.buf.Drop()
 	cl.mu.Unlock()
 	cl.g.notify()
-	close(cl.done)
+	cl.done.Done()
 }
 
 // recordSize is what a buffered record counts against the buffer limit: its
@@ -350,6 +373,9 @@ func (cl *claim) setPauseLocked(reasons uint8, on bool) {
 			// The worker's goroutine (Fetch, through the buffer's
 			// OnDrained) holds g.wg here.
 			cl.ahead = true
+			if cl.aheadWake == nil {
+				cl.aheadWake = make(chan struct{}, 1)
+			}
 			cl.g.wg.Add(1)
 			go cl.fetchAhead()
 		}
@@ -375,12 +401,27 @@ func (cl *claim) Position() int64 {
 	return cl.buf.Position()
 }
 
+// idle reports whether nothing is buffered.
+func (cl *claim) idle() bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.buf.Len() == 0
+}
+
 // Fetch returns the next batch: at most the maximum batch size of buffered
 // records, once the batch is full, the maximum wait has passed since records
 // were first there, or at once when the maximum wait is 0; never across a
 // rewind. It returns no records when the client read transaction markers
 // only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	// The Processor gave up the previous batch: when nothing is buffered,
+	// so that the worker is about to wait, let go of its records, so that
+	// an idle partition does not keep the fetch buffers its last records
+	// point into (otherwise the next batch overwrites them).
+	if cl.idle() {
+		clear(cl.out)
+		clear(cl.hdrs)
+	}
 	cl.taken = cl.taken[:0]
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
 		cl.taken = append(cl.taken, part...)
@@ -409,6 +450,18 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 // batch's memory (the Processor gave it up by calling Fetch).
 func (cl *claim) convert() []stream.Record {
 	out, hdrs := cl.out[:0], cl.hdrs[:0]
+	// Grown to the batch's size exactly, not as append grows: a withheld
+	// batch keeps this memory for as long as it waits.
+	if cap(out) < len(cl.taken) {
+		out = make([]stream.Record, 0, len(cl.taken))
+	}
+	nh := 0
+	for _, r := range cl.taken {
+		nh += len(r.Headers)
+	}
+	if cap(hdrs) < nh {
+		hdrs = make([]stream.Header, 0, nh)
+	}
 	for _, r := range cl.taken {
 		var hs []stream.Header
 		if len(r.Headers) > 0 {
@@ -535,7 +588,7 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 		if !cl.owned || ended != nil && cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
-		confirmed := cl.confirmation()
+		seq := cl.confirmations()
 		err := cl.c.commit.commit(cl, at, metadata)
 		if !errors.Is(err, errUnconfirmed) {
 			return err
@@ -544,7 +597,7 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 			return err // a flush: tried again at the interval
 		}
 		select {
-		case <-confirmed:
+		case <-cl.confirmedAfter(seq):
 		case <-ended:
 		}
 	}

@@ -307,6 +307,10 @@ func causeOr(cause error) error {
 func (g *group) start(ctx context.Context, fail func(error)) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	// The group names the dead letters' __dlq.errors.group header: the
+	// workers' contexts carry it from their parent, made once here.
+	group, _ := g.cl.OptValue(kgo.ConsumerGroup).(string)
+	ctx = actionctx.WithSource(ctx, actionctx.Source{Group: group})
 	g.running, g.runCtx, g.fail = true, ctx, fail
 	for _, cl := range g.claims {
 		g.startLocked(cl)
@@ -349,9 +353,7 @@ func (g *group) startLocked(cl *claim) {
 		defer g.wg.Done()
 		defer cl.finish()
 		defer ended()
-		// The group names the dead letters' __dlq.errors.group header.
-		group, _ := g.cl.OptValue(kgo.ConsumerGroup).(string)
-		err := c.proc.Process(actionctx.WithSource(ctx, actionctx.Source{Group: group}), cl)
+		err := c.proc.Process(ctx, cl) // ctx carries the group (start)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
 			c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
