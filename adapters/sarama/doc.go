@@ -42,9 +42,10 @@
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with an OffsetCommit request under the session's generation and
 //     member ID (and group instance ID), with the metadata string the
-//     Processor gives. A commit that carries a retry state, and the success
-//     that clears one, are written before the next delivery. Other success
-//     commits are coalesced and written in the background, one request in
+//     Processor gives. A commit that carries a retry state is written
+//     before the next delivery. With a commit window, the success that
+//     clears one is sent at once and not waited for (a give-up's or a
+//     halt's is), and other success commits are coalesced and written in the background, one request in
 //     flight per partition, within the commit window ([WithCommitWindow]:
 //     none by default, where every commit is written before the next
 //     delivery; with one, at once too when the partition is caught up), and always before the partition is given up (before
