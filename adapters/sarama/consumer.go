@@ -110,12 +110,13 @@ func WithCommitTimeout(d time.Duration) Option {
 // before the next delivery, as always; the first success after one (it
 // clears the state) is sent at once and not waited for: a crash before it
 // lands makes the next owner count the retry as made, as a crash during
-// the retry does (the success after a give-up or a halt is waited for). There is no window by default: every commit
-// is written before the next batch is delivered, as WithCommitWindow(0, 0)
-// asks. WithCommitWindow(500*time.Millisecond, 50000) is the window
+// the retry does (the success after a give-up or a halt is waited for). There
+// is no window by default: every commit is written before the next batch is
+// delivered, as WithCommitWindow(0, 0) asks.
+// WithCommitWindow(500*time.Millisecond, 50000) is the window
 // docs/BENCHMARKS.md measures; it is not the default yet (see the franz-go
-// adapter's WithCommitWindow for why). New returns an error when one is 0 and not the other, or
-// either is negative.
+// adapter's WithCommitWindow for why). New returns an error when one is 0 and
+// not the other, or either is negative.
 //
 // The Checkpointed hook reports a coalesced commit when the adapter takes
 // it, before it is written.
