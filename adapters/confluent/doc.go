@@ -48,11 +48,11 @@
 //     Processor gives in TopicPartition.Metadata. A commit that carries a
 //     retry state is written before the next delivery. With a commit
 //     window, the success that clears one is sent at once and not waited
-//     for (a give-up's or a halt's is), and other success commits are
-//     coalesced and written in the background, one request in flight per
-//     partition, within the commit window ([WithCommitWindow]: none by
-//     default, where every commit is written before the next delivery; with
-//     one, at once too when the partition is caught up), and always
+//     for (a give-up's or a halt's is). Others are coalesced and written in
+//     the background, one request in flight per partition, within the
+//     commit window ([WithCommitWindow]: none by default, where every
+//     commit is written before the next delivery; with one, at once too
+//     when the partition is caught up), and always
 //     before the partition is given up (the worker writes it before the
 //     revocation unassigns the partition, and before Close): a crash
 //     delivers again at most about two windows of records, and loses none.
