@@ -53,8 +53,12 @@
 // 127.0.0.1 only) the host serves /healthz, /readyz, a status page and its
 // JSON, and the Resume and Skip actions for partitions that
 // [stream.StopPartition] stopped, and in share mode for each record it
-// stopped, by its offset (each waits for its outcome at most 10 seconds,
-// and no longer than its request); see [Host.Handler]. All but /healthz and
+// stopped, by its offset, as in key ordering for each key it stopped (each
+// waits for its outcome at most 10 seconds, and no longer than its
+// request); see [Host.Handler]. The operator's CLI reaches the same JSON
+// and actions: "redeliver stopped -url URL" lists what is stopped, and
+// "redeliver resume" and "redeliver skip" (with -key for a key) release it,
+// with the token from $REDELIVER_TOKEN. All but /healthz and
 // /readyz answer only to addresses, localhost and the names of
 // [WithAllowedHosts] (against DNS rebinding); beyond loopback the actions
 // need [WithToken], and Run refuses to serve there without one unless

@@ -48,7 +48,7 @@ func ExampleHost_Run() {
 	orders := streamtest.NewPartition("orders", 0, 1)
 	orders.AppendN(time.Now(), 3)
 	err = h.Register("orders", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.FirstOffset() == 1 && b.Attempt.Retry == 0 {
+		if b.FirstOffset() == 1 && b.Attempt.Retries == 0 {
 			fmt.Printf("offset %d, attempt %d: fails\n", b.FirstOffset(), b.Attempt.Number())
 			return errors.New("inventory timed out")
 		}

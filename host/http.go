@@ -40,6 +40,10 @@ import (
 //	POST /actions/skip            the same; [Host.Skip], [Host.SkipRecord] with offset
 //	POST /actions/signin          form: token; sets a cookie the actions accept
 //
+// The CLI's "redeliver stopped", "redeliver resume" and "redeliver skip"
+// (cmd/redeliver) read /status.json and post to the actions, with the
+// token as "Authorization: Bearer <token>" and "Accept: application/json".
+//
 // An action waits for its outcome at most 10 seconds, and no longer than
 // its request lasts: past that it answers 504 Gateway Timeout with the
 // state the partition is in (still stopped, or, for a skip the worker

@@ -46,7 +46,7 @@ func TestSourceTrigger(t *testing.T) {
 		for _, r := range b.Records {
 			deliveries[r.Partition][r.Offset]++
 		}
-		if b.Partition == 1 && b.FirstOffset() == 5 && b.Attempt.Retry < 2 {
+		if b.Partition == 1 && b.FirstOffset() == 5 && b.Attempt.Retries < 2 {
 			return errBoom // retried twice under the function's own policy
 		}
 		return nil

@@ -52,8 +52,9 @@ func TestCluster(t *testing.T) {
 //
 // The members run as parallel subtests, all at once (-parallel 8 or more).
 // REDELIVER_CHAOS_SEED repeats a run's choice of faults,
-// REDELIVER_CHAOS_KINDS limits it to some kinds, REDELIVER_CHAOS_DUMPS is
-// where a stall's goroutine dump goes.
+// REDELIVER_CHAOS_KINDS limits it to some kinds, REDELIVER_CHAOS_MEMBERS=share
+// runs the share consumer alone (under the broker faults), and
+// REDELIVER_CHAOS_DUMPS is where a stall's goroutine dump goes.
 func TestClusterChaos(t *testing.T) {
 	raw := os.Getenv("REDELIVER_CHAOS")
 	if raw == "" {
@@ -63,7 +64,15 @@ func TestClusterChaos(t *testing.T) {
 	if err != nil || d <= 0 {
 		t.Fatalf("REDELIVER_CHAOS=%q: want a positive Go duration such as 30m (%v)", raw, err)
 	}
-	conformance.RunChaos(t, provider.Cluster(),
-		[]conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}},
-		d, conformance.ChaosOptions{Child: "franz", Postgres: os.Getenv("REDELIVER_POSTGRES_URL")}, shareInChaos)
+	switch m := os.Getenv("REDELIVER_CHAOS_MEMBERS"); m {
+	case "":
+		conformance.RunChaos(t, provider.Cluster(),
+			[]conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}},
+			d, conformance.ChaosOptions{Child: "franz", Postgres: os.Getenv("REDELIVER_POSTGRES_URL")}, shareInChaos)
+	case "share":
+		// The share consumer alone: the broker faults only.
+		conformance.RunChaos(t, provider.Cluster(), nil, d, conformance.ChaosOptions{}, shareInChaos)
+	default:
+		t.Fatalf("REDELIVER_CHAOS_MEMBERS=%q: want share (the share consumer alone) or nothing (every member)", m)
+	}
 }

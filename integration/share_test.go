@@ -78,7 +78,7 @@ func runShareChild(raw string) error {
 			case <-ctx.Done():
 				return ctx.Err()
 			}
-			if b.Attempt.Retry == 0 && r.Offset%17 == 3 {
+			if b.Attempt.Retries == 0 && r.Offset%17 == 3 {
 				return stream.FailedAt(i, errors.New("injected"))
 			}
 		}

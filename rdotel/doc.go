@@ -86,7 +86,12 @@
 //     given-up batch, by redeliver.action.outcome (succeeded, failed,
 //     stopped, skipped by an operator) and redeliver.action (skip,
 //     dead_letter, park, stop) when [WithExhaustionAction] names the
-//     processor's action.
+//     processor's action. In key ordering with redrive.ParkByKey, a
+//     record parked behind the parked records of its key (not handled:
+//     the stream.ParkedBehind outcome) counts here once, with the
+//     outcome parked_behind, and is neither timed in
+//     messaging.process.duration nor counted as a success; it counts in
+//     messaging.client.consumed.messages, as a record taken in.
 //   - redeliver.redelivery.lateness: seconds from a retry's due time to the
 //     start of its delivery, for the retries no outage held back.
 //   - redeliver.partitions.backoff, redeliver.partitions.stopped:

@@ -413,8 +413,15 @@ func (s *scope) delivered(e stream.DeliveredEvent) {
 	if e.Records > 0 {
 		p.count(&e)
 	}
+	if e.Outcome == stream.ParkedBehind {
+		// Not handled (redrive.ParkByKey parked it behind its key's
+		// parked records): no processing to time, not a success; it
+		// counts as a park of the key's action.
+		s.m.actions.Add(ctx, 1, p.with(s.m.actionAttrs("parked_behind")...))
+		return
+	}
 	opts := p.first
-	if e.Attempt.Retry > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
+	if e.Attempt.Retries > 0 || e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 		extra := []attribute.KeyValue{semconv.MessagingOperationName("process"), attemptKey.Int(min(e.Attempt.Number(), maxAttempt))}
 		if e.Outcome == stream.Failed || e.Outcome == stream.Cancelled {
 			extra = append(extra, errorType(e.Err))
@@ -437,12 +444,12 @@ func (s *scope) delivered(e stream.DeliveredEvent) {
 	}
 	p.mu.Lock()
 	due := p.due
-	if e.Attempt.Retry > 0 {
+	if e.Attempt.Retries > 0 {
 		p.due, p.backoff = time.Time{}, false
 	}
 	p.stopped = false // a delivery: resumed, if it was stopped
 	p.mu.Unlock()
-	if e.Attempt.Retry > 0 && !due.IsZero() && !e.Start.IsZero() && !s.heldByOutage(due) {
+	if e.Attempt.Retries > 0 && !due.IsZero() && !e.Start.IsZero() && !s.heldByOutage(due) {
 		s.m.lateness.Record(ctx, max(e.Start.Sub(due).Seconds(), 0), p.baseOpt)
 	}
 }

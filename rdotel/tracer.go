@@ -67,7 +67,7 @@ func (t *tracer) start(ctx context.Context, b *stream.Batch) (context.Context, t
 		semconv.MessagingDestinationPartitionID(strconv.Itoa(int(b.Partition))),
 		semconv.MessagingBatchMessageCount(len(b.Records)),
 		attemptKey.Int(b.Attempt.Number()),
-		retryKey.Bool(b.Attempt.Retry > 0),
+		retryKey.Bool(b.Attempt.Retries > 0),
 	}
 	if t.cfg.group != "" {
 		attrs = append(attrs, semconv.MessagingConsumerGroupName(t.cfg.group))
@@ -100,7 +100,7 @@ func (t *tracer) start(ctx context.Context, b *stream.Batch) (context.Context, t
 		}
 	}
 	// A redelivery links to the batch's first delivery.
-	if b.Attempt.Retry > 0 {
+	if b.Attempt.Retries > 0 {
 		t.mu.Lock()
 		f, ok := t.first[k]
 		t.mu.Unlock()
@@ -132,11 +132,11 @@ func (t *tracer) end(span trace.Span, b *stream.Batch, err error) {
 	// Remember a first delivery that will come again; forget it once a
 	// redelivery succeeded. A first delivery that succeeds takes no lock.
 	switch k := (topicPartition{b.Topic, b.Partition}); {
-	case err != nil && b.Attempt.Retry == 0 && len(b.Records) > 0:
+	case err != nil && b.Attempt.Retries == 0 && len(b.Records) > 0:
 		t.mu.Lock()
 		t.first[k] = firstSpan{offset: b.FirstOffset(), sc: span.SpanContext()}
 		t.mu.Unlock()
-	case err == nil && b.Attempt.Retry > 0:
+	case err == nil && b.Attempt.Retries > 0:
 		t.mu.Lock()
 		delete(t.first, k)
 		t.mu.Unlock()

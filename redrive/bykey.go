@@ -27,7 +27,9 @@ import (
 // record's topic, partition and ordering key. While a key is locked (it
 // has an entry parked or retrying), each later record of the key is
 // parked behind the entries before it instead of being handled (the
-// handler is not called, and the record counts as handled): a key that
+// handler is not called; the record is finished for the commit, and the
+// Delivered hook reports it with the stream.ParkedBehind outcome, not as
+// a success): a key that
 // fails for hours holds back neither its partition nor the other keys,
 // and never loses its order. A [Scheduler] re-drives a key's entries one
 // at a time, in the order they were parked, each once the one before is
@@ -295,6 +297,7 @@ func (l *keyLocks) middleware(next stream.Handler) stream.Handler {
 		}
 		l.c.logger.Info("redrive: record parked behind the parked records of its key", "topic", r.Topic, "partition", r.Partition,
 			"offset", r.Offset, "key", okey)
+		stream.MarkParkedBehind(ctx) // reported as ParkedBehind, not as a success
 		return nil
 	})
 }

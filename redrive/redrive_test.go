@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/redrive/redrivetest"
 	"github.com/redeliver-go/redeliver/stream"
@@ -247,4 +248,91 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// TestParkedBehindIsNotASuccess: a record parked behind its locked key is
+// not handled, so the Delivered hook reports it with the ParkedBehind
+// outcome, not Succeeded, and nothing else about it (no retry, no
+// give-up, no action); the records the handler did handle succeed, and
+// the partition's commit passes them all.
+func TestParkedBehindIsNotASuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		store := redrivetest.NewMemStore()
+		park, err := redrive.ParkByKey(store, time.Minute, redrive.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var (
+			mu       sync.Mutex
+			outcomes = map[int64][]stream.Outcome{}
+			gaveUp   []int64
+			actions  []int64
+			handled  []int64
+		)
+		hooks := stream.Hooks{
+			Delivered: func(e stream.DeliveredEvent) {
+				mu.Lock()
+				outcomes[e.FirstOffset] = append(outcomes[e.FirstOffset], e.Outcome)
+				mu.Unlock()
+			},
+			Exhausted: func(e stream.ExhaustedEvent) {
+				mu.Lock()
+				gaveUp = append(gaveUp, e.FirstOffset)
+				mu.Unlock()
+			},
+			ActionTried: func(e stream.ActionEvent) {
+				mu.Lock()
+				actions = append(actions, e.FirstOffset)
+				mu.Unlock()
+			},
+		}
+		var hist streamtest.History
+		proc, err := stream.NewProcessor(stream.Chain(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			r := b.Records[0]
+			mu.Lock()
+			handled = append(handled, r.Offset)
+			mu.Unlock()
+			if string(r.Key) == "a" {
+				return errors.New("poison")
+			}
+			return nil
+		}), hist.Middleware("m")), stream.WithOrdering(stream.ByKey), stream.WithConcurrency(1, 0), park,
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 0}), stream.WithHooks(stream.MergeHooks(hooks, hist.Hooks("m"))),
+			stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		part := streamtest.NewPartition("orders", 0, 5)
+		end := part.AppendKeyed(time.Now(), "a", "a", "b", "a")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		go func() { _ = part.WaitCommitted(ctx, end); cancel() }()
+		_ = streamtest.Run(ctx, proc, part)
+		if n, _ := part.Committed(); n != end {
+			t.Fatalf("committed %d, want %d", n, end)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[int64][]stream.Outcome{0: {stream.Failed}, 1: {stream.ParkedBehind}, 2: {stream.Succeeded}, 3: {stream.ParkedBehind}}
+		for off := range int64(end) {
+			if got := outcomes[off]; len(got) != 1 || got[0] != want[off][0] {
+				t.Errorf("record %d: Delivered outcomes %v, want %v", off, got, want[off])
+			}
+		}
+		if len(handled) != 2 || handled[0] != 0 || handled[1] != 2 {
+			t.Errorf("handler called for %v, want 0 and 2 (1 and 3 parked behind 0)", handled)
+		}
+		if len(gaveUp) != 1 || gaveUp[0] != 0 || len(actions) != 1 || actions[0] != 0 {
+			t.Errorf("given up %v, actions tried %v: want record 0 alone in each", gaveUp, actions)
+		}
+		if es, _ := store.List(t.Context(), redrive.Filter{}); len(es) != 3 {
+			t.Errorf("%d entries in the store, want 3 (0 given up, 1 and 3 behind it)", len(es))
+		}
+		// The history checker reads a record parked behind as finished,
+		// neither lost nor delivered out of order.
+		r := hist.CheckKeys(map[streamtest.TopicPartition][]string{{Topic: "orders", Partition: 0}: {"a", "a", "b", "a"}})
+		if len(r.Violations) > 0 || r.Lost != 0 || r.Deliveries != 2 {
+			t.Errorf("CheckKeys: %d deliveries, %d lost, violations:\n%s", r.Deliveries, r.Lost, strings.Join(r.Violations, "\n"))
+		}
+	})
 }

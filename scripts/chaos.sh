@@ -19,6 +19,8 @@
 #   REDELIVER_CHAOS_SEED     repeat a run's choice of faults
 #   REDELIVER_CHAOS_KINDS    only these kinds of fault, e.g. burst,sigkill,postgres
 #                            (kill pause cut restart move burst sigkill postgres)
+#   REDELIVER_CHAOS_MEMBERS  share: the share consumer alone, under the
+#                            broker faults (PostgreSQL is not started)
 #   REDELIVER_KAFKA_CLUSTER_PORT, REDELIVER_POSTGRES_PORT
 #                            ports, when the defaults are taken (another
 #                            cluster on the machine)
@@ -90,10 +92,12 @@ b=$(integration/kafka-cluster.sh start) || die "the cluster did not start"
 export "$b"
 say "cluster ready in $((SECONDS - t0)) s"
 t1=$SECONDS
-started_pg=1
-u=$(integration/postgres.sh start) || die "PostgreSQL did not start"
-export "$u"
-say "PostgreSQL ready in $((SECONDS - t1)) s ($u)"
+if [ "${REDELIVER_CHAOS_MEMBERS:-}" != share ]; then
+  started_pg=1
+  u=$(integration/postgres.sh start) || die "PostgreSQL did not start"
+  export "$u"
+  say "PostgreSQL ready in $((SECONDS - t1)) s ($u)"
+fi
 
 say "running TestClusterChaos for $d (log: $log)"
 rc=0

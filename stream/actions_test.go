@@ -25,7 +25,7 @@ func TestPartialSuccessAdvancesToFailedRecord(t *testing.T) {
 		p.AppendN(time.Now(), 10)
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			for i, r := range b.Records {
-				if r.Offset == 3 && b.Attempt.Retry < 2 {
+				if r.Offset == 3 && b.Attempt.Retries < 2 {
 					return stream.FailedAt(i, errTransient)
 				}
 			}
@@ -36,7 +36,7 @@ func TestPartialSuccessAdvancesToFailedRecord(t *testing.T) {
 		hs.stop()
 		var got []string
 		for _, d := range hs.rec.Deliveries() {
-			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry))
+			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retries))
 		}
 		if want := "[0-9#0 3-9#1 3-9#2]"; fmt.Sprint(got) != want {
 			t.Fatalf("deliveries %v, want %s", got, want)
@@ -56,7 +56,7 @@ func TestPartialSuccessBadIndexFailsWholeBatch(t *testing.T) {
 				p := streamtest.NewPartition("t", 0, 5)
 				p.AppendN(time.Now(), 5)
 				h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-					if b.Attempt.Retry == 0 {
+					if b.Attempt.Retries == 0 {
 						return stream.FailedAt(idx, errTransient)
 					}
 					return nil
@@ -134,8 +134,8 @@ func TestStopPartitionResumeAndSkip(t *testing.T) {
 		time.Sleep(time.Hour)
 		synctest.Wait()
 		ds := rec.Of("t", 0)
-		if len(ds) != before+3 || ds[before].Attempt.Retry != 0 {
-			t.Fatalf("after Resume: %d new deliveries (want 3), first at retry %d", len(ds)-before, ds[before].Attempt.Retry)
+		if len(ds) != before+3 || ds[before].Attempt.Retries != 0 {
+			t.Fatalf("after Resume: %d new deliveries (want 3), first at retry %d", len(ds)-before, ds[before].Attempt.Retries)
 		}
 		if len(proc.Stopped()) != 1 {
 			t.Fatal("partition not stopped again after its retries were spent")

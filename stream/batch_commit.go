@@ -217,6 +217,6 @@ func (w *worker) abandonWith(cause error) error {
 		h(AbandonedEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Cause: cause})
 	}
 	w.log.Info("redeliver: batch abandoned, checkpoint left in place", "offset", b.FirstOffset(),
-		"records", len(b.Records), "retry", b.Attempt.Retry, "cause", cause)
+		"records", len(b.Records), "retry", b.Attempt.Retries, "cause", cause)
 	return cause
 }

@@ -431,7 +431,7 @@ func (w *worker) outage(ctx context.Context, b *Batch) error {
 	w.pause()
 	clock := w.p.cfg.clock
 	start := clock.Now()
-	w.log.Warn("redeliver: outage: partition waits for the downstream", "offset", b.FirstOffset(), "records", len(b.Records), "retry", b.Attempt.Retry)
+	w.log.Warn("redeliver: outage: partition waits for the downstream", "offset", b.FirstOffset(), "records", len(b.Records), "retry", b.Attempt.Retries)
 	probe, since, err := w.member.await(ctx, clock)
 	if err != nil {
 		return w.abandon(ctx)

@@ -87,7 +87,7 @@ func BenchmarkRedeliveryLateness(b *testing.B) {
 			if !due.IsZero() {
 				late = append(late, time.Since(due))
 			}
-			if bt.Attempt.Retry < b.N {
+			if bt.Attempt.Retries < b.N {
 				return errTransient
 			}
 			return nil
@@ -144,10 +144,10 @@ func BenchmarkRedeliveryLatenessMany(b *testing.B) {
 		late := make([][]time.Duration, partitions)
 		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
 			p := bt.Partition
-			if bt.Attempt.Retry > 0 {
+			if bt.Attempt.Retries > 0 {
 				late[p] = append(late[p], time.Since(due[p]))
 			}
-			if bt.Attempt.Retry < rounds {
+			if bt.Attempt.Retries < rounds {
 				return errTransient
 			}
 			return nil

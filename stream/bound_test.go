@@ -133,7 +133,7 @@ func TestRetryResultEndsAFailingPartition(t *testing.T) {
 			switch {
 			case bt.Partition == 1:
 				return errPoison
-			case bt.Attempt.Retry == 0:
+			case bt.Attempt.Retries == 0:
 				return errTransient
 			}
 			return stream.Retry(1, time.Second)
@@ -570,7 +570,7 @@ func TestResumeRacingARevocation(t *testing.T) {
 		var mu sync.Mutex
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			mu.Lock()
-			retries = append(retries, b.Attempt.Retry)
+			retries = append(retries, b.Attempt.Retries)
 			mu.Unlock()
 			if fail.Load() {
 				return errPoison

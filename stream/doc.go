@@ -113,10 +113,17 @@
 // # Pieces
 //
 // A [Processor] holds the handler and the options; adapters (for franz-go,
-// kafka-go, Event Hubs) turn their client's assignments into [Claim]s and
+// kafka-go, sarama, confluent-kafka-go, Event Hubs) turn their client's assignments into [Claim]s and
 // call [Processor.Process] once per claimed partition; the share consumer
 // hands its records to [Processor.Leases]. Package streamtest has
 // in-memory Claims for tests.
+//
+// [Claim], [Positioner], [Lease], [LeasePoll], [LeaseConfig],
+// [LeaseDriver], [LeaseLane], [Processor.Process] and [Processor.Leases]
+// are that seam: what a consumer for another client implements or
+// calls, with the engine deciding every retry behind it. A program that
+// runs one of the adapters never touches them; it needs the Processor,
+// its options, the handler types and the hooks.
 //
 // Middleware wraps handlers; the first given to [Chain] is the outermost:
 //

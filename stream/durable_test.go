@@ -86,7 +86,7 @@ func TestDurableStateResumesBackoffAndAttempt(t *testing.T) {
 			t.Fatalf("%d deliveries", len(ds))
 		}
 		a := ds[0].Attempt
-		if a.Retry != 3 || !a.FirstFailure.Equal(time.UnixMilli(first.UnixMilli())) {
+		if a.Retries != 3 || !a.FirstFailure.Equal(time.UnixMilli(first.UnixMilli())) {
 			t.Fatalf("attempt %+v, want retry 3 with the stored first failure", a)
 		}
 		if c, md := p.Committed(); c != 5 || md != "" {

@@ -24,7 +24,7 @@ func TestRetryResultOfTheLargestCountSurvivesAMove(t *testing.T) {
 		p := streamtest.NewPartition("t", 0, 5)
 		p.AppendN(time.Now(), 5)
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.Attempt.Retry < 2 {
+			if b.Attempt.Retries < 2 {
 				return stream.Retry(math.MaxInt, time.Hour)
 			}
 			return nil
@@ -46,7 +46,7 @@ func TestRetryResultOfTheLargestCountSurvivesAMove(t *testing.T) {
 		b.waitAll()
 		b.stop()
 		ds := b.rec.Deliveries()
-		if len(ds) == 0 || ds[0].Attempt.Retry != 1 || ds[0].Attempt.MaxRetries != math.MaxInt {
+		if len(ds) == 0 || ds[0].Attempt.Retries != 1 || ds[0].Attempt.MaxRetries != math.MaxInt {
 			t.Fatalf("next owner's deliveries %+v, want retry 1 of the RetryResult's %d", ds, math.MaxInt)
 		}
 	})
@@ -63,7 +63,7 @@ func TestInfiniteCountPast2To31(t *testing.T) {
 		hs := start(t, streamtest.Succeed, []*streamtest.Partition{p}, fixed(checkpoint.Infinite, time.Second))
 		hs.waitAll()
 		hs.stop()
-		if ds := hs.rec.Deliveries(); len(ds) != 1 || ds[0].Attempt.Retry != n+1 {
+		if ds := hs.rec.Deliveries(); len(ds) != 1 || ds[0].Attempt.Retries != n+1 {
 			t.Fatalf("deliveries %+v, want retry %d", ds, n+1)
 		}
 	})

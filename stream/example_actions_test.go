@@ -53,7 +53,7 @@ func ExampleDeadLetter() {
 // it come next as a batch of their own.
 func ExampleFailedAt() {
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
+		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retries)
 		for i, r := range b.Records {
 			if string(r.Value) == "x" {
 				return stream.FailedAt(i, fmt.Errorf("offset %d: not a number", r.Offset))
@@ -115,7 +115,7 @@ func ExamplePerRecord() {
 func ExampleStopPartition() {
 	fixed := false // the payment provider, until the operator fixes it
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
+		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retries)
 		if !fixed {
 			return errors.New("payment provider rejects the batch")
 		}
@@ -152,7 +152,7 @@ func ExampleStopPartition() {
 // checkpoint past the given-up batch, which is not delivered again.
 func ExampleProcessor_Skip() {
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
+		fmt.Printf("deliver offsets %d-%d (retry %d)\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retries)
 		return errors.New("currency XTS is not supported")
 	})
 	stopped := make(chan stream.StoppedEvent, 1)
@@ -188,7 +188,7 @@ func ExampleHooks() {
 	clock := streamtest.NewClock(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
 	at := func() string { return clock.Now().Format("15:04:05.0") }
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		if b.Attempt.Retry < 2 {
+		if b.Attempt.Retries < 2 {
 			return errors.New("warehouse unavailable")
 		}
 		return nil
@@ -197,7 +197,7 @@ func ExampleHooks() {
 	proc, err := stream.NewProcessor(handler, stream.WithPolicy(policy), stream.WithClock(clock),
 		stream.WithHooks(stream.Hooks{
 			Delivered: func(e stream.DeliveredEvent) {
-				fmt.Printf("%s delivered offsets %d-%d, retry %d: %v\n", at(), e.FirstOffset, e.LastOffset, e.Attempt.Retry, e.Outcome)
+				fmt.Printf("%s delivered offsets %d-%d, retry %d: %v\n", at(), e.FirstOffset, e.LastOffset, e.Attempt.Retries, e.Outcome)
 			},
 			RetryScheduled: func(e stream.RetryEvent) {
 				fmt.Printf("%s retry %d scheduled in %v: %v\n", at(), e.Retry, e.Delay, e.Err)

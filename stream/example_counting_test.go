@@ -46,7 +46,7 @@ func ExamplePerRecord_counting() {
 				if errors.As(e.Err, &be) {
 					what = fmt.Sprintf("failed at offset %d", e.FirstOffset+int64(be.Index))
 				}
-				fmt.Printf("%s offsets %d-%d, retry %d: %s\n", at(e.Start), e.FirstOffset, e.LastOffset, e.Attempt.Retry, what)
+				fmt.Printf("%s offsets %d-%d, retry %d: %s\n", at(e.Start), e.FirstOffset, e.LastOffset, e.Attempt.Retries, what)
 			},
 			Checkpointed: func(e stream.CheckpointEvent) {
 				fmt.Printf("%s   commit %d %q\n", at(clock.Now()), e.Next, e.Metadata)

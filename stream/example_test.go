@@ -18,7 +18,7 @@ import (
 func ExampleProcessor() {
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		fmt.Printf("deliver offsets %d-%d, attempt %d\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Number())
-		if b.FirstOffset() == 3 && b.Attempt.Retry < 2 {
+		if b.FirstOffset() == 3 && b.Attempt.Retries < 2 {
 			return errors.New("downstream unavailable")
 		}
 		return nil

@@ -138,7 +138,7 @@ func TestResultReading(t *testing.T) {
 				p := streamtest.NewPartition("t", 0, 5)
 				p.AppendN(time.Now(), 5)
 				h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-					if b.Attempt.Retry == 0 {
+					if b.Attempt.Retries == 0 {
 						return tt.result
 					}
 					return nil

@@ -73,7 +73,7 @@ func TestPartialSuccessWithRetryResult(t *testing.T) {
 			if b.FirstOffset() == 0 {
 				return stream.FailedAt(3, stream.Retry(2, 7*time.Second))
 			}
-			if b.Attempt.Retry < 2 {
+			if b.Attempt.Retries < 2 {
 				return stream.Retry(2, 7*time.Second)
 			}
 			return nil
@@ -85,7 +85,7 @@ func TestPartialSuccessWithRetryResult(t *testing.T) {
 		hs.stop()
 		var got []string
 		for _, d := range hs.rec.Deliveries() {
-			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry))
+			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retries))
 		}
 		if want := "[0-9#0 3-9#1 3-9#2]"; fmt.Sprint(got) != want {
 			t.Fatalf("deliveries %v, want %s", got, want)
@@ -140,8 +140,8 @@ func TestRetryBoundAcrossInterruptedDeliveries(t *testing.T) {
 		)
 		h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 			mu.Lock()
-			cut := b.Attempt.Retry > 0 && !interrupted[b.Attempt.Retry]
-			interrupted[b.Attempt.Retry] = true
+			cut := b.Attempt.Retries > 0 && !interrupted[b.Attempt.Retries]
+			interrupted[b.Attempt.Retries] = true
 			mu.Unlock()
 			if cut {
 				p.Revoke() // a rebalance while the handler runs
@@ -153,7 +153,7 @@ func TestRetryBoundAcrossInterruptedDeliveries(t *testing.T) {
 		ds := owners(t, p, h, fixed(3, time.Second))
 		var got []int
 		for _, d := range ds {
-			got = append(got, d.Attempt.Retry)
+			got = append(got, d.Attempt.Retries)
 		}
 		if len(ds) != 4 {
 			t.Fatalf("%d deliveries (retries %v), want 4: retryCount 3 across the moves", len(ds), got)
@@ -174,7 +174,7 @@ func TestStartedRetryCountsForTheNextOwner(t *testing.T) {
 		hs.waitAll()
 		hs.stop()
 		ds := hs.rec.Deliveries()
-		if len(ds) != 1 || ds[0].Attempt.Retry != 3 {
+		if len(ds) != 1 || ds[0].Attempt.Retries != 3 {
 			t.Fatalf("deliveries %+v, want retry 3 only", ds)
 		}
 		if took := time.Since(begin); took != time.Second {
@@ -207,7 +207,7 @@ func TestInterruptedFirstDeliveryIsRepeated(t *testing.T) {
 		ds := owners(t, p, h, fixed(2, time.Second))
 		var got []int
 		for _, d := range ds {
-			got = append(got, d.Attempt.Retry)
+			got = append(got, d.Attempt.Retries)
 		}
 		if fmt.Sprint(got) != "[0 0 1 2]" {
 			t.Fatalf("retries of the deliveries %v, want [0 0 1 2]", got)
@@ -275,7 +275,7 @@ func TestRetryResultSurvivesAMove(t *testing.T) {
 		p := streamtest.NewPartition("t", 0, 5)
 		p.AppendN(time.Now(), 5)
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			switch b.Attempt.Retry {
+			switch b.Attempt.Retries {
 			case 0:
 				return stream.Retry(5, 2*time.Second)
 			case 1, 2:
@@ -300,7 +300,7 @@ func TestRetryResultSurvivesAMove(t *testing.T) {
 		ds := second.rec.Deliveries()
 		var got []string
 		for _, d := range ds {
-			got = append(got, fmt.Sprintf("#%d/%d", d.Attempt.Retry, d.Attempt.MaxRetries))
+			got = append(got, fmt.Sprintf("#%d/%d", d.Attempt.Retries, d.Attempt.MaxRetries))
 		}
 		if fmt.Sprint(got) != "[#1/5 #2/5 #3/5]" || len(second.ev.exhausted) != 0 {
 			t.Fatalf("next owner's deliveries %v, %d given up; want [#1/5 #2/5 #3/5] under the RetryResult", got, len(second.ev.exhausted))

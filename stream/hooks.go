@@ -14,7 +14,11 @@ type Hooks struct {
 	Claimed func(ClaimEvent)
 	// Released is called when a worker stops.
 	Released func(ReleaseEvent)
-	// Delivered is called after every handler call.
+	// Delivered is called after every handler call. In ByKey ordering with
+	// redrive.ParkByKey, a record parked behind its locked key instead of
+	// being handled is reported here too, once, with the ParkedBehind
+	// outcome (not Succeeded): no RetryScheduled, Exhausted or ActionTried
+	// follows it, and the record is finished for the commit.
 	Delivered func(DeliveredEvent)
 	// RetryScheduled is called when a batch is withheld for another
 	// delivery.
@@ -97,6 +101,14 @@ const (
 	// Cancelled: the claim's context ended during the delivery: it is
 	// abandoned, its checkpoint left in place.
 	Cancelled
+	// ParkedBehind: in ByKey ordering, the handler was not called: a key
+	// middleware (redrive.ParkByKey) parked the record behind the parked
+	// records of its key, to be re-driven after them, and said so with
+	// MarkParkedBehind. The record is finished for the commit (it is in
+	// the re-drive store), but it was neither handled nor given up: it is
+	// not a success, and no RetryScheduled, Exhausted or ActionTried
+	// follows it.
+	ParkedBehind
 )
 
 func (o Outcome) String() string {
@@ -109,6 +121,8 @@ func (o Outcome) String() string {
 		return "failed"
 	case Cancelled:
 		return "cancelled"
+	case ParkedBehind:
+		return "parked behind"
 	}
 	return "unknown"
 }
@@ -144,7 +158,7 @@ type DeliveredEvent struct {
 // RetryEvent reports that a batch will be delivered again.
 type RetryEvent struct {
 	BatchInfo
-	Retry int           // the retry number of the delivery scheduled, from 1: its Attempt.Retry
+	Retry int           // the retry number of the delivery scheduled, from 1: its Attempt.Retries
 	Delay time.Duration // the backoff before it
 	At    time.Time     // when it is due
 	Err   error         // the error that caused it; nil for a RetryResult

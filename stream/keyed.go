@@ -77,6 +77,7 @@ type kevent struct {
 	err        error
 	start, end time.Time
 	notCalled  bool // the claim ended before the call
+	behind     bool // a key middleware parked the record (MarkParkedBehind)
 	// an exhaustion action's
 	acted bool
 	again bool

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -257,9 +258,14 @@ func (d *kdriver) deliver(ctx context.Context, r *krec) {
 			d.post(kevent{r: r, b: b, notCalled: true})
 			return
 		}
+		var behind atomic.Bool
+		hctx := d.keyed(ctx, r)
+		if d.k.ordering == ByKey && len(d.k.mw) > 0 {
+			hctx = context.WithValue(hctx, parkedBehindCtx{}, &behind)
+		}
 		start := clock.Now()
-		err := d.p.call(d.keyed(ctx, r), b)
-		d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now()})
+		err := d.p.call(hctx, b)
+		d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now(), behind: behind.Load()})
 	})
 }
 
@@ -278,8 +284,13 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 		return
 	}
 	res := readResult(e.err, b, d.log)
+	if res.outcome == Succeeded && e.behind {
+		// Not handled: parked behind its key, to be re-driven after the
+		// key's earlier records. Finished for the commit, not a success.
+		res.outcome = ParkedBehind
+	}
 	d.p.delivered(d.infoOf(b), b.Attempt, res.outcome, e.err, e.start, e.end, false)
-	if res.outcome == Succeeded {
+	if res.outcome == Succeeded || res.outcome == ParkedBehind {
 		d.finish(r)
 		return
 	}

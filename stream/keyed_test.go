@@ -86,7 +86,7 @@ func TestKeyedOtherKeysFlow(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			if string(r.Key) == "k3" {
-				if b.Attempt.Retry < 2 {
+				if b.Attempt.Retries < 2 {
 					return errors.New("k3 is down")
 				}
 				if firstPoisonOK.IsZero() {
@@ -173,7 +173,7 @@ func TestKeyedMoveMidRetry(t *testing.T) {
 			off := b.FirstOffset()
 			calls.add(off)
 			if off == 7 {
-				return fmt.Errorf("record 7 fails (retry %d)", b.Attempt.Retry)
+				return fmt.Errorf("record 7 fails (retry %d)", b.Attempt.Retries)
 			}
 			return nil
 		})
@@ -286,7 +286,7 @@ func TestKeyedWindowFull(t *testing.T) {
 		}
 		p.AppendKeyed(time.Now(), keys...)
 		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.FirstOffset()%3 == 0 && b.Attempt.Retry < 2 {
+			if b.FirstOffset()%3 == 0 && b.Attempt.Retries < 2 {
 				return errors.New("a transient failure with an error text long enough to take room")
 			}
 			return nil

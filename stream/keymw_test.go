@@ -87,3 +87,86 @@ func TestKeyMiddleware(t *testing.T) {
 		}
 	}
 }
+
+// TestMarkParkedBehind: a key middleware that parks a record instead of
+// handling it says so with MarkParkedBehind, and the Delivered hook
+// reports the ParkedBehind outcome (not Succeeded), with nothing after
+// it, and the record finished for the commit; a marked call that returns
+// an error is read from its error. Outside a keyed call of a processor
+// with a key middleware, MarkParkedBehind reports false.
+func TestMarkParkedBehind(t *testing.T) {
+	var (
+		mu       sync.Mutex
+		outcomes = map[int64][]stream.Outcome{}
+		retries  []int64
+		marked   = map[int64]bool{}
+		handled  []int64
+	)
+	mw := func(next stream.Handler) stream.Handler {
+		return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			switch o := b.Records[0].Offset; o {
+			case 1: // parked behind
+				ok := stream.MarkParkedBehind(ctx)
+				mu.Lock()
+				marked[o] = ok
+				mu.Unlock()
+				return nil
+			case 2: // marked, then failed once: a failure
+				if b.Attempt.Retries == 0 {
+					stream.MarkParkedBehind(ctx)
+					return errors.New("store down")
+				}
+			}
+			return next.Handle(ctx, b)
+		})
+	}
+	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled = append(handled, b.Records[0].Offset)
+		return nil
+	})
+	hooks := stream.Hooks{
+		Delivered: func(e stream.DeliveredEvent) {
+			mu.Lock()
+			outcomes[e.FirstOffset] = append(outcomes[e.FirstOffset], e.Outcome)
+			mu.Unlock()
+		},
+		RetryScheduled: func(e stream.RetryEvent) {
+			mu.Lock()
+			retries = append(retries, e.FirstOffset)
+			mu.Unlock()
+		},
+	}
+	proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), stream.WithKeyMiddleware("test", mw, nil),
+		stream.WithHooks(hooks), stream.WithPolicy(checkpoint.Policy{MaxRetries: 1, Backoff: checkpoint.Immediate()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := streamtest.NewPartition("t", 0, 10)
+	end := p.AppendKeyed(time.Now(), "a", "a", "b")
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	go func() { _ = p.WaitCommitted(ctx, end); cancel() }()
+	_ = streamtest.Run(ctx, proc, p)
+	if n, _ := p.Committed(); n != end {
+		t.Fatalf("committed %d, want %d", n, end)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := map[int64][]stream.Outcome{0: {stream.Succeeded}, 1: {stream.ParkedBehind}, 2: {stream.Failed, stream.Succeeded}}
+	for o, w := range want {
+		if got := outcomes[o]; len(got) != len(w) || got[0] != w[0] || got[len(got)-1] != w[len(w)-1] {
+			t.Errorf("record %d: outcomes %v, want %v", o, got, w)
+		}
+	}
+	if !marked[1] || len(retries) != 1 || retries[0] != 2 || len(handled) != 2 {
+		t.Errorf("marked %v, retries of %v, handled %v: want record 1 marked, record 2 retried once, records 0 and 2 handled", marked, retries, handled)
+	}
+	if stream.MarkParkedBehind(t.Context()) {
+		t.Error("MarkParkedBehind outside a handler call reported true")
+	}
+	if stream.ParkedBehind.String() != "parked behind" {
+		t.Errorf("ParkedBehind.String() = %q", stream.ParkedBehind.String())
+	}
+}

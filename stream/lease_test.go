@@ -123,7 +123,7 @@ func TestLeaseReleaseAndDeliveryLimit(t *testing.T) {
 				t.Fatalf("delivery %d: %s, want %s", dc, l.how(), want)
 			}
 		}
-		if len(attempts) != 3 || attempts[1].Retry != 1 || attempts[2].Retry != 2 || attempts[2].MaxRetries != 3 {
+		if len(attempts) != 3 || attempts[1].Retries != 1 || attempts[2].Retries != 2 || attempts[2].MaxRetries != 3 {
 			t.Errorf("attempts %+v, want retries 0, 1, 2 of the RetryResult's 3", attempts)
 		}
 		if len(xerrs) != 1 || xerrs[0].Reason != checkpoint.DeliveryLimitReached {

@@ -74,7 +74,7 @@ func TestNoDeliveryOnEndedClaim(t *testing.T) {
 				proc, err := stream.NewProcessor(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 					calls++
 					if ctx.Err() != nil {
-						t.Errorf("handler called with its context done (%v), retry %d", ctx.Err(), b.Attempt.Retry)
+						t.Errorf("handler called with its context done (%v), retry %d", ctx.Err(), b.Attempt.Retries)
 					}
 					return errors.New("downstream unavailable")
 				}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}),

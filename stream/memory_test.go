@@ -49,7 +49,7 @@ func TestBackoffHourHoldsTheBatch(t *testing.T) {
 			case &b.Records[0] != first:
 				copies++
 			}
-			switch b.Attempt.Retry {
+			switch b.Attempt.Retries {
 			case 1:
 				heapAt1 = liveHeap()
 			case retries:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
@@ -138,6 +139,31 @@ func WithKeyMiddleware(name string, mw Middleware, action ExhaustionAction) Opti
 
 // orderKeyCtx is the context key of [OrderKey].
 type orderKeyCtx struct{}
+
+// parkedBehindCtx is the context key of a keyed handler call's mark of
+// [MarkParkedBehind].
+type parkedBehindCtx struct{}
+
+// MarkParkedBehind tells the processor, from a key middleware (see
+// [WithKeyMiddleware]) in the context of a handler call in [ByKey]
+// ordering, that the call's record was not handled but parked behind the
+// parked records of its key (redrive.ParkByKey does it). When the call
+// then returns nil, the Delivered hook reports the [ParkedBehind] outcome
+// instead of [Succeeded], and the record is finished for the commit as a
+// success would be; a call that returns an error is read from the error,
+// the mark ignored. It returns false, and does nothing, outside a handler
+// call of a ByKey processor that has a key middleware.
+func MarkParkedBehind(ctx context.Context) bool {
+	if ctx == nil {
+		return false
+	}
+	m, ok := ctx.Value(parkedBehindCtx{}).(*atomic.Bool)
+	if !ok {
+		return false
+	}
+	m.Store(true)
+	return true
+}
 
 // OrderKey returns, in [ByKey] ordering, the key that orders the record
 // being handled (its Key, or what [WithKeyFunc] returned for it), in the

@@ -85,7 +85,7 @@ func TestPoisonRecordGivenUpAlone(t *testing.T) {
 				hs.stop()
 				var got []string
 				for _, d := range hs.rec.Deliveries() {
-					got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry))
+					got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retries))
 				}
 				if fmt.Sprint(got) != tt.want {
 					t.Fatalf("deliveries %v, want %s", got, tt.want)
@@ -244,7 +244,7 @@ func TestPoisonRecordStopAndSkip(t *testing.T) {
 		hs.stop()
 		var got []string
 		for _, d := range hs.rec.Deliveries() {
-			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry))
+			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retries))
 		}
 		if want := "[0-9#0 6-9#1 7-9#0]"; fmt.Sprint(got) != want {
 			t.Fatalf("deliveries %v, want %s", got, want)

@@ -342,7 +342,7 @@ func TestAttemptInfo(t *testing.T) {
 		}
 		for i, d := range ds {
 			a := d.Attempt
-			if a.Retry != i || a.MaxRetries != 2 || a.Last != (i == 2) || a.Number() != i+1 {
+			if a.Retries != i || a.MaxRetries != 2 || a.Last != (i == 2) || a.Number() != i+1 {
 				t.Errorf("delivery %d: %+v", i+1, a)
 			}
 			if i == 0 && (!a.FirstFailure.IsZero() || a.LastError != nil) {
@@ -524,7 +524,7 @@ func TestNoCheckpointPastUnresolvedRecords(t *testing.T) {
 		// Fail deterministically but irregularly: a batch fails while
 		// (offset*31+retry*17) % 5 is 0 or 1.
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if (b.FirstOffset()*31+int64(b.Attempt.Retry)*17)%5 < 2 {
+			if (b.FirstOffset()*31+int64(b.Attempt.Retries)*17)%5 < 2 {
 				return errTransient
 			}
 			return nil
@@ -737,7 +737,7 @@ func TestDeliveredEventTimes(t *testing.T) {
 		const took, backoff = 700 * time.Millisecond, 5 * time.Second
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			time.Sleep(took)
-			if b.Attempt.Retry < 2 {
+			if b.Attempt.Retries < 2 {
 				return errTransient
 			}
 			return nil
@@ -779,7 +779,7 @@ func TestRetryAfterAndDecideThroughProcessor(t *testing.T) {
 		errThrottled := errors.New("throttled")
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			switch {
-			case b.FirstOffset() == 0 && b.Attempt.Retry == 0:
+			case b.FirstOffset() == 0 && b.Attempt.Retries == 0:
 				return checkpoint.RetryAfter(errThrottled, 7*time.Second)
 			case b.FirstOffset() == 5:
 				return errors.New("unknown")

@@ -329,7 +329,7 @@ func (w *world) handler() stream.Handler {
 // of its partition p (the retry started, its outcome never reported).
 func (w *world) moveOnLast(h stream.Handler, p *streamtest.Partition, tally *randomTally) stream.Handler {
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		if b.Attempt.Last && b.Attempt.Retry > 0 {
+		if b.Attempt.Last && b.Attempt.Retries > 0 {
 			w.mu.Lock()
 			move := w.lastMoves > 0 && w.draws.IntN(2) == 0
 			if move {

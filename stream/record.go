@@ -58,11 +58,12 @@ func (b *Batch) LastOffset() int64 {
 // of the batch's first record, which the retry state belongs to (see
 // [BatchError]).
 type Attempt struct {
-	// Retry is this delivery's retry number: 0 for the first delivery, n
-	// for the n-th retry (the n-th redelivery). It is the number the
-	// RetryScheduled hook announced for it ([RetryEvent.Retry]);
+	// Retries is how many retries this delivery makes: 0 for the first
+	// delivery, n for the n-th retry (the n-th redelivery). It counts as
+	// [checkpoint.ExhaustedError.Retries] does, and is the number the
+	// RetryScheduled hook announced for this delivery ([RetryEvent.Retry]);
 	// [Attempt.Number] counts deliveries from 1 instead.
-	Retry int
+	Retries int
 	// MaxRetries is the limit of the policy in force, [checkpoint.Infinite]
 	// (-1) when there is none.
 	MaxRetries int
@@ -79,13 +80,13 @@ type Attempt struct {
 	Probe bool
 }
 
-// Number returns the 1-based number of this delivery: Retry+1.
-func (a Attempt) Number() int { return a.Retry + 1 }
+// Number returns the 1-based number of this delivery: Retries+1.
+func (a Attempt) Number() int { return a.Retries + 1 }
 
 func attemptOf(m *retrystate.Machine) Attempt {
 	s := m.State()
 	return Attempt{
-		Retry:        s.Retries,
+		Retries:      s.Retries,
 		MaxRetries:   m.MaxRetries(),
 		Last:         m.Last(),
 		FirstFailure: s.FirstFailure,

@@ -88,7 +88,7 @@ func TestRecordsCountTheirOwnRetries(t *testing.T) {
 		}
 		var got []string
 		for _, d := range hs.rec.Deliveries() {
-			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry))
+			got = append(got, fmt.Sprintf("%d-%d#%d", d.FirstOffset, d.LastOffset, d.Attempt.Retries))
 		}
 		// Each delivery after the first is retry 1 of the record it
 		// starts at: that record failed once.
@@ -188,7 +188,7 @@ func TestRecordRetryResultOnPartialSuccess(t *testing.T) {
 		_, _, hs := recordRun(t, p, h, checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Second)})
 		var got []string
 		for _, d := range hs.rec.Deliveries() {
-			got = append(got, fmt.Sprintf("%d-%d#%d/%d", d.FirstOffset, d.LastOffset, d.Attempt.Retry, d.Attempt.MaxRetries))
+			got = append(got, fmt.Sprintf("%d-%d#%d/%d", d.FirstOffset, d.LastOffset, d.Attempt.Retries, d.Attempt.MaxRetries))
 		}
 		// Record 1's RetryResult replaces the policy for record 1 only,
 		// with its count from its own request.
@@ -220,7 +220,7 @@ func TestRetryStateNamesItsRecord(t *testing.T) {
 				hs.waitAll()
 				hs.stop()
 				ds := hs.rec.Deliveries()
-				if len(ds) != 1 || ds[0].FirstOffset != 3 || ds[0].Attempt.Retry != tt.retry {
+				if len(ds) != 1 || ds[0].FirstOffset != 3 || ds[0].Attempt.Retries != tt.retry {
 					t.Fatalf("deliveries %+v, want 3-5 as retry %d", ds, tt.retry)
 				}
 			})
@@ -280,7 +280,7 @@ func TestRecordCountSurvivesAMove(t *testing.T) {
 		if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "orders", Partition: 0}: 10}); len(r.Violations) > 0 {
 			t.Fatalf("violations: %v", r.Violations)
 		}
-		if ds := b.rec.Deliveries(); len(ds) == 0 || ds[0].FirstOffset != 4 || ds[0].Attempt.Retry != 2 {
+		if ds := b.rec.Deliveries(); len(ds) == 0 || ds[0].FirstOffset != 4 || ds[0].Attempt.Retries != 2 {
 			t.Fatalf("the next owner's first delivery %+v, want record 4 as retry 2", ds)
 		}
 		if !errors.Is(given.errs[0], errTransient) {

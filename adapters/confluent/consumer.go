@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -38,8 +39,13 @@ type config struct {
 	commitInterval time.Duration
 	commitRecords  int64
 	// deadLetterCheck checks the topic of the processor's dead-letter
-	// action, when it has one through a Publisher.
+	// action, when it has one through a Publisher of NewPublisher.
 	deadLetterCheck func(context.Context) []health.Problem
+	// publishers are WithPublisher's; deadLetterTopic is the topic of the
+	// processor's dead-letter action when it publishes through one of
+	// them, checked at start through the consumer's brokers.
+	publishers      []*Publisher
+	deadLetterTopic string
 }
 
 // WithGroup sets the consumer: librdkafka's configuration (conf, which
@@ -89,7 +95,8 @@ func WithCommitTimeout(d time.Duration) Option {
 // the next batch is delivered: such commits are coalesced and written in
 // the background, one request in flight per partition, as soon as records
 // have passed since the last one sent, interval has passed, or the
-// partition has nothing more buffered (it is caught up), and always before
+// partition is caught up (nothing buffered, and everything up to the high
+// watermark of librdkafka's last fetch of it polled), and always before
 // the partition is given up (revocation, shutdown). While a commit is in
 // flight (or failed), the records after it are held to the window too:
 // once they reach it, the next commit is written before the next batch is
@@ -155,6 +162,38 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 	return optionFunc(func(c *config) { c.OnAssigned = fn })
 }
 
+// WithPublisher binds pub, an unbound [Publisher]
+// (new(confluent.Publisher)), to the consumer, so that a dead-letter
+// action made before the consumer produces through a producer the
+// consumer makes: the same way the franz-go and kafka-go adapters'
+// WithPublisher do.
+//
+// The consumer makes one [kafka.Producer] for the publishers it is given
+// when Run starts, and when Run ends flushes it (waiting at most 400ms for
+// the delivery reports of what it holds) and closes it, once the Produce
+// calls in progress have returned; Run waits for that at most a second,
+// then leaves the producer to close on its own. Before Run starts and after
+// it has returned, Publish returns an error that says so. The producer's
+// configuration takes from the consumer's ([WithGroup]) its
+// bootstrap.servers and security settings only (security.protocol, ssl.*,
+// sasl.*, enable.ssl.certificate.verification), and sets acks=all (every
+// in-sync replica acknowledges a dead letter before the checkpoint moves
+// past its batch) and enable.idempotence=true (a retried send writes no
+// dead letter twice); the rest is librdkafka's defaults (a record's report
+// waits at most message.timeout.ms, 300s). An error librdkafka reports on
+// the producer is logged: a fatal one (its idempotence refused by the
+// brokers, say; every dead letter fails from then on) at Error, the
+// others at Debug. For other producer settings, make the producer
+// yourself and use [NewPublisher].
+//
+// New returns an error when pub is nil, has a producer of its own
+// ([NewPublisher]) or is bound to another consumer; and, without
+// WithPublisher, when the processor dead-letters through a Publisher bound
+// to nothing.
+func WithPublisher(pub *Publisher) Option {
+	return optionFunc(func(c *config) { c.publishers = append(c.publishers, pub) })
+}
+
 // Consumer runs a [stream.Processor] over the partitions a
 // confluent-kafka-go (librdkafka) consumer group assigns it: one worker
 // goroutine per assigned partition, started in the rebalance callback once
@@ -184,16 +223,39 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		o.apply(&cfg)
 	}
+	for _, pub := range cfg.publishers {
+		if pub == nil {
+			return nil, errors.New("confluent: WithPublisher: nil publisher")
+		}
+	}
 	if proc != nil {
 		if pub, topic, ok := proc.DeadLetter(); ok {
-			if cp, isConfluent := pub.(*Publisher); isConfluent && cp.p != nil {
-				cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return cp.checkTopic(ctx, topic) }
+			if cp, isConfluent := pub.(*Publisher); isConfluent && cp != nil {
+				switch {
+				case cp.p != nil:
+					cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return cp.checkTopic(ctx, topic) }
+				case slices.Contains(cfg.publishers, cp):
+					cfg.deadLetterTopic = topic
+				case cp.bound() == nil:
+					// It would fail every record given up, for ever.
+					return nil, fmt.Errorf("confluent: the processor dead-letters to %q through a confluent.Publisher bound to nothing: give it to New with WithPublisher(pub), or make it with NewPublisher(producer)", topic)
+				}
 			}
 		}
 	}
 	e, err := newEngine(proc, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if e.owned != nil {
+		for i, pub := range cfg.publishers {
+			if err := pub.bind(e.owned); err != nil {
+				for _, done := range cfg.publishers[:i] {
+					done.unbind(e.owned)
+				}
+				return nil, err
+			}
+		}
 	}
 	return &Consumer{e: e}, nil
 }
@@ -220,7 +282,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // checks pass, that the brokers answer (within 5s) and that the group's
 // topics exist, and, when the processor's exhaustion action is a
 // [stream.DeadLetter] through a [Publisher], that its topic exists (asked
-// through the publisher's producer); it logs each problem when it finds
+// through the publisher's producer, or the consumer's brokers for one
+// given with [WithPublisher]); it logs each problem when it finds
 // it, at Error for brokers that do not answer and at Warn for a topic, and
 // at Info when it is gone. The error joins one error per problem. Health
 // is safe for concurrent use; it returns an error for a Consumer not made

@@ -52,7 +52,8 @@
 //     the background, one request in flight per partition, within the
 //     commit window ([WithCommitWindow]: none by default, where every
 //     commit is written before the next delivery; with one, at once too
-//     when the partition is caught up), and always
+//     when the partition is caught up: nothing buffered, and everything up
+//     to the high watermark of librdkafka's last fetch polled), and always
 //     before the partition is given up (the worker writes it before the
 //     revocation unassigns the partition, and before Close): a crash
 //     delivers again at most about two windows of records, and loses none.
@@ -88,7 +89,8 @@
 // the consumer's configuration, that the brokers answer and that the
 // group's topics exist, and the topic of the processor's
 // [stream.DeadLetter] action through a [Publisher] (asked through its
-// producer), and logs what it finds wrong within seconds;
+// producer, or through the admin client for one given with
+// [WithPublisher]), and logs what it finds wrong within seconds;
 // [Consumer.Health] reports it, for a host's readiness. A problem that
 // stops all consumption (brokers that do not answer, a consumed topic that
 // does not exist or may not be read) is logged again every 30s while it
@@ -97,9 +99,25 @@
 //
 // # Dead letters
 //
-// [NewPublisher] takes a [kafka.Producer]; each publish waits for its
-// records' delivery reports, and a record the broker failed is reported as
-// such in a [*stream.PublishError]. librdkafka reports a record to a topic
+// The one way to dead-letter, as on the other Kafka adapters: make the
+// publisher first, unbound, build the processor's [stream.DeadLetter]
+// action on it, and give it to [New] with [WithPublisher], which binds it
+// to the consumer:
+//
+//	pub := new(confluent.Publisher)
+//	dl, err := stream.DeadLetter(pub, "orders.dlq")
+//	proc, err := stream.NewProcessor(h, stream.WithExhaustionAction(dl))
+//	consumer, err := confluent.New(proc, confluent.WithGroup(conf, "orders"), confluent.WithPublisher(pub))
+//
+// The consumer makes a [kafka.Producer] from its configuration's
+// bootstrap.servers and security settings (acks=all,
+// enable.idempotence=true; see [WithPublisher]) when Run starts, and
+// flushes and closes it when Run returns. New refuses a processor that
+// dead-letters through a Publisher bound to nothing. To produce through a
+// producer of your own (another cluster, other producer settings), make
+// the publisher with [NewPublisher] instead. Either way, each publish
+// waits for its records' delivery reports, and a record the broker failed
+// is reported as such in a [*stream.PublishError]. librdkafka reports a record to a topic
 // that does not exist as failed after topic.metadata.propagation.max.ms
 // (30s by default). librdkafka writes its log to stderr unless its
 // configuration says otherwise (log_level, or a logs channel).

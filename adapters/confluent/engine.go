@@ -53,6 +53,11 @@ type engine struct {
 	claims    map[tp]*claim
 	runCtx    context.Context
 	commitCtx context.Context
+
+	// The producer of the publishers given with WithPublisher, made from
+	// producerConf; nil without them.
+	owned        *ownedProducer
+	producerConf kafka.ConfigMap
 }
 
 func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
@@ -87,6 +92,9 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 		log = proc.Logger()
 	}
 	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("confluent", errClosed)}
+	if len(cfg.publishers) > 0 {
+		e.owned, e.producerConf = &ownedProducer{}, producerConfig(cfg.conf)
+	}
 	e.checks.Log = log
 	e.checks.EndAfter, e.checks.End = cfg.FailAfter, e.life.Fail
 	return e, nil
@@ -96,6 +104,18 @@ func (e *engine) group() any { return e.cfg.conf["group.id"] }
 
 // run is Run's body.
 func (e *engine) run(ctx context.Context) error {
+	if e.owned != nil {
+		// Publishers given with WithPublisher publish while Run runs.
+		defer e.stopProducer()
+		p, err := kafka.NewProducer(&e.producerConf)
+		if err != nil {
+			return fmt.Errorf("confluent: make the dead-letter producer of WithPublisher (from bootstrap.servers and the security settings of WithGroup's configuration): %w", err)
+		}
+		go e.producerEvents(p)
+		if !e.owned.start(p) {
+			p.Close()
+		}
+	}
 	c, err := kafka.NewConsumer(&e.cfg.conf)
 	if err != nil {
 		return fmt.Errorf("confluent: make the consumer: %w", err)
@@ -185,6 +205,41 @@ func (e *engine) run(ctx context.Context) error {
 	t.Stop()
 	e.log.Info("redeliver: consumer stopped", "group", e.group(), "cause", cause)
 	return nil
+}
+
+// How Run ends the producer of the WithPublisher publishers: it flushes
+// it, waiting at most producerFlush for the delivery reports of what it
+// holds, closes it, and waits for that at most producerWait.
+const (
+	producerFlush = 400 * time.Millisecond
+	producerWait  = time.Second
+)
+
+// producerEvents logs the errors librdkafka reports on the producer of the
+// WithPublisher publishers (the delivery reports go to each publish): a
+// fatal one (its idempotence refused, say: every publish fails from then
+// on) at Error, the others, which librdkafka recovers from, at Debug. It
+// returns when the producer is closed.
+func (e *engine) producerEvents(p *kafka.Producer) {
+	for ev := range p.Events() {
+		if err, ok := ev.(kafka.Error); ok {
+			if err.IsFatal() {
+				e.log.Error("redeliver: the dead-letter producer of WithPublisher failed: every dead letter fails until the consumer runs again",
+					"group", e.group(), "error", err)
+			} else {
+				e.log.Debug("redeliver: the dead-letter producer reports an error; it goes on", "error", err)
+			}
+		}
+	}
+}
+
+// stopProducer flushes and closes the producer of the WithPublisher
+// publishers, and makes them refuse to publish from now on.
+func (e *engine) stopProducer() {
+	if !e.owned.stop(producerFlush, producerWait) {
+		e.log.Warn("redeliver: the dead-letter producer did not close in time: a Produce is still in progress; it is closed once it returns",
+			"group", e.group(), "waited", producerWait)
+	}
 }
 
 // deliver buffers a polled message in its partition's claim. A message of a

@@ -23,8 +23,24 @@ const (
 // check is the start check: the group's topics, asked through an admin
 // client of its own on the consumer's configuration, and beside it the
 // dead-letter topic, through its publisher.
+//
+// The dead-letter topic of a publisher given with WithPublisher is asked
+// about through the consumer's brokers, as the group's topics are.
 func (e *engine) check(ctx context.Context) []health.Problem {
-	return kafkaadapter.CheckBeside(ctx, e.checkTopics, e.cfg.deadLetterCheck)
+	dl := e.cfg.deadLetterCheck
+	if topic := e.cfg.deadLetterTopic; topic != "" {
+		dl = func(ctx context.Context) []health.Problem {
+			errs, err := e.askTopics(ctx, []string{topic})
+			if err != nil {
+				return []health.Problem{health.DeadLetterUnreachable("confluent", err)}
+			}
+			if errs[topic] != nil {
+				return []health.Problem{health.Topic("confluent", topic, "dead-letter", errs[topic])}
+			}
+			return nil
+		}
+	}
+	return kafkaadapter.CheckBeside(ctx, e.checkTopics, dl)
 }
 
 // metadataFunc asks a client about one topic, within timeoutMs.
@@ -75,6 +91,22 @@ func topicMetadata(ctx context.Context, get metadataFunc, topics []string, after
 
 // checkTopics checks the group's topics.
 func (e *engine) checkTopics(ctx context.Context) []health.Problem {
+	errs, err := e.askTopics(ctx, e.cfg.topics)
+	if err != nil {
+		return []health.Problem{health.Unreachable("confluent", err)}
+	}
+	var ps []health.Problem
+	for _, t := range slices.Sorted(slices.Values(e.cfg.topics)) {
+		if errs[t] != nil {
+			ps = append(ps, health.Topic("confluent", t, "consumed", errs[t]))
+		}
+	}
+	return ps
+}
+
+// askTopics asks about topics through an admin client of its own on the
+// consumer's configuration.
+func (e *engine) askTopics(ctx context.Context, topics []string) (map[string]error, error) {
 	conf := kafka.ConfigMap{}
 	for k, v := range e.cfg.conf {
 		switch k {
@@ -88,19 +120,9 @@ func (e *engine) checkTopics(ctx context.Context) []health.Problem {
 	}
 	adm, err := kafka.NewAdminClient(&conf)
 	if err != nil {
-		return []health.Problem{health.Unreachable("confluent", err)}
+		return nil, err
 	}
-	errs, err := topicMetadata(ctx, adm.GetMetadata, e.cfg.topics, adm.Close)
-	if err != nil {
-		return []health.Problem{health.Unreachable("confluent", err)}
-	}
-	var ps []health.Problem
-	for _, t := range slices.Sorted(slices.Values(e.cfg.topics)) {
-		if errs[t] != nil {
-			ps = append(ps, health.Topic("confluent", t, "consumed", errs[t]))
-		}
-	}
-	return ps
+	return topicMetadata(ctx, adm.GetMetadata, topics, adm.Close)
 }
 
 // kafkaError is an error code a broker answered, named as Kafka names it.

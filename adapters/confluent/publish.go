@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
@@ -14,11 +17,143 @@ import (
 // Publisher produces records through a confluent-kafka-go
 // [kafka.Producer], waiting for each record's delivery report, for
 // [stream.DeadLetter]. It is safe for concurrent use.
+//
+// A Publisher is made with [NewPublisher] on a producer of your own, or as
+// new(confluent.Publisher), unbound, to produce through a producer the
+// consumer makes and closes: give it to [New] with [WithPublisher]. That
+// allows the natural order of construction: the publisher, the
+// processor's options and the processor, then the consumer, as with the
+// franz-go and kafka-go adapters.
 type Publisher struct {
-	p *kafka.Producer
+	p *kafka.Producer // NewPublisher's
+
+	mu    sync.Mutex
+	owned *ownedProducer // the producer of the consumer WithPublisher bound p to
 }
 
-var errNotPublisher = errors.New("confluent: the Publisher was not made by NewPublisher: build it with confluent.NewPublisher(producer)")
+var errNotPublisher = errors.New("confluent: the Publisher has no producer: build it with confluent.NewPublisher(producer), or give new(confluent.Publisher) to confluent.New with WithPublisher")
+
+// ownedProducer is the producer a consumer makes for the publishers given
+// to it with WithPublisher: made when Run starts, flushed and closed when
+// Run ends, once the Produce calls in progress have returned (librdkafka
+// frees a closed producer: a Produce on it would use freed memory).
+type ownedProducer struct {
+	mu       sync.Mutex
+	producer *kafka.Producer // while Run runs
+	stopped  bool            // Run has ended: no producer again
+	produces sync.WaitGroup  // Produce calls in progress
+}
+
+// start gives o its producer; it returns false (and o takes nothing) when
+// Run has ended meanwhile.
+func (o *ownedProducer) start(p *kafka.Producer) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopped {
+		return false
+	}
+	o.producer = p
+	return true
+}
+
+// acquire returns the producer and counts Produce calls in progress, which
+// the caller ends with o.produces.Done.
+func (o *ownedProducer) acquire() (*kafka.Producer, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.stopped:
+		return nil, errors.New("confluent: the publisher's consumer has stopped: its producer is closed (a Publisher given with WithPublisher publishes while the consumer's Run runs)")
+	case o.producer == nil:
+		return nil, errors.New("confluent: the publisher's consumer is not running yet: its producer is made when the consumer's Run starts")
+	}
+	o.produces.Add(1)
+	return o.producer, nil
+}
+
+// stop takes the producer away, so that no Produce starts again, and once
+// the Produce calls in progress have returned, flushes it (waiting at most
+// flush for the delivery reports of what it holds) and closes it, waiting
+// for that at most wait. It reports whether the producer was closed within
+// wait.
+func (o *ownedProducer) stop(flush, wait time.Duration) bool {
+	o.mu.Lock()
+	p := o.producer
+	o.producer, o.stopped = nil, true
+	o.mu.Unlock()
+	if p == nil {
+		return true
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		o.produces.Wait()
+		p.Flush(int(flush / time.Millisecond))
+		p.Close()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-closed:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// bind binds p to the producer o of a consumer, unless p has a producer of
+// its own (NewPublisher) or is bound to another consumer.
+func (p *Publisher) bind(o *ownedProducer) error {
+	if p == nil {
+		return errors.New("confluent: WithPublisher: nil publisher")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.p != nil:
+		return errors.New("confluent: WithPublisher: the publisher has a producer of its own (made by NewPublisher): give WithPublisher a new(confluent.Publisher)")
+	case p.owned != nil && p.owned != o:
+		return errors.New("confluent: WithPublisher: the publisher is bound to another consumer already")
+	}
+	p.owned = o
+	return nil
+}
+
+// unbind undoes bind, for a New that fails after it.
+func (p *Publisher) unbind(o *ownedProducer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.owned == o {
+		p.owned = nil
+	}
+}
+
+// bound returns the consumer's producer p is bound to, or nil.
+func (p *Publisher) bound() *ownedProducer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owned
+}
+
+// Bound reports whether p produces through a producer: made by
+// [NewPublisher], or bound to a consumer by [WithPublisher] (whose
+// producer lives while the consumer's Run runs).
+func (p *Publisher) Bound() bool { return p != nil && (p.p != nil || p.bound() != nil) }
+
+// producerConfig is the configuration of the producer of the WithPublisher
+// publishers: the consumer's bootstrap.servers and security settings
+// (security.protocol, ssl.*, sasl.*, enable.ssl.certificate.verification),
+// with acks=all and enable.idempotence=true.
+func producerConfig(consumer kafka.ConfigMap) kafka.ConfigMap {
+	conf := kafka.ConfigMap{"acks": "all", "enable.idempotence": true}
+	for k, v := range consumer {
+		if k == "bootstrap.servers" || k == "security.protocol" || k == "enable.ssl.certificate.verification" ||
+			strings.HasPrefix(k, "ssl.") || strings.HasPrefix(k, "sasl.") {
+			conf[k] = v
+		}
+	}
+	return conf
+}
 
 // NewPublisher returns a Publisher that produces through p. A dead letter
 // must be acknowledged before the checkpoint moves past its batch: p's
@@ -46,11 +181,34 @@ func NewPublisher(p *kafka.Producer) (*Publisher, error) {
 // acknowledgement was lost (a timeout). librdkafka's producer takes no
 // context: a publish that ctx ends first returns ctx's error, and its
 // records are still sent (or fail) under message.timeout.ms.
+//
+// A Publisher given to a consumer with [WithPublisher] publishes while the
+// consumer's Run runs, and returns an error that says so before and after.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
-	if p == nil || p.p == nil {
+	if p == nil {
 		return errNotPublisher
 	}
+	producer, release := p.p, func() {}
+	if producer == nil {
+		o := p.bound()
+		if o == nil {
+			return errNotPublisher
+		}
+		var err error
+		if producer, err = o.acquire(); err != nil {
+			return err
+		}
+		release = o.produces.Done
+	}
+	return p.publish(ctx, producer, release, topic, recs)
+}
+
+// publish is Publish's body: it produces recs through producer, calls
+// release once every Produce call has returned, and waits for the
+// delivery reports.
+func (p *Publisher) publish(ctx context.Context, producer *kafka.Producer, release func(), topic string, recs []stream.Record) error {
 	if len(recs) == 0 {
+		release()
 		return nil
 	}
 	reports := make(chan kafka.Event, len(recs))
@@ -63,12 +221,13 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		for _, h := range r.Headers {
 			m.Headers = append(m.Headers, kafka.Header{Key: h.Key, Value: h.Value})
 		}
-		if err := p.p.Produce(m, reports); err != nil {
+		if err := producer.Produce(m, reports); err != nil {
 			errs[i] = writeError(topic, "1 record", err)
 			continue
 		}
 		pending++
 	}
+	release() // the consumer closes its producer once no Produce is in progress
 	for pending > 0 {
 		select {
 		case ev := <-reports:

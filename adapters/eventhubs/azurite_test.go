@@ -216,7 +216,7 @@ func TestRetryStateSurvivesOnBlobStore(t *testing.T) {
 			return nil
 		}
 		mu.Lock()
-		retries = append(retries, b.Attempt.Retry)
+		retries = append(retries, b.Attempt.Retries)
 		mu.Unlock()
 		return errors.New("not yet")
 	})

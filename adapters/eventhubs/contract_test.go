@@ -42,7 +42,7 @@ type deliveries struct {
 
 func (d *deliveries) add(owner string, b *stream.Batch) {
 	d.mu.Lock()
-	d.list = append(d.list, delivery{owner, b.FirstOffset(), b.LastOffset(), b.Attempt.Retry})
+	d.list = append(d.list, delivery{owner, b.FirstOffset(), b.LastOffset(), b.Attempt.Retries})
 	d.mu.Unlock()
 }
 
@@ -270,7 +270,7 @@ func gapAfterCheckpoint(t *testing.T, store azeventhubs.CheckpointStore) {
 	var l logs
 	proc, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 		d.add("a", b)
-		if b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+		if b.FirstOffset() == 20 && b.Attempt.Retries == 0 {
 			return errors.New("not yet")
 		}
 		return nil
@@ -404,7 +404,7 @@ func replayAfterRetries(t *testing.T, store azeventhubs.CheckpointStore) {
 	policy := checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(10 * time.Millisecond)}
 	procA, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 		d.add("a", b)
-		if b.FirstOffset() == 10 && b.Attempt.Retry < 2 {
+		if b.FirstOffset() == 10 && b.Attempt.Retries < 2 {
 			return errors.New("not yet")
 		}
 		return nil

@@ -91,8 +91,8 @@ func ExampleNewWith() {
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
 	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		fmt.Printf("events %d-%d, retry %d\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
-		if b.Attempt.Retry == 0 {
+		fmt.Printf("events %d-%d, retry %d\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Retries)
+		if b.Attempt.Retries == 0 {
 			return errors.New("downstream unavailable")
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -40,8 +41,13 @@ type config struct {
 	commitInterval time.Duration
 	commitRecords  int64
 	// deadLetterCheck checks the topic of the processor's dead-letter
-	// action, when it has one through a Publisher.
+	// action, when it has one through a Publisher of NewPublisher.
 	deadLetterCheck func(context.Context) []health.Problem
+	// publishers are WithPublisher's; deadLetterTopic is the topic of the
+	// processor's dead-letter action when it publishes through one of
+	// them, checked at start through the consumer's brokers.
+	publishers      []*Publisher
+	deadLetterTopic string
 }
 
 // WithGroup sets the consumer group: the brokers to start from, the
@@ -166,6 +172,43 @@ func WithOnAssigned(fn func(assigned map[string][]int32)) Option {
 	return optionFunc(func(c *config) { c.OnAssigned = fn })
 }
 
+// WithPublisher binds pub, an unbound [Publisher] (new(sarama.Publisher)),
+// to the consumer, so that a dead-letter action made before the consumer
+// produces through a producer the consumer makes: the same way the
+// franz-go and kafka-go adapters' WithPublisher do.
+//
+// The consumer makes one [sarama.SyncProducer] for the publishers it is
+// given, with a client of its own on the group's brokers, when Run has
+// reached them, and closes it when Run returns (once the sends in flight
+// have returned: Run waits for that at most 400ms, then leaves the
+// producer to close on its own). Before Run has reached the brokers and
+// after it has returned, Publish returns an error that says so. The
+// producer's configuration is a copy of the consumer's ([WithConfig], or
+// sarama.NewConfig()), with its Version, network settings (TLS, SASL),
+// client ID, metadata settings and Producer settings (partitioner,
+// compression, timeouts, retries), in which the consumer sets:
+// Producer.RequiredAcks to sarama.WaitForAll (every in-sync replica
+// acknowledges a dead letter before the checkpoint moves past its
+// batch), Producer.Return.Successes and Producer.Return.Errors to true (a
+// SyncProducer needs them), Producer.Transaction.ID to "" (no
+// transactions), and Producer.Idempotent to true, with Net.MaxOpenRequests
+// 1, when the configuration allows it (Version at least sarama.V0_11_0_0
+// and Producer.Retry.Max at least 1; sarama's defaults do), so that a
+// retried send writes no dead letter twice. A producer the brokers refuse
+// (idempotence not allowed to the client, say) holds Run before it joins
+// the group: it tries again every second, says so at Warn with the
+// broker's error, then every 30s while it lasts, and ends Run with that
+// error after [WithFailAfter] (a minute by default), as a problem that
+// stops all consumption does.
+//
+// New returns an error when pub is nil, has a producer of its own
+// ([NewPublisher]) or is bound to another consumer; and, without
+// WithPublisher, when the processor dead-letters through a Publisher
+// bound to nothing.
+func WithPublisher(pub *Publisher) Option {
+	return optionFunc(func(c *config) { c.publishers = append(c.publishers, pub) })
+}
+
 // Consumer runs a [stream.Processor] over the partitions a sarama consumer
 // group assigns it: one worker goroutine per assigned partition, running in
 // sarama's ConsumeClaim for the partition, stopped (its context cancelled,
@@ -193,16 +236,39 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 		}
 		o.apply(&cfg)
 	}
+	for _, pub := range cfg.publishers {
+		if pub == nil {
+			return nil, errors.New("sarama: WithPublisher: nil publisher")
+		}
+	}
 	if proc != nil {
 		if pub, topic, ok := proc.DeadLetter(); ok {
-			if sp, isSarama := pub.(*Publisher); isSarama && sp.client != nil {
-				cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return sp.checkTopic(ctx, topic) }
+			if sp, isSarama := pub.(*Publisher); isSarama && sp != nil {
+				switch {
+				case sp.client != nil:
+					cfg.deadLetterCheck = func(ctx context.Context) []health.Problem { return sp.checkTopic(ctx, topic) }
+				case slices.Contains(cfg.publishers, sp):
+					cfg.deadLetterTopic = topic
+				case sp.bound() == nil:
+					// It would fail every record given up, for ever.
+					return nil, fmt.Errorf("sarama: the processor dead-letters to %q through a sarama.Publisher bound to nothing: give it to New with WithPublisher(pub), or make it with NewPublisher(client)", topic)
+				}
 			}
 		}
 	}
 	e, err := newEngine(proc, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if e.owned != nil {
+		for i, pub := range cfg.publishers {
+			if err := pub.bind(e.owned); err != nil {
+				for _, done := range cfg.publishers[:i] {
+					done.unbind(e.owned)
+				}
+				return nil, err
+			}
+		}
 	}
 	return &Consumer{e: e}, nil
 }
@@ -228,7 +294,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 // checks pass, that the brokers answer (within 5s) and that the group's
 // topics exist, and, when the processor's exhaustion action is a
 // [stream.DeadLetter] through a [Publisher], that its topic exists (asked
-// through the publisher's client); it logs each problem when it finds it,
+// through the publisher's client, or the group's brokers for one given
+// with [WithPublisher]); it logs each problem when it finds it,
 // at Error for brokers that do not answer and at Warn for a topic, and at
 // Info when it is gone. While Run runs, a partition whose consumer sarama
 // reports failing is reported too, until its next records come. The error

@@ -127,7 +127,8 @@
 // At start, [Consumer.Run] checks, on a connection of its own, that the
 // brokers answer and that the group's topics exist, and the topic of the
 // processor's [stream.DeadLetter] action through a [Publisher] (asked
-// through the publisher's client), and logs what it finds wrong within
+// through the publisher's client, or the group's brokers for one given
+// with [WithPublisher]), and logs what it finds wrong within
 // seconds; [Consumer.Health] reports it, with the partitions sarama reports
 // failing, for a host's readiness. A problem that stops all consumption
 // (brokers that do not answer, a consumed topic that does not exist or may
@@ -137,8 +138,26 @@
 //
 // # Dead letters
 //
-// [NewPublisher] makes a sarama SyncProducer on a client; a record failed
-// by the broker is reported as such in a [*stream.PublishError]. sarama's
+// The one way to dead-letter, as on the other Kafka adapters: make the
+// publisher first, unbound, build the processor's [stream.DeadLetter]
+// action on it, and give it to [New] with [WithPublisher], which binds it
+// to the consumer:
+//
+//	pub := new(rdsarama.Publisher)
+//	dl, err := stream.DeadLetter(pub, "orders.dlq")
+//	proc, err := stream.NewProcessor(h, stream.WithExhaustionAction(dl))
+//	consumer, err := rdsarama.New(proc, rdsarama.WithGroup(brokers, "billing", "orders"),
+//		rdsarama.WithConfig(cfg), rdsarama.WithPublisher(pub))
+//
+// The consumer makes a SyncProducer on a client of its own from its
+// configuration (acks from every in-sync replica, idempotent when the
+// configuration allows it; see [WithPublisher]) when Run has reached the
+// brokers, and closes it when Run returns. New refuses a processor that
+// dead-letters through a Publisher bound to nothing. To produce through a
+// client of your own (another cluster, other producer settings), make the
+// publisher with [NewPublisher] instead, which makes a SyncProducer on
+// that client. Either way, a record failed by the broker is reported as
+// such in a [*stream.PublishError]. sarama's
 // producer stops trying a topic it could not find the partitions of for
 // 10s after 3 failures (its circuit breaker): a dead-letter topic created
 // meanwhile is written to up to 10s later.

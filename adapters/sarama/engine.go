@@ -51,6 +51,11 @@ type engine struct {
 	mu     sync.Mutex
 	client sarama.Client        // while Run runs
 	group  sarama.ConsumerGroup // while Run runs
+
+	// The producer of the publishers given with WithPublisher, made from
+	// producerConf; nil without them.
+	owned        *ownedProducer
+	producerConf *sarama.Config
 }
 
 // heartbeatMargin is how many times Consumer.MaxWaitTime the session
@@ -107,6 +112,13 @@ func newEngine(proc *stream.Processor, cfg config) (*engine, error) {
 		log = proc.Logger()
 	}
 	e := &engine{proc: proc, cfg: cfg, log: log, life: lifecycle.New("sarama", errClosed)}
+	if len(cfg.publishers) > 0 {
+		pc, err := producerConfig(sc)
+		if err != nil {
+			return nil, err
+		}
+		e.owned, e.producerConf = &ownedProducer{}, pc
+	}
 	e.checks.Log = log
 	e.checks.EndAfter, e.checks.End = cfg.FailAfter, e.life.Fail
 	return e, nil
@@ -124,7 +136,14 @@ func (e *engine) run(ctx context.Context) error {
 	}()
 	defer func() { <-checked }()
 
-	client, commits, group := e.connect(ctx)
+	if e.owned != nil {
+		// Publishers given with WithPublisher publish while Run runs.
+		defer e.stopProducer()
+	}
+	client, commits, group, producer := e.connect(ctx)
+	if producer != nil && !e.owned.start(producer) {
+		_ = producer.Close()
+	}
 	if client == nil {
 		e.log.Info("redeliver: consumer stopped", "group", e.cfg.group, "cause", context.Cause(ctx))
 		return nil
@@ -234,13 +253,24 @@ func (e *engine) run(ctx context.Context) error {
 // a broker answers the requests of a connection one after the other, and
 // on the consumer's connection a commit would wait behind a fetch the
 // broker holds for up to Consumer.MaxWaitTime when there is nothing new.
-func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sarama.ConsumerGroup) {
+//
+// With publishers given with WithPublisher, it makes their producer too,
+// on a client of its own.
+func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sarama.ConsumerGroup, sarama.SyncProducer) {
 	type made struct {
-		client  sarama.Client
-		commits sarama.Client
-		group   sarama.ConsumerGroup
-		err     error
+		client   sarama.Client
+		commits  sarama.Client
+		group    sarama.ConsumerGroup
+		producer sarama.SyncProducer
+		err      error
+		// producerErr: the brokers answer, but the producer of the
+		// WithPublisher publishers was not made (idempotence refused,
+		// say): worth a Warn, not a Debug as brokers away are (the start
+		// check reports those).
+		producerErr bool
 	}
+	var warned time.Time  // the last Warn of a producer not made
+	var refused time.Time // since when the producer has not been made
 	for {
 		ch := make(chan made, 1)
 		go func() {
@@ -255,34 +285,101 @@ func (e *engine) connect(ctx context.Context) (sarama.Client, sarama.Client, sar
 				ch <- made{err: err}
 				return
 			}
+			var producer sarama.SyncProducer
+			if e.producerConf != nil {
+				if producer, err = sarama.NewSyncProducer(e.cfg.brokers, e.producerConf); err != nil {
+					_ = client.Close()
+					_ = commits.Close()
+					ch <- made{err: err, producerErr: true}
+					return
+				}
+			}
 			group, err := sarama.NewConsumerGroupFromClient(e.cfg.group, client)
 			if err != nil {
 				_ = client.Close()
 				_ = commits.Close()
+				if producer != nil {
+					_ = producer.Close()
+				}
 				ch <- made{err: err}
 				return
 			}
-			ch <- made{client: client, commits: commits, group: group}
+			ch <- made{client: client, commits: commits, group: group, producer: producer}
 		}()
 		select {
 		case m := <-ch:
 			if m.err == nil {
-				return m.client, m.commits, m.group
+				return m.client, m.commits, m.group, m.producer
 			}
-			e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
+			if m.producerErr && refused.IsZero() {
+				refused = time.Now()
+			}
+			if m.producerErr && e.cfg.FailAfter > 0 && time.Since(refused) >= e.cfg.FailAfter {
+				// As a problem that stops all consumption does
+				// (WithFailAfter): the consumer has not started.
+				e.life.Fail(fmt.Errorf("sarama: the dead-letter producer of WithPublisher was not made in %v (WithFailAfter): %w", e.cfg.FailAfter, m.err))
+				return nil, nil, nil, nil
+			}
+			if m.producerErr && time.Since(warned) >= producerWarnEvery {
+				warned = time.Now()
+				e.log.Warn("redeliver: the dead-letter producer of WithPublisher was not made: the consumer waits for it, trying again every second, and ends Run after WithFailAfter",
+					"group", e.cfg.group, "error", m.err, "for", time.Since(refused).Round(time.Second), "failAfter", e.cfg.FailAfter)
+			} else {
+				e.log.Debug("redeliver: sarama client not made, trying again", "error", m.err)
+			}
 		case <-ctx.Done():
 			go func() {
 				if m := <-ch; m.err == nil {
 					_ = m.group.Close()
 					_ = m.commits.Close()
+					if m.producer != nil {
+						_ = m.producer.Close()
+					}
 				}
 			}()
-			return nil, nil, nil
+			return nil, nil, nil, nil
 		}
 		if !sleep(ctx, clientRetry) {
-			return nil, nil, nil
+			return nil, nil, nil, nil
 		}
 	}
+}
+
+// producerWarnEvery is how often Run says at Warn, while it lasts, that
+// the producer of the WithPublisher publishers cannot be made (at Debug
+// between).
+const producerWarnEvery = 30 * time.Second
+
+// producerWait is how long Run waits, when it ends, for the producer of
+// the WithPublisher publishers to close (its sends in flight to return).
+const producerWait = 400 * time.Millisecond
+
+// stopProducer closes the producer of the WithPublisher publishers, and
+// makes them refuse to publish from now on.
+func (e *engine) stopProducer() {
+	if !e.owned.stop(producerWait) {
+		e.log.Warn("redeliver: the dead-letter producer did not close in time: a send is still in flight; it is closed once the send returns",
+			"group", e.cfg.group, "waited", producerWait)
+	}
+}
+
+// producerConfig is the configuration of the producer of the WithPublisher
+// publishers: a copy of the consumer's, with acknowledgements from every
+// in-sync replica, the returns a SyncProducer needs, no transactions, and
+// idempotence when the configuration allows it.
+func producerConfig(consumer *sarama.Config) (*sarama.Config, error) {
+	pc := *consumer
+	pc.Producer.RequiredAcks = sarama.WaitForAll
+	pc.Producer.Return.Successes, pc.Producer.Return.Errors = true, true
+	pc.Producer.Transaction.ID = ""
+	pc.Producer.Idempotent = pc.Version.IsAtLeast(sarama.V0_11_0_0) && pc.Producer.Retry.Max >= 1
+	if pc.Producer.Idempotent {
+		pc.Net.MaxOpenRequests = 1
+	}
+	if err := pc.Validate(); err != nil {
+		return nil, fmt.Errorf("sarama: the configuration of the dead-letter producer WithPublisher asks for (WithConfig's, with acks from all replicas and idempotence): %w", err)
+	}
+	return &pc, nil
 }
 
 // groupError logs an error sarama's consumer group reports, and keeps a

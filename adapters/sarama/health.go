@@ -28,31 +28,51 @@ func (e *engine) health() error {
 
 // check is the start check: one metadata request for the group's topics,
 // to the first broker that answers, and beside it the check of the
-// dead-letter topic, through its publisher (which may write to another
-// cluster).
+// dead-letter topic: through its publisher's client (which may write to
+// another cluster), or through the group's brokers for a publisher given
+// with WithPublisher.
 func (e *engine) check(ctx context.Context) []health.Problem {
-	return kafkaadapter.CheckBeside(ctx, e.checkTopics, e.cfg.deadLetterCheck)
+	dl := e.cfg.deadLetterCheck
+	if topic := e.cfg.deadLetterTopic; topic != "" {
+		dl = func(ctx context.Context) []health.Problem {
+			res, err := e.askBrokers(ctx, []string{topic})
+			if err != nil {
+				return []health.Problem{health.DeadLetterUnreachable("sarama", err)}
+			}
+			return topicProblems(res, []string{topic}, "dead-letter")
+		}
+	}
+	return kafkaadapter.CheckBeside(ctx, e.checkTopics, dl)
 }
 
-// checkTopics asks the group's brokers, one after the other until one
-// answers, about the group's topics, on a connection of its own.
+// checkTopics asks the group's brokers about the group's topics.
 func (e *engine) checkTopics(ctx context.Context) []health.Problem {
+	res, err := e.askBrokers(ctx, e.cfg.topics)
+	if err != nil {
+		return []health.Problem{health.Unreachable("sarama", err)}
+	}
+	return topicProblems(res, e.cfg.topics, "consumed")
+}
+
+// askBrokers asks the group's brokers, one after the other until one
+// answers, about topics, on a connection of its own.
+func (e *engine) askBrokers(ctx context.Context, topics []string) (*sarama.MetadataResponse, error) {
 	conf := *e.cfg.sarama
 	conf.Net.DialTimeout, conf.Net.ReadTimeout, conf.Net.WriteTimeout = checkTimeout, checkTimeout, checkTimeout
 	var err error
 	for _, addr := range e.cfg.brokers {
 		b := sarama.NewBroker(addr)
 		var res *sarama.MetadataResponse
-		res, err = metadata(ctx, b, &conf, e.cfg.topics)
+		res, err = metadata(ctx, b, &conf, topics)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
 			}
 			continue
 		}
-		return topicProblems(res, e.cfg.topics, "consumed")
+		return res, nil
 	}
-	return []health.Problem{health.Unreachable("sarama", err)}
+	return nil, err
 }
 
 // metadata opens b with conf if it is not open, asks it about topics

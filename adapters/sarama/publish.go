@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/IBM/sarama"
 
@@ -13,10 +15,125 @@ import (
 
 // Publisher produces records through a sarama [sarama.SyncProducer], for
 // [stream.DeadLetter]. It is safe for concurrent use.
+//
+// A Publisher is made with [NewPublisher] on a client of your own, or as
+// new(sarama.Publisher), unbound, to produce through a producer the
+// consumer makes and closes: give it to [New] with [WithPublisher]. That
+// allows the natural order of construction: the publisher, the
+// processor's options and the processor, then the consumer, as with the
+// franz-go and kafka-go adapters.
 type Publisher struct {
+	// NewPublisher's client and producer.
 	client   sarama.Client
 	producer sarama.SyncProducer
+
+	mu    sync.Mutex
+	owned *ownedProducer // the producer of the consumer WithPublisher bound p to
 }
+
+// ownedProducer is the producer a consumer makes for the publishers given
+// to it with WithPublisher: made once Run has reached the brokers, closed
+// when Run ends, once the sends in flight have returned (closing a sarama
+// producer under a send would make it panic).
+type ownedProducer struct {
+	mu       sync.Mutex
+	producer sarama.SyncProducer // while Run runs
+	stopped  bool                // Run has ended: no producer again
+	sends    sync.WaitGroup      // SendMessages calls in flight
+}
+
+// start gives o its producer; it returns false (and o takes nothing) when
+// Run has ended meanwhile.
+func (o *ownedProducer) start(p sarama.SyncProducer) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.stopped {
+		return false
+	}
+	o.producer = p
+	return true
+}
+
+// acquire returns the producer and counts a send in flight, which the
+// caller ends with o.sends.Done.
+func (o *ownedProducer) acquire() (sarama.SyncProducer, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	switch {
+	case o.stopped:
+		return nil, errors.New("sarama: the publisher's consumer has stopped: its producer is closed (a Publisher given with WithPublisher publishes while the consumer's Run runs)")
+	case o.producer == nil:
+		return nil, errors.New("sarama: the publisher's consumer is not running yet: its producer is made once the consumer's Run has reached the brokers")
+	}
+	o.sends.Add(1)
+	return o.producer, nil
+}
+
+// stop takes the producer away, so that no send starts again, and closes
+// it once the sends in flight have returned, waiting for that at most
+// wait. It reports whether the producer was closed within wait.
+func (o *ownedProducer) stop(wait time.Duration) bool {
+	o.mu.Lock()
+	p := o.producer
+	o.producer, o.stopped = nil, true
+	o.mu.Unlock()
+	if p == nil {
+		return true
+	}
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		o.sends.Wait()
+		_ = p.Close()
+	}()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-closed:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// bind binds p to the producer o of a consumer, unless p has a producer of
+// its own (NewPublisher) or is bound to another consumer.
+func (p *Publisher) bind(o *ownedProducer) error {
+	if p == nil {
+		return errors.New("sarama: WithPublisher: nil publisher")
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.producer != nil:
+		return errors.New("sarama: WithPublisher: the publisher has a producer of its own (made by NewPublisher): give WithPublisher a new(sarama.Publisher)")
+	case p.owned != nil && p.owned != o:
+		return errors.New("sarama: WithPublisher: the publisher is bound to another consumer already")
+	}
+	p.owned = o
+	return nil
+}
+
+// unbind undoes bind, for a New that fails after it.
+func (p *Publisher) unbind(o *ownedProducer) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.owned == o {
+		p.owned = nil
+	}
+}
+
+// bound returns the consumer's producer p is bound to, or nil.
+func (p *Publisher) bound() *ownedProducer {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owned
+}
+
+// Bound reports whether p produces through a producer: made by
+// [NewPublisher], or bound to a consumer by [WithPublisher] (whose
+// producer lives while the consumer's Run runs).
+func (p *Publisher) Bound() bool { return p != nil && (p.producer != nil || p.bound() != nil) }
 
 // NewPublisher returns a Publisher that produces through a
 // [sarama.SyncProducer] it makes on client
@@ -53,16 +170,21 @@ func NewPublisher(client sarama.Client) (*Publisher, error) {
 	return &Publisher{client: client, producer: p}, nil
 }
 
-// Close closes the publisher's producer, after the records it is sending.
-// It does not close the client.
+// Close closes the producer of a Publisher made by [NewPublisher], after
+// the records it is sending. It does not close the client. A Publisher
+// given to a consumer with [WithPublisher] is closed by the consumer when
+// its Run ends: Close returns an error for it.
 func (p *Publisher) Close() error {
+	if p != nil && p.producer == nil && p.bound() != nil {
+		return errors.New("sarama: the Publisher was given to a consumer with WithPublisher: the consumer closes its producer when Run ends")
+	}
 	if p == nil || p.producer == nil {
 		return errNotPublisher
 	}
 	return p.producer.Close()
 }
 
-var errNotPublisher = errors.New("sarama: the Publisher was not made by NewPublisher: build it with sarama.NewPublisher(client)")
+var errNotPublisher = errors.New("sarama: the Publisher has no producer: build it with sarama.NewPublisher(client), or give new(sarama.Publisher) to sarama.New with WithPublisher")
 
 // Publish produces recs to topic and returns once every record is
 // acknowledged, or an error. Records keep their keys, values, headers and
@@ -73,11 +195,28 @@ var errNotPublisher = errors.New("sarama: the Publisher was not made by NewPubli
 // lost (a timeout). sarama's producer takes no context: a publish that
 // ctx ends first returns ctx's error and leaves its records to the
 // producer's own timeouts and retries (Producer.Timeout, Producer.Retry).
+//
+// A Publisher given to a consumer with [WithPublisher] publishes while the
+// consumer's Run runs (from once Run has reached the brokers), and returns
+// an error that says so before and after.
 func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Record) error {
-	if p == nil || p.producer == nil {
+	if p == nil {
 		return errNotPublisher
 	}
+	producer, release := p.producer, func() {}
+	if producer == nil {
+		o := p.bound()
+		if o == nil {
+			return errNotPublisher
+		}
+		var err error
+		if producer, err = o.acquire(); err != nil {
+			return err
+		}
+		release = o.sends.Done
+	}
 	if len(recs) == 0 {
+		release()
 		return nil
 	}
 	msgs := make([]*sarama.ProducerMessage, len(recs))
@@ -97,7 +236,10 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		index[m] = i
 	}
 	done := make(chan error, 1)
-	go func() { done <- p.producer.SendMessages(msgs) }()
+	go func() {
+		defer release() // the consumer closes its producer once no send is in flight
+		done <- producer.SendMessages(msgs)
+	}()
 	var err error
 	select {
 	case err = <-done:

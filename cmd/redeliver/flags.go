@@ -36,6 +36,36 @@ func newFlags(name string, e env) *flag.FlagSet {
 
 // docs completes each command's usage.
 var docs = map[string]string{
+	"stopped": `Lists what the host's exhaustion action "stop" holds stopped, as its status
+page shows it: a partition (partition ordering), a key (key ordering: its
+record at OFFSET is stopped, its later records wait, the partition's other
+keys go on) or a record (a share group), with since when and the last error.
+A -function the host does not run is an error, with the name meant when one
+is close. The exit status is 0 when the host was read (whether or not
+something is stopped), 1 when it cannot be read, 2 on a usage error.
+
+` + hostDoc,
+	"resume": `Releases what "stop" holds: the partition's batch, or with -key the key's
+stopped record (-offset names the record instead, for a key that is not
+text or in a share group), is delivered again with a fresh retry count. A
+partition in key ordering with keys stopped needs -key or -offset: the tool
+lists its stopped keys. The tool reads the host's status first: a function,
+partition or key that is not stopped is an error naming what is stopped (or
+the name meant). The exit status is 0 once the host released it, 1 when it
+is not stopped or the host refused or cannot be reached, 2 on a usage error.
+
+` + hostDoc,
+	"skip": `Releases what "stop" holds past it: the partition's batch, or with -key the
+key's stopped record (-offset names the record instead), is settled as if
+its exhaustion action had succeeded (the checkpoint passes it; the key's
+next record goes), and is not delivered again. The host answers once the
+checkpoint past it is written. Otherwise as resume: a partition in key
+ordering with keys stopped needs -key or -offset; what is not stopped is an
+error naming what is. The exit status is 0 once the host released it, 1
+when it is not stopped or the host refused or cannot be reached, 2 on a
+usage error.
+
+` + hostDoc,
 	"check": `Each file is read as the host reads it, environment overrides
 (AzureFunctionsJobHost__...) included. Problems are printed one a line as
 file:line:col: path: message; warnings (what is read but not in force) are

@@ -14,6 +14,9 @@
 //	state    decode a committed retry-state string (offset commit metadata)
 //	offsets  a consumer group's committed offsets with their decoded retry state
 //	parked   list, requeue and complete entries of the re-drive store
+//	stopped  what a running host holds stopped: partitions, and keys in key ordering
+//	resume   release a stopped partition or key of a running host: delivered again, a fresh count
+//	skip     release a stopped partition or key of a running host past its record
 //	version  the tool's module version and the Go version it was built with
 //
 // "redeliver <command> -h" describes a command's flags. The exit status is
@@ -64,6 +67,9 @@ func init() {
 		{"state", "[-json] metadata", "decode a committed retry-state string", runState},
 		{"offsets", "-brokers host:port,... -group name [-topic t] [-config host.json [-function f]] [-json]", "a group's committed offsets with their decoded retry state", runOffsets},
 		{"parked", "<list|requeue|complete> [flags] [key...]", "list, requeue and complete entries of the re-drive store", runParked},
+		{"stopped", "-url http://host:port [-function f] [-json]", "what a running host holds stopped: partitions, and keys in key ordering", runStopped},
+		{"resume", "-url http://host:port [-key k | -offset n] [-json] function topic/partition", "release a stopped partition or key of a running host: delivered again, with a fresh count", runResume},
+		{"skip", "-url http://host:port [-key k | -offset n] [-json] function topic/partition", "release a stopped partition or key of a running host past its record, as if its exhaustion action succeeded", runSkip},
 		{"version", "", "the tool's module version and the Go version it was built with", runVersion},
 	}
 }

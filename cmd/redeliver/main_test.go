@@ -126,6 +126,13 @@ func TestGolden(t *testing.T) {
 		{"state_empty", []string{"state", ""}, nil, 0},
 		{"state_no_arg", []string{"state"}, nil, 2},
 		{"offsets_no_group", []string{"offsets", "-brokers", "127.0.0.1:1"}, nil, 2},
+		// The commands that talk to a running host: usage errors (the
+		// rest is tested on a real host, host/tests TestCLIReleasesStoppedKeys).
+		{"stopped_no_url", []string{"stopped"}, nil, 2},
+		{"stopped_bad_url", []string{"stopped", "-url", "ftp://ops"}, nil, 2},
+		{"resume_no_partition", []string{"resume", "-url", "http://127.0.0.1:1", "orders"}, nil, 2},
+		{"resume_bad_partition", []string{"resume", "-url", "http://127.0.0.1:1", "orders", "orders"}, nil, 2},
+		{"skip_key_and_offset", []string{"skip", "-key", "a", "-offset", "3", "orders", "orders/0"}, []string{"REDELIVER_URL=http://127.0.0.1:1"}, 2},
 		{"unknown_command", []string{"parkd"}, nil, 2},
 		{"no_command", nil, nil, 2},
 	} {

@@ -101,9 +101,14 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 	defer admin.Close()
 	c := &cluster{brokers: brokers, admin: admin}
 
-	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1}})
-	if err == nil && len(res) == 1 && res[0].Error.Code() != kafka.ErrNoError {
-		err = res[0].Error
+	res, err := admin.CreateTopics(ctx, []kafka.TopicSpecification{
+		{Topic: topic, NumPartitions: partitions, ReplicationFactor: 1},
+		{Topic: topic + ".dlq", NumPartitions: 1, ReplicationFactor: 1},
+	})
+	for _, r := range res {
+		if err == nil && r.Error.Code() != kafka.ErrNoError {
+			err = r.Error
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
@@ -157,14 +162,25 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 
 // member runs a consumer named name in the group until ctx ends.
 func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, brokers, group, topic string, batchSize int) error {
+	// A batch whose retries are spent goes to the dead-letter topic (none
+	// does here: the downstream recovers within the budget). Its publisher
+	// is made first, unbound; the consumer binds it (WithPublisher) and
+	// produces through a producer it makes from bootstrap.servers and the
+	// security settings, and flushes and closes with Run.
+	pub := new(confluent.Publisher)
+	dl, err := stream.DeadLetter(pub, topic+".dlq")
+	if err != nil {
+		return err
+	}
 	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks),
-		stream.WithLogger(tl.logger().With("member", name)))
+		stream.WithExhaustionAction(dl), stream.WithLogger(tl.logger().With("member", name)))
 	if err != nil {
 		return err
 	}
 	c, err := confluent.New(proc,
 		confluent.WithGroup(consumerConfig(brokers, group), topic),
 		confluent.WithMaxBatch(batchSize),
+		confluent.WithPublisher(pub),
 	)
 	if err != nil {
 		return err
@@ -183,7 +199,7 @@ func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, 
 func handler() stream.Handler {
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		poison := 30 + 10*int64(b.Partition)
-		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retry < 2 {
+		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retries < 2 {
 			return errors.New("downstream unavailable (503)")
 		}
 		return nil
@@ -345,7 +361,7 @@ func (tl *timeline) hooks(member string) stream.Hooks {
 				for o := e.FirstOffset; o <= e.LastOffset; o++ {
 					tl.handled[e.Partition][o] = true
 				}
-				if e.Attempt.Retry > 0 {
+				if e.Attempt.Retries > 0 {
 					tl.printf("%s  p%d batch %3d-%3d  attempt %d succeeded", member, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Number())
 				}
 			case stream.Failed:

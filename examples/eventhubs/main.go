@@ -101,7 +101,7 @@ func realNamespace(ctx context.Context) error {
 		return err
 	}
 	proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		fmt.Printf("partition %d: events %d-%d, retry %d\n", b.Partition, b.FirstOffset(), b.LastOffset(), b.Attempt.Retry)
+		fmt.Printf("partition %d: events %d-%d, retry %d\n", b.Partition, b.FirstOffset(), b.LastOffset(), b.Attempt.Retries)
 		return nil
 	}), stream.WithPolicy(policy))
 	if err != nil {
@@ -269,7 +269,7 @@ func handler() stream.Handler {
 		}
 		// The attempt number counts across both processors: the first two
 		// deliveries fail, wherever they run.
-		if b.FirstOffset() <= 20 && 20 <= b.LastOffset() && b.Attempt.Retry < 2 {
+		if b.FirstOffset() <= 20 && 20 <= b.LastOffset() && b.Attempt.Retries < 2 {
 			return errDownstream
 		}
 		return nil
@@ -353,8 +353,8 @@ func (t *timeline) hooks(name string) stream.Hooks {
 			t.mu.Lock()
 			defer t.mu.Unlock()
 			t.deliveries[[2]int64{int64(e.Partition), e.FirstOffset}]++
-			t.retries[[3]int64{int64(e.Partition), e.FirstOffset, int64(e.Attempt.Retry)}]++
-			if e.Attempt.Retry == 0 {
+			t.retries[[3]int64{int64(e.Partition), e.FirstOffset, int64(e.Attempt.Retries)}]++
+			if e.Attempt.Retries == 0 {
 				t.firsts[[2]int64{int64(e.Partition), e.FirstOffset}]++
 			}
 			if e.Outcome == stream.Succeeded {
@@ -362,8 +362,8 @@ func (t *timeline) hooks(name string) stream.Hooks {
 					t.handled[[2]int64{int64(e.Partition), o}] = true
 				}
 			}
-			if e.Outcome != stream.Succeeded || e.Attempt.Retry > 0 {
-				t.printf("%s  partition %d events %d-%d retry %d: %v", name, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Retry, e.Outcome)
+			if e.Outcome != stream.Succeeded || e.Attempt.Retries > 0 {
+				t.printf("%s  partition %d events %d-%d retry %d: %v", name, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Retries, e.Outcome)
 			}
 		},
 		Exhausted: func(e stream.ExhaustedEvent) {

@@ -52,9 +52,9 @@ func run(partitions, records, batchSize, retries int, sleep time.Duration) error
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		n := int(b.FirstOffset()) / batchSize
 		switch {
-		case b.Partition == 0 && n == 1 && b.Attempt.Retry < 2:
+		case b.Partition == 0 && n == 1 && b.Attempt.Retries < 2:
 			return errDownstream
-		case b.Partition == 1 && n == 0 && b.Attempt.Retry == 0:
+		case b.Partition == 1 && n == 0 && b.Attempt.Retries == 0:
 			return stream.Retry(1, sleep/2)
 		case int(b.Partition) == partitions-1 && n == 2:
 			return fmt.Errorf("record %d: %w", b.FirstOffset(), errors.New("cannot parse"))

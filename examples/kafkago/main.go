@@ -158,7 +158,7 @@ func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, 
 func handler() stream.Handler {
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		poison := 30 + 10*int64(b.Partition)
-		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retry < 2 {
+		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retries < 2 {
 			return errors.New("downstream unavailable (503)")
 		}
 		return nil
@@ -334,7 +334,7 @@ func (tl *timeline) hooks(member string) stream.Hooks {
 				for o := e.FirstOffset; o <= e.LastOffset; o++ {
 					tl.handled[e.Partition][o] = true
 				}
-				if e.Attempt.Retry > 0 {
+				if e.Attempt.Retries > 0 {
 					tl.printf("%s  p%d batch %3d-%3d  attempt %d succeeded", member, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Number())
 				}
 			case stream.Failed:

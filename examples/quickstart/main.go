@@ -171,9 +171,9 @@ func handler() stream.Handler {
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		has := func(off int64) bool { return b.FirstOffset() <= off && off <= b.LastOffset() }
 		switch {
-		case b.Partition == 0 && has(30) && b.Attempt.Retry < 2:
+		case b.Partition == 0 && has(30) && b.Attempt.Retries < 2:
 			return errors.New("inventory service timed out")
-		case b.Partition == 1 && has(10) && b.Attempt.Retry == 0:
+		case b.Partition == 1 && has(10) && b.Attempt.Retries == 0:
 			return stream.Retry(1, 300*time.Millisecond) // processed, but come back once more
 		}
 		for i, r := range b.Records {

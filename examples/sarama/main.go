@@ -106,6 +106,9 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 	if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: int32(partitions), ReplicationFactor: 1}, false); err != nil {
 		return fmt.Errorf("create topic %s: %w", topic, err)
 	}
+	if err := admin.CreateTopic(topic+".dlq", &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false); err != nil {
+		return fmt.Errorf("create topic %s.dlq: %w", topic, err)
+	}
 	if err := c.produce(ctx, topic, records); err != nil {
 		return err
 	}
@@ -158,8 +161,17 @@ func run(ctx context.Context, brokers string, partitions, records, batchSize int
 
 // member runs a consumer named name in the group until ctx ends.
 func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, seeds []string, group, topic string, batchSize int) error {
+	// A batch whose retries are spent goes to the dead-letter topic (none
+	// does here: the downstream recovers within the budget). Its publisher
+	// is made first, unbound; the consumer binds it (WithPublisher) and
+	// produces through a SyncProducer it makes and closes with Run.
+	pub := new(rdsarama.Publisher)
+	dl, err := stream.DeadLetter(pub, topic+".dlq")
+	if err != nil {
+		return err
+	}
 	proc, err := stream.NewProcessor(handler(), stream.WithPolicy(policy), stream.WithHooks(hooks),
-		stream.WithLogger(tl.logger().With("member", name)))
+		stream.WithExhaustionAction(dl), stream.WithLogger(tl.logger().With("member", name)))
 	if err != nil {
 		return err
 	}
@@ -167,6 +179,7 @@ func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, 
 		rdsarama.WithGroup(seeds, group, topic),
 		rdsarama.WithConfig(config()),
 		rdsarama.WithMaxBatch(batchSize),
+		rdsarama.WithPublisher(pub),
 	)
 	if err != nil {
 		return err
@@ -185,7 +198,7 @@ func member(ctx context.Context, name string, hooks stream.Hooks, tl *timeline, 
 func handler() stream.Handler {
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		poison := 30 + 10*int64(b.Partition)
-		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retry < 2 {
+		if b.FirstOffset() <= poison && poison <= b.LastOffset() && b.Attempt.Retries < 2 {
 			return errors.New("downstream unavailable (503)")
 		}
 		return nil
@@ -340,7 +353,7 @@ func (tl *timeline) hooks(member string) stream.Hooks {
 				for o := e.FirstOffset; o <= e.LastOffset; o++ {
 					tl.handled[e.Partition][o] = true
 				}
-				if e.Attempt.Retry > 0 {
+				if e.Attempt.Retries > 0 {
 					tl.printf("%s  p%d batch %3d-%3d  attempt %d succeeded", member, e.Partition, e.FirstOffset, e.LastOffset, e.Attempt.Number())
 				}
 			case stream.Failed:

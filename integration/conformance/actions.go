@@ -105,7 +105,7 @@ func partialSuccess(t *testing.T, e *env) {
 		case split < 0 && len(b.Records) >= 2 && b.FirstOffset() >= 5:
 			split = b.Records[1].Offset
 			return stream.FailedAt(1, errHandler)
-		case b.FirstOffset() == split && b.Attempt.Retry < 2:
+		case b.FirstOffset() == split && b.Attempt.Retries < 2:
 			return errHandler
 		}
 		return nil
@@ -127,7 +127,7 @@ func partialSuccess(t *testing.T, e *env) {
 	var fromSplit []int
 	for _, d := range e.hist.deliveries(0) {
 		if d.first == split {
-			fromSplit = append(fromSplit, d.attempt.Retry)
+			fromSplit = append(fromSplit, d.attempt.Retries)
 		}
 	}
 	// The rest of the batch, held: retry 1 (the count went on from the

@@ -68,8 +68,8 @@ func scenario1Success(t *testing.T, e *env) {
 	e.hist.check(t, map[int32]int64{0: 30})
 	eachOnce(t, e, 0, 30)
 	for _, d := range e.hist.deliveries(0) {
-		if d.outcome != stream.Succeeded || d.attempt.Retry != 0 || d.last-d.first+1 > 10 {
-			t.Fatalf("delivery %d-%d: %v retry %d; want succeeded first deliveries of at most 10 records", d.first, d.last, d.outcome, d.attempt.Retry)
+		if d.outcome != stream.Succeeded || d.attempt.Retries != 0 || d.last-d.first+1 > 10 {
+			t.Fatalf("delivery %d-%d: %v retry %d; want succeeded first deliveries of at most 10 records", d.first, d.last, d.outcome, d.attempt.Retries)
 		}
 	}
 }
@@ -144,11 +144,11 @@ func scenario3ErrorWithPolicy(t *testing.T, e *env) {
 	var retries []int
 	for _, d := range e.hist.deliveries(0) {
 		if d.first == first {
-			retries = append(retries, d.attempt.Retry)
+			retries = append(retries, d.attempt.Retries)
 			if d.last != last {
 				t.Errorf("batch %d-%d redelivered as %d-%d", first, last, d.first, d.last)
 			}
-		} else if d.attempt.Retry != 0 {
+		} else if d.attempt.Retries != 0 {
 			t.Errorf("batch %d-%d retried, though it succeeded", d.first, d.last)
 		}
 	}
@@ -179,11 +179,11 @@ func scenario4RetryResult(t *testing.T, e *env) {
 	var retries []int
 	for _, d := range e.hist.deliveries(0) {
 		if d.first == 0 {
-			retries = append(retries, d.attempt.Retry)
+			retries = append(retries, d.attempt.Retries)
 			if d.outcome != stream.RetryRequested {
 				t.Errorf("delivery of batch 0: %v, want retry requested", d.outcome)
 			}
-		} else if d.attempt.Retry != 0 {
+		} else if d.attempt.Retries != 0 {
 			t.Errorf("batch %d-%d retried", d.first, d.last)
 		}
 	}
@@ -259,7 +259,7 @@ func orderWithinPartition(t *testing.T, e *env) {
 		values = map[int32][]string{}
 	)
 	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.FirstOffset()%3 == 0 && b.Attempt.Retry == 0 {
+		if b.FirstOffset()%3 == 0 && b.Attempt.Retries == 0 {
 			return errHandler
 		}
 		mu.Lock()
@@ -296,7 +296,7 @@ func otherPartitionsFlow(t *testing.T, e *env) {
 	e.produce(1, 0, 300)
 	const backoff = time.Second
 	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.Partition == 0 && b.FirstOffset() == 0 && b.Attempt.Retry == 0 {
+		if b.Partition == 0 && b.FirstOffset() == 0 && b.Attempt.Retries == 0 {
 			return errHandler
 		}
 		return nil
@@ -309,7 +309,7 @@ func otherPartitionsFlow(t *testing.T, e *env) {
 	var retryAt, p1Done time.Time
 	for _, ev := range e.hist.all() {
 		switch {
-		case ev.delivery && ev.partition == 0 && ev.first == 0 && ev.attempt.Retry == 1:
+		case ev.delivery && ev.partition == 0 && ev.first == 0 && ev.attempt.Retries == 1:
 			retryAt = ev.at
 		case !ev.delivery && !ev.exhausted && !ev.abandoned && ev.partition == 1 && ev.next == 300:
 			p1Done = ev.at
@@ -334,7 +334,7 @@ func backoffLongerThanSession(t *testing.T, e *env) {
 	e.produce(0, 0, 20)
 	backoff := 2 * e.b.SessionTimeout
 	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.FirstOffset() == 0 && b.Attempt.Retry == 0 {
+		if b.FirstOffset() == 0 && b.Attempt.Retries == 0 {
 			return errHandler
 		}
 		return nil
@@ -371,7 +371,7 @@ func gracefulShutdownDuringBackoff(t *testing.T, e *env) {
 	e.produce(0, 0, 30)
 	scheduled := newSignal()
 	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.FirstOffset() == 10 && b.Attempt.Retry == 0 {
+		if b.FirstOffset() == 10 && b.Attempt.Retries == 0 {
 			return errHandler
 		}
 		return nil
@@ -413,8 +413,8 @@ func gracefulShutdownDuringBackoff(t *testing.T, e *env) {
 	if firstOfB == nil || firstOfB.first != 10 {
 		t.Fatalf("the next consumer's first delivery is %+v, want batch 10", firstOfB)
 	}
-	if firstOfB.attempt.Retry != 1 {
-		t.Errorf("the next consumer delivered batch 10 as retry %d, want 1: the retry state committed with the checkpoint was not continued", firstOfB.attempt.Retry)
+	if firstOfB.attempt.Retries != 1 {
+		t.Errorf("the next consumer delivered batch 10 as retry %d, want 1: the retry state committed with the checkpoint was not continued", firstOfB.attempt.Retries)
 	}
 }
 
@@ -429,7 +429,7 @@ func consumerJoinsDuringRetry(t *testing.T, e *env) {
 	}
 	scheduled := newSignal()
 	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		if b.FirstOffset() <= 50 && 50 <= b.LastOffset() && b.Attempt.Retry == 0 {
+		if b.FirstOffset() <= 50 && 50 <= b.LastOffset() && b.Attempt.Retries == 0 {
 			return errHandler
 		}
 		return nil

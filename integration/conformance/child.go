@@ -89,7 +89,7 @@ func (c ChildConfig) handler() stream.Handler {
 	}
 	return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if c.poison(b) {
-			if c.SlowRetry > 0 && b.Attempt.Retry == c.SlowRetry {
+			if c.SlowRetry > 0 && b.Attempt.Retries == c.SlowRetry {
 				select {
 				case <-ctx.Done():
 				case <-time.After(time.Minute):
@@ -206,7 +206,7 @@ func runChild(raw string, adapters map[string]Adapter) error {
 	s.handler = stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if cfg.poison(b) {
 			var line began
-			line.Began.First, line.Began.Retry = b.FirstOffset(), b.Attempt.Retry
+			line.Began.First, line.Began.Retry = b.FirstOffset(), b.Attempt.Retries
 			raw, _ := json.Marshal(line)
 			flush()
 			mu.Lock()
@@ -314,7 +314,7 @@ func (e *env) tryStartChild(hist *streamtest.History, cfg ChildConfig, watch str
 			if ev.Kind == streamtest.Delivered && watch.Delivered != nil {
 				watch.Delivered(stream.DeliveredEvent{
 					BatchInfo: stream.BatchInfo{Topic: ev.Topic, Partition: ev.Partition, FirstOffset: ev.First, LastOffset: ev.Last, Records: int(ev.Last - ev.First + 1)},
-					Attempt:   stream.Attempt{Retry: ev.Retry}, Outcome: ev.Outcome,
+					Attempt:   stream.Attempt{Retries: ev.Retry}, Outcome: ev.Outcome,
 				})
 			}
 		}

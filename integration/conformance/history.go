@@ -170,7 +170,7 @@ func (h *history) dump() string {
 	for _, e := range h.all() {
 		switch {
 		case e.delivery:
-			s += fmt.Sprintf("  %s %s p%d deliver %d-%d retry %d: %s\n", e.at.Format("15:04:05.000"), e.member, e.partition, e.first, e.last, e.attempt.Retry, e.outcome)
+			s += fmt.Sprintf("  %s %s p%d deliver %d-%d retry %d: %s\n", e.at.Format("15:04:05.000"), e.member, e.partition, e.first, e.last, e.attempt.Retries, e.outcome)
 		case e.exhausted:
 			s += fmt.Sprintf("  %s %s p%d exhausted %d-%d\n", e.at.Format("15:04:05.000"), e.member, e.partition, e.first, e.last)
 		case e.abandoned:

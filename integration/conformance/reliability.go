@@ -198,7 +198,7 @@ func faultyHandler(delay time.Duration, pErr, pPanic float64, faults *atomic.Int
 		if delay > 0 {
 			time.Sleep(delay)
 		}
-		u := unit(b.Partition, b.FirstOffset(), b.Attempt.Retry)
+		u := unit(b.Partition, b.FirstOffset(), b.Attempt.Retries)
 		switch {
 		case u < pErr:
 			faults.Add(1)
@@ -544,7 +544,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 	var fourthSeen atomic.Bool
 	watch := stream.Hooks{
 		Delivered: func(ev stream.DeliveredEvent) {
-			if ev.Partition == 0 && ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Attempt.Retry == 3 {
+			if ev.Partition == 0 && ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Attempt.Retries == 3 {
 				fourthSeen.Store(true)
 				fourth.fire()
 			}

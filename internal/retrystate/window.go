@@ -64,7 +64,8 @@ type Window struct {
 	next   int64   // the offset after the highest admitted
 	open   []int64 // unfinished offsets, ascending
 	states map[int64]State
-	size   int // the encoded length; -1 when not known
+	size   int    // the encoded length; -1 when the window changed since md
+	md     string // the last Encode's metadata, while size is not -1
 }
 
 // NewWindow returns an empty window whose first record is at offset
@@ -391,14 +392,20 @@ func (w *Window) state() windowState {
 // base is finished and none holds a retry state (the commit's offset then
 // says it all), else versioned
 // ASCII of [Window.Size] bytes, never more than MaxBytes.
+//
+// A window that has not changed since the last Encode returns the same
+// metadata without encoding it again: a partition's driver asks at every
+// turn, and most turns change nothing.
 func (w *Window) Encode() string {
-	ws := w.state()
-	if len(ws.done) == 0 && len(ws.retrying) == 0 {
-		w.size = 0
-		return ""
+	if w.size >= 0 {
+		return w.md
 	}
-	md := windowVersion + winEncoding.EncodeToString(encodeWindowBytes(ws))
-	w.size = len(md)
+	ws := w.state()
+	md := ""
+	if len(ws.done) > 0 || len(ws.retrying) > 0 {
+		md = windowVersion + winEncoding.EncodeToString(encodeWindowBytes(ws))
+	}
+	w.md, w.size = md, len(md)
 	return md
 }
 

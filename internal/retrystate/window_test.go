@@ -139,6 +139,13 @@ func (w *Window) clone() *Window {
 // admissions, finishes, failures and give-ups, and after each checks that
 // the metadata round-trips, never exceeds the limit, and would still fit
 // if every record held then failed at its largest.
+// encodeAnew encodes w's metadata without the one Encode keeps.
+func encodeAnew(w *Window) string {
+	c := *w
+	c.size = -1
+	return c.Encode()
+}
+
 func TestWindowRandomOperations(t *testing.T) {
 	// Seeds from 300 on reserve room for a state on failure only. Under
 	// the race detector, 40 of each kind: one goroutine, nothing for it
@@ -223,6 +230,11 @@ func TestWindowRandomOperations(t *testing.T) {
 				}
 				if w.Bound() > w.MaxBytes() {
 					t.Fatalf("step %d: bound %d over %d", step, w.Bound(), w.MaxBytes())
+				}
+				// Encode's metadata, kept from the step before when the
+				// window did not change, is what encoding it anew gives.
+				if got, want := w.Encode(), encodeAnew(w); got != want {
+					t.Fatalf("step %d: Encode gives %q, encoding anew %q", step, got, want)
 				}
 				checkRestore(t, w)
 				if step%20 == 0 {

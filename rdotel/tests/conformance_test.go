@@ -220,9 +220,9 @@ func TestConformance(t *testing.T) {
 		billing := processor("billing", "dead_letter", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			work(b)
 			switch {
-			case b.Partition == 1 && b.Attempt.Retry == 0:
+			case b.Partition == 1 && b.Attempt.Retries == 0:
 				return errDown
-			case b.Partition == 2 && b.Attempt.Retry == 0:
+			case b.Partition == 2 && b.Attempt.Retries == 0:
 				return stream.FailedAt(2, errDown)
 			case b.Partition == 3 && b.FirstOffset() == 0:
 				return stream.FailedAt(0, errDown)
@@ -448,7 +448,7 @@ func checkHistory(t *testing.T, m map[string]metricdata.Metrics, hist *recorder)
 			}
 			add("messaging.process.duration", expected(pt...), 1)
 			addSum("messaging.process.duration", expected(pt...), e.Duration.Seconds())
-			if d, ok := due[key]; ok && e.Attempt.Retry > 0 {
+			if d, ok := due[key]; ok && e.Attempt.Retries > 0 {
 				delete(due, key)
 				held := false
 				for _, i := range outageOf[g] {
@@ -641,16 +641,16 @@ func checkSpans(t *testing.T, sr *tracetest.SpanRecorder, hist *recorder) {
 			if d.Outcome == stream.Failed && et.AsString() != errType(d.Err) {
 				t.Errorf("%v delivery %d: span error.type %q, want %q", k, i, et.AsString(), errType(d.Err))
 			}
-			if d.Attempt.Retry > 0 {
+			if d.Attempt.Retries > 0 {
 				linked := false
 				for _, l := range s.Links() {
 					linked = linked || first != nil && l.SpanContext.SpanID() == first.SpanContext().SpanID()
 				}
 				if !linked {
-					t.Errorf("%v delivery %d (retry %d): links %v, want its batch's first delivery", k, i, d.Attempt.Retry, s.Links())
+					t.Errorf("%v delivery %d (retry %d): links %v, want its batch's first delivery", k, i, d.Attempt.Retries, s.Links())
 				}
 			}
-			if d.Attempt.Retry == 0 && d.Outcome == stream.Failed {
+			if d.Attempt.Retries == 0 && d.Outcome == stream.Failed {
 				first = s
 			}
 		}

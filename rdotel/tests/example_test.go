@@ -35,7 +35,7 @@ func run(proc *stream.Processor, p *streamtest.Partition, n int64) {
 
 // failOnce fails each batch's first delivery.
 var failOnce = stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-	if b.Attempt.Retry == 0 {
+	if b.Attempt.Retries == 0 {
 		return errors.New("downstream timed out")
 	}
 	return nil

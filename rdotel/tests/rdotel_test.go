@@ -122,7 +122,7 @@ func TestMetrics(t *testing.T) {
 		p1.AppendN(time.Now(), 5)
 		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			time.Sleep(10 * time.Millisecond)
-			if b.Partition == 1 || b.Attempt.Retry < 2 {
+			if b.Partition == 1 || b.Attempt.Retries < 2 {
 				return errDown
 			}
 			return nil
@@ -255,7 +255,7 @@ func TestTraces(t *testing.T) {
 		t.Fatal(err)
 	}
 	fail = false
-	one.Attempt.Retry = 1
+	one.Attempt.Retries = 1
 	if err := h.Handle(ctx, one); err != nil {
 		t.Fatal(err)
 	}

@@ -67,7 +67,7 @@ func TestPanicEndsSpan(t *testing.T) {
 		sr := tracetest.NewSpanRecorder()
 		tel, _ := metered(t, rdotel.WithTracerProvider(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))))
 		panicky := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			if b.Attempt.Retry == 0 {
+			if b.Attempt.Retries == 0 {
 				panic("nil map in the handler")
 			}
 			return nil
@@ -442,4 +442,57 @@ func TestNilAndZeroValues(t *testing.T) {
 	if ctx := rdotel.RecordContext(t.Context(), nil); ctx != t.Context() {
 		t.Error("RecordContext(ctx, nil) is not ctx")
 	}
+}
+
+// A record that redrive.ParkByKey parks behind its locked key, in key
+// ordering, was not handled: it is not timed as a processing (nor counted
+// as a success there) but counted in redeliver.exhaustion.actions with
+// the outcome parked_behind. Records 1 and 3 of key a go behind record 0,
+// given up and parked; record 2 of key b is handled.
+func TestParkedBehindNotCountedAsSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		tel, reader := metered(t, rdotel.WithExhaustionAction("park"))
+		park, err := redrive.ParkByKey(redrivetest.NewMemStore(), time.Minute, redrive.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+			if string(r.Key) == "a" {
+				return errDown
+			}
+			return nil
+		})
+		proc, err := stream.NewProcessor(h, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(1, 0), park,
+			stream.WithHooks(tel.Hooks()), stream.WithPolicy(checkpoint.Policy{MaxRetries: 0}),
+			stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("orders", 0, 5)
+		end := p.AppendKeyed(time.Now(), "a", "a", "b", "a")
+		runProc(t, proc, p)
+		if err := p.WaitCommitted(t.Context(), end); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		m := collect(t, reader)
+		var calls, failed uint64
+		for _, dp := range m["messaging.process.duration"].Data.(metricdata.Histogram[float64]).DataPoints {
+			calls += dp.Count
+			if _, ok := dp.Attributes.Value("error.type"); ok {
+				failed += dp.Count
+			}
+		}
+		if calls != 2 || failed != 1 {
+			t.Errorf("process durations: %d, %d of them failed; want 2 handler calls (records 0 and 2), 1 failed", calls, failed)
+		}
+		behind := attribute.String("redeliver.action.outcome", "parked_behind")
+		if got := sum(t, m["redeliver.exhaustion.actions"], onP0, behind); got != 2 {
+			t.Errorf("exhaustion actions parked_behind: %d, want 2 (records 1 and 3)", got)
+		}
+		ok := attribute.String("redeliver.action.outcome", "succeeded")
+		if got := sum(t, m["redeliver.exhaustion.actions"], onP0, ok); got != 1 {
+			t.Errorf("exhaustion actions succeeded: %d, want 1 (record 0's park)", got)
+		}
+	})
 }

@@ -62,7 +62,7 @@ func ExampleRecorder() {
 	part.AppendN(time.Now(), 6) // values "0" to "5"
 	runToEnd(proc, part)
 	for _, d := range rec.Deliveries() {
-		fmt.Printf("offsets %d-%d, retry %d, error: %v\n", d.FirstOffset, d.LastOffset, d.Attempt.Retry, d.Err)
+		fmt.Printf("offsets %d-%d, retry %d, error: %v\n", d.FirstOffset, d.LastOffset, d.Attempt.Retries, d.Err)
 	}
 	// Output:
 	// offsets 0-3, retry 0, error: offsets 0-3, delivery 1: flaky downstream

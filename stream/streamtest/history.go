@@ -71,10 +71,10 @@ type Event struct {
 	// First and Last are the batch's offsets (Delivered, GivenUp,
 	// ActionTried, Abandoned).
 	First, Last int64
-	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retry), 0 for a first delivery
+	Retry       int            // Delivered, Abandoned: the delivery's retry number (stream.Attempt.Retries), 0 for a first delivery
 	MaxRetries  int            // Delivered: the limit of the policy in force, -1 for none
 	Outcome     stream.Outcome // Delivered; Cancelled for a delivery a revocation or shutdown cut short
-	Handled     int            // Delivered: how many records, from First, the handler finished
+	Handled     int            // Delivered: how many records, from First, the handler finished (or, ParkedBehind, parked behind their key)
 	// Index is the index in the batch of the record that a failure or a
 	// retry request names (Delivered: a stream.BatchError's Index; 0 when
 	// it names none, which stands for the batch's first record).
@@ -137,11 +137,15 @@ func (h *History) Hooks(member string) stream.Hooks {
 		},
 		Delivered: func(e stream.DeliveredEvent) {
 			ev := Event{Kind: Delivered, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition,
-				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome,
+				First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retries, MaxRetries: e.Attempt.MaxRetries, Outcome: e.Outcome,
 				Uncounted: e.Uncounted, At: e.Start.Add(e.Duration)}
 			var be *stream.BatchError
 			switch {
 			case e.Outcome == stream.Succeeded || e.Outcome == stream.RetryRequested:
+				ev.Handled = e.Records
+			case e.Outcome == stream.ParkedBehind:
+				// Not handled, but finished: parked behind its key in the
+				// re-drive store, which delivers it later (not lost).
 				ev.Handled = e.Records
 			case e.Outcome == stream.Cancelled:
 			case errors.As(e.Err, &be) && be.Index > 0 && be.Index < e.Records:
@@ -179,7 +183,7 @@ func (h *History) Hooks(member string) stream.Hooks {
 			h.add(Event{Kind: Committed, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, Offset: e.Next, Metadata: e.Metadata})
 		},
 		Abandoned: func(e stream.AbandonedEvent) {
-			h.add(Event{Kind: Abandoned, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retry})
+			h.add(Event{Kind: Abandoned, Member: member, Claim: e.ClaimID, Topic: e.Topic, Partition: e.Partition, First: e.FirstOffset, Last: e.LastOffset, Retry: e.Attempt.Retries})
 		},
 	}
 }

@@ -25,7 +25,7 @@ func TestHistoryCleanRun(t *testing.T) {
 		}
 		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			switch {
-			case b.FirstOffset()%3 == 0 && b.Attempt.Retry < 2:
+			case b.FirstOffset()%3 == 0 && b.Attempt.Retries < 2:
 				return errors.New("transient")
 			case b.FirstOffset() == 49:
 				return checkpoint.Permanent(errors.New("poison"))
@@ -85,7 +85,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 	claim := func(hk stream.Hooks, at int64) { hk.Claimed(stream.ClaimEvent{Topic: "t", Committed: at}) }
 	// retry delivers the whole partition as retry n of a policy allowing 2.
 	retry := func(hk stream.Hooks, n int, o stream.Outcome) {
-		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: o})
+		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retries: n, MaxRetries: 2}, Outcome: o})
 	}
 	claimed := func(bi stream.BatchInfo, id uint64) stream.BatchInfo { bi.ClaimID = id; return bi }
 	// state commits the retry state of the batch at 0 after n counted
@@ -95,7 +95,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		hk.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 	}
 	failAt := func(hk stream.Hooks, n int, at time.Time) {
-		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed,
+		hk.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retries: n, MaxRetries: 2}, Outcome: stream.Failed,
 			Err: errors.New("x"), Start: at})
 	}
 	gaveUp := func(hk stream.Hooks, retries int, first time.Time, last string) {
@@ -226,7 +226,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			state(a, 1, false)
 			state(a, 1, true)
 			retry(a, 1, stream.Cancelled)
-			a.Abandoned(stream.AbandonedEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: 1}})
+			a.Abandoned(stream.AbandonedEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retries: 1}})
 			a.Released(stream.ReleaseEvent{Topic: "t"})
 			claim(b, 0)
 			retry(b, 1, stream.Succeeded)
@@ -399,7 +399,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 				if o == stream.Failed {
 					err = stream.FailedAt(0, errors.New("x"))
 				}
-				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: o, Err: err, Start: t0})
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Attempt: stream.Attempt{Retries: n, MaxRetries: 2}, Outcome: o, Err: err, Start: t0})
 			}
 			poison(0, stream.Failed)
 			state(a, 1, false)
@@ -439,7 +439,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 		{"a next owner delivers records a previous owner gave up", func(a, b stream.Hooks) {
 			claim(a, -1)
 			whole := func(n int) {
-				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retries: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
 			}
 			st := func(n int, started bool) {
 				md := retrystate.EncodeState(retrystate.State{Retries: n, FirstFailure: t0, Started: started, Records: 5})
@@ -472,7 +472,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			claim(a, -1)
 			var md string
 			for n := range 2 {
-				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retry: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retries: n, MaxRetries: 2}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
 				md = retrystate.EncodeState(retrystate.State{Retries: n + 1, FirstFailure: t0, Records: 5})
 				a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
 				if n == 0 {
@@ -483,7 +483,7 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			a.Released(stream.ReleaseEvent{Topic: "t"})
 			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
 			b.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: retrystate.EncodeState(retrystate.State{Retries: 2, FirstFailure: t0, Started: true, Records: 5})})
-			b.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 2), Attempt: stream.Attempt{Retry: 2, MaxRetries: 2}, Outcome: stream.Succeeded})
+			b.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 2), Attempt: stream.Attempt{Retries: 2, MaxRetries: 2}, Outcome: stream.Succeeded})
 			commit(b, 3)
 			ok(b, 3, 9)
 			commit(b, 10)
@@ -532,19 +532,19 @@ func TestHistoryRunWithInterruptedRetries(t *testing.T) {
 			cut = map[[2]int64]bool{}
 		)
 		handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-			k := [2]int64{b.FirstOffset(), int64(b.Attempt.Retry)}
+			k := [2]int64{b.FirstOffset(), int64(b.Attempt.Retries)}
 			mu.Lock()
 			first := !cut[k]
 			cut[k] = true
 			mu.Unlock()
 			switch {
-			case b.Attempt.Retry > 0 && b.Attempt.Retry%2 == 1 && first:
+			case b.Attempt.Retries > 0 && b.Attempt.Retries%2 == 1 && first:
 				p.Revoke()
 				<-ctx.Done()
 				return ctx.Err()
 			case b.FirstOffset() == 5:
 				return errors.New("poison")
-			case b.Attempt.Retry < 2:
+			case b.Attempt.Retries < 2:
 				return errors.New("transient")
 			}
 			return nil

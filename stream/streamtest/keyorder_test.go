@@ -294,7 +294,7 @@ func TestCheckKeysOnPartitionMode(t *testing.T) {
 		}
 		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 			switch {
-			case b.FirstOffset()%3 == 0 && b.Attempt.Retry < 2:
+			case b.FirstOffset()%3 == 0 && b.Attempt.Retries < 2:
 				return errors.New("transient")
 			case b.FirstOffset() == 49:
 				return checkpoint.Permanent(errors.New("poison"))

@@ -16,7 +16,7 @@ type Delivery struct {
 	FirstOffset int64
 	LastOffset  int64
 	// Attempt is what the handler was told about this delivery
-	// (Attempt.Retry is 0 on a first delivery, n on the n-th retry).
+	// (Attempt.Retries is 0 on a first delivery, n on the n-th retry).
 	Attempt stream.Attempt
 	Err     error // what the wrapped handler returned
 }
@@ -75,7 +75,7 @@ func FailFirst(n int, err error) stream.Middleware {
 	}
 	return func(next stream.Handler) stream.Handler {
 		return stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-			if n < 0 || b.Attempt.Retry < n {
+			if n < 0 || b.Attempt.Retries < n {
 				return fmt.Errorf("offsets %d-%d, delivery %d: %w", b.FirstOffset(), b.LastOffset(), b.Attempt.Number(), err)
 			}
 			return next.Handle(ctx, b)

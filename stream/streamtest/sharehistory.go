@@ -72,6 +72,24 @@ type ShareEvent struct {
 // partition at once and records are acknowledged one by one. It is safe for
 // concurrent use.
 type ShareHistory struct {
+	// LeaderChanges says that the partitions' leaders may change during
+	// the history (a cluster with broker faults). A share-partition
+	// leader keeps a record's acquisition in memory only: it persists
+	// the delivery count when the record is acknowledged, released or
+	// renewed, not when it is handed out. So a
+	// leader that takes over hands an acquired record out again at once,
+	// with the count last persisted, while the member that held it knows
+	// nothing of it yet (its lock has not run out as far as it can tell).
+	// With LeaderChanges, [ShareHistory.Check] reports such a hand-out
+	// (the same delivery count again) in [ShareReport.Recounts], and what
+	// the member it was taken from does with the record afterwards, in
+	// that acquisition, in [ShareReport.Displaced]: neither is then a
+	// violation, and neither settles the record (the broker refuses that
+	// member's acknowledgements; its exhaustion action may have been
+	// done, a dead letter written twice). Anything else stays a
+	// violation. Without it, both are violations.
+	LeaderChanges bool
+
 	mu     sync.Mutex
 	events []ShareEvent
 }
@@ -100,6 +118,12 @@ type ShareReport struct {
 	// or rejected them: the acknowledgement did not reach the broker in
 	// time (at least once).
 	Duplicates int
+	// Recounts and Displaced are reported instead of violations when
+	// [ShareHistory.LeaderChanges] is set: a record a new leader handed
+	// out again with the same delivery count, and an event of the member
+	// it was taken from, in that acquisition, after it.
+	Recounts   []string
+	Displaced  []string
 	Violations []string
 }
 
@@ -119,6 +143,16 @@ type ShareReport struct {
 //     broker's count grows by one per hand-out; a record comes back with
 //     its count after a crash, which may have grown by more than one if
 //     the crashed member was handed it in a fetch it never reported).
+//
+// With [ShareHistory.LeaderChanges], a record handed out again with the
+// same count (by a new leader) is a recount, and the member it was taken
+// from may go on with its acquisition until it settles it (its accept,
+// reject or release, which the broker refuses, settle nothing) or acquires
+// the record again: those events are counted apart, not checked. They
+// must come from that member and that acquisition: a member that never
+// held the record, or one whose lock ran out (the next hand-out counts
+// one more), is still in violation, and a record settled only by a
+// displaced member is lost.
 func (h *ShareHistory) Check(ends map[TopicPartition]int64) ShareReport {
 	type key struct {
 		tp  TopicPartition
@@ -133,6 +167,9 @@ func (h *ShareHistory) Check(ends map[TopicPartition]int64) ShareReport {
 		due     time.Time
 		final   bool // accepted or rejected
 		handled int
+		// displaced: members whose acquisition a new leader forgot
+		// (a recount), until they settle it or acquire the record again
+		displaced []string
 	}
 	recs := map[key]*rec{}
 	crashed := map[string]bool{}
@@ -178,15 +215,35 @@ func (h *ShareHistory) Check(ends map[TopicPartition]int64) ShareReport {
 				// acknowledgements are violations (held by another).
 				continue
 			case e.DeliveryCount == x.count:
-				bad("%s: delivery count %d again, want more than %d", where, e.DeliveryCount, x.count)
+				msg := fmt.Sprintf("%s: delivery count %d again, want more than %d", where, e.DeliveryCount, x.count)
+				if !h.LeaderChanges {
+					bad("%s", msg)
+					break
+				}
+				r.Recounts = append(r.Recounts, msg)
+				if x.holder != "" && x.holder != e.Member && !slices.Contains(x.displaced, x.holder) {
+					x.displaced = append(x.displaced, x.holder)
+				}
 			case e.DeliveryCount != x.count+1 && crashes == x.crashes:
 				bad("%s: delivery count %d, want %d (the broker counts each hand-out once)", where, e.DeliveryCount, x.count+1)
 			}
 			x.crashes = crashes
+			x.displaced = slices.DeleteFunc(x.displaced, func(m string) bool { return m == e.Member })
 			if x.final {
 				r.Duplicates++
 			}
 			x.holder, x.count, x.ok, x.acted, x.due = e.Member, e.DeliveryCount, false, false, time.Time{}
+			continue
+		}
+		if x.holder != e.Member && slices.Contains(x.displaced, e.Member) {
+			r.Displaced = append(r.Displaced, fmt.Sprintf("%s: the record went to %s with a new leader's recount", where, x.holder))
+			switch e.Kind {
+			case ShareHandled:
+				r.Deliveries++
+				x.handled++
+			case ShareAccepted, ShareRejected, ShareReleased:
+				x.displaced = slices.DeleteFunc(x.displaced, func(m string) bool { return m == e.Member })
+			}
 			continue
 		}
 		if x.holder != e.Member {

@@ -1,6 +1,7 @@
 package streamtest_test
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -114,4 +115,102 @@ func TestShareHistoryCheck(t *testing.T) {
 			t.Fatalf("violations %v, want one containing %q", r.Violations, tc.want)
 		})
 	}
+}
+
+// The chaos run's share history (issue 51): member a0 held a poison
+// record, gave it up and was dead-lettering it when the partition's
+// leader died; the new leader, which keeps no acquisition across a
+// leader change, handed the record to a1 with the same delivery count; a0's
+// dead letter was then written and its REJECT refused. With
+// LeaderChanges that history passes, the recount and a0's late events
+// counted apart; everything around it that is not that case is still a
+// violation.
+func TestShareHistoryLeaderChanges(t *testing.T) {
+	ev := func(k streamtest.ShareKind, member string, off int64, mods ...func(*streamtest.ShareEvent)) streamtest.ShareEvent {
+		e := streamtest.ShareEvent{Kind: k, Member: member, Topic: "t", Partition: 0, Offset: off}
+		for _, m := range mods {
+			m(&e)
+		}
+		return e
+	}
+	count := func(n int) func(*streamtest.ShareEvent) {
+		return func(e *streamtest.ShareEvent) { e.DeliveryCount = n }
+	}
+	ok := func(e *streamtest.ShareEvent) { e.OK = true }
+	A, H, D := streamtest.ShareAcquired, streamtest.ShareHandled, streamtest.ShareActionDone
+	Acc, Rej, Rel := streamtest.ShareAccepted, streamtest.ShareRejected, streamtest.ShareReleased
+	// The chaos run's record 0, and record 1 handled plainly.
+	chaos := []streamtest.ShareEvent{
+		ev(A, "a0", 0, count(1)), ev(H, "a0", 0), ev(H, "a0", 0),
+		ev(A, "a1", 0, count(1)),         // the new leader's recount
+		ev(D, "a0", 0), ev(Rej, "a0", 0), // a0 does not know yet
+		ev(H, "a1", 0), ev(H, "a1", 0), ev(D, "a1", 0), ev(Rej, "a1", 0),
+		ev(A, "b0", 1, count(1)), ev(H, "b0", 1, ok), ev(Acc, "b0", 1),
+	}
+	with := func(events ...streamtest.ShareEvent) []streamtest.ShareEvent {
+		return append(slices.Clone(chaos), events...)
+	}
+	check := func(leaderChanges bool, events []streamtest.ShareEvent) streamtest.ShareReport {
+		h := streamtest.ShareHistory{LeaderChanges: leaderChanges}
+		for _, e := range events {
+			h.Add(e)
+		}
+		return h.Check(map[streamtest.TopicPartition]int64{{Topic: "t", Partition: 0}: 2})
+	}
+
+	r := check(true, chaos)
+	if len(r.Violations) > 0 {
+		t.Fatalf("the chaos run's history rejected under LeaderChanges: %v", r.Violations)
+	}
+	if len(r.Recounts) != 1 || len(r.Displaced) != 2 || r.Deliveries != 5 || r.MaxDeliveries != 4 {
+		t.Fatalf("report %+v, want 1 recount, 2 displaced events (a0's action and REJECT), 5 deliveries, at most 4 of one record", r)
+	}
+	if r := check(false, chaos); !has(r.Violations, "delivery count 1 again") || !has(r.Violations, "a0 action done t/0@0: the record is held by a1") {
+		t.Fatalf("without LeaderChanges the recount and a0's late action must be violations: %v", r.Violations)
+	}
+
+	for _, tc := range []struct {
+		name   string
+		events []streamtest.ShareEvent
+		want   string
+	}{
+		{"a member that never held the record", with(ev(Rej, "b0", 0)), "b0 rejected t/0@0: the record is held by nobody"},
+		{"the displaced member after it settled its acquisition", with(ev(Acc, "a0", 0)), "a0 accepted t/0@0: the record is held by nobody"},
+		{"the displaced member released, then acts", []streamtest.ShareEvent{
+			ev(A, "a0", 0, count(1)), ev(H, "a0", 0), ev(A, "a1", 0, count(1)), ev(Rel, "a0", 0), ev(H, "a0", 0),
+			ev(H, "a1", 0, ok), ev(Acc, "a1", 0), ev(A, "b0", 1, count(1)), ev(H, "b0", 1, ok), ev(Acc, "b0", 1),
+		}, "a0 handled t/0@0: the record is held by a1"},
+		{"an old holder after a plain hand-out (its lock ran out)", []streamtest.ShareEvent{
+			ev(A, "a0", 0, count(1)), ev(H, "a0", 0), ev(A, "a1", 0, count(2)), ev(D, "a0", 0), ev(Rej, "a0", 0),
+			ev(H, "a1", 0, ok), ev(Acc, "a1", 0), ev(A, "b0", 1, count(1)), ev(H, "b0", 1, ok), ev(Acc, "b0", 1),
+		}, "a0 action done t/0@0: the record is held by a1"},
+		{"settled only by the displaced member", []streamtest.ShareEvent{
+			ev(A, "a0", 0, count(1)), ev(H, "a0", 0), ev(A, "a1", 0, count(1)), ev(D, "a0", 0), ev(Rej, "a0", 0),
+			ev(A, "b0", 1, count(1)), ev(H, "b0", 1, ok), ev(Acc, "b0", 1),
+		}, "record 0 lost"},
+		{"the new holder's own rules still hold", []streamtest.ShareEvent{
+			ev(A, "a0", 0, count(1)), ev(H, "a0", 0), ev(A, "a1", 0, count(1)), ev(D, "a0", 0), ev(Rej, "a1", 0),
+			ev(A, "b0", 1, count(1)), ev(H, "b0", 1, ok), ev(Acc, "b0", 1),
+		}, "a1 rejected t/0@0: rejected before its exhaustion action succeeded"},
+		{"the displaced member's success does not let the new holder accept", []streamtest.ShareEvent{
+			ev(A, "a0", 0, count(1)), ev(A, "a1", 0, count(1)), ev(H, "a0", 0, ok), ev(Acc, "a1", 0),
+			ev(A, "b0", 1, count(1)), ev(H, "b0", 1, ok), ev(Acc, "b0", 1),
+		}, "a1 accepted t/0@0: accepted without a successful handler call"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := check(true, tc.events)
+			if !has(r.Violations, tc.want) {
+				t.Fatalf("violations %v, want one containing %q", r.Violations, tc.want)
+			}
+		})
+	}
+}
+
+func has(vs []string, s string) bool {
+	for _, v := range vs {
+		if strings.Contains(v, s) {
+			return true
+		}
+	}
+	return false
 }

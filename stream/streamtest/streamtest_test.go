@@ -110,7 +110,7 @@ func TestFailFirst(t *testing.T) {
 	h := streamtest.FailFirst(2, nil)(streamtest.Succeed)
 	b := &stream.Batch{Records: make([]stream.Record, 1)}
 	for retry, want := range []bool{true, true, false} {
-		b.Attempt.Retry = retry
+		b.Attempt.Retries = retry
 		if err := h.Handle(context.Background(), b); (err != nil) != want || (err != nil && !errors.Is(err, streamtest.ErrInjected)) {
 			t.Fatalf("retry %d: %v", retry, err)
 		}

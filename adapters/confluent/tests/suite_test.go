@@ -82,6 +82,10 @@ var adapter = kafkatest.Adapter{
 		}
 		return c, nil
 	},
+	BoundPublisher: func() (stream.Publisher, any) {
+		pub := new(confluent.Publisher)
+		return pub, confluent.WithPublisher(pub)
+	},
 	NewPublisher: func(t testing.TB, addrs []string) stream.Publisher {
 		p, err := kafka.NewProducer(&kafka.ConfigMap{
 			"bootstrap.servers":                 strings.Join(addrs, ","),

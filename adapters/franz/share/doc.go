@@ -154,6 +154,23 @@
 //     acknowledged by this consumer: the broker may have given it to another
 //     member. The context of a handler call holding it is cancelled, and its
 //     other records are delivered again.
+//   - A renewal refused because the acquisition is gone (franz-go drops
+//     the acknowledgements of a record acquired in a share session that
+//     has ended, or from a leader the partition has left; the broker
+//     refuses a record this member does not hold) ends the lease at once,
+//     with a Warn line: the handler call or exhaustion action running for
+//     the record is cancelled and nothing is acknowledged.
+//   - A change of the partition's leader can give a record to two members
+//     at once, which no consumer can prevent: the broker writes a
+//     record's delivery count to __share_group_state when it is
+//     acknowledged, released or renewed, not when it is handed out, so a new leader hands an acquired record out again at
+//     once, with the count it had before, while the member holding it
+//     sees its lock still running. Until that member's next renewal (at
+//     most half the lock duration later) or the end of what it is doing,
+//     the record is handled by both, a record given up has its exhaustion
+//     action done by both (a dead letter written twice), and the old
+//     holder's final acknowledgement is refused (a Warn line). See
+//     docs/COUNTING.md, "Share mode".
 //   - On shutdown, a lane drains its poll (see Counting): it polls no
 //     more, starts no retry, lets the handler calls running finish and
 //     delivers the records not handed over yet, for at most the drain

@@ -47,6 +47,19 @@ type lane struct {
 	// records before it polls again.
 	slab []lease
 	ptrs []stream.Lease
+
+	// flushFn, when set, flushes acknowledgements instead of the
+	// client's FlushAcks (tests).
+	flushFn func(context.Context) error
+}
+
+// flush sends the acknowledgements made and waits for the broker's
+// answers (reported to acked first).
+func (l *lane) flush(ctx context.Context) error {
+	if l.flushFn != nil {
+		return l.flushFn(ctx)
+	}
+	return l.cl.FlushAcks(ctx)
 }
 
 type tp struct {
@@ -385,7 +398,7 @@ func (p *poll) renew(ctx context.Context, now time.Time, open []stream.Lease) {
 		ls.kr.Ack(kgo.AckRenew)
 	}
 	fctx, cancel := context.WithTimeout(ctx, c.lock/4)
-	err := p.l.cl.FlushAcks(fctx)
+	err := p.l.flush(fctx)
 	cancel()
 	after := c.clock.Now()
 	for _, ls := range due {
@@ -394,6 +407,14 @@ func (p *poll) renew(ctx context.Context, now time.Time, open []stream.Lease) {
 		case err == nil && perr == nil:
 			ls.deadline, ls.renewAt = now.Add(c.lock), time.Time{}
 			p.l.log.Debug("redeliver: lock renewed", "topic", ls.rec.Topic, "partition", ls.rec.Partition, "offset", ls.rec.Offset, "until", ls.deadline, "took", after.Sub(now))
+		case lockGone(perr):
+			// The record is not ours any more, whatever our deadline
+			// says: the engine sees the lease lost at once, cancels what
+			// runs for it and acknowledges nothing, and the record is
+			// left to the member the broker hands it to.
+			ls.deadline, ls.renewAt = after, time.Time{}
+			p.l.log.Warn("redeliver: lock renewal refused: the broker no longer holds the record for this consumer (its share session ended, or the partition's leader changed and the new leader does not know the acquisition); nothing more is done with it here, and the broker delivers it again",
+				"topic", ls.rec.Topic, "partition", ls.rec.Partition, "offset", ls.rec.Offset, "error", perr)
 		default:
 			if perr == nil {
 				perr = err
@@ -407,6 +428,21 @@ func (p *poll) renew(ctx context.Context, now time.Time, open []stream.Lease) {
 			p.l.log.Debug("redeliver: lock renewal failed", "topic", ls.rec.Topic, "partition", ls.rec.Partition, "offset", ls.rec.Offset, "error", perr)
 		}
 	}
+}
+
+// lockGone reports whether a refused renewal says that the record's
+// acquisition is gone, not only that the renewal did not get through.
+// franz-go drops, with INVALID_SHARE_SESSION_EPOCH, the acknowledgements
+// of records acquired in a share session that has ended since (the broker
+// lost their state), and with INVALID_RECORD_STATE those of records
+// acquired from a leader the partition has since left (a new leader does
+// not know the acquisition); the broker answers INVALID_RECORD_STATE to
+// a record this member does not hold, and SHARE_SESSION_NOT_FOUND when
+// it knows no session of this member. Any other error (a timeout, a
+// broker away) leaves the lock as it was: it is tried again until the
+// lock runs out.
+func lockGone(err error) bool {
+	return errors.Is(err, kerr.InvalidShareSessionEpoch) || errors.Is(err, kerr.InvalidRecordState) || errors.Is(err, kerr.ShareSessionNotFound)
 }
 
 // observe turns what the engine did with a lease into the lane's events.

@@ -117,7 +117,7 @@ func TestRetryStateIsWrittenBeforeTheRetry(t *testing.T) {
 	h := func(_ context.Context, b *stream.Batch) error {
 		first := b.FirstOffset()
 		switch {
-		case first == 10 && b.Attempt.Retry == 0 && failed.CompareAndSwap(false, true):
+		case first == 10 && b.Attempt.Retries == 0 && failed.CompareAndSwap(false, true):
 			return errors.New("fails once")
 		case first == 10:
 			if o, err := offsetOf(adm); err != nil || o.At != 10 || o.Metadata == "" {

@@ -48,7 +48,7 @@ func TestBackoffKeepsBufferedOrder(t *testing.T) {
 		retried      = make(chan struct{})
 	)
 	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retries == 0 {
 			return errors.New("fail once")
 		}
 		if b.Partition == 0 && b.FirstOffset() == 20 {
@@ -367,7 +367,7 @@ func TestResumeDoesNotWaitForFetchInFlight(t *testing.T) {
 	)
 	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if b.Partition == 0 && b.FirstOffset() == 0 {
-			if b.Attempt.Retry == 0 {
+			if b.Attempt.Retries == 0 {
 				return errors.New("fail once")
 			}
 			if ps := cl.PauseFetchPartitions(nil); slices.Contains(ps["t"], 0) {

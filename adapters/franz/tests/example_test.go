@@ -34,7 +34,7 @@ func Example() {
 			fmt.Printf(" %s", r.Value)
 		}
 		fmt.Println()
-		if b.Attempt.Retry == 0 {
+		if b.Attempt.Retries == 0 {
 			return errors.New("warehouse unavailable")
 		}
 		return nil

@@ -60,6 +60,10 @@ var adapter = kafkatest.Adapter{
 		}
 		return c, nil
 	},
+	BoundPublisher: func() (stream.Publisher, any) {
+		pub := new(franz.Publisher)
+		return pub, franz.WithPublisher(pub)
+	},
 	NewPublisher: func(t testing.TB, addrs []string) stream.Publisher {
 		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.RoundRobinPartitioner()), kgo.UnknownTopicRetries(0))
 		if err != nil {

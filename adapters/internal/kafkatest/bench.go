@@ -410,7 +410,7 @@ func RedeliverLoop(a Adapter) Loop {
 				l.PoisonFailed(bt.Attempt.Last)
 				return ErrBench
 			}
-			if bt.Attempt.Retry == 0 && l.FailsFirst() {
+			if bt.Attempt.Retries == 0 && l.FailsFirst() {
 				return ErrBench
 			}
 			n := 0

@@ -96,7 +96,7 @@ func BenchWithheldBatchHeap(b *testing.B, a Adapter, opts ...any) {
 		heap0, _ := HeapAndGoroutines()
 		var withheld, bytes atomic.Int64
 		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
-			if bt.Attempt.Retry == 0 {
+			if bt.Attempt.Retries == 0 {
 				var n int
 				for _, r := range bt.Records {
 					n += len(r.Key) + len(r.Value)

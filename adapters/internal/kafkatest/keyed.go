@@ -70,8 +70,8 @@ func keyedRetryAcrossMove(t *testing.T, a Adapter) {
 		mu.Lock()
 		calls[at{b.Partition, off}]++
 		mu.Unlock()
-		if off == 6 && b.Attempt.Retry < 3 {
-			return fmt.Errorf("record %d/6 fails (retry %d)", b.Partition, b.Attempt.Retry)
+		if off == 6 && b.Attempt.Retries < 3 {
+			return fmt.Errorf("record %d/6 fails (retry %d)", b.Partition, b.Attempt.Retries)
 		}
 		return nil
 	})

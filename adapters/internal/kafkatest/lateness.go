@@ -34,12 +34,12 @@ func Lateness(b *testing.B, partitions int32, start func(proc *stream.Processor)
 	errLate := errors.New("kafkatest: this delivery fails")
 	h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
 		now := time.Now()
-		if bt.Attempt.Retry > 0 {
+		if bt.Attempt.Retries > 0 {
 			mu.Lock()
 			late = append(late, now.Sub(due[bt.Partition]))
 			mu.Unlock()
 		}
-		if bt.Attempt.Retry < retries {
+		if bt.Attempt.Retries < retries {
 			return errLate
 		}
 		return nil

@@ -41,6 +41,11 @@ type Adapter struct {
 	// it spreads records over a topic's partitions round robin, and tries
 	// a record once when its topic does not exist.
 	NewPublisher func(t testing.TB, addrs []string) stream.Publisher
+	// BoundPublisher returns an unbound publisher of the adapter, and the
+	// option of the adapter's own ([Config.Options]) that binds it to the
+	// consumer it is given to (its WithPublisher); nil when the adapter
+	// has none.
+	BoundPublisher func() (pub stream.Publisher, option any)
 	// FetchByName are options of the adapter's own ([Config.Options])
 	// under which its consumer fetches by topic name, as with brokers
 	// before 2.8, so that a topic deleted and created again is the same
@@ -243,6 +248,7 @@ func Run(t *testing.T, a Adapter) {
 		{"OnAssigned", onAssigned},
 		{"LoggerDefaultsToTheProcessors", loggerDefaultsToTheProcessors},
 		{"DeadLetterThroughKafka", deadLetterThroughKafka},
+		{"DeadLetterThroughBoundPublisher", deadLetterThroughBoundPublisher},
 		{"DrainReportsAndBounds", drainReportsAndBounds},
 		{"WrongTopicEndsRun", wrongTopicEndsRun},
 		{"UnreachableBrokersEndRun", unreachableBrokersEndRun},
@@ -622,7 +628,18 @@ func loggerDefaultsToTheProcessors(t *testing.T, a Adapter) {
 // Publisher: every record, with its key, value and headers, and the
 // dead-letter headers naming where it came from, its deliveries and its
 // error.
-func deadLetterThroughKafka(t *testing.T, a Adapter) {
+func deadLetterThroughKafka(t *testing.T, a Adapter) { deadLetterThrough(t, a, false) }
+
+// The same through a publisher made before the consumer and bound to it by
+// the adapter's WithPublisher.
+func deadLetterThroughBoundPublisher(t *testing.T, a Adapter) {
+	if a.BoundPublisher == nil {
+		t.Skipf("the %s adapter has no WithPublisher here", a.Name)
+	}
+	deadLetterThrough(t, a, true)
+}
+
+func deadLetterThrough(t *testing.T, a Adapter, bound bool) {
 	_, addrs := NewCluster(t, "orders", 1, kfake.SeedTopics(1, "orders.dlq"))
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
@@ -647,7 +664,18 @@ func deadLetterThroughKafka(t *testing.T, a Adapter) {
 		}
 		return nil
 	})
-	dl, err := stream.DeadLetter(a.NewPublisher(t, addrs), "orders.dlq")
+	var (
+		pub  stream.Publisher
+		opts []any
+	)
+	if bound {
+		var opt any
+		pub, opt = a.BoundPublisher()
+		opts = append(opts, opt)
+	} else {
+		pub = a.NewPublisher(t, addrs)
+	}
+	dl, err := stream.DeadLetter(pub, "orders.dlq")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -656,7 +684,7 @@ func deadLetterThroughKafka(t *testing.T, a Adapter) {
 		stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(10 * time.Millisecond)}),
 		stream.WithExhaustionAction(dl),
 		stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) { given <- e.BatchInfo }}))
-	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "orders", Processor: proc, MaxBatch: 3})
+	r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "orders", Processor: proc, MaxBatch: 3, Options: opts})
 	WaitCommitted(t, addrs, "g", "orders", map[int32]int64{0: 6})
 	_ = r.Stop(t)
 	batch := <-given // the batch holding offset 2, however the records were batched
@@ -815,15 +843,26 @@ func startChecks(t *testing.T, a Adapter) {
 		waitHealthy(t, r.C, 10*time.Second)
 		buf.WaitFor(t, "start check passes now", time.Second)
 	})
-	t.Run("dead-letter topic", func(t *testing.T) {
+	deadLetterTopic := func(t *testing.T, bound bool) {
 		_, addrs := NewCluster(t, "t", 1)
 		var buf LogBuffer
-		dl, err := stream.DeadLetter(a.NewPublisher(t, addrs), "t.dlq")
+		var (
+			pub  stream.Publisher
+			opts []any
+		)
+		if bound {
+			var opt any
+			pub, opt = a.BoundPublisher()
+			opts = append(opts, opt)
+		} else {
+			pub = a.NewPublisher(t, addrs)
+		}
+		dl, err := stream.DeadLetter(pub, "t.dlq")
 		if err != nil {
 			t.Fatal(err)
 		}
 		proc := NewProcessor(t, streamtest.Succeed, stream.WithExhaustionAction(dl))
-		r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc, Logger: buf.Logger()})
+		r := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc, Logger: buf.Logger(), Options: opts})
 		buf.WaitFor(t, `level=WARN msg="redeliver: a dead-letter topic is not there`, 5*time.Second)
 		if err := r.C.Health(); err == nil || !strings.Contains(err.Error(), `dead-letter topic "t.dlq"`) {
 			t.Errorf("Health: %v, want it to name the dead-letter topic t.dlq", err)
@@ -833,6 +872,13 @@ func startChecks(t *testing.T, a Adapter) {
 		// few seconds (its transport's MetadataTTL, 6s).
 		waitHealthy(t, r.C, 15*time.Second)
 		buf.WaitFor(t, "start check passes now", time.Second)
+	}
+	t.Run("dead-letter topic", func(t *testing.T) { deadLetterTopic(t, false) })
+	t.Run("dead-letter topic of a bound publisher", func(t *testing.T) {
+		if a.BoundPublisher == nil {
+			t.Skipf("the %s adapter has no WithPublisher here", a.Name)
+		}
+		deadLetterTopic(t, true)
 	})
 	t.Run("unreachable", func(t *testing.T) {
 		var buf LogBuffer

@@ -32,7 +32,7 @@ func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
 		p1Done  atomic.Bool
 	)
 	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
-		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retry == 0 {
+		if b.Partition == 0 && b.FirstOffset() == 20 && b.Attempt.Retries == 0 {
 			return errors.New("fail once")
 		}
 		if b.Partition == 0 && b.FirstOffset() == 20 {

@@ -42,7 +42,7 @@ func Example() {
 
 	handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		fmt.Printf("offsets %d-%d, attempt %d\n", b.FirstOffset(), b.LastOffset(), b.Attempt.Number())
-		if b.FirstOffset() == 5 && b.Attempt.Retry == 0 {
+		if b.FirstOffset() == 5 && b.Attempt.Retries == 0 {
 			return errors.New("downstream unavailable")
 		}
 		return nil

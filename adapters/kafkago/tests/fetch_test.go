@@ -76,7 +76,7 @@ func TestPauseStopsFetching(t *testing.T) {
 	}}
 	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		if b.Partition == 0 && b.FirstOffset() == 0 {
-			if b.Attempt.Retry == 0 {
+			if b.Attempt.Retries == 0 {
 				return errInjected
 			}
 			<-snapshot

@@ -66,6 +66,10 @@ var adapter = kafkatest.Adapter{
 		}
 		return c, nil
 	},
+	BoundPublisher: func() (stream.Publisher, any) {
+		pub := new(kafkago.Publisher)
+		return pub, kafkago.WithPublisher(pub)
+	},
 	NewPublisher: func(t testing.TB, addrs []string) stream.Publisher {
 		w := &kafka.Writer{Addr: kafka.TCP(addrs...), RequiredAcks: kafka.RequireAll, Balancer: &kafka.RoundRobin{}, MaxAttempts: 1}
 		t.Cleanup(func() { w.Close() })

@@ -42,7 +42,7 @@ func TestBackoffKeepsOrderAndOtherPartitions(t *testing.T) {
 		// The batch that holds offset 20: how sarama's deliveries are
 		// cut into batches depends on the timing of its fetches.
 		has20 := b.Partition == 0 && b.FirstOffset() <= 20 && b.LastOffset() >= 20
-		if has20 && b.Attempt.Retry == 0 {
+		if has20 && b.Attempt.Retries == 0 {
 			return errors.New("fail once")
 		}
 		if has20 {

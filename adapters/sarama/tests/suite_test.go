@@ -82,6 +82,10 @@ var adapter = kafkatest.Adapter{
 		}
 		return c, nil
 	},
+	BoundPublisher: func() (stream.Publisher, any) {
+		pub := new(rdsarama.Publisher)
+		return pub, rdsarama.WithPublisher(pub)
+	},
 	NewPublisher: func(t testing.TB, addrs []string) stream.Publisher {
 		sc := saramaConfig()
 		sc.Producer.RequiredAcks = sarama.WaitForAll

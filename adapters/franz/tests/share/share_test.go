@@ -379,7 +379,7 @@ func TestFailedAtRetriesOnlyTheFailedRecord(t *testing.T) {
 	failed := false
 	proc, err := stream.NewProcessor(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		for i, r := range b.Records {
-			l.add(delivery{offset: r.Offset, at: time.Now(), retry: b.Attempt.Retry})
+			l.add(delivery{offset: r.Offset, at: time.Now(), retry: b.Attempt.Retries})
 			mu.Lock()
 			first := r.Offset == 2 && !failed
 			if first {
@@ -417,7 +417,7 @@ func TestFailedAtRetriesOnlyTheFailedRecord(t *testing.T) {
 		}
 	}
 	if retry != 1 {
-		t.Errorf("offset 2's second delivery has Attempt.Retry %d, want 1", retry)
+		t.Errorf("offset 2's second delivery has Attempt.Retries %d, want 1", retry)
 	}
 }
 
@@ -465,7 +465,7 @@ func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 	var again log
 	proc2, err := stream.NewProcessor(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
 		for _, r := range b.Records {
-			again.add(delivery{offset: r.Offset, retry: b.Attempt.Retry})
+			again.add(delivery{offset: r.Offset, retry: b.Attempt.Retries})
 		}
 		return nil
 	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Minute)}))
@@ -480,7 +480,7 @@ func TestShutdownReleasesRecordsInFlight(t *testing.T) {
 		got[d.offset] = d.retry
 	}
 	if len(got) != 2 || got[0] != 1 || got[2] != 1 {
-		t.Fatalf("redelivered %v (offset -> Attempt.Retry), want 0 and 2 with Retry 1 (broker delivery count 2)", got)
+		t.Fatalf("redelivered %v (offset -> Attempt.Retries), want 0 and 2 with Retry 1 (broker delivery count 2)", got)
 	}
 }
 

@@ -166,7 +166,7 @@ func TestStopReleasesHeldAndCutOffRecordsCounted(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		for _, r := range b.Records {
-			retries[r.Offset] = b.Attempt.Retry
+			retries[r.Offset] = b.Attempt.Retries
 		}
 		return nil
 	}), stream.WithPolicy(pol))

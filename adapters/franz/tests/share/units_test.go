@@ -216,7 +216,7 @@ func TestReleaseForALongRetryResultIsNotAFailure(t *testing.T) {
 		}
 		return nil
 	}), stream.WithHooks(stream.Hooks{Delivered: func(e stream.DeliveredEvent) {
-		retries.Store(e.Attempt.Retry, true)
+		retries.Store(e.Attempt.Retries, true)
 	}}), stream.WithExhaustionAction(func(context.Context, *stream.Batch, *checkpoint.ExhaustedError) error {
 		given.Add(1)
 		return nil
