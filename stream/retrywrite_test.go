@@ -77,7 +77,7 @@ func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
 					mu.Lock()
 					defer mu.Unlock()
 					at = append(at, time.Now())
-					if b.Attempt.Retry == 0 {
+					if b.Attempt.Retries == 0 {
 						return errors.New("fails once")
 					}
 					close(end)

@@ -165,7 +165,7 @@ func RunClearingInBackground(t *testing.T, a Adapter, on any) {
 		first, last := b.FirstOffset(), b.LastOffset()
 		has10 := first <= 10 && 10 <= last
 		switch {
-		case has10 && b.Attempt.Retry == 0 && failed.CompareAndSwap(false, true):
+		case has10 && b.Attempt.Retries == 0 && failed.CompareAndSwap(false, true):
 			failedTo.Store(last)
 			return errors.New("fails once")
 		case has10 && failed.Load():
