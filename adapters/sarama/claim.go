@@ -389,13 +389,18 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, -1, metadata)
 }
 
-// caughtUp reports whether the partition has nothing more delivered: the
-// buffer and sarama's channel are empty.
+// caughtUp reports whether the partition has nothing more to deliver: the
+// buffer and sarama's channel are empty, and the partition is read to the
+// high watermark of sarama's last fetch (or that not known). A buffer
+// emptied while sarama has more of the partition to fetch is not caught
+// up: the commit waits for the window, or the coalesced commits would be
+// one per batch.
 func (cl *claim) caughtUp() bool {
 	cl.mu.Lock()
-	n := cl.buf.Len()
+	n, readTo := cl.buf.Len(), cl.buf.ReadTo()
 	cl.mu.Unlock()
-	return n == 0 && len(cl.sc.Messages()) == 0
+	hwm := cl.sc.HighWaterMarkOffset()
+	return n == 0 && len(cl.sc.Messages()) == 0 && (hwm <= 0 || readTo >= hwm)
 }
 
 // send commits next with metadata under the session's generation and

@@ -278,6 +278,11 @@ func (b *Buffer[R]) Slice() []R {
 // Len returns how many records are buffered.
 func (b *Buffer[R]) Len() int { return b.n }
 
+// ReadTo returns the offset the fetch side has read the partition to:
+// past the last record pushed, or past the records it skipped after it;
+// 0 when nothing was pushed or skipped.
+func (b *Buffer[R]) ReadTo() int64 { return max(b.last+1, b.skip) }
+
 // Size returns what the buffered records count against the limit.
 func (b *Buffer[R]) Size() int { return b.size }
 

@@ -11,10 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
-	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
-	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -86,71 +83,6 @@ func TestRevokeWritesCoalescedCommit(t *testing.T) {
 	if o := fetchOffset(t, adm); o.At != 2 {
 		t.Errorf("broker has offset %d after a refused commit, want 2", o.At)
 	}
-}
-
-// TestSuccessCommitsCoalesce consumes 2,000 records in batches of 5 and
-// checks that the broker gets far fewer commits than batches (400), and
-// that the last commit, at the end, is written while the consumer runs on
-// (the partition is caught up).
-func TestSuccessCommitsCoalesce(t *testing.T) {
-	kc, addrs, adm := cluster(t, 2000)
-	spy := spyCommits(kc)
-	cfg := coalescing()
-	cfg.MaxBatch = 5
-	runConsumerWith(t, addrs, func(context.Context, *stream.Batch) error { return nil }, cfg)
-	waitUntil(t, "the checkpoint at the end", func() bool { o, err := offsetOf(adm); return err == nil && o.At == 2000 })
-	if n := spy.count(0); n > 100 {
-		t.Errorf("the broker got %d commits for 400 batches, want at most 100", n)
-	}
-}
-
-// TestRetryStateIsWrittenBeforeTheRetry checks, with coalescing on, that
-// the retry state of a failed batch is on the broker when the batch is
-// delivered again (the success after it, which clears it, is written in
-// the background: TestClearingSuccessDoesNotHoldTheNextBatch).
-func TestRetryStateIsWrittenBeforeTheRetry(t *testing.T) {
-	_, addrs, adm := cluster(t, 20)
-	var (
-		failed atomic.Bool
-		errs   = make(chan error, 4)
-	)
-	h := func(_ context.Context, b *stream.Batch) error {
-		first := b.FirstOffset()
-		switch {
-		case first == 10 && b.Attempt.Retries == 0 && failed.CompareAndSwap(false, true):
-			return errors.New("fails once")
-		case first == 10:
-			if o, err := offsetOf(adm); err != nil || o.At != 10 || o.Metadata == "" {
-				errs <- errors.New("the retry was delivered before its retry state was written")
-			}
-		}
-		return nil
-	}
-	proc, err := stream.NewProcessor(stream.HandlerFunc(h), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Millisecond)}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := coalescing()
-	cfg.MaxBatch = 5
-	runProcessorWith(t, addrs, proc, cfg)
-	waitUntil(t, "the checkpoint at the end, the retry state cleared", func() bool {
-		o, err := offsetOf(adm)
-		return err == nil && o.At == 20 && o.Metadata == ""
-	})
-	close(errs)
-	for err := range errs {
-		t.Error(err)
-	}
-	if !failed.Load() {
-		t.Fatal("the batch at 10 did not fail")
-	}
-}
-
-// TestClearingSuccessDoesNotHoldTheNextBatch: with coalescing on, the
-// commit that clears a retried batch's retry state is written in the
-// background; the next batch is delivered while the broker holds it.
-func TestClearingSuccessDoesNotHoldTheNextBatch(t *testing.T) {
-	kafkatest.RunClearingInBackground(t, adapter, franz.WithCommitWindow(500*time.Millisecond, 50000))
 }
 
 // TestCoalescedCommitWrittenAtTheInterval blocks the handler on the third

@@ -83,3 +83,8 @@ var adapter = kafkatest.Adapter{
 
 // TestAdapter runs the tests every Kafka adapter passes.
 func TestAdapter(t *testing.T) { kafkatest.Run(t, adapter) }
+
+// TestCoalesce runs the shared checks of coalesced success commits.
+func TestCoalesce(t *testing.T) {
+	kafkatest.RunCoalesce(t, adapter, func(d time.Duration, n int) any { return franz.WithCommitWindow(d, n) })
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
@@ -219,8 +220,18 @@ func BenchAddrs(b *testing.B) []string {
 		b.Fatal(err)
 	}
 	b.Cleanup(cluster.Close)
+	cluster.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		offsetCommits.Add(1)
+		return nil, nil, false
+	})
 	return cluster.ListenAddrs()
 }
+
+// offsetCommits counts the OffsetCommit requests the kfake clusters of
+// BenchAddrs received: what a leaf's "offset-commits" reports (not
+// reported on an external broker).
+var offsetCommits atomic.Int64
 
 var benchRun atomic.Int64
 
@@ -252,12 +263,16 @@ func RunLeaves(b *testing.B, loops []Loop, counts []int32, compressed bool, sc f
 					l := newLeaf(b, sc(partitions, b.N), partitions)
 					b.ReportAllocs()
 					cpu0 := CPUTime()
+					commits0 := offsetCommits.Load()
 					b.ResetTimer()
 					d := loop.Run(l, addrs, topic)
 					b.StopTimer()
 					l.check(d)
 					b.ReportMetric(float64(CPUTime()-cpu0)/float64(b.N), "cpu-ns/record")
 					CheckCommitted(b, addrs, BenchGroup(topic), topic, l.Per)
+					if os.Getenv("REDELIVER_KAFKA_BROKERS") == "" {
+						b.ReportMetric(float64(offsetCommits.Load()-commits0), "offset-commits")
+					}
 					DeleteTopic(b, addrs, topic)
 				})
 			}

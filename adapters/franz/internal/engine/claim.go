@@ -550,10 +550,14 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 	}
 }
 
-// caughtUp reports whether the claim has nothing buffered: its worker
-// waits for records, so the pending commit is written now.
+// caughtUp reports whether the claim has nothing more to deliver: nothing
+// buffered, and the partition read to its high watermark as the last
+// fetch gave it (or that not known). The pending commit is then written
+// now. A buffer emptied while the client holds records fetched ahead is
+// not caught up: the commit waits for the window, or the coalesced
+// commits would be one per batch.
 func (cl *claim) caughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.buf == nil || cl.buf.Size() == 0
+	return cl.buf == nil || cl.buf.Size() == 0 && (cl.hwm < 0 || cl.buf.ReadTo() >= cl.hwm)
 }

@@ -43,6 +43,8 @@ type claim struct {
 	mu  sync.Mutex
 	buf *batching.Buffer[record] // guarded by mu
 
+	end int64 // the partition's end in the last fetch answer; -1 before any (guarded by mu)
+
 	lastOff   int64 // the offset of the last record of the last batch; -1 before any
 	lastEpoch int32 // and its leader epoch
 
@@ -58,7 +60,7 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 	c := g.c
 	cl := &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		ctx: ctx, cancel: cancel, pumped: make(chan struct{}), lastOff: -1, lastEpoch: -1,
+		ctx: ctx, cancel: cancel, pumped: make(chan struct{}), end: -1, lastOff: -1, lastEpoch: -1,
 		f: fetcher{
 			dialer: c.dialer, brokers: c.brokers, topic: key.topic, partition: int(key.partition),
 			fetch: c.fetch, start: c.start, log: c.log,
@@ -239,12 +241,23 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, epoch, metadata)
 }
 
-// caughtUp reports whether the claim has nothing buffered: its worker
-// waits for records, so the pending commit is written now.
+// setEnd notes the partition's end as the last fetch answer gave it.
+func (cl *claim) setEnd(end int64) {
+	cl.mu.Lock()
+	cl.end = end
+	cl.mu.Unlock()
+}
+
+// caughtUp reports whether the claim has nothing more to deliver: nothing
+// buffered, and the partition read to its end as the last fetch answer
+// gave it (or that not known). The pending commit is then written now. A
+// buffer emptied while the partition has more to fetch is not caught up:
+// the commit waits for the window, or the coalesced commits would be one
+// per batch.
 func (cl *claim) caughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
-	return cl.buf.Size() == 0
+	return cl.buf.Size() == 0 && (cl.end < 0 || cl.buf.ReadTo() >= cl.end)
 }
 
 // final writes the coalesced commit not written yet, if any, once the

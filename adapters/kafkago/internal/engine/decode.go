@@ -43,8 +43,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // partitionAnswer is what a fetch answer says of the fetcher's partition.
 type partitionAnswer struct {
-	aborted []fetch.ResponseTransaction
-	records []byte // its record batches as the broker sent them (the last one may be cut short)
+	// hwm is the partition's high watermark, lso its last stable offset
+	// (-1 before fetch version 4): a fetch returns no record at or past
+	// hwm, nor under read_committed at or past lso.
+	hwm, lso int64
+	aborted  []fetch.ResponseTransaction
+	records  []byte // its record batches as the broker sent them (the last one may be cut short)
 }
 
 // roundTrip sends req at version on conn and returns the answer with its
@@ -168,9 +172,9 @@ func parseFetch(answer []byte, version int16, correlationID int32, topic string,
 		for range max(w.int32(), 0) {
 			index := w.int32()
 			code := w.int16()
-			w.int64() // high watermark
+			hwm, lso := w.int64(), int64(-1)
 			if version >= 4 {
-				w.int64() // last stable offset
+				lso = w.int64()
 			}
 			if version >= 5 {
 				w.int64() // log start offset
@@ -194,7 +198,7 @@ func parseFetch(answer []byte, version int16, correlationID int32, topic string,
 			if code != 0 {
 				return partitionAnswer{}, kafka.Error(code)
 			}
-			out, found = partitionAnswer{aborted: aborted, records: records}, true
+			out, found = partitionAnswer{hwm: hwm, lso: lso, aborted: aborted, records: records}, true
 		}
 		if w.err != nil {
 			break

@@ -95,6 +95,7 @@ type fetcher struct {
 	closed  bool
 
 	correlationID int32 // of the last fetch request; the pump's alone
+	end           int64 // the partition's end in the last fetch answer (see partitionAnswer); the pump's alone
 }
 
 // connected reports whether the fetcher has a connection to read from.
@@ -449,6 +450,10 @@ func (f *fetcher) read(offset int64, recs []record) ([]record, int64, error) {
 	if err != nil {
 		return recs, offset, err
 	}
+	f.end = p.hwm
+	if f.fetch.IsolationLevel == kafka.ReadCommitted && p.lso >= 0 {
+		f.end = p.lso
+	}
 	out, next, err := decodeBatches(p.records, offset, f.fetch.IsolationLevel == kafka.ReadCommitted, p.aborted, recs)
 	if errors.Is(err, errOldFormat) {
 		return f.legacyRecords(answer, version, offset, recs)
@@ -669,6 +674,7 @@ func (cl *claim) fetchLoop(offset int64) {
 			// Past the answer's transaction markers and aborted
 			// records, if it ended with some: the claim's Position.
 			cl.skip(offset)
+			cl.setEnd(f.end)
 		}
 		if ctx.Err() != nil {
 			return
