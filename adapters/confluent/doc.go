@@ -46,8 +46,9 @@
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with [kafka.Consumer.CommitOffsets] and the metadata string the
 //     Processor gives in TopicPartition.Metadata. A commit that carries a
-//     retry state, and the success that clears one, are written before the
-//     next delivery. Other success commits are coalesced and written in
+//     retry state is written before the next delivery. With a commit
+//     window, the success that clears one is sent at once and not waited
+//     for (a give-up's or a halt's is). Others are coalesced and written in
 //     the background, one request in flight per partition, within the
 //     commit window ([WithCommitWindow]: none by default, where every
 //     commit is written before the next delivery; with one, at once too

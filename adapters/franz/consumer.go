@@ -137,8 +137,11 @@ func WithCommitTimeout(d time.Duration) Option {
 // delivers again at most the records of the commit in flight and one window
 // after it, about twice the window; none is lost and no retry count is
 // reset. A commit that
-// carries a retry state, and the first success after one (it clears the
-// state), are written before the next delivery, as always. There is no
+// carries a retry state is written before the next delivery, as always;
+// the first success after one (it clears the state) is sent at once and
+// not waited for: a crash before it lands makes the next owner count the
+// retry as made, as a crash during the retry does (the success after a
+// give-up or a halt is waited for). There is no
 // window by default: every commit is written before the next batch is
 // delivered, as WithCommitWindow(0, 0) asks. WithCommitWindow(500*time.Millisecond,
 // 50000) is the window docs/BENCHMARKS.md measures, about as fast as a

@@ -33,9 +33,10 @@
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with [kafka.Client.OffsetCommit] under the generation's ID and member
 //     ID, with the metadata string the Processor gives. A commit that
-//     carries a retry state, and the success that clears one, are written
-//     before the next delivery; other success commits are coalesced and
-//     written in the background within the commit window
+//     carries a retry state is written before the next delivery; with a
+//     commit window, the success that clears one is sent at once and not
+//     waited for (a give-up's or a halt's is), and other success commits are
+//     coalesced and written in the background within the commit window
 //     ([WithCommitWindow]), and before the generation is given up. When a generation begins, the committed offsets and their
 //     metadata are read with [kafka.Client.OffsetFetch], so that a new owner
 //     continues the retry count of a withheld batch

@@ -42,26 +42,28 @@
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with an OffsetCommit request under the session's generation and
 //     member ID (and group instance ID), with the metadata string the
-//     Processor gives. A commit that carries a retry state, and the success
-//     that clears one, are written before the next delivery. Other success
-//     commits are coalesced and written in the background, one request in
-//     flight per partition, within the commit window ([WithCommitWindow]:
-//     none by default, where every commit is written before the next
-//     delivery; with one, at once too when the partition is caught up), and always before the partition is given up (before
-//     ConsumeClaim returns, so while the session still holds it): a crash
-//     delivers again at most about two windows of records, and loses none.
-//     sarama's automatic commits are turned off
+//     Processor gives. A commit that carries a retry state is written
+//     before the next delivery. With a commit window, the success that
+//     clears one is sent at once and not waited for (a give-up's or a
+//     halt's is), and other success commits are coalesced and written in the
+//     background, one request in flight per partition, within the commit
+//     window ([WithCommitWindow]: none by default, where every commit is
+//     written before the next delivery; with one, at once too when the
+//     partition is caught up), and always before the partition is given up
+//     (before ConsumeClaim returns, so while the session still holds it): a
+//     crash delivers again at most about two windows of records, and loses
+//     none. sarama's automatic commits are turned off
 //     (Consumer.Offsets.AutoCommit.Enable false, set on the consumer's copy
 //     of the configuration). The commits, and the reads of the committed
 //     offsets, go through a sarama client of their own, so through a
 //     connection of their own: a broker answers a connection's requests in
 //     order, and on the consumer's connection each commit waited behind a
-//     fetch the broker held for up to Consumer.MaxWaitTime.
-//     The session's MarkOffset and Commit are not
-//     used: Commit returns no error (a refused commit would go unseen), and
-//     MarkOffset ignores an offset that is not past the last one marked, so
-//     the retry state of a withheld batch, written at the same offset with
-//     new metadata each time, would never be written.
+//     fetch the broker held for up to Consumer.MaxWaitTime. The session's
+//     MarkOffset and Commit are not used: Commit returns no error (a refused
+//     commit would go unseen), and MarkOffset ignores an offset that is not
+//     past the last one marked, so the retry state of a withheld batch,
+//     written at the same offset with new metadata each time, would never be
+//     written.
 //   - Pause. Once a batch has waited out 100ms of a backoff, or once the
 //     claim's buffer holds max(4 x max batch, 2048) records and its worker
 //     has not taken it down to half within 100ms (meanwhile the pump reads

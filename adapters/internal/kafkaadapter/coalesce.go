@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 // The commit window by default (each adapter's WithCommitWindow): none,
@@ -32,10 +34,11 @@ func CheckCommitWindow(pkg string, interval time.Duration, records int64) error 
 
 // Coalescer is one partition's commits (DESIGN 9.2), the one scheme of the
 // franz-go, kafka-go, sarama and confluent adapters' claims. A commit that
-// carries a retry state, and the first success after one (it clears the
-// state), are written before Commit returns. Any other success commit is
-// noted and written in the background, one request in flight per
-// partition, once Records records or Interval have passed since the last
+// carries a retry state, and the first success after a give-up or a halt,
+// are written before Commit returns. Any other success commit is noted
+// and written in the background, one request in flight per partition: the
+// first success after a retry state (it clears the state) at once, any
+// other once Records records or Interval have passed since the last
 // commit sent, or at once when the partition is caught up (CaughtUp), and
 // at the latest by Final, which the claim calls before the partition is
 // given up. While a commit is in flight (or failed), the records after it
@@ -89,6 +92,7 @@ type Coalescer struct {
 	askedMD  string      // and its metadata
 	sentAt   time.Time   // when the last commit was sent
 	flushing bool        // a background flush runs
+	urgent   bool        // the pending commit clears a retry state: flushed at once
 	failed   bool        // the last flush failed: the next waits for the timer
 	timer    *time.Timer // flushes the pending commit at the interval
 	flushes  sync.WaitGroup
@@ -116,13 +120,25 @@ func (c *Coalescer) Start(committed int64, metadata string) {
 }
 
 // Commit takes the commit of next, with the leader epoch of the record
-// before it (or -1) and metadata: it coalesces a success that follows one
-// without a retry state, and otherwise writes it (after the one in flight,
-// if any) and returns the broker's answer.
+// before it (or -1) and metadata: it coalesces a success, and writes one
+// that clears a retry state in the background at once; it writes a retry
+// state (after the commit in flight, if any) and returns the broker's
+// answer.
+//
+// A success that clears a retry state (one that counts retries, not a
+// give-up nor a halt) is not waited for: the retry it follows was counted
+// before it was delivered (DESIGN 9.2), so a crash before the success is
+// written makes the next owner count that retry as made, as a crash
+// during the retry does, and never resets the count. It is sent at once,
+// so that the time during which a crash does so is the commit's own, as
+// when Commit waited for it. A success after a give-up or a halt (the
+// exhaustion action's, a Skip's) is still written before Commit returns:
+// its caller is told whether it was written.
 func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 	if c.Interval > 0 && metadata == "" {
 		c.pmu.Lock()
-		if c.inited && c.askedMD == "" && !c.overdue(next) {
+		clears := c.askedMD != ""
+		if c.inited && (!clears || countsRetries(c.askedMD)) && !c.overdue(next) {
 			defer c.pmu.Unlock()
 			if c.closed || c.Ended() {
 				return c.Revoked
@@ -130,7 +146,10 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 			if next > c.askedAt && c.askedAt >= 0 {
 				c.pendRecs += next - c.askedAt
 			}
-			c.askedAt = next
+			if clears {
+				c.urgent = true
+			}
+			c.askedAt, c.askedMD = next, ""
 			c.pending, c.pendNext, c.pendEp = true, next, epoch
 			c.schedule()
 			return nil
@@ -142,8 +161,8 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 	// This commit supersedes a coalesced one not sent yet: the engine
 	// commits in order, never behind what it committed before.
 	c.pmu.Lock()
-	superseded, supNext, supEp := c.pending, c.pendNext, c.pendEp
-	c.pending, c.failed = false, false
+	superseded, supNext, supEp, supUrgent := c.pending, c.pendNext, c.pendEp, c.urgent
+	c.pending, c.failed, c.urgent = false, false, false
 	c.askedAt, c.askedMD, c.pendRecs, c.inited = next, metadata, 0, true
 	c.sentAt = time.Now()
 	c.pmu.Unlock()
@@ -156,7 +175,7 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 		// next owner read the checkpoint before it.
 		c.pmu.Lock()
 		if !c.pending {
-			c.pending, c.pendNext, c.pendEp = true, supNext, supEp
+			c.pending, c.pendNext, c.pendEp, c.urgent = true, supNext, supEp, supUrgent
 		}
 		c.pmu.Unlock()
 	}
@@ -184,7 +203,7 @@ func (c *Coalescer) schedule() {
 		return
 	}
 	wait := c.Interval - time.Since(c.sentAt)
-	if wait <= 0 || !c.failed && (c.pendRecs >= c.Records || c.CaughtUp()) {
+	if wait <= 0 || !c.failed && (c.urgent || c.pendRecs >= c.Records || c.CaughtUp()) {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
@@ -222,8 +241,8 @@ func (c *Coalescer) flush() {
 		c.smu.Unlock()
 		return
 	}
-	next, epoch := c.pendNext, c.pendEp
-	c.pending, c.pendRecs, c.sentAt = false, 0, time.Now()
+	next, epoch, urgent := c.pendNext, c.pendEp, c.urgent
+	c.pending, c.pendRecs, c.sentAt, c.urgent = false, 0, time.Now(), false
 	c.pmu.Unlock()
 	err := c.Send(next, epoch, "", SendFlush)
 	c.pmu.Lock()
@@ -234,7 +253,7 @@ func (c *Coalescer) flush() {
 				"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
 		}
 		if !c.pending {
-			c.pending, c.pendNext, c.pendEp = true, next, epoch
+			c.pending, c.pendNext, c.pendEp, c.urgent = true, next, epoch, urgent
 		}
 		c.sentAt = time.Now() // tried again at the interval, not at once
 	}
@@ -273,4 +292,12 @@ func (c *Coalescer) Final() {
 		c.Log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
 			"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
 	}
+}
+
+// countsRetries reports whether md is a retry state that counts the
+// retries of a batch: not a give-up, not a halt, nor metadata of another
+// kind.
+func countsRetries(md string) bool {
+	s, err := retrystate.DecodeState(md)
+	return err == nil && s.GivenUp == 0 && !s.Halted
 }

@@ -12,6 +12,9 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
 var errTestRevoked = errors.New("revoked")
@@ -70,8 +73,9 @@ func expect(t *testing.T, s *sends, want ...string) {
 }
 
 // Success commits wait for the interval, the record threshold or the
-// partition to be caught up; a retry state, and the success after it, are
-// sent before Commit returns; Final sends what is pending.
+// partition to be caught up; a retry state is sent before Commit returns,
+// and the success after it at once, in the background; Final sends what
+// is pending.
 func TestCoalescer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var s sends
@@ -93,18 +97,16 @@ func TestCoalescer(t *testing.T) {
 			t.Fatal(err)
 		}
 		expect(t, &s, "200") // the record threshold
-		if err := c.Commit(200, -1, "state"); err != nil {
+		if err := c.Commit(200, -1, retryState); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.take(); !slices.Equal(got, []string{"200state"}) {
-			t.Fatalf("a retry state: sent %q before Commit returned, want [200state]", got)
+		if got := s.take(); !slices.Equal(got, []string{"200" + retryState}) {
+			t.Fatalf("a retry state: sent %q before Commit returned, want [200%s]", got, retryState)
 		}
 		if err := c.Commit(210, -1, ""); err != nil {
 			t.Fatal(err)
 		}
-		if got := s.take(); !slices.Equal(got, []string{"210"}) {
-			t.Fatalf("the success after a retry state: sent %q before Commit returned, want [210]", got)
-		}
+		expect(t, &s, "210") // clears the retry state: at once
 		caughtUp = true
 		if err := c.Commit(220, -1, ""); err != nil {
 			t.Fatal(err)
@@ -121,6 +123,70 @@ func TestCoalescer(t *testing.T) {
 		}
 		time.Sleep(2 * time.Second)
 		expect(t, &s) // nothing after Final
+	})
+}
+
+// The retry states the engine writes (retrystate.EncodeState): a batch's
+// failure, its retry started, its give-up and its halt (StopPartition).
+var (
+	failedAt     = time.UnixMilli(1700000000000)
+	retryState   = retrystate.EncodeState(retrystate.State{Offset: 200, Retries: 1, FirstFailure: failedAt, NextAt: failedAt.Add(time.Millisecond), Records: 10})
+	startedState = retrystate.EncodeState(retrystate.State{Offset: 200, Retries: 1, FirstFailure: failedAt, Started: true, Records: 10})
+	givenUpState = retrystate.EncodeState(retrystate.State{Offset: 210, Retries: 3, FirstFailure: failedAt, Started: true, GivenUp: checkpoint.RetriesSpent, Records: 10})
+	haltedState  = retrystate.EncodeState(retrystate.State{Offset: 210, Retries: 3, FirstFailure: failedAt, Started: true, GivenUp: checkpoint.RetriesSpent, Records: 10, Halted: true})
+)
+
+// The success that clears a retry state is sent at once in the
+// background, and Commit returns without waiting for it, however slow the
+// broker; a retry state, and the success after a give-up or a halt (the
+// exhaustion action's or a Skip's commit, whose caller is told whether
+// it was written), are written before Commit returns.
+func TestCoalescerClearingSuccessInBackground(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s sends
+		const latency = 10 * time.Millisecond
+		caughtUp := false
+		c := newCoalescer(&s, &caughtUp)
+		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+			time.Sleep(latency) // a slow broker
+			return s.send(next, epoch, md, kind)
+		}
+		took := func(next int64, md string) time.Duration {
+			t.Helper()
+			start := time.Now()
+			if err := c.Commit(next, -1, md); err != nil {
+				t.Fatal(err)
+			}
+			return time.Since(start)
+		}
+		if d := took(200, retryState); d != latency {
+			t.Fatalf("a retry state: Commit returned after %v, want %v (written first)", d, latency)
+		}
+		if d := took(200, startedState); d != latency {
+			t.Fatalf("a retry started: Commit returned after %v, want %v (written first)", d, latency)
+		}
+		expect(t, &s, "200"+retryState, "200"+startedState)
+		start := time.Now()
+		if d := took(210, ""); d != 0 {
+			t.Fatalf("the success after a retry: Commit returned after %v, want at once", d)
+		}
+		time.Sleep(latency)
+		expect(t, &s, "210") // sent at once, not at the interval
+		if d := time.Since(start); d != latency {
+			t.Fatalf("the success after a retry was written after %v, want %v", d, latency)
+		}
+
+		for _, state := range []string{givenUpState, haltedState, "not ours"} {
+			took(210, state)
+			if d := took(220, ""); d != latency {
+				t.Fatalf("the success after %q: Commit returned after %v, want %v (written first)", state, d, latency)
+			}
+			expect(t, &s, "210"+state, "220")
+			took(230, "") // coalesced again: within the window
+			expect(t, &s)
+			time.Sleep(time.Second + latency)
+			expect(t, &s, "230")
+		}
 	})
 }
 

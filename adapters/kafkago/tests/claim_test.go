@@ -324,14 +324,18 @@ func TestFailedCommitKeepsCoalescedCommit(t *testing.T) {
 		return nil, nil, false
 	})
 	ctx := context.Background()
-	// A retry state and the success that clears it are written at once;
-	// the next success waits for the window (an hour from now).
+	// A retry state is written before Commit returns and the success that
+	// clears it at once, in the background; the next success waits for
+	// the window (an hour from now).
 	for _, c := range []struct {
 		next int64
 		md   string
 	}{{2, "rd1;r=1"}, {3, ""}, {5, ""}} {
 		if err := cl.Commit(ctx, c.next, c.md); err != nil {
 			t.Fatalf("commit of %d %q: %v", c.next, c.md, err)
+		}
+		for deadline := time.Now().Add(wait); c.next == 3 && commits.Load() < 2 && time.Now().Before(deadline); {
+			time.Sleep(time.Millisecond)
 		}
 	}
 	if n := commits.Load(); n != 2 {
