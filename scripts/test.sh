@@ -281,6 +281,7 @@ if [ -f integration/go.mod ]; then
     echo "$line"
   fi
   cluster=${REDELIVER_KAFKA_CLUSTER:-}
+  [ "${REDELIVER_NO_CLUSTER:-}" != 1 ] || cluster=""
   if [ -f "$svc/cluster.pid" ]; then
     step "three-broker Kafka cluster"
     await cluster
