@@ -51,69 +51,84 @@ const (
 	shareClusterLimit   = 10 // share.delivery.count.limit, the broker's cap
 )
 
+// shareClusterAdapter is the share consumer's name in the figures and in
+// conformance.ClusterCI.
+const shareClusterAdapter = "franz share"
+
+// shareClusterCase is one of TestClusterShare's scenarios: its name and
+// its fault.
+type shareClusterCase struct {
+	name  string
+	fault func(t *testing.T, r *shareRun) (time.Time, string)
+}
+
+// shareClusterCases are TestClusterShare's scenarios, (a) to (f).
+var shareClusterCases = []shareClusterCase{
+	{"LeaderKilledDuringBackoff", func(t *testing.T, r *shareRun) (time.Time, string) {
+		part := r.awaitHeld(t)
+		n := r.leader(t, r.topic, part)
+		r.cluster(t, "kill", strconv.Itoa(n))
+		return time.Now(), fmt.Sprintf("killed=broker%d (leader of partition %d, a retry held on it)", n, part)
+	}},
+	{"CoordinatorKilledDuringRetry", func(t *testing.T, r *shareRun) (time.Time, string) {
+		n := r.coordinator(t)
+		r.awaitHeld(t)
+		r.cluster(t, "kill", strconv.Itoa(n))
+		return time.Now(), fmt.Sprintf("killed=broker%d (share group coordinator)", n)
+	}},
+	{"BrokerPausedPastSessionTimeout", func(t *testing.T, r *shareRun) (time.Time, string) {
+		n := r.leader(t, r.topic, 0)
+		const pause = 12 * time.Second
+		r.cluster(t, "pause", strconv.Itoa(n))
+		time.Sleep(pause)
+		r.cluster(t, "resume", strconv.Itoa(n))
+		return time.Now(), fmt.Sprintf("paused=broker%d (leader of partition 0) for %v", n, pause)
+	}},
+	{"BrokerCutOffFromConsumers", func(t *testing.T, r *shareRun) (time.Time, string) {
+		n := r.leader(t, r.topic, 0)
+		const cut = 30 * time.Second
+		if err := kcluster.Cut(r.c.ProxyAPI, n); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(cut)
+		if err := kcluster.Heal(r.c.ProxyAPI, n); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now(), fmt.Sprintf("cut=broker%d (leader of partition 0) for %v", n, cut)
+	}},
+	{"RollingRestart", func(t *testing.T, r *shareRun) (time.Time, string) {
+		for n := 1; n <= kcluster.Nodes; n++ {
+			r.cluster(t, "restart", strconv.Itoa(n))
+		}
+		return time.Now(), "restarted=broker1,broker2,broker3"
+	}},
+	{"DeadLetterLeaderKilled", func(t *testing.T, r *shareRun) (time.Time, string) {
+		n := r.leader(t, r.dlq, 0)
+		r.deadLetter.Store(true)
+		var done chan struct{}
+		select {
+		case done = <-r.publishing:
+		case <-time.After(3 * time.Minute):
+			t.Fatal("no dead letter published")
+		}
+		r.cluster(t, "kill", strconv.Itoa(n))
+		close(done)
+		return time.Now(), fmt.Sprintf("killed=broker%d (leader of the dead-letter topic)", n)
+	}},
+}
+
 // TestClusterShare runs the cluster scenarios for the share consumer. It
-// runs only when REDELIVER_KAFKA_CLUSTER is set, as TestCluster does.
+// runs only when REDELIVER_KAFKA_CLUSTER is set, as TestCluster does;
+// with REDELIVER_CLUSTER_CI=1, only its scenario in conformance.ClusterCI.
 func TestClusterShare(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cluster scenarios are long")
 	}
 	p := provider.Cluster()
-	for _, s := range []struct {
-		name  string
-		fault func(t *testing.T, r *shareRun) (time.Time, string)
-	}{
-		{"LeaderKilledDuringBackoff", func(t *testing.T, r *shareRun) (time.Time, string) {
-			part := r.awaitHeld(t)
-			n := r.leader(t, r.topic, part)
-			r.cluster(t, "kill", strconv.Itoa(n))
-			return time.Now(), fmt.Sprintf("killed=broker%d (leader of partition %d, a retry held on it)", n, part)
-		}},
-		{"CoordinatorKilledDuringRetry", func(t *testing.T, r *shareRun) (time.Time, string) {
-			n := r.coordinator(t)
-			r.awaitHeld(t)
-			r.cluster(t, "kill", strconv.Itoa(n))
-			return time.Now(), fmt.Sprintf("killed=broker%d (share group coordinator)", n)
-		}},
-		{"BrokerPausedPastSessionTimeout", func(t *testing.T, r *shareRun) (time.Time, string) {
-			n := r.leader(t, r.topic, 0)
-			const pause = 12 * time.Second
-			r.cluster(t, "pause", strconv.Itoa(n))
-			time.Sleep(pause)
-			r.cluster(t, "resume", strconv.Itoa(n))
-			return time.Now(), fmt.Sprintf("paused=broker%d (leader of partition 0) for %v", n, pause)
-		}},
-		{"BrokerCutOffFromConsumers", func(t *testing.T, r *shareRun) (time.Time, string) {
-			n := r.leader(t, r.topic, 0)
-			const cut = 30 * time.Second
-			if err := kcluster.Cut(r.c.ProxyAPI, n); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(cut)
-			if err := kcluster.Heal(r.c.ProxyAPI, n); err != nil {
-				t.Fatal(err)
-			}
-			return time.Now(), fmt.Sprintf("cut=broker%d (leader of partition 0) for %v", n, cut)
-		}},
-		{"RollingRestart", func(t *testing.T, r *shareRun) (time.Time, string) {
-			for n := 1; n <= kcluster.Nodes; n++ {
-				r.cluster(t, "restart", strconv.Itoa(n))
-			}
-			return time.Now(), "restarted=broker1,broker2,broker3"
-		}},
-		{"DeadLetterLeaderKilled", func(t *testing.T, r *shareRun) (time.Time, string) {
-			n := r.leader(t, r.dlq, 0)
-			r.deadLetter.Store(true)
-			var done chan struct{}
-			select {
-			case done = <-r.publishing:
-			case <-time.After(3 * time.Minute):
-				t.Fatal("no dead letter published")
-			}
-			r.cluster(t, "kill", strconv.Itoa(n))
-			close(done)
-			return time.Now(), fmt.Sprintf("killed=broker%d (leader of the dead-letter topic)", n)
-		}},
-	} {
+	for _, s := range shareClusterCases {
+		if !conformance.ClusterRuns(t, shareClusterAdapter, s.name) {
+			continue
+		}
 		t.Run("share/"+s.name, func(t *testing.T) {
 			b := p.Start(t)
 			runShareCluster(t, b, s.name, s.fault)
@@ -125,7 +140,7 @@ func TestClusterShare(t *testing.T) {
 func runShareCluster(t *testing.T, b conformance.Broker, name string, fault func(*testing.T, *shareRun) (time.Time, string)) {
 	begin := time.Now()
 	f := shareClusterScenario(t, b, fault)
-	f.Scenario, f.Provider, f.Adapter, f.Took = name, "cluster", "franz share", time.Since(begin)
+	f.Scenario, f.Provider, f.Adapter, f.Took = name, "cluster", shareClusterAdapter, time.Since(begin)
 	t.Log(f.String())
 	if path := os.Getenv(conformance.EnvFigures); path != "" {
 		if file, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
@@ -139,7 +154,7 @@ func runShareCluster(t *testing.T, b conformance.Broker, name string, fault func
 // run: its fault is the whole run.
 func shareInChaos(t *testing.T, b conformance.Broker, ch *conformance.Chaos) {
 	runShareCluster(t, b, "Chaos", func(t *testing.T, r *shareRun) (time.Time, string) {
-		return ch.Join(conformance.ChaosMember{Name: "franz share", Group: r.group, Topic: r.topic, Parts: 3, Progress: r.progress}), "chaos"
+		return ch.Join(conformance.ChaosMember{Name: shareClusterAdapter, Group: r.group, Topic: r.topic, Parts: 3, Progress: r.progress}), "chaos"
 	})
 }
 

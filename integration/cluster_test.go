@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -23,14 +24,82 @@ import (
 //
 // REDELIVER_ORDERING=key runs the scenarios in key ordering
 // (conformance.RunClusterVariant).
+//
+// With REDELIVER_CLUSTER_CI=1 (scripts/test.sh's cluster step) it and
+// TestClusterShare run one scenario per adapter, the pairs of
+// conformance.ClusterCI: every adapter meets a fault and every scenario
+// runs once.
 func TestCluster(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the cluster scenarios are long")
 	}
-	for _, a := range []conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}} {
+	for _, a := range clusterAdapters {
+		if !anyClusterRuns(t, a.Name(), conformance.ClusterScenarios) {
+			continue
+		}
 		t.Run(a.Name(), func(t *testing.T) {
 			conformance.RunCluster(t, provider.Cluster(), a)
 		})
+	}
+}
+
+// clusterAdapters are the adapters TestCluster runs, the share consumer
+// aside (TestClusterShare).
+var clusterAdapters = []conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}}
+
+// anyClusterRuns reports whether any of the scenarios runs for the adapter
+// (conformance.ClusterRuns).
+func anyClusterRuns(t *testing.T, adapter string, scenarios []string) bool {
+	for _, s := range scenarios {
+		if conformance.ClusterRuns(t, adapter, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestClusterCIPairs checks that CI's cluster step (conformance.ClusterCI)
+// gives every adapter of TestCluster and TestClusterShare one scenario
+// that exists, and runs every scenario (a)-(f), so that a new adapter or
+// scenario cannot leave it without saying so. It needs no cluster.
+func TestClusterCIPairs(t *testing.T) {
+	names := map[string]bool{shareClusterAdapter: true}
+	for _, a := range clusterAdapters {
+		names[a.Name()] = true
+	}
+	// The share consumer's (b) has a name of its own.
+	scenario := func(adapter, s string) string {
+		if adapter == shareClusterAdapter && s == "CoordinatorKilledDuringRetry" {
+			return "CoordinatorKilledDuringRetryCommit"
+		}
+		return s
+	}
+	covered := map[string]string{}
+	for a, s := range conformance.ClusterCI {
+		if !names[a] {
+			t.Errorf("conformance.ClusterCI names %q, which is no adapter of TestCluster or TestClusterShare", a)
+		}
+		has := slices.Contains(conformance.ClusterScenarios, s)
+		if a == shareClusterAdapter {
+			has = slices.ContainsFunc(shareClusterCases, func(c shareClusterCase) bool { return c.name == s })
+		}
+		if !has {
+			t.Errorf("conformance.ClusterCI gives %q the scenario %q, which it does not have", a, s)
+		}
+		if prev, ok := covered[scenario(a, s)]; ok {
+			t.Errorf("conformance.ClusterCI runs %s twice (%q and %q) in CI's one-per-adapter step", s, prev, a)
+		}
+		covered[scenario(a, s)] = a
+	}
+	for a := range names {
+		if _, ok := conformance.ClusterCI[a]; !ok {
+			t.Errorf("conformance.ClusterCI gives %q no scenario: CI's cluster step would not run it", a)
+		}
+	}
+	for _, s := range conformance.ClusterScenarios {
+		if _, ok := covered[s]; !ok {
+			t.Errorf("conformance.ClusterCI runs no %s: CI's cluster step would miss it", s)
+		}
 	}
 }
 
@@ -70,7 +139,7 @@ func TestClusterChaos(t *testing.T) {
 	switch m := os.Getenv("REDELIVER_CHAOS_MEMBERS"); m {
 	case "":
 		conformance.RunChaos(t, provider.Cluster(),
-			[]conformance.Adapter{franzAdapter{}, franzAdapter{kip848: true}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}},
+			clusterAdapters,
 			d, conformance.ChaosOptions{Child: "franz", Postgres: os.Getenv("REDELIVER_POSTGRES_URL")}, shareInChaos)
 	case "share":
 		// The share consumer alone: the broker faults only.

@@ -36,7 +36,11 @@
 #   REDELIVER_KAFKA_CLUSTER_DIR       run directory (default /tmp/redeliver-kafka-cluster)
 #   REDELIVER_KAFKA_CLUSTER_PORT      base port (default 29300): node N listens on base+N
 #                                     (internal), base+10+N (external), base+20+N (controller);
-#                                     its proxy on base+30+N; the proxy API on base+40
+#                                     its proxy on base+30+N; the proxy API on base+40.
+#                                     Keep it below the ephemeral port range
+#                                     (/proc/sys/net/ipv4/ip_local_port_range, 32768 up
+#                                     here): there, a client connection can take a killed
+#                                     broker's port, and its restart cannot bind it
 #   REDELIVER_KAFKA_CLUSTER_HEAP      JVM heap per broker (default 384m)
 #   REDELIVER_KAFKA_CLUSTER_JVM_OPTS  extra JVM flags per broker (default: one GC thread each)
 #   REDELIVER_KAFKA_TIMEOUT           seconds to wait for readiness (default 240)
@@ -219,6 +223,10 @@ start() {
   fi
   stop_all 2>/dev/null
   command -v "$JAVA" >/dev/null || die "java not found (Kafka 4.x needs Java 17+)"
+  local lo _
+  if read -r lo _ </proc/sys/net/ipv4/ip_local_port_range 2>/dev/null && ((BASE + 40 >= lo)); then
+    say "warning: ports $((BASE + 1))-$((BASE + 40)) reach the ephemeral range (from $lo): a broker restarted after a kill may find its port taken by a client connection; set REDELIVER_KAFKA_CLUSTER_PORT below $((lo - 40))"
+  fi
   fetch
   local t0=$SECONDS i p
   for p in $(seq $((BASE + 1)) $((BASE + 3))) $(seq $((BASE + 11)) $((BASE + 13))) \

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, vet, unit tests with the race
 # detector, the examples, and the integration module. It installs what it
-# needs (Go modules, the Kafka broker, PostgreSQL, Azurite, Chromium, a
-# private Docker engine and its images) by itself.
+# needs (Go modules, the Kafka broker and a three-broker cluster from the
+# same jars, PostgreSQL, Azurite, Chromium, a private Docker engine and
+# its images) by itself.
 #
 # The slow services start in the background at once and are awaited by
 # the step that needs them, so their installs and start-ups overlap the Go
@@ -102,6 +103,17 @@ fi
 if [ -f integration/go.mod ] && [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ "${REDELIVER_NO_BROKER:-}" != 1 ]; then
   on_exit+=("bash '$PWD/integration/kafka.sh' stop")
   background kafka bash integration/kafka.sh start
+fi
+
+# A three-broker Kafka cluster (integration/kafka-cluster.sh: the same
+# jars as the broker above, behind fault proxies) for CI's cluster step:
+# one cluster scenario per adapter, run beside the integration module's
+# tests. REDELIVER_KAFKA_CLUSTER set beforehand names another cluster
+# (started by kafka-cluster.sh, whose REDELIVER_KAFKA_CLUSTER_DIR must be
+# set too); REDELIVER_NO_CLUSTER=1 skips the step.
+if [ -f integration/go.mod ] && [ -z "${REDELIVER_KAFKA_CLUSTER:-}" ] && [ "${REDELIVER_NO_CLUSTER:-}" != 1 ]; then
+  on_exit+=("bash '$PWD/integration/kafka-cluster.sh' stop")
+  background cluster bash integration/kafka-cluster.sh start
 fi
 
 # The status page's browser: Debian's chromium, installed where missing
@@ -268,6 +280,15 @@ if [ -f integration/go.mod ]; then
     export REDELIVER_KAFKA_RESTART="bash $PWD/integration/kafka.sh restart"
     echo "$line"
   fi
+  cluster=${REDELIVER_KAFKA_CLUSTER:-}
+  [ "${REDELIVER_NO_CLUSTER:-}" != 1 ] || cluster=""
+  if [ -f "$svc/cluster.pid" ]; then
+    step "three-broker Kafka cluster"
+    await cluster
+    cluster=$(cat "$svc/cluster.out")
+    cluster=${cluster#REDELIVER_KAFKA_CLUSTER=}
+    echo "REDELIVER_KAFKA_CLUSTER=$cluster"
+  fi
   if [ -f "$svc/docker.pid" ]; then
     step "Docker engine and images for the testcontainers providers"
     await docker
@@ -282,32 +303,56 @@ if [ -f integration/go.mod ]; then
 
   race=""
   [ "${REDELIVER_INTEGRATION_RACE:-}" = 1 ] && race=-race
-  # Two go test processes side by side: the suites that need the real
-  # broker (their "external" and "broker" cases, which must not overlap:
-  # one restarts the broker), and everything else (kfake, the in-memory
-  # hubs with Azurite, the containers, PostgreSQL). Most of their time is
-  # spent waiting on rebalances and timers, not on the CPU.
-  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS, side by side}${race:+, -race})"
+  # Up to three go test processes side by side: the suites that need the
+  # real broker (their "external" and "broker" cases, which must not
+  # overlap: one restarts the broker), everything else (kfake, the
+  # in-memory hubs with Azurite, the containers, PostgreSQL), and CI's
+  # cluster step on the three-broker cluster. Most of their time is spent
+  # waiting on rebalances and timers, not on the CPU. The cluster step
+  # (REDELIVER_CLUSTER_CI=1, docs/RELIABILITY.md) runs each adapter
+  # through one cluster fault, every scenario (a)-(f) once, in about 5
+  # minutes; the whole TestCluster and TestClusterShare (about 31) are
+  # run by hand. Only its process sees the cluster.
+  step "integration module (kfake${REDELIVER_KAFKA_BROKERS:+ and $REDELIVER_KAFKA_BROKERS}${cluster:+ and the cluster step}, side by side${race:+, -race})"
   (cd integration && go vet ./... && go test $race -count=1 -run '^$' ./... >/dev/null)
   ilog=$(mktemp -d)
+  cluster_pid=""
+  if [ -n "$cluster" ]; then
+    # A cluster this script started stops as soon as the step ends,
+    # leaving the cores to the tests still running (the exit trap stops it
+    # too, whatever happens).
+    ( cd integration; t0=$SECONDS; s=0
+      REDELIVER_KAFKA_CLUSTER=$cluster REDELIVER_CLUSTER_CI=1 go test $race -count=1 -timeout 20m -v \
+        -run '^(TestCluster|TestClusterShare)$' . >"$ilog/cluster.log" 2>&1 || s=$?
+      echo "$s $((SECONDS - t0))" >"$ilog/cluster.rc"
+      [ ! -f "$svc/cluster.out" ] || bash kafka-cluster.sh stop >/dev/null 2>&1 || true ) &
+    cluster_pid=$!
+  fi
   on_broker='^(TestReliability|TestFranz|TestKafkago|TestSarama|TestConfluent|TestNetworkFaults|TestOutage|TestTransactionalTopics|TestCommittedPastEnd|TestLeaderEpochHandOver|TestShareGroupMemberKilled|TestShareBackoffPastTheLock|TestShareRecordsCountTheirOwnDeliveries)$/^(external|broker)$'
   ( cd integration; t0=$SECONDS; s=0
-    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART go test $race -count=1 -timeout 30m ./... >"$ilog/local.log" 2>&1 || s=$?
+    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m ./... >"$ilog/local.log" 2>&1 || s=$?
     echo "$s $((SECONDS - t0))" >"$ilog/local.rc" ) &
   local_pid=$!
   broker_status=0
   if [ -n "${REDELIVER_KAFKA_BROKERS:-}" ]; then
     t0=$SECONDS
-    (cd integration && go test $race -count=1 -timeout 30m -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
+    (cd integration && env -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
     echo "-- the real broker's cases: exit $broker_status after $((SECONDS - t0)) s"
   fi
   wait "$local_pid" || true
   read -r local_status local_secs <"$ilog/local.rc"
   echo "-- everything else (kfake, in-memory hubs, containers): exit $local_status after $local_secs s"
+  cluster_status=0
+  if [ -n "$cluster_pid" ]; then
+    wait "$cluster_pid" || true
+    read -r cluster_status cluster_secs <"$ilog/cluster.rc"
+    echo "-- the cluster's CI step (one scenario per adapter): exit $cluster_status after $cluster_secs s"
+  fi
   [ -f "$ilog/broker.log" ] && { echo "---- the real broker's cases"; cat "$ilog/broker.log"; }
   echo "---- everything else"; cat "$ilog/local.log"
+  [ -f "$ilog/cluster.log" ] && { echo "---- the cluster's CI step"; cat "$ilog/cluster.log"; }
   rm -rf "$ilog"
-  [ "$local_status" = 0 ] && [ "$broker_status" = 0 ] || exit 1
+  [ "$local_status" = 0 ] && [ "$broker_status" = 0 ] && [ "$cluster_status" = 0 ] || exit 1
 
   step "reliability figures (docs/RELIABILITY.md explains them)"
   cat "$REDELIVER_FIGURES"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,8 +50,64 @@ const clusterPoisonEvery = 150
 // then. What it says goes into the figures' note.
 type clusterFault func(t *testing.T, r *clusterRun) (ended time.Time, note string)
 
+// EnvClusterCI is the environment variable that makes TestCluster and
+// TestClusterShare run CI's cluster step: with it set to 1, each adapter
+// runs only its scenario in ClusterCI, so that every adapter meets a
+// cluster fault and every scenario (a)-(f) runs, each once, in about five
+// minutes instead of about 31. scripts/test.sh sets it.
+const EnvClusterCI = "REDELIVER_CLUSTER_CI"
+
+// ClusterCI is CI's cluster step: for each adapter (by its Name), the one
+// cluster scenario it runs when REDELIVER_CLUSTER_CI=1. Together they are
+// every scenario once: (a) a leader killed during a backoff, (b) the
+// coordinator killed during a retry-state commit, (c) a broker paused
+// past the session timeout, (d) a broker cut off from the consumers, (e)
+// a rolling restart, (f) the dead-letter topic's leader killed during a
+// dead-letter publish. The pairing puts the franz-go adapter
+// (cooperative-sticky), the one most users run, on (b), whose retry state
+// lives in __consumer_offsets, and each other scenario on an adapter that
+// ran it among the fastest (docs/RELIABILITY.md's cluster tables), so
+// that the step stays short. The share consumer's (b) is named
+// CoordinatorKilledDuringRetry (it commits no retry state).
+var ClusterCI = map[string]string{
+	"franz (cooperative-sticky)": "CoordinatorKilledDuringRetryCommit", // (b)
+	"franz (KIP-848)":            "RollingRestart",                     // (e)
+	"kafkago":                    "DeadLetterLeaderKilled",             // (f)
+	"sarama":                     "LeaderKilledDuringBackoff",          // (a)
+	"confluent":                  "BrokerPausedPastSessionTimeout",     // (c)
+	"franz share":                "BrokerCutOffFromConsumers",          // (d)
+}
+
+// ClusterScenarios are the names of RunCluster's scenarios, (a) to (f).
+var ClusterScenarios = []string{
+	"LeaderKilledDuringBackoff",
+	"CoordinatorKilledDuringRetryCommit",
+	"BrokerPausedPastSessionTimeout",
+	"BrokerCutOffFromConsumers",
+	"RollingRestart",
+	"DeadLetterLeaderKilled",
+}
+
+// ClusterRuns reports whether the cluster scenario runs for the adapter:
+// always, unless REDELIVER_CLUSTER_CI=1 (CI's cluster step), when only
+// the adapter's pair in ClusterCI runs. Any other value of
+// REDELIVER_CLUSTER_CI fails the test.
+func ClusterRuns(t *testing.T, adapter, scenario string) bool {
+	t.Helper()
+	switch v := os.Getenv(EnvClusterCI); v {
+	case "", "0":
+		return true
+	case "1":
+		return ClusterCI[adapter] == scenario
+	default:
+		t.Fatalf("%s=%q: want 1 (CI's cluster step: one scenario per adapter) or nothing (every scenario)", EnvClusterCI, v)
+		return false
+	}
+}
+
 // RunCluster runs every cluster scenario for the adapter on the provider's
-// cluster (a Broker with Cluster set); it skips when there is none.
+// cluster (a Broker with Cluster set); it skips when there is none. Under
+// REDELIVER_CLUSTER_CI=1 it runs only the adapter's scenario in ClusterCI.
 //
 // The variant is [VariantFromEnv]'s: REDELIVER_ORDERING=key runs every
 // scenario in key ordering (see [RunClusterVariant]).
@@ -86,6 +143,9 @@ func RunClusterVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 		{"RollingRestart", rollingRestart},
 		{"DeadLetterLeaderKilled", deadLetterLeaderKilled},
 	} {
+		if !ClusterRuns(t, a.Name(), s.name) {
+			continue
+		}
 		t.Run(s.name, func(t *testing.T) {
 			b := p.Start(t)
 			if b.Cluster == nil {
