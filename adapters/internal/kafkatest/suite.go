@@ -259,6 +259,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ShutdownKeepsCommitInFlight", shutdownKeepsCommitInFlight},
 		{"RewindIsDelivered", rewindIsDelivered},
 		{"KeyedRetryAcrossMove", keyedRetryAcrossMove},
+		{"RevocationEndsCommitWait", revocationEndsCommitWait},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}
