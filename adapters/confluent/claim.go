@@ -322,7 +322,8 @@ func (cl *claim) caughtUp() bool {
 // although the claim has ended, and waited for until the shutdown's bound
 // (the revocation waits for it at most the commit timeout, endClaims).
 //
-// Any other commit stops waiting when the claim ends (revoked, lost): the
+// Any other commit stops waiting when the claim is revoked or lost (not
+// when a shutdown ends it: that waits up to its own bound, above): the
 // revocation waits for the worker before it gives the partition up, and a
 // worker held by a coordinator that does not answer would hold the
 // partition while its next owner delivers it (up to the commit timeout,
@@ -338,9 +339,11 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 	if !final && cl.ctx.Err() != nil {
 		return errRevoked
 	}
-	var ended <-chan struct{} // nil for the final commit: the claim has ended
+	var revoked <-chan struct{} // nil for the final commit: the claim has ended
 	if !final {
-		ended = cl.ctx.Done()
+		var stop func() bool
+		revoked, stop = kafkaadapter.Revocation(cl.ctx, cl.e.runCtx)
+		defer stop()
 	}
 	t, md := cl.key.topic, metadata
 	type answer struct {
@@ -359,7 +362,7 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 	case a = <-ch:
 	case <-cl.e.commitCtx.Done():
 		return fmt.Errorf("confluent: commit %s/%d at %d: no answer: %w", t, cl.key.partition, next, context.Cause(cl.e.commitCtx))
-	case <-ended:
+	case <-revoked:
 		// The request goes on (inflight: the consumer is closed after
 		// it); its answer is dropped.
 		return errRevoked

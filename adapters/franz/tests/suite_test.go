@@ -16,8 +16,11 @@ import (
 // adapter describes the franz-go adapter to the tests every Kafka adapter
 // runs. Options of a Config are kgo.Opt and franz.Option values.
 var adapter = kafkatest.Adapter{
-	Name:       "franz",
-	Throughput: []any{franz.WithCommitWindow(500*time.Millisecond, 50000)},
+	Name: "franz",
+	// franz-go joins the group again only once the commit in flight has
+	// had its answer, or the adapter's commit timeout (10s) has passed.
+	RebalanceAfterCommit: 10 * time.Second,
+	Throughput:           []any{franz.WithCommitWindow(500*time.Millisecond, 50000)},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		kopts := []kgo.Opt{kgo.SeedBrokers(cfg.Addrs...), kgo.ConsumerGroup(cfg.Group), kgo.ConsumeTopics(cfg.Topic),

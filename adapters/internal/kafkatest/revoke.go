@@ -1,6 +1,8 @@
 package kafkatest
 
 import (
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,60 +23,66 @@ const RevokeBound = 3 * time.Second
 
 // revocationEndsCommitWait checks that a revocation does not wait for a
 // commit the coordinator does not answer (issue 51). The broker holds
-// every OffsetCommit; consumer a of topic "t" (1 partition, 10 records)
-// handles its batch and waits in the commit; consumer b then joins the
-// group and the partition moves (to b, or back to a in the next
-// generation). a's worker must stop (its Released
-// event, after its Delivered or Abandoned events for the batch) within
-// RevokeBound of b's start: a worker that waited for the commit's answer
-// held its partition until the hold ended or the adapter gave up on it
-// (the commit timeout, 10s), while the next owner delivered the same
-// records.
+// every OffsetCommit; consumer a of topic "t" (2 partitions, 10 records
+// each) handles its batches and waits in the commits; consumer b then
+// joins the group, and a partition moves (a cooperative rebalance moves
+// one, an eager one takes both from a for the next generation). The
+// first of a's workers to stop must do so (its Released event, after its
+// Delivered or Abandoned events for the batch) within RevokeBound of b's
+// start, or [Adapter.RebalanceAfterCommit] plus RevokeBound: a worker that
+// waited for the commit's answer held its partition until the hold ended
+// or the adapter gave up on it (the commit timeout, 10s), while the next
+// owner delivered the same records.
 //
 // Where the held commit holds the member's heartbeats too (one connection
 // to the coordinator, answered in order), the coordinator expires a's
-// session and gives the partition to b before a learns that it lost it:
-// b may then deliver a little before a's worker stops, which no client
-// can prevent. The test logs that overlap and does not fail on it.
+// session and gives the partitions to b before a learns that it lost
+// them: b may then deliver a little before a's worker stops, which no
+// client can prevent. The test logs that overlap and does not fail on it.
 func revocationEndsCommitWait(t *testing.T, a Adapter) {
-	kc, addrs := NewCluster(t, "t", 1)
-	Produce(t, addrs, "t", 0, 0, 10)
+	kc, addrs := NewCluster(t, "t", 2)
+	for p := range int32(2) {
+		Produce(t, addrs, "t", p, 0, 10)
+	}
 	held, _ := Hold(t, kc, kmsg.OffsetCommit)
+	type claimed struct {
+		partition int32
+		events    []string // Claimed, Delivered, Abandoned and Released, in order
+	}
 	var (
 		mu       sync.Mutex
-		events   []string // a's Delivered, Abandoned and Released, in order
-		released time.Time
-		bFirst   time.Time // b's first delivery of partition 0
+		claims   = map[uint64]*claimed{} // a's claims made before b joined
+		joined   time.Time               // when b started; zero before
+		released time.Time               // when the first of those claims was released
+		first    *claimed                // and which
+		bFirst   = map[int32]time.Time{} // b's first delivery of each partition
 	)
-	// a's events of its first claim: a may claim the partition again later.
-	var (
-		claim   uint64
-		claimed bool
-	)
-	note := func(id uint64, what string) {
+	note := func(id uint64, p int32, what string) {
 		mu.Lock()
 		defer mu.Unlock()
-		if !claimed {
-			claim, claimed = id, true
+		c := claims[id]
+		if c == nil {
+			if !joined.IsZero() {
+				return // a claim of the next generation
+			}
+			c = &claimed{partition: p}
+			claims[id] = c
 		}
-		if id != claim {
-			return
-		}
-		events = append(events, what)
+		c.events = append(c.events, what)
 		if what == "released" && released.IsZero() {
-			released = time.Now()
+			released, first = time.Now(), c
 		}
 	}
 	hooksA := stream.Hooks{
-		Claimed:   func(ev stream.ClaimEvent) { note(ev.ClaimID, "claimed") },
-		Delivered: func(ev stream.DeliveredEvent) { note(ev.ClaimID, "delivered") },
-		Abandoned: func(ev stream.AbandonedEvent) { note(ev.ClaimID, "abandoned") },
-		Released:  func(ev stream.ReleaseEvent) { note(ev.ClaimID, "released") },
+		Claimed:   func(ev stream.ClaimEvent) { note(ev.ClaimID, ev.Partition, "claimed") },
+		Delivered: func(ev stream.DeliveredEvent) { note(ev.ClaimID, ev.Partition, "delivered") },
+		Abandoned: func(ev stream.AbandonedEvent) { note(ev.ClaimID, ev.Partition, "abandoned") },
+		Released:  func(ev stream.ReleaseEvent) { note(ev.ClaimID, ev.Partition, "released") },
 	}
 	hooksB := stream.Hooks{Delivered: func(ev stream.DeliveredEvent) {
 		mu.Lock()
-		if bFirst.IsZero() && ev.Partition == 0 {
-			bFirst = time.Now()
+		if _, ok := bFirst[ev.Partition]; !ok {
+			bFirst[ev.Partition] = time.Now()
 		}
 		mu.Unlock()
 	}}
@@ -85,35 +93,49 @@ func revocationEndsCommitWait(t *testing.T, a Adapter) {
 		t.Fatalf("the first consumer made no commit in %v", Wait)
 	}
 	time.Sleep(50 * time.Millisecond) // into the wait
-	joined := time.Now()
+	mu.Lock()
+	joined = time.Now()
+	mu.Unlock()
 	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed, stream.WithHooks(hooksB))})
-	deadline := time.Now().Add(Wait)
+	bound := a.RebalanceAfterCommit + RevokeBound
+	deadline := time.Now().Add(bound + Wait)
 	for {
 		mu.Lock()
-		r, evs := released, append([]string(nil), events...)
+		r := released
 		mu.Unlock()
 		if !r.IsZero() {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the first consumer's worker had not stopped %v after the second joined; its events: %v", Wait, evs)
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("none of the first consumer's workers had stopped %v after the second joined; its claims: %v", bound+Wait, describe(claims))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(200 * time.Millisecond) // for the log: the second's delivery, if it has the partition
+	time.Sleep(200 * time.Millisecond) // for the log: the second's delivery of the partition
 	mu.Lock()
 	defer mu.Unlock()
-	t.Logf("the first consumer's worker stopped %v after the second joined; the first's events: %v",
-		released.Sub(joined).Round(time.Millisecond), events)
-	if took := released.Sub(joined); took > RevokeBound {
-		t.Errorf("the first consumer's worker stopped %v after the second joined, want at most %v: its revocation waited for a commit the coordinator did not answer",
-			took.Round(time.Millisecond), RevokeBound)
+	took := released.Sub(joined)
+	t.Logf("the first consumer's worker of partition %d stopped %v after the second joined; the first's claims: %v",
+		first.partition, took.Round(time.Millisecond), describe(claims))
+	if took > bound {
+		t.Errorf("the first consumer's first worker to stop (partition %d) stopped %v after the second joined, want at most %v: its revocation waited for a commit the coordinator did not answer",
+			first.partition, took.Round(time.Millisecond), bound)
 	}
-	if !bFirst.IsZero() && bFirst.Before(released) {
-		t.Logf("the second consumer delivered the partition %v before the first's worker stopped (the first learned of the move late)",
-			released.Sub(bFirst).Round(time.Millisecond))
+	if b, ok := bFirst[first.partition]; ok && b.Before(released) {
+		t.Logf("the second consumer delivered partition %d %v before the first's worker stopped (the first learned of the move late)",
+			first.partition, released.Sub(b).Round(time.Millisecond))
 	}
-	if len(events) < 3 || events[len(events)-1] != "released" || events[1] == "released" {
-		t.Errorf("the first consumer's events of its claim %v, want Claimed, its batch's Delivered or Abandoned, then Released", events)
+	if ev := first.events; len(ev) < 3 || ev[0] != "claimed" || ev[1] == "released" || ev[len(ev)-1] != "released" {
+		t.Errorf("the events of the first consumer's claim of partition %d: %v, want Claimed, its batch's Delivered or Abandoned, then Released", first.partition, ev)
 	}
+}
+
+func describe[C any](claims map[uint64]*C) string {
+	var b strings.Builder
+	for id, c := range claims {
+		fmt.Fprintf(&b, "%d: %+v; ", id, *c)
+	}
+	return b.String()
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -296,8 +297,9 @@ func (g *generation) markStale() {
 // returned: it is sent all the same, and waited for until its request's
 // bound (the commit timeout, or the shutdown's).
 //
-// Any other commit stops waiting when the claim ends, and returns
-// [stream.ErrRevoked]: the generation's end waits for the workers before
+// Any other commit stops waiting when the claim is revoked (not when a
+// shutdown ends it: that waits up to its own bound, commitCtx), and
+// returns [stream.ErrRevoked]: the generation's end waits for the workers before
 // kafka-go joins the next one, and a worker held by a coordinator that does
 // not answer would hold its partition while the next owner delivers it (up
 // to the commit timeout). The request goes on, sent by a goroutine of its
@@ -314,7 +316,9 @@ func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string,
 		if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
-		ended = cl.ctx.Done()
+		revoked, stop := kafkaadapter.Revocation(cl.ctx, cl.runCtx)
+		defer stop()
+		ended = revoked
 	}
 	call := &commitCall{cl: cl, next: next, epoch: epoch, metadata: metadata, done: make(chan error, 1)}
 	g.cmu.Lock()
