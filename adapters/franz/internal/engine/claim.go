@@ -514,7 +514,7 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 		if !cl.owned || !cl.started {
 			return stream.ErrRevoked
 		}
-		return cl.c.commit.commitAs(cl, at, "", true, nil)
+		return cl.c.commit.commitAs(cl, at, "", true)
 	case kafkaadapter.SendFlush:
 		return cl.send(at, "", nil)
 	}
@@ -531,21 +531,12 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 // not confirmed in waits for the claim's next confirmation and is sent
 // again.
 func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}) error {
-	// The wait for the answer ends when the claim is revoked (not when a
-	// shutdown ends it: that waits up to its own bound, commitGrace): see
-	// committer.commit.
-	var revoked <-chan struct{}
-	if ended != nil {
-		var stop func() bool
-		revoked, stop = kafkaadapter.Revocation(cl.ctx, cl.g.runCtx)
-		defer stop()
-	}
 	for {
 		if !cl.owned || ended != nil && cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
 		confirmed := cl.confirmation()
-		err := cl.c.commit.commit(cl, at, metadata, revoked)
+		err := cl.c.commit.commit(cl, at, metadata)
 		if !errors.Is(err, errUnconfirmed) {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
-	"github.com/redeliver-go/redeliver/stream"
 )
 
 // errCommitterStopped answers a commit made after the committer stopped;
@@ -76,31 +75,22 @@ func (m *committer) stop() {
 
 // commit commits at with metadata for cl's partition and waits for the
 // answer: errUnconfirmed when the request went out under a group session
-// cl is not confirmed in, so that the partition was left out of it. It
-// stops waiting when ended (when not nil) is closed, and returns
-// [stream.ErrRevoked]: see claim.send.
-func (m *committer) commit(cl *claim, at kgo.EpochOffset, metadata string, ended <-chan struct{}) error {
-	return m.commitAs(cl, at, metadata, false, ended)
+// cl is not confirmed in, so that the partition was left out of it.
+func (m *committer) commit(cl *claim, at kgo.EpochOffset, metadata string) error {
+	return m.commitAs(cl, at, metadata, false)
 }
 
 // commitAs is commit; last marks the claim's last commit, made by its
 // revocation, which may go out under a later generation of the same
 // member (see claim.revoke).
-func (m *committer) commitAs(cl *claim, at kgo.EpochOffset, metadata string, last bool, ended <-chan struct{}) error {
+func (m *committer) commitAs(cl *claim, at kgo.EpochOffset, metadata string, last bool) error {
 	r := &commitReq{cl: cl, key: cl.key, at: at, metadata: metadata, last: last, done: make(chan error, 1)}
 	select {
 	case m.reqs <- r:
 	case <-m.quit:
 		return errCommitterStopped
-	case <-ended:
-		return stream.ErrRevoked
 	}
-	select {
-	case err := <-r.done: // buffered: the loop does not wait for this
-		return err
-	case <-ended:
-		return stream.ErrRevoked
-	}
+	return <-r.done
 }
 
 func (m *committer) loop() {

@@ -62,7 +62,7 @@ func (t *TestCommitter) Stop() { t.m.stop() }
 // Commit commits offset with metadata for c's partition, and waits for the
 // answer.
 func (t *TestCommitter) Commit(c *TestClaim, offset int64, metadata string) error {
-	return t.m.commit(c.cl, kgo.EpochOffset{Epoch: -1, Offset: offset}, metadata, nil)
+	return t.m.commit(c.cl, kgo.EpochOffset{Epoch: -1, Offset: offset}, metadata)
 }
 
 // IsUnconfirmed reports whether err is a committer's answer for a
