@@ -244,7 +244,8 @@ func (g *generation) work(cl *claim) {
 }
 
 // end ends every claim with cause: their contexts are cancelled, commits are
-// refused from now on (after a commit in flight has had its answer), and
+// refused from now on (once the commit calls in flight have returned: at
+// their answer, or at once for a claim revoked while Run goes on), and
 // their workers are waited for.
 func (g *generation) end(cause error) {
 	g.mu.RLock()
