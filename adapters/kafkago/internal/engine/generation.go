@@ -300,10 +300,10 @@ func (g *generation) markStale() {
 //
 // Any other commit stops waiting when the claim is revoked (not when a
 // shutdown ends it: that waits up to its own bound, commitCtx), and
-// returns [stream.ErrRevoked]: the generation's end waits for the workers before
-// kafka-go joins the next one, and a worker held by a coordinator that does
-// not answer would hold its partition while the next owner delivers it (up
-// to the commit timeout). The request goes on, sent by a goroutine of its
+// returns [stream.ErrRevoked]: the generation's end waits for the workers
+// before kafka-go joins the next one, and a worker held by a coordinator
+// that does not answer would hold its partition while the next owner
+// delivers it (up to the commit timeout). The request goes on, sent by a goroutine of its
 // own, and may still land; the coordinator writes it only under the
 // member's current generation, which a rebalance ends. The retry bound
 // holds either way: a commit that carries a retry state and lands counts
