@@ -338,10 +338,31 @@ func (cl *claim) caughtUp() bool {
 // (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
 // A shutdown waits for a commit in flight at most 250ms. final is the
 // claim's last commit, made once its worker has returned: it is sent
-// although the claim has ended.
+// although the claim has ended, and waited for until the shutdown's bound
+// (the revocation waits for it at most the commit timeout, endClaims).
+//
+// Any other commit stops waiting when the claim is revoked or lost (not
+// when a shutdown ends it: that waits up to its own bound, above): the
+// revocation waits for the worker before it gives the partition up, and a
+// worker held by a coordinator that does not answer would hold the
+// partition while its next owner delivers it (up to the commit timeout,
+// then the revocation goes on without it). The request may still land:
+// the coordinator writes it only under the member's generation, which a
+// rebalance ends. Either way the retry bound holds: a commit that carries
+// a retry state and lands counts the retry as started, one more than the
+// worker saw, which is conservative; one that does not land leaves the
+// state before it, from which the next owner delivers the batch again
+// under the count committed. The success commit it superseded, if any, is
+// put back for Final (kafkaadapter.Coalescer) on the revoked error.
 func (cl *claim) send(next int64, metadata string, final bool) error {
 	if !final && cl.ctx.Err() != nil {
 		return errRevoked
+	}
+	var revoked <-chan struct{} // nil for the final commit: the claim has ended
+	if !final {
+		var stop func() bool
+		revoked, stop = kafkaadapter.Revocation(cl.ctx, cl.e.runCtx)
+		defer stop()
 	}
 	t, md := cl.key.topic, metadata
 	type answer struct {
@@ -360,6 +381,10 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 	case a = <-ch:
 	case <-cl.e.commitCtx.Done():
 		return fmt.Errorf("confluent: commit %s/%d at %d: no answer: %w", t, cl.key.partition, next, context.Cause(cl.e.commitCtx))
+	case <-revoked:
+		// The request goes on (inflight: the consumer is closed after
+		// it); its answer is dropped.
+		return errRevoked
 	}
 	err := a.err
 	if err == nil {

@@ -441,6 +441,25 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 	}
 	ctx, cancel := context.WithTimeout(cl.h.commitCtx, cl.h.e.cfg.CommitTimeout)
 	defer cancel()
+	if !final {
+		// A commit other than the last stops waiting when the claim is
+		// revoked or its session ends (not when a shutdown ends it: that
+		// waits up to its own bound, commitCtx): the revocation waits for
+		// the worker, and a worker held by a coordinator that does not
+		// answer would hold the partition while its next owner delivers
+		// it (issue 51). The request may still land; the coordinator
+		// writes it only under the member's current generation. The
+		// retry bound holds either way: a commit that carries a retry
+		// state and lands counts the retry as started, one more than the
+		// worker saw (conservative); one that does not land leaves the
+		// state before it.
+		stop := context.AfterFunc(cl.ctx, func() {
+			if cl.h.runCtx.Err() == nil {
+				cancel()
+			}
+		})
+		defer stop()
+	}
 	if final {
 		gen := cl.sess.GenerationID()
 		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)
@@ -452,6 +471,9 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 	for {
 		gen := cl.sess.GenerationID()
 		err := cl.h.commit(ctx, cl.sess, gen, cl.key, next, metadata)
+		if err != nil && cl.ctx.Err() != nil && cl.h.runCtx.Err() == nil {
+			return errSessionEnded
+		}
 		if !isStale(err) {
 			return err
 		}

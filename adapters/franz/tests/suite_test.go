@@ -16,7 +16,11 @@ import (
 // adapter describes the franz-go adapter to the tests every Kafka adapter
 // runs. Options of a Config are kgo.Opt and franz.Option values.
 var adapter = kafkatest.Adapter{
-	Name:       "franz",
+	Name: "franz",
+	CommitHoldsRebalance: "franz-go joins the group and syncs only once no commit is in flight " +
+		"(kgo's noCommitDuringJoinAndSync): a member learns that it lost a partition once its commit " +
+		"has had an answer or the commit timeout (10s); in this test the first worker stops 19.95s after " +
+		"the second consumer joins, whether or not the commit's wait ends at the revocation (issue 51)",
 	Throughput: []any{franz.WithCommitWindow(500*time.Millisecond, 50000)},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {

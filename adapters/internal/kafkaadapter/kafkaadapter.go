@@ -219,3 +219,20 @@ func TriggerOptions[O any](t Trigger, withLogger func(*slog.Logger) O, withOnAss
 	}
 	return opts
 }
+
+// Revocation returns a channel closed when claim ends while run has not:
+// the claim was revoked or lost, and a commit it waits for, other than
+// its last, stops waiting (issue 51). A claim ended by a shutdown (run
+// done) leaves the channel open: a shutdown waits for a commit in flight
+// up to its own bound, so that a commit the broker answers soon is
+// reported. stop releases the channel's watch; call it once the commit
+// has returned.
+func Revocation(claim, run context.Context) (revoked <-chan struct{}, stop func() bool) {
+	ch := make(chan struct{})
+	stop = context.AfterFunc(claim, func() {
+		if run.Err() == nil {
+			close(ch)
+		}
+	})
+	return ch, stop
+}

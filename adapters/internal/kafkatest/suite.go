@@ -51,6 +51,11 @@ type Adapter struct {
 	// before 2.8, so that a topic deleted and created again is the same
 	// topic rewound; nil when it always fetches by name.
 	FetchByName []any
+	// CommitHoldsRebalance, when not empty, says why the adapter's client
+	// holds a rebalance while a commit is in flight, so that a member
+	// learns that it lost a partition only once its commit has had an
+	// answer or its timeout: RevocationEndsCommitWait is skipped with it.
+	CommitHoldsRebalance string
 	// Throughput are options of the adapter's own ([Config.Options]) that
 	// the benchmarks' redeliver loop runs with: the commit window the
 	// adapter's doc recommends for throughput, where it has one.
@@ -259,6 +264,7 @@ func Run(t *testing.T, a Adapter) {
 		{"ShutdownKeepsCommitInFlight", shutdownKeepsCommitInFlight},
 		{"RewindIsDelivered", rewindIsDelivered},
 		{"KeyedRetryAcrossMove", keyedRetryAcrossMove},
+		{"RevocationEndsCommitWait", revocationEndsCommitWait},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}

@@ -53,6 +53,7 @@ type claim struct {
 	hdrs []stream.Header
 
 	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
+	runCtx  context.Context        // Run's: a claim that ends while it has not was revoked
 }
 
 func newClaim(g *generation, key tp, committed int64, metadata string, runCtx context.Context) *claim {
@@ -60,7 +61,7 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 	c := g.c
 	cl := &claim{
 		g: g, key: key, committed: committed, metadata: metadata,
-		ctx: ctx, cancel: cancel, pumped: make(chan struct{}), end: -1, lastOff: -1, lastEpoch: -1,
+		ctx: ctx, cancel: cancel, runCtx: runCtx, pumped: make(chan struct{}), end: -1, lastOff: -1, lastEpoch: -1,
 		f: fetcher{
 			dialer: c.dialer, brokers: c.brokers, topic: key.topic, partition: int(key.partition),
 			fetch: c.fetch, start: c.start, log: c.log,

@@ -11,6 +11,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/segmentio/kafka-go/protocol/offsetcommit"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -45,7 +46,7 @@ type generation struct {
 
 	cmu     sync.Mutex    // guards pending and sending
 	pending []*commitCall // commits waiting for the next request
-	sending bool          // a commit call is sending requests
+	sending bool          // sendPending runs
 }
 
 // commitCall is one claim's commit, waiting to be sent with the others
@@ -55,13 +56,9 @@ type commitCall struct {
 	next     int64
 	epoch    int32
 	metadata string
-	// done gets errLead when the call is to send the pending commits,
-	// its own among them, and then the call's outcome.
+	// done gets the call's outcome.
 	done chan error
 }
-
-// errLead tells a waiting commit call that it sends the next request.
-var errLead = errors.New("kafkago: send the pending commits")
 
 // serve starts the manager of gen.
 func (c *Consumer) serve(ctx, commitCtx context.Context, gen *kafka.Generation) {
@@ -247,7 +244,8 @@ func (g *generation) work(cl *claim) {
 }
 
 // end ends every claim with cause: their contexts are cancelled, commits are
-// refused from now on (after a commit in flight has had its answer), and
+// refused from now on (once the commit calls in flight have returned: at
+// their answer, or at once for a claim revoked while Run goes on), and
 // their workers are waited for.
 func (g *generation) end(cause error) {
 	g.mu.RLock()
@@ -290,20 +288,38 @@ func (g *generation) markStale() {
 // generation is stale.
 //
 // Commits of several partitions made at once share one request: while a
-// request is in flight, the commits made meanwhile wait, and one of them
-// then sends them all in the next (the coordinator answers a request at a
-// time, so a hundred partitions ending their backoffs together would
-// otherwise each wait for the ninety-nine commits before them).
+// request is in flight, the commits made meanwhile wait, and the goroutine
+// that sends the requests (sendPending) then sends them all in the next
+// (the coordinator answers a request at a time, so a hundred partitions
+// ending their backoffs together would otherwise each wait for the
+// ninety-nine commits before them).
 //
 // final is the claim's last commit, made by end once the claim's worker has
-// returned: it is sent all the same.
+// returned: it is sent all the same, and waited for until its request's
+// bound (the commit timeout, or the shutdown's).
+//
+// Any other commit stops waiting when the claim is revoked (not when a
+// shutdown ends it: that waits up to its own bound, commitCtx), and
+// returns [stream.ErrRevoked]: the generation's end waits for the workers
+// before kafka-go joins the next one, and a worker held by a coordinator
+// that does not answer would hold its partition while the next owner
+// delivers it (up to the commit timeout). The request goes on, sent by a goroutine of its
+// own, and may still land; the coordinator writes it only under the
+// member's current generation, which a rebalance ends. The retry bound
+// holds either way: a commit that carries a retry state and lands counts
+// the retry as started, one more than the worker saw (conservative); one
+// that does not land leaves the state before it.
 func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string, final bool) error {
+	var ended <-chan struct{} // nil for the final commit: the claim has ended
 	if !final {
 		g.mu.RLock()
 		defer g.mu.RUnlock()
 		if g.ended || g.gctx.Err() != nil || cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
+		revoked, stop := kafkaadapter.Revocation(cl.ctx, cl.runCtx)
+		defer stop()
+		ended = revoked
 	}
 	call := &commitCall{cl: cl, next: next, epoch: epoch, metadata: metadata, done: make(chan error, 1)}
 	g.cmu.Lock()
@@ -311,24 +327,35 @@ func (g *generation) commit(cl *claim, next int64, epoch int32, metadata string,
 	lead := !g.sending
 	g.sending = true
 	g.cmu.Unlock()
-	if !lead {
-		if err := <-call.done; err != errLead {
-			return err
+	if lead {
+		// Run waits for it (c.wg), as for the manager it runs under.
+		g.c.wg.Add(1)
+		go g.sendPending()
+	}
+	select {
+	case err := <-call.done:
+		return err
+	case <-ended:
+		return stream.ErrRevoked
+	}
+}
+
+// sendPending sends the pending commits, a request at a time, until none
+// is left.
+func (g *generation) sendPending() {
+	defer g.c.wg.Done()
+	for {
+		g.cmu.Lock()
+		calls := g.pending
+		g.pending = nil
+		if len(calls) == 0 {
+			g.sending = false
+			g.cmu.Unlock()
+			return
 		}
+		g.cmu.Unlock()
+		g.send(calls)
 	}
-	g.cmu.Lock()
-	calls := g.pending
-	g.pending = nil
-	g.cmu.Unlock()
-	g.send(calls)
-	g.cmu.Lock()
-	if len(g.pending) > 0 {
-		g.pending[0].done <- errLead
-	} else {
-		g.sending = false
-	}
-	g.cmu.Unlock()
-	return <-call.done
 }
 
 // send commits calls, in one request unless a partition comes twice, and
