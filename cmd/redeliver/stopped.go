@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -208,7 +209,7 @@ func (c *hostClient) act(ctx context.Context, verb string, u stoppedUnit) (strin
 	if resp.StatusCode == http.StatusOK && ans.OK {
 		return ans.Message, nil
 	}
-	msg := cmpOr(ans.Error, answerText(body))
+	msg := cmp.Or(ans.Error, answerText(body))
 	switch resp.StatusCode {
 	case http.StatusUnauthorized:
 		if c.token == "" {
@@ -218,13 +219,6 @@ func (c *hostClient) act(ctx context.Context, verb string, u stoppedUnit) (strin
 		msg += fmt.Sprintf(" (run 'redeliver stopped -url %s' to see where it stands)", c.base)
 	}
 	return "", fmt.Errorf("the host answered %s: %s", resp.Status, msg)
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 func unwrapURLError(err error) error {
@@ -381,7 +375,7 @@ func printUnits(w io.Writer, host string, units []stoppedUnit, now time.Time) {
 		if !u.Since.IsZero() {
 			since = now.Sub(u.Since).Truncate(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s/%d\t%s\t%d\t%s\t%s\t%s\n", u.Function, u.Topic, u.Partition, kind, u.Offset, key, since, cut(u.LastError, 80))
+		fmt.Fprintf(tw, "%s\t%s/%d\t%s\t%d\t%s\t%s\t%s\n", u.Function, u.Topic, u.Partition, kind, u.Offset, key, since, oneLine(u.LastError, 80))
 	}
 	tw.Flush()
 	fmt.Fprintf(w, "Release one with 'redeliver resume' (delivered again, a fresh count) or 'redeliver skip' (past it):\n")
@@ -402,13 +396,6 @@ func quoteArg(a string) string {
 		return a
 	}
 	return "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
-}
-
-func cut(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-1]) + "…"
-	}
-	return s
 }
 
 func runResume(args []string, e env) int { return runRelease("resume", args, e) }
