@@ -793,9 +793,13 @@ func publishReportsPartialWrites(t *testing.T, a Adapter) {
 	pub := a.NewPublisher(t, addrs)
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
+	// Keyed records, so that the clients' partitioners spread them over
+	// both partitions: without keys a client may put all six on the one
+	// that refuses (librdkafka's sticky partitioner did), and nothing is
+	// written in part.
 	recs := make([]stream.Record, 6)
 	for i := range recs {
-		recs[i] = stream.Record{Value: []byte("v" + strconv.Itoa(i))}
+		recs[i] = stream.Record{Key: []byte("k" + strconv.Itoa(i)), Value: []byte("v" + strconv.Itoa(i))}
 	}
 	err := pub.Publish(ctx, "t", recs)
 	var pe *stream.PublishError
