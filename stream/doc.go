@@ -97,7 +97,8 @@
 //     record's own machine, and its retry is held (the lease renewed)
 //     until due, or released to the broker when the transport cannot hold
 //     it that long; a record given up goes to the exhaustion action and is
-//     rejected once the action succeeded. See [Lease];
+//     rejected once the action succeeded (package
+//     github.com/redeliver-go/redeliver/adapters/franz/share);
 //   - in [ByKey] or [ByNone] ordering ([WithOrdering]), each record of a
 //     claimed partition, settled by the partition's checkpoint: a record
 //     joins its key's queue once the partition's commit window has room
@@ -114,16 +115,16 @@
 //
 // A [Processor] holds the handler and the options; adapters (for franz-go,
 // kafka-go, sarama, confluent-kafka-go, Event Hubs) turn their client's assignments into [Claim]s and
-// call [Processor.Process] once per claimed partition; the share consumer
-// hands its records to [Processor.Leases]. Package streamtest has
-// in-memory Claims for tests.
+// call [Processor.Process] once per claimed partition. Package streamtest
+// has in-memory Claims for tests.
 //
-// [Claim], [Positioner], [Lease], [LeasePoll], [LeaseConfig],
-// [LeaseDriver], [LeaseLane], [Processor.Process] and [Processor.Leases]
-// are that seam: what a consumer for another client implements or
-// calls, with the engine deciding every retry behind it. A program that
-// runs one of the adapters never touches them; it needs the Processor,
-// its options, the handler types and the hooks.
+// [Claim], [Positioner] and [Processor.Process] are that seam: what a
+// checkpoint consumer for another client implements or calls, with the
+// engine deciding every retry behind it. A program that runs one of the
+// adapters never touches them; it needs the Processor, its options, the
+// handler types and the hooks. The share consumer hands its records to
+// the engine's lease driver through a seam internal to this module, which
+// is not part of this package's API.
 //
 // Middleware wraps handlers; the first given to [Chain] is the outermost:
 //

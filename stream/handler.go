@@ -46,9 +46,9 @@ type RecordFunc func(ctx context.Context, r *Record) error
 //     delivered again (if any record asks for a retry, the entire batch is
 //     retried).
 //
-// In share mode, where records are acknowledged one by one (see
-// [Lease]), the engine calls fn for every record instead and retries only
-// those that failed.
+// In share mode, where records are acknowledged one by one (the share
+// consumer of adapters/franz/share), the engine calls fn for every record
+// instead and retries only those that failed.
 func PerRecord(fn RecordFunc) Handler { return perRecord(fn) }
 
 type perRecord RecordFunc

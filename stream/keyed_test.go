@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
@@ -531,7 +532,7 @@ func TestKeyedLeasesRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := proc.Leases(stream.LeaseConfig{}); err == nil || !strings.Contains(err.Error(), "key ordering") {
-		t.Fatalf("Leases = %v, want an error about key ordering", err)
+	if _, err := leases.New(proc, leases.Config[stream.Record]{}); err == nil || !strings.Contains(err.Error(), "key ordering") {
+		t.Fatalf("leases.New = %v, want an error about key ordering", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
@@ -36,7 +37,7 @@ func (s *settler) finish(ctx context.Context, cl *leaseCall) {
 		s.p.delivered(info, cl.batch.Attempt, Cancelled, cause, cl.start, cl.end, false)
 		for _, it := range cl.items {
 			if it.state == lrunning {
-				s.observe(it, LeaseEvent{Kind: LeaseHandled, Start: cl.start})
+				s.observe(it, leases.Event{Kind: leases.Handled, Start: cl.start})
 				it.state = lwaiting // delivered again (unless the lane stops)
 			}
 		}
@@ -106,7 +107,7 @@ func (s *settler) finishRecord(ctx context.Context, cl *leaseCall, i int, rerr e
 		}
 		s.p.delivered(s.infoOf(b), b.Attempt, Cancelled, err, cl.start, now, false)
 		if it.state == lrunning {
-			s.observe(it, LeaseEvent{Kind: LeaseHandled, Start: cl.start})
+			s.observe(it, leases.Event{Kind: leases.Handled, Start: cl.start})
 			it.state = lwaiting // delivered again (unless the lane stops)
 		}
 		return
@@ -126,7 +127,7 @@ func (s *settler) result(ctx context.Context, it *leased, res result, start, now
 		return // lost meanwhile
 	}
 	if res.outcome == Succeeded {
-		s.observe(it, LeaseEvent{Kind: LeaseHandled, OK: true, Start: start})
+		s.observe(it, leases.Event{Kind: leases.Handled, OK: true, Start: start})
 		s.settle(it, it.l.Accept)
 		return
 	}
@@ -138,7 +139,7 @@ func (s *settler) result(ctx context.Context, it *leased, res result, start, now
 		d = m.Fail(now, res.cause, s.ln.rnd)
 	}
 	requested := res.outcome == RetryRequested
-	s.observe(it, LeaseEvent{Kind: LeaseHandled, OK: requested && d.Action == retrystate.StopRetrying, Start: start})
+	s.observe(it, leases.Event{Kind: leases.Handled, OK: requested && d.Action == retrystate.StopRetrying, Start: start})
 	switch {
 	case d.Action != retrystate.StopRetrying:
 		s.schedule(ctx, it, d, res.cause, now)
@@ -165,7 +166,7 @@ func (s *settler) schedule(ctx context.Context, it *leased, d retrystate.Decisio
 	}
 	if it.l.Hold(d.At) {
 		it.state, it.more().due = lheld, d.At
-		s.observe(it, LeaseEvent{Kind: LeaseHeld, At: d.At})
+		s.observe(it, leases.Event{Kind: leases.Held, At: d.At})
 		s.ln.log.Debug("redeliver: retry scheduled, record held", "topic", it.rec.Topic, "partition", it.rec.Partition, "offset", it.rec.Offset, "retry", d.Retry, "delay", d.Delay, "error", cause)
 		return
 	}
@@ -235,7 +236,7 @@ func (s *settler) afterAction(ctx context.Context, r leaseActed) {
 		it.x.m.Begin(it.rec.Timestamp)
 		it.state = lwaiting
 	default:
-		s.observe(it, LeaseEvent{Kind: LeaseActionDone})
+		s.observe(it, leases.Event{Kind: leases.ActionDone})
 		s.settle(it, it.l.Reject)
 		if r.reply != nil {
 			r.reply <- nil
@@ -259,7 +260,7 @@ func (s *settler) drainAtShutdown(ctx context.Context) {
 			now := s.p.cfg.clock.Now()
 			if err == nil && !r.late[j] && it.state == lrunning {
 				s.p.delivered(s.infoOf(b), b.Attempt, Succeeded, nil, r.cl.start, now, false)
-				s.observe(it, LeaseEvent{Kind: LeaseHandled, OK: true, Start: r.cl.start})
+				s.observe(it, leases.Event{Kind: leases.Handled, OK: true, Start: r.cl.start})
 				s.settle(it, it.l.Accept)
 				continue
 			}
@@ -300,7 +301,7 @@ func (s *settler) shutdown(ctx context.Context) {
 		case r := <-s.acted:
 			s.actions--
 			if r.err == nil && !r.again && r.it.state == lacting {
-				s.observe(r.it, LeaseEvent{Kind: LeaseActionDone})
+				s.observe(r.it, leases.Event{Kind: leases.ActionDone})
 				s.settle(r.it, r.it.l.Reject)
 				if r.reply != nil {
 					r.reply <- nil

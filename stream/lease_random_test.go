@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -83,14 +84,16 @@ func (l *rlease) settle(how string) {
 
 type rpoll []*rlease
 
-func (p rpoll) Leases() []stream.Lease {
-	out := make([]stream.Lease, len(p))
+func (p rpoll) Leases() []leases.Lease[stream.Record] {
+	out := make([]leases.Lease[stream.Record], len(p))
 	for i, l := range p {
 		out[i] = l
 	}
 	return out
 }
-func (rpoll) Tend(context.Context, time.Time, []stream.Lease, bool) time.Time { return time.Time{} }
+func (rpoll) Tend(context.Context, time.Time, []leases.Lease[stream.Record], bool) time.Time {
+	return time.Time{}
+}
 
 func randomLeases(t *testing.T, seed uint64, tally *leaseTally) {
 	rnd := rand.New(rand.NewPCG(seed, 47))
@@ -197,7 +200,7 @@ func randomLeases(t *testing.T, seed uint64, tally *leaseTally) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := p.Leases(stream.LeaseConfig{MaxBatch: 1 + rnd.IntN(4), Limit: func() int { return limit }})
+	d, err := leases.New(p, leases.Config[stream.Record]{MaxBatch: 1 + rnd.IntN(4), Limit: func() int { return limit }})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
@@ -31,7 +32,7 @@ var leaseStateNames = [...]string{"waiting", "running", "held", "acting", "done"
 // record accepted at its first delivery, as most are, needs no more; the
 // rest is in x.
 type leased struct {
-	l     Lease
+	l     lease
 	rec   *Record // in the lane's recs
 	idx   int32   // its index there
 	dc    int32   // the broker's delivery count
@@ -131,10 +132,10 @@ type settler struct {
 	cut      context.CancelCauseFunc
 	draining bool
 	drainEnd time.Time // zero: no bound
-	ln       *LeaseLane
-	d        *LeaseDriver
+	ln       *leaseLane
+	d        *leaseDriver
 	p        *Processor
-	poll     LeasePoll
+	poll     leasePoll
 	items    []*leased
 	calls    int // handler calls running
 	actions  int // exhaustion actions running
@@ -144,11 +145,11 @@ type settler struct {
 	acted    chan leaseActed
 }
 
-func (ln *LeaseLane) settle(ctx context.Context, poll LeasePoll) {
+func (ln *leaseLane) settle(ctx context.Context, poll leasePoll) {
 	d := ln.d
 	p := d.p
-	leases := poll.Leases()
-	n := len(leases)
+	ls := poll.Leases()
+	n := len(ls)
 	if n == 0 {
 		return
 	}
@@ -163,7 +164,7 @@ func (ln *LeaseLane) settle(ctx context.Context, poll LeasePoll) {
 	s := &settler{stop: stop, cut: cut, ln: ln, d: d, p: p, poll: poll, items: ln.ptrs[:0],
 		results: make(chan leaseResult), poke: make(chan *leaseCall, 1), open: map[*leaseCall]bool{}, acted: make(chan leaseActed)}
 	now := p.cfg.clock.Now()
-	for i, l := range leases {
+	for i, l := range ls {
 		it := &slab[i]
 		recs[i] = *l.Record()
 		it.l, it.rec, it.idx, it.dc = l, &recs[i], int32(i), int32(l.Deliveries())
@@ -215,7 +216,7 @@ func times(n int) string {
 	return fmt.Sprintf("%d times", n)
 }
 
-func (s *settler) observe(it *leased, e LeaseEvent) {
+func (s *settler) observe(it *leased, e leases.Event) {
 	if fn := s.d.cfg.Observe; fn != nil {
 		fn(it.l, e)
 	}

@@ -4,16 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
-// The lease driver (record units) over fake leases: the Lease is the
+// The lease driver (record units) over fake leases: the lease is the
 // engine's own interface, so a fake is the transport here; the share
 // consumer's tests (adapters/franz/tests/share) run the same over kfake.
 
@@ -42,18 +44,20 @@ func newLease(off int64, dc int) *fakeLease {
 
 type fakePoll []*fakeLease
 
-func (p fakePoll) Leases() []stream.Lease {
-	out := make([]stream.Lease, len(p))
+func (p fakePoll) Leases() []leases.Lease[stream.Record] {
+	out := make([]leases.Lease[stream.Record], len(p))
 	for i, l := range p {
 		out[i] = l
 	}
 	return out
 }
-func (fakePoll) Tend(context.Context, time.Time, []stream.Lease, bool) time.Time { return time.Time{} }
+func (fakePoll) Tend(context.Context, time.Time, []leases.Lease[stream.Record], bool) time.Time {
+	return time.Time{}
+}
 
-func lane(t *testing.T, p *stream.Processor, limit int) *stream.LeaseLane {
+func lane(t *testing.T, p *stream.Processor, limit int) leases.Lane[stream.Record] {
 	t.Helper()
-	d, err := p.Leases(stream.LeaseConfig{Limit: func() int { return limit }})
+	d, err := leases.New(p, leases.Config[stream.Record]{Limit: func() int { return limit }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,8 +203,8 @@ func TestLeasesRefuseOutageBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Leases(stream.LeaseConfig{}); err == nil {
-		t.Fatal("Leases with an outage budget: no error")
+	if _, err := leases.New(p, leases.Config[stream.Record]{}); err == nil {
+		t.Fatal("leases.New with an outage budget: no error")
 	}
 }
 
@@ -248,7 +252,7 @@ func TestLeaseStopDrains(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				d, err := p.Leases(stream.LeaseConfig{Drain: tc.drain})
+				d, err := leases.New(p, leases.Config[stream.Record]{Drain: tc.drain})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -268,19 +272,21 @@ func TestLeaseStopDrains(t *testing.T) {
 	}
 }
 
-// A driver not made by Processor.Leases (nil, or the zero value) gives a
-// nil lane, whose Settle returns at once: no panic.
-func TestLeaseDriverNotMadeByLeases(t *testing.T) {
-	var nilDriver *stream.LeaseDriver
-	for _, d := range []*stream.LeaseDriver{nilDriver, new(stream.LeaseDriver)} {
-		ln := d.Lane(nil)
-		if ln != nil {
-			t.Errorf("Lane of a driver not made by Leases = %v, want nil", ln)
+// A driver asked for a Processor not made by NewProcessor (nil, or the
+// zero value), or for what is not a Processor, is refused with an error:
+// no panic.
+func TestLeasesNotMadeByNewProcessor(t *testing.T) {
+	var nilProc *stream.Processor
+	for _, p := range []*stream.Processor{nilProc, new(stream.Processor)} {
+		d, err := leases.New(p, leases.Config[stream.Record]{})
+		if err == nil || !strings.Contains(err.Error(), "not made by NewProcessor") {
+			t.Errorf("leases.New(%p) = %v, %v; want an error saying it was not made by NewProcessor", p, d, err)
 		}
-		ln.Settle(context.Background(), nil)
 	}
-	var p *stream.Processor
-	if _, err := p.Leases(stream.LeaseConfig{}); err == nil {
-		t.Error("Leases on a nil Processor: no error")
+	if _, err := leases.New(42, leases.Config[stream.Record]{}); err == nil {
+		t.Error("leases.New(42): no error")
+	}
+	if _, err := leases.New(nilProc, leases.Config[int]{}); err == nil {
+		t.Error("leases.New over int records: no error")
 	}
 }

@@ -150,9 +150,10 @@ func WithOutageBudget(b *Budget) Option {
 // and applies the retry policy to each. A unit is a claimed partition's
 // batch, settled by a checkpoint: an adapter calls [Processor.Process] once
 // per claimed partition, each in its own goroutine. Or it is a leased
-// record, settled on its own (a Kafka share group): the transport hands
-// each poll's records to a [LeaseLane] of [Processor.Leases]. Both run the
-// same code for every retry decision (unit.go). A Processor is safe for
+// record, settled on its own (a Kafka share group): the share consumer
+// hands each poll's records to the engine's lease driver (lease.go; its
+// seam with the transport is internal). Both run the same code for every
+// retry decision (unit.go). A Processor is safe for
 // concurrent use.
 type Processor struct {
 	h   Handler

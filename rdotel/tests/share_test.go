@@ -9,6 +9,7 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/rdotel"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -41,7 +42,7 @@ func TestShareModeMetrics(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := proc.Leases(stream.LeaseConfig{})
+		d, err := leases.New(proc, leases.Config[stream.Record]{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,12 +83,14 @@ func (l *lease) Reject()                { l.settled = "reject" }
 
 type leasePoll []*lease
 
-func (p leasePoll) Leases() []stream.Lease {
-	out := make([]stream.Lease, len(p))
+func (p leasePoll) Leases() []leases.Lease[stream.Record] {
+	out := make([]leases.Lease[stream.Record], len(p))
 	for i, l := range p {
 		out[i] = l
 	}
 	return out
 }
 
-func (leasePoll) Tend(context.Context, time.Time, []stream.Lease, bool) time.Time { return time.Time{} }
+func (leasePoll) Tend(context.Context, time.Time, []leases.Lease[stream.Record], bool) time.Time {
+	return time.Time{}
+}

@@ -19,6 +19,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/kcheck"
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/health"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -160,7 +161,7 @@ type Consumer struct {
 	cfg   config
 	log   *slog.Logger
 	group string
-	units *stream.LeaseDriver
+	units leases.Driver[stream.Record]
 
 	lock      time.Duration
 	limit     atomic.Int64 // the broker's delivery count limit; 0 unknown
@@ -235,8 +236,8 @@ func New(proc *stream.Processor, opts ...Option) (*Consumer, error) {
 }
 
 // leases returns the engine's driver of the consumer's records.
-func (c *Consumer) leases() (*stream.LeaseDriver, error) {
-	return c.proc.Leases(stream.LeaseConfig{MaxBatch: c.cfg.maxBatch, Drain: c.cfg.drain, Group: c.group, Logger: c.log,
+func (c *Consumer) leases() (leases.Driver[stream.Record], error) {
+	return leases.New(c.proc, leases.Config[stream.Record]{MaxBatch: c.cfg.maxBatch, Drain: c.cfg.drain, Group: c.group, Logger: c.log,
 		Limit: func() int { return int(c.limit.Load()) }, Observe: observe})
 }
 

@@ -2,11 +2,11 @@
 // through franz-go under redeliver's retry contract: the same
 // [stream.Handler], [checkpoint.Policy] (from code or host.json), hooks and
 // exhaustion actions as the checkpoint adapters. Every retry decision is
-// the engine's: each record is a unit of the [stream.Processor] (see
-// [stream.Lease]), counted, held, given up and stopped by the same code as
-// a partition's batch in checkpoint mode. This package does only what is
-// Kafka's: polling, lock renewal, acknowledgements, and whether a retry
-// can be held or its record must be released.
+// the engine's: each record is a unit of the [stream.Processor], counted,
+// held, given up and stopped by the same code as a partition's batch in
+// checkpoint mode. This package does only what is Kafka's: polling, lock
+// renewal, acknowledgements, and whether a retry can be held or its
+// record must be released.
 //
 //	proc, err := stream.NewProcessor(stream.PerRecord(handle),
 //		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}))

@@ -12,8 +12,13 @@ import (
 
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/fetcherr"
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/kclient"
+	"github.com/redeliver-go/redeliver/internal/leases"
 	"github.com/redeliver-go/redeliver/stream"
 )
+
+// engineLease is a record lease as the engine's lease driver takes it; a
+// lane's are *lease.
+type engineLease = leases.Lease[stream.Record]
 
 func kerrFor(code int16) error { return kerr.ErrorForCode(code) }
 
@@ -27,7 +32,8 @@ func kerrFor(code int16) error { return kerr.ErrorForCode(code) }
 // a lock and send acknowledgements, whether a retry can be held (see
 // lease.Hold). Every retry decision (delivery, count, hold or give up,
 // hooks, exhaustion action, StopPartition) is the engine's: the lane hands
-// each poll's records to its stream.LeaseLane as leases.
+// each poll's records to its lane of the engine's lease driver
+// (internal/leases) as leases.
 type lane struct {
 	c      *Consumer
 	id     int
@@ -35,7 +41,7 @@ type lane struct {
 	cl     *kgo.Client
 	cancel context.CancelFunc // cl's context (kgo.WithContext)
 	log    *slog.Logger
-	units  *stream.LeaseLane
+	units  leases.Lane[stream.Record]
 
 	mu      sync.Mutex
 	ackErrs map[tp]ackErr // the latest failed acknowledgement per partition
@@ -46,7 +52,7 @@ type lane struct {
 	// A poll's leases, kept for the next poll: a lane settles one poll's
 	// records before it polls again.
 	slab []lease
-	ptrs []stream.Lease
+	ptrs []engineLease
 
 	// flushFn, when set, flushes acknowledgements instead of the
 	// client's FlushAcks (tests).
@@ -240,7 +246,7 @@ func (l *lane) poll(fs kgo.Fetches) *poll {
 		return p
 	}
 	if cap(l.slab) < n {
-		l.slab, l.ptrs = make([]lease, n), make([]stream.Lease, 0, n)
+		l.slab, l.ptrs = make([]lease, n), make([]engineLease, 0, n)
 	}
 	p.slab, p.leases = l.slab[:n], l.ptrs[:0]
 	clear(p.slab)
@@ -274,7 +280,7 @@ func toRecord(sr *stream.Record, r *kgo.Record) {
 type poll struct {
 	l      *lane
 	slab   []lease
-	leases []stream.Lease
+	leases []engineLease
 	// acked says that a final acknowledgement was made since the last
 	// flush, first at ackedAt.
 	acked   bool
@@ -321,7 +327,7 @@ func (ls *lease) ack(how kgo.AckStatus, kind EventKind) {
 	p.l.event(kind, ls, nil)
 }
 
-func (p *poll) Leases() []stream.Lease { return p.leases }
+func (p *poll) Leases() []engineLease { return p.leases }
 
 // maxAckDelay is how long a final acknowledgement may wait for others
 // while handler calls of the same poll run.
@@ -335,7 +341,7 @@ const maxAckDelay = 100 * time.Millisecond
 // to the broker. Both are flushed here, on the one goroutine that
 // acknowledges this poll's records, so that no final acknowledgement of a
 // record travels while its renewal does.
-func (p *poll) Tend(ctx context.Context, now time.Time, open []stream.Lease, busy bool) (wake time.Time) {
+func (p *poll) Tend(ctx context.Context, now time.Time, open []engineLease, busy bool) (wake time.Time) {
 	c := p.l.c
 	earliest := func(t time.Time) {
 		if !t.IsZero() && (wake.IsZero() || t.Before(wake)) {
@@ -374,7 +380,7 @@ func (p *poll) Tend(ctx context.Context, now time.Time, open []stream.Lease, bus
 
 // renew extends the locks of the open records that have half their lock
 // or less left.
-func (p *poll) renew(ctx context.Context, now time.Time, open []stream.Lease) {
+func (p *poll) renew(ctx context.Context, now time.Time, open []engineLease) {
 	c := p.l.c
 	if c.noRenewal.Load() {
 		return
@@ -446,15 +452,15 @@ func lockGone(err error) bool {
 }
 
 // observe turns what the engine did with a lease into the lane's events.
-func observe(sl stream.Lease, e stream.LeaseEvent) {
+func observe(sl engineLease, e leases.Event) {
 	ls := sl.(*lease)
 	l := ls.p.l
 	switch e.Kind {
-	case stream.LeaseHandled:
+	case leases.Handled:
 		l.event(Handled, ls, func(ev *Event) { ev.OK, ev.Start = e.OK, e.Start })
-	case stream.LeaseHeld:
+	case leases.Held:
 		l.event(Held, ls, func(ev *Event) { ev.At = e.At })
-	case stream.LeaseActionDone:
+	case leases.ActionDone:
 		l.event(ActionDone, ls, nil)
 	}
 }

@@ -41,7 +41,7 @@ func renewWith(t *testing.T, err error) (before, after time.Time, lines []string
 		rec: stream.Record{Topic: "orders", Partition: 0, Offset: 13992}, dc: 1,
 		deadline: now.Add(10 * time.Second)} // under half the lock left: due
 	before = ls.deadline
-	p.renew(context.Background(), now, []stream.Lease{ls})
+	p.renew(context.Background(), now, []engineLease{ls})
 	return before, ls.deadline, c.lines
 }
 
