@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
@@ -18,7 +17,6 @@ import (
 	"github.com/redeliver-go/redeliver/integration/kcluster"
 	"github.com/redeliver-go/redeliver/integration/provider"
 	"github.com/redeliver-go/redeliver/redrive"
-	"github.com/redeliver-go/redeliver/redrive/pgstore"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -72,19 +70,7 @@ func TestClusterRedrive(t *testing.T) {
 	if resp, err := adm.CreateTopic(ctx, 3, -1, nil, topic); err != nil || resp.Err != nil {
 		t.Fatalf("create %s: %v %v", topic, err, resp.Err)
 	}
-	store, err := pgstore.Open(ctx, url, pgstore.WithSchema(schema))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		store.Close()
-		conn, err := pgx.Connect(context.Background(), url)
-		if err != nil {
-			return
-		}
-		defer conn.Close(context.Background())
-		_, _ = conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
-	})
+	store := conformance.OpenPostgresStore(ctx, t, url, schema)
 	t.Cleanup(func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer rcancel()

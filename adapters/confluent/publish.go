@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -27,8 +27,7 @@ import (
 type Publisher struct {
 	p *kafka.Producer // NewPublisher's
 
-	mu    sync.Mutex
-	owned *ownedProducer // the producer of the consumer WithPublisher bound p to
+	binding kafkaadapter.Binding[*kafka.Producer] // to the producer of the consumer WithPublisher bound p to
 }
 
 var errNotPublisher = errors.New("confluent: the Publisher has no producer: build it with confluent.NewPublisher(producer), or give new(confluent.Publisher) to confluent.New with WithPublisher")
@@ -38,38 +37,12 @@ var errNotPublisher = errors.New("confluent: the Publisher has no producer: buil
 // Run ends, once the Produce calls in progress have returned (librdkafka
 // frees a closed producer: a Produce on it would use freed memory).
 type ownedProducer struct {
-	mu       sync.Mutex
-	producer *kafka.Producer // while Run runs
-	stopped  bool            // Run has ended: no producer again
-	produces sync.WaitGroup  // Produce calls in progress
+	kafkaadapter.Owned[*kafka.Producer]
 }
 
 // start gives o its producer; it returns false (and o takes nothing) when
 // Run has ended meanwhile.
-func (o *ownedProducer) start(p *kafka.Producer) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.stopped {
-		return false
-	}
-	o.producer = p
-	return true
-}
-
-// acquire returns the producer and counts Produce calls in progress, which
-// the caller ends with o.produces.Done.
-func (o *ownedProducer) acquire() (*kafka.Producer, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	switch {
-	case o.stopped:
-		return nil, errors.New("confluent: the publisher's consumer has stopped: its producer is closed (a Publisher given with WithPublisher publishes while the consumer's Run runs)")
-	case o.producer == nil:
-		return nil, errors.New("confluent: the publisher's consumer is not running yet: its producer is made when the consumer's Run starts")
-	}
-	o.produces.Add(1)
-	return o.producer, nil
-}
+func (o *ownedProducer) start(p *kafka.Producer) bool { return o.Start(p) }
 
 // stop takes the producer away, so that no Produce starts again, and once
 // the Produce calls in progress have returned, flushes it (waiting at most
@@ -77,28 +50,10 @@ func (o *ownedProducer) acquire() (*kafka.Producer, error) {
 // for that at most wait. It reports whether the producer was closed within
 // wait.
 func (o *ownedProducer) stop(flush, wait time.Duration) bool {
-	o.mu.Lock()
-	p := o.producer
-	o.producer, o.stopped = nil, true
-	o.mu.Unlock()
-	if p == nil {
-		return true
-	}
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		o.produces.Wait()
+	return o.Stop(wait, func(p *kafka.Producer) {
 		p.Flush(int(flush / time.Millisecond))
 		p.Close()
-	}()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-closed:
-		return true
-	case <-t.C:
-		return false
-	}
+	})
 }
 
 // bind binds p to the producer o of a consumer, unless p has a producer of
@@ -107,33 +62,14 @@ func (p *Publisher) bind(o *ownedProducer) error {
 	if p == nil {
 		return errors.New("confluent: WithPublisher: nil publisher")
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.p != nil:
-		return errors.New("confluent: WithPublisher: the publisher has a producer of its own (made by NewPublisher): give WithPublisher a new(confluent.Publisher)")
-	case p.owned != nil && p.owned != o:
-		return errors.New("confluent: WithPublisher: the publisher is bound to another consumer already")
-	}
-	p.owned = o
-	return nil
+	return p.binding.Bind("confluent", p.p, &o.Owned)
 }
 
 // unbind undoes bind, for a New that fails after it.
-func (p *Publisher) unbind(o *ownedProducer) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.owned == o {
-		p.owned = nil
-	}
-}
+func (p *Publisher) unbind(o *ownedProducer) { p.binding.Unbind(&o.Owned) }
 
 // bound returns the consumer's producer p is bound to, or nil.
-func (p *Publisher) bound() *ownedProducer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.owned
-}
+func (p *Publisher) bound() *kafkaadapter.Owned[*kafka.Producer] { return p.binding.Owned() }
 
 // Bound reports whether p produces through a producer: made by
 // [NewPublisher], or bound to a consumer by [WithPublisher] (whose
@@ -188,17 +124,9 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 	if p == nil {
 		return errNotPublisher
 	}
-	producer, release := p.p, func() {}
-	if producer == nil {
-		o := p.bound()
-		if o == nil {
-			return errNotPublisher
-		}
-		var err error
-		if producer, err = o.acquire(); err != nil {
-			return err
-		}
-		release = o.produces.Done
+	producer, release, err := p.binding.Producer("confluent", "when the consumer's Run starts", p.p, errNotPublisher)
+	if err != nil {
+		return err
 	}
 	return p.publish(ctx, producer, release, topic, recs)
 }

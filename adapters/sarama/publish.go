@@ -4,11 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -27,8 +27,7 @@ type Publisher struct {
 	client   sarama.Client
 	producer sarama.SyncProducer
 
-	mu    sync.Mutex
-	owned *ownedProducer // the producer of the consumer WithPublisher bound p to
+	binding kafkaadapter.Binding[sarama.SyncProducer] // to the producer of the consumer WithPublisher bound p to
 }
 
 // ownedProducer is the producer a consumer makes for the publishers given
@@ -36,64 +35,18 @@ type Publisher struct {
 // when Run ends, once the sends in flight have returned (closing a sarama
 // producer under a send would make it panic).
 type ownedProducer struct {
-	mu       sync.Mutex
-	producer sarama.SyncProducer // while Run runs
-	stopped  bool                // Run has ended: no producer again
-	sends    sync.WaitGroup      // SendMessages calls in flight
+	kafkaadapter.Owned[sarama.SyncProducer]
 }
 
 // start gives o its producer; it returns false (and o takes nothing) when
 // Run has ended meanwhile.
-func (o *ownedProducer) start(p sarama.SyncProducer) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.stopped {
-		return false
-	}
-	o.producer = p
-	return true
-}
-
-// acquire returns the producer and counts a send in flight, which the
-// caller ends with o.sends.Done.
-func (o *ownedProducer) acquire() (sarama.SyncProducer, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	switch {
-	case o.stopped:
-		return nil, errors.New("sarama: the publisher's consumer has stopped: its producer is closed (a Publisher given with WithPublisher publishes while the consumer's Run runs)")
-	case o.producer == nil:
-		return nil, errors.New("sarama: the publisher's consumer is not running yet: its producer is made once the consumer's Run has reached the brokers")
-	}
-	o.sends.Add(1)
-	return o.producer, nil
-}
+func (o *ownedProducer) start(p sarama.SyncProducer) bool { return o.Start(p) }
 
 // stop takes the producer away, so that no send starts again, and closes
 // it once the sends in flight have returned, waiting for that at most
 // wait. It reports whether the producer was closed within wait.
 func (o *ownedProducer) stop(wait time.Duration) bool {
-	o.mu.Lock()
-	p := o.producer
-	o.producer, o.stopped = nil, true
-	o.mu.Unlock()
-	if p == nil {
-		return true
-	}
-	closed := make(chan struct{})
-	go func() {
-		defer close(closed)
-		o.sends.Wait()
-		_ = p.Close()
-	}()
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-closed:
-		return true
-	case <-t.C:
-		return false
-	}
+	return o.Stop(wait, func(p sarama.SyncProducer) { _ = p.Close() })
 }
 
 // bind binds p to the producer o of a consumer, unless p has a producer of
@@ -102,33 +55,14 @@ func (p *Publisher) bind(o *ownedProducer) error {
 	if p == nil {
 		return errors.New("sarama: WithPublisher: nil publisher")
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case p.producer != nil:
-		return errors.New("sarama: WithPublisher: the publisher has a producer of its own (made by NewPublisher): give WithPublisher a new(sarama.Publisher)")
-	case p.owned != nil && p.owned != o:
-		return errors.New("sarama: WithPublisher: the publisher is bound to another consumer already")
-	}
-	p.owned = o
-	return nil
+	return p.binding.Bind("sarama", p.producer, &o.Owned)
 }
 
 // unbind undoes bind, for a New that fails after it.
-func (p *Publisher) unbind(o *ownedProducer) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.owned == o {
-		p.owned = nil
-	}
-}
+func (p *Publisher) unbind(o *ownedProducer) { p.binding.Unbind(&o.Owned) }
 
 // bound returns the consumer's producer p is bound to, or nil.
-func (p *Publisher) bound() *ownedProducer {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.owned
-}
+func (p *Publisher) bound() *kafkaadapter.Owned[sarama.SyncProducer] { return p.binding.Owned() }
 
 // Bound reports whether p produces through a producer: made by
 // [NewPublisher], or bound to a consumer by [WithPublisher] (whose
@@ -203,17 +137,9 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 	if p == nil {
 		return errNotPublisher
 	}
-	producer, release := p.producer, func() {}
-	if producer == nil {
-		o := p.bound()
-		if o == nil {
-			return errNotPublisher
-		}
-		var err error
-		if producer, err = o.acquire(); err != nil {
-			return err
-		}
-		release = o.sends.Done
+	producer, release, err := p.binding.Producer("sarama", "once the consumer's Run has reached the brokers", p.producer, errNotPublisher)
+	if err != nil {
+		return err
 	}
 	if len(recs) == 0 {
 		release()
@@ -240,7 +166,6 @@ func (p *Publisher) Publish(ctx context.Context, topic string, recs []stream.Rec
 		defer release() // the consumer closes its producer once no send is in flight
 		done <- producer.SendMessages(msgs)
 	}()
-	var err error
 	select {
 	case err = <-done:
 	case <-ctx.Done():

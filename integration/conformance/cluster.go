@@ -78,15 +78,28 @@ var ClusterCI = map[string]string{
 	"franz share":                "BrokerCutOffFromConsumers",          // (d)
 }
 
-// ClusterScenarios are the names of RunCluster's scenarios, (a) to (f).
-var ClusterScenarios = []string{
-	"LeaderKilledDuringBackoff",
-	"CoordinatorKilledDuringRetryCommit",
-	"BrokerPausedPastSessionTimeout",
-	"BrokerCutOffFromConsumers",
-	"RollingRestart",
-	"DeadLetterLeaderKilled",
+// clusterScenarios are RunCluster's scenarios, (a) to (f), by name: the
+// one list of them, which ClusterScenarios names.
+var clusterScenarios = []struct {
+	name  string
+	fault clusterFault
+}{
+	{"LeaderKilledDuringBackoff", leaderKilledDuringBackoff},
+	{"CoordinatorKilledDuringRetryCommit", coordinatorKilledDuringRetryCommit},
+	{"BrokerPausedPastSessionTimeout", brokerPausedPastSession},
+	{"BrokerCutOffFromConsumers", brokerCutOff},
+	{"RollingRestart", rollingRestart},
+	{"DeadLetterLeaderKilled", deadLetterLeaderKilled},
 }
+
+// ClusterScenarios are the names of RunCluster's scenarios, (a) to (f).
+var ClusterScenarios = func() []string {
+	names := make([]string, len(clusterScenarios))
+	for i, s := range clusterScenarios {
+		names[i] = s.name
+	}
+	return names
+}()
 
 // ClusterRuns reports whether the cluster scenario runs for the adapter:
 // always, unless REDELIVER_CLUSTER_CI=1 (CI's cluster step), when only
@@ -132,17 +145,7 @@ func RunCluster(t *testing.T, p Provider, a Adapter) {
 // figures add the largest commit metadata written and the claims that
 // began from a window.
 func RunClusterVariant(t *testing.T, p Provider, a Adapter, v Variant) {
-	for _, s := range []struct {
-		name  string
-		fault clusterFault
-	}{
-		{"LeaderKilledDuringBackoff", leaderKilledDuringBackoff},
-		{"CoordinatorKilledDuringRetryCommit", coordinatorKilledDuringRetryCommit},
-		{"BrokerPausedPastSessionTimeout", brokerPausedPastSession},
-		{"BrokerCutOffFromConsumers", brokerCutOff},
-		{"RollingRestart", rollingRestart},
-		{"DeadLetterLeaderKilled", deadLetterLeaderKilled},
-	} {
+	for _, s := range clusterScenarios {
 		if !ClusterRuns(t, a.Name(), s.name) {
 			continue
 		}

@@ -42,11 +42,11 @@ type clusterRedrive struct {
 	completed map[string]bool
 }
 
-func (r *clusterRun) startRedrive(t *testing.T, url string) *clusterRedrive {
+// OpenPostgresStore opens a [pgstore.Store] on the PostgreSQL server at
+// url in the given schema, which it creates, and at the end of t closes
+// the store and drops the schema.
+func OpenPostgresStore(ctx context.Context, t testing.TB, url, schema string) *pgstore.Store {
 	t.Helper()
-	schema := "rd_chaos_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	ctx, cancel := r.ctx(longWait)
-	defer cancel()
 	store, err := pgstore.Open(ctx, url, pgstore.WithSchema(schema))
 	if err != nil {
 		t.Fatal(err)
@@ -60,6 +60,15 @@ func (r *clusterRun) startRedrive(t *testing.T, url string) *clusterRedrive {
 		defer conn.Close(context.Background())
 		_, _ = conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{schema}.Sanitize()+` CASCADE`)
 	})
+	return store
+}
+
+func (r *clusterRun) startRedrive(t *testing.T, url string) *clusterRedrive {
+	t.Helper()
+	schema := "rd_chaos_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	ctx, cancel := r.ctx(longWait)
+	defer cancel()
+	store := OpenPostgresStore(ctx, t, url, schema)
 	rd := &clusterRedrive{r: r, store: store, done: make(chan struct{}), completed: map[string]bool{}}
 	hooks := redrive.Hooks{
 		Failed:      func(redrive.EntryEvent) { rd.failed.Add(1) },

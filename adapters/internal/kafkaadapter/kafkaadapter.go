@@ -3,7 +3,9 @@
 // and their host modules do alike: the options every adapter takes beside
 // its client's configuration and their checks, the partitions whose
 // consumption fails (for Health), the start check beside the dead-letter
-// topic's, and the host triggers' common options and refusals.
+// topic's, the host triggers' common options and refusals, and the
+// binding of a Publisher given with WithPublisher to the producer its
+// consumer makes (sarama's and confluent's: [Binding], [Owned]).
 //
 // It is part of the root module (it has no go.mod of its own), so that
 // every adapter, which requires the root module anyway, builds it alone;

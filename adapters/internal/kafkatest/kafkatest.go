@@ -1,5 +1,7 @@
 // Package kafkatest holds what the Kafka adapters' tests share: the tests
-// every adapter runs ([Run], given an [Adapter] description), the
+// every adapter runs ([Run], given an [Adapter] description), those of
+// the adapters whose consumer makes its publishers' producer
+// ([WithPublisherRefusals], [BoundPublisherLivesWithRun]), the
 // throughput benchmarks' harness ([RunLeaves], [RedeliverLoop],
 // [BenchLateness]), an in-process kfake cluster, producing records, reading
 // committed offsets back through the broker, and checking a partition's
