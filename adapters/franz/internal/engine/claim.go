@@ -501,7 +501,7 @@ func (cl *claim) Pause() {
 	cl.buf.Pause()
 	cl.mu.Unlock()
 	if cl.g.nfull.Load() > 0 {
-		cl.g.notify() // a full claim in a backoff is paused in the client at once
+		cl.g.notify() // a full claim in a backoff is paused in the client at once, when another could take records
 	}
 }
 
