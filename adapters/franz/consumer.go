@@ -106,9 +106,10 @@ func WithMaxWait(d time.Duration) Option {
 // waits out a backoff, the partition is paused in the client (which drops
 // what franz-go had fetched for it). When no other partition could take
 // records (a consumer of one partition), the loop is held until the
-// partition has drained, backoff or not, and nothing is dropped. When another partition starves, the
-// loop polls at once, and a partition beyond twice the limit is paused. So a partition holds at most about twice this plus one
-// fetch. A partition resumed in the client fetches its next records with
+// partition has drained, backoff or not, and nothing is dropped. When
+// another partition starves, the loop polls at once, and a partition beyond
+// twice the limit is paused. So a partition holds at most about twice this
+// plus one fetch. A partition resumed in the client fetches its next records with
 // requests of its own, through a second client the consumer makes for this,
 // until the client's fetches include it again: franz-go would leave it out
 // of the fetch in flight, which can wait up to the fetch max wait.
