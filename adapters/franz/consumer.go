@@ -104,9 +104,12 @@ func WithMaxWait(d time.Duration) Option {
 // at most 100ms while another partition could take records (the client
 // fetches nothing while the loop is held): then, or at once when its worker
 // waits out a backoff, the partition is paused in the client (which drops
-// what franz-go had fetched for it). When another partition starves, the
-// loop polls at once, and a partition beyond twice the limit is paused. So a partition holds at most about twice this plus one
-// fetch. A partition resumed in the client fetches its next records with
+// what franz-go had fetched for it). When no other partition could take
+// records (a consumer of one partition), the loop is held until the
+// partition has drained, backoff or not, and nothing is dropped. When
+// another partition starves, the loop polls at once, and a partition beyond
+// twice the limit is paused. So a partition holds at most about twice this
+// plus one fetch. A partition resumed in the client fetches its next records with
 // requests of its own, through a second client the consumer makes for this,
 // until the client's fetches include it again: franz-go would leave it out
 // of the fetch in flight, which can wait up to the fetch max wait.

@@ -346,6 +346,69 @@ func TestFullBufferThrottles(t *testing.T) {
 	}
 }
 
+// TestLonePartitionFullInBackoffNotPaused gives the only partition a buffer
+// that fills up while its worker waits out a backoff: no other partition
+// could take records, so the poll loop is held back instead of the
+// partition being paused in the client, which would drop what the client
+// fetched for it, to be fetched again (issue 50: at one partition, the
+// failure path fetched its records twice).
+func TestLonePartitionFullInBackoffNotPaused(t *testing.T) {
+	addrs := newCluster(t, "t", 1)
+	for i := 0; i < 2000; i += 100 {
+		produce(t, addrs, "t", 0, i, 100)
+	}
+	cl := boundClient(t, addrs, kgo.FetchMaxWait(50*time.Millisecond), kgo.FetchMaxPartitionBytes(4<<10))
+	var (
+		rec        streamtest.Recorder
+		pausedSeen atomic.Bool
+		retried    = make(chan struct{}, 1)
+	)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		if b.FirstOffset() == 0 {
+			if b.Attempt.Retries == 0 {
+				return errors.New("fail once")
+			}
+			select {
+			case retried <- struct{}{}:
+			default:
+			}
+		}
+		return nil
+	})
+	hooks := stream.Hooks{RetryScheduled: func(stream.RetryEvent) {
+		// Look from another goroutine while the backoff runs.
+		go func() {
+			deadline := time.Now().Add(400 * time.Millisecond)
+			for time.Now().Before(deadline) {
+				if ps := cl.PauseFetchPartitions(nil); len(ps["t"]) > 0 {
+					pausedSeen.Store(true)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}}
+	proc := newProcessor(t, stream.Chain(h, rec.Middleware()), stream.WithHooks(hooks),
+		stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(500 * time.Millisecond)}))
+	// The buffer (16 KiB, each record counting 256 B and more) holds
+	// fewer than 64 records: the 2,000 produced overfill it in the backoff.
+	c, err := franz.New(proc, franz.WithClient(cl), franz.WithMaxBatch(10), franz.WithBufferBytes(16<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	startConsumer(t, c)
+	select {
+	case <-retried:
+	case <-time.After(wait):
+		t.Fatal("the failed batch was not retried")
+	}
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 2000})
+	checkHistory(t, rec.Of("t", 0), 2000)
+	if pausedSeen.Load() {
+		t.Error("the only partition was paused in the client with a full buffer in its backoff, though no other partition could take records")
+	}
+}
+
 // TestResumeDoesNotWaitForFetchInFlight gives a partition in a backoff a
 // buffer that fills up, so that it is paused in the client, while the other
 // partition is caught up: the client's fetch in flight is then a long poll

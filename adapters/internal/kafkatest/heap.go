@@ -24,7 +24,10 @@ type RawIdle func(b *testing.B, addrs []string, topic string, partitions int32) 
 // the goroutines are read and compared with what they were before the
 // consumer started. The raw leaf is the client's own group consumer (raw),
 // the redeliver leaf the adapter a with the Processor; heap-B/partition and
-// goroutines/partition are each consumer's own (see HeapAndGoroutines).
+// goroutines/partition are each consumer's own (see HeapAndGoroutines);
+// stack-B/partition is what the goroutine stacks grew by, which the heap
+// figure leaves out (the whole process's, the broker's included: see
+// StackInUse).
 // Run it with -benchtime=1x.
 func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 	for _, partitions := range counts {
@@ -40,10 +43,13 @@ func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 						topic := BenchTopic("idle")
 						ProduceBench(b, addrs, topic, partitions, int(partitions), 100, false)
 						heap0, g0 := HeapAndGoroutines()
+						stack0 := StackInUse()
 						stop := loop.run(b, addrs, topic, partitions)
 						heap1, g1 := HeapAndGoroutines()
+						stack1 := StackInUse()
 						stop()
 						b.ReportMetric(float64(heap1-heap0)/float64(partitions), "heap-B/partition")
+						b.ReportMetric(float64(stack1-stack0)/float64(partitions), "stack-B/partition")
 						b.ReportMetric(float64(g1-g0)/float64(partitions), "goroutines/partition")
 						DeleteTopic(b, addrs, topic)
 					}
@@ -205,6 +211,16 @@ func HeapAndGoroutines() (int64, int) {
 		}
 	}
 	return live, runtime.NumGoroutine()
+}
+
+// StackInUse returns the bytes of the process's goroutine stacks
+// (runtime.MemStats.StackInuse): the heap profile HeapAndGoroutines reads
+// counts a goroutine's descriptor but not its stack. It is the whole
+// process's, the in-process broker's goroutines included.
+func StackInUse() int64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.StackInuse)
 }
 
 // fromBroker reports whether an allocation's stack is in kfake.

@@ -36,7 +36,9 @@ const pauseFull uint8 = 1
 // had fetched for it. When another partition starves meanwhile (nothing
 // buffered, more at the broker), the loop polls at once, and a partition
 // that holds twice its limit is paused in the client. A full partition
-// whose worker waits out a backoff is paused in the client at once.
+// whose worker waits out a backoff is paused in the client at once, when
+// another partition could take records (otherwise it holds the loop back,
+// as any full partition, and nothing the client fetched is dropped).
 //
 // A backoff alone does not pause the partition in the client: its records
 // go on being buffered, up to the same bound, so that they are there when
@@ -499,7 +501,7 @@ func (cl *claim) Pause() {
 	cl.buf.Pause()
 	cl.mu.Unlock()
 	if cl.g.nfull.Load() > 0 {
-		cl.g.notify() // a full claim in a backoff is paused in the client at once
+		cl.g.notify() // a full claim in a backoff is paused in the client at once, when another could take records
 	}
 }
 

@@ -459,10 +459,13 @@ func (g *group) throttle(ctx context.Context) {
 // not starve), and whether another running claim could take records (not
 // full, not paused, not in a backoff). A full claim whose worker waits out
 // a backoff will not drain soon: it is paused in the client instead of
-// holding the poll loop back.
+// holding the poll loop back, when another claim could take records; when
+// none could, it holds the loop back as any full claim does (pausing would
+// stall nothing less, and would drop what the client fetched for it).
 func (g *group) pressure() (wait, starving, others bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	var backoff []*claim // full, not paused in the client, in a backoff
 	for _, cl := range g.claims {
 		if !cl.started {
 			continue
@@ -471,7 +474,7 @@ func (g *group) pressure() (wait, starving, others bool) {
 		full := cl.buf.Full()
 		switch {
 		case full && cl.pause == 0 && cl.buf.Paused():
-			cl.setPauseLocked(pauseFull, true)
+			backoff = append(backoff, cl)
 		case full && cl.pause == 0:
 			wait = true
 		case cl.starvingLocked():
@@ -480,6 +483,18 @@ func (g *group) pressure() (wait, starving, others bool) {
 		if !full && cl.pause == 0 && !cl.buf.Paused() {
 			others = true
 		}
+		cl.mu.Unlock()
+	}
+	if !others {
+		// No other partition could take records (a single partition,
+		// say): holding the loop back stalls none, and pausing in the
+		// client would drop what the client fetched for the partition,
+		// to be fetched again once it is resumed.
+		return wait || len(backoff) > 0, starving, others
+	}
+	for _, cl := range backoff {
+		cl.mu.Lock()
+		cl.setPauseLocked(pauseFull, true)
 		cl.mu.Unlock()
 	}
 	return wait, starving, others
