@@ -341,7 +341,10 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 	d.k.lim.release()
 	r, b := e.r, e.b
 	if e.notCalled {
-		d.abandoned(r, b, context.Cause(ctx))
+		// Handed over but never called: nothing was in flight to abandon
+		// (a batch the worker had not started is not reported either).
+		// The claim has ended, and the record is not committed as done.
+		r.st = kdone
 		return
 	}
 	if ctx.Err() != nil {

@@ -602,3 +602,56 @@ func TestKeyedCallsGoOnDuringTheDriversTurn(t *testing.T) {
 		}
 	})
 }
+
+// TestKeyedAbandonsOnlyCallsInFlight: when the claim ends, the Abandoned
+// hook reports the records whose handler calls were in flight, not those
+// handed to the partition's callers and never called (its count is of
+// deliveries left unfinished, as for a batch in checkpoint mode).
+func TestKeyedAbandonsOnlyCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		var (
+			mu        sync.Mutex
+			calls     int
+			abandoned int
+		)
+		handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		hooks := stream.Hooks{Abandoned: func(stream.AbandonedEvent) {
+			mu.Lock()
+			abandoned++
+			mu.Unlock()
+		}}
+		proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(limit, 0),
+			stream.WithHooks(hooks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("t", 0, 100)
+		keys := make([]string, 100)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(ctx, proc, p) }()
+		synctest.Wait() // every call that can start has
+		cancel()
+		<-done
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if calls != limit {
+			t.Fatalf("%d handler calls at once, want %d", calls, limit)
+		}
+		if abandoned != calls {
+			t.Errorf("Abandoned reported %d records, want the %d whose calls were in flight", abandoned, calls)
+		}
+	})
+}
