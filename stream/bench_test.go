@@ -299,3 +299,31 @@ func BenchmarkKeyOrdering(b *testing.B) {
 		run(b, true, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
 	})
 }
+
+// BenchmarkSleeps measures the machine's own limit under
+// BenchmarkKeyOrdering's handler: n goroutines, each sleeping 2ms again
+// and again, with no engine; b.N sleeps in all. ms/sleep is the time a
+// 2ms sleep takes among n sleepers (the Go runtime wakes sleepers late
+// when its threads are idle, and later when many sleep at once); key
+// ordering at concurrency n cannot beat n / ms/sleep.
+func BenchmarkSleeps(b *testing.B) {
+	for _, n := range []int{1, 16, 64, 256} {
+		b.Run("goroutines="+strconv.Itoa(n), func(b *testing.B) {
+			per := max(b.N/n, 1)
+			var wg sync.WaitGroup
+			b.ResetTimer()
+			for range n {
+				wg.Go(func() {
+					for range per {
+						time.Sleep(2 * time.Millisecond)
+					}
+				})
+			}
+			wg.Wait()
+			b.StopTimer()
+			rate := float64(per*n) / b.Elapsed().Seconds()
+			b.ReportMetric(rate, "sleeps/s")
+			b.ReportMetric(float64(n)/rate*1e3, "ms/sleep")
+		})
+	}
+}

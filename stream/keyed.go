@@ -21,11 +21,13 @@ import (
 // up to the concurrency limits.
 //
 // One goroutine (run) owns the claim, the window and the queues. Handler
-// calls and exhaustion actions run in goroutines of their own and post
-// their results to the inbox; a post wakes the driver, and cancels the
-// Fetch it may be blocked in (the claim keeps the records of a Fetch
-// whose context ends, for the next). The claim's methods are called one
-// at a time, from run.
+// calls run in the partition's callers (kcallers: up to its concurrency
+// limit of goroutines, each going on with the next record handed over
+// without waiting for the driver), exhaustion actions in goroutines of
+// their own; both post their results to the inbox; a post wakes the
+// driver, and cancels the Fetch it may be blocked in (the claim keeps the
+// records of a Fetch whose context ends, for the next). The claim's
+// methods are called one at a time, from run.
 //
 // The commit is the window's (retrystate.Window, ReserveOnFailure): its
 // base, with the finished records above it and each retrying record's
@@ -39,7 +41,7 @@ type kstate uint8
 const (
 	kqueued   kstate = iota // behind the head of its key's queue
 	kready                  // the head, to be delivered when a place is free
-	krunning                // in a handler call
+	krunning                // handed to the callers: in a handler call, or next in line for one
 	kheld                   // failed, its state kept: waits for its retry to be due
 	kroom                   // failed, no room for its state yet: waits for room
 	kstarting               // its retry is due and marked started: delivered once committed
@@ -109,7 +111,8 @@ type kdriver struct {
 	held       []*krec
 	room       []*krec
 	starting   []*krec
-	running    int
+	running    int // records handed to the callers, not yet posted back
+	callers    kcallers
 	actions    int
 	replies    []chan<- error // Skips to answer once committed
 	fullLogged bool

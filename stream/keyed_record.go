@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -220,9 +221,9 @@ func (d *kdriver) write(ctx context.Context, next int64, md string) error {
 
 // start delivers ready records up to the concurrency limits.
 func (d *kdriver) start(ctx context.Context) {
-	n := 0
+	n, most := 0, d.k.perPartition+d.lookAhead()
 	for _, r := range d.ready {
-		if d.running >= d.k.perPartition || !d.k.lim.acquire(d) {
+		if d.running >= most || !d.k.lim.acquire(d) {
 			break
 		}
 		n++
@@ -247,26 +248,91 @@ func (d *kdriver) infoOf(b *Batch) BatchInfo {
 	return BatchInfo{Topic: b.Topic, Partition: b.Partition, ClaimID: d.claim, FirstOffset: b.FirstOffset(), LastOffset: b.LastOffset(), Records: len(b.Records)}
 }
 
-// deliver calls the handler over r in a goroutine of its own.
+// lookAhead is how many records the driver hands to the partition's
+// callers beyond its concurrency limit: they wait in the callers' queue,
+// so that a caller whose call returns goes on with the next record at
+// once, instead of waiting for the driver's next turn (with 256 records at
+// once, the turn's wait was a quarter of a 2ms handler's time per record).
+// The callers are perPartition at most, so perPartition calls at most run
+// at once. None under a processor-wide limit (WithConcurrency's
+// perProcessor), whose places the records held back would take from
+// other partitions.
+func (d *kdriver) lookAhead() int {
+	if d.k.lim != nil {
+		return 0
+	}
+	return d.k.perPartition / 4
+}
+
+// kcall is a record handed to the callers, with its batch.
+type kcall struct {
+	r *krec
+	b *Batch
+}
+
+// kcallers run the driver's handler calls: up to perPartition goroutines,
+// each taking the next record handed over until there is none, then
+// ending. A record handed over while fewer than perPartition run starts
+// one; else one that runs takes it once its call returns, as a caller
+// ends only when it finds none.
+type kcallers struct {
+	mu    sync.Mutex
+	queue []kcall
+	live  int
+}
+
+// deliver hands r to the callers.
 func (d *kdriver) deliver(ctx context.Context, r *krec) {
 	r.st = krunning
 	d.running++
-	b := d.one(r)
-	clock := d.p.cfg.clock
-	go lifecycle.Inside(func() {
-		if ctx.Err() != nil {
-			d.post(kevent{r: r, b: b, notCalled: true})
+	w := &d.callers
+	w.mu.Lock()
+	w.queue = append(w.queue, kcall{r: r, b: d.one(r)})
+	spawn := w.live < d.k.perPartition
+	if spawn {
+		w.live++
+	}
+	w.mu.Unlock()
+	if spawn {
+		go lifecycle.Inside(func() { d.callLoop(ctx) })
+	}
+}
+
+// callLoop calls the handler over the records handed over, one at a time,
+// until there is none.
+func (d *kdriver) callLoop(ctx context.Context) {
+	w := &d.callers
+	for {
+		w.mu.Lock()
+		if len(w.queue) == 0 {
+			w.live--
+			w.mu.Unlock()
 			return
 		}
-		var behind atomic.Bool
-		hctx := d.keyed(ctx, r)
-		if d.k.ordering == ByKey && len(d.k.mw) > 0 {
-			hctx = context.WithValue(hctx, parkedBehindCtx{}, &behind)
-		}
-		start := clock.Now()
-		err := d.p.call(hctx, b)
-		d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now(), behind: behind.Load()})
-	})
+		c := w.queue[0]
+		w.queue[0] = kcall{}
+		w.queue = w.queue[1:]
+		w.mu.Unlock()
+		d.call(ctx, c.r, c.b)
+	}
+}
+
+// call calls the handler over r, or says it was not called once ctx is
+// done, and posts the result.
+func (d *kdriver) call(ctx context.Context, r *krec, b *Batch) {
+	if ctx.Err() != nil {
+		d.post(kevent{r: r, b: b, notCalled: true})
+		return
+	}
+	var behind atomic.Bool
+	hctx := d.keyed(ctx, r)
+	if d.k.ordering == ByKey && len(d.k.mw) > 0 {
+		hctx = context.WithValue(hctx, parkedBehindCtx{}, &behind)
+	}
+	clock := d.p.cfg.clock
+	start := clock.Now()
+	err := d.p.call(hctx, b)
+	d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now(), behind: behind.Load()})
 }
 
 // result applies a handler call's result to its record.
@@ -275,7 +341,10 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 	d.k.lim.release()
 	r, b := e.r, e.b
 	if e.notCalled {
-		d.abandoned(r, b, context.Cause(ctx))
+		// Handed over but never called: nothing was in flight to abandon
+		// (a batch the worker had not started is not reported either).
+		// The claim has ended, and the record is not committed as done.
+		r.st = kdone
 		return
 	}
 	if ctx.Err() != nil {

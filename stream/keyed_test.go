@@ -536,3 +536,123 @@ func TestKeyedLeasesRefused(t *testing.T) {
 		t.Fatalf("leases.New = %v, want an error about key ordering", err)
 	}
 }
+
+// TestKeyedCallsGoOnDuringTheDriversTurn: a handler call that returns
+// goes on with the next record handed over without waiting for the
+// driver's turn (here held up in a Delivered hook, as a slow turn
+// would), so that the calls of a partition do not wait for the driver
+// between records; and never more than the limit at once.
+func TestKeyedCallsGoOnDuringTheDriversTurn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		var (
+			mu               sync.Mutex
+			calls, now, most int
+			block, release   = make(chan struct{}), make(chan struct{})
+			blocked          sync.Once
+		)
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			calls++
+			now++
+			most = max(most, now)
+			mu.Unlock()
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			now--
+			mu.Unlock()
+			return nil
+		})
+		// The driver reports a call's result from its own goroutine:
+		// held up in the first, as in a slow turn.
+		hooks := stream.Hooks{Delivered: func(stream.DeliveredEvent) {
+			blocked.Do(func() {
+				close(block)
+				<-release
+			})
+		}}
+		proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(limit, 0), stream.WithHooks(hooks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("t", 0, 100)
+		keys := make([]string, 100)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(ctx, proc, p) }()
+		<-block
+		synctest.Wait() // every call that can go on without the driver has
+		mu.Lock()
+		during := calls
+		mu.Unlock()
+		close(release)
+		waitCommitted(t, p, 100)
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if during <= limit {
+			t.Errorf("%d calls while the driver's turn was held up, after the first %d: the calls waited for the driver", during, limit)
+		}
+		if most != limit {
+			t.Errorf("at most %d records at once, want %d", most, limit)
+		}
+	})
+}
+
+// TestKeyedAbandonsOnlyCallsInFlight: when the claim ends, the Abandoned
+// hook reports the records whose handler calls were in flight, not those
+// handed to the partition's callers and never called (its count is of
+// deliveries left unfinished, as for a batch in checkpoint mode).
+func TestKeyedAbandonsOnlyCallsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 8
+		var (
+			mu        sync.Mutex
+			calls     int
+			abandoned int
+		)
+		handler := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			mu.Lock()
+			calls++
+			mu.Unlock()
+			<-ctx.Done()
+			return ctx.Err()
+		})
+		hooks := stream.Hooks{Abandoned: func(stream.AbandonedEvent) {
+			mu.Lock()
+			abandoned++
+			mu.Unlock()
+		}}
+		proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(limit, 0),
+			stream.WithHooks(hooks))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := streamtest.NewPartition("t", 0, 100)
+		keys := make([]string, 100)
+		for o := range keys {
+			keys[o] = fmt.Sprint("k", o)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- streamtest.Run(ctx, proc, p) }()
+		synctest.Wait() // every call that can start has
+		cancel()
+		<-done
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if calls != limit {
+			t.Fatalf("%d handler calls at once, want %d", calls, limit)
+		}
+		if abandoned != calls {
+			t.Errorf("Abandoned reported %d records, want the %d whose calls were in flight", abandoned, calls)
+		}
+	})
+}
