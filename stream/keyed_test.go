@@ -575,15 +575,7 @@ func TestKeyedCallsGoOnDuringTheDriversTurn(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := streamtest.NewPartition("t", 0, 100)
-		keys := make([]string, 100)
-		for o := range keys {
-			keys[o] = fmt.Sprint("k", o)
-		}
-		p.AppendKeyed(time.Now(), keys...)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- streamtest.Run(ctx, proc, p) }()
+		p, cancel, done := runDistinctKeys(t, proc, 100)
 		<-block
 		synctest.Wait() // every call that can go on without the driver has
 		mu.Lock()
@@ -633,15 +625,7 @@ func TestKeyedAbandonsOnlyCallsInFlight(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p := streamtest.NewPartition("t", 0, 100)
-		keys := make([]string, 100)
-		for o := range keys {
-			keys[o] = fmt.Sprint("k", o)
-		}
-		p.AppendKeyed(time.Now(), keys...)
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- streamtest.Run(ctx, proc, p) }()
+		_, cancel, done := runDistinctKeys(t, proc, 100)
 		synctest.Wait() // every call that can start has
 		cancel()
 		<-done
@@ -655,4 +639,20 @@ func TestKeyedAbandonsOnlyCallsInFlight(t *testing.T) {
 			t.Errorf("Abandoned reported %d records, want the %d whose calls were in flight", abandoned, calls)
 		}
 	})
+}
+
+// runDistinctKeys runs proc over a partition of n records, each of a key
+// of its own, until cancel; done gets Run's error.
+func runDistinctKeys(t *testing.T, proc *stream.Processor, n int) (p *streamtest.Partition, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	p = streamtest.NewPartition("t", 0, 100)
+	keys := make([]string, n)
+	for o := range keys {
+		keys[o] = fmt.Sprint("k", o)
+	}
+	p.AppendKeyed(time.Now(), keys...)
+	ctx, cancel := context.WithCancel(t.Context())
+	errc := make(chan error, 1)
+	go func() { errc <- streamtest.Run(ctx, proc, p) }()
+	return p, cancel, errc
 }
