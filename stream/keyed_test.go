@@ -126,20 +126,8 @@ func TestKeyedConcurrency(t *testing.T) {
 					keys[o] = fmt.Sprint("k", o%tc.keys)
 				}
 				p.AppendKeyed(time.Now(), keys...)
-				var mu sync.Mutex
-				now, most := 0, 0
-				handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-					mu.Lock()
-					now++
-					most = max(most, now)
-					mu.Unlock()
-					time.Sleep(2 * time.Millisecond)
-					mu.Lock()
-					now--
-					mu.Unlock()
-					return nil
-				})
-				_, stop := keyedRun(t, &h, "a", p, handler, stream.WithOrdering(tc.ordering), stream.WithConcurrency(tc.limit, 0))
+				var m meter
+				_, stop := keyedRun(t, &h, "a", p, m.handler(), stream.WithOrdering(tc.ordering), stream.WithConcurrency(tc.limit, 0))
 				waitCommitted(t, p, 300)
 				stop()
 				if tc.ordering == stream.ByKey {
@@ -149,7 +137,7 @@ func TestKeyedConcurrency(t *testing.T) {
 				if tc.ordering == stream.ByNone {
 					want = tc.limit
 				}
-				if most != want {
+				if _, most := m.read(); most != want {
 					t.Fatalf("at most %d records at once, want %d", most, want)
 				}
 			})
@@ -546,23 +534,10 @@ func TestKeyedCallsGoOnDuringTheDriversTurn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 8
 		var (
-			mu               sync.Mutex
-			calls, now, most int
-			block, release   = make(chan struct{}), make(chan struct{})
-			blocked          sync.Once
+			m              meter
+			block, release = make(chan struct{}), make(chan struct{})
+			blocked        sync.Once
 		)
-		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			mu.Lock()
-			calls++
-			now++
-			most = max(most, now)
-			mu.Unlock()
-			time.Sleep(2 * time.Millisecond)
-			mu.Lock()
-			now--
-			mu.Unlock()
-			return nil
-		})
 		// The driver reports a call's result from its own goroutine:
 		// held up in the first, as in a slow turn.
 		hooks := stream.Hooks{Delivered: func(stream.DeliveredEvent) {
@@ -571,16 +546,14 @@ func TestKeyedCallsGoOnDuringTheDriversTurn(t *testing.T) {
 				<-release
 			})
 		}}
-		proc, err := stream.NewProcessor(handler, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(limit, 0), stream.WithHooks(hooks))
+		proc, err := stream.NewProcessor(m.handler(), stream.WithOrdering(stream.ByKey), stream.WithConcurrency(limit, 0), stream.WithHooks(hooks))
 		if err != nil {
 			t.Fatal(err)
 		}
 		p, cancel, done := runDistinctKeys(t, proc, 100)
 		<-block
 		synctest.Wait() // every call that can go on without the driver has
-		mu.Lock()
-		during := calls
-		mu.Unlock()
+		during, _ := m.read()
 		close(release)
 		waitCommitted(t, p, 100)
 		cancel()
@@ -590,7 +563,7 @@ func TestKeyedCallsGoOnDuringTheDriversTurn(t *testing.T) {
 		if during <= limit {
 			t.Errorf("%d calls while the driver's turn was held up, after the first %d: the calls waited for the driver", during, limit)
 		}
-		if most != limit {
+		if _, most := m.read(); most != limit {
 			t.Errorf("at most %d records at once, want %d", most, limit)
 		}
 	})
@@ -655,4 +628,33 @@ func runDistinctKeys(t *testing.T, proc *stream.Processor, n int) (p *streamtest
 	errc := make(chan error, 1)
 	go func() { errc <- streamtest.Run(ctx, proc, p) }()
 	return p, cancel, errc
+}
+
+// meter counts a handler's calls and the most that ran at once; each call
+// takes 2ms.
+type meter struct {
+	mu               sync.Mutex
+	calls, now, most int
+}
+
+func (m *meter) handler() stream.Handler {
+	return stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+		m.mu.Lock()
+		m.calls++
+		m.now++
+		m.most = max(m.most, m.now)
+		m.mu.Unlock()
+		time.Sleep(2 * time.Millisecond)
+		m.mu.Lock()
+		m.now--
+		m.mu.Unlock()
+		return nil
+	})
+}
+
+// read returns the calls so far and the most at once.
+func (m *meter) read() (calls, most int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls, m.most
 }
