@@ -112,7 +112,7 @@ func (e *engine) run(ctx context.Context) error {
 			return fmt.Errorf("confluent: make the dead-letter producer of WithPublisher (from bootstrap.servers and the security settings of WithGroup's configuration): %w", err)
 		}
 		go e.producerEvents(p)
-		if !e.owned.start(p) {
+		if !e.owned.Start(p) {
 			p.Close()
 		}
 	}

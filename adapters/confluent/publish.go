@@ -40,10 +40,6 @@ type ownedProducer struct {
 	kafkaadapter.Owned[*kafka.Producer]
 }
 
-// start gives o its producer; it returns false (and o takes nothing) when
-// Run has ended meanwhile.
-func (o *ownedProducer) start(p *kafka.Producer) bool { return o.Start(p) }
-
 // stop takes the producer away, so that no Produce starts again, and once
 // the Produce calls in progress have returned, flushes it (waiting at most
 // flush for the delivery reports of what it holds) and closes it, waiting

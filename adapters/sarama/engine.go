@@ -141,7 +141,7 @@ func (e *engine) run(ctx context.Context) error {
 		defer e.stopProducer()
 	}
 	client, commits, group, producer := e.connect(ctx)
-	if producer != nil && !e.owned.start(producer) {
+	if producer != nil && !e.owned.Start(producer) {
 		_ = producer.Close()
 	}
 	if client == nil {

@@ -38,10 +38,6 @@ type ownedProducer struct {
 	kafkaadapter.Owned[sarama.SyncProducer]
 }
 
-// start gives o its producer; it returns false (and o takes nothing) when
-// Run has ended meanwhile.
-func (o *ownedProducer) start(p sarama.SyncProducer) bool { return o.Start(p) }
-
 // stop takes the producer away, so that no send starts again, and closes
 // it once the sends in flight have returned, waiting for that at most
 // wait. It reports whether the producer was closed within wait.
