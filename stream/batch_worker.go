@@ -32,7 +32,7 @@ import (
 //	                        outage): the machine is put back as it was
 //	                        before the delivery, which spent nothing
 //	uncounted -> probing    the outage waited out names the batch its
-//	                        probe (w.probe is the probe's number)
+//	                        probe
 //	counted   -> probing    the same, for a retry due during an outage
 //	probing   -> counted    a retry refused when due (the probe dropped:
 //	                        another partition probes)
@@ -92,9 +92,8 @@ type worker struct {
 	// previousGiveUp, how many of its records the previous owner gave up.
 	scope giveUpScope
 	// delivery is what the latest or next delivery is in the budget's
-	// terms; probe, when probing, the number of the outage's probe.
+	// terms (the probe's number, when probing, goes to the Probing hook).
 	delivery deliveryState
-	probe    int
 	givenUp  int
 
 	// from is the offset of the batch that restored continues; -1 for none.
@@ -235,7 +234,7 @@ func (w *worker) run(ctx context.Context) error {
 				// It was to be the outage's probe: another partition
 				// probes instead.
 				w.member.dropProbe()
-				w.delivery, w.probe = counted, 0
+				w.delivery = counted
 			}
 		}
 		done, reply := b, chan<- error(nil)
@@ -318,7 +317,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 	clock := w.u.p.cfg.clock
 	b.Attempt = attemptOf(&w.m)
 	b.Attempt.Probe = w.delivery == probing
-	w.delivery, w.probe = counted, 0
+	w.delivery = counted
 	if ctx.Err() != nil {
 		// The claim ended since the batch was fetched or its retry marked
 		// started (the partition revoked, its lease lost, a shutdown): the
@@ -443,7 +442,7 @@ func (w *worker) outage(ctx context.Context, b *Batch) error {
 		}
 	}
 	if probe > 0 {
-		w.delivery, w.probe = probing, probe
+		w.delivery = probing
 		w.u.log.Info("redeliver: outage: probing the downstream with this batch", "offset", b.FirstOffset(), "records", len(b.Records), "probe", probe)
 		if h := w.u.p.cfg.hooks.Probing; h != nil {
 			h(ProbeEvent{BatchInfo: w.infoOf(b), Probe: probe, Since: since})
