@@ -21,8 +21,8 @@ import (
 // delivered as if nothing had been restored.
 func (w *worker) resume(b *Batch) (d retrystate.Decision, outcome Outcome, cause error, fresh bool) {
 	s := *w.restored
-	d = w.m.Resume(s, w.p.cfg.clock.Now(), w.rnd)
-	w.log.Info("redeliver: continuing retry state of a previous owner", "offset", b.FirstOffset(),
+	d = w.m.Resume(s, w.u.p.cfg.clock.Now(), w.u.rnd)
+	w.u.log.Info("redeliver: continuing retry state of a previous owner", "offset", b.FirstOffset(),
 		"retries", s.Retries, "first_failure", s.FirstFailure, "next_at", s.NextAt, "started", s.Started,
 		"next", d.Action.String())
 	outcome = Failed
@@ -104,7 +104,7 @@ func (w *worker) fetchCovered(ctx context.Context, b *Batch) error {
 // saveState commits the retry state of the withheld batch b, with the
 // checkpoint at its first record.
 func (w *worker) saveState(ctx context.Context, b *Batch) error {
-	if w.p.cfg.memoryOnly {
+	if w.u.p.cfg.memoryOnly {
 		return nil
 	}
 	s := w.m.State()
@@ -124,7 +124,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 // partition move meanwhile, delivers the batch again with a fresh count.
 func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.ExhaustedError) error {
 	w.pause()
-	if w.p.cfg.memoryOnly {
+	if w.u.p.cfg.memoryOnly {
 		return nil
 	}
 	s := w.m.GivenUpState()
@@ -186,13 +186,13 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 	case err != nil:
 		// The claim ended (a stop, a revocation) while the commit waited
 		// to be tried again: never silent, as a write given up.
-		w.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
+		w.u.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
 			"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
 		return w.abandon(ctx)
 	}
 	w.lastNext = next
-	if h := w.p.cfg.hooks.Checkpointed; h != nil {
-		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.claim, Next: next, Metadata: md})
+	if h := w.u.p.cfg.hooks.Checkpointed; h != nil {
+		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.u.claim, Next: next, Metadata: md})
 	}
 	return nil
 }
@@ -213,10 +213,10 @@ func (w *worker) abandonWith(cause error) error {
 		cause = errAbandoned
 	}
 	b := &w.batch
-	if h := w.p.cfg.hooks.Abandoned; h != nil {
+	if h := w.u.p.cfg.hooks.Abandoned; h != nil {
 		h(AbandonedEvent{BatchInfo: w.infoOf(b), Attempt: b.Attempt, Cause: cause})
 	}
-	w.log.Info("redeliver: batch abandoned, checkpoint left in place", "offset", b.FirstOffset(),
+	w.u.log.Info("redeliver: batch abandoned, checkpoint left in place", "offset", b.FirstOffset(),
 		"records", len(b.Records), "retry", b.Attempt.Retries, "cause", cause)
 	return cause
 }

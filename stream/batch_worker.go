@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
@@ -33,7 +32,7 @@ import (
 //	                        outage): the machine is put back as it was
 //	                        before the delivery, which spent nothing
 //	uncounted -> probing    the outage waited out names the batch its
-//	                        probe (w.probe is the probe's number)
+//	                        probe
 //	counted   -> probing    the same, for a retry due during an outage
 //	probing   -> counted    a retry refused when due (the probe dropped:
 //	                        another partition probes)
@@ -77,26 +76,30 @@ const (
 	previousGiveUp
 )
 
-// worker is the state of one partition's Process call.
+// worker is the state of one partition's Process call. The processor, the
+// partition's logger, its Rand and the ClaimID of the events are its
+// unit's (u.p, u.log, u.rnd, u.claim), not copies: an idle partition keeps
+// its worker, and the worker is kept small (its one-byte states side by
+// side, too).
 type worker struct {
-	p     *Processor
 	c     Claim
 	m     retrystate.Machine
-	rnd   checkpoint.Rand
 	batch Batch
+	u     unit // what gives a batch up (unit.go)
+
 	fetch fetchState
-	log   *slog.Logger
-	claim uint64 // the ClaimID of the events
-	u     unit   // what gives a batch up (unit.go)
+	// scope is what a give-up of the batch gives up; givenUp, in
+	// previousGiveUp, how many of its records the previous owner gave up.
+	scope giveUpScope
+	// delivery is what the latest or next delivery is in the budget's
+	// terms (the probe's number, when probing, goes to the Probing hook).
+	delivery deliveryState
+	givenUp  int
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64
 	restored *retrystate.State // made by readState: most claims restore nothing
 
-	// scope is what a give-up of the batch gives up; givenUp, in
-	// previousGiveUp, how many of its records the previous owner gave up.
-	scope   giveUpScope
-	givenUp int
 	// rest holds the records after those given up (a record given up
 	// alone, or the records a previous owner gave up), fetched already:
 	// they are delivered as the next batch.
@@ -113,10 +116,6 @@ type worker struct {
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
-	// delivery is what the latest or next delivery is in the budget's
-	// terms; probe, when probing, the number of the outage's probe.
-	delivery deliveryState
-	probe    int
 }
 
 // pause pauses the claim, unless it is paused.
@@ -138,14 +137,14 @@ func (w *worker) readState(off int64, md string) {
 	var other *retrystate.OtherRecordError
 	switch {
 	case errors.Is(err, retrystate.ErrForeignMetadata):
-		w.log.Debug("redeliver: committed metadata is not ours, ignored", "offset", off, "metadata", md)
+		w.u.log.Debug("redeliver: committed metadata is not ours, ignored", "offset", off, "metadata", md)
 	case errors.As(err, &other):
 		// Not the state of the record at the checkpoint: never apply
 		// one record's count to another.
-		w.log.Warn("redeliver: committed retry state belongs to another record than the one at the checkpoint, ignored",
+		w.u.log.Warn("redeliver: committed retry state belongs to another record than the one at the checkpoint, ignored",
 			"offset", off, "state_offset", other.Offset, "metadata", md)
 	case err != nil:
-		w.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
+		w.u.log.Warn("redeliver: damaged retry state ignored, the batch starts its count over", "offset", off, "error", err)
 	default:
 		w.from, w.restored = off, &s
 	}
@@ -209,10 +208,10 @@ func (w *worker) run(ctx context.Context) error {
 					}
 				}
 			}
-			if d.At.After(w.p.cfg.clock.Now()) {
+			if d.At.After(w.u.p.cfg.clock.Now()) {
 				w.pause()
 			}
-			if err := w.p.wait(ctx, d.At); err != nil {
+			if err := w.u.p.wait(ctx, d.At); err != nil {
 				return w.abandon(ctx)
 			}
 			if w.member != nil && w.member.outage() {
@@ -222,7 +221,7 @@ func (w *worker) run(ctx context.Context) error {
 					return err
 				}
 			}
-			if d = w.m.Start(w.p.cfg.clock.Now()); d.Action != retrystate.StopRetrying {
+			if d = w.m.Start(w.u.p.cfg.clock.Now()); d.Action != retrystate.StopRetrying {
 				// The retry counts before it starts: a move or a crash
 				// during it cannot make a next owner repeat it.
 				if err := w.saveState(ctx, b); err != nil {
@@ -235,7 +234,7 @@ func (w *worker) run(ctx context.Context) error {
 				// It was to be the outage's probe: another partition
 				// probes instead.
 				w.member.dropProbe()
-				w.delivery, w.probe = counted, 0
+				w.delivery = counted
 			}
 		}
 		done, reply := b, chan<- error(nil)
@@ -254,7 +253,7 @@ func (w *worker) run(ctx context.Context) error {
 			if n := w.giving(); n < len(b.Records) {
 				given = &Batch{Topic: b.Topic, Partition: b.Partition, Records: b.Records[:n], Attempt: b.Attempt}
 			}
-			if w.p.cfg.exhaustion != nil && !w.p.cfg.memoryOnly {
+			if w.u.p.cfg.exhaustion != nil && !w.u.p.cfg.memoryOnly {
 				// Until its action succeeds, a next owner gives it up
 				// again at once, with what it was given up with, and
 				// those records only.
@@ -314,11 +313,11 @@ func (w *worker) giving() int {
 // checkpoint to the failed record and cut the batch there. It returns an
 // error when the worker must stop.
 func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, outcome Outcome, cause error, stop error) {
-	hooks := &w.p.cfg.hooks
-	clock := w.p.cfg.clock
+	hooks := &w.u.p.cfg.hooks
+	clock := w.u.p.cfg.clock
 	b.Attempt = attemptOf(&w.m)
 	b.Attempt.Probe = w.delivery == probing
-	w.delivery, w.probe = counted, 0
+	w.delivery = counted
 	if ctx.Err() != nil {
 		// The claim ended since the batch was fetched or its retry marked
 		// started (the partition revoked, its lease lost, a shutdown): the
@@ -330,7 +329,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 	if hooks.Delivered != nil {
 		start = clock.Now()
 	}
-	err := w.p.call(ctx, b)
+	err := w.u.p.call(ctx, b)
 	switch _, system := clock.(systemClock); {
 	case system && !start.IsZero():
 		// time.Now, less any step of the wall clock during the call:
@@ -340,11 +339,11 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 		now = clock.Now()
 	}
 	if ctx.Err() != nil {
-		w.p.delivered(w.infoOf(b), b.Attempt, Cancelled, err, start, now, false)
+		w.u.p.delivered(w.infoOf(b), b.Attempt, Cancelled, err, start, now, false)
 		return d, Cancelled, err, w.abandon(ctx)
 	}
 	w.scope, w.givenUp = wholeBatch, 0
-	res := readResult(err, b, w.log)
+	res := readResult(err, b, w.u.log)
 	outcome, cause = res.outcome, res.cause
 	partial := res.partial // the failed record is known: records before its index are done
 	if err != nil {
@@ -355,7 +354,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 			w.m.Begin(b.Records[partial.Index].Timestamp)
 		}
 		if rr := res.rr; rr != nil {
-			d = w.m.RequestRetries(now, rr.request(), w.rnd)
+			d = w.m.RequestRetries(now, rr.request(), w.u.rnd)
 			if w.member != nil {
 				w.member.requested(now)
 			}
@@ -364,7 +363,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 			if w.member != nil {
 				before = w.m
 			}
-			d = w.m.Fail(now, cause, w.rnd)
+			d = w.m.Fail(now, cause, w.u.rnd)
 			switch {
 			case w.member == nil:
 			case d.Action == retrystate.StopRetrying && d.Reason == checkpoint.NotRetryable:
@@ -372,7 +371,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 			default:
 				counts, began := w.member.failed(now, w.infoOf(b))
 				if began {
-					w.log.Error("redeliver: outage: the outage budget ran out, failures spend no retries until a delivery succeeds",
+					w.u.log.Error("redeliver: outage: the outage budget ran out, failures spend no retries until a delivery succeeds",
 						"offset", b.FirstOffset(), "error", cause)
 				}
 				if !counts && (d.Action != retrystate.StopRetrying || d.Reason != checkpoint.RecordTooOld) {
@@ -385,11 +384,11 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 		}
 	} else if w.member != nil {
 		if e, ended := w.member.succeeded(now, w.infoOf(b)); ended {
-			w.log.Warn("redeliver: outage ended: a delivery succeeded", "offset", b.FirstOffset(),
+			w.u.log.Warn("redeliver: outage ended: a delivery succeeded", "offset", b.FirstOffset(),
 				"lasted", e.Duration, "probes", e.Probes, "waiting", e.Failing)
 		}
 	}
-	w.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.delivery == uncounted)
+	w.u.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.delivery == uncounted)
 	if partial != nil && partial.Index > 0 {
 		// The records before partial.Index are done: move the checkpoint
 		// to the failed record and go on with the rest of the batch.
@@ -408,14 +407,14 @@ func (w *worker) scheduled(b *Batch, d retrystate.Decision, err error, outcome O
 	if outcome == RetryRequested {
 		err = nil
 	}
-	if h := w.p.cfg.hooks.RetryScheduled; h != nil {
+	if h := w.u.p.cfg.hooks.RetryScheduled; h != nil {
 		h(RetryEvent{BatchInfo: w.infoOf(b), Retry: d.Retry, Delay: d.Delay, At: d.At, Err: err})
 	}
 	if w.scope == failedRecord {
-		w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
+		w.u.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
 			"failed_offset", b.FirstOffset(), "retry", d.Retry, "delay", d.Delay, "error", err)
 	} else {
-		w.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
+		w.u.log.Info("redeliver: retry scheduled", "offset", b.FirstOffset(), "records", len(b.Records),
 			"retry", d.Retry, "delay", d.Delay, "error", err)
 	}
 	if d.Delay > 0 {
@@ -429,9 +428,9 @@ func (w *worker) scheduled(b *Batch, d retrystate.Decision, err error, outcome O
 // worker must stop.
 func (w *worker) outage(ctx context.Context, b *Batch) error {
 	w.pause()
-	clock := w.p.cfg.clock
+	clock := w.u.p.cfg.clock
 	start := clock.Now()
-	w.log.Warn("redeliver: outage: partition waits for the downstream", "offset", b.FirstOffset(), "records", len(b.Records), "retry", b.Attempt.Retries)
+	w.u.log.Warn("redeliver: outage: partition waits for the downstream", "offset", b.FirstOffset(), "records", len(b.Records), "retry", b.Attempt.Retries)
 	probe, since, err := w.member.await(ctx, clock)
 	if err != nil {
 		return w.abandon(ctx)
@@ -443,9 +442,9 @@ func (w *worker) outage(ctx context.Context, b *Batch) error {
 		}
 	}
 	if probe > 0 {
-		w.delivery, w.probe = probing, probe
-		w.log.Info("redeliver: outage: probing the downstream with this batch", "offset", b.FirstOffset(), "records", len(b.Records), "probe", probe)
-		if h := w.p.cfg.hooks.Probing; h != nil {
+		w.delivery = probing
+		w.u.log.Info("redeliver: outage: probing the downstream with this batch", "offset", b.FirstOffset(), "records", len(b.Records), "probe", probe)
+		if h := w.u.p.cfg.hooks.Probing; h != nil {
 			h(ProbeEvent{BatchInfo: w.infoOf(b), Probe: probe, Since: since})
 		}
 	}

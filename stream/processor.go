@@ -324,16 +324,12 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		return p.processKeyed(ctx, c, id) // keyed.go
 	}
 	w := worker{
-		claim: id,
-		p:     p,
 		c:     c,
 		m:     retrystate.NewMachineOf(&p.cfg.policy),
-		rnd:   p.newRand(),
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
-		log:   partitionLogger(p.log, c.Topic(), c.Partition()),
 		from:  -1,
 	}
-	w.u = unit{p: p, log: w.log, rnd: w.rnd, claim: id, beforeHalt: w.beforeHalt}
+	w.u = unit{p: p, log: partitionLogger(p.log, c.Topic(), c.Partition()), rnd: p.newRand(), claim: id, beforeHalt: w.beforeHalt}
 	w.lastNext = off
 	if !p.cfg.memoryOnly {
 		w.readState(off, md)
@@ -364,5 +360,9 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		if err := w.run(ctx); err != nil {
 			return err
 		}
+		// The batch is checkpointed: the worker lets go of its records,
+		// so that an idle partition keeps neither them nor their array
+		// (the claim may reuse it, or let it go).
+		w.batch.Records = nil
 	}
 }

@@ -31,6 +31,14 @@ type Config[R any] struct {
 	// Reuse keeps the slices of spent pushes (up to two, of at most 65536
 	// records each), emptied, for the fetch side to fill again ([Buffer.Slice]).
 	Reuse bool
+	// Ctx, when not nil, is a context whose end the owner always reports
+	// with [Buffer.Interrupt] (after cancelling it, or after its parent
+	// ended). Next given it waits on the buffer alone, without the
+	// context's done channel: a context makes that channel when first
+	// asked for it, and a select waiting on it holds one more place, so
+	// an idle partition's wait holds less memory. Next given any other
+	// context waits on that context too.
+	Ctx context.Context
 }
 
 // maxSpare is the largest slice kept for reuse.
@@ -65,12 +73,15 @@ type Buffer[R any] struct {
 	told   int64   // the skip a Next returned no records for
 	full   bool
 	paused bool
-	spare  [][]R
+	// waiting: the worker waits on wake; roomWaiting: the fetch side
+	// waits on room. Beside the flags above, which keeps the struct
+	// smaller.
+	waiting     bool
+	roomWaiting bool
+	spare       [][]R
 
-	waiting     bool // the worker waits on wake
-	roomWaiting bool // the fetch side waits on room
-	wake        chan struct{}
-	room        chan struct{} // made by the first WaitRoom that waits
+	wake chan struct{}
+	room chan struct{} // made by the first WaitRoom that waits
 }
 
 // New returns an empty buffer guarded by mu.
@@ -140,6 +151,10 @@ func (b *Buffer[R]) Skip(to int64) {
 	}
 }
 
+// Interrupt wakes Next, if it waits, so that it checks its context again:
+// the owner calls it when Config.Ctx has ended.
+func (b *Buffer[R]) Interrupt() { signal(b.wake) }
+
 // Position returns the offset past the records skipped (Skip) after the
 // last record pushed, when every record pushed has been taken; -1
 // otherwise (none skipped, or records buffered): a claim's
@@ -194,6 +209,16 @@ func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duratio
 			b.mu.Unlock()
 			return nil
 		}
+		var done <-chan struct{}
+		if ctx != b.cfg.Ctx {
+			done = ctx.Done()
+		} else if ctx.Err() != nil {
+			// Checked with the lock held: an end after it comes with an
+			// Interrupt, which wakes the wait below.
+			b.waiting = false
+			b.mu.Unlock()
+			return context.Cause(ctx)
+		}
 		b.waiting = true
 		n := b.n
 		b.mu.Unlock()
@@ -205,7 +230,7 @@ func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duratio
 		case <-b.wake:
 		case <-timeout:
 			waited = true
-		case <-ctx.Done():
+		case <-done:
 			b.mu.Lock()
 			b.waiting = false
 			b.mu.Unlock()

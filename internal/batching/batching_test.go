@@ -198,6 +198,67 @@ func TestNextEndsWithItsContext(t *testing.T) {
 	})
 }
 
+// doneCounter is a context that counts the calls of its Done.
+type doneCounter struct {
+	context.Context
+	calls int
+}
+
+func (c *doneCounter) Done() <-chan struct{} {
+	c.calls++
+	return c.Context.Done()
+}
+
+// Next given Config.Ctx waits on the buffer alone, never asking the
+// context for its done channel (which a context makes when first asked,
+// and which an idle partition need not keep): its end comes with
+// Interrupt. It ends at once when the context ended before it waits; any
+// other context is waited on as before.
+func TestNextOnTheOwnersContextWaitsOnTheBufferAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cause := errors.New("revoked")
+		inner, cancel := context.WithCancelCause(context.Background())
+		ctx := &doneCounter{Context: inner}
+		f := &fixture{}
+		f.b = New(&f.mu, Config[rec]{Offset: func(r *rec) int64 { return r.off }, Limit: 1000, Ctx: ctx})
+
+		// Records pushed while it waits end the wait, as ever.
+		go func() {
+			time.Sleep(time.Second)
+			f.push(recs(0, 1))
+		}()
+		if offs, err := f.next(t, ctx, 10, 0); err != nil || len(offs) != 2 {
+			t.Fatalf("Next: %v %v, want the 2 records pushed", offs, err)
+		}
+		// The context's end, with Interrupt, ends it.
+		go func() {
+			time.Sleep(time.Second)
+			cancel(cause)
+			f.locked(f.b.Interrupt)
+		}()
+		if _, err := f.next(t, ctx, 10, 0); !errors.Is(err, cause) {
+			t.Fatalf("Next: %v, want the context's cause", err)
+		}
+		// Ended before it waits: at once, Interrupt or not.
+		if _, err := f.next(t, ctx, 10, 0); !errors.Is(err, cause) {
+			t.Fatalf("Next after the end: %v, want the context's cause", err)
+		}
+		if ctx.calls != 0 {
+			t.Errorf("Next asked the owner's context for its done channel %d times, want none", ctx.calls)
+		}
+
+		// Another context is waited on: its end needs no Interrupt.
+		other, cancelOther := context.WithCancelCause(context.Background())
+		go func() {
+			time.Sleep(time.Second)
+			cancelOther(cause)
+		}()
+		if _, err := f.next(t, other, 10, 0); !errors.Is(err, cause) {
+			t.Fatalf("Next on another context: %v, want its cause", err)
+		}
+	})
+}
+
 // The buffer is full at its limit, as the records' sizes count, until it
 // has been taken down to half; the fetch side's WaitRoom waits while it is
 // full or paused.

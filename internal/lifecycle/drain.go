@@ -63,13 +63,20 @@ func (w *Workers) Names() []string {
 	return out
 }
 
+// Named is what Drain names the running workers from: a [Workers], or a
+// consumer's own record of them.
+type Named interface {
+	// Names returns the running workers' names ("orders/0"), sorted.
+	Names() []string
+}
+
 // Drain waits until done is closed, or until drain has passed when drain
 // is above 0. While it waits, it logs at Warn, after DrainFirstReport and
 // then every DrainReportEvery, which workers it waits for and for how
 // long, so that a shutdown held up by a handler that ignores its context
 // is never silent. It returns nil when done was closed, else an error
 // that names the workers still running and says why they hold Run.
-func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w *Workers, drain time.Duration) error {
+func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain time.Duration) error {
 	start := time.Now()
 	report := time.NewTimer(DrainFirstReport)
 	defer report.Stop()

@@ -3,7 +3,10 @@ package kafkatest
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -28,7 +31,10 @@ type RawIdle func(b *testing.B, addrs []string, topic string, partitions int32) 
 // stack-B/partition is what the goroutine stacks grew by, which the heap
 // figure leaves out (the whole process's, the broker's included: see
 // StackInUse).
-// Run it with -benchtime=1x.
+// Run it with -benchtime=1x. With REDELIVER_HEAP_PROFILE_DIR set to a
+// directory, it writes there the heap profile it read each figure from
+// (idle-<partitions>-<leaf>.pprof; every allocation is in it, the
+// broker's too: `go tool pprof -sample_index=inuse_space -ignore kfake`).
 func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 	for _, partitions := range counts {
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
@@ -47,6 +53,9 @@ func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 						stop := loop.run(b, addrs, topic, partitions)
 						heap1, g1 := HeapAndGoroutines()
 						stack1 := StackInUse()
+						if dir := os.Getenv("REDELIVER_HEAP_PROFILE_DIR"); dir != "" {
+							writeHeapProfile(b, filepath.Join(dir, fmt.Sprintf("idle-%d-%s.pprof", partitions, loop.name)))
+						}
 						stop()
 						b.ReportMetric(float64(heap1-heap0)/float64(partitions), "heap-B/partition")
 						b.ReportMetric(float64(stack1-stack0)/float64(partitions), "stack-B/partition")
@@ -243,4 +252,16 @@ func ProfileEveryAllocation(b *testing.B) {
 	rate := runtime.MemProfileRate
 	runtime.MemProfileRate = 1
 	b.Cleanup(func() { runtime.MemProfileRate = rate })
+}
+
+// writeHeapProfile writes the heap profile to path.
+func writeHeapProfile(b *testing.B, path string) {
+	f, err := os.Create(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
 }

@@ -56,12 +56,12 @@ type claim struct {
 	committed int64
 	metadata  string
 
-	// Set by begin before the worker starts; started is guarded by g.mu.
-	c       *Consumer
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	started bool
-	done    sync.WaitGroup // the worker, once started
+	// Set by begin before the worker starts; started (beside the other
+	// flags below, which keeps the struct smaller) is guarded by g.mu.
+	c      *Consumer
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   sync.WaitGroup // the worker, once started
 
 	mu sync.Mutex
 	// The records polled and not yet in a batch, made by begin; its limit
@@ -78,8 +78,9 @@ type claim struct {
 
 	// fetchAhead's state: ahead while it runs; polled once a poll handed
 	// over the partition since it was resumed in the client.
-	ahead  bool
-	polled bool
+	ahead   bool
+	polled  bool
+	started bool
 	// aheadWake wakes fetchAhead when the worker took records; made with
 	// the first fetchAhead (most partitions never need one).
 	aheadWake chan struct{}
@@ -99,15 +100,25 @@ type claim struct {
 	confMu     sync.Mutex
 	confMember string
 	confGen    int32
-	confSeq    uint64        // confirmations so far
-	confWake   chan struct{} // closed at the next confirmation; nil until waited on
+	// The worker's own: the leader epoch of the last record of the last
+	// batch (beside confGen, which keeps the struct smaller), and its
+	// offset.
+	lastEpoch int32
+	lastOff   int64
+	confSeq   uint64        // confirmations so far
+	confWake  chan struct{} // closed at the next confirmation; nil until waited on
 
-	// The worker's own.
-	taken     []*kgo.Record
-	out       []stream.Record
-	hdrs      []stream.Header
-	lastOff   int64 // offset of the last record of the last batch
-	lastEpoch int32 // and its leader epoch
+	// The worker's own: the memory of its batches, made for the first
+	// records and let go while the partition is idle (see Fetch).
+	mem *batchMem
+}
+
+// batchMem is the memory a claim's batches are made in, reused from one
+// batch to the next while records keep coming.
+type batchMem struct {
+	taken []*kgo.Record // the records Next handed over
+	out   []stream.Record
+	hdrs  []stream.Header
 }
 
 func newClaim(g *group, key tp, committed int64, metadata string) *claim {
@@ -206,6 +217,10 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 		Offset: func(r **kgo.Record) int64 { return (*r).Offset },
 		Size:   func(r **kgo.Record) int { return recordSize(*r) },
 		Limit:  c.cfg.BufferBytes,
+		// The worker's Fetch waits on the buffer alone: revoke, which
+		// every end of the claim's context goes through (g.stop ends
+		// every claim once Run's context ends), interrupts it.
+		Ctx:    ctx,
 		OnFull: func() { cl.g.nfull.Add(1) },
 		// Resumes a partition paused for a full buffer once it has
 		// drained.
@@ -232,6 +247,9 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 func (cl *claim) revoke(cause error) {
 	if cl.started {
 		cl.cancel(cause)
+		cl.mu.Lock()
+		cl.buf.Interrupt()
+		cl.mu.Unlock()
 	}
 	cl.commits.Final()
 	cl.ownMu.Lock()
@@ -417,16 +435,19 @@ func (cl *claim) idle() bool {
 // only (see Position).
 func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	// The Processor gave up the previous batch: when nothing is buffered,
-	// so that the worker is about to wait, let go of its records, so that
-	// an idle partition does not keep the fetch buffers its last records
-	// point into (otherwise the next batch overwrites them).
+	// so that the worker is about to wait, let go of the batches' memory,
+	// so that an idle partition keeps neither the fetch buffers its last
+	// records point into nor arrays sized to its last batch (the
+	// Processor lets go of the batch too). A partition with records
+	// buffered reuses it.
 	if cl.idle() {
-		clear(cl.out)
-		clear(cl.hdrs)
+		cl.mem = nil
 	}
-	cl.taken = cl.taken[:0]
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
-		cl.taken = append(cl.taken, part...)
+		if cl.mem == nil {
+			cl.mem = new(batchMem)
+		}
+		cl.mem.taken = append(cl.mem.taken, part...)
 	})
 	if err != nil {
 		return nil, err
@@ -442,29 +463,31 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 		cl.g.notify() // this partition starves while another is full
 	}
 	cl.mu.Unlock()
-	if len(cl.taken) == 0 {
+	if cl.mem == nil || len(cl.mem.taken) == 0 {
 		return nil, nil
 	}
 	return cl.convert(), nil
 }
 
-// convert turns cl.taken into the batch's records, reusing the previous
-// batch's memory (the Processor gave it up by calling Fetch).
+// convert turns the records taken (cl.mem.taken) into the batch's
+// records, reusing the previous batch's memory (the Processor gave it up by
+// calling Fetch).
 func (cl *claim) convert() []stream.Record {
-	out, hdrs := cl.out[:0], cl.hdrs[:0]
+	m := cl.mem
+	out, hdrs := m.out[:0], m.hdrs[:0]
 	// Grown to the batch's size exactly, not as append grows: a withheld
 	// batch keeps this memory for as long as it waits.
-	if cap(out) < len(cl.taken) {
-		out = make([]stream.Record, 0, len(cl.taken))
+	if cap(out) < len(m.taken) {
+		out = make([]stream.Record, 0, len(m.taken))
 	}
 	nh := 0
-	for _, r := range cl.taken {
+	for _, r := range m.taken {
 		nh += len(r.Headers)
 	}
 	if cap(hdrs) < nh {
 		hdrs = make([]stream.Header, 0, nh)
 	}
-	for _, r := range cl.taken {
+	for _, r := range m.taken {
 		var hs []stream.Header
 		if len(r.Headers) > 0 {
 			h0 := len(hdrs)
@@ -478,10 +501,11 @@ func (cl *claim) convert() []stream.Record {
 			Key: r.Key, Value: r.Value, Headers: hs, Timestamp: r.Timestamp,
 		})
 	}
-	last := cl.taken[len(cl.taken)-1]
+	last := m.taken[len(m.taken)-1]
 	cl.lastOff, cl.lastEpoch = last.Offset, last.LeaderEpoch
-	clear(cl.taken)
-	cl.out, cl.hdrs = out, hdrs
+	clear(m.taken)
+	m.taken = m.taken[:0]
+	m.out, m.hdrs = out, hdrs
 	return out
 }
 
@@ -571,23 +595,21 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 		}
 		return cl.c.commit.commitAs(cl, at, "", true)
 	case kafkaadapter.SendFlush:
-		return cl.send(at, "", nil)
+		return cl.send(at, "", false)
 	}
-	var ended <-chan struct{}
-	if cl.ctx != nil {
-		ended = cl.ctx.Done()
-	}
-	return cl.send(at, metadata, ended)
+	return cl.send(at, metadata, cl.ctx != nil)
 }
 
 // send commits at with metadata and waits for the answer; cl.ownMu is
-// held. ended, when not nil, makes it refuse once the claim is ending (a
-// background flush passes nil). A commit sent under a session the claim is
-// not confirmed in waits for the claim's next confirmation and is sent
-// again.
-func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}) error {
+// held. refuse makes it refuse once the claim is ending (a background
+// flush passes false). A commit sent under a session the claim is not
+// confirmed in waits for the claim's next confirmation and is sent again.
+// The claim's context's done channel is asked for only then: a context
+// makes it when first asked, and an idle partition's claim need not keep
+// one.
+func (cl *claim) send(at kgo.EpochOffset, metadata string, refuse bool) error {
 	for {
-		if !cl.owned || ended != nil && cl.ctx.Err() != nil {
+		if !cl.owned || refuse && cl.ctx.Err() != nil {
 			return stream.ErrRevoked
 		}
 		seq := cl.confirmations()
@@ -595,12 +617,12 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, ended <-chan struct{}
 		if !errors.Is(err, errUnconfirmed) {
 			return err
 		}
-		if ended == nil {
+		if !refuse {
 			return err // a flush: tried again at the interval
 		}
 		select {
 		case <-cl.confirmedAfter(seq):
-		case <-ended:
+		case <-cl.ctx.Done():
 		}
 	}
 }

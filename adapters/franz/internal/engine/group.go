@@ -170,7 +170,7 @@ type group struct {
 	nfull  atomic.Int32  // claims whose buffer is full
 	wakeup chan struct{} // a full claim drained or a claim starves
 	// workers are the running workers, which a stopping Run reports.
-	workers lifecycle.Workers
+	workers running
 
 	sideOnce sync.Once
 	side     *kgo.Client // fetchAhead's client, made when first needed
@@ -348,11 +348,11 @@ func (g *group) startLocked(cl *claim) {
 	ctx, cancel := context.WithCancelCause(g.runCtx)
 	cl.begin(ctx, cancel, c)
 	g.wg.Add(1)
-	ended := g.workers.Start(fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition))
+	g.workers.add(cl)
 	go lifecycle.Inside(func() {
 		defer g.wg.Done()
 		defer cl.finish()
-		defer ended()
+		defer g.workers.remove(cl)
 		err := c.proc.Process(ctx, cl) // ctx carries the group (start)
 		if ctx.Err() == nil {
 			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
@@ -360,6 +360,43 @@ func (g *group) startLocked(cl *claim) {
 			g.fail(err)
 		}
 	})
+}
+
+// running is the set of claims whose workers run, which a stopping Run
+// names (lifecycle.Drain): a set of the claims themselves, not a
+// lifecycle.Workers, which keeps a name, a map entry and a closure for
+// every worker, so every idle partition.
+type running struct {
+	mu     sync.Mutex
+	claims map[*claim]struct{}
+}
+
+func (r *running) add(cl *claim) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.claims == nil {
+		r.claims = make(map[*claim]struct{})
+	}
+	r.claims[cl] = struct{}{}
+}
+
+func (r *running) remove(cl *claim) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.claims, cl)
+}
+
+// Names returns the running workers' partitions ("orders/0"), sorted, each
+// once (a partition's worker may run twice across a rebalance).
+func (r *running) Names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]string, 0, len(r.claims))
+	for cl := range r.claims {
+		out = append(out, fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition))
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 // logger returns the bound consumer's logger or nil; g.mu is held.
