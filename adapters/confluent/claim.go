@@ -17,7 +17,10 @@ import (
 
 // claim is one assigned partition: a [stream.Claim] whose buffer
 // (batching.Buffer) the poll goroutine fills with the partition's
-// messages. While the worker waits out a backoff (after pauseDelay), or
+// messages, as Poll returned them; the worker makes them records as it
+// takes them (Fetch), so that the one poll goroutine, which every
+// partition's messages go through, does no more per message than
+// librdkafka's own Poll loop. While the worker waits out a backoff (after pauseDelay), or
 // the buffer holds max(4 x max batch, 2048) records and its worker has not
 // taken it down to half within fullWait, the partition is paused in
 // librdkafka (Consumer.Pause), which stops fetching it and drops what it
@@ -35,14 +38,14 @@ type claim struct {
 	done   chan struct{} // closed when the worker has returned
 
 	mu         sync.Mutex
-	buf        *batching.Buffer[stream.Record] // guarded by mu
-	paused     bool                            // paused in librdkafka; guarded by mu
-	room       chan struct{}                   // gets a value when the buffer stops being full
-	pauseTimer *time.Timer                     // pauses the partition pauseDelay into a backoff; guarded by mu
+	buf        *batching.Buffer[*kafka.Message] // guarded by mu
+	paused     bool                             // paused in librdkafka; guarded by mu
+	room       chan struct{}                    // gets a value when the buffer stops being full
+	pauseTimer *time.Timer                      // pauses the partition pauseDelay into a backoff; guarded by mu
 
-	out     []stream.Record // the worker's own
-	pending []stream.Record // the poll goroutine's own: polled, not yet pushed
-	polled  int64           // the offset after the last message pushed (or librdkafka's position past it, skip); -1 for none; guarded by mu
+	out     []stream.Record  // the worker's own
+	pending []*kafka.Message // the poll goroutine's own: polled, not yet pushed
+	polled  int64            // the offset after the last message pushed (or librdkafka's position past it, skip); -1 for none; guarded by mu
 
 	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
@@ -51,8 +54,8 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 	ctx, cancel := context.WithCancelCause(e.runCtx)
 	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel,
 		done: make(chan struct{}), room: make(chan struct{}, 1), polled: -1}
-	cl.buf = batching.New(&cl.mu, batching.Config[stream.Record]{
-		Offset: func(r *stream.Record) int64 { return r.Offset },
+	cl.buf = batching.New(&cl.mu, batching.Config[*kafka.Message]{
+		Offset: func(m **kafka.Message) int64 { return int64((*m).TopicPartition.Offset) },
 		Limit:  max(4*e.cfg.MaxBatch, 2048),
 		// A full buffer is not paused at once (see engine.holdFull): a
 		// pause drops what librdkafka fetched ahead, and the resume waits
@@ -109,7 +112,10 @@ func (cl *claim) run() {
 }
 
 // add keeps a polled message for the next flush; the poll goroutine's own.
-func (cl *claim) add(m *kafka.Message) {
+func (cl *claim) add(m *kafka.Message) { cl.pending = append(cl.pending, m) }
+
+// record makes a polled message the record the handler sees; the worker's.
+func (cl *claim) record(m *kafka.Message) stream.Record {
 	r := stream.Record{Topic: cl.key.topic, Partition: cl.key.partition, Offset: int64(m.TopicPartition.Offset),
 		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
 	if len(m.Headers) > 0 {
@@ -118,7 +124,7 @@ func (cl *claim) add(m *kafka.Message) {
 			r.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	cl.pending = append(cl.pending, r)
+	return r
 }
 
 // flush buffers the messages add kept.
@@ -126,7 +132,7 @@ func (cl *claim) flush() {
 	if len(cl.pending) == 0 {
 		return
 	}
-	n, next := len(cl.pending), cl.pending[len(cl.pending)-1].Offset+1
+	n, next := len(cl.pending), int64(cl.pending[len(cl.pending)-1].TopicPartition.Offset)+1
 	cl.mu.Lock()
 	cl.buf.Push(cl.pending)
 	cl.pending = cl.buf.Slice()
@@ -138,7 +144,7 @@ func (cl *claim) flush() {
 		// of this push, rather than one grown from nothing by doubling,
 		// which allocated twice the records' size and copied them
 		// (about 80 bytes a record, 12% more than the Poll loop's own).
-		cl.pending = make([]stream.Record, 0, n)
+		cl.pending = make([]*kafka.Message, 0, n)
 	}
 }
 
@@ -240,13 +246,15 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 		clear(cl.out)
 	}
 	out := cl.out[:0]
-	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []stream.Record) {
+	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []*kafka.Message) {
 		// Grown by what the batch needs, not as append grows: a withheld
 		// batch keeps this memory for as long as it waits.
 		if n := len(out) + len(part); n > cap(out) {
 			out = append(make([]stream.Record, 0, n), out...)
 		}
-		out = append(out, part...)
+		for _, m := range part {
+			out = append(out, cl.record(m))
+		}
 	})
 	if err != nil {
 		return nil, err

@@ -51,6 +51,7 @@ type engine struct {
 
 	// The poll goroutine's own (the rebalance callback runs on it).
 	claims    map[tp]*claim
+	last      *claim // the claim of the last message delivered; nil when claims changed since
 	runCtx    context.Context
 	commitCtx context.Context
 
@@ -165,6 +166,7 @@ func (e *engine) run(ctx context.Context) error {
 	// context holds its worker. Drain reports them, and gives up on them
 	// after the drain time. No worker starts once the poll loop is over
 	// (assign starts none once ctx has ended).
+	e.last = nil
 	for _, cl := range e.allClaims() {
 		cl.cancel(cause)
 		delete(e.claims, cl.key)
@@ -249,9 +251,16 @@ func (e *engine) deliver(m *kafka.Message) {
 	if m.TopicPartition.Topic == nil {
 		return
 	}
-	cl := e.claims[tp{*m.TopicPartition.Topic, m.TopicPartition.Partition}]
-	if cl == nil {
-		return
+	// Poll returns a fetch's messages of a partition one after the other:
+	// the last message's claim saves a map lookup (and hashing the topic)
+	// per message.
+	cl := e.last
+	if cl == nil || cl.key.partition != m.TopicPartition.Partition || cl.key.topic != *m.TopicPartition.Topic {
+		cl = e.claims[tp{*m.TopicPartition.Topic, m.TopicPartition.Partition}]
+		if cl == nil {
+			return
+		}
+		e.last = cl
 	}
 	cl.add(m)
 }
@@ -346,6 +355,7 @@ func (e *engine) allClaims() []*claim {
 // endClaims ends claims with cause, waits for their workers (at most the
 // commit timeout each, after which they are left to end), and forgets them.
 func (e *engine) endClaims(cls []*claim, cause error) {
+	e.last = nil
 	for _, cl := range cls {
 		cl.cancel(cause)
 	}
@@ -441,6 +451,7 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 		}
 		cl := newClaim(e, c, key, off, md)
 		e.claims[key] = cl
+		e.last = nil
 		started = append(started, cl)
 	}
 	e.log.Info("redeliver: partitions assigned", "group", e.group(), "partitions", len(started), "owned", len(e.claims))
