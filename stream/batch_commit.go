@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
@@ -116,7 +117,27 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	if err := w.m.LastError(); err != nil {
 		s.LastError = err.Error() // its first 128 bytes are kept
 	}
-	return w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
+	clock := w.u.p.cfg.clock
+	start := clock.Now()
+	err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
+	w.wrote = clock.Now().Sub(start)
+	return err
+}
+
+// maxMarkLead bounds how early a retry's started mark is sent before the
+// retry is due (see worker.run): a crash or a move after the mark landed
+// and before the retry was delivered counts a delivery that was not made,
+// so the batch can be given up one delivery early, never late. The same
+// holds, for a shorter moment, of any mark written just before its
+// delivery starts.
+const maxMarkLead = 10 * time.Millisecond
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // beforeHalt pauses the claim and commits the batch's state as halted,

@@ -113,6 +113,10 @@ type worker struct {
 
 	// lastNext is the offset last committed (-1 for none).
 	lastNext int64
+	// wrote is how long the last retry state took to write: a started
+	// mark is sent that long (at most maxMarkLead) before its retry is
+	// due.
+	wrote time.Duration
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
@@ -208,10 +212,15 @@ func (w *worker) run(ctx context.Context) error {
 					}
 				}
 			}
-			if d.At.After(w.u.p.cfg.clock.Now()) {
+			clock := w.u.p.cfg.clock
+			if d.At.After(clock.Now()) {
 				w.pause()
 			}
-			if err := w.u.p.wait(ctx, d.At); err != nil {
+			// The started mark is sent as long before the retry is due
+			// as the last write took, so that it lands about when the
+			// backoff ends rather than a write's time after it.
+			due := d.At
+			if err := w.u.p.wait(ctx, due.Add(-min(w.wrote, maxMarkLead))); err != nil {
 				return w.abandon(ctx)
 			}
 			if w.member != nil && w.member.outage() {
@@ -221,11 +230,17 @@ func (w *worker) run(ctx context.Context) error {
 					return err
 				}
 			}
-			if d = w.m.Start(w.u.p.cfg.clock.Now()); d.Action != retrystate.StopRetrying {
+			if d = w.m.Start(later(clock.Now(), due)); d.Action != retrystate.StopRetrying {
 				// The retry counts before it starts: a move or a crash
 				// during it cannot make a next owner repeat it.
 				if err := w.saveState(ctx, b); err != nil {
 					return err
+				}
+				if err := w.u.p.wait(ctx, due); err != nil {
+					// Counted and not delivered: the next owner
+					// delivers the batch one time fewer than the
+					// policy allows, never more.
+					return w.abandon(ctx)
 				}
 				continue
 			}
