@@ -129,7 +129,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 // and before the retry was delivered counts a delivery that was not made,
 // so the batch can be given up one delivery early, never late. The same
 // holds, for a shorter moment, of any mark written just before its
-// delivery starts.
+// delivery starts, and a next owner counts the retry in both cases.
 const maxMarkLead = 10 * time.Millisecond
 
 // later returns the later of a and b.

@@ -202,9 +202,20 @@ func (w *worker) run(ctx context.Context) error {
 			continue
 		}
 		if d.Action == retrystate.RetryNow || d.Action == retrystate.RetryLater {
+			clock := w.u.p.cfg.clock
+			due := d.At
+			// The started mark is sent as long before the retry is due as
+			// the last write took (at most maxMarkLead), so that it lands
+			// about when the backoff ends rather than a write's time after
+			// it. A backoff too short for the retry state and the mark to
+			// be written one after the other gets the mark alone, at once:
+			// it counts the failure and the retry both. Not under an
+			// outage budget, whose outage can hold a due retry back.
+			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
-				if d.Delay > 0 {
+				early = d.Delay > 0 && w.member == nil && due.Sub(clock.Now()) <= min(2*w.wrote, maxMarkLead)
+				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
 					// backoff; with none, the started mark below counts it.
 					if err := w.saveState(ctx, b); err != nil {
@@ -212,22 +223,19 @@ func (w *worker) run(ctx context.Context) error {
 					}
 				}
 			}
-			clock := w.u.p.cfg.clock
-			if d.At.After(clock.Now()) {
+			if due.After(clock.Now()) {
 				w.pause()
 			}
-			// The started mark is sent as long before the retry is due
-			// as the last write took, so that it lands about when the
-			// backoff ends rather than a write's time after it.
-			due := d.At
-			if err := w.u.p.wait(ctx, due.Add(-min(w.wrote, maxMarkLead))); err != nil {
-				return w.abandon(ctx)
-			}
-			if w.member != nil && w.member.outage() {
-				// A failing partition waits out the outage before
-				// its retry.
-				if err := w.outage(ctx, b); err != nil {
-					return err
+			if !early {
+				if err := w.u.p.wait(ctx, due.Add(-min(w.wrote, maxMarkLead))); err != nil {
+					return w.abandon(ctx)
+				}
+				if w.member != nil && w.member.outage() {
+					// A failing partition waits out the outage before
+					// its retry.
+					if err := w.outage(ctx, b); err != nil {
+						return err
+					}
 				}
 			}
 			if d = w.m.Start(later(clock.Now(), due)); d.Action != retrystate.StopRetrying {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -140,6 +141,60 @@ func (c *movedClaim) Commit(_ context.Context, next int64, metadata string) erro
 	c.next, c.md = next, metadata
 	c.mu.Unlock()
 	return nil
+}
+
+// Once a write's time is known, a backoff too short for the retry state
+// and the started mark one after the other gets the mark alone, written at
+// once: with 6ms commits and a 10ms backoff, the first retry (the time not
+// known yet) comes 12ms after its failure (the state at 6ms, the mark sent
+// at 6ms, 6ms before it was due, lands at 12ms), the second 10ms after its
+// failure, the mark alone written in its backoff. The third waits 10ms too.
+func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		claim := &slowClaim{latency: 6 * time.Millisecond}
+		var (
+			mu  sync.Mutex
+			at  []time.Time
+			end = make(chan struct{})
+		)
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			at = append(at, time.Now())
+			if b.Attempt.Retries < 3 {
+				return errors.New("fails")
+			}
+			close(end)
+			return nil
+		})
+		proc, err := stream.NewProcessor(h, fixed(5, 10*time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- proc.Process(ctx, claim) }()
+		<-end
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		var got []time.Duration
+		for i := 1; i < len(at); i++ {
+			got = append(got, at[i].Sub(at[i-1]))
+		}
+		want := []time.Duration{12 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
+		if !slices.Equal(got, want) {
+			t.Fatalf("retries delivered %v after their failures, want %v", got, want)
+		}
+		claim.mu.Lock()
+		defer claim.mu.Unlock()
+		// The state and the mark of the first retry, the marks alone of
+		// the next two; the success's commit (coalesced or not) after.
+		if len(claim.mds) < 4 {
+			t.Fatalf("commits' metadata %q, want 4 retry states before the success", claim.mds)
+		}
+	})
 }
 
 // A move after a started mark landed and before its retry was due (the
