@@ -132,6 +132,18 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 // delivery starts, and a next owner counts the retry in both cases.
 const maxMarkLead = 10 * time.Millisecond
 
+// timerSlack is how late a timer may wake: on Linux the runtime waits for
+// timers in whole milliseconds when it has nothing else to do (a 300µs timer
+// fires after about 1.1ms, a 1.5ms one after about 2.2ms), so a mark sent
+// after a wait of its own would go out up to that much late.
+const timerSlack = time.Millisecond
+
+// markLead is how long before a retry is due its started mark is sent: the
+// last write's time and a timer's slack, at most maxMarkLead.
+func (w *worker) markLead() time.Duration {
+	return min(w.wrote+timerSlack, maxMarkLead)
+}
+
 // later returns the later of a and b.
 func later(a, b time.Time) time.Time {
 	if a.After(b) {

@@ -204,17 +204,18 @@ func (w *worker) run(ctx context.Context) error {
 		if d.Action == retrystate.RetryNow || d.Action == retrystate.RetryLater {
 			clock := w.u.p.cfg.clock
 			due := d.At
-			// The started mark is sent as long before the retry is due as
-			// the last write took (at most maxMarkLead), so that it lands
-			// about when the backoff ends rather than a write's time after
-			// it. A backoff too short for the retry state and the mark to
-			// be written one after the other gets the mark alone, at once:
-			// it counts the failure and the retry both. Not under an
-			// outage budget, whose outage can hold a due retry back.
+			// The started mark is sent ahead of the retry's due time by
+			// what the last write took and a timer's slack (markLead), so
+			// that it lands about when the backoff ends rather than a
+			// write's time after it. A backoff too short for the retry
+			// state and the mark to be written one after the other gets
+			// the mark alone, at once: it counts the failure and the retry
+			// both. Not under an outage budget, whose outage can hold a
+			// due retry back.
 			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
-				early = d.Delay > 0 && w.member == nil && due.Sub(clock.Now()) <= min(2*w.wrote, maxMarkLead)
+				early = d.Delay > 0 && w.member == nil && w.wrote > 0 && due.Sub(clock.Now()) <= min(w.wrote+w.markLead(), maxMarkLead)
 				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
 					// backoff; with none, the started mark below counts it.
@@ -227,7 +228,7 @@ func (w *worker) run(ctx context.Context) error {
 				w.pause()
 			}
 			if !early {
-				if err := w.u.p.wait(ctx, due.Add(-min(w.wrote, maxMarkLead))); err != nil {
+				if err := w.u.p.wait(ctx, due.Add(-w.markLead())); err != nil {
 					return w.abandon(ctx)
 				}
 				if w.member != nil && w.member.outage() {

@@ -53,10 +53,11 @@ func (c *slowClaim) Commit(_ context.Context, _ int64, metadata string) error {
 }
 
 // A failed batch's retry state is written while its backoff runs, and
-// its started mark is sent as long before the retry is due as that write
-// took (at most 10ms): the retry is delivered at the backoff's end when the
-// writes fit in it, never after the backoff and both writes one after the
-// other, and the mark is never sent more than 10ms before the retry is due.
+// its started mark is sent ahead of the retry's due time by what that write
+// took and a millisecond of timer slack (at most 10ms): the retry is
+// delivered at the backoff's end when the writes fit in it, never after the
+// backoff and both writes one after the other, and the mark is never sent
+// more than 10ms before the retry is due.
 func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
 	for _, c := range []struct {
 		name             string
@@ -66,7 +67,7 @@ func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
 		{"both writes fit in the backoff", 10 * time.Millisecond, 4 * time.Millisecond, 10 * time.Millisecond},
 		{"commit longer than the backoff", 10 * time.Millisecond, 15 * time.Millisecond, 2 * 15 * time.Millisecond},
 		// The state lands at 50ms; the mark is sent at 90ms, 10ms before
-		// the retry is due, not 50ms before, and lands at 140ms.
+		// the retry is due, not 51ms before, and lands at 140ms.
 		{"the mark's lead is bounded", 100 * time.Millisecond, 50 * time.Millisecond, 140 * time.Millisecond},
 	} {
 		backoff := c.backoff
@@ -144,11 +145,12 @@ func (c *movedClaim) Commit(_ context.Context, next int64, metadata string) erro
 }
 
 // Once a write's time is known, a backoff too short for the retry state
-// and the started mark one after the other gets the mark alone, written at
-// once: with 6ms commits and a 10ms backoff, the first retry (the time not
-// known yet) comes 12ms after its failure (the state at 6ms, the mark sent
-// at 6ms, 6ms before it was due, lands at 12ms), the second 10ms after its
-// failure, the mark alone written in its backoff. The third waits 10ms too.
+// and the started mark one after the other (with the mark's lead: the
+// write's time and a millisecond) gets the mark alone, written at once:
+// with 6ms commits and a 10ms backoff, the first retry (the time not known
+// yet) comes 12ms after its failure (the state lands at 6ms, the mark, sent
+// at once, at 12ms), the second 10ms after its failure, the mark alone
+// written in its backoff. The third waits 10ms too.
 func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		claim := &slowClaim{latency: 6 * time.Millisecond}
@@ -198,11 +200,11 @@ func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
 }
 
 // A move after a started mark landed and before its retry was due (the
-// mark is sent as long before as the retry state took to write) counts the
-// retry, which is not delivered: the next owner gives the batch up one
-// delivery early, never late. Here the state takes 8ms and the mark 2ms
-// with a 20ms backoff: the mark is sent at 12ms and lands at 14ms, and the
-// partition moves at 16ms. With one retry allowed, the next owner gives
+// mark is sent ahead by what the retry state took to write and a
+// millisecond) counts the retry, which is not delivered: the next owner
+// gives the batch up one delivery early, never late. Here the state takes
+// 8ms and the mark 2ms with a 20ms backoff: the mark is sent at 11ms and
+// lands at 13ms, and the partition moves at 16ms. With one retry allowed, the next owner gives
 // the batch up without delivering it: one delivery in all, not three.
 func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
