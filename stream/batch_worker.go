@@ -241,11 +241,14 @@ func (w *worker) run(ctx context.Context) error {
 			}
 			if d = w.m.Start(later(clock.Now(), due)); d.Action != retrystate.StopRetrying {
 				// The retry counts before it starts: a move or a crash
-				// during it cannot make a next owner repeat it.
+				// during it cannot make a next owner repeat it. The
+				// timer of its due time runs while the mark is written.
+				dl := w.u.p.timer(due)
 				if err := w.saveState(ctx, b); err != nil {
+					dl.cancel()
 					return err
 				}
-				if err := w.u.p.wait(ctx, due); err != nil {
+				if err := dl.wait(ctx); err != nil {
 					// Counted and not delivered: the next owner
 					// delivers the batch one time fewer than the
 					// policy allows, never more.
