@@ -113,6 +113,10 @@ type worker struct {
 
 	// lastNext is the offset last committed (-1 for none).
 	lastNext int64
+	// wrote is how long the last retry state took to write: a started
+	// mark is sent that long (at most maxMarkLead) before its retry is
+	// due.
+	wrote time.Duration
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
@@ -198,9 +202,21 @@ func (w *worker) run(ctx context.Context) error {
 			continue
 		}
 		if d.Action == retrystate.RetryNow || d.Action == retrystate.RetryLater {
+			clock := w.u.p.cfg.clock
+			due := d.At
+			// The started mark is sent ahead of the retry's due time by
+			// what the last write took and a timer's slack (markLead), so
+			// that it lands about when the backoff ends rather than a
+			// write's time after it. A backoff too short for the retry
+			// state and the mark to be written one after the other gets
+			// the mark alone, at once: it counts the failure and the retry
+			// both. Not under an outage budget, whose outage can hold a
+			// due retry back.
+			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
-				if d.Delay > 0 {
+				early = d.Delay > 0 && w.member == nil && w.wrote > 0 && due.Sub(clock.Now()) <= min(w.wrote+w.markLead(), maxMarkLead)
+				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
 					// backoff; with none, the started mark below counts it.
 					if err := w.saveState(ctx, b); err != nil {
@@ -208,24 +224,35 @@ func (w *worker) run(ctx context.Context) error {
 					}
 				}
 			}
-			if d.At.After(w.u.p.cfg.clock.Now()) {
+			if due.After(clock.Now()) {
 				w.pause()
 			}
-			if err := w.u.p.wait(ctx, d.At); err != nil {
-				return w.abandon(ctx)
-			}
-			if w.member != nil && w.member.outage() {
-				// A failing partition waits out the outage before
-				// its retry.
-				if err := w.outage(ctx, b); err != nil {
-					return err
+			if !early {
+				if err := w.u.p.wait(ctx, due.Add(-w.markLead())); err != nil {
+					return w.abandon(ctx)
+				}
+				if w.member != nil && w.member.outage() {
+					// A failing partition waits out the outage before
+					// its retry.
+					if err := w.outage(ctx, b); err != nil {
+						return err
+					}
 				}
 			}
-			if d = w.m.Start(w.u.p.cfg.clock.Now()); d.Action != retrystate.StopRetrying {
+			if d = w.m.Start(later(clock.Now(), due)); d.Action != retrystate.StopRetrying {
 				// The retry counts before it starts: a move or a crash
-				// during it cannot make a next owner repeat it.
+				// during it cannot make a next owner repeat it. The
+				// timer of its due time runs while the mark is written.
+				dl := w.u.p.timer(due)
 				if err := w.saveState(ctx, b); err != nil {
+					dl.cancel()
 					return err
+				}
+				if err := dl.wait(ctx); err != nil {
+					// Counted and not delivered: the next owner
+					// delivers the batch one time fewer than the
+					// policy allows, never more.
+					return w.abandon(ctx)
 				}
 				continue
 			}

@@ -112,12 +112,13 @@ type scenario struct {
 	pRetryRes float64
 	pPanic    float64
 	pPerm     float64
-	pBatchErr float64 // a failure reported for the whole batch, not FailedAt
-	pHint     float64 // a failure with a retry-after hint
-	lower     bool    // a new owner may run a policy with fewer retries (a redeploy)
-	tighten   bool    // a new owner may run a policy with a time budget or a record age (a redeploy)
-	refetch   bool    // a new owner may fetch batches of another size
-	lastMoves int     // moves during a last retry
+	pBatchErr float64       // a failure reported for the whole batch, not FailedAt
+	pHint     float64       // a failure with a retry-after hint
+	lower     bool          // a new owner may run a policy with fewer retries (a redeploy)
+	tighten   bool          // a new owner may run a policy with a time budget or a record age (a redeploy)
+	refetch   bool          // a new owner may fetch batches of another size
+	lastMoves int           // moves during a last retry
+	latency   time.Duration // every commit's
 
 	// keyed runs the scenario in key (or no) ordering.
 	keyed       bool
@@ -211,6 +212,12 @@ func newScenario(seed uint64) *scenario {
 	s.tighten = r.IntN(5) == 0
 	s.refetch = r.IntN(3) == 0
 	s.lastMoves = r.IntN(3)
+	if r.IntN(3) == 0 {
+		// Commits that take a broker's round trip: a started mark is
+		// sent that long before its retry is due, or alone in a short
+		// backoff.
+		s.latency = []time.Duration{300 * time.Microsecond, 2 * time.Millisecond, 7 * time.Millisecond}[r.IntN(3)]
+	}
 	return s
 }
 
@@ -220,9 +227,9 @@ func (s *scenario) describe() string {
 		keyed = fmt.Sprintf("%s ordering over %d keys (records without a key %v), concurrency %d, window of %d bytes; ", s.ordering, s.nkeys, s.noKey, s.concurrency, s.maxBytes)
 	}
 	return keyed + fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, tighter limits after a move %v, "+
-		"other batch sizes after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d during a last retry, %d failed commits, in memory %v, fails %v",
+		"other batch sizes after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d during a last retry, %d failed commits (each commit %v), in memory %v, fails %v",
 		s.parts, s.records, s.maxBatch, s.policyStr, s.lower, s.tighten, s.refetch, s.perRecord, s.action, s.budget, s.down[0], s.down[1],
-		s.revokes, s.lastMoves, s.commits, s.memory, s.failsOf)
+		s.revokes, s.lastMoves, s.commits, s.latency, s.memory, s.failsOf)
 }
 
 // world is what a running scenario shares between its goroutines.
@@ -452,6 +459,7 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	ends := map[streamtest.TopicPartition]int64{}
 	for i := range parts {
 		parts[i] = streamtest.NewPartition("t", int32(i), s.maxBatch)
+		parts[i].SetCommitLatency(s.latency)
 		if s.keyed {
 			keys := make([]string, s.records)
 			for o := range keys {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -51,20 +52,25 @@ func (c *slowClaim) Commit(_ context.Context, _ int64, metadata string) error {
 	return nil
 }
 
-// A failed batch's retry state is written while its backoff runs: the
-// retry is delivered at the later of the backoff's end and that write's,
-// plus the started mark written after it, never after the backoff and
-// both writes one after the other.
+// A failed batch's retry state is written while its backoff runs, and
+// its started mark is sent ahead of the retry's due time by what that write
+// took and a millisecond of timer slack (at most 10ms): the retry is
+// delivered at the backoff's end when the writes fit in it, never after the
+// backoff and both writes one after the other, and the mark is never sent
+// more than 10ms before the retry is due.
 func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
-	const backoff = 10 * time.Millisecond
 	for _, c := range []struct {
-		name    string
-		latency time.Duration
-		want    time.Duration // from the failure to the retry's delivery
+		name             string
+		backoff, latency time.Duration
+		want             time.Duration // from the failure to the retry's delivery
 	}{
-		{"commit shorter than the backoff", 4 * time.Millisecond, backoff + 4*time.Millisecond},
-		{"commit longer than the backoff", 15 * time.Millisecond, 2 * 15 * time.Millisecond},
+		{"both writes fit in the backoff", 10 * time.Millisecond, 4 * time.Millisecond, 10 * time.Millisecond},
+		{"commit longer than the backoff", 10 * time.Millisecond, 15 * time.Millisecond, 2 * 15 * time.Millisecond},
+		// The state lands at 50ms; the mark is sent at 90ms, 10ms before
+		// the retry is due, not 51ms before, and lands at 140ms.
+		{"the mark's lead is bounded", 100 * time.Millisecond, 50 * time.Millisecond, 140 * time.Millisecond},
 	} {
+		backoff := c.backoff
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				claim := &slowClaim{latency: c.latency}
@@ -109,4 +115,159 @@ func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
 			})
 		})
 	}
+}
+
+// movedClaim is slowClaim's partition with a latency per commit (the last
+// for every commit after) and the last commit kept for a next owner.
+type movedClaim struct {
+	slowClaim
+	latencies []time.Duration
+	next      int64
+	md        string
+}
+
+func (c *movedClaim) Committed() (int64, string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.next, c.md
+}
+
+func (c *movedClaim) Commit(_ context.Context, next int64, metadata string) error {
+	c.mu.Lock()
+	d := c.latencies[min(len(c.mds), len(c.latencies)-1)]
+	c.mu.Unlock()
+	time.Sleep(d)
+	c.mu.Lock()
+	c.mds = append(c.mds, metadata)
+	c.next, c.md = next, metadata
+	c.mu.Unlock()
+	return nil
+}
+
+// Once a write's time is known, a backoff too short for the retry state
+// and the started mark one after the other (with the mark's lead: the
+// write's time and a millisecond) gets the mark alone, written at once:
+// with 6ms commits and a 10ms backoff, the first retry (the time not known
+// yet) comes 12ms after its failure (the state lands at 6ms, the mark, sent
+// at once, at 12ms), the second 10ms after its failure, the mark alone
+// written in its backoff. The third waits 10ms too.
+func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		claim := &slowClaim{latency: 6 * time.Millisecond}
+		var (
+			mu  sync.Mutex
+			at  []time.Time
+			end = make(chan struct{})
+		)
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			at = append(at, time.Now())
+			if b.Attempt.Retries < 3 {
+				return errors.New("fails")
+			}
+			close(end)
+			return nil
+		})
+		proc, err := stream.NewProcessor(h, fixed(5, 10*time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- proc.Process(ctx, claim) }()
+		<-end
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		var got []time.Duration
+		for i := 1; i < len(at); i++ {
+			got = append(got, at[i].Sub(at[i-1]))
+		}
+		want := []time.Duration{12 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
+		if !slices.Equal(got, want) {
+			t.Fatalf("retries delivered %v after their failures, want %v", got, want)
+		}
+		claim.mu.Lock()
+		defer claim.mu.Unlock()
+		// The state and the mark of the first retry, the marks alone of
+		// the next two; the success's commit (coalesced or not) after.
+		if len(claim.mds) < 4 {
+			t.Fatalf("commits' metadata %q, want 4 retry states before the success", claim.mds)
+		}
+	})
+}
+
+// A move after a started mark landed and before its retry was due (the
+// mark is sent ahead by what the retry state took to write and a
+// millisecond) counts the retry, which is not delivered: the next owner
+// gives the batch up one delivery early, never late. Here the state takes
+// 8ms and the mark 2ms with a 20ms backoff: the mark is sent at 11ms and
+// lands at 13ms, and the partition moves at 16ms. With one retry allowed, the next owner gives
+// the batch up without delivering it: one delivery in all, not three.
+func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		claim := &movedClaim{latencies: []time.Duration{8 * time.Millisecond, 2 * time.Millisecond}, next: -1}
+		var (
+			mu         sync.Mutex
+			deliveries int
+			exhausted  []int // the retries each give-up reports
+		)
+		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			mu.Lock()
+			defer mu.Unlock()
+			deliveries++
+			return errors.New("fails")
+		})
+		hooks := stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
+			mu.Lock()
+			defer mu.Unlock()
+			exhausted = append(exhausted, e.Err.Retries)
+		}})
+		first, err := stream.NewProcessor(h, fixed(1, 20*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- first.Process(ctx, claim) }()
+		time.Sleep(16 * time.Millisecond)
+		cancel()
+		<-done
+		claim.mu.Lock()
+		mds := append([]string(nil), claim.mds...)
+		claim.mu.Unlock()
+		if len(mds) != 2 {
+			t.Fatalf("commits %q before the move, want the retry state and the started mark", mds)
+		}
+
+		// The next owner: the same partition, from what was committed.
+		claim.mu.Lock()
+		claim.fetched = false
+		claim.mu.Unlock()
+		next, err := stream.NewProcessor(h, fixed(1, 20*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel = context.WithCancel(t.Context())
+		defer cancel()
+		go func() { done <- next.Process(ctx, claim) }()
+		for {
+			time.Sleep(time.Millisecond)
+			mu.Lock()
+			n := len(exhausted)
+			mu.Unlock()
+			if n > 0 {
+				break
+			}
+		}
+		cancel()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if deliveries != 1 || exhausted[0] != 1 {
+			t.Fatalf("%d deliveries, given up after %v retries; want 1 delivery, given up as after 1 retry (the retry counted by its mark)", deliveries, exhausted)
+		}
+	})
 }

@@ -108,17 +108,45 @@ func (p *Processor) delivered(info BatchInfo, a Attempt, outcome Outcome, err er
 
 // wait blocks until at or until ctx is done.
 func (p *Processor) wait(ctx context.Context, at time.Time) error {
+	return p.timer(at).wait(ctx)
+}
+
+// timer returns a timer that fires at at (at once if at has passed), to be
+// waited for later: one started before a write waits out its slack (see
+// timerSlack) while the write runs.
+func (p *Processor) timer(at time.Time) deadline {
 	d := at.Sub(p.cfg.clock.Now())
 	if d <= 0 {
-		return ctx.Err()
+		return deadline{}
 	}
 	ch, stop := p.cfg.clock.NewTimer(d)
-	defer stop()
+	return deadline{ch, stop}
+}
+
+// deadline is a timer of Processor.timer.
+type deadline struct {
+	ch   <-chan time.Time // nil when it has fired already
+	stop func() bool
+}
+
+// wait blocks until the timer fired or until ctx is done, and stops it.
+func (t deadline) wait(ctx context.Context) error {
+	if t.ch == nil {
+		return ctx.Err()
+	}
+	defer t.stop()
 	select {
-	case <-ch:
+	case <-t.ch:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// cancel stops the timer without waiting for it.
+func (t deadline) cancel() {
+	if t.stop != nil {
+		t.stop()
 	}
 }
 

@@ -667,6 +667,12 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				p.gave[o] = gaveUp{deliveries: e.Retries + 1, first: e.At, err: e.Error}
 				delete(s.own, o)
 			}
+			if e.Last >= s.owedTo {
+				// What a previous owner gave up is given up again: from
+				// here on the records are this give-up's (a stop and a
+				// Resume deliver them again with a fresh count).
+				s.owedTo = -1
+			}
 		case ActionTried:
 			if e.Error == "" {
 				mark(p.handled, e.First, e.Last)

@@ -464,6 +464,28 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			ok(b, 3, 9)
 			commit(b, 10)
 		}, "delivery of 3-9, but a previous owner gave up the records to 4"},
+		// A next owner gives up again what a previous owner gave up, its
+		// action not done; the action stops the partition and a Resume
+		// delivers the records again with a fresh count: no violation.
+		{"given up again, stopped and resumed", func(a, b stream.Hooks) {
+			claim(a, -1)
+			whole := func(n int) {
+				a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{Retries: n, MaxRetries: 1}, Outcome: stream.Failed, Err: errors.New("x"), Start: t0})
+			}
+			whole(0)
+			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: retrystate.EncodeState(retrystate.State{Retries: 1, FirstFailure: t0, Started: true, Records: 5})})
+			whole(1)
+			md := retrystate.EncodeState(retrystate.State{Retries: 1, FirstFailure: t0, Started: true, GivenUp: checkpoint.RetriesSpent, LastError: "x", Records: 5})
+			a.Checkpointed(stream.CheckpointEvent{Topic: "t", Next: 0, Metadata: md})
+			a.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 1, FirstFailure: t0, Last: errors.New("x")}})
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			b.Claimed(stream.ClaimEvent{Topic: "t", Committed: 0, Metadata: md})
+			b.Exhausted(stream.ExhaustedEvent{BatchInfo: batch(0, 4), Err: &checkpoint.ExhaustedError{Reason: checkpoint.RetriesSpent, Retries: 1, FirstFailure: t0, Last: errors.New("x")}})
+			b.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 4), Attempt: stream.Attempt{MaxRetries: 1}, Outcome: stream.Succeeded})
+			commit(b, 5)
+			ok(b, 5, 9)
+			commit(b, 10)
+		}, ""},
 		// The retry bound of a record after the first: a next owner that
 		// fetched 3 of a failed batch of 5 retried those 3, and records
 		// 3-4 came back as a batch of their own, as retry 0, after 2

@@ -58,6 +58,7 @@ type Partition struct {
 	owned     bool
 	cancel    context.CancelCauseFunc
 	faults    []error
+	latency   time.Duration // how long a commit takes to be written
 	changed   chan struct{}
 }
 
@@ -186,6 +187,15 @@ func (p *Partition) FailCommits(errs ...error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.faults = append(p.faults, errs...)
+}
+
+// SetCommitLatency makes every commit from now on take d to be written, as
+// a broker's round trip does: Commit waits d (or until its context is done)
+// before it is written, and ownership is checked after the wait.
+func (p *Partition) SetCommitLatency(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.latency = d
 }
 
 // Committed returns the committed offset (-1 for none) and its metadata:
@@ -348,7 +358,19 @@ func (p *Partition) Resume() {
 // with [stream.ErrRevoked] when the partition is not owned. It refuses, with
 // an error, a checkpoint beyond the records fetched so far: no engine may
 // commit what it has not seen.
-func (p *Partition) Commit(_ context.Context, next int64, metadata string) error {
+func (p *Partition) Commit(ctx context.Context, next int64, metadata string) error {
+	p.mu.Lock()
+	d := p.latency
+	p.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return context.Cause(ctx)
+		}
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if !p.owned {
