@@ -159,8 +159,10 @@ func (w *worker) readState(off int64, md string) {
 //
 // Each turn of the loop delivers the batch once and acts on the decision:
 // a retry is scheduled (its state committed when there is a backoff to wait
-// out), waited for, checked again when due, and marked started in a commit
-// before it is delivered; a first delivery commits nothing before it runs.
+// out, unless the backoff is too short for two commits), waited for,
+// checked again when due, and marked started in a commit sent a little
+// before it is due and landed before it is delivered; a first delivery
+// commits nothing before it runs.
 func (w *worker) run(ctx context.Context) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
