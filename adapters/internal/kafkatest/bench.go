@@ -40,7 +40,9 @@ import (
 // commit of the last one, so the group join is left out; ns/op includes
 // it. cpu-ns/record is the CPU time of the whole process per record (the
 // in-process broker included, the producing of the records not); commits
-// the commits the loop made. Every leaf checks that every record was
+// the commits the loop made; [RedeliverLoop] also reports how long a failed
+// batch waits for its retry (retry-wait-ms, the median, and
+// retry-wait-max-ms). Every leaf checks that every record was
 // handled (or given up) and that the commits reached every partition's
 // end.
 const (
@@ -417,15 +419,21 @@ func RedeliverLoop(a Adapter) Loop {
 			next  = make(map[int32]int64)
 			total int64
 			done  = make(chan time.Time, 1)
+			waits retryWaits
 		)
 		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
 			l.Started()
 			first, last := bt.FirstOffset(), bt.LastOffset()
+			if bt.Attempt.Retries > 0 {
+				waits.retried(bt.Partition, first)
+			}
 			if l.Poisoned(bt.Partition, first, last) {
 				l.PoisonFailed(bt.Attempt.Last)
+				waits.failed(bt.Partition, first)
 				return ErrBench
 			}
 			if bt.Attempt.Retries == 0 && l.FailsFirst() {
+				waits.failed(bt.Partition, first)
 				return ErrBench
 			}
 			n := 0
@@ -499,7 +507,9 @@ func RedeliverLoop(a Adapter) Loop {
 					}
 				}
 				if at {
-					return time.Since(l.Start())
+					d := time.Since(l.Start())
+					waits.report(b)
+					return d
 				}
 				time.Sleep(100 * time.Microsecond)
 			}
@@ -510,6 +520,50 @@ func RedeliverLoop(a Adapter) Loop {
 		}
 		return 0
 	}}
+}
+
+// retryWaits measures, for RedeliverLoop, how long each failed batch waits
+// for its retry: from its failing delivery's return to the handler's call
+// with the retry, which the policy's delay (FailDelay, PoisonDelay) bounds
+// from below and the adapter's work between the two (the retry state's
+// commit, the started mark's) stretches.
+type retryWaits struct {
+	mu     sync.Mutex
+	failAt map[[2]int64]time.Time // partition and first offset: when it failed
+	waits  []time.Duration
+}
+
+func (w *retryWaits) failed(p int32, first int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.failAt == nil {
+		w.failAt = make(map[[2]int64]time.Time)
+	}
+	w.failAt[[2]int64{int64(p), first}] = time.Now()
+}
+
+func (w *retryWaits) retried(p int32, first int64) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	key := [2]int64{int64(p), first}
+	if at, ok := w.failAt[key]; ok {
+		w.waits = append(w.waits, now.Sub(at))
+		delete(w.failAt, key)
+	}
+}
+
+// report reports the median and the longest wait, in ms
+// (retry-wait-ms, retry-wait-max-ms), when a batch was retried.
+func (w *retryWaits) report(b *testing.B) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.waits) == 0 {
+		return
+	}
+	slices.Sort(w.waits)
+	b.ReportMetric(float64(w.waits[len(w.waits)/2])/float64(time.Millisecond), "retry-wait-ms")
+	b.ReportMetric(float64(w.waits[len(w.waits)-1])/float64(time.Millisecond), "retry-wait-max-ms")
 }
 
 // BenchLateness measures, through the adapter, how late a redelivery
