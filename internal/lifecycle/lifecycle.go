@@ -118,7 +118,9 @@ func (l *Life) Fail(err error) {
 // Close stops Run if it runs and waits for it to return, unless called
 // inside Run (see [Inside]): then it stops Run and returns at once. After
 // Close, Run returns the package's ErrClosed. It reports whether it was
-// called inside a run.
+// called inside [Inside]: inside a run, or, before Run, inside a callback
+// marked so (a client can call its callbacks before Run: the caller must
+// not wait there for what waits for the callback).
 func (l *Life) Close() (inside bool) {
 	l.mu.Lock()
 	l.closed = true
@@ -128,7 +130,7 @@ func (l *Life) Close() (inside bool) {
 		cancel(l.errClosed)
 	}
 	if !started {
-		return false
+		return calledInside()
 	}
 	if calledInside() {
 		return true

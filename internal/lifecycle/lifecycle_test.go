@@ -89,6 +89,21 @@ func TestCloseBeforeRun(t *testing.T) {
 	l.Close() // idempotent
 }
 
+// Close before Run, called inside Inside (a callback of a client, which
+// can come before Run), reports it: the caller must not wait there for
+// what waits for the callback.
+func TestCloseBeforeRunInside(t *testing.T) {
+	l := lifecycle.New("test", errClosed)
+	var inside bool
+	lifecycle.Inside(func() { inside = l.Close() })
+	if !inside {
+		t.Fatal("Close before Run, inside Inside, did not report it")
+	}
+	if err := l.Run(context.Background(), func(context.Context) error { return nil }); !errors.Is(err, errClosed) {
+		t.Fatalf("Run after Close returned %v, want ErrClosed", err)
+	}
+}
+
 // Close from outside waits for Run to return.
 func TestCloseWaitsForRun(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

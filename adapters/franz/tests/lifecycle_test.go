@@ -2,14 +2,18 @@ package franz_test
 
 import (
 	"context"
+	"errors"
 	"runtime"
+	"sync/atomic"
 	"testing"
 	"time"
 	"weak"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -49,5 +53,58 @@ func TestWithClientConsumerIsFreed(t *testing.T) {
 		}
 		runtime.GC()
 		time.Sleep(10 * time.Millisecond) // the client's goroutines end after its Close
+	}
+}
+
+// Close called from the WithOnAssigned function before Run was called
+// returns, and Run then returns stream.ErrClosed: the client the consumer
+// builds joins its group as it is built, so the assignment can come
+// before Run. Close used to close the client there and then, inside the
+// client's own callback, whose end the client's Close waits for.
+func TestCloseFromOnAssignedBeforeRun(t *testing.T) {
+	kc, addrs := kafkatest.NewCluster(t, "t", 1)
+	// The group's join waits until the consumer is made, so that the
+	// callback has the consumer to close.
+	joined := make(chan struct{})
+	kc.ControlKey(kmsg.JoinGroup.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.SleepControl(func() { <-joined })
+		return nil, nil, false
+	})
+	var (
+		cp     atomic.Pointer[franz.Consumer]
+		closed = make(chan error, 1)
+	)
+	c, err := franz.New(newProcessor(t, streamtest.Succeed),
+		franz.WithKgoOptions(kgo.SeedBrokers(addrs...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t")),
+		franz.WithOnAssigned(func(map[string][]int32) {
+			if c := cp.Load(); c != nil {
+				select {
+				case closed <- c.Close():
+				default:
+				}
+			}
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp.Store(c)
+	close(joined)
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatalf("Close from the WithOnAssigned function: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close called from the WithOnAssigned function before Run did not return")
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.Run(context.Background()) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, stream.ErrClosed) {
+			t.Errorf("Run returned %v after Close, want stream.ErrClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run did not return after Close")
 	}
 }
