@@ -120,7 +120,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	clock := w.u.p.cfg.clock
 	start := clock.Now()
 	err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
-	w.wrote = clock.Now().Sub(start)
+	w.u.p.wrote.Store(int64(clock.Now().Sub(start)))
 	return err
 }
 
@@ -139,9 +139,10 @@ const maxMarkLead = 10 * time.Millisecond
 const timerSlack = time.Millisecond
 
 // markLead is how long before a retry is due its started mark is sent: the
-// last write's time and a timer's slack, at most maxMarkLead.
+// time the processor's latest retry-state commit took and a timer's slack,
+// at most maxMarkLead.
 func (w *worker) markLead() time.Duration {
-	return min(w.wrote+timerSlack, maxMarkLead)
+	return min(time.Duration(w.u.p.wrote.Load())+timerSlack, maxMarkLead)
 }
 
 // later returns the later of a and b.

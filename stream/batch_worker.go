@@ -113,10 +113,6 @@ type worker struct {
 
 	// lastNext is the offset last committed (-1 for none).
 	lastNext int64
-	// wrote is how long the last retry state took to write: a started
-	// mark is sent that long (at most maxMarkLead) before its retry is
-	// due.
-	wrote time.Duration
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
@@ -217,7 +213,8 @@ func (w *worker) run(ctx context.Context) error {
 			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
-				early = d.Delay > 0 && w.member == nil && w.wrote > 0 && due.Sub(clock.Now()) <= min(w.wrote+w.markLead(), maxMarkLead)
+				wrote := time.Duration(w.u.p.wrote.Load())
+				early = d.Delay > 0 && w.member == nil && wrote > 0 && due.Sub(clock.Now()) <= min(wrote+w.markLead(), maxMarkLead)
 				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
 					// backoff; with none, the started mark below counts it.

@@ -161,6 +161,10 @@ type Processor struct {
 	log *slog.Logger
 
 	claims atomic.Uint64 // the latest ClaimID
+	// wrote is how long the latest retry-state commit took, on any of
+	// the processor's partitions (nanoseconds; 0 before the first): a
+	// started mark is sent that much ahead of its retry (worker.markLead).
+	wrote atomic.Int64
 
 	mu      sync.Mutex
 	stopped map[unitKey]*stoppedEntry
