@@ -52,6 +52,45 @@ func (c *slowClaim) Commit(_ context.Context, _ int64, metadata string) error {
 	return nil
 }
 
+// retryGaps runs a processor with backoff over claim, whose batch fails
+// its first fails deliveries, inside a synctest bubble, and returns the
+// time from each delivery to the next.
+func retryGaps(t *testing.T, claim stream.Claim, backoff time.Duration, fails int) []time.Duration {
+	t.Helper()
+	var (
+		mu  sync.Mutex
+		at  []time.Time // of the deliveries
+		end = make(chan struct{})
+	)
+	h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		at = append(at, time.Now())
+		if b.Attempt.Retries < fails {
+			return errors.New("fails")
+		}
+		close(end)
+		return nil
+	})
+	proc, err := stream.NewProcessor(h, fixed(fails+2, backoff), stream.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- proc.Process(ctx, claim) }()
+	<-end
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	var gaps []time.Duration
+	for i := 1; i < len(at); i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]))
+	}
+	return gaps
+}
+
 // A failed batch's retry state is written while its backoff runs, and
 // its started mark is sent ahead of the retry's due time by what that write
 // took and a millisecond of timer slack (at most 10ms): the retry is
@@ -74,37 +113,11 @@ func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				claim := &slowClaim{latency: c.latency}
-				var (
-					mu  sync.Mutex
-					at  []time.Time // of the deliveries
-					end = make(chan struct{})
-				)
-				h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-					mu.Lock()
-					defer mu.Unlock()
-					at = append(at, time.Now())
-					if b.Attempt.Retries == 0 {
-						return errors.New("fails once")
-					}
-					close(end)
-					return nil
-				})
-				proc, err := stream.NewProcessor(h, fixed(3, backoff), stream.WithLogger(slog.New(slog.DiscardHandler)))
-				if err != nil {
-					t.Fatal(err)
+				gaps := retryGaps(t, claim, backoff, 1)
+				if len(gaps) != 1 {
+					t.Fatalf("%d deliveries, want 2", len(gaps)+1)
 				}
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() { done <- proc.Process(ctx, claim) }()
-				<-end
-				cancel()
-				<-done
-				mu.Lock()
-				defer mu.Unlock()
-				if len(at) != 2 {
-					t.Fatalf("%d deliveries, want 2", len(at))
-				}
-				if got := at[1].Sub(at[0]); got != c.want {
+				if got := gaps[0]; got != c.want {
 					t.Fatalf("the retry was delivered %v after the failure, want %v (backoff %v, commits of %v)", got, c.want, backoff, c.latency)
 				}
 				claim.mu.Lock()
@@ -154,37 +167,7 @@ func (c *movedClaim) Commit(_ context.Context, next int64, metadata string) erro
 func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		claim := &slowClaim{latency: 6 * time.Millisecond}
-		var (
-			mu  sync.Mutex
-			at  []time.Time
-			end = make(chan struct{})
-		)
-		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-			mu.Lock()
-			defer mu.Unlock()
-			at = append(at, time.Now())
-			if b.Attempt.Retries < 3 {
-				return errors.New("fails")
-			}
-			close(end)
-			return nil
-		})
-		proc, err := stream.NewProcessor(h, fixed(5, 10*time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- proc.Process(ctx, claim) }()
-		<-end
-		cancel()
-		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		var got []time.Duration
-		for i := 1; i < len(at); i++ {
-			got = append(got, at[i].Sub(at[i-1]))
-		}
+		got := retryGaps(t, claim, 10*time.Millisecond, 3)
 		want := []time.Duration{12 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}
 		if !slices.Equal(got, want) {
 			t.Fatalf("retries delivered %v after their failures, want %v", got, want)
