@@ -52,18 +52,7 @@ func TestQueueBackoff(t *testing.T) {
 // doubling as messages are added (which allocated about 80 bytes a record
 // more than librdkafka's own Poll loop, docs/BENCHMARKS.md).
 func TestFlushSizesTheNextSlice(t *testing.T) {
-	proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := New(proc, WithGroup(kafka.ConfigMap{"bootstrap.servers": "localhost:9092", "group.id": "g"}, "t"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	c.e.runCtx = ctx
-	cl := newClaim(c.e, nil, tp{"t", 0}, -1, "")
+	cl := newTestEngine(t, 0).claims[tp{"t", 0}]
 	topic := "t"
 	off := int64(0)
 	for push := range 3 {
