@@ -120,7 +120,7 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	clock := w.u.p.cfg.clock
 	start := clock.Now()
 	err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
-	w.u.p.wrote.Store(int64(clock.Now().Sub(start)))
+	w.u.p.wrote.Store(int64(max(clock.Now().Sub(start), 0))) // a clock set back reads as no time
 	return err
 }
 
