@@ -125,11 +125,12 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 }
 
 // maxMarkLead bounds how early a retry's started mark is sent before the
-// retry is due (see worker.run): a crash or a move after the mark landed
-// and before the retry was delivered counts a delivery that was not made,
-// so the batch can be given up one delivery early, never late. The same
-// holds, for a shorter moment, of any mark written just before its
-// delivery starts, and a next owner counts the retry in both cases.
+// retry is due, and the backoffs whose marks are sent ahead at all (see
+// worker.run): a crash or a move after the mark landed and before the
+// retry was delivered counts a delivery that was not made, so the batch can
+// be given up one delivery early, never late. The same holds, for a
+// shorter moment, of any mark written just before its delivery starts, and
+// a next owner counts the retry in both cases.
 const maxMarkLead = 10 * time.Millisecond
 
 // timerSlack is how late a timer may wake: on Linux the runtime waits for

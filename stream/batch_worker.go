@@ -202,19 +202,23 @@ func (w *worker) run(ctx context.Context) error {
 		if d.Action == retrystate.RetryNow || d.Action == retrystate.RetryLater {
 			clock := w.u.p.cfg.clock
 			due := d.At
-			// The started mark is sent ahead of the retry's due time by
-			// what the last write took and a timer's slack (markLead), so
-			// that it lands about when the backoff ends rather than a
-			// write's time after it. A backoff too short for the retry
-			// state and the mark to be written one after the other gets
-			// the mark alone, at once: it counts the failure and the retry
-			// both. Not under an outage budget, whose outage can hold a
-			// due retry back.
+			// A short backoff (at most maxMarkLead) sends its started mark
+			// ahead of the retry's due time by what the last write took
+			// and a timer's slack (markLead), so that it lands about when
+			// the backoff ends rather than a write's time after it; one
+			// too short for the retry state and the mark to be written one
+			// after the other gets the mark alone, at once: it counts the
+			// failure and the retry both. Not under an outage budget,
+			// whose outage can hold a due retry back. A longer backoff's
+			// mark is written once it is over: there a commit is a small
+			// part of the wait, and a move during the backoff never finds
+			// a retry counted that was not delivered.
+			short := due.Sub(clock.Now()) <= maxMarkLead
 			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
 				wrote := time.Duration(w.u.p.wrote.Load())
-				early = d.Delay > 0 && w.member == nil && wrote > 0 && due.Sub(clock.Now()) <= min(wrote+w.markLead(), maxMarkLead)
+				early = short && d.Delay > 0 && w.member == nil && wrote > 0 && due.Sub(clock.Now()) <= wrote+w.markLead()
 				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
 					// backoff; with none, the started mark below counts it.
@@ -227,7 +231,11 @@ func (w *worker) run(ctx context.Context) error {
 				w.pause()
 			}
 			if !early {
-				if err := w.u.p.wait(ctx, due.Add(-w.markLead())); err != nil {
+				var lead time.Duration
+				if short {
+					lead = w.markLead()
+				}
+				if err := w.u.p.wait(ctx, due.Add(-lead)); err != nil {
 					return w.abandon(ctx)
 				}
 				if w.member != nil && w.member.outage() {

@@ -286,13 +286,15 @@ func (p *Processor) Logger() *slog.Logger {
 // batch's first record, at two points of each retry: after the failure, when
 // a backoff follows (retries so far, first failure, when the next retry is
 // due, a RetryResult's own count and delay), and before the retry is
-// delivered (marked started). The mark is sent ahead of the retry's due
-// time by what the last such commit took and a millisecond (at most 10ms),
-// so that it lands about when the backoff ends; a backoff too short for
-// both commits one after the other (once a commit's time is known) gets
-// one, the failure with its retry marked started, at once. A crash or a
-// move after the mark landed and before the retry was delivered counts the
-// retry: the batch can be given up one delivery early, never late. A first
+// delivered (marked started). After a backoff of at most 10ms the mark is
+// sent ahead of the retry's due time by what the last such commit took and
+// a millisecond, so that it lands about when the backoff ends, and a
+// backoff too short for both commits one after the other (once a commit's
+// time is known) gets one, the failure with its retry marked started, at
+// once; a crash or a move after such a mark landed and before the retry
+// was delivered counts the retry, so the batch can be given up one
+// delivery early, never late. A longer backoff's mark is written once the
+// backoff is over. A first
 // delivery commits nothing before it runs; a success clears the state. When Process starts, it reads the
 // claim's committed metadata, and a batch that starts at the committed
 // offset continues from that state: it waits out what is left of its

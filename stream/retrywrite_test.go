@@ -105,9 +105,12 @@ func TestRetryStateWrittenDuringTheBackoff(t *testing.T) {
 	}{
 		{"both writes fit in the backoff", 10 * time.Millisecond, 4 * time.Millisecond, 10 * time.Millisecond},
 		{"commit longer than the backoff", 10 * time.Millisecond, 15 * time.Millisecond, 2 * 15 * time.Millisecond},
-		// The state lands at 50ms; the mark is sent at 90ms, 10ms before
-		// the retry is due, not 51ms before, and lands at 140ms.
-		{"the mark's lead is bounded", 100 * time.Millisecond, 50 * time.Millisecond, 140 * time.Millisecond},
+		// A backoff over 10ms: the mark is written once it is over.
+		{"a long backoff's mark after it", 100 * time.Millisecond, 50 * time.Millisecond, 150 * time.Millisecond},
+		// The state lands at 8ms; the mark is sent at 1ms, 9ms before
+		// the retry is due, and lands at 16ms: the lead is never more
+		// than 10ms.
+		{"the mark's lead is bounded", 10 * time.Millisecond, 8 * time.Millisecond, 16 * time.Millisecond},
 	} {
 		backoff := c.backoff
 		t.Run(c.name, func(t *testing.T) {
@@ -186,12 +189,12 @@ func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
 // mark is sent ahead by what the retry state took to write and a
 // millisecond) counts the retry, which is not delivered: the next owner
 // gives the batch up one delivery early, never late. Here the state takes
-// 8ms and the mark 2ms with a 20ms backoff: the mark is sent at 11ms and
-// lands at 13ms, and the partition moves at 16ms. With one retry allowed, the next owner gives
+// 4ms and the mark 2ms with a 10ms backoff: the mark is sent at 5ms and
+// lands at 7ms, and the partition moves at 8ms. With one retry allowed, the next owner gives
 // the batch up without delivering it: one delivery in all, not three.
 func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		claim := &movedClaim{latencies: []time.Duration{8 * time.Millisecond, 2 * time.Millisecond}, next: -1}
+		claim := &movedClaim{latencies: []time.Duration{4 * time.Millisecond, 2 * time.Millisecond}, next: -1}
 		var (
 			mu         sync.Mutex
 			deliveries int
@@ -208,14 +211,14 @@ func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 			defer mu.Unlock()
 			exhausted = append(exhausted, e.Err.Retries)
 		}})
-		first, err := stream.NewProcessor(h, fixed(1, 20*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
+		first, err := stream.NewProcessor(h, fixed(1, 10*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
 		go func() { done <- first.Process(ctx, claim) }()
-		time.Sleep(16 * time.Millisecond)
+		time.Sleep(8 * time.Millisecond)
 		cancel()
 		<-done
 		claim.mu.Lock()
@@ -229,7 +232,7 @@ func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 		claim.mu.Lock()
 		claim.fetched = false
 		claim.mu.Unlock()
-		next, err := stream.NewProcessor(h, fixed(1, 20*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
+		next, err := stream.NewProcessor(h, fixed(1, 10*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
 		}
