@@ -33,7 +33,11 @@ import (
 // base, with the finished records above it and each retrying record's
 // state as metadata. It is written once per turn of the loop when it
 // changed, and always before a retry is delivered: a record's state
-// marked started is committed first, as in ByPartition ordering.
+// marked started is committed first, as in ByPartition ordering, and by
+// the same rules (retrywrite.go): after a short backoff the mark is sent
+// ahead of the retry's due time, or with the failure when the backoff is
+// too short for two commits, and the retry waits for its due time once
+// the mark is written.
 
 // kstate says where a record of the keyed driver stands.
 type kstate uint8
@@ -44,7 +48,8 @@ const (
 	krunning                // handed to the callers: in a handler call, or next in line for one
 	kheld                   // failed, its state kept: waits for its retry to be due
 	kroom                   // failed, no room for its state yet: waits for room
-	kstarting               // its retry is due and marked started: delivered once committed
+	kstarting               // its retry is due, or its mark's lead reached, and marked started: delivered once committed and due
+	kmarked                 // its started mark committed ahead of its retry: delivered once due
 	kacting                 // given up: its exhaustion action runs (or StopPartition holds it)
 	kdone                   // finished
 )
@@ -61,7 +66,10 @@ type krec struct {
 	st   kstate
 	m    retrystate.Machine
 	hasM bool
-	due  time.Time // kheld, kroom: when its retry is due
+	due  time.Time // kheld, kroom, kstarting, kmarked: when its retry is due
+	// short says that its backoff is short enough for its started mark
+	// to be sent ahead (shortBackoff).
+	short bool
 	// resumed says that its state in a restored window was applied.
 	resumed bool
 }
@@ -111,7 +119,9 @@ type kdriver struct {
 	held       []*krec
 	room       []*krec
 	starting   []*krec
-	running    int // records handed to the callers, not yet posted back
+	marked     []*krec // kmarked
+	stateSet   bool    // a retry state was set since the last commit
+	running    int     // records handed to the callers, not yet posted back
 	callers    kcallers
 	actions    int
 	replies    []chan<- error // Skips to answer once committed
@@ -251,13 +261,20 @@ func (d *kdriver) canFetch() bool {
 	return d.win.Unfinished() < d.k.maxUnfinished() && d.win.Fits(d.win.Next())
 }
 
-// nextWake is when the earliest held retry is due; zero for none.
+// nextWake is when the earliest held retry's mark is to be sent or the
+// earliest marked retry is due; zero for none.
 func (d *kdriver) nextWake() time.Time {
 	var t time.Time
-	for _, r := range d.held {
-		if t.IsZero() || r.due.Before(t) {
-			t = r.due
+	earliest := func(at time.Time) {
+		if t.IsZero() || at.Before(t) {
+			t = at
 		}
+	}
+	for _, r := range d.held {
+		earliest(r.due.Add(-d.markLead(r)))
+	}
+	for _, r := range d.marked {
+		earliest(r.due)
 	}
 	return t
 }
