@@ -120,8 +120,13 @@ type kdriver struct {
 	room       []*krec
 	starting   []*krec
 	marked     []*krec // kmarked
-	stateSet   bool    // a retry state was set since the last commit
-	running    int     // records handed to the callers, not yet posted back
+	// dueTimer fires at dueAt, the earliest due time of the retries
+	// marked in the latest commit: started before that commit, so that a
+	// timer's slack (timerSlack) runs alongside the write. Zero for none.
+	dueTimer   deadline
+	dueAt      time.Time
+	stateSet   bool // a retry state was set since the last commit
+	running    int  // records handed to the callers, not yet posted back
 	callers    kcallers
 	actions    int
 	replies    []chan<- error // Skips to answer once committed
@@ -184,6 +189,7 @@ func (d *kdriver) run(parent context.Context) error {
 		d.sleep(ctx, wake)
 	}
 	cancel(stop)
+	d.dueTimer.cancel()
 	d.drain(ctx, stop)
 	return stop
 }
@@ -292,14 +298,23 @@ func (d *kdriver) fetch(ctx context.Context, wake time.Time) ([]Record, error) {
 	d.fetchCancel = fcancel
 	d.mu.Unlock()
 	if !wake.IsZero() {
-		ch, stop := d.p.cfg.clock.NewTimer(max(wake.Sub(d.p.cfg.clock.Now()), 0))
-		defer stop()
+		ch, stop := d.timer(wake)
+		exited := make(chan struct{})
 		go func() {
+			defer close(exited)
 			select {
 			case <-ch:
 				fcancel()
 			case <-fctx.Done():
 			}
+		}()
+		defer func() {
+			// The goroutine is gone before the next turn: dueTimer's
+			// channel, which it may take the time from, is read by one
+			// goroutine at a time.
+			fcancel()
+			<-exited
+			stop()
 		}()
 	}
 	recs, err := d.c.Fetch(fctx)
@@ -317,11 +332,22 @@ func (d *kdriver) fetch(ctx context.Context, wake time.Time) ([]Record, error) {
 	return nil, fmt.Errorf("stream: fetch %s/%d: %w", d.c.Topic(), d.c.Partition(), err)
 }
 
+// timer returns a channel that receives at wake, and a function that stops
+// it: dueTimer's when wake is its time (kept when stopped, for the next
+// turns until it is due), a new timer's otherwise.
+func (d *kdriver) timer(wake time.Time) (<-chan time.Time, func()) {
+	if d.dueTimer.ch != nil && wake.Equal(d.dueAt) {
+		return d.dueTimer.ch, func() {}
+	}
+	ch, stop := d.p.cfg.clock.NewTimer(max(wake.Sub(d.p.cfg.clock.Now()), 0))
+	return ch, func() { stop() }
+}
+
 // sleep waits until wake, an event or ctx's end.
 func (d *kdriver) sleep(ctx context.Context, wake time.Time) {
 	var timer <-chan time.Time
 	if !wake.IsZero() {
-		ch, stop := d.p.cfg.clock.NewTimer(max(wake.Sub(d.p.cfg.clock.Now()), 0))
+		ch, stop := d.timer(wake)
 		defer stop()
 		timer = ch
 	}

@@ -196,9 +196,29 @@ func (d *kdriver) startRetry(r *krec, now time.Time) {
 	d.starting = append(d.starting, r)
 }
 
+// startDueTimer starts dueTimer for the earliest due time, after now, of
+// the retries about to be marked, unless it runs for that time already.
+func (d *kdriver) startDueTimer(now time.Time) {
+	var at time.Time
+	for _, r := range d.starting {
+		if r.due.After(now) && (at.IsZero() || r.due.Before(at)) {
+			at = r.due
+		}
+	}
+	if at.IsZero() || d.dueTimer.ch != nil && !at.Before(d.dueAt) {
+		return
+	}
+	d.dueTimer.cancel()
+	d.dueTimer, d.dueAt = d.p.timer(at), at
+}
+
 // dueMarked makes the retries whose marks are committed ready once they
-// are due.
+// are due, and lets dueTimer go once its time has come.
 func (d *kdriver) dueMarked(now time.Time) {
+	if d.dueTimer.ch != nil && !now.Before(d.dueAt) {
+		d.dueTimer.cancel()
+		d.dueTimer = deadline{}
+	}
 	keep := d.marked[:0]
 	for _, r := range d.marked {
 		if now.Before(r.due) {
@@ -227,6 +247,7 @@ func (d *kdriver) commit(ctx context.Context) error {
 		// owner has seen.
 		if (next != d.lastNext || md != d.lastMD) && next <= d.fetched {
 			start := d.p.cfg.clock.Now()
+			d.startDueTimer(start)
 			if err := d.write(ctx, next, md); err != nil {
 				return err
 			}
