@@ -198,22 +198,8 @@ func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
 func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		claim := &movedClaim{latencies: []time.Duration{4 * time.Millisecond, 2 * time.Millisecond}, next: -1}
-		var (
-			mu         sync.Mutex
-			deliveries int
-			exhausted  []int // the retries each give-up reports
-		)
-		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
-			mu.Lock()
-			defer mu.Unlock()
-			deliveries++
-			return errors.New("fails")
-		})
-		hooks := stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
-			mu.Lock()
-			defer mu.Unlock()
-			exhausted = append(exhausted, e.Err.Retries)
-		}})
+		var f alwaysFails
+		h, hooks := stream.HandlerFunc(f.handle), f.hooks()
 		first, err := stream.NewProcessor(h, fixed(1, 10*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
@@ -242,23 +228,53 @@ func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 		ctx, cancel = context.WithCancel(t.Context())
 		defer cancel()
 		go func() { done <- next.Process(ctx, claim) }()
-		for {
+		for !f.gaveUp() {
 			time.Sleep(time.Millisecond)
-			mu.Lock()
-			n := len(exhausted)
-			mu.Unlock()
-			if n > 0 {
-				break
-			}
 		}
 		cancel()
 		<-done
-		mu.Lock()
-		defer mu.Unlock()
-		if deliveries != 1 || exhausted[0] != 1 {
-			t.Fatalf("%d deliveries, given up after %v retries; want 1 delivery, given up as after 1 retry (the retry counted by its mark)", deliveries, exhausted)
-		}
+		f.checkCounted(t)
 	})
+}
+
+// alwaysFails is a handler whose every delivery fails, and an Exhausted hook
+// that keeps the retries each give-up reports.
+type alwaysFails struct {
+	mu         sync.Mutex
+	deliveries int
+	exhausted  []int
+}
+
+func (f *alwaysFails) handle(context.Context, *stream.Batch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deliveries++
+	return errors.New("fails")
+}
+
+func (f *alwaysFails) hooks() stream.Option {
+	return stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.exhausted = append(f.exhausted, e.Err.Retries)
+	}})
+}
+
+func (f *alwaysFails) gaveUp() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.exhausted) > 0
+}
+
+// checkCounted fails t unless the unit was delivered once and given up
+// once, as after its one retry: the retry counted by its mark.
+func (f *alwaysFails) checkCounted(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deliveries != 1 || len(f.exhausted) != 1 || f.exhausted[0] != 1 {
+		t.Fatalf("%d deliveries, given up after %v retries; want 1 delivery, given up as after 1 retry (the retry counted by its mark)", f.deliveries, f.exhausted)
+	}
 }
 
 // keyedRetryGaps runs a keyed processor (ordering o) with backoff over one
@@ -359,24 +375,9 @@ func TestKeyedMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 		p := streamtest.NewPartition("t", 0, 10)
 		p.AppendKeyed(time.Now(), "k")
 		p.SetCommitLatency(4 * time.Millisecond)
-		var (
-			mu         sync.Mutex
-			deliveries int
-			exhausted  []int // the retries each give-up reports
-		)
-		handler := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
-			mu.Lock()
-			defer mu.Unlock()
-			deliveries++
-			return errors.New("fails")
-		})
-		opts := []stream.Option{fixed(1, 10*time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)),
-			stream.WithExhaustionAction(func(_ context.Context, _ *stream.Batch, xerr *checkpoint.ExhaustedError) error {
-				mu.Lock()
-				defer mu.Unlock()
-				exhausted = append(exhausted, xerr.Retries)
-				return nil
-			})}
+		var f alwaysFails
+		handler := stream.HandlerFunc(f.handle)
+		opts := []stream.Option{fixed(1, 10*time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)), f.hooks()}
 		_, stop := keyedRun(t, &h, "a", p, handler, opts...)
 		time.Sleep(13500 * time.Microsecond)
 		stop()
@@ -392,10 +393,6 @@ func TestKeyedMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 		_, stop = keyedRun(t, &h, "b", p, handler, opts...)
 		waitCommitted(t, p, 1)
 		stop()
-		mu.Lock()
-		defer mu.Unlock()
-		if deliveries != 1 || len(exhausted) != 1 || exhausted[0] != 1 {
-			t.Fatalf("%d deliveries, given up after %v retries; want 1 delivery, given up as after 1 retry (the retry counted by its mark)", deliveries, exhausted)
-		}
+		f.checkCounted(t)
 	})
 }
