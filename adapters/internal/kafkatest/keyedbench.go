@@ -36,8 +36,9 @@ import (
 //     mod 10) fails once and is retried FailDelay later: retry-wait-ms and
 //     retry-wait-max-ms are the median and longest time from its failing
 //     call's return to its retry's call, retries how many there were;
-//   - nowait/key/concurrency=256 and nowait/partition: a handler that does
-//     not wait, to see what the engine and the client can do.
+//   - nowait/key/concurrency=256, nowait/fail/concurrency=64 and
+//     nowait/partition: a handler that does not wait, to see what the
+//     engine and the client can do.
 //
 // (No leaf's name is the start of another's, so that a leaf runs alone.)
 //
@@ -69,6 +70,7 @@ func BenchKeyed(b *testing.B, a Adapter) {
 	leaf("poison/concurrency=64", KeyedBenchWait, keyedPoison, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
 	leaf("fail/concurrency=64", KeyedBenchWait, keyedFail, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
 	leaf("nowait/key/concurrency=256", 0, keyedPlain, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(256, 0))
+	leaf("nowait/fail/concurrency=64", 0, keyedFail, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
 	leaf("nowait/partition", 0, keyedPlain)
 }
 
