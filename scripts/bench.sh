@@ -106,8 +106,8 @@ comparisons=(
   # KEYED_RECORDS records over 1,000 keys, a handler that waits 2ms per
   # record. Partition ordering handles one record at a time (about 450/s
   # here): its leaf runs 5,000 records, whose rate is the same as 100,000's.
-  "keyed franz p=1|franz|${KEYED_RECORDS:-100000}x|BenchmarkKeyOrdering/partition@5000x|BenchmarkKeyOrdering/key/concurrency=16|BenchmarkKeyOrdering/key/concurrency=64|BenchmarkKeyOrdering/key/concurrency=256|BenchmarkKeyOrdering/poison/concurrency=64|BenchmarkKeyOrdering/nowait/key/concurrency=256|BenchmarkKeyOrdering/nowait/partition"
-  "keyed kafkago p=1|kafkago|${KEYED_RECORDS:-100000}x|BenchmarkKeyOrdering/partition@5000x|BenchmarkKeyOrdering/key/concurrency=16|BenchmarkKeyOrdering/key/concurrency=64|BenchmarkKeyOrdering/key/concurrency=256|BenchmarkKeyOrdering/poison/concurrency=64|BenchmarkKeyOrdering/nowait/key/concurrency=256|BenchmarkKeyOrdering/nowait/partition"
+  "keyed franz p=1|franz|${KEYED_RECORDS:-100000}x|BenchmarkKeyOrdering/partition@5000x|BenchmarkKeyOrdering/key/concurrency=16|BenchmarkKeyOrdering/key/concurrency=64|BenchmarkKeyOrdering/key/concurrency=256|BenchmarkKeyOrdering/poison/concurrency=64|BenchmarkKeyOrdering/fail/concurrency=64|BenchmarkKeyOrdering/nowait/key/concurrency=256|BenchmarkKeyOrdering/nowait/fail/concurrency=64|BenchmarkKeyOrdering/nowait/partition"
+  "keyed kafkago p=1|kafkago|${KEYED_RECORDS:-100000}x|BenchmarkKeyOrdering/partition@5000x|BenchmarkKeyOrdering/key/concurrency=16|BenchmarkKeyOrdering/key/concurrency=64|BenchmarkKeyOrdering/key/concurrency=256|BenchmarkKeyOrdering/poison/concurrency=64|BenchmarkKeyOrdering/fail/concurrency=64|BenchmarkKeyOrdering/nowait/key/concurrency=256|BenchmarkKeyOrdering/nowait/fail/concurrency=64|BenchmarkKeyOrdering/nowait/partition"
 
   # The ceiling (issue 50): the fastest at-least-once loops a user writes
   # beside the adapters, on the same scenario. A leaf written binary:leaf

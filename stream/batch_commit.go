@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
@@ -117,41 +116,10 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	if err := w.m.LastError(); err != nil {
 		s.LastError = err.Error() // its first 128 bytes are kept
 	}
-	clock := w.u.p.cfg.clock
-	start := clock.Now()
+	start := w.u.p.cfg.clock.Now()
 	err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
-	w.u.p.wrote.Store(int64(max(clock.Now().Sub(start), 0))) // a clock set back reads as no time
+	w.u.p.timedWrite(start)
 	return err
-}
-
-// maxMarkLead bounds how early a retry's started mark is sent before the
-// retry is due, and the backoffs whose marks are sent ahead at all (see
-// worker.run): a crash or a move after the mark landed and before the
-// retry was delivered counts a delivery that was not made, so the batch can
-// be given up one delivery early, never late. The same holds, for a
-// shorter moment, of any mark written just before its delivery starts, and
-// a next owner counts the retry in both cases.
-const maxMarkLead = 10 * time.Millisecond
-
-// timerSlack is how late a timer may wake: on Linux the runtime waits for
-// timers in whole milliseconds when it has nothing else to do (a 300µs timer
-// fires after about 1.1ms, a 1.5ms one after about 2.2ms), so a mark sent
-// after a wait of its own would go out up to that much late.
-const timerSlack = time.Millisecond
-
-// markLead is how long before a retry is due its started mark is sent: the
-// time the processor's latest retry-state commit took and a timer's slack,
-// at most maxMarkLead.
-func (w *worker) markLead() time.Duration {
-	return min(time.Duration(w.u.p.wrote.Load())+timerSlack, maxMarkLead)
-}
-
-// later returns the later of a and b.
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // beforeHalt pauses the claim and commits the batch's state as halted,

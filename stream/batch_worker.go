@@ -203,22 +203,16 @@ func (w *worker) run(ctx context.Context) error {
 			clock := w.u.p.cfg.clock
 			due := d.At
 			// A short backoff (at most maxMarkLead) sends its started mark
-			// ahead of the retry's due time by what the last write took
-			// and a timer's slack (markLead), so that it lands about when
-			// the backoff ends rather than a write's time after it; one
-			// too short for the retry state and the mark to be written one
-			// after the other gets the mark alone, at once: it counts the
-			// failure and the retry both. Not under an outage budget,
-			// whose outage can hold a due retry back. A longer backoff's
-			// mark is written once it is over: there a commit is a small
-			// part of the wait, and a move during the backoff never finds
-			// a retry counted that was not delivered.
-			short := due.Sub(clock.Now()) <= maxMarkLead
+			// ahead of the retry's due time (markLead), or, too short for
+			// the retry state and the mark one after the other, gets the
+			// mark alone, at once (markAlone; not under an outage budget,
+			// whose outage can hold a due retry back); a longer backoff's
+			// mark is written once it is over (retrywrite.go).
+			short := shortBackoff(clock.Now(), due)
 			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
-				wrote := time.Duration(w.u.p.wrote.Load())
-				early = short && d.Delay > 0 && w.member == nil && wrote > 0 && due.Sub(clock.Now()) <= wrote+w.markLead()
+				early = w.member == nil && w.u.p.markAlone(clock.Now(), due, d.Delay)
 				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
 					// backoff; with none, the started mark below counts it.
@@ -233,7 +227,7 @@ func (w *worker) run(ctx context.Context) error {
 			if !early {
 				var lead time.Duration
 				if short {
-					lead = w.markLead()
+					lead = w.u.p.markLead()
 				}
 				if err := w.u.p.wait(ctx, due.Add(-lead)); err != nil {
 					return w.abandon(ctx)

@@ -105,7 +105,10 @@
 //     for it; the head of each queue is delivered, up to the concurrency
 //     limits; a failure is counted by the record's own machine, its state
 //     kept in the window (or its retry waits for room) and committed,
-//     marked started and committed again before the retry; a record
+//     marked started and committed again before the retry (after a
+//     backoff of at most 10ms the mark is sent ahead of the retry's due
+//     time, or with the failure in one commit when the backoff is too
+//     short for two, as for a partition's batch); a record
 //     handled, or given up with its action done, is finished, and the
 //     next record of its key goes. The commit is the lowest record not
 //     finished, with the finished records above it and the retrying

@@ -33,7 +33,11 @@ import (
 // base, with the finished records above it and each retrying record's
 // state as metadata. It is written once per turn of the loop when it
 // changed, and always before a retry is delivered: a record's state
-// marked started is committed first, as in ByPartition ordering.
+// marked started is committed first, as in ByPartition ordering, and by
+// the same rules (retrywrite.go): after a short backoff the mark is sent
+// ahead of the retry's due time, or with the failure when the backoff is
+// too short for two commits, and the retry waits for its due time once
+// the mark is written.
 
 // kstate says where a record of the keyed driver stands.
 type kstate uint8
@@ -44,7 +48,8 @@ const (
 	krunning                // handed to the callers: in a handler call, or next in line for one
 	kheld                   // failed, its state kept: waits for its retry to be due
 	kroom                   // failed, no room for its state yet: waits for room
-	kstarting               // its retry is due and marked started: delivered once committed
+	kstarting               // its retry is due, or its mark's lead reached, and marked started: delivered once committed and due
+	kmarked                 // its started mark committed ahead of its retry: delivered once due
 	kacting                 // given up: its exhaustion action runs (or StopPartition holds it)
 	kdone                   // finished
 )
@@ -61,7 +66,10 @@ type krec struct {
 	st   kstate
 	m    retrystate.Machine
 	hasM bool
-	due  time.Time // kheld, kroom: when its retry is due
+	due  time.Time // kheld, kroom, kstarting, kmarked: when its retry is due
+	// short says that its backoff is short enough for its started mark
+	// to be sent ahead (shortBackoff).
+	short bool
 	// resumed says that its state in a restored window was applied.
 	resumed bool
 }
@@ -111,7 +119,14 @@ type kdriver struct {
 	held       []*krec
 	room       []*krec
 	starting   []*krec
-	running    int // records handed to the callers, not yet posted back
+	marked     []*krec // kmarked
+	// dueTimer fires at dueAt, the earliest due time of the retries
+	// marked in the latest commit: started before that commit, so that a
+	// timer's slack (timerSlack) runs alongside the write. Zero for none.
+	dueTimer   deadline
+	dueAt      time.Time
+	stateSet   bool // a retry state was set since the last commit
+	running    int  // records handed to the callers, not yet posted back
 	callers    kcallers
 	actions    int
 	replies    []chan<- error // Skips to answer once committed
@@ -174,6 +189,7 @@ func (d *kdriver) run(parent context.Context) error {
 		d.sleep(ctx, wake)
 	}
 	cancel(stop)
+	d.dueTimer.cancel()
 	d.drain(ctx, stop)
 	return stop
 }
@@ -251,13 +267,20 @@ func (d *kdriver) canFetch() bool {
 	return d.win.Unfinished() < d.k.maxUnfinished() && d.win.Fits(d.win.Next())
 }
 
-// nextWake is when the earliest held retry is due; zero for none.
+// nextWake is when the earliest held retry's mark is to be sent or the
+// earliest marked retry is due; zero for none.
 func (d *kdriver) nextWake() time.Time {
 	var t time.Time
-	for _, r := range d.held {
-		if t.IsZero() || r.due.Before(t) {
-			t = r.due
+	earliest := func(at time.Time) {
+		if t.IsZero() || at.Before(t) {
+			t = at
 		}
+	}
+	for _, r := range d.held {
+		earliest(r.due.Add(-d.markLead(r)))
+	}
+	for _, r := range d.marked {
+		earliest(r.due)
 	}
 	return t
 }
@@ -275,14 +298,23 @@ func (d *kdriver) fetch(ctx context.Context, wake time.Time) ([]Record, error) {
 	d.fetchCancel = fcancel
 	d.mu.Unlock()
 	if !wake.IsZero() {
-		ch, stop := d.p.cfg.clock.NewTimer(max(wake.Sub(d.p.cfg.clock.Now()), 0))
-		defer stop()
+		ch, stop := d.timer(wake)
+		exited := make(chan struct{})
 		go func() {
+			defer close(exited)
 			select {
 			case <-ch:
 				fcancel()
 			case <-fctx.Done():
 			}
+		}()
+		defer func() {
+			// The goroutine is gone before the next turn: dueTimer's
+			// channel, which it may take the time from, is read by one
+			// goroutine at a time.
+			fcancel()
+			<-exited
+			stop()
 		}()
 	}
 	recs, err := d.c.Fetch(fctx)
@@ -300,11 +332,22 @@ func (d *kdriver) fetch(ctx context.Context, wake time.Time) ([]Record, error) {
 	return nil, fmt.Errorf("stream: fetch %s/%d: %w", d.c.Topic(), d.c.Partition(), err)
 }
 
+// timer returns a channel that receives at wake, and a function that stops
+// it: dueTimer's when wake is its time (kept when stopped, for the next
+// turns until it is due), a new timer's otherwise.
+func (d *kdriver) timer(wake time.Time) (<-chan time.Time, func()) {
+	if d.dueTimer.ch != nil && wake.Equal(d.dueAt) {
+		return d.dueTimer.ch, func() {}
+	}
+	ch, stop := d.p.cfg.clock.NewTimer(max(wake.Sub(d.p.cfg.clock.Now()), 0))
+	return ch, func() { stop() }
+}
+
 // sleep waits until wake, an event or ctx's end.
 func (d *kdriver) sleep(ctx context.Context, wake time.Time) {
 	var timer <-chan time.Time
 	if !wake.IsZero() {
-		ch, stop := d.p.cfg.clock.NewTimer(max(wake.Sub(d.p.cfg.clock.Now()), 0))
+		ch, stop := d.timer(wake)
 		defer stop()
 		timer = ch
 	}

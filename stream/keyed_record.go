@@ -63,7 +63,7 @@ func (d *kdriver) resume(r *krec, s retrystate.State) {
 			// anew (and committed before it is delivered).
 			d.scheduled(r, dec, retrystate.ErrInterrupted)
 		}
-		d.hold(r, dec)
+		d.hold(r, dec, s.Started)
 	}
 }
 
@@ -93,14 +93,25 @@ func (d *kdriver) setState(r *krec, s retrystate.State) bool {
 		// A state the window cannot hold (times too far apart): the
 		// record goes on without it; a next owner starts its count over.
 		d.log.Warn("redeliver: retry state not kept in the commit: a next owner starts the record's count over", "offset", r.rec.Offset, "error", err)
+	default:
+		d.stateSet = true
 	}
 	return true
 }
 
 // hold keeps r until its retry is due at dec.At, with its state in the
-// window, or waits for room for its state.
-func (d *kdriver) hold(r *krec, dec retrystate.Decision) {
+// window, or waits for room for its state. A failure just scheduled
+// (fresh) whose backoff is too short for its state and its started mark
+// one after the other is marked started at once instead (markAlone): the
+// next commit writes its failure and its retry's start as one.
+func (d *kdriver) hold(r *krec, dec retrystate.Decision, fresh bool) {
 	r.due = dec.At
+	now := d.p.cfg.clock.Now()
+	r.short = shortBackoff(now, r.due)
+	if fresh && !d.p.cfg.memoryOnly && d.p.markAlone(now, r.due, dec.Delay) && d.win.FitsState(r.rec.Offset) {
+		d.startRetry(r, now)
+		return
+	}
 	if d.p.cfg.memoryOnly || d.setState(r, d.stateOf(r)) {
 		r.st = kheld
 		d.held = append(d.held, r)
@@ -141,28 +152,84 @@ func compareInt64(a, b int64) int {
 	return 0
 }
 
-// dueRetries marks the retries that are due started (committed before
-// they are delivered), or gives the record up when its limits are
-// reached by then.
+// markLead is how long before r's retry is due its started mark is sent:
+// the processor's markLead after a short backoff, none after a longer one
+// or with no mark to write.
+func (d *kdriver) markLead(r *krec) time.Duration {
+	if !r.short || d.p.cfg.memoryOnly {
+		return 0
+	}
+	return d.p.markLead()
+}
+
+// dueRetries marks started the retries that are due or whose mark's lead
+// is reached (committed before they are delivered), or gives the record up
+// when its limits are reached by then; and lets the retries whose marks
+// were committed ahead go once they are due.
 func (d *kdriver) dueRetries(now time.Time) {
 	keep := d.held[:0]
 	for _, r := range d.held {
+		if now.Before(r.due.Add(-d.markLead(r))) {
+			keep = append(keep, r)
+			continue
+		}
+		d.startRetry(r, now)
+	}
+	clear(d.held[len(keep):])
+	d.held = keep
+	d.dueMarked(now)
+}
+
+// startRetry marks r's retry started, as of its due time when that is
+// later than now (its limits are checked as of then), to be committed
+// before it is delivered; or gives r up when its limits are reached by
+// then.
+func (d *kdriver) startRetry(r *krec, now time.Time) {
+	if dec := r.m.Start(later(now, r.due)); dec.Action == retrystate.StopRetrying {
+		d.giveUp(r)
+		return
+	}
+	if !d.p.cfg.memoryOnly {
+		d.setState(r, d.stateOf(r)) // it holds a state, or was checked to fit: it fits
+	}
+	r.st = kstarting
+	d.starting = append(d.starting, r)
+}
+
+// startDueTimer starts dueTimer for the earliest due time, after now, of
+// the retries about to be marked, unless it runs for that time already.
+func (d *kdriver) startDueTimer(now time.Time) {
+	var at time.Time
+	for _, r := range d.starting {
+		if r.due.After(now) && (at.IsZero() || r.due.Before(at)) {
+			at = r.due
+		}
+	}
+	if at.IsZero() || d.dueTimer.ch != nil && !at.Before(d.dueAt) {
+		return
+	}
+	d.dueTimer.cancel()
+	d.dueTimer, d.dueAt = d.p.timer(at), at
+}
+
+// dueMarked makes the retries whose marks are committed ready once they
+// are due, and lets dueTimer go once its time has come.
+func (d *kdriver) dueMarked(now time.Time) {
+	if d.dueTimer.ch != nil && !now.Before(d.dueAt) {
+		d.dueTimer.cancel()
+		d.dueTimer = deadline{}
+	}
+	keep := d.marked[:0]
+	for _, r := range d.marked {
 		if now.Before(r.due) {
 			keep = append(keep, r)
 			continue
 		}
-		if dec := r.m.Start(now); dec.Action == retrystate.StopRetrying {
-			d.giveUp(r)
-			continue
-		}
-		if !d.p.cfg.memoryOnly {
-			d.setState(r, d.stateOf(r)) // it holds a state: it fits
-		}
-		r.st = kstarting
-		d.starting = append(d.starting, r)
+		r.st = kready
+		d.ready = append(d.ready, r)
 	}
-	clear(d.held[len(keep):])
-	d.held = keep
+	clear(d.marked[len(keep):])
+	d.marked = keep
 }
 
 // commit writes the window when it changed, then lets the retries marked
@@ -179,17 +246,27 @@ func (d *kdriver) commit(ctx context.Context) error {
 		// until they are fetched: nothing is committed past what this
 		// owner has seen.
 		if (next != d.lastNext || md != d.lastMD) && next <= d.fetched {
+			start := d.p.cfg.clock.Now()
+			d.startDueTimer(start)
 			if err := d.write(ctx, next, md); err != nil {
 				return err
 			}
+			if d.stateSet {
+				// A retry-state commit: its time is what the next marks
+				// are sent ahead by.
+				d.p.timedWrite(start)
+			}
 		}
 	}
-	d.ready = append(d.ready, d.starting...)
+	d.stateSet = false
+	// Marked ahead of their due times: they wait for them.
+	d.marked = append(d.marked, d.starting...)
 	for _, r := range d.starting {
-		r.st = kready
+		r.st = kmarked
 	}
 	clear(d.starting)
 	d.starting = d.starting[:0]
+	d.dueMarked(d.p.cfg.clock.Now())
 	for _, c := range d.replies {
 		c <- nil
 	}
@@ -377,7 +454,7 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 			cause = nil
 		}
 		d.scheduled(r, dec, cause)
-		d.hold(r, dec)
+		d.hold(r, dec, true)
 	case res.outcome == RetryRequested:
 		d.finish(r) // a RetryResult's retries are spent: done
 	default:

@@ -162,8 +162,9 @@ type Processor struct {
 
 	claims atomic.Uint64 // the latest ClaimID
 	// wrote is how long the latest retry-state commit took, on any of
-	// the processor's partitions (nanoseconds; 0 before the first): a
-	// started mark is sent that much ahead of its retry (worker.markLead).
+	// the processor's partitions, in either driver (nanoseconds; 0
+	// before the first): a started mark is sent that much ahead of its
+	// retry (Processor.markLead).
 	wrote atomic.Int64
 
 	mu      sync.Mutex

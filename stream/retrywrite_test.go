@@ -10,7 +10,10 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // slowClaim is a partition of 5 records whose every commit takes latency
@@ -195,22 +198,8 @@ func TestShortBackoffWritesTheMarkAlone(t *testing.T) {
 func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		claim := &movedClaim{latencies: []time.Duration{4 * time.Millisecond, 2 * time.Millisecond}, next: -1}
-		var (
-			mu         sync.Mutex
-			deliveries int
-			exhausted  []int // the retries each give-up reports
-		)
-		h := stream.HandlerFunc(func(context.Context, *stream.Batch) error {
-			mu.Lock()
-			defer mu.Unlock()
-			deliveries++
-			return errors.New("fails")
-		})
-		hooks := stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
-			mu.Lock()
-			defer mu.Unlock()
-			exhausted = append(exhausted, e.Err.Retries)
-		}})
+		var f alwaysFails
+		h, hooks := stream.HandlerFunc(f.handle), f.hooks()
 		first, err := stream.NewProcessor(h, fixed(1, 10*time.Millisecond), hooks, stream.WithLogger(slog.New(slog.DiscardHandler)))
 		if err != nil {
 			t.Fatal(err)
@@ -239,21 +228,171 @@ func TestMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 		ctx, cancel = context.WithCancel(t.Context())
 		defer cancel()
 		go func() { done <- next.Process(ctx, claim) }()
-		for {
+		for !f.gaveUp() {
 			time.Sleep(time.Millisecond)
-			mu.Lock()
-			n := len(exhausted)
-			mu.Unlock()
-			if n > 0 {
-				break
-			}
 		}
 		cancel()
 		<-done
+		f.checkCounted(t)
+	})
+}
+
+// alwaysFails is a handler whose every delivery fails, and an Exhausted hook
+// that keeps the retries each give-up reports.
+type alwaysFails struct {
+	mu         sync.Mutex
+	deliveries int
+	exhausted  []int
+}
+
+func (f *alwaysFails) handle(context.Context, *stream.Batch) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.deliveries++
+	return errors.New("fails")
+}
+
+func (f *alwaysFails) hooks() stream.Option {
+	return stream.WithHooks(stream.Hooks{Exhausted: func(e stream.ExhaustedEvent) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.exhausted = append(f.exhausted, e.Err.Retries)
+	}})
+}
+
+func (f *alwaysFails) gaveUp() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.exhausted) > 0
+}
+
+// checkCounted fails t unless the unit was delivered once and given up
+// once, as after its one retry: the retry counted by its mark.
+func (f *alwaysFails) checkCounted(t *testing.T) {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.deliveries != 1 || len(f.exhausted) != 1 || f.exhausted[0] != 1 {
+		t.Fatalf("%d deliveries, given up after %v retries; want 1 delivery, given up as after 1 retry (the retry counted by its mark)", f.deliveries, f.exhausted)
+	}
+}
+
+// keyedRetryGaps runs a keyed processor (ordering o) with backoff over one
+// record whose commits take latency, inside a synctest bubble; the record
+// fails its first fails deliveries. It returns the time from each delivery
+// to the next and how many commits were written between them.
+func keyedRetryGaps(t *testing.T, o stream.Ordering, backoff, latency time.Duration, fails int) (gaps []time.Duration, commits []int) {
+	t.Helper()
+	var h streamtest.History
+	p := streamtest.NewPartition("t", 0, 10)
+	p.AppendKeyed(time.Now(), "k")
+	p.SetCommitLatency(latency)
+	var (
+		mu  sync.Mutex
+		at  []time.Time // of the deliveries
+		n   []int       // commits written before each delivery
+		end = make(chan struct{})
+	)
+	handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if deliveries != 1 || exhausted[0] != 1 {
-			t.Fatalf("%d deliveries, given up after %v retries; want 1 delivery, given up as after 1 retry (the retry counted by its mark)", deliveries, exhausted)
+		at = append(at, time.Now())
+		n = append(n, len(p.Commits()))
+		if b.Attempt.Retries < fails {
+			return errors.New("fails")
 		}
+		close(end)
+		return nil
+	})
+	_, stop := keyedRun(t, &h, "a", p, handler, stream.WithOrdering(o), fixed(fails+2, backoff),
+		stream.WithLogger(slog.New(slog.DiscardHandler)))
+	<-end
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for i := 1; i < len(at); i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]))
+		commits = append(commits, n[i]-n[i-1])
+	}
+	return gaps, commits
+}
+
+// In key ordering (ByKey, ByNone) a record's retry is written as a
+// partition's batch's is: after a short backoff its started mark is sent
+// ahead of the retry's due time by what the last retry-state commit took
+// and a millisecond, and once that time is known a backoff too short for
+// the state and the mark one after the other gets the mark alone, with the
+// failure: the retry comes at its due time, not a commit after it, and
+// each such retry writes one commit. A backoff over 10ms still writes its
+// mark once it is over.
+func TestKeyedRetryComesWhenDue(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		backoff, latency time.Duration
+		fails            int
+		gaps             []time.Duration // from each failure to its retry's delivery
+		commits          []int           // commits written between them
+	}{
+		// The first retry: the state lands at 6ms, the mark, sent at
+		// once (its lead, 7ms, is past), at 12ms. The next two: the mark
+		// alone, sent with the failure, lands at 6ms; the retry waits
+		// for its due time. Before, 16ms each, two commits each.
+		{"one write per short retry", 10 * time.Millisecond, 6 * time.Millisecond, 3,
+			[]time.Duration{12 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond}, []int{2, 1, 1}},
+		// The state lands at 4ms, the mark is sent at 5ms and lands at
+		// 9ms: the retry at 10ms (14ms before).
+		{"the mark sent ahead", 10 * time.Millisecond, 4 * time.Millisecond, 1,
+			[]time.Duration{10 * time.Millisecond}, []int{2}},
+		// A backoff over 10ms: the mark is written once it is over.
+		{"a long backoff's mark after it", 100 * time.Millisecond, 50 * time.Millisecond, 1,
+			[]time.Duration{150 * time.Millisecond}, []int{2}},
+	} {
+		for _, o := range []stream.Ordering{stream.ByKey, stream.ByNone} {
+			t.Run(c.name+"/"+o.String(), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					gaps, commits := keyedRetryGaps(t, o, c.backoff, c.latency, c.fails)
+					if !slices.Equal(gaps, c.gaps) || !slices.Equal(commits, c.commits) {
+						t.Fatalf("retries delivered %v after their failures with %v commits between, want %v and %v (backoff %v, commits of %v)",
+							gaps, commits, c.gaps, c.commits, c.backoff, c.latency)
+					}
+				})
+			})
+		}
+	}
+}
+
+// In key ordering, a move after a record's started mark landed and before
+// its retry was due counts the retry, which is not delivered: the next
+// owner gives the record up one delivery early, never late. With 4ms
+// commits and a 10ms backoff: the first commit (the record taken in) lands
+// at 4ms, the record fails at 4ms, its state lands at 8ms, the mark is
+// sent at 9ms (5ms ahead of the retry due at 14ms) and lands at 13ms; the
+// partition moves at 13.5ms. With one retry allowed, the next owner gives
+// the record up without delivering it: one delivery in all, not two.
+func TestKeyedMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 10)
+		p.AppendKeyed(time.Now(), "k")
+		p.SetCommitLatency(4 * time.Millisecond)
+		var f alwaysFails
+		handler := stream.HandlerFunc(f.handle)
+		opts := []stream.Option{fixed(1, 10*time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)), f.hooks()}
+		_, stop := keyedRun(t, &h, "a", p, handler, opts...)
+		time.Sleep(13500 * time.Microsecond)
+		stop()
+		next, md := p.Committed()
+		w, err := retrystate.RestoreWindow(next, md, checkpoint.WindowLimits{})
+		if err != nil {
+			t.Fatalf("committed %d %q: %v", next, md, err)
+		}
+		if s, ok := w.State(0); !ok || !s.Started || s.Retries != 1 {
+			t.Errorf("record 0's state before the move %+v (kept %v), want its retry 1 marked started", s, ok)
+		}
+
+		_, stop = keyedRun(t, &h, "b", p, handler, opts...)
+		waitCommitted(t, p, 1)
+		stop()
+		f.checkCounted(t)
 	})
 }

@@ -32,8 +32,13 @@ import (
 //     the first record of key "k7" fails for KeyedPoisonFor (retried every
 //     100ms), then succeeds; its key's later records wait for it, and
 //     records/s counts the other keys' records only;
-//   - nowait/key/concurrency=256 and nowait/partition: a handler that does
-//     not wait, to see what the engine and the client can do.
+//   - fail/concurrency=64: key ordering at 64, every 10th record (offset 3
+//     mod 10) fails once and is retried FailDelay later: retry-wait-ms and
+//     retry-wait-max-ms are the median and longest time from its failing
+//     call's return to its retry's call, retries how many there were;
+//   - nowait/key/concurrency=256, nowait/fail/concurrency=64 and
+//     nowait/partition: a handler that does not wait, to see what the
+//     engine and the client can do.
 //
 // (No leaf's name is the start of another's, so that a leaf runs alone.)
 //
@@ -55,22 +60,34 @@ const (
 // see [KeyedBenchKeys].
 func BenchKeyed(b *testing.B, a Adapter) {
 	addrs := BenchAddrs(b)
-	leaf := func(name string, wait time.Duration, poison bool, opts ...stream.Option) {
-		b.Run(name, func(b *testing.B) { keyedLeaf(b, a, addrs, wait, poison, opts...) })
+	leaf := func(name string, wait time.Duration, kind keyedKind, opts ...stream.Option) {
+		b.Run(name, func(b *testing.B) { keyedLeaf(b, a, addrs, wait, kind, opts...) })
 	}
-	leaf("partition", KeyedBenchWait, false)
+	leaf("partition", KeyedBenchWait, keyedPlain)
 	for _, c := range []int{16, 64, 256} {
-		leaf("key/concurrency="+strconv.Itoa(c), KeyedBenchWait, false, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(c, 0))
+		leaf("key/concurrency="+strconv.Itoa(c), KeyedBenchWait, keyedPlain, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(c, 0))
 	}
-	leaf("poison/concurrency=64", KeyedBenchWait, true, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
-	leaf("nowait/key/concurrency=256", 0, false, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(256, 0))
-	leaf("nowait/partition", 0, false)
+	leaf("poison/concurrency=64", KeyedBenchWait, keyedPoison, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
+	leaf("fail/concurrency=64", KeyedBenchWait, keyedFail, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
+	leaf("nowait/key/concurrency=256", 0, keyedPlain, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(256, 0))
+	leaf("nowait/fail/concurrency=64", 0, keyedFail, stream.WithOrdering(stream.ByKey), stream.WithConcurrency(64, 0))
+	leaf("nowait/partition", 0, keyedPlain)
 }
+
+// keyedKind is what fails in a leaf of BenchKeyed.
+type keyedKind uint8
+
+const (
+	keyedPlain  keyedKind = iota // nothing
+	keyedPoison                  // a poison key
+	keyedFail                    // every 10th record, once
+)
 
 var errPoisonKey = errors.New("bench: the poison key's record fails")
 
-func keyedLeaf(b *testing.B, a Adapter, addrs []string, wait time.Duration, poison bool, opts ...stream.Option) {
+func keyedLeaf(b *testing.B, a Adapter, addrs []string, wait time.Duration, kind keyedKind, opts ...stream.Option) {
 	n := b.N
+	poison := kind == keyedPoison
 	topic := BenchTopic("keyed")
 	produceKeyedBench(b, addrs, topic, n)
 	const poisonKey, poisonOffset = "k7", 7
@@ -90,9 +107,18 @@ func keyedLeaf(b *testing.B, a Adapter, addrs []string, wait time.Duration, pois
 		failSince atomic.Int64 // unix ns of the poison record's first failure
 		mu        sync.Mutex
 		sizes     []int
+		failed    sync.Map // the offsets failed once (keyedFail)
+		waits     retryWaits
+		retries   atomic.Int64
 	)
 	h := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
 		started.CompareAndSwap(0, time.Now().UnixNano())
+		if kind == keyedFail && r.Offset%10 == 3 {
+			if _, again := failed.Load(r.Offset); again {
+				waits.retried(r.Partition, r.Offset)
+				retries.Add(1)
+			}
+		}
 		if wait > 0 {
 			time.Sleep(wait)
 		}
@@ -105,6 +131,12 @@ func keyedLeaf(b *testing.B, a Adapter, addrs []string, wait time.Duration, pois
 				}
 			}
 			return nil
+		}
+		if kind == keyedFail && r.Offset%10 == 3 {
+			if _, again := failed.LoadOrStore(r.Offset, true); !again {
+				waits.failed(r.Partition, r.Offset)
+				return ErrBench
+			}
 		}
 		if handled.Add(1) == others {
 			end <- time.Now()
@@ -175,6 +207,10 @@ func keyedLeaf(b *testing.B, a Adapter, addrs []string, wait time.Duration, pois
 	b.ReportMetric(float64(p99), "md-p99-bytes")
 	b.ReportMetric(float64(most), "md-max-bytes")
 	b.ReportMetric(float64(len(sizes)), "commits")
+	if kind == keyedFail {
+		b.ReportMetric(float64(retries.Load()), "retries")
+		waits.report(b)
+	}
 	// How many of the process's threads waited for a CPU, on average, while
 	// they had work: above 0.5 or so on a 2-core machine, the machine's
 	// load (not this process's work) holds the rate back.
