@@ -300,6 +300,13 @@ func (b *Buffer[R]) Slice() []R {
 	return nil
 }
 
+// Ready reports whether Next would return without waiting for the fetch
+// side: records are buffered, or the fetch side skipped records since Next
+// last returned for a skip.
+func (b *Buffer[R]) Ready() bool {
+	return b.n > 0 || b.skip > b.last+1 && b.skip > b.told
+}
+
 // Len returns how many records are buffered.
 func (b *Buffer[R]) Len() int { return b.n }
 
