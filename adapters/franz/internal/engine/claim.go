@@ -310,6 +310,7 @@ func (cl *claim) Park(resume park.Resume) bool {
 		return false
 	}
 	cl.resume, cl.mem = resume, nil
+	cl.buf.Rest()
 	return true
 }
 
