@@ -265,3 +265,76 @@ func TestParkNoLostWakeup(t *testing.T) {
 		}
 	}
 }
+
+// TestParkChurnReleasesEveryClaimOnce: records keep coming to partitions
+// whose workers park between them while members join and leave, so that
+// claims end parked, resuming and running; every claim is released once,
+// and every record is committed.
+func TestParkChurnReleasesEveryClaimOnce(t *testing.T) {
+	const parts, rounds = 4, 3
+	addrs := newCluster(t, "t", parts)
+	cs := newClaims()
+	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+	r1 := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h, stream.WithHooks(cs.hooks())))
+	pc, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.ProducerLinger(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		written = map[int32]int64{}
+	)
+	wg.Go(func() {
+		for i := 0; ctx.Err() == nil; i++ {
+			p := int32(i % parts)
+			if err := pc.ProduceSync(ctx, &kgo.Record{Topic: "t", Partition: p, Value: []byte("v")}).FirstErr(); err != nil {
+				return
+			}
+			mu.Lock()
+			written[p]++
+			mu.Unlock()
+			time.Sleep(time.Millisecond)
+		}
+	})
+	for range rounds {
+		r2 := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h, stream.WithHooks(cs.hooks())))
+		time.Sleep(300 * time.Millisecond)
+		if err := r2.Stop(t); err != nil {
+			t.Fatalf("second member's Run: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	cancel()
+	wg.Wait()
+	mu.Lock()
+	want := map[int32]int64{}
+	for p, n := range written {
+		want[p] = n
+	}
+	mu.Unlock()
+	waitCommitted(t, addrs, "g", "t", want)
+	if err := r1.Stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	n := 0
+	for p, ids := range cs.claimed {
+		for _, id := range ids {
+			n++
+			if k := cs.released[id]; k != 1 {
+				t.Errorf("partition %d: claim %d released %d times, want once", p, id, k)
+			}
+		}
+	}
+	if len(cs.released) != n {
+		t.Errorf("%d claims released, %d claimed", len(cs.released), n)
+	}
+	if n < parts+rounds {
+		t.Errorf("%d claims for %d partitions over %d rounds of a member joining and leaving: the rebalances did not happen", n, parts, rounds)
+	}
+}
