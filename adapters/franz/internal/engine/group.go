@@ -352,8 +352,9 @@ func (g *group) startLocked(cl *claim) {
 	cl.work(func() error { return c.proc.Process(ctx, cl) })
 }
 
-// running is the set of claims whose workers run, which a stopping Run
-// names (lifecycle.Drain): a set of the claims themselves, not a
+// running is the set of claims whose workers run, or are parked until
+// records come or the claim ends, which a stopping Run names
+// (lifecycle.Drain): a set of the claims themselves, not a
 // lifecycle.Workers, which keeps a name, a map entry and a closure for
 // every worker, so every idle partition.
 type running struct {
