@@ -12,6 +12,7 @@ import (
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/park"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
@@ -330,31 +331,81 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 	if h := p.cfg.hooks.Claimed; h != nil {
 		h(ClaimEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: id, Committed: off, Metadata: md})
 	}
-	if h := p.cfg.hooks.Released; h != nil {
-		defer func() { h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: id, Cause: err}) }()
-	}
 	if p.cfg.keyed.ordering != ByPartition {
+		if h := p.cfg.hooks.Released; h != nil {
+			defer func() { h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: id, Cause: err}) }()
+		}
 		return p.processKeyed(ctx, c, id) // keyed.go
 	}
-	w := worker{
-		c:     c,
-		m:     retrystate.NewMachineOf(&p.cfg.policy),
-		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
-		from:  -1,
+	s := &partition{p: p, ctx: ctx, c: c, claim: id, lastNext: off, from: -1, rnd: p.newRand()}
+	if b := p.cfg.budget; b != nil {
+		s.member = b.join()
 	}
-	w.u = unit{p: p, log: partitionLogger(p.log, c.Topic(), c.Partition()), rnd: p.newRand(), claim: id, beforeHalt: w.beforeHalt}
-	w.lastNext = off
-	if !p.cfg.memoryOnly {
+	return s.run(off, md)
+}
+
+// partition is what a partition's worker keeps for as long as its claim
+// lasts, parked or not: a claim that parks its worker while nothing is
+// buffered (park.Claim) ends the worker's goroutine and lets go of the
+// rest of the worker (its retry machine, its batch, its logger), and the
+// worker is made again from this when records arrive or the claim ends.
+type partition struct {
+	p      *Processor
+	ctx    context.Context
+	c      Claim
+	claim  uint64          // the ClaimID of its events
+	rnd    checkpoint.Rand // WithRand's, made once per claim
+	member *budgetMember   // nil for none
+	// The worker's lastNext, from and restored when it parked: the offset
+	// last committed, and a restored retry state not yet applied (a
+	// worker that parks before its first batch keeps it for that batch).
+	lastNext, from int64
+	restored       *retrystate.State
+}
+
+// run runs the partition's worker until the claim ends, the worker fails,
+// or it parks (park.ErrParked). off and md are the committed offset and
+// metadata the claim started with, read for a retry state when md is not
+// empty (the first run only).
+func (s *partition) run(off int64, md string) (err error) {
+	p, c, ctx := s.p, s.c, s.ctx
+	defer func() {
+		if err == park.ErrParked {
+			return // the claim goes on, and resumes the worker
+		}
+		if s.member != nil {
+			s.member.leave()
+		}
+		if h := p.cfg.hooks.Released; h != nil {
+			h(ReleaseEvent{Topic: c.Topic(), Partition: c.Partition(), ClaimID: s.claim, Cause: err})
+		}
+	}()
+	w := worker{
+		c:        c,
+		m:        retrystate.NewMachineOf(&p.cfg.policy),
+		batch:    Batch{Topic: c.Topic(), Partition: c.Partition()},
+		from:     s.from,
+		restored: s.restored,
+		lastNext: s.lastNext,
+		member:   s.member,
+	}
+	w.u = unit{p: p, log: partitionLogger(p.log, c.Topic(), c.Partition()), rnd: s.rnd, claim: s.claim, beforeHalt: w.beforeHalt}
+	if !p.cfg.memoryOnly && md != "" {
 		w.readState(off, md)
 	}
-	if b := p.cfg.budget; b != nil {
-		w.member = b.join()
-		defer w.member.leave()
-	}
+	pc, _ := c.(park.Claim)
 	for {
 		recs := w.rest
 		w.rest = nil
 		if len(recs) == 0 {
+			if pc != nil && w.fetch == flowing && w.delivery == counted {
+				// Nothing held: the worker parks, unless the claim has
+				// records or has ended.
+				s.lastNext, s.from, s.restored = w.lastNext, w.from, w.restored
+				if pc.Park(s.resume) {
+					return park.ErrParked
+				}
+			}
 			recs, err = c.Fetch(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
@@ -378,4 +429,11 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		// (the claim may reuse it, or let it go).
 		w.batch.Records = nil
 	}
+}
+
+// resume runs a parked worker again, on the goroutine the claim started
+// for it (see park.Claim).
+func (s *partition) resume() (err error) {
+	lifecycle.Inside(func() { err = s.run(-1, "") })
+	return err
 }

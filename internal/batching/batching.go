@@ -80,13 +80,13 @@ type Buffer[R any] struct {
 	roomWaiting bool
 	spare       [][]R
 
-	wake chan struct{}
+	wake chan struct{} // made by the first Next that waits; let go by Rest
 	room chan struct{} // made by the first WaitRoom that waits
 }
 
 // New returns an empty buffer guarded by mu.
 func New[R any](mu sync.Locker, cfg Config[R]) *Buffer[R] {
-	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, skip: -1, told: -1, wake: make(chan struct{}, 1)}
+	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, skip: -1, told: -1}
 }
 
 func (b *Buffer[R]) sizeOf(r *R) int {
@@ -220,14 +220,17 @@ func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duratio
 			return context.Cause(ctx)
 		}
 		b.waiting = true
-		n := b.n
+		if b.wake == nil {
+			b.wake = make(chan struct{}, 1)
+		}
+		n, wake := b.n, b.wake
 		b.mu.Unlock()
 		if n > 0 && timer == nil {
 			timer = time.NewTimer(maxWait)
 			timeout = timer.C
 		}
 		select {
-		case <-b.wake:
+		case <-wake:
 		case <-timeout:
 			waited = true
 		case <-done:
@@ -298,6 +301,20 @@ func (b *Buffer[R]) Slice() []R {
 		return s
 	}
 	return nil
+}
+
+// Rest lets go of what Next waits with: the worker does not call Next
+// again before records are there, or the buffer's owner wakes it
+// otherwise (a claim whose worker parked while the buffer is empty).
+func (b *Buffer[R]) Rest() {
+	b.waiting, b.wake = false, nil
+}
+
+// Ready reports whether Next would return without waiting for the fetch
+// side: records are buffered, or the fetch side skipped records since Next
+// last returned for a skip.
+func (b *Buffer[R]) Ready() bool {
+	return b.n > 0 || b.skip > b.last+1 && b.skip > b.told
 }
 
 // Len returns how many records are buffered.

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 
@@ -10,6 +11,8 @@ import (
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkaadapter"
 	"github.com/redeliver-go/redeliver/internal/batching"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/park"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -81,6 +84,9 @@ type claim struct {
 	ahead   bool
 	polled  bool
 	started bool
+	// offered: the worker's own, set when Park found records buffered,
+	// so that the Fetch that follows need not look again.
+	offered bool
 	// aheadWake wakes fetchAhead when the worker took records; made with
 	// the first fetchAhead (most partitions never need one).
 	aheadWake chan struct{}
@@ -111,6 +117,10 @@ type claim struct {
 	// The worker's own: the memory of its batches, made for the first
 	// records and let go while the partition is idle (see Fetch).
 	mem *batchMem
+
+	// resume is the parked worker's (see Park), guarded by mu: nil while
+	// the worker runs.
+	resume park.Resume
 }
 
 // batchMem is the memory a claim's batches are made in, reused from one
@@ -249,12 +259,68 @@ func (cl *claim) revoke(cause error) {
 		cl.cancel(cause)
 		cl.mu.Lock()
 		cl.buf.Interrupt()
+		cl.wakeLocked() // a parked worker ends, and releases the claim
 		cl.mu.Unlock()
 	}
 	cl.commits.Final()
 	cl.ownMu.Lock()
 	cl.owned = false
 	cl.ownMu.Unlock()
+}
+
+// work runs fn, the worker (the Processor's Process, or a parked worker's
+// resume), on a goroutine of its own; the caller holds a g.wg count for
+// it (startLocked), which a parked worker keeps. When fn parks the worker
+// the goroutine ends and the claim goes on: it holds the worker's resume
+// (Park), and runs it here again once records arrive or the claim ends.
+// When fn returns anything else the worker has ended: a worker that failed
+// (the claim not ended) fails the consumer, and the claim is finished.
+func (cl *claim) work(fn park.Resume) {
+	g := cl.g
+	go lifecycle.Inside(func() {
+		err := fn() // the worker's context carries the group (start)
+		if err == park.ErrParked {
+			return
+		}
+		defer g.wg.Done()
+		defer cl.finish()
+		defer g.workers.remove(cl)
+		if cl.ctx.Err() == nil {
+			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
+			cl.c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+			g.fail(err)
+		}
+	})
+}
+
+// Park takes the worker's resume when nothing is buffered and the claim
+// has not ended (park.Claim): the worker's goroutine ends, and the
+// partition keeps neither it nor the worker's state while idle. push and
+// revoke run resume (wakeLocked), under cl.mu as this check is, so that
+// neither records nor the claim's end are missed. The batches' memory is
+// let go, as Fetch does for an idle partition.
+func (cl *claim) Park(resume park.Resume) bool {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if cl.buf.Ready() {
+		cl.offered = true
+		return false
+	}
+	if cl.ctx.Err() != nil {
+		return false
+	}
+	cl.resume, cl.mem = resume, nil
+	cl.buf.Rest()
+	return true
+}
+
+// wakeLocked runs the parked worker's resume, if the worker is parked;
+// cl.mu is held.
+func (cl *claim) wakeLocked() {
+	if fn := cl.resume; fn != nil {
+		cl.resume = nil
+		cl.work(fn)
+	}
 }
 
 // wait waits for the claim's worker, if it was started.
@@ -366,6 +432,9 @@ func (cl *claim) push(recs []*kgo.Record, hwm int64, from int64) {
 	if skip >= 0 {
 		cl.buf.Skip(skip) // ignored when not past the records pushed
 	}
+	if cl.resume != nil && cl.buf.Ready() {
+		cl.wakeLocked()
+	}
 }
 
 // setPauseLocked sets or clears pause reasons and pauses or resumes the
@@ -440,9 +509,10 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	// records point into nor arrays sized to its last batch (the
 	// Processor lets go of the batch too). A partition with records
 	// buffered reuses it.
-	if cl.idle() {
+	if !cl.offered && cl.idle() {
 		cl.mem = nil
 	}
+	cl.offered = false
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
 		if cl.mem == nil {
 			cl.mem = new(batchMem)

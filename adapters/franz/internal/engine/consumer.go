@@ -93,10 +93,14 @@ func DefaultConfig() Config {
 }
 
 // Consumer runs a [stream.Processor] over the partitions a franz-go group
-// consumer is assigned: one worker goroutine per assigned partition, started
-// when the partition's committed offset has been fetched and stopped (its
+// consumer is assigned: one worker per assigned partition, started when
+// the partition's committed offset has been fetched and stopped (its
 // context cancelled, then waited for) when the partition is revoked or lost
-// or the consumer stops.
+// or the consumer stops. A worker runs on a goroutine of its own while its
+// partition has records; while the partition is idle (nothing fetched and
+// not delivered, no retry pending) the worker parks: its goroutine ends
+// and its state is let go, and it resumes under the same claim (the same
+// ClaimID in the stream.Hooks events) when records arrive.
 //
 // A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
 // [Consumer.Close] may be called from anywhere, a handler included.

@@ -347,23 +347,14 @@ func (g *group) startLocked(cl *claim) {
 	c := g.c
 	ctx, cancel := context.WithCancelCause(g.runCtx)
 	cl.begin(ctx, cancel, c)
-	g.wg.Add(1)
+	g.wg.Add(1) // kept while the worker is parked
 	g.workers.add(cl)
-	go lifecycle.Inside(func() {
-		defer g.wg.Done()
-		defer cl.finish()
-		defer g.workers.remove(cl)
-		err := c.proc.Process(ctx, cl) // ctx carries the group (start)
-		if ctx.Err() == nil {
-			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
-			c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
-			g.fail(err)
-		}
-	})
+	cl.work(func() error { return c.proc.Process(ctx, cl) })
 }
 
-// running is the set of claims whose workers run, which a stopping Run
-// names (lifecycle.Drain): a set of the claims themselves, not a
+// running is the set of claims whose workers run, or are parked until
+// records come or the claim ends, which a stopping Run names
+// (lifecycle.Drain): a set of the claims themselves, not a
 // lifecycle.Workers, which keeps a name, a map entry and a closure for
 // every worker, so every idle partition.
 type running struct {

@@ -1,0 +1,250 @@
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/park"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// parkClaim is a claim that parks its worker (park.Claim): records are
+// added by the test, and an added record or the claim's end runs a parked
+// worker's resume on a goroutine of its own, whose result goes to
+// resumed.
+type parkClaim struct {
+	committed int64
+	metadata  string
+
+	mu      sync.Mutex
+	recs    []stream.Record
+	next    int64 // the next offset to add
+	resume  park.Resume
+	ended   bool
+	wake    chan struct{}
+	commits []int64
+	// withheld is set by the test's handler while a batch of it waits
+	// for a retry: the worker must not park then.
+	withheld    bool
+	parkedWhile bool // Park offered while withheld
+	resumed     chan error
+}
+
+func newParkClaim(committed int64, md string) *parkClaim {
+	return &parkClaim{committed: committed, metadata: md, next: max(committed, 0), wake: make(chan struct{}, 1), resumed: make(chan error, 16)}
+}
+
+func (c *parkClaim) Topic() string              { return "t" }
+func (c *parkClaim) Partition() int32           { return 0 }
+func (c *parkClaim) Committed() (int64, string) { return c.committed, c.metadata }
+func (c *parkClaim) Pause()                     {}
+func (c *parkClaim) Resume()                    {}
+func (c *parkClaim) Commit(_ context.Context, next int64, _ string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.commits = append(c.commits, next)
+	return nil
+}
+
+func (c *parkClaim) Park(r park.Resume) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.withheld {
+		c.parkedWhile = true
+	}
+	if len(c.recs) > 0 || c.ended {
+		return false
+	}
+	c.resume = r
+	return true
+}
+
+// wakeLocked runs a parked worker's resume; c.mu is held.
+func (c *parkClaim) wakeLocked() {
+	if r := c.resume; r != nil {
+		c.resume = nil
+		go func() { c.resumed <- r() }()
+	}
+	select {
+	case c.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (c *parkClaim) add(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for range n {
+		c.recs = append(c.recs, stream.Record{Topic: "t", Offset: c.next, Value: []byte("v")})
+		c.next++
+	}
+	c.wakeLocked()
+}
+
+// end ends the claim, after cancel ended its context.
+func (c *parkClaim) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	c.wakeLocked()
+}
+
+func (c *parkClaim) Fetch(ctx context.Context) ([]stream.Record, error) {
+	for {
+		c.mu.Lock()
+		if len(c.recs) > 0 {
+			recs := c.recs
+			c.recs = nil
+			c.mu.Unlock()
+			return recs, nil
+		}
+		c.mu.Unlock()
+		select {
+		case <-c.wake:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+func (c *parkClaim) lastCommit() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.commits) == 0 {
+		return -1
+	}
+	return c.commits[len(c.commits)-1]
+}
+
+// awaitResumed waits for the next resume's result.
+func (c *parkClaim) awaitResumed(t *testing.T) error {
+	t.Helper()
+	select {
+	case err := <-c.resumed:
+		return err
+	case <-time.After(time.Hour): // synctest's time: every goroutine blocked
+		t.Fatal("no resume returned")
+		return nil
+	}
+}
+
+// TestProcessParksIdleWorker: a worker whose claim parks it returns
+// park.ErrParked while nothing is there, is resumed by records under the
+// same claim (one Claimed, the same ClaimID on every checkpoint), is not
+// offered to park while a batch waits for its retry, and is released
+// once when the claim ends while it is parked.
+func TestProcessParksIdleWorker(t *testing.T) {
+	synctest.Test(t, testProcessParksIdleWorker)
+}
+
+func testProcessParksIdleWorker(t *testing.T) {
+	c := newParkClaim(-1, "")
+	var (
+		mu       sync.Mutex
+		claimed  []uint64
+		released []stream.ReleaseEvent
+		ids      = map[uint64]bool{}
+		failed   bool
+	)
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if b.Records[0].Offset == 2 && !failed {
+			failed = true
+			c.mu.Lock()
+			c.withheld = true
+			c.mu.Unlock()
+			return errors.New("fails once")
+		}
+		c.mu.Lock()
+		c.withheld = false
+		c.mu.Unlock()
+		return nil
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(5 * time.Millisecond)}),
+		stream.WithHooks(stream.Hooks{
+			Claimed: func(e stream.ClaimEvent) { mu.Lock(); claimed = append(claimed, e.ClaimID); mu.Unlock() },
+			Released: func(e stream.ReleaseEvent) {
+				mu.Lock()
+				released = append(released, e)
+				mu.Unlock()
+			},
+			Checkpointed: func(e stream.CheckpointEvent) { mu.Lock(); ids[e.ClaimID] = true; mu.Unlock() },
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := proc.Process(ctx, c); err != park.ErrParked {
+		t.Fatalf("Process with nothing to fetch returned %v, want park.ErrParked", err)
+	}
+	c.add(2)
+	if err := c.awaitResumed(t); err != park.ErrParked {
+		t.Fatalf("a resume returned %v, want park.ErrParked once the records are done", err)
+	}
+	if got := c.lastCommit(); got != 2 {
+		t.Fatalf("last commit %d, want 2", got)
+	}
+	c.add(1) // fails once, then succeeds after its backoff
+	if err := c.awaitResumed(t); err != park.ErrParked {
+		t.Fatalf("a resume returned %v, want park.ErrParked", err)
+	}
+	if got := c.lastCommit(); got != 3 {
+		t.Fatalf("last commit %d, want 3", got)
+	}
+	cancel()
+	c.end()
+	if err := c.awaitResumed(t); !errors.Is(err, context.Canceled) {
+		t.Fatalf("the resume at the claim's end returned %v, want the context's end", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.parkedWhile {
+		t.Error("the worker was offered to park while its batch waited for a retry")
+	}
+	if len(claimed) != 1 || len(released) != 1 || released[0].ClaimID != claimed[0] {
+		t.Fatalf("claimed %v, released %+v: want one claim, released once", claimed, released)
+	}
+	if len(ids) != 1 || !ids[claimed[0]] {
+		t.Errorf("checkpoints under claims %v, want %d only", ids, claimed[0])
+	}
+}
+
+// TestParkedWorkerKeepsRestoredState: a worker that parks before its first
+// batch applies the previous owner's retry state to it once resumed.
+func TestParkedWorkerKeepsRestoredState(t *testing.T) {
+	synctest.Test(t, testParkedWorkerKeepsRestoredState)
+}
+
+func testParkedWorkerKeepsRestoredState(t *testing.T) {
+	md := retrystate.EncodeState(retrystate.State{Offset: 0, Retries: 2, FirstFailure: time.Now().Add(-time.Second), NextAt: time.Now(), Records: 1})
+	c := newParkClaim(0, md)
+	attempts := make(chan int, 4)
+	proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		attempts <- b.Attempt.Retries
+		return nil
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(time.Millisecond)}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := proc.Process(ctx, c); err != park.ErrParked {
+		t.Fatalf("Process returned %v, want park.ErrParked", err)
+	}
+	c.add(1)
+	if err := c.awaitResumed(t); err != park.ErrParked {
+		t.Fatalf("a resume returned %v, want park.ErrParked", err)
+	}
+	if n := <-attempts; n != 2 {
+		t.Fatalf("the first delivery is retry %d, want 2 (the previous owner's retry, due)", n)
+	}
+}
