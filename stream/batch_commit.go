@@ -119,9 +119,30 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 	}
 	clock := w.u.p.cfg.clock
 	start := clock.Now()
+	// The first write in flight marks when it began: a failure meanwhile
+	// on another partition knows that a write takes at least that long.
+	mine := w.u.p.writing.CompareAndSwap(0, start.UnixNano())
 	err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
 	w.u.p.wrote.Store(int64(max(clock.Now().Sub(start), 0))) // a clock set back reads as no time
+	if mine {
+		w.u.p.writing.Store(0)
+	}
 	return err
+}
+
+// writeTime is how long a retry-state commit takes, as far as the
+// processor knows at now: the latest one's time or, when longer, the time
+// since a commit now in flight began. Many partitions failing at once
+// (1,000 partitions handling one poll) find no commit timed yet, and the
+// first one in flight: each would write its retry state and its mark one
+// after the other, where a backoff shorter than the write already gets the
+// mark alone.
+func (w *worker) writeTime(now time.Time) time.Duration {
+	d := time.Duration(w.u.p.wrote.Load())
+	if since := w.u.p.writing.Load(); since != 0 {
+		d = max(d, now.Sub(time.Unix(0, since))) // a clock set back reads as no more than d
+	}
+	return d
 }
 
 // maxMarkLead bounds how early a retry's started mark is sent before the

@@ -217,7 +217,7 @@ func (w *worker) run(ctx context.Context) error {
 			early := false
 			if fresh {
 				w.scheduled(b, d, cause, outcome)
-				wrote := time.Duration(w.u.p.wrote.Load())
+				wrote := w.writeTime(clock.Now())
 				early = short && d.Delay > 0 && w.member == nil && wrote > 0 && due.Sub(clock.Now()) <= wrote+w.markLead()
 				if d.Delay > 0 && !early {
 					// The failure is counted for a next owner before the
