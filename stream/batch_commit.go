@@ -117,8 +117,9 @@ func (w *worker) saveState(ctx context.Context, b *Batch) error {
 		s.LastError = err.Error() // its first 128 bytes are kept
 	}
 	start := w.u.p.cfg.clock.Now()
+	mine := w.u.p.beginWrite(start) // a failure meanwhile knows a write takes at least this long
 	err := w.write(ctx, b, b.FirstOffset(), retrystate.EncodeState(s))
-	w.u.p.timedWrite(start)
+	w.u.p.timedWrite(start, mine)
 	return err
 }
 

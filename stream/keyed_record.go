@@ -248,13 +248,15 @@ func (d *kdriver) commit(ctx context.Context) error {
 		if (next != d.lastNext || md != d.lastMD) && next <= d.fetched {
 			start := d.p.cfg.clock.Now()
 			d.startDueTimer(start)
-			if err := d.write(ctx, next, md); err != nil {
-				return err
-			}
+			// A retry-state commit: its time is what the next marks are
+			// sent ahead by.
+			mine := d.stateSet && d.p.beginWrite(start)
+			err := d.write(ctx, next, md)
 			if d.stateSet {
-				// A retry-state commit: its time is what the next marks
-				// are sent ahead by.
-				d.p.timedWrite(start)
+				d.p.timedWrite(start, mine)
+			}
+			if err != nil {
+				return err
 			}
 		}
 	}

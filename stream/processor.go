@@ -167,6 +167,10 @@ type Processor struct {
 	// before the first): a started mark is sent that much ahead of its
 	// retry (Processor.markLead).
 	wrote atomic.Int64
+	// writing is when a retry-state commit now in flight began, on any of
+	// the processor's partitions (the clock's UnixNano; 0 for none): until
+	// it returns, a commit takes at least the time since (writeTime).
+	writing atomic.Int64
 
 	mu      sync.Mutex
 	stopped map[unitKey]*stoppedEntry

@@ -48,14 +48,40 @@ func (p *Processor) markLead() time.Duration {
 // mark's lead). The caller leaves it out under an outage budget, whose
 // outage can hold a due retry back.
 func (p *Processor) markAlone(now, due time.Time, delay time.Duration) bool {
-	wrote := time.Duration(p.wrote.Load())
+	wrote := p.writeTime(now)
 	return delay > 0 && wrote > 0 && shortBackoff(now, due) && due.Sub(now) <= wrote+p.markLead()
 }
 
+// writeTime is how long a retry-state commit takes, as far as the
+// processor knows at now: the latest one's time or, when longer, the time
+// since a commit now in flight began. Many partitions failing at once
+// (1,000 partitions handling one poll) find no commit timed yet, and the
+// first one in flight: each would write its retry state and its mark one
+// after the other, where a backoff shorter than the write already gets the
+// mark alone.
+func (p *Processor) writeTime(now time.Time) time.Duration {
+	d := time.Duration(p.wrote.Load())
+	if since := p.writing.Load(); since != 0 {
+		d = max(d, now.Sub(time.Unix(0, since))) // a clock set back reads as no more than d
+	}
+	return d
+}
+
+// beginWrite notes that a commit carrying a retry state begins at start,
+// unless one is in flight already: it reports whether this one is the
+// one noted, to be passed to timedWrite.
+func (p *Processor) beginWrite(start time.Time) bool {
+	return p.writing.CompareAndSwap(0, start.UnixNano())
+}
+
 // timedWrite records how long a commit that carries a retry state took,
-// from start, as the time the next marks are sent ahead by (markLead).
-func (p *Processor) timedWrite(start time.Time) {
+// from start, as the time the next marks are sent ahead by (markLead), and
+// ends the note beginWrite made when mine.
+func (p *Processor) timedWrite(start time.Time, mine bool) {
 	p.wrote.Store(int64(max(p.cfg.clock.Now().Sub(start), 0))) // a clock set back reads as no time
+	if mine {
+		p.writing.Store(0)
+	}
 }
 
 // later returns the later of a and b.

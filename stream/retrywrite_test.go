@@ -396,3 +396,67 @@ func TestKeyedMoveAfterTheMarkLandedCountsTheRetry(t *testing.T) {
 		f.checkCounted(t)
 	})
 }
+
+// partClaim is slowClaim's partition under a number of its own.
+type partClaim struct {
+	slowClaim
+	p int32
+}
+
+func (c *partClaim) Partition() int32 { return c.p }
+
+// A failure that comes while another partition's retry state is being
+// written, before any write of the processor was timed, knows that a write
+// takes at least the time since that one began: with 6ms commits and 1ms
+// backoffs, partition 0 fails at once and writes its retry state, then its
+// started mark (no write timed, none in flight); partition 1 fails 2ms
+// later, while that state is in flight for 2ms, and writes its mark alone.
+// At 1,000 partitions, every batch of a poll that failed before the first
+// write returned wrote both.
+func TestFailureDuringAWriteInFlightWritesTheMarkAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		claims := []*partClaim{{slowClaim: slowClaim{latency: 6 * time.Millisecond}, p: 0}, {slowClaim: slowClaim{latency: 6 * time.Millisecond}, p: 1}}
+		var wg sync.WaitGroup
+		wg.Add(len(claims))
+		h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			if b.Attempt.Retries > 0 {
+				wg.Done()
+				return nil
+			}
+			if b.Partition == 1 {
+				time.Sleep(2 * time.Millisecond)
+			}
+			return errors.New("fails")
+		})
+		proc, err := stream.NewProcessor(h, fixed(3, time.Millisecond), stream.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, len(claims))
+		for _, c := range claims {
+			go func() { done <- proc.Process(ctx, c) }()
+		}
+		wg.Wait()
+		synctest.Wait()
+		cancel()
+		for range claims {
+			<-done
+		}
+		for i, want := range []int{2, 1} {
+			c := claims[i]
+			c.mu.Lock()
+			var before []string // the retry's writes, before the success's commit
+			for _, md := range c.mds {
+				if md == "" {
+					break
+				}
+				before = append(before, md)
+			}
+			c.mu.Unlock()
+			if len(before) != want {
+				t.Errorf("partition %d: %d writes before its retry (%q), want %d", c.p, len(before), before, want)
+			}
+		}
+	})
+}
