@@ -215,10 +215,10 @@ func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) err
 	if err != nil && !errors.Is(err, ErrRevoked) {
 		err = w.u.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
 	}
-	switch {
-	case errors.Is(err, ErrRevoked):
-		return w.abandonWith(ErrRevoked)
-	case err != nil:
+	if err != nil {
+		if errors.Is(err, ErrRevoked) {
+			return w.abandonWith(ErrRevoked)
+		}
 		// The claim ended (a stop, a revocation) while the commit waited
 		// to be tried again: never silent, as a write given up.
 		w.u.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",

@@ -185,7 +185,7 @@ func (w *worker) run(ctx context.Context) error {
 	for {
 		if deliver {
 			var err error
-			if d, outcome, cause, err = w.deliver(ctx, b); err != nil {
+			if outcome, cause, err = w.deliver(ctx, b, &d); err != nil {
 				return err
 			}
 			fresh = true
@@ -341,23 +341,28 @@ func (w *worker) giving() int {
 	return len(w.batch.Records)
 }
 
-// deliver calls the handler once and returns the machine's decision on
-// what it returned (the zero Decision for a success), the delivery's
-// outcome and its error. After a partial success it has moved the
-// checkpoint to the failed record and cut the batch there. It returns an
-// error when the worker must stop.
-func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, outcome Outcome, cause error, stop error) {
+// deliver calls the handler once, sets *d to the machine's decision on
+// what it returned (the zero Decision for a success), and returns the
+// delivery's outcome and its error. After a partial success it has moved
+// the checkpoint to the failed record and cut the batch there. It returns
+// an error when the worker must stop.
+//
+// It runs once per batch: the decision is written in place and the
+// attempt filled field by field, not built aside and copied (the copy's
+// loads, right after its stores, measured about a tenth of the engine's
+// own time per batch).
+func (w *worker) deliver(ctx context.Context, b *Batch, d *retrystate.Decision) (outcome Outcome, cause error, stop error) {
 	hooks := &w.u.p.cfg.hooks
 	clock := w.u.p.cfg.clock
-	b.Attempt = attemptOf(&w.m)
-	b.Attempt.Probe = w.delivery == probing
+	*d = retrystate.Decision{}
+	fillAttempt(&b.Attempt, &w.m, w.delivery == probing)
 	w.delivery = counted
 	if ctx.Err() != nil {
 		// The claim ended since the batch was fetched or its retry marked
 		// started (the partition revoked, its lease lost, a shutdown): the
 		// handler is not called for a partition this worker no longer
 		// holds. Its next owner delivers the batch.
-		return d, Cancelled, nil, w.abandon(ctx)
+		return Cancelled, nil, w.abandon(ctx)
 	}
 	var start, now time.Time
 	if hooks.Delivered != nil {
@@ -373,11 +378,16 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 		now = clock.Now()
 	}
 	if ctx.Err() != nil {
-		w.u.p.delivered(w.infoOf(b), b.Attempt, Cancelled, err, start, now, false)
-		return d, Cancelled, err, w.abandon(ctx)
+		if hooks.Delivered != nil {
+			w.u.p.delivered(w.infoOf(b), b.Attempt, Cancelled, err, start, now, false)
+		}
+		return Cancelled, err, w.abandon(ctx)
 	}
 	w.scope, w.givenUp = wholeBatch, 0
-	res := readResult(err, b, w.u.log)
+	res := result{outcome: Succeeded}
+	if err != nil {
+		res = readResult(err, b, w.u.log)
+	}
 	outcome, cause = res.outcome, res.cause
 	partial := res.partial // the failed record is known: records before its index are done
 	if err != nil {
@@ -388,7 +398,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 			w.m.Begin(b.Records[partial.Index].Timestamp)
 		}
 		if rr := res.rr; rr != nil {
-			d = w.m.RequestRetries(now, rr.request(), w.u.rnd)
+			*d = w.m.RequestRetries(now, rr.request(), w.u.rnd)
 			if w.member != nil {
 				w.member.requested(now)
 			}
@@ -397,7 +407,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 			if w.member != nil {
 				before = w.m
 			}
-			d = w.m.Fail(now, cause, w.u.rnd)
+			*d = w.m.Fail(now, cause, w.u.rnd)
 			switch {
 			case w.member == nil:
 			case d.Action == retrystate.StopRetrying && d.Reason == checkpoint.NotRetryable:
@@ -412,7 +422,7 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 					// An outage, not this batch's failure: it spends
 					// no retry. MaxRecordAge applies all the same: a
 					// failure past it counts, and gives the batch up.
-					w.m, d, w.delivery = before, retrystate.Decision{}, uncounted
+					w.m, *d, w.delivery = before, retrystate.Decision{}, uncounted
 				}
 			}
 		}
@@ -422,19 +432,22 @@ func (w *worker) deliver(ctx context.Context, b *Batch) (d retrystate.Decision, 
 				"lasted", e.Duration, "probes", e.Probes, "waiting", e.Failing)
 		}
 	}
-	w.u.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.delivery == uncounted)
+	if hooks.Delivered != nil {
+		// Checked here: the event's arguments are not built for no hook.
+		w.u.p.delivered(w.infoOf(b), b.Attempt, outcome, err, start, now, w.delivery == uncounted)
+	}
 	if partial != nil && partial.Index > 0 {
 		// The records before partial.Index are done: move the checkpoint
 		// to the failed record and go on with the rest of the batch.
 		if err := w.write(ctx, b, b.Records[partial.Index].Offset, ""); err != nil {
-			return d, outcome, cause, err
+			return outcome, cause, err
 		}
 		b.Records = b.Records[partial.Index:]
 	}
 	if partial != nil && outcome == Failed {
 		w.scope = failedRecord
 	}
-	return d, outcome, cause, nil
+	return outcome, cause, nil
 }
 
 func (w *worker) scheduled(b *Batch, d retrystate.Decision, err error, outcome Outcome) {
