@@ -211,25 +211,37 @@ func (w *worker) skip(ctx context.Context) error {
 // write commits next with metadata, trying again until it succeeds. It
 // returns an error only when the worker must stop.
 func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) error {
-	err := w.c.Commit(ctx, next, md)
-	if err != nil && !errors.Is(err, ErrRevoked) {
-		err = w.u.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
-	}
-	if err != nil {
-		if errors.Is(err, ErrRevoked) {
-			return w.abandonWith(ErrRevoked)
+	if err := w.c.Commit(ctx, next, md); err != nil {
+		// Out of line: a commit that succeeds, once per batch, does
+		// not set up the retries' frame.
+		if err := w.rewrite(ctx, b, next, md, err); err != nil {
+			return err
 		}
-		// The claim ended (a stop, a revocation) while the commit waited
-		// to be tried again: never silent, as a write given up.
-		w.u.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
-			"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
-		return w.abandon(ctx)
 	}
 	w.lastNext = next
 	if h := w.u.p.cfg.hooks.Checkpointed; h != nil {
 		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.u.claim, Next: next, Metadata: md})
 	}
 	return nil
+}
+
+// rewrite is write after the commit of next failed with err: it tries
+// again until the commit succeeds (nil) or the worker must stop.
+func (w *worker) rewrite(ctx context.Context, b *Batch, next int64, md string, err error) error {
+	if !errors.Is(err, ErrRevoked) {
+		err = w.u.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrRevoked) {
+		return w.abandonWith(ErrRevoked)
+	}
+	// The claim ended (a stop, a revocation) while the commit waited to
+	// be tried again: never silent, as a write given up.
+	w.u.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
+		"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
+	return w.abandon(ctx)
 }
 
 // errAbandoned is why a worker stops when it abandons a batch for no other

@@ -83,16 +83,15 @@ type Attempt struct {
 // Number returns the 1-based number of this delivery: Retries+1.
 func (a Attempt) Number() int { return a.Retries + 1 }
 
-// fillAttempt sets *a to the Attempt of the delivery m is at, probe or
-// not, field by field in place: it runs on every delivery, and an Attempt
-// built aside and copied costs more than its stores.
-func fillAttempt(a *Attempt, m *retrystate.Machine, probe bool) {
+// fillAttempt sets *a to the Attempt of the delivery m is at, but for its
+// Probe, field by field in place: it runs on every delivery, and an
+// Attempt built aside and copied costs more than its stores.
+func fillAttempt(a *Attempt, m *retrystate.Machine) {
 	a.Retries = m.Retries()
 	a.MaxRetries = m.MaxRetries()
 	a.Last = m.Last()
 	a.FirstFailure = m.FirstFailure()
 	a.LastError = m.LastError()
-	a.Probe = probe
 }
 
 // attemptOf returns the Attempt of the delivery m is at. It reads the
