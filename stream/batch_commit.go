@@ -173,7 +173,7 @@ func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.Exhaust
 // budget.
 func (w *worker) commit(ctx context.Context, b *Batch) error {
 	next := b.LastOffset() + 1
-	if len(w.rest) == 0 && w.extra == 0 {
+	if w.positioned && len(w.rest) == 0 && w.extra == 0 {
 		// The claim's position ([Positioner]) is past b's last record
 		// when it skipped records after it.
 		next = max(next, positionOf(w.c))

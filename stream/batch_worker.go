@@ -94,7 +94,11 @@ type worker struct {
 	// delivery is what the latest or next delivery is in the budget's
 	// terms (the probe's number, when probing, goes to the Probing hook).
 	delivery deliveryState
-	givenUp  int
+	// positioned is whether c is a Positioner, asked once: not on every
+	// commit of a claim that is not one (it takes no room: the one-byte
+	// states' padding).
+	positioned bool
+	givenUp    int
 
 	// from is the offset of the batch that restored continues; -1 for none.
 	from     int64

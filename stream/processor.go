@@ -341,6 +341,7 @@ func (p *Processor) process(ctx context.Context, c Claim) (err error) {
 		batch: Batch{Topic: c.Topic(), Partition: c.Partition()},
 		from:  -1,
 	}
+	_, w.positioned = c.(Positioner)
 	w.u = unit{p: p, log: partitionLogger(p.log, c.Topic(), c.Partition()), rnd: p.newRand(), claim: id, beforeHalt: w.beforeHalt}
 	w.lastNext = off
 	if !p.cfg.memoryOnly {
