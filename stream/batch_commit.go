@@ -142,7 +142,7 @@ func (w *worker) beforeHalt(ctx context.Context, b *Batch, _ *checkpoint.Exhaust
 // budget.
 func (w *worker) commit(ctx context.Context, b *Batch) error {
 	next := b.LastOffset() + 1
-	if len(w.rest) == 0 && w.extra == 0 {
+	if w.positioned && len(w.rest) == 0 && w.extra == 0 {
 		// The claim's position ([Positioner]) is past b's last record
 		// when it skipped records after it.
 		next = max(next, positionOf(w.c))
@@ -180,25 +180,37 @@ func (w *worker) skip(ctx context.Context) error {
 // write commits next with metadata, trying again until it succeeds. It
 // returns an error only when the worker must stop.
 func (w *worker) write(ctx context.Context, b *Batch, next int64, md string) error {
-	err := w.c.Commit(ctx, next, md)
-	if err != nil && !errors.Is(err, ErrRevoked) {
-		err = w.u.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
-	}
-	switch {
-	case errors.Is(err, ErrRevoked):
-		return w.abandonWith(ErrRevoked)
-	case err != nil:
-		// The claim ended (a stop, a revocation) while the commit waited
-		// to be tried again: never silent, as a write given up.
-		w.u.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
-			"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
-		return w.abandon(ctx)
+	if err := w.c.Commit(ctx, next, md); err != nil {
+		// Out of line: a commit that succeeds, once per batch, does
+		// not set up the retries' frame.
+		if err := w.rewrite(ctx, b, next, md, err); err != nil {
+			return err
+		}
 	}
 	w.lastNext = next
 	if h := w.u.p.cfg.hooks.Checkpointed; h != nil {
 		h(CheckpointEvent{Topic: b.Topic, Partition: b.Partition, ClaimID: w.u.claim, Next: next, Metadata: md})
 	}
 	return nil
+}
+
+// rewrite is write after the commit of next failed with err: it tries
+// again until the commit succeeds (nil) or the worker must stop.
+func (w *worker) rewrite(ctx context.Context, b *Batch, next int64, md string, err error) error {
+	if !errors.Is(err, ErrRevoked) {
+		err = w.u.repeat(ctx, "commit", true, func() error { return w.c.Commit(ctx, next, md) })
+	}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrRevoked) {
+		return w.abandonWith(ErrRevoked)
+	}
+	// The claim ended (a stop, a revocation) while the commit waited to
+	// be tried again: never silent, as a write given up.
+	w.u.log.Warn("redeliver: commit given up: the claim ended before a failed commit was written; the partition's next owner starts from the last checkpoint written, and delivers the records after it again",
+		"next", next, "offset", b.FirstOffset(), "records", len(b.Records), "cause", context.Cause(ctx))
+	return w.abandon(ctx)
 }
 
 // errAbandoned is why a worker stops when it abandons a batch for no other

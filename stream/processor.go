@@ -393,6 +393,7 @@ func (s *partition) run(off int64, md string) (err error) {
 		lastNext: s.lastNext,
 		member:   s.member,
 	}
+	_, w.positioned = c.(Positioner)
 	w.u = unit{p: p, log: partitionLogger(p.log, c.Topic(), c.Partition()), rnd: s.rnd, claim: s.claim, beforeHalt: w.beforeHalt}
 	if !p.cfg.memoryOnly && md != "" {
 		w.readState(off, md)

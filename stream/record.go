@@ -83,13 +83,26 @@ type Attempt struct {
 // Number returns the 1-based number of this delivery: Retries+1.
 func (a Attempt) Number() int { return a.Retries + 1 }
 
+// fillAttempt sets *a to the Attempt of the delivery m is at, but for its
+// Probe, field by field in place: it runs on every delivery, and an
+// Attempt built aside and copied costs more than its stores.
+func fillAttempt(a *Attempt, m *retrystate.Machine) {
+	a.Retries = m.Retries()
+	a.MaxRetries = m.MaxRetries()
+	a.Last = m.Last()
+	a.FirstFailure = m.FirstFailure()
+	a.LastError = m.LastError()
+}
+
+// attemptOf returns the Attempt of the delivery m is at. It reads the
+// fields it needs one by one, not a copy of m's whole state: it runs on
+// every delivery.
 func attemptOf(m *retrystate.Machine) Attempt {
-	s := m.State()
 	return Attempt{
-		Retries:      s.Retries,
+		Retries:      m.Retries(),
 		MaxRetries:   m.MaxRetries(),
 		Last:         m.Last(),
-		FirstFailure: s.FirstFailure,
+		FirstFailure: m.FirstFailure(),
 		LastError:    m.LastError(),
 	}
 }

@@ -383,6 +383,15 @@ func (m *Machine) Start(now time.Time) Decision {
 // State returns the state of the current batch.
 func (m *Machine) State() State { return m.state }
 
+// Retries returns the state's Retries: how many retries were scheduled so
+// far for the current batch. It reads one field where State copies them
+// all (a handler's Attempt is filled on every delivery).
+func (m *Machine) Retries() int { return m.state.Retries }
+
+// FirstFailure returns the state's FirstFailure, zero before the current
+// batch first failed.
+func (m *Machine) FirstFailure() time.Time { return m.state.FirstFailure }
+
 // Policy returns the policy in force for the current batch.
 func (m *Machine) Policy() checkpoint.Policy { return *m.policyRef() }
 
