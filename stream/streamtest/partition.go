@@ -134,13 +134,22 @@ func (p *Partition) Parked() (now bool, times int) {
 	return p.own != nil && p.own.resume != nil, p.parks
 }
 
+// parker is the claim Run gives the engine: the Partition, which parks its
+// worker when asked (park.Claim, an internal seam kept out of the
+// Partition's own methods).
+type parker struct{ *part }
+
+// part names the Partition that a parker embeds, so that its methods
+// (Partition among them) are the parker's.
+type part = Partition
+
 // Park takes the worker's resume when parking is on, the worker's claim
 // has not ended and Fetch would wait (nothing appended past its position,
 // not paused): the check and the taking are one step under p.mu, as are
 // the appends and the revocation that run resume (notify), so that
-// neither records nor the claim's end are missed. It is the engine's seam
-// (package stream looks for it), not for tests to call.
-func (p *Partition) Park(resume park.Resume) bool {
+// neither records nor the claim's end are missed.
+func (c parker) Park(resume park.Resume) bool {
+	p := c.part
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	o := p.own
@@ -502,7 +511,7 @@ func Run(ctx context.Context, proc *stream.Processor, parts ...*Partition) error
 		o, cancel := part.claim(ctx)
 		wg.Go(func() {
 			defer cancel(nil)
-			err := proc.Process(o.ctx, part)
+			err := proc.Process(o.ctx, parker{part})
 			if err == park.ErrParked {
 				err = <-o.done // the worker goes on, resumed by part
 			}
