@@ -351,3 +351,44 @@ func testParkedWorkerRevokedWhileResuming(t *testing.T, order string) {
 		t.Errorf("history: %v", r.Violations)
 	}
 }
+
+// TestParkedWorkerResumedBySkippedEntries: entries that Fetch never
+// returns (transaction markers), appended while a streamtest partition's
+// worker is parked, resume it: it commits past them and parks again.
+func TestParkedWorkerResumedBySkippedEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		part := streamtest.NewPartition("t", 0, 4)
+		part.SetParking(true)
+		part.Append(time.Now(), "a", "b")
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		ran := make(chan error, 1)
+		go func() { ran <- streamtest.Run(ctx, proc, part) }()
+		if err := part.WaitCommitted(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, times := part.Parked(); !now || times != 1 {
+			t.Fatalf("parked %v, %d times: want the idle worker parked once", now, times)
+		}
+		part.AppendSkipped(3)
+		if err := part.WaitCommitted(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, times := part.Parked(); !now || times != 2 {
+			t.Fatalf("parked %v, %d times: want the worker parked again past the skipped entries", now, times)
+		}
+		cancel()
+		if err := <-ran; err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+		if now, _ := part.Parked(); now {
+			t.Fatal("the worker is still parked after Run")
+		}
+	})
+}
