@@ -38,7 +38,11 @@ var (
 // takes the partition over from what was committed, now and then with
 // fewer retries, a time budget or a record age that refuses the retry it
 // restores (a redeploy), or another batch size (a smaller or larger
-// fetch); some moves land during a last retry (issue 46). Every history
+// fetch); some moves land during a last retry (issue 46). In a third of
+// the seeds the partitions park their idle workers (issue 50) and the
+// records arrive in chunks at random moments, some with a move at once,
+// so that workers park, resume, and are moved while parked or resuming
+// (in partition ordering: a keyed worker does not park). Every history
 // is checked by
 // streamtest.History, which counts each record's retries itself, and
 // every partition must reach its end. 2000 seeds by default;
