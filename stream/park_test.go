@@ -3,6 +3,7 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -12,6 +13,7 @@ import (
 	"github.com/redeliver-go/redeliver/internal/park"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // parkClaim is a claim that parks its worker (park.Claim): records are
@@ -247,4 +249,146 @@ func testParkedWorkerKeepsRestoredState(t *testing.T) {
 	if n := <-attempts; n != 2 {
 		t.Fatalf("the first delivery is retry %d, want 2 (the previous owner's retry, due)", n)
 	}
+}
+
+// TestParkedWorkerRevokedWhileResuming: a streamtest partition parks its
+// idle worker; records appended and a revocation at once (in either
+// order: the claim's end races the resume), or a revocation while the
+// resumed worker delivers, end the worker once: Run returns, the claim is
+// released once, and the next owner delivers and commits every record,
+// which the history checker accepts.
+func TestParkedWorkerRevokedWhileResuming(t *testing.T) {
+	for _, order := range []string{"append, revoke", "revoke, append", "revoke during the delivery"} {
+		t.Run(order, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testParkedWorkerRevokedWhileResuming(t, order) })
+		})
+	}
+}
+
+func testParkedWorkerRevokedWhileResuming(t *testing.T, order string) {
+	part := streamtest.NewPartition("t", 0, 2)
+	part.SetParking(true)
+	part.Append(time.Now(), "a", "b")
+	var (
+		hist     streamtest.History
+		mu       sync.Mutex
+		claimed  = map[string]int{} // member/ClaimID (each processor counts its own claims)
+		released = map[string]int{}
+	)
+	delivering := make(chan struct{}, 1)
+	newProc := func(member string) *stream.Processor {
+		count := stream.Hooks{
+			Claimed:  func(e stream.ClaimEvent) { mu.Lock(); claimed[fmt.Sprint(member, "/", e.ClaimID)]++; mu.Unlock() },
+			Released: func(e stream.ReleaseEvent) { mu.Lock(); released[fmt.Sprint(member, "/", e.ClaimID)]++; mu.Unlock() },
+		}
+		proc, err := stream.NewProcessor(stream.Chain(stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+			if order == "revoke during the delivery" && b.Records[0].Offset == 2 && member == "first" {
+				delivering <- struct{}{}
+				<-ctx.Done()
+				return ctx.Err()
+			}
+			return nil
+		}), hist.Middleware(member)), stream.WithHooks(stream.MergeHooks(hist.Hooks(member), count)),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Millisecond)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return proc
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- streamtest.Run(ctx, newProc("first"), part) }()
+	if err := part.WaitCommitted(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait()
+	if now, times := part.Parked(); !now || times != 1 {
+		t.Fatalf("parked %v, %d times: want the idle worker parked once", now, times)
+	}
+	switch order {
+	case "append, revoke":
+		part.Append(time.Now(), "c")
+		part.Revoke()
+	case "revoke, append":
+		part.Revoke()
+		part.Append(time.Now(), "c")
+	default:
+		part.Append(time.Now(), "c")
+		<-delivering
+		part.Revoke()
+	}
+	select {
+	case err := <-ran:
+		if err != nil {
+			t.Fatalf("Run of the revoked owner returned %v", err)
+		}
+	case <-time.After(time.Hour): // synctest's time: every goroutine is blocked
+		t.Fatal("Run of the revoked owner did not return: its worker did not end")
+	}
+	if now, _ := part.Parked(); now {
+		t.Fatal("the revoked owner's worker is still parked")
+	}
+	go func() { ran <- streamtest.Run(ctx, newProc("second"), part) }()
+	if err := part.WaitCommitted(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-ran; err != nil {
+		t.Fatalf("Run of the second owner returned %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(claimed) != 2 {
+		t.Errorf("claims %v, want 2", claimed)
+	}
+	for id, n := range claimed {
+		if n != 1 || released[id] != 1 {
+			t.Errorf("claim %s: claimed %d times, released %d times, want once each (released: %v)", id, n, released[id], released)
+		}
+	}
+	if r := hist.Check(map[streamtest.TopicPartition]int64{{Topic: "t", Partition: 0}: 3}); len(r.Violations) > 0 {
+		t.Errorf("history: %v", r.Violations)
+	}
+}
+
+// TestParkedWorkerResumedBySkippedEntries: entries that Fetch never
+// returns (transaction markers), appended while a streamtest partition's
+// worker is parked, resume it: it commits past them and parks again.
+func TestParkedWorkerResumedBySkippedEntries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		part := streamtest.NewPartition("t", 0, 4)
+		part.SetParking(true)
+		part.Append(time.Now(), "a", "b")
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		ran := make(chan error, 1)
+		go func() { ran <- streamtest.Run(ctx, proc, part) }()
+		if err := part.WaitCommitted(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, times := part.Parked(); !now || times != 1 {
+			t.Fatalf("parked %v, %d times: want the idle worker parked once", now, times)
+		}
+		part.AppendSkipped(3)
+		if err := part.WaitCommitted(ctx, 5); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		if now, times := part.Parked(); !now || times != 2 {
+			t.Fatalf("parked %v, %d times: want the worker parked again past the skipped entries", now, times)
+		}
+		cancel()
+		if err := <-ran; err != nil {
+			t.Fatalf("Run returned %v", err)
+		}
+		if now, _ := part.Parked(); now {
+			t.Fatal("the worker is still parked after Run")
+		}
+	})
 }

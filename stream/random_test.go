@@ -38,7 +38,11 @@ var (
 // takes the partition over from what was committed, now and then with
 // fewer retries, a time budget or a record age that refuses the retry it
 // restores (a redeploy), or another batch size (a smaller or larger
-// fetch); some moves land during a last retry (issue 46). Every history
+// fetch); some moves land during a last retry (issue 46). In a third of
+// the seeds the partitions park their idle workers (issue 50) and the
+// records arrive in chunks at random moments, some with a move at once,
+// so that workers park, resume, and are moved while parked or resuming
+// (in partition ordering: a keyed worker does not park). Every history
 // is checked by
 // streamtest.History, which counts each record's retries itself, and
 // every partition must reach its end. 2000 seeds by default;
@@ -119,6 +123,12 @@ type scenario struct {
 	refetch   bool          // a new owner may fetch batches of another size
 	lastMoves int           // moves during a last retry
 	latency   time.Duration // every commit's
+	// park: the partitions park their idle workers (a third of the
+	// seeds), and only the first initial records of each are there at
+	// the start, the rest appended in chunks at random moments, so that
+	// workers park and are resumed (or revoked, or stopped) in between.
+	park    bool
+	initial int
 
 	// keyed runs the scenario in key (or no) ordering.
 	keyed       bool
@@ -218,6 +228,10 @@ func newScenario(seed uint64) *scenario {
 		// backoff.
 		s.latency = []time.Duration{300 * time.Microsecond, 2 * time.Millisecond, 7 * time.Millisecond}[r.IntN(3)]
 	}
+	s.initial = s.records
+	if pr := rand.New(rand.NewPCG(seed, 50)); pr.IntN(3) == 0 { // draws of its own: the other seeds' worlds are as they were
+		s.park, s.initial = true, pr.IntN(s.records)
+	}
 	return s
 }
 
@@ -227,9 +241,9 @@ func (s *scenario) describe() string {
 		keyed = fmt.Sprintf("%s ordering over %d keys (records without a key %v), concurrency %d, window of %d bytes; ", s.ordering, s.nkeys, s.noKey, s.concurrency, s.maxBytes)
 	}
 	return keyed + fmt.Sprintf("%d partitions of %d records, batches of %d, %s, fewer retries after a move %v, tighter limits after a move %v, "+
-		"other batch sizes after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d during a last retry, %d failed commits (each commit %v), in memory %v, fails %v",
+		"other batch sizes after a move %v, per-record %v, action %s, budget %v (down %v-%v), %d revocations, %d during a last retry, %d failed commits (each commit %v), in memory %v, parking %v (%d records at the start), fails %v",
 		s.parts, s.records, s.maxBatch, s.policyStr, s.lower, s.tighten, s.refetch, s.perRecord, s.action, s.budget, s.down[0], s.down[1],
-		s.revokes, s.lastMoves, s.commits, s.latency, s.memory, s.failsOf)
+		s.revokes, s.lastMoves, s.commits, s.latency, s.memory, s.park, s.initial, s.failsOf)
 }
 
 // world is what a running scenario shares between its goroutines.
@@ -378,13 +392,15 @@ type randomTally struct {
 	givenUp, deadLettered, stops, skips, resumes, revokes  int
 	outages, probes, claims                                int
 	lastMoves, refetches, tightened                        int
+	parks, parkedRevokes, resumingRevokes                  int
 }
 
 func (r *randomTally) String() string {
 	return fmt.Sprintf("%d deliveries (%d failed, %d retry requests, %d cut short, %d during outages), %d given up, %d dead letters, "+
-		"%d stops (%d skipped, %d resumed), %d revocations (%d during a last retry), %d claims (%d with another batch size, %d with tighter limits), %d outages, %d probes",
+		"%d stops (%d skipped, %d resumed), %d revocations (%d during a last retry, %d of a parked worker, %d of one resuming), "+
+		"%d claims (%d with another batch size, %d with tighter limits), %d outages, %d probes, %d parks",
 		r.deliveries, r.failed, r.retryResults, r.cancelled, r.uncounted, r.givenUp, r.deadLettered, r.stops, r.skips, r.resumes,
-		r.revokes, r.lastMoves, r.claims, r.refetches, r.tightened, r.outages, r.probes)
+		r.revokes, r.lastMoves, r.parkedRevokes, r.resumingRevokes, r.claims, r.refetches, r.tightened, r.outages, r.probes, r.parks)
 }
 
 func (s *scenario) run(t *testing.T, tally *randomTally) {
@@ -457,18 +473,23 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	}
 	parts := make([]*streamtest.Partition, s.parts)
 	ends := map[streamtest.TopicPartition]int64{}
+	// appendTo appends the records from..to of a partition.
+	appendTo := func(p *streamtest.Partition, from, to int) {
+		if s.keyed {
+			keys := make([]string, 0, to-from)
+			for o := from; o < to; o++ {
+				keys = append(keys, s.keyOf(int64(o)))
+			}
+			p.AppendKeyed(time.Now(), keys...)
+		} else {
+			p.AppendN(time.Now(), to-from)
+		}
+	}
 	for i := range parts {
 		parts[i] = streamtest.NewPartition("t", int32(i), s.maxBatch)
 		parts[i].SetCommitLatency(s.latency)
-		if s.keyed {
-			keys := make([]string, s.records)
-			for o := range keys {
-				keys[o] = s.keyOf(int64(o))
-			}
-			parts[i].AppendKeyed(time.Now(), keys...)
-		} else {
-			parts[i].AppendN(time.Now(), s.records)
-		}
+		parts[i].SetParking(s.park)
+		appendTo(parts[i], 0, s.initial)
 		ends[streamtest.TopicPartition{Topic: "t", Partition: int32(i)}] = int64(s.records)
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -497,6 +518,46 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 			}
 		})
 	}
+	if s.initial < s.records {
+		// The rest of the records, in chunks at random moments: a
+		// partition's worker parks in between (or waits out a retry,
+		// or is stopped), and is resumed by them.
+		adds := rand.New(rand.NewPCG(s.seed, 19))
+		wg.Go(func() {
+			next := make([]int, len(parts))
+			for i := range next {
+				next[i] = s.initial
+			}
+			for left := len(parts); left > 0; {
+				select {
+				case <-time.After(time.Duration(adds.IntN(4000)) * time.Millisecond):
+				case <-ctx.Done():
+					return
+				}
+				i := adds.IntN(len(parts))
+				if next[i] == s.records {
+					continue
+				}
+				to := next[i] + 1 + adds.IntN(s.records-next[i])
+				parked, _ := parts[i].Parked()
+				appendTo(parts[i], next[i], to)
+				if adds.IntN(4) == 0 {
+					// A move at once: the claim ends while its worker
+					// resumes (when it was parked), or runs.
+					parts[i].Revoke()
+					tally.mu.Lock()
+					tally.revokes++
+					if parked {
+						tally.resumingRevokes++
+					}
+					tally.mu.Unlock()
+				}
+				if next[i] = to; to == s.records {
+					left--
+				}
+			}
+		})
+	}
 	// Revocations at random moments, and an operator who skips or resumes
 	// stopped partitions now and then.
 	ops := rand.New(rand.NewPCG(s.seed, 17))
@@ -514,9 +575,14 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 			}
 			if revokes > 0 && ops.IntN(3) == 0 {
 				revokes--
-				parts[ops.IntN(len(parts))].Revoke()
+				p := parts[ops.IntN(len(parts))]
+				parked, _ := p.Parked()
+				p.Revoke()
 				tally.mu.Lock()
 				tally.revokes++
+				if parked {
+					tally.parkedRevokes++
+				}
 				tally.mu.Unlock()
 			}
 			w.mu.Lock()
@@ -562,6 +628,12 @@ func (s *scenario) run(t *testing.T, tally *randomTally) {
 	}
 	cancel()
 	wg.Wait()
+	tally.mu.Lock()
+	for _, p := range parts {
+		_, n := p.Parked()
+		tally.parks += n
+	}
+	tally.mu.Unlock()
 	var r streamtest.Report
 	if !s.keyed {
 		r = hist.Check(ends)

@@ -25,6 +25,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redeliver-go/redeliver/internal/park"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -60,6 +61,19 @@ type Partition struct {
 	faults    []error
 	latency   time.Duration // how long a commit takes to be written
 	changed   chan struct{}
+	parking   bool   // SetParking
+	parks     int    // how many times a worker parked
+	own       *owner // the current owner (Run), nil before the first
+}
+
+// owner is one worker's claim of a Partition, from Run: its context, and
+// its worker's resume while the worker is parked.
+type owner struct {
+	ctx    context.Context
+	resume park.Resume // under Partition.mu; nil unless parked
+	// done gets the worker's error when a resumed worker ends (not when
+	// it parks again).
+	done chan error
 }
 
 // NewPartition returns an empty partition whose batches have at most
@@ -78,12 +92,88 @@ func (p *Partition) SetMaxBatch(n int) {
 	p.maxBatch = max(n, 1)
 }
 
-// notify wakes whoever waits for a change; p.mu is held.
+// notify wakes whoever waits for a change, and a parked worker once
+// records are there or its claim ended; p.mu is held.
 func (p *Partition) notify() {
 	if p.changed != nil {
 		close(p.changed)
 	}
 	p.changed = make(chan struct{})
+	if o := p.own; o != nil && o.resume != nil && (p.readyLocked() || !p.owned || o.ctx.Err() != nil) {
+		p.wakeLocked(o)
+	}
+}
+
+// readyLocked reports whether Fetch would return at once, without waiting:
+// the log has entries past its position (records, or skipped entries that
+// move its position), or the partition is paused (Fetch fails); p.mu is
+// held.
+func (p *Partition) readyLocked() bool {
+	return int64(len(p.log)) > p.pos || p.paused
+}
+
+// SetParking makes the partition park its worker while it has nothing to
+// fetch (on), or not (off, the default), from the worker's next wait on:
+// the worker's goroutine ends, under the same claim, and a goroutine of
+// the partition's runs it again once records are appended or its claim
+// ends (a revocation, or the end of Run's context), as an adapter does to
+// keep neither a goroutine nor a worker for an idle partition. [Run] waits
+// for a parked worker's end as for any other; a worker of a Processor's
+// Process called directly has no claim, and does not park.
+func (p *Partition) SetParking(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.parking = on
+}
+
+// Parked reports whether the partition's worker is parked now, and how
+// many times a worker of it parked in all (see [Partition.SetParking]).
+func (p *Partition) Parked() (now bool, times int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.own != nil && p.own.resume != nil, p.parks
+}
+
+// parker is the claim Run gives the engine: the Partition, which parks its
+// worker when asked (park.Claim, an internal seam kept out of the
+// Partition's own methods).
+type parker struct{ *part }
+
+// part names the Partition that a parker embeds, so that its methods
+// (Partition among them) are the parker's.
+type part = Partition
+
+// Park takes the worker's resume when parking is on, the worker's claim
+// has not ended and Fetch would wait (nothing appended past its position,
+// not paused): the check and the taking are one step under p.mu, as are
+// the appends and the revocation that run resume (notify), so that
+// neither records nor the claim's end are missed.
+func (c parker) Park(resume park.Resume) bool {
+	p := c.part
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.own
+	if !p.parking || o == nil || resume == nil || o.resume != nil || !p.owned || o.ctx.Err() != nil || p.readyLocked() {
+		return false
+	}
+	o.resume = resume
+	p.parks++
+	return true
+}
+
+// wakeLocked runs o's parked worker on a goroutine of its own, once: its
+// end, unless it parks again, goes to o.done; p.mu is held.
+func (p *Partition) wakeLocked(o *owner) {
+	fn := o.resume
+	if fn == nil {
+		return
+	}
+	o.resume = nil
+	go func() {
+		if err := fn(); err != park.ErrParked {
+			o.done <- err
+		}
+	}()
 }
 
 // waiter returns the channel notify closes next; p.mu is held. A zero
@@ -263,17 +353,24 @@ func (p *Partition) Revoke() {
 }
 
 // claim makes the partition owned by a new worker whose context ctx is
-// cancelled by Revoke.
-func (p *Partition) claim(ctx context.Context) (context.Context, context.CancelCauseFunc) {
+// cancelled by Revoke; the end of ctx runs the worker if it is parked.
+func (p *Partition) claim(ctx context.Context) (*owner, context.CancelCauseFunc) {
 	ctx, cancel := context.WithCancelCause(ctx)
+	o := &owner{ctx: ctx, done: make(chan error, 1)}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.owned = true
 	p.cancel = cancel
+	p.own = o
 	p.paused = false
 	p.pos = max(p.committed, 0)
 	p.returned = p.pos
-	return ctx, cancel
+	context.AfterFunc(ctx, func() {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.wakeLocked(o)
+	})
+	return o, cancel
 }
 
 // notOwned is the error of a Fetch or Commit when no worker owns p:
@@ -392,7 +489,8 @@ func (p *Partition) Commit(ctx context.Context, next int64, metadata string) err
 }
 
 // Run processes the partitions with proc, one goroutine each, until ctx is
-// done, and returns once every worker has stopped. A partition that is
+// done, and returns once every worker has stopped (a parked one too: see
+// [Partition.SetParking]). A partition that is
 // revoked stops its worker only; Run it again to reassign it. Run returns
 // the first worker error that is not a cancellation or revocation.
 func Run(ctx context.Context, proc *stream.Processor, parts ...*Partition) error {
@@ -410,10 +508,13 @@ func Run(ctx context.Context, proc *stream.Processor, parts ...*Partition) error
 		first error
 	)
 	for _, part := range parts {
-		cctx, cancel := part.claim(ctx)
+		o, cancel := part.claim(ctx)
 		wg.Go(func() {
 			defer cancel(nil)
-			err := proc.Process(cctx, part)
+			err := proc.Process(o.ctx, parker{part})
+			if err == park.ErrParked {
+				err = <-o.done // the worker goes on, resumed by part
+			}
 			if ctx.Err() != nil || isEnd(err) {
 				return
 			}
