@@ -136,13 +136,21 @@ func (e *engine) run(ctx context.Context) error {
 		_ = c.Close()
 		return fmt.Errorf("confluent: subscribe to %v: %w", e.cfg.topics, err)
 	}
+	held := false // a claim holds back messages polled (claim.flush)
 	for ctx.Err() == nil {
 		// What Poll has ready is taken at once, up to pollBurst events,
-		// and pushed to each claim in one piece.
+		// and pushed to each claim in one piece. While a claim holds
+		// messages back, Poll does not wait: what it has not got yet is
+		// not waited for with them.
 		timeout := pollTimeout
+		if held {
+			timeout = 0
+		}
+		dry := false
 		for range pollBurst {
 			ev := c.Poll(timeout)
 			if ev == nil {
+				dry = true
 				break
 			}
 			timeout = 0
@@ -157,7 +165,7 @@ func (e *engine) run(ctx context.Context) error {
 				}
 			}
 		}
-		e.flush()
+		held = e.flush(dry)
 		e.positions(c)
 		e.holdFull(ctx)
 	}
@@ -295,11 +303,17 @@ func (e *engine) positions(c *kafka.Consumer) {
 	}
 }
 
-// flush pushes what deliver added to each claim.
-func (e *engine) flush() {
+// flush pushes what deliver added to each claim, or holds it back for a
+// burst (claim.flush); dry: Poll had nothing more ready. It reports
+// whether a claim held messages back.
+func (e *engine) flush(dry bool) bool {
+	held := false
 	for _, cl := range e.claims {
-		cl.flush()
+		if cl.flush(dry) {
+			held = true
+		}
 	}
+	return held
 }
 
 // fullWait is how long the poll goroutine waits, at most, for the workers
