@@ -45,8 +45,6 @@ type claim struct {
 
 	out     []stream.Record  // the worker's own
 	pending []*kafka.Message // the poll goroutine's own: polled, not yet pushed
-	held    bool             // the poll goroutine's own: pending was held back at the last flush
-	wakeAt  int              // how many messages a push to a waiting worker holds, unless Poll ran dry
 	polled  int64            // the offset after the last message pushed (or librdkafka's position past it, skip); -1 for none; guarded by mu
 
 	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
@@ -55,7 +53,7 @@ type claim struct {
 func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata string) *claim {
 	ctx, cancel := context.WithCancelCause(e.runCtx)
 	cl := &claim{e: e, c: c, key: key, committed: committed, metadata: metadata, ctx: ctx, cancel: cancel,
-		done: make(chan struct{}), room: make(chan struct{}, 1), polled: -1, wakeAt: 2 * e.cfg.MaxBatch}
+		done: make(chan struct{}), room: make(chan struct{}, 1), polled: -1}
 	cl.buf = batching.New(&cl.mu, batching.Config[*kafka.Message]{
 		Offset: func(m **kafka.Message) int64 { return int64((*m).TopicPartition.Offset) },
 		Limit:  max(4*e.cfg.MaxBatch, 2048),
@@ -129,37 +127,13 @@ func (cl *claim) record(m *kafka.Message) stream.Record {
 	return r
 }
 
-// flush buffers the messages add kept, and reports false; or holds them
-// back, once, and reports true.
-//
-// A push to an empty buffer wakes the worker, which waits for it, and each
-// wake-up costs the poll goroutine, which every partition's messages go
-// through, a hand-off to another thread (the Go scheduler wakes one, and
-// on a busy machine the poll goroutine's thread loses its core for a
-// while): 45 to 160 µs a wake-up in loaded runs at one partition, where
-// the worker, which handles a batch much faster than the poll goroutine
-// polls one, waited for every push (docs/BENCHMARKS.md, "confluent at one
-// partition: the wake-ups"). So while Poll has more ready (not dry),
-// fewer than wakeAt messages (two batches) for a buffer that is empty are
-// held back for one more burst, which takes a millisecond or less, as Poll
-// does not wait meanwhile (engine.run); then they are pushed whatever
-// their number, so that none waits longer. The worker is woken about half
-// as often, with two batches at a time. Held messages are not delivered
-// yet: when the claim ends they go as its buffer's do, and the partition's
-// next owner reads them again from the checkpoint.
-func (cl *claim) flush(dry bool) bool {
+// flush buffers the messages add kept.
+func (cl *claim) flush() {
 	if len(cl.pending) == 0 {
-		cl.held = false
-		return false
+		return
 	}
 	n, next := len(cl.pending), int64(cl.pending[len(cl.pending)-1].TopicPartition.Offset)+1
 	cl.mu.Lock()
-	if !dry && !cl.held && n < cl.wakeAt && cl.buf.Len() == 0 {
-		cl.mu.Unlock()
-		cl.held = true
-		return true
-	}
-	cl.held = false
 	cl.buf.Push(cl.pending)
 	cl.pending = cl.buf.Slice()
 	cl.polled = max(cl.polled, next)
@@ -172,7 +146,6 @@ func (cl *claim) flush(dry bool) bool {
 		// (about 80 bytes a record, 12% more than the Poll loop's own).
 		cl.pending = make([]*kafka.Message, 0, n)
 	}
-	return false
 }
 
 // drained reports whether every message polled has been taken by the

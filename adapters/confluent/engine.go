@@ -136,21 +136,13 @@ func (e *engine) run(ctx context.Context) error {
 		_ = c.Close()
 		return fmt.Errorf("confluent: subscribe to %v: %w", e.cfg.topics, err)
 	}
-	held := false // a claim holds back messages polled (claim.flush)
 	for ctx.Err() == nil {
 		// What Poll has ready is taken at once, up to pollBurst events,
-		// and pushed to each claim in one piece. While a claim holds
-		// messages back, Poll does not wait: what it has not got yet is
-		// not waited for with them.
+		// and pushed to each claim in one piece.
 		timeout := pollTimeout
-		if held {
-			timeout = 0
-		}
-		dry := false
 		for range pollBurst {
 			ev := c.Poll(timeout)
 			if ev == nil {
-				dry = true
 				break
 			}
 			timeout = 0
@@ -165,7 +157,7 @@ func (e *engine) run(ctx context.Context) error {
 				}
 			}
 		}
-		held = e.flush(dry)
+		e.flush()
 		e.positions(c)
 		e.holdFull(ctx)
 	}
@@ -303,17 +295,11 @@ func (e *engine) positions(c *kafka.Consumer) {
 	}
 }
 
-// flush pushes what deliver added to each claim, or holds it back for a
-// burst (claim.flush); dry: Poll had nothing more ready. It reports
-// whether a claim held messages back.
-func (e *engine) flush(dry bool) bool {
-	held := false
+// flush pushes what deliver added to each claim.
+func (e *engine) flush() {
 	for _, cl := range e.claims {
-		if cl.flush(dry) {
-			held = true
-		}
+		cl.flush()
 	}
-	return held
 }
 
 // fullWait is how long the poll goroutine waits, at most, for the workers

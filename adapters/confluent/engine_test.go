@@ -60,7 +60,7 @@ func TestFlushSizesTheNextSlice(t *testing.T) {
 			cl.add(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Offset: kafka.Offset(off)}})
 			off++
 		}
-		cl.flush(false)
+		cl.flush()
 		if got := cap(cl.pending); got < 400 {
 			t.Fatalf("after push %d, nothing taken: the next slice holds %d records, want room for 400", push+1, got)
 		}
@@ -68,74 +68,6 @@ func TestFlushSizesTheNextSlice(t *testing.T) {
 	if got := cl.buf.Len(); got != 1200 {
 		t.Errorf("buffered %d records, want 1200", got)
 	}
-}
-
-// TestFlushHoldsAWakeUpBackOnce: while Poll has more ready, a push of
-// fewer than two batches to an empty buffer (its worker waits for it, and
-// each wake-up hands off to another thread) is held back for one burst,
-// then pushed whatever its size; it is pushed at once when Poll ran dry,
-// when it holds two batches, or when the buffer is not empty (the worker
-// is busy: no wake-up). At one partition the worker was woken for most
-// bursts of 500: 1,250 to 1,430 wake-ups per 1,000,000 records, each a
-// hand-off to another thread that cost the poll goroutine 45 to 160 µs in
-// loaded runs (docs/BENCHMARKS.md, "confluent at one partition: the
-// wake-ups").
-func TestFlushHoldsAWakeUpBackOnce(t *testing.T) {
-	e := newTestEngine(t, 0)
-	cl := e.claims[tp{"t", 0}]
-	topic := "t"
-	off := int64(0)
-	add := func(n int) {
-		for range n {
-			cl.add(&kafka.Message{TopicPartition: kafka.TopicPartition{Topic: &topic, Offset: kafka.Offset(off)}})
-			off++
-		}
-	}
-	take := func() {
-		t.Helper()
-		if err := cl.buf.Next(context.Background(), 10000, 0, func([]*kafka.Message) {}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	step := func(name string, dry, wantHeld bool, wantBuffered int) {
-		t.Helper()
-		if held := e.flush(dry); held != wantHeld {
-			t.Errorf("%s: flush reported held %v, want %v", name, held, wantHeld)
-		}
-		if got := cl.buf.Len(); got != wantBuffered {
-			t.Errorf("%s: %d buffered, want %d", name, got, wantBuffered)
-		}
-	}
-	wakeAt := 2 * e.cfg.MaxBatch
-
-	add(500)
-	step("a burst of one batch for a waiting worker", false, true, 0)
-	step("the next burst, nothing more polled", false, false, 500)
-	take()
-
-	add(500)
-	step("held", false, true, 0)
-	add(500)
-	step("the next burst", false, false, 1000)
-	take()
-
-	add(100)
-	step("Poll ran dry", true, false, 100)
-
-	add(100)
-	step("the worker is busy", false, false, 200)
-	take()
-
-	add(wakeAt)
-	step("two batches", false, false, wakeAt)
-	take()
-
-	add(100)
-	step("held again", false, true, 0)
-	add(100)
-	step("Poll ran dry after it", true, false, 200)
-	take()
-	step("nothing polled", false, false, 0)
 }
 
 // newTestEngine returns the engine of a consumer of topic "t" that is
@@ -197,7 +129,7 @@ func TestDeliverKeepsMessagesAsPolled(t *testing.T) {
 	for _, m := range msgs {
 		e.deliver(m)
 	}
-	e.flush(true)
+	e.flush()
 	for _, p := range []int32{0, 1} {
 		cl := e.claims[tp{"t", p}]
 		recs, err := cl.Fetch(context.Background())
@@ -286,7 +218,7 @@ func BenchmarkDeliver(b *testing.B) {
 		for _, m := range msgs {
 			e.deliver(m)
 		}
-		e.flush(true)
+		e.flush()
 		for _, cl := range e.claims {
 			if cl.idle() {
 				continue
