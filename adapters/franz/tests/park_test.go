@@ -48,6 +48,27 @@ type claims struct {
 	committed map[int32][]uint64 // the ClaimID of each checkpoint
 }
 
+// releasedOnce checks that every claim was released exactly once, and
+// returns how many claims there were.
+func (c *claims) releasedOnce(t *testing.T) int {
+	t.Helper()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for p, ids := range c.claimed {
+		for _, id := range ids {
+			n++
+			if k := c.released[id]; k != 1 {
+				t.Errorf("partition %d: claim %d released %d times, want once", p, id, k)
+			}
+		}
+	}
+	if len(c.released) != n {
+		t.Errorf("%d claims released, %d claimed", len(c.released), n)
+	}
+	return n
+}
+
 func (c *claims) hooks() stream.Hooks {
 	return stream.Hooks{
 		Claimed: func(e stream.ClaimEvent) {
@@ -164,20 +185,7 @@ func TestParkedClaimRevokedReleasesOnce(t *testing.T) {
 	if err := r1.Stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	n := 0
-	for p, ids := range cs.claimed {
-		for _, id := range ids {
-			n++
-			if k := cs.released[id]; k != 1 {
-				t.Errorf("partition %d: claim %d released %d times, want once", p, id, k)
-			}
-		}
-	}
-	if len(cs.released) != n {
-		t.Errorf("%d claims released, %d claimed", len(cs.released), n)
-	}
+	cs.releasedOnce(t)
 }
 
 // TestParkedBeforeFirstBatchKeepsRestoredState: a retry state committed
@@ -300,12 +308,17 @@ func TestParkChurnReleasesEveryClaimOnce(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 	})
+	// Each member's Processor numbers its own claims, so each member
+	// gets its own record of them.
+	n := 0
 	for range rounds {
-		r2 := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h, stream.WithHooks(cs.hooks())))
+		cs2 := newClaims()
+		r2 := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h, stream.WithHooks(cs2.hooks())))
 		time.Sleep(300 * time.Millisecond)
 		if err := r2.Stop(t); err != nil {
 			t.Fatalf("second member's Run: %v", err)
 		}
+		n += cs2.releasedOnce(t)
 		time.Sleep(200 * time.Millisecond)
 	}
 	cancel()
@@ -320,20 +333,7 @@ func TestParkChurnReleasesEveryClaimOnce(t *testing.T) {
 	if err := r1.Stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
-	n := 0
-	for p, ids := range cs.claimed {
-		for _, id := range ids {
-			n++
-			if k := cs.released[id]; k != 1 {
-				t.Errorf("partition %d: claim %d released %d times, want once", p, id, k)
-			}
-		}
-	}
-	if len(cs.released) != n {
-		t.Errorf("%d claims released, %d claimed", len(cs.released), n)
-	}
+	n += cs.releasedOnce(t)
 	if n < parts+rounds {
 		t.Errorf("%d claims for %d partitions over %d rounds of a member joining and leaving: the rebalances did not happen", n, parts, rounds)
 	}
