@@ -9,12 +9,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/franz"
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -359,4 +362,52 @@ func TestCloseFromAResumedWorkersHandler(t *testing.T) {
 
 func streamSucceed() stream.Handler {
 	return stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
+}
+
+// TestParkedBeforeFirstBatchKeepsTheRetryBound: a previous owner's retry
+// state at its last retry, committed at an offset whose record is not
+// there yet, is honoured by a worker that parks before the record
+// arrives: the record is delivered once more (the last retry), then given
+// up; the count does not start over.
+func TestParkedBeforeFirstBatchKeepsTheRetryBound(t *testing.T) {
+	addrs := newCluster(t, "t", 1)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	md := retrystate.EncodeState(retrystate.State{Offset: 0, Retries: 2, FirstFailure: time.Now().Add(-time.Second), NextAt: time.Now(), Records: 1})
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 0, LeaderEpoch: -1, Metadata: md})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu        sync.Mutex
+		retries   []int
+		exhausted atomic.Int32
+	)
+	cs := newClaims()
+	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		mu.Lock()
+		defer mu.Unlock()
+		retries = append(retries, b.Attempt.Retries)
+		return errors.New("always fails")
+	}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 2, Backoff: checkpoint.Fixed(time.Millisecond)}),
+		stream.WithHooks(cs.hooks()), stream.WithHooks(stream.Hooks{Exhausted: func(stream.ExhaustedEvent) { exhausted.Add(1) }}))
+	start(t, addrs, "g", "t", proc)
+	waitUntil(t, "the claim", func() bool { cs.mu.Lock(); defer cs.mu.Unlock(); return len(cs.claimed[0]) == 1 })
+	waitUntil(t, "the worker parked", func() bool { return workerGoroutines() == 0 })
+	produce(t, addrs, "t", 0, 0, 1)
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 1})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(retries, []int{2}) {
+		t.Errorf("deliveries at retries %v, want [2]: the previous owner's last retry, then the give-up", retries)
+	}
+	if n := exhausted.Load(); n != 1 {
+		t.Errorf("%d give-ups, want 1", n)
+	}
 }
