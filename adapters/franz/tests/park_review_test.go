@@ -3,7 +3,9 @@ package franz_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -409,5 +411,45 @@ func TestParkedBeforeFirstBatchKeepsTheRetryBound(t *testing.T) {
 	}
 	if n := exhausted.Load(); n != 1 {
 		t.Errorf("%d give-ups, want 1", n)
+	}
+}
+
+// TestDrainNamesOnlyTheHeldWorker: at Run's end one partition's handler
+// ignores its context while the other partitions' workers are parked: the
+// drain's error names the held partition alone (the parked workers end at
+// once when their claims end, and are not named).
+func TestDrainNamesOnlyTheHeldWorker(t *testing.T) {
+	const parts = 6
+	addrs := newCluster(t, "t", parts)
+	for p := range int32(parts) {
+		produce(t, addrs, "t", p, 0, 1)
+	}
+	produce(t, addrs, "t", 0, 1, 1)
+	started, release := make(chan struct{}), make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	cs := newClaims()
+	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		if b.Partition == 0 && b.Records[0].Offset == 1 {
+			close(started)
+			<-release // ignores its context
+		}
+		return nil
+	}), stream.WithHooks(cs.hooks()))
+	r := start(t, addrs, "g", "t", proc, franz.WithMaxBatch(1), franz.WithDrain(time.Second))
+	select {
+	case <-started:
+	case <-time.After(wait):
+		t.Fatal("the handler was never called")
+	}
+	waitUntil(t, "every other partition's checkpoint", func() bool { return cs.checkpoints() >= parts })
+	waitUntil(t, "every other worker parked", func() bool { return workerGoroutines() == 1 })
+	err := r.Stop(t)
+	if err == nil || !strings.Contains(err.Error(), "t/0") {
+		t.Fatalf("Run = %v, want the drain's error naming t/0", err)
+	}
+	for p := 1; p < parts; p++ {
+		if name := fmt.Sprintf("t/%d", p); strings.Contains(err.Error(), name) {
+			t.Errorf("the drain's error names %s, a parked partition: %v", name, err)
+		}
 	}
 }
