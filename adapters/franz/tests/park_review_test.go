@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -451,5 +452,73 @@ func TestDrainNamesOnlyTheHeldWorker(t *testing.T) {
 		if name := fmt.Sprintf("t/%d", p); strings.Contains(err.Error(), name) {
 			t.Errorf("the drain's error names %s, a parked partition: %v", name, err)
 		}
+	}
+}
+
+// TestParkedClaimLostAndReassigned: the member's session is lost (its
+// heartbeat answered with UNKNOWN_MEMBER_ID) while its workers are
+// parked: franz-go reports the partitions lost and joins again, and the
+// same member is assigned them again. Each lost claim is released once,
+// the new claims deliver the records produced after, and commit them.
+func TestParkedClaimLostAndReassigned(t *testing.T) {
+	const parts = 3
+	kc, addrs := kafkatest.NewCluster(t, "t", parts)
+	for p := range int32(parts) {
+		produce(t, addrs, "t", p, 0, 1)
+	}
+	cs := newClaims()
+	var g gotValues
+	var lostReleases atomic.Int32
+	r := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, g.handler(), stream.WithHooks(cs.hooks()),
+		stream.WithHooks(stream.Hooks{Released: func(e stream.ReleaseEvent) {
+			if e.Cause != nil && strings.Contains(e.Cause.Error(), "partition lost") {
+				lostReleases.Add(1)
+			}
+		}})),
+		kgo.HeartbeatInterval(100*time.Millisecond))
+	waitUntil(t, "every partition's first checkpoint", func() bool { return cs.checkpoints() >= parts })
+	waitUntil(t, "every worker parked", func() bool { return workerGoroutines() == 0 })
+
+	var lostOnce sync.Once
+	kc.ControlKey(kmsg.Heartbeat.Int16(), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		handled := false
+		var resp kmsg.Response
+		lostOnce.Do(func() {
+			hr := req.(*kmsg.HeartbeatRequest)
+			r := hr.ResponseKind().(*kmsg.HeartbeatResponse)
+			r.ErrorCode = kerr.UnknownMemberID.Code
+			resp, handled = r, true
+		})
+		return resp, nil, handled
+	})
+	waitUntil(t, "every partition claimed again", func() bool {
+		cs.mu.Lock()
+		defer cs.mu.Unlock()
+		for p := range int32(parts) {
+			if len(cs.claimed[p]) < 2 {
+				return false
+			}
+		}
+		return true
+	})
+	if n := lostReleases.Load(); n != parts {
+		t.Fatalf("%d claims released as lost, want %d (the test's premise: the session was lost)", n, parts)
+	}
+	for p := range int32(parts) {
+		produce(t, addrs, "t", p, 1, 1)
+	}
+	want := map[int32]int64{}
+	for p := range int32(parts) {
+		want[p] = 2
+	}
+	waitCommitted(t, addrs, "g", "t", want)
+	if err := r.Stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	cs.releasedOnce(t)
+	got := g.values()
+	slices.Sort(got)
+	if want := []string{"0-0", "0-1", "1-0", "1-1", "2-0", "2-1"}; !slices.Equal(got, want) {
+		t.Errorf("handler saw %q, want %q", got, want)
 	}
 }
