@@ -468,13 +468,25 @@ func TestParkedClaimLostAndReassigned(t *testing.T) {
 	}
 	cs := newClaims()
 	var g gotValues
-	var lostReleases atomic.Int32
+	var (
+		lostReleases atomic.Int32
+		evMu         sync.Mutex
+		events       = map[int32][]string{} // per partition: "claimed <id>", "released <id>"
+	)
+	note := func(p int32, what string, id uint64) {
+		evMu.Lock()
+		defer evMu.Unlock()
+		events[p] = append(events[p], fmt.Sprintf("%s %d", what, id))
+	}
 	r := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, g.handler(), stream.WithHooks(cs.hooks()),
-		stream.WithHooks(stream.Hooks{Released: func(e stream.ReleaseEvent) {
-			if e.Cause != nil && strings.Contains(e.Cause.Error(), "partition lost") {
-				lostReleases.Add(1)
-			}
-		}})),
+		stream.WithHooks(stream.Hooks{
+			Claimed: func(e stream.ClaimEvent) { note(e.Partition, "claimed", e.ClaimID) },
+			Released: func(e stream.ReleaseEvent) {
+				note(e.Partition, "released", e.ClaimID)
+				if e.Cause != nil && strings.Contains(e.Cause.Error(), "partition lost") {
+					lostReleases.Add(1)
+				}
+			}})),
 		kgo.HeartbeatInterval(100*time.Millisecond))
 	waitUntil(t, "every partition's first checkpoint", func() bool { return cs.checkpoints() >= parts })
 	waitUntil(t, "every worker parked", func() bool { return workerGoroutines() == 0 })
@@ -516,6 +528,22 @@ func TestParkedClaimLostAndReassigned(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	cs.releasedOnce(t)
+	// A partition's lost claim is released before its next claim begins
+	// (what hooks keyed by partition, such as rdotel's gauges, rely on).
+	evMu.Lock()
+	for p, evs := range events {
+		for i, e := range evs {
+			want := "claimed"
+			if i%2 == 1 {
+				want = "released"
+			}
+			if !strings.HasPrefix(e, want) {
+				t.Errorf("partition %d: events %v, want each claim released before the next is claimed", p, evs)
+				break
+			}
+		}
+	}
+	evMu.Unlock()
 	got := g.values()
 	slices.Sort(got)
 	if want := []string{"0-0", "0-1", "1-0", "1-1", "2-0", "2-1"}; !slices.Equal(got, want) {
