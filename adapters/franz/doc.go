@@ -1,6 +1,9 @@
 // Package franz turns a twmb/franz-go ([kgo]) group consumer into
 // [stream.Claim]s for a [stream.Processor]: each assigned partition gets a
-// worker goroutine that runs [stream.Processor.Process] over it:
+// worker that runs [stream.Processor.Process] over it (in partition
+// ordering, the default, an idle partition's worker gives up its goroutine
+// until records come or the partition is released; see "What the adapter
+// does"):
 //
 //	proc, err := stream.NewProcessor(handler,
 //		stream.WithPolicy(checkpoint.Policy{MaxRetries: 5, Backoff: checkpoint.Fixed(5 * time.Second)}))
@@ -19,6 +22,17 @@
 //
 // # What the adapter does
 //
+//   - An idle partition holds no goroutine: in partition ordering (the
+//     default), once a partition's worker has checkpointed everything
+//     and nothing is buffered, no retry pending and the partition not
+//     paused, the worker parks under its claim and its goroutine ends.
+//     Records arriving (or transaction markers moving the partition's
+//     position), or the partition's release (a revocation, a lost
+//     session, Run's end, Close), start it again on a new goroutine, under
+//     the same claim: Claimed and Released are called once per claim, the
+//     ClaimID does not change, and a retry state read at the assignment
+//     is kept for the first batch. Under key ordering ([stream.ByKey],
+//     [stream.ByNone]) a worker never parks: it keeps its goroutine.
 //   - Batches are formed per partition from the client's fetches: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill.
