@@ -77,7 +77,8 @@ func interruptedRetries(events []streamtest.Event, p int32, off int64) int {
 // hold (History.CheckKeys), each failing record is delivered exactly 4
 // times (a retry committed as started and cut off by a move before its
 // delivery counting as one: interruptedRetries), and no record a
-// committed window said was finished is delivered again (a record in flight at a move may be).
+// committed window said was finished is delivered again (a record in
+// flight at a move may be).
 func keyedRetryAcrossMove(t *testing.T, a Adapter) {
 	_, addrs := NewCluster(t, "t", 2)
 	const n = 40
