@@ -16,8 +16,9 @@ import (
 )
 
 // claim is one assigned partition: a [stream.Claim] whose buffer
-// (batching.Buffer) the poll goroutine fills with the partition's
-// messages, as Poll returned them; the worker makes them records as it
+// (batching.Buffer) the poll goroutine (or, at one partition, the worker
+// itself: pollSelf) fills with the partition's messages, as Poll returned
+// them; the worker makes them records as it
 // takes them (Fetch), so that the one poll goroutine, which every
 // partition's messages go through, does no more per message than
 // librdkafka's own Poll loop. While the worker waits out a backoff (after pauseDelay), or
