@@ -266,17 +266,15 @@ func (e *engine) stopProducer() {
 
 // poll takes what Poll has ready at once, up to pollBurst events, pushes it
 // to each claim in one piece, and notes the positions of the claims with
-// nothing buffered. It returns the number of events polled. The token's
-// holder's.
-func (e *engine) poll(c *kafka.Consumer) int {
-	timeout, n := pollTimeout, 0
+// nothing buffered; the token's holder's.
+func (e *engine) poll(c *kafka.Consumer) {
+	timeout := pollTimeout
 	for range pollBurst {
 		ev := c.Poll(timeout)
 		if ev == nil {
 			break
 		}
 		timeout = 0
-		n++
 		switch ev := ev.(type) {
 		case *kafka.Message:
 			e.deliver(ev)
@@ -290,7 +288,6 @@ func (e *engine) poll(c *kafka.Consumer) int {
 	}
 	e.flush()
 	e.positions(c)
-	return n
 }
 
 // claimsChanged makes the one claim, if there is one, the solo claim (its
@@ -416,9 +413,10 @@ func (e *engine) allClaims() []*claim {
 // endClaims ends claims with cause, waits for their workers (at most the
 // commit timeout each, after which they are left to end), and forgets them.
 // A claim whose worker polls (the callback runs in its Poll) is not waited
-// for: its worker is in Fetch, between batches, so its commits are done but
-// the coalesced one, which is written here, before the partition is given
-// up; the worker returns once the callback has.
+// for: its worker is in Fetch, between batches, so no commit of its comes
+// but the coalesced one, which is written here (and one in flight waited
+// for, kafkaadapter.Coalescer.Final) before the partition is given up; the
+// worker returns once the callback has.
 func (e *engine) endClaims(cls []*claim, cause error) {
 	e.last = nil
 	defer e.claimsChanged()
