@@ -16,8 +16,9 @@ import (
 )
 
 // claim is one assigned partition: a [stream.Claim] whose buffer
-// (batching.Buffer) the poll goroutine fills with the partition's
-// messages, as Poll returned them; the worker makes them records as it
+// (batching.Buffer) the poll goroutine (or, at one partition, the worker
+// itself: pollSelf) fills with the partition's messages, as Poll returned
+// them; the worker makes them records as it
 // takes them (Fetch), so that the one poll goroutine, which every
 // partition's messages go through, does no more per message than
 // librdkafka's own Poll loop. While the worker waits out a backoff (after pauseDelay), or
@@ -244,6 +245,7 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	// next batch overwrites them).
 	if cl.idle() {
 		clear(cl.out)
+		cl.pollSelf(ctx)
 	}
 	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []*kafka.Message) {
@@ -261,6 +263,35 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	}
 	cl.out = out
 	return out, nil
+}
+
+// pollSelf polls the consumer on the worker, while the claim is the one
+// claim (engine.solo) and nothing is buffered, so that a consumer of one
+// partition hands no records from the poll goroutine to the worker: it
+// takes the token (waiting for a poll of the poll goroutine to end), and
+// polls until something is buffered, librdkafka's position moves past
+// what was buffered (Position), the claim ends or stops being the one
+// claim; what Poll returns goes where the poll goroutine puts it
+// (engine.poll). The rebalance callbacks run here then: an idle consumer
+// of one partition polls on its worker.
+func (cl *claim) pollSelf(ctx context.Context) {
+	e := cl.e
+	if e.solo.Load() != cl {
+		return
+	}
+	select {
+	case e.token <- struct{}{}:
+	case <-ctx.Done():
+		return
+	}
+	defer func() { <-e.token }()
+	pos := cl.Position()
+	for e.solo.Load() == cl && ctx.Err() == nil && cl.idle() && cl.Position() == pos {
+		e.poller = cl
+		e.poll(cl.c)
+		e.poller = nil
+		e.lastSelf.Store(time.Now().UnixNano())
+	}
 }
 
 // pauseDelay is how long a backoff lasts before its partition is paused in

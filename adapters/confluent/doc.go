@@ -23,7 +23,12 @@
 //     subscribes with a rebalance callback, and polls. Polled messages go
 //     into their partition's buffer; batches are formed from it: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
-//     fill.
+//     fill. One goroutine polls at a time: the poll goroutine, or, while
+//     the consumer owns one partition, that partition's worker whenever
+//     its buffer is empty, so that its records go from Poll to the handler
+//     on one goroutine, as in a Poll loop that handles what it polls; the
+//     poll goroutine polls again once the worker has not for 10ms (its
+//     handler runs, or it waits out a backoff).
 //   - Transaction markers never reach a handler (librdkafka never hands
 //     them out), and the checkpoint moves past them, and under
 //     read_committed past an aborted transaction's messages: after each
@@ -32,9 +37,9 @@
 //     it skipped. A log that ends with a marker is committed to its end
 //     once the messages before it are handled, not one short of it (a
 //     group lag that would never drain).
-//   - The rebalance callback runs on the poll goroutine. On an assignment
-//     it reads the new partitions' committed offsets and metadata
-//     ([kafka.Consumer.Committed]), so that a new owner continues the retry
+//   - The rebalance callback runs in Poll, on the goroutine that polls.
+//     On an assignment it reads the new partitions' committed offsets
+//     and metadata ([kafka.Consumer.Committed]), so that a new owner continues the retry
 //     count of a withheld batch ([stream.Claim.Committed]), starts their
 //     workers, and assigns them (Assign under the eager protocol,
 //     IncrementalAssign under the cooperative one, which
@@ -42,7 +47,10 @@
 //     revocation it ends the claims of the revoked partitions (all of them
 //     under the eager protocol), waits for their workers (at most
 //     [WithCommitTimeout]), and only then gives the partitions up, so that
-//     a worker's last commit is made while the partition is still owned.
+//     a worker's last commit is made while the partition is still owned
+//     (a worker whose own Poll runs the callback is between batches: its
+//     coalesced commit is written there, before the partition is given
+//     up).
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with [kafka.Consumer.CommitOffsets] and the metadata string the
 //     Processor gives in TopicPartition.Metadata. A commit that carries a

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
@@ -26,6 +27,15 @@ const (
 	pollTimeout = 50 // ms
 	pollBurst   = 500
 )
+
+// soloGap is how long the poll goroutine stays out of polling after the
+// last poll of a claim's worker (claim.pollSelf): a consumer of one
+// partition whose worker keeps polling hands no records from a goroutine
+// to another. The poll goroutine polls again once the worker has not for
+// soloGap (its handler runs, or it waits out a backoff), so that
+// librdkafka is still polled (max.poll.interval.ms, the rebalance
+// callbacks) and the buffer filled meanwhile.
+const soloGap = 10 * time.Millisecond
 
 // errRevoked is the cause of a claim whose partition librdkafka took back.
 var errRevoked = fmt.Errorf("confluent: partition revoked: %w", stream.ErrRevoked)
@@ -49,11 +59,19 @@ type engine struct {
 	workers  lifecycle.Workers // the workers, by partition, for the drain's report
 	inflight sync.WaitGroup    // commit requests, also those a shutdown stopped waiting for
 
-	// The poll goroutine's own (the rebalance callback runs on it).
+	// token is held by whoever polls the consumer: the poll goroutine, or
+	// the worker of the one claim (solo) while its buffer is empty
+	// (claim.pollSelf). The fields below it are the holder's (the
+	// rebalance callback runs in Poll, on the holder's goroutine).
+	token     chan struct{}
 	claims    map[tp]*claim
 	last      *claim // the claim of the last message delivered; nil when claims changed since
+	poller    *claim // the claim whose worker polls now; nil when the poll goroutine does
 	runCtx    context.Context
 	commitCtx context.Context
+
+	solo     atomic.Pointer[claim] // the one claim, when there is one: its worker polls for itself
+	lastSelf atomic.Int64          // when a worker last polled (UnixNano), 0 for never
 
 	// The producer of the publishers given with WithPublisher, made from
 	// producerConf; nil without them.
@@ -131,36 +149,37 @@ func (e *engine) run(ctx context.Context) error {
 	commitCtx, stopCommits := lifecycle.Linger(ctx, commitGrace)
 	defer stopCommits()
 	e.claims, e.runCtx, e.commitCtx = make(map[tp]*claim), ctx, commitCtx
+	e.token = make(chan struct{}, 1)
 
 	if err := c.SubscribeTopics(e.cfg.topics, e.rebalance); err != nil {
 		_ = c.Close()
 		return fmt.Errorf("confluent: subscribe to %v: %w", e.cfg.topics, err)
 	}
+	gap := time.NewTimer(soloGap)
+	defer gap.Stop()
 	for ctx.Err() == nil {
-		// What Poll has ready is taken at once, up to pollBurst events,
-		// and pushed to each claim in one piece.
-		timeout := pollTimeout
-		for range pollBurst {
-			ev := c.Poll(timeout)
-			if ev == nil {
-				break
-			}
-			timeout = 0
-			switch ev := ev.(type) {
-			case *kafka.Message:
-				e.deliver(ev)
-			case kafka.Error:
-				if ev.IsFatal() {
-					e.life.Fail(fmt.Errorf("confluent: fatal error of librdkafka: %w", ev))
-				} else {
-					e.log.Debug("redeliver: librdkafka reports an error; it goes on", "error", ev)
+		if last := e.lastSelf.Load(); last != 0 {
+			if d := soloGap - time.Since(time.Unix(0, last)); d > 0 {
+				// The solo claim's worker polls: wait for it to stop.
+				gap.Reset(d)
+				select {
+				case <-gap.C:
+				case <-ctx.Done():
 				}
+				continue
 			}
 		}
-		e.flush()
-		e.positions(c)
+		select {
+		case e.token <- struct{}{}:
+		case <-ctx.Done():
+			continue
+		}
+		e.poll(c)
 		e.holdFull(ctx)
+		<-e.token
 	}
+	// The token is the shutdown's from here on: no worker polls again.
+	e.token <- struct{}{}
 	cause := context.Cause(ctx)
 	// The workers end with ctx: a handler that ignores the end of its
 	// context holds its worker. Drain reports them, and gives up on them
@@ -171,6 +190,7 @@ func (e *engine) run(ctx context.Context) error {
 		cl.cancel(cause)
 		delete(e.claims, cl.key)
 	}
+	e.claimsChanged()
 	workersDone := make(chan struct{})
 	go func() {
 		e.wg.Wait()
@@ -242,6 +262,44 @@ func (e *engine) stopProducer() {
 		e.log.Warn("redeliver: the dead-letter producer did not close in time: a Produce is still in progress; it is closed once it returns",
 			"group", e.group(), "waited", producerWait)
 	}
+}
+
+// poll takes what Poll has ready at once, up to pollBurst events, pushes it
+// to each claim in one piece, and notes the positions of the claims with
+// nothing buffered; the token's holder's.
+func (e *engine) poll(c *kafka.Consumer) {
+	timeout := pollTimeout
+	for range pollBurst {
+		ev := c.Poll(timeout)
+		if ev == nil {
+			break
+		}
+		timeout = 0
+		switch ev := ev.(type) {
+		case *kafka.Message:
+			e.deliver(ev)
+		case kafka.Error:
+			if ev.IsFatal() {
+				e.life.Fail(fmt.Errorf("confluent: fatal error of librdkafka: %w", ev))
+			} else {
+				e.log.Debug("redeliver: librdkafka reports an error; it goes on", "error", ev)
+			}
+		}
+	}
+	e.flush()
+	e.positions(c)
+}
+
+// claimsChanged makes the one claim, if there is one, the solo claim (its
+// worker polls for itself); after every change of claims.
+func (e *engine) claimsChanged() {
+	var solo *claim
+	if len(e.claims) == 1 && e.runCtx.Err() == nil {
+		for _, cl := range e.claims {
+			solo = cl
+		}
+	}
+	e.solo.Store(solo)
 }
 
 // deliver buffers a polled message in its partition's claim. A message of a
@@ -354,14 +412,25 @@ func (e *engine) allClaims() []*claim {
 
 // endClaims ends claims with cause, waits for their workers (at most the
 // commit timeout each, after which they are left to end), and forgets them.
+// A claim whose worker polls (the callback runs in its Poll) is not waited
+// for: its worker is in Fetch, between batches, so no commit of its comes
+// but the coalesced one, which is written here (and one in flight waited
+// for, kafkaadapter.Coalescer.Final) before the partition is given up; the
+// worker returns once the callback has.
 func (e *engine) endClaims(cls []*claim, cause error) {
 	e.last = nil
+	defer e.claimsChanged()
 	for _, cl := range cls {
 		cl.cancel(cause)
 	}
 	deadline := time.NewTimer(e.cfg.CommitTimeout)
 	defer deadline.Stop()
 	for _, cl := range cls {
+		if cl == e.poller {
+			cl.commits.Final()
+			delete(e.claims, cl.key)
+			continue
+		}
 		select {
 		case <-cl.done:
 		case <-deadline.C:
@@ -454,6 +523,7 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 		e.last = nil
 		started = append(started, cl)
 	}
+	e.claimsChanged()
 	e.log.Info("redeliver: partitions assigned", "group", e.group(), "partitions", len(started), "owned", len(e.claims))
 	if fn := e.cfg.OnAssigned; fn != nil {
 		m := make(map[string][]int32)

@@ -273,3 +273,43 @@ func TestCoalescedCommitsWaitBehindTheLogsEnd(t *testing.T) {
 		t.Errorf("the broker got %d commits for 400 batches of a log produced before the consumer started, want at most 5 (the one at the log's end)", n)
 	}
 }
+
+// A consumer of one partition polls on its worker while the worker has
+// nothing buffered, so a rebalance's callback runs there: the revocation
+// does not wait for that worker (it would wait for itself, the commit
+// timeout long, holding the whole group's rebalance), and the records
+// produced after the rebalance are handled at once.
+func TestRevocationOnTheWorkersPoll(t *testing.T) {
+	_, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
+	handled := make(chan int64, 100)
+	h := stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		handled <- b.LastOffset()
+		return nil
+	})
+	until := func(off int64, within time.Duration, what string) {
+		t.Helper()
+		timeout := time.After(within)
+		for {
+			select {
+			case got := <-handled:
+				if got >= off {
+					return
+				}
+			case <-timeout:
+				t.Fatalf("%s: offset %d not handled within %v", what, off, within)
+			}
+		}
+	}
+	set := func(c kafka.ConfigMap) { c["partition.assignment.strategy"] = "range" }
+	start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h), set, confluent.WithCommitTimeout(20*time.Second))
+	until(9, wait, "the first member")
+	time.Sleep(200 * time.Millisecond) // idle: the worker polls
+	// The second member's join revokes the first member's partition (eager
+	// protocol) in the first member's Poll, on its worker.
+	start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h), set, confluent.WithCommitTimeout(20*time.Second))
+	time.Sleep(time.Second)
+	kafkatest.Produce(t, addrs, "t", 0, 10, 1)
+	until(10, 8*time.Second, "after the second member joined")
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 11})
+}
