@@ -50,6 +50,12 @@ func TestKeyStoppedShownAndReleased(t *testing.T) {
 			if o == 1 || o == 0 && !healed {
 				return errBoom
 			}
+			if o == 3 || o == 5 {
+				// The other keys finish after the stops.
+				mu.Unlock()
+				time.Sleep(time.Second)
+				mu.Lock()
+			}
 			handled = append(handled, o)
 			return nil
 		})); err != nil {
@@ -79,6 +85,8 @@ func TestKeyStoppedShownAndReleased(t *testing.T) {
 			}
 		}
 		err = runUntil(t, h, func() {
+			time.Sleep(2 * time.Second) // the other keys' records finish
+			synctest.Wait()
 			var st host.Status
 			if err := json.Unmarshal([]byte(get("/status.json")), &st); err != nil {
 				t.Fatal(err)
@@ -89,6 +97,12 @@ func TestKeyStoppedShownAndReleased(t *testing.T) {
 			}
 			if !slices.Equal(ps.StoppedRecords, []int64{0, 1}) || !slices.Equal(ps.StoppedKeys, []string{"a", "b"}) {
 				t.Errorf("stopped records %v, keys %q; want [0 1], [a b]", ps.StoppedRecords, ps.StoppedKeys)
+			}
+			// The keys' other records were delivered after the stops (3
+			// and 5, the checkpoint written past them): the row still
+			// shows the partition stopped at its first stopped record.
+			if ps.State != host.StateStopped || ps.FirstOffset != 0 || ps.LastOffset != 0 || !strings.Contains(ps.LastError, "boom") {
+				t.Errorf("state %q at %d-%d (%q), want stopped at record 0 with its error", ps.State, ps.FirstOffset, ps.LastOffset, ps.LastError)
 			}
 			c := ps.CommittedState
 			switch {

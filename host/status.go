@@ -444,6 +444,10 @@ type fnStatus struct {
 	mu     sync.Mutex
 	parts  map[partKey]*PartitionStatus
 	outage *OutageStatus // the outage in force, nil for none
+	// stoppedAt is when a partition's first unit now held by
+	// StopPartition stopped: the Since of a row shown stopped at a
+	// record (see stoppedAtRecord).
+	stoppedAt map[partKey]time.Time
 }
 
 type partKey struct {
@@ -452,7 +456,7 @@ type partKey struct {
 }
 
 func newFnStatus(f *function, now func() time.Time) *fnStatus {
-	return &fnStatus{f: f, now: now, parts: map[partKey]*PartitionStatus{}}
+	return &fnStatus{f: f, now: now, parts: map[partKey]*PartitionStatus{}, stoppedAt: map[partKey]time.Time{}}
 }
 
 // update runs fn on the partition's status, creating it when create is
@@ -499,6 +503,7 @@ func (s *fnStatus) hooks() stream.Hooks {
 		Claimed: func(e stream.ClaimEvent) {
 			s.mu.Lock()
 			delete(s.parts, partKey{e.Topic, e.Partition}) // a new claim starts afresh
+			delete(s.stoppedAt, partKey{e.Topic, e.Partition})
 			s.mu.Unlock()
 			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
 				p.Checkpoint, p.Metadata = e.Committed, e.Metadata
@@ -508,6 +513,7 @@ func (s *fnStatus) hooks() stream.Hooks {
 		Released: func(e stream.ReleaseEvent) {
 			s.mu.Lock()
 			delete(s.parts, partKey{e.Topic, e.Partition})
+			delete(s.stoppedAt, partKey{e.Topic, e.Partition})
 			s.mu.Unlock()
 		},
 		Delivered: func(e stream.DeliveredEvent) {
@@ -588,6 +594,9 @@ func (s *fnStatus) hooks() stream.Hooks {
 		Stopped: func(e stream.StoppedEvent) {
 			s.update(e.Topic, e.Partition, true, func(p *PartitionStatus) {
 				s.set(p, StateStopped)
+				if k := (partKey{e.Topic, e.Partition}); s.stoppedAt[k].IsZero() {
+					s.stoppedAt[k] = p.Since
+				}
 				p.FirstOffset, p.LastOffset, p.NextAt = e.FirstOffset, e.LastOffset, time.Time{}
 				if e.Err != nil {
 					p.Retry, p.FirstFailure = e.Err.Retries, e.Err.FirstFailure
@@ -604,6 +613,25 @@ func (s *fnStatus) hooks() stream.Hooks {
 				}
 			})
 		},
+	}
+}
+
+// stoppedAtRecord shows ps stopped at sp, the first record of its
+// partition held by StopPartition in share mode or key ordering. There the
+// unit stopped is a record and the partition's other records go on: their
+// deliveries, retries and checkpoints update the row after the stop, and
+// must not hide it.
+func stoppedAtRecord(ps *PartitionStatus, sp stream.StoppedPartition, since time.Time) {
+	if ps.State != StateStopped {
+		ps.State = StateStopped
+		if !since.IsZero() {
+			ps.Since = since
+		}
+	}
+	ps.FirstOffset, ps.LastOffset, ps.NextAt = sp.FirstOffset, sp.LastOffset, time.Time{}
+	if sp.Err != nil {
+		ps.Retry, ps.FirstFailure = sp.Err.Retries, sp.Err.FirstFailure
+		ps.LastError = fmt.Sprintf("given up (%v): %s", sp.Err.Reason, errText(sp.Err.Last))
 	}
 }
 
@@ -726,6 +754,9 @@ func (s *fnStatus) snapshot() FunctionStatus {
 					ps.StoppedKeys = append(ps.StoppedKeys, sp.Key)
 				}
 			}
+			stoppedAtRecord(&ps, recs[0], s.stoppedAt[k])
+		} else if !stopped[k] {
+			delete(s.stoppedAt, k) // resumed or skipped: a next stop starts its own time
 		}
 		switch {
 		case ps.State == StateStopped && !stopped[k] && s.proc != nil:
