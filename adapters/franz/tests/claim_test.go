@@ -184,22 +184,7 @@ func TestRevokeWaitsForCommitInFlight(t *testing.T) {
 	case <-time.After(wait):
 		t.Fatal("no commit reached the broker")
 	}
-	revoked := make(chan struct{})
-	go func() {
-		engine.Revoke(c, "t", 0)
-		close(revoked)
-	}()
-	select {
-	case <-revoked:
-		t.Fatal("the revocation returned while a commit was in flight")
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case <-revoked:
-	case <-time.After(wait):
-		t.Fatal("the revocation did not return")
-	}
+	revokeBehindCommitInFlight(t, c, release)
 	if err := <-results; err != nil {
 		t.Errorf("commit in flight: %v, want success", err)
 	}
@@ -342,5 +327,28 @@ func TestPushTellsRepeatsFromRewinds(t *testing.T) {
 	want := [][2]int64{{0, 12}, {0, 5}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("batches %v, want %v", got, want)
+	}
+}
+
+// revokeBehindCommitInFlight revokes t/0 from c while a commit is held in
+// the broker (release lets it go): the revocation must wait for it, and
+// return once it is let go.
+func revokeBehindCommitInFlight(t *testing.T, c *engine.Consumer, release chan struct{}) {
+	t.Helper()
+	revoked := make(chan struct{})
+	go func() {
+		engine.Revoke(c, "t", 0)
+		close(revoked)
+	}()
+	select {
+	case <-revoked:
+		t.Fatal("the revocation returned while a commit was in flight")
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case <-revoked:
+	case <-time.After(wait):
+		t.Fatal("the revocation did not return")
 	}
 }

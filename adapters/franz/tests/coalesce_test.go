@@ -58,22 +58,7 @@ func TestRevokeWritesCoalescedCommit(t *testing.T) {
 			t.Fatalf("commit %d did not return while the commit before it was in flight: not coalesced", i+1)
 		}
 	}
-	revoked := make(chan struct{})
-	go func() {
-		engine.Revoke(c, "t", 0)
-		close(revoked)
-	}()
-	select {
-	case <-revoked:
-		t.Fatal("the revocation returned while a commit was in flight")
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case <-revoked:
-	case <-time.After(wait):
-		t.Fatal("the revocation did not return")
-	}
+	revokeBehindCommitInFlight(t, c, release)
 	if o := fetchOffset(t, adm); o.At != 2 {
 		t.Errorf("broker has offset %d, want 2: the revocation did not write the coalesced commit", o.At)
 	}

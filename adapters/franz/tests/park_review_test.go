@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -20,7 +19,6 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/engine"
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/checkpoint"
-	"github.com/redeliver-go/redeliver/internal/retrystate"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -149,22 +147,7 @@ func TestParkedClaimWritesCoalescedCommitAtTheEnd(t *testing.T) {
 	}
 	// The fourth record's commit is pending (not sent) while the worker
 	// is parked: the revocation writes it after the held one.
-	revoked := make(chan struct{})
-	go func() {
-		engine.Revoke(c, "t", 0)
-		close(revoked)
-	}()
-	select {
-	case <-revoked:
-		t.Fatal("the revocation returned while a commit was in flight")
-	case <-time.After(200 * time.Millisecond):
-	}
-	close(release)
-	select {
-	case <-revoked:
-	case <-time.After(wait):
-		t.Fatal("the revocation did not return")
-	}
+	revokeBehindCommitInFlight(t, c, release)
 	if o := fetchOffset(t, adm); o.At != 4 {
 		t.Errorf("broker has offset %d after the parked claim's revocation, want 4 (its coalesced commit)", o.At)
 	}
@@ -374,19 +357,7 @@ func streamSucceed() stream.Handler {
 // up; the count does not start over.
 func TestParkedBeforeFirstBatchKeepsTheRetryBound(t *testing.T) {
 	addrs := newCluster(t, "t", 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	md := retrystate.EncodeState(retrystate.State{Offset: 0, Retries: 2, FirstFailure: time.Now().Add(-time.Second), NextAt: time.Now(), Records: 1})
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 0, LeaderEpoch: -1, Metadata: md})
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, "g", offs); err != nil {
-		t.Fatal(err)
-	}
+	commitPreviousOwnersState(t, addrs, 2)
 	var (
 		mu        sync.Mutex
 		retries   []int

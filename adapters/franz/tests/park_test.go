@@ -194,19 +194,7 @@ func TestParkedClaimRevokedReleasesOnce(t *testing.T) {
 // count goes on from it.
 func TestParkedBeforeFirstBatchKeepsRestoredState(t *testing.T) {
 	addrs := newCluster(t, "t", 1)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	md := retrystate.EncodeState(retrystate.State{Offset: 0, Retries: 2, FirstFailure: time.Now().Add(-time.Second), NextAt: time.Now(), Records: 1})
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 0, LeaderEpoch: -1, Metadata: md})
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, "g", offs); err != nil {
-		t.Fatal(err)
-	}
+	commitPreviousOwnersState(t, addrs, 2)
 
 	attempts := make(chan int, 10)
 	cs := newClaims()
@@ -336,5 +324,25 @@ func TestParkChurnReleasesEveryClaimOnce(t *testing.T) {
 	n += cs.releasedOnce(t)
 	if n < parts+rounds {
 		t.Errorf("%d claims for %d partitions over %d rounds of a member joining and leaving: the rebalances did not happen", n, parts, rounds)
+	}
+}
+
+// commitPreviousOwnersState commits, for group g, a previous owner's
+// retry state at offset 0 of t/0: the record there failed and is due for
+// retry number retries (its first failure a second ago, one record).
+func commitPreviousOwnersState(t *testing.T, addrs []string, retries int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	md := retrystate.EncodeState(retrystate.State{Offset: 0, Retries: retries, FirstFailure: time.Now().Add(-time.Second), NextAt: time.Now(), Records: 1})
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 0, LeaderEpoch: -1, Metadata: md})
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if err := kadm.NewClient(cl).CommitAllOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
 	}
 }
