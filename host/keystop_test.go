@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -141,6 +142,57 @@ func TestKeyStoppedShownAndReleased(t *testing.T) {
 			mu.Unlock()
 			if ps, _ := partition(h.Status(), "orders"); ps.State != host.StateFlowing || len(ps.StoppedRecords) != 0 || len(ps.StoppedKeys) != 0 {
 				t.Errorf("orders/0 = %+v after the resume and the skip, want flowing, nothing stopped", ps)
+			}
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// TestKeyBackoffShownBesideOtherKeys: in key ordering, a key's record in
+// backoff is what its partition's row shows while the partition's other
+// keys go on (their deliveries do not move the row's offsets), and the row
+// is flowing once that record's retry went through.
+func TestKeyBackoffShownBesideOtherKeys(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := parse(t, `{"checkpointRetryPolicy": {"retryCount": 3, "sleepDuration": "00:00:10"},
+			"triggers": {"orders": {"type": "kafka", "topic": "orders", "consumerGroup": "orders-app", "ordering": "key"}}}`)
+		p := streamtest.NewPartition("orders", 0, 5)
+		p.AppendKeyed(time.Now(), "a", "b", "c")
+		franz := &memAdapter{name: "franz", parts: map[string][]*streamtest.Partition{"orders": {p}}}
+		h, err := host.New(cfg, host.WithAdapter(franz), host.WithBrokers("b1:9092"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var failed atomic.Bool
+		if err := h.Register("orders", stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			switch b.FirstOffset() {
+			case 0:
+				if !failed.Swap(true) {
+					return errBoom
+				}
+			case 1, 2:
+				time.Sleep(time.Second) // the other keys finish after record 0 failed
+			}
+			return nil
+		})); err != nil {
+			t.Fatal(err)
+		}
+		err = runUntil(t, h, func() {
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			ps, _ := partition(h.Status(), "orders")
+			if ps.State != host.StateBackoff || ps.FirstOffset != 0 || ps.LastOffset != 0 || ps.Retry != 1 || !strings.Contains(ps.LastError, "boom") {
+				t.Errorf("orders/0 = %+v while record 0 waits for its retry, want backoff at record 0, retry 1", ps)
+			}
+			time.Sleep(10 * time.Second)
+			if err := p.WaitCommitted(t.Context(), 3); err != nil {
+				t.Fatal(err)
+			}
+			synctest.Wait()
+			if ps, _ := partition(h.Status(), "orders"); ps.State != host.StateFlowing || ps.LastError != "" || ps.Retry != 0 {
+				t.Errorf("orders/0 = %+v after record 0's retry went through, want flowing", ps)
 			}
 		})
 		if err != nil {

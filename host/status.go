@@ -217,8 +217,12 @@ type PartitionStatus struct {
 	Failures   int64 `json:"failures"`
 	// FirstOffset and LastOffset are the offsets of the partition's
 	// latest batch: the one delivered last, or held (in backoff, in an
-	// outage, given up, stopped). In JSON they are left out only while
-	// the partition has had no batch; 0 is an offset like any other.
+	// outage, given up, stopped). In a share group and in key ordering,
+	// where the unit held is a record and the partition's other records
+	// go on, they are the held record's until it is through (and, with
+	// several stopped, the first of StoppedRecords). In JSON they are
+	// left out only while the partition has had no batch; 0 is an offset
+	// like any other.
 	FirstOffset int64 `json:"firstOffset"`
 	LastOffset  int64 `json:"lastOffset"`
 	// Retry is the number of the coming retry (backoff) or of retries made
@@ -534,11 +538,25 @@ func (s *fnStatus) hooks() stream.Hooks {
 				if errors.As(e.Err, &rr) {
 					p.MaxRetries = rr.MaxRetries
 				}
-				p.FirstOffset, p.LastOffset = e.FirstOffset, e.LastOffset
-				if e.Uncounted {
+				shown := p.FirstOffset == e.FirstOffset && p.LastOffset == e.LastOffset
+				switch {
+				case e.Uncounted:
 					s.set(p, StateOutage)
-					p.NextAt = time.Time{}
+					p.FirstOffset, p.LastOffset, p.NextAt = e.FirstOffset, e.LastOffset, time.Time{}
 					p.Note = "failed during an outage of the downstream: no retry spent; waits for the outage to end or to be its probe"
+				case p.State == StateFlowing:
+					p.FirstOffset, p.LastOffset = e.FirstOffset, e.LastOffset
+				case shown && e.Outcome == stream.Succeeded:
+					// The batch the row holds went through. In partition
+					// ordering its checkpoint follows; in a share group,
+					// where nothing is checkpointed, this is the only word
+					// that the record is done.
+					s.flowing(p)
+				case shown:
+				default:
+					// Another unit of the partition (a share group's record,
+					// a key's record in key ordering): it goes on beside the
+					// one held, which the row keeps showing.
 				}
 			})
 		},
@@ -603,6 +621,20 @@ func (s *fnStatus) hooks() stream.Hooks {
 					p.LastError = fmt.Sprintf("given up (%v): %s", e.Err.Reason, errText(e.Err.Last))
 				}
 				p.Note = ""
+			})
+		},
+		ActionTried: func(e stream.ActionEvent) {
+			if e.Err != nil {
+				return
+			}
+			s.update(e.Topic, e.Partition, false, func(p *PartitionStatus) {
+				// The given-up batch the row holds is dealt with (dead-
+				// lettered, parked, skipped). In partition ordering its
+				// checkpoint follows; in a share group the record is
+				// rejected, and this is the only word of it.
+				if p.State == StateExhausted && p.FirstOffset == e.FirstOffset && p.LastOffset == e.LastOffset {
+					s.flowing(p)
+				}
 			})
 		},
 		Checkpointed: func(e stream.CheckpointEvent) {

@@ -20,7 +20,8 @@ import (
 // TestShareTrigger binds a function to a share group from host.json: the
 // host becomes ready, every record is handled, the one that fails is
 // retried on its own (the records beside it are not delivered again), and
-// the status says the group is a share group.
+// the status says the group is a share group, its partitions flowing once
+// the retry went through.
 func TestShareTrigger(t *testing.T) {
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "emails"), kfake.BrokerConfigs(map[string]string{
 		"group.share.heartbeat.interval.ms":   "100",
@@ -78,6 +79,15 @@ func TestShareTrigger(t *testing.T) {
 	st := status(t, h.Handler())
 	if len(st.Functions) != 1 || !st.Functions[0].Share || st.Functions[0].Group != "emails-app" {
 		t.Errorf("status %+v, want the function on share group emails-app", st.Functions)
+	}
+	// The retry of 1/4 went through: its partition is flowing again (a
+	// share group checkpoints nothing, so no checkpoint says so).
+	for _, f := range st.Functions {
+		for _, p := range f.Partitions {
+			if p.State != host.StateFlowing || p.LastError != "" {
+				t.Errorf("partition %d: state %q (%q) once every record is done, want flowing", p.Partition, p.State, p.LastError)
+			}
+		}
 	}
 }
 
@@ -332,4 +342,51 @@ func TestShareConsumerDrainsWithinTheHostsDrain(t *testing.T) {
 	case <-time.After(drain + 2*time.Second):
 		t.Fatalf("the handler's context did not end within %v of the stop (the host's drain is %v)", drain+2*time.Second, drain)
 	}
+}
+
+// TestShareGivenUpRecordLeavesItsPartitionFlowing: in a share group a
+// record given up, and rejected once its exhaustion action (here none:
+// skip) is done, leaves its partition's row flowing: nothing is
+// checkpointed there to say so.
+func TestShareGivenUpRecordLeavesItsPartitionFlowing(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	produce(t, addrs, "emails", 0, 5)
+	cfg := parse(t, `{
+  "checkpointRetryPolicy": {"retryCount": 0},
+  "triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}},
+}`)
+	h, err := host.New(cfg, onKafka(t, addrs)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	handled := map[int64]bool{}
+	if err := h.Register("emails", stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[r.Offset] = true
+		if r.Offset == 2 {
+			return errBoom
+		}
+		return nil
+	})); err != nil {
+		t.Fatal(err)
+	}
+	start(t, h)
+	waitFor(t, "every record handled and the partition flowing", func() bool {
+		mu.Lock()
+		n := len(handled)
+		mu.Unlock()
+		ps, ok := partition(h.Status(), "emails")
+		return n == 5 && ok && ps.State == host.StateFlowing
+	})
 }
