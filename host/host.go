@@ -433,8 +433,9 @@ func (h *Host) Register(name string, handler stream.Handler, opts ...FunctionOpt
 // log.Fatal(h.Run(ctx)) exits 0 on an interrupt. It returns an error for a
 // failure: a wrong binding, a function's consumer that failed or stopped
 // before the host (the error names the function), the drain time running
-// out; and [stream.ErrClosed] when Close came before it. It may be called
-// once.
+// out (in the host or in a function's consumer first), an error a
+// function's consumer returned while stopping; and [stream.ErrClosed] when
+// Close came before it. It may be called once.
 func (h *Host) Run(ctx context.Context) error {
 	if err := h.usable(); err != nil {
 		return err
@@ -492,7 +493,14 @@ func (h *Host) run(ctx context.Context) error {
 		failMu.Unlock()
 		cancel(err)
 	}
-	done := make(chan *function, len(fns))
+	// A function's consumer that returns an error while the host stops
+	// (its own drain time over, a final commit refused) says so with it:
+	// the stop was not clean.
+	type stopped struct {
+		f   *function
+		err error
+	}
+	done := make(chan stopped, len(fns))
 	h.running.Store(true)
 	for _, f := range fns {
 		go func() {
@@ -511,8 +519,12 @@ func (h *Host) run(ctx context.Context) error {
 					h.log.Error("redeliver: function failed", "function", f.name, "error", err)
 				}
 				fail(fmt.Errorf("host: function %s: %w", f.name, err))
+				err = nil // the host's failure
 			}
-			done <- f
+			if errors.Is(err, context.Canceled) {
+				err = nil // stopped as asked
+			}
+			done <- stopped{f, err}
 		}()
 	}
 	var swept chan struct{}
@@ -564,8 +576,16 @@ func (h *Host) run(ctx context.Context) error {
 	}
 	for len(left) > 0 {
 		select {
-		case f := <-done:
-			delete(left, f)
+		case d := <-done:
+			delete(left, d.f)
+			switch {
+			case d.err == nil || result != nil:
+			case errors.Is(d.err, lifecycle.ErrDrainOver):
+				// Its drain time is the host's: it ran out there first.
+				result = fmt.Errorf("%w: function %s: %w (stopping because: %v)", ErrDrainTimeout, d.f.name, d.err, why)
+			default:
+				result = fmt.Errorf("host: function %s, stopping: %w (stopping because: %v)", d.f.name, d.err, why)
+			}
 			continue
 		case <-report.C:
 			h.log.Warn("redeliver: host stopping: waiting for functions whose consumers have not returned (a handler that ignores its context holds the stop)",

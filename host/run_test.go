@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/host"
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/redrive"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
@@ -196,6 +197,57 @@ func TestSourceStoppingEarly(t *testing.T) {
 	}
 	if err := h.Run(ctx); !errors.Is(err, broken) || !strings.HasPrefix(err.Error(), "host: function telemetry: hub unreachable") {
 		t.Errorf("Run = %v, want the Source's error, named", err)
+	}
+}
+
+// A function's consumer that returns an error while the host stops (a
+// final commit refused) makes the stop unclean: Run returns the error,
+// named, not nil. One whose own drain time ran out before the host's
+// (both are the host's drain time) gives an error wrapping
+// host.ErrDrainTimeout, as the host's own drain would. A Source that
+// returns its context's error has stopped as asked.
+func TestSourceFailingToStop(t *testing.T) {
+	drainOver := func(ctx context.Context) error {
+		<-ctx.Done()
+		// As the adapters' consumers say it (internal/lifecycle.Drain).
+		return lifecycle.Drain(nil, slog.New(slog.DiscardHandler), "franz", &lifecycle.Workers{}, time.Millisecond)
+	}
+	for _, tc := range []struct {
+		name  string
+		run   func(context.Context) error
+		check func(error) bool
+		want  string
+	}{
+		{"commit refused", func(ctx context.Context) error {
+			<-ctx.Done()
+			return errors.New("final commit refused")
+		}, func(err error) bool { return err != nil && !errors.Is(err, host.ErrDrainTimeout) },
+			"host: function telemetry, stopping: final commit refused"},
+		{"its drain over", drainOver, func(err error) bool { return errors.Is(err, host.ErrDrainTimeout) },
+			"host: drain time over: function telemetry: franz: drain time (1ms) over"},
+		{"its context's error", func(ctx context.Context) error {
+			<-ctx.Done()
+			return ctx.Err()
+		}, func(err error) bool { return err == nil }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h, err := host.New(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := host.Source{Describe: "stops with an error", New: func(*stream.Processor) (func(context.Context) error, error) {
+				return tc.run, nil
+			}}
+			if err := h.Register("telemetry", okHandler, src); err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			err = h.Run(ctx)
+			if !tc.check(err) || tc.want != "" && !strings.HasPrefix(err.Error(), tc.want) {
+				t.Errorf("Run = %v, want %q...", err, tc.want)
+			}
+		})
 	}
 }
 

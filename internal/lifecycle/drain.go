@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -70,6 +71,16 @@ type Named interface {
 	Names() []string
 }
 
+// ErrDrainOver is wrapped by Drain's error: the drain time passed with
+// workers still running.
+var ErrDrainOver = errors.New("drain time over")
+
+// drainError is Drain's error: its own words, matching ErrDrainOver.
+type drainError struct{ msg string }
+
+func (e *drainError) Error() string        { return e.msg }
+func (e *drainError) Is(target error) bool { return target == ErrDrainOver }
+
 // Drain waits until done is closed, or until drain has passed when drain
 // is above 0. While it waits, it logs at Warn, after DrainFirstReport and
 // then every DrainReportEvery, which workers it waits for and for how
@@ -96,7 +107,7 @@ func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain ti
 			report.Reset(DrainReportEvery)
 		case <-deadline:
 			names := w.Names()
-			err := fmt.Errorf("%s: drain time (%v) over: the handlers of %s have not returned since their context ended: they are left running; make the handler return when its context is done", pkg, drain, strings.Join(names, ", "))
+			err := &drainError{fmt.Sprintf("%s: drain time (%v) over: the handlers of %s have not returned since their context ended: they are left running; make the handler return when its context is done", pkg, drain, strings.Join(names, ", "))}
 			log.Error("redeliver: stopping: drain time over, partitions left running", "partitions", strings.Join(names, ","), "drain", drain)
 			return err
 		}
