@@ -57,18 +57,9 @@ func rawLoop(l *kafkatest.Leaf, addrs []string, topic string) time.Duration {
 		if time.Now().After(deadline) {
 			b.Fatal("the raw loop did not handle every record in 5 minutes")
 		}
-		timeout, n := 100, 0
-		for n < kafkatest.BenchBatch {
-			ev := c.Poll(timeout)
-			if ev == nil {
-				break
-			}
-			timeout = 0
-			if m, ok := ev.(*kafka.Message); ok && m.TopicPartition.Error == nil {
-				byPartition[m.TopicPartition.Partition] = append(byPartition[m.TopicPartition.Partition], m)
-				n++
-			}
-		}
+		pollBurst(c, func(m *kafka.Message) {
+			byPartition[m.TopicPartition.Partition] = append(byPartition[m.TopicPartition.Partition], m)
+		})
 		for p, ms := range byPartition {
 			if len(ms) == 0 {
 				continue
@@ -101,6 +92,24 @@ func rawLoop(l *kafkatest.Leaf, addrs []string, topic string) time.Duration {
 	// its own (there it waits behind a held fetch).
 	b.ReportMetric(float64(time.Since(began).Microseconds())/1000, "final-commit-ms")
 	return took
+}
+
+// pollBurst takes what Poll has ready, waiting up to 100ms for the first
+// event, and gives add each message of it, at most kafkatest.BenchBatch:
+// the raw loops' poll.
+func pollBurst(c *kafka.Consumer, add func(*kafka.Message)) {
+	timeout, n := 100, 0
+	for n < kafkatest.BenchBatch {
+		ev := c.Poll(timeout)
+		if ev == nil {
+			return
+		}
+		timeout = 0
+		if m, ok := ev.(*kafka.Message); ok && m.TopicPartition.Error == nil {
+			add(m)
+			n++
+		}
+	}
 }
 
 // rawConsumer makes the raw loops' consumer and subscribes it to topic.
@@ -182,26 +191,17 @@ func handoffLoop(l *kafkatest.Leaf, addrs []string, topic string) time.Duration 
 			close(work)
 			b.Fatal("the hand-off loop did not poll every record in 5 minutes")
 		}
-		timeout, n := 100, 0
-		for n < kafkatest.BenchBatch {
-			ev := c.Poll(timeout)
-			if ev == nil {
-				break
-			}
-			timeout = 0
-			if m, ok := ev.(*kafka.Message); ok && m.TopicPartition.Error == nil {
-				ms := byPartition[m.TopicPartition.Partition]
-				if ms == nil {
-					select {
-					case ms = <-free:
-					default:
-						ms = make([]*kafka.Message, 0, kafkatest.BenchBatch)
-					}
+		pollBurst(c, func(m *kafka.Message) {
+			ms := byPartition[m.TopicPartition.Partition]
+			if ms == nil {
+				select {
+				case ms = <-free:
+				default:
+					ms = make([]*kafka.Message, 0, kafkatest.BenchBatch)
 				}
-				byPartition[m.TopicPartition.Partition] = append(ms, m)
-				n++
 			}
-		}
+			byPartition[m.TopicPartition.Partition] = append(ms, m)
+		})
 		for p, ms := range byPartition {
 			polled += int64(len(ms))
 			work <- batch{p, ms}
