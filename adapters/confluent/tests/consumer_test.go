@@ -11,6 +11,7 @@ import (
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -312,4 +313,105 @@ func TestRevocationOnTheWorkersPoll(t *testing.T) {
 	kafkatest.Produce(t, addrs, "t", 0, 10, 1)
 	until(10, 8*time.Second, "after the second member joined")
 	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 11})
+}
+
+// A success commit still pending when the revocation runs in the worker's
+// own Poll (one partition, idle) is written before the partition is given
+// up, so that its next owner starts past the records handled. A success
+// taken when the partition is caught up is written at once, whatever the
+// window (the worker of an idle partition has handled its last batch), so
+// an idle worker's success is pending only when its background write failed
+// (or is in flight, which Final waits for). Here the
+// background write of the success at 10 fails (the broker refuses it once),
+// so that it is still pending, with a commit window of a minute, when a
+// second member joins and the eager protocol revokes the partition in the
+// idle worker's Poll: the revocation writes it (endClaims, Final), and
+// whoever owns the partition next claims it at 10 and delivers no record
+// again. Written by the worker only once the callback has returned, the
+// commit came after the rebalance (the member's generation was over, or
+// the first member claimed the partition again in the same Poll), and the
+// next owner delivered the 10 records again.
+func TestRevocationOnTheWorkersPollWritesThePendingCommit(t *testing.T) {
+	kc, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
+	var refused atomic.Int32
+	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.DropControl() // the first commit only
+		refused.Add(1)
+		req := r.(*kmsg.OffsetCommitRequest)
+		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetMetadataTooLarge.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	var (
+		rec    streamtest.Recorder
+		mu     sync.Mutex
+		claims []stream.ClaimEvent
+	)
+	hooks := stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) {
+		mu.Lock()
+		claims = append(claims, e)
+		mu.Unlock()
+	}})
+	newProc := func() *stream.Processor {
+		return kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()), hooks)
+	}
+	set := func(c kafka.ConfigMap) { c["partition.assignment.strategy"] = "range" }
+	window := confluent.WithCommitWindow(time.Minute, 10_000_000)
+	start(t, addrs, "g", "t", newProc(), set, window, confluent.WithCommitTimeout(20*time.Second))
+	deadline := time.Now().Add(wait)
+	for len(rec.Of("t", 0)) == 0 || refused.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d deliveries and %d commits refused: the first member did not handle the records and try to commit them", len(rec.Of("t", 0)), refused.Load())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // idle: the worker polls
+	if o, ok := kafkatest.Committed(t, addrs, "g").Lookup("t", 0); ok && o.At >= 0 {
+		t.Fatalf("the group's checkpoint is %d before the revocation, want none: the success commit is not pending", o.At)
+	}
+	// The second member's join revokes the partition (eager protocol) in
+	// the first member's Poll, on its worker.
+	start(t, addrs, "g", "t", newProc(), set, window, confluent.WithCommitTimeout(20*time.Second))
+	deadline = time.Now().Add(wait)
+	for {
+		mu.Lock()
+		n := len(claims)
+		mu.Unlock()
+		if n >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the partition was not claimed again after the second member joined")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	kafkatest.Produce(t, addrs, "t", 0, 10, 5)
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 15})
+	mu.Lock()
+	next := claims[1]
+	mu.Unlock()
+	if next.Committed != 10 {
+		t.Errorf("the partition's next claim starts at %d, want 10: the pending success commit was not written before the partition was given up", next.Committed)
+	}
+	seen := map[int64]int{}
+	for _, d := range rec.Of("t", 0) {
+		for o := d.FirstOffset; o <= d.LastOffset; o++ {
+			if seen[o]++; seen[o] == 2 {
+				t.Errorf("offset %d delivered again after the revocation", o)
+			}
+		}
+	}
+	if !t.Failed() {
+		kafkatest.CheckHistory(t, rec.Of("t", 0), 15)
+	}
 }
