@@ -109,11 +109,11 @@ func TestParkedClaimWritesCoalescedCommitAtTheEnd(t *testing.T) {
 			for _, rp := range rt.Partitions {
 				mu.Lock()
 				requests = append(requests, rp.Offset)
-				n := len(requests)
 				mu.Unlock()
-				if n == 2 {
-					// The second commit (the background flush once
-					// the worker caught up) is held in the broker.
+				if rp.Offset == 3 {
+					// The commit of 3 (a background flush, of the
+					// first records or once the worker caught up) is
+					// held in the broker.
 					kc.SleepControl(func() { <-release })
 				}
 			}

@@ -207,7 +207,10 @@ func (c *Coalescer) schedule() {
 		if c.timer != nil {
 			c.timer.Stop()
 		}
-		c.flushing = true
+		// The flush counts as sent from now: a commit taken before its
+		// goroutine runs is within the window (overdue), not past it
+		// because the last send was long ago, never, or due's.
+		c.flushing, c.sentAt = true, time.Now()
 		c.flushes.Add(1)
 		go c.flush()
 		return

@@ -256,6 +256,48 @@ func TestCoalescerHoldsTheWindowWhileInFlight(t *testing.T) {
 	})
 }
 
+// A flush counts as sent once it is started, not once its goroutine first
+// runs: a success commit taken in between is within the window and is
+// coalesced. It was counted past the window (the last send long ago, never
+// for the claim's first flush, or made due by the interval's timer), so
+// Commit wrote it before returning: at 1,000 partitions, the last batch of
+// most partitions waited for a commit's round trip.
+func TestCoalescerFlushStartedIsInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s sends
+		c := newCoalescer(&s, new(bool))
+		overdue := func(next int64) bool {
+			c.pmu.Lock()
+			defer c.pmu.Unlock()
+			return c.overdue(next)
+		}
+		// While the test holds the send lock, a flush started does not
+		// begin: its goroutine waits for the lock.
+		c.smu.Lock()
+		if err := c.Commit(5, -1, ""); err != nil { // no commit sent yet: flushed at once
+			t.Fatal(err)
+		}
+		if overdue(10) {
+			t.Error("the claim's first flush started: a commit 5 records later is overdue, want within the window")
+		}
+		c.smu.Unlock()
+		expect(t, &s, "5")
+		if err := c.Commit(10, -1, ""); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, &s) // within the window
+		c.smu.Lock()
+		c.due() // the interval's timer
+		if overdue(11) {
+			t.Error("the interval's flush started: a commit 1 record later is overdue, want within the window")
+		}
+		c.smu.Unlock()
+		expect(t, &s, "10")
+		c.Final()
+		expect(t, &s)
+	})
+}
+
 // A coalesced commit (reported written when Commit took it) that a retry
 // state commit superseded is kept when that commit fails, with its leader
 // epoch: Final writes it. A later commit that is written supersedes it.
