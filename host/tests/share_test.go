@@ -23,16 +23,7 @@ import (
 // the status says the group is a share group, its partitions flowing once
 // the retry went through.
 func TestShareTrigger(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(2, "emails"), kfake.BrokerConfigs(map[string]string{
-		"group.share.heartbeat.interval.ms":   "100",
-		"group.share.record.lock.duration.ms": "5000",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	addrs := shareCluster(t, 2)
 	for p := range int32(2) {
 		produce(t, addrs, "emails", p, 10)
 	}
@@ -111,6 +102,24 @@ func TestShareTriggerOnKafkaGo(t *testing.T) {
 	}
 }
 
+// shareCluster starts a kfake cluster with topic "emails" of the given
+// partitions, made for share group emails-app: a short heartbeat, a lock
+// of 5s, and records read from the earliest.
+func shareCluster(t *testing.T, partitions int32) []string {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, "emails"), kfake.BrokerConfigs(map[string]string{
+		"group.share.heartbeat.interval.ms":   "100",
+		"group.share.record.lock.duration.ms": "5000",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	addrs := c.ListenAddrs()
+	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	return addrs
+}
+
 // setShareGroupConfig sets one configuration of a share group.
 func setShareGroupConfig(t *testing.T, addrs []string, group, name, value string) {
 	t.Helper()
@@ -143,16 +152,7 @@ func setShareGroupConfig(t *testing.T, addrs []string, group, name, value string
 // holds one record; the host's status shows its partition stopped at the
 // record, and the host's Skip reaches it (issue 47).
 func TestShareStopSeenByTheHost(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
-		"group.share.heartbeat.interval.ms":   "100",
-		"group.share.record.lock.duration.ms": "5000",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	addrs := shareCluster(t, 1)
 	produce(t, addrs, "emails", 0, 5)
 	cfg := parse(t, `{
   "checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"},
@@ -207,16 +207,7 @@ func TestShareStopSeenByTheHost(t *testing.T) {
 // each is reached by its offset: ResumeRecord, SkipRecord, and the status
 // page's resume action with an offset.
 func TestShareStoppedRecordsEachReachable(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
-		"group.share.heartbeat.interval.ms":   "100",
-		"group.share.record.lock.duration.ms": "5000",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	addrs := shareCluster(t, 1)
 	produce(t, addrs, "emails", 0, 3) // one batch: one lane gets all three
 	cfg := parse(t, `{
   "checkpointRetryPolicy": {"retryCount": 0, "onExhausted": "stop"},
@@ -300,16 +291,7 @@ func TestShareStoppedRecordsEachReachable(t *testing.T) {
 // handler call that ignores it at the host's drain time, not at the share
 // consumer's default 25s.
 func TestShareConsumerDrainsWithinTheHostsDrain(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
-		"group.share.heartbeat.interval.ms":   "100",
-		"group.share.record.lock.duration.ms": "5000",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	addrs := shareCluster(t, 1)
 	produce(t, addrs, "emails", 0, 1)
 	cfg := parse(t, `{"triggers": {"emails": {"type": "kafka", "topic": "emails", "shareGroup": "emails-app"}}}`)
 	const drain = 2 * time.Second
@@ -349,16 +331,7 @@ func TestShareConsumerDrainsWithinTheHostsDrain(t *testing.T) {
 // skip) is done, leaves its partition's row flowing: nothing is
 // checkpointed there to say so.
 func TestShareGivenUpRecordLeavesItsPartitionFlowing(t *testing.T) {
-	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "emails"), kfake.BrokerConfigs(map[string]string{
-		"group.share.heartbeat.interval.ms":   "100",
-		"group.share.record.lock.duration.ms": "5000",
-	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
-	addrs := c.ListenAddrs()
-	setShareGroupConfig(t, addrs, "emails-app", "share.auto.offset.reset", "earliest")
+	addrs := shareCluster(t, 1)
 	produce(t, addrs, "emails", 0, 5)
 	cfg := parse(t, `{
   "checkpointRetryPolicy": {"retryCount": 0},
