@@ -338,19 +338,7 @@ func TestRevocationOnTheWorkersPollWritesThePendingCommit(t *testing.T) {
 	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		kc.DropControl() // the first commit only
 		refused.Add(1)
-		req := r.(*kmsg.OffsetCommitRequest)
-		resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition, sp.ErrorCode = rp.Partition, kerr.OffsetMetadataTooLarge.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return kafkatest.CommitError(r.(*kmsg.OffsetCommitRequest), kerr.OffsetMetadataTooLarge.Code), nil, true
 	})
 	var (
 		rec    streamtest.Recorder

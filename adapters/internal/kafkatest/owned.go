@@ -279,3 +279,26 @@ func BoundPublisherLivesWithRun(t *testing.T, o Owned) {
 		})
 	}
 }
+
+// CommitError answers req with code for every partition: a broker's
+// refusal of a commit, for a kfake control function.
+func CommitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitResponse {
+	return CommitErrors(req, func(int32) int16 { return code })
+}
+
+// CommitErrors answers req with codeOf(partition) for every partition.
+func CommitErrors(req *kmsg.OffsetCommitRequest, codeOf func(partition int32) int16) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range req.Topics {
+		t := kmsg.NewOffsetCommitResponseTopic()
+		t.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			p := kmsg.NewOffsetCommitResponseTopicPartition()
+			p.Partition = rp.Partition
+			p.ErrorCode = codeOf(rp.Partition)
+			t.Partitions = append(t.Partitions, p)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/adapters/kafkago/internal/engine"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
@@ -183,7 +184,7 @@ func TestStaleCommitIsRevoked(t *testing.T) {
 	kc, _, g := joined(t, context.Background())
 	cl := g.Claim()
 	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		return commitError(r.(*kmsg.OffsetCommitRequest), 22), nil, true // ILLEGAL_GENERATION
+		return kafkatest.CommitError(r.(*kmsg.OffsetCommitRequest), 22), nil, true // ILLEGAL_GENERATION
 	})
 	if err := cl.Commit(context.Background(), 3, ""); !errors.Is(err, stream.ErrRevoked) {
 		t.Fatalf("commit answered ILLEGAL_GENERATION: %v, want stream.ErrRevoked", err)
@@ -191,28 +192,6 @@ func TestStaleCommitIsRevoked(t *testing.T) {
 	if !g.Stale() {
 		t.Error("the generation was not marked stale")
 	}
-}
-
-// commitError answers req with code for every partition.
-func commitError(req *kmsg.OffsetCommitRequest, code int16) *kmsg.OffsetCommitResponse {
-	return commitErrors(req, func(int32) int16 { return code })
-}
-
-// commitErrors answers req with codeOf(partition) for every partition.
-func commitErrors(req *kmsg.OffsetCommitRequest, codeOf func(partition int32) int16) *kmsg.OffsetCommitResponse {
-	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
-	for _, rt := range req.Topics {
-		t := kmsg.NewOffsetCommitResponseTopic()
-		t.Topic = rt.Topic
-		for _, rp := range rt.Partitions {
-			p := kmsg.NewOffsetCommitResponseTopicPartition()
-			p.Partition = rp.Partition
-			p.ErrorCode = codeOf(rp.Partition)
-			t.Partitions = append(t.Partitions, p)
-		}
-		resp.Topics = append(resp.Topics, t)
-	}
-	return resp
 }
 
 // TestCommitRefusedOnceKafkaGoEndsTheGeneration ends the generation as
@@ -270,7 +249,7 @@ func TestConcurrentCommitsShareARequest(t *testing.T) {
 			return nil, nil, false
 		}
 		// The second request: partition 3 refused, the others stored.
-		return commitErrors(req, func(p int32) int16 {
+		return kafkatest.CommitErrors(req, func(p int32) int16 {
 			if p == 3 {
 				return 29 // TOPIC_AUTHORIZATION_FAILED
 			}
@@ -330,7 +309,7 @@ func TestFailedCommitKeepsCoalescedCommit(t *testing.T) {
 	kc.ControlKey(kmsg.OffsetCommit.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
 		if commits.Add(1) == 3 {
-			return commitError(r.(*kmsg.OffsetCommitRequest), 15), nil, true // COORDINATOR_NOT_AVAILABLE
+			return kafkatest.CommitError(r.(*kmsg.OffsetCommitRequest), 15), nil, true // COORDINATOR_NOT_AVAILABLE
 		}
 		return nil, nil, false
 	})
