@@ -40,10 +40,14 @@
 //   - The rebalance callback runs in Poll, on the goroutine that polls.
 //     On an assignment it reads the new partitions' committed offsets
 //     and metadata ([kafka.Consumer.Committed]), so that a new owner continues the retry
-//     count of a withheld batch ([stream.Claim.Committed]), starts their
-//     workers, and assigns them (Assign under the eager protocol,
-//     IncrementalAssign under the cooperative one, which
-//     partition.assignment.strategy cooperative-sticky selects). On a
+//     count of a withheld batch ([stream.Claim.Committed]); a read the
+//     broker answers with an error for a partition is made again (up to 5
+//     times, then Run ends with the error), never taken for no commit. It
+//     starts their workers, and assigns them at the offsets it read, so
+//     that librdkafka fetches from where each claim starts (Assign under
+//     the eager protocol, IncrementalAssign under the cooperative one,
+//     which partition.assignment.strategy cooperative-sticky selects; a
+//     partition with no commit starts at auto.offset.reset). On a
 //     revocation it ends the claims of the revoked partitions (all of them
 //     under the eager protocol), waits for their workers (at most
 //     [WithCommitTimeout]), and only then gives the partitions up, so that

@@ -446,12 +446,12 @@ func (e *engine) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 	cooperative := c.GetRebalanceProtocol() == "COOPERATIVE"
 	switch ev := ev.(type) {
 	case kafka.AssignedPartitions:
-		e.assign(c, ev.Partitions)
+		parts := e.assign(c, ev.Partitions)
 		var err error
 		if cooperative {
-			err = c.IncrementalAssign(ev.Partitions)
+			err = c.IncrementalAssign(parts)
 		} else {
-			err = c.Assign(ev.Partitions)
+			err = c.Assign(parts)
 		}
 		if err != nil {
 			e.log.Warn("redeliver: assigning partitions failed", "error", err)
@@ -484,26 +484,28 @@ func (e *engine) rebalance(c *kafka.Consumer, ev kafka.Event) error {
 }
 
 // assign reads the committed offsets and metadata of newly assigned
-// partitions and starts their workers.
-func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
+// partitions and starts their workers. It returns the partitions to give
+// librdkafka's Assign, each at the offset its claim starts from (the one
+// read here), so that librdkafka does not read the committed offsets again
+// on its own: a second read could answer otherwise (an error it takes for
+// no commit, and starts from auto.offset.reset), and the claim's records
+// would not start at its checkpoint. A partition with no commit is left to
+// librdkafka (auto.offset.reset).
+func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) []kafka.TopicPartition {
 	if e.runCtx.Err() != nil {
-		return
+		return parts
 	}
-	committed, err := c.Committed(parts, int(e.cfg.CommitTimeout/time.Millisecond))
+	byKey, err := e.readCommitted(c, parts)
 	if err != nil {
 		// The workers would start without the retry state: the consumer
 		// ends instead, rather than start a withheld batch's count over.
 		e.life.Fail(fmt.Errorf("confluent: read the committed offsets of %d partitions: %w", len(parts), err))
-		return
+		return parts
 	}
-	byKey := make(map[tp]kafka.TopicPartition, len(committed))
-	for _, p := range committed {
-		if p.Topic != nil {
-			byKey[tp{*p.Topic, p.Partition}] = p
-		}
-	}
+	at := make([]kafka.TopicPartition, len(parts))
+	copy(at, parts)
 	var started []*claim
-	for _, p := range parts {
+	for i, p := range parts {
 		if p.Topic == nil {
 			continue
 		}
@@ -512,11 +514,12 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 			e.endClaims([]*claim{old}, errRevoked)
 		}
 		off, md := int64(-1), ""
-		if cp, ok := byKey[key]; ok && cp.Offset >= 0 {
+		if cp := byKey[key]; cp.Offset >= 0 {
 			off = int64(cp.Offset)
 			if cp.Metadata != nil {
 				md = *cp.Metadata
 			}
+			at[i].Offset = cp.Offset
 		}
 		cl := newClaim(e, c, key, off, md)
 		e.claims[key] = cl
@@ -541,7 +544,58 @@ func (e *engine) assign(c *kafka.Consumer, parts []kafka.TopicPartition) {
 			cl.run()
 		}()
 	}
+	return at
 }
+
+// readCommitted reads the committed offsets and metadata of parts, by
+// partition. An error of the read or of one of its partitions (a
+// coordinator still loading its offsets, or moving, a connection reset) is
+// tried again, up to readTries times, 100ms x try apart: librdkafka gives
+// such a partition's answer an invalid offset, which must not be taken for
+// no commit.
+func (e *engine) readCommitted(c *kafka.Consumer, parts []kafka.TopicPartition) (map[tp]kafka.TopicPartition, error) {
+	var err error
+	for try := range readTries {
+		if try > 0 {
+			e.log.Warn("redeliver: reading the committed offsets failed, will try again", "group", e.group(), "try", try, "error", err)
+			t := time.NewTimer(time.Duration(try) * 100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-e.runCtx.Done():
+				t.Stop()
+				return nil, context.Cause(e.runCtx)
+			}
+		}
+		var committed []kafka.TopicPartition
+		committed, err = c.Committed(parts, int(e.cfg.CommitTimeout/time.Millisecond))
+		if err != nil {
+			continue
+		}
+		byKey := make(map[tp]kafka.TopicPartition, len(committed))
+		for _, p := range committed {
+			if p.Topic == nil {
+				continue
+			}
+			if p.Error != nil {
+				err = fmt.Errorf("%s/%d: %w", *p.Topic, p.Partition, p.Error)
+				break
+			}
+			byKey[tp{*p.Topic, p.Partition}] = p
+		}
+		for _, p := range parts {
+			if _, ok := byKey[tp{*p.Topic, p.Partition}]; p.Topic != nil && !ok && err == nil {
+				err = fmt.Errorf("%s/%d: no answer for the partition", *p.Topic, p.Partition)
+			}
+		}
+		if err == nil {
+			return byKey, nil
+		}
+	}
+	return nil, err
+}
+
+// readTries is how many times readCommitted reads before it gives up.
+const readTries = 5
 
 // queueBackoff is the fetch.queue.backoff.ms the consumer sets when conf
 // does not: how long librdkafka waits before it fetches a partition again

@@ -403,3 +403,131 @@ func TestRevocationOnTheWorkersPollWritesThePendingCommit(t *testing.T) {
 		kafkatest.CheckHistory(t, rec.Of("t", 0), 15)
 	}
 }
+
+// The committed offsets a new claim starts from are read again when the
+// broker answers the read with an error for a partition: the claim never
+// takes such an answer for "no commit" (it would start the partition's
+// retry count over, and librdkafka from auto.offset.reset), and librdkafka
+// starts fetching where the claim starts.
+func TestCommittedReadAgainAfterAPartitionError(t *testing.T) {
+	kc, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1, Metadata: "other-tool:1"})
+	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	var refused atomic.Int32
+	kc.ControlKey(kmsg.OffsetFetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		req := r.(*kmsg.OffsetFetchRequest)
+		// librdkafka's reads only: the test's own franz-go client (which
+		// waits for the commits) asks with version 10, which librdkafka
+		// does not speak.
+		if req.Version >= 10 || (req.Group != "g" && (len(req.Groups) == 0 || req.Groups[0].Group != "g")) {
+			return nil, nil, false
+		}
+		kc.DropControl() // the first read only
+		refused.Add(1)
+		return offsetFetchError(req, kerr.CoordinatorLoadInProgress.Code), nil, true
+	})
+	var (
+		rec     streamtest.Recorder
+		claimed = make(chan stream.ClaimEvent, 1)
+	)
+	proc := kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()),
+		stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) { claimed <- e }}))
+	start(t, addrs, "g", "t", proc)
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	if refused.Load() == 0 {
+		t.Fatal("no read of the committed offsets was answered with an error: the test did not test")
+	}
+	e := <-claimed
+	if e.Committed != 5 || e.Metadata != "other-tool:1" {
+		t.Errorf("claimed with %d %q, want 5 %q", e.Committed, e.Metadata, "other-tool:1")
+	}
+	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
+		t.Errorf("deliveries %+v, want the first at offset 5", ds)
+	}
+}
+
+// librdkafka starts fetching a new claim's partition at the offset the
+// claim read (Assign with that offset), not at what a read of its own
+// answers: here every read after the claim's is answered with an error,
+// which librdkafka would take for no commit (and start from
+// auto.offset.reset, offset 0).
+func TestFetchStartsWhereTheClaimStarts(t *testing.T) {
+	kc, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1})
+	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
+		t.Fatal(err)
+	}
+	var reads atomic.Int32
+	kc.ControlKey(kmsg.OffsetFetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		req := r.(*kmsg.OffsetFetchRequest)
+		if req.Version >= 10 { // the test's own client (see above)
+			return nil, nil, false
+		}
+		if reads.Add(1) == 1 {
+			return nil, nil, false // the claim's read
+		}
+		return offsetFetchError(req, kerr.CoordinatorLoadInProgress.Code), nil, true
+	})
+	var rec streamtest.Recorder
+	start(t, addrs, "g", "t", kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())))
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
+		t.Errorf("deliveries %+v, want the first at offset 5, where the claim starts", ds)
+	}
+}
+
+// offsetFetchError answers req with code for every partition it asks for.
+func offsetFetchError(req *kmsg.OffsetFetchRequest, code int16) *kmsg.OffsetFetchResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetFetchResponse)
+	resp.Version = req.Version
+	if len(req.Groups) > 0 {
+		for _, rg := range req.Groups {
+			g := kmsg.NewOffsetFetchResponseGroup()
+			g.Group = rg.Group
+			for _, rt := range rg.Topics {
+				t := kmsg.NewOffsetFetchResponseGroupTopic()
+				t.Topic = rt.Topic
+				for _, p := range rt.Partitions {
+					rp := kmsg.NewOffsetFetchResponseGroupTopicPartition()
+					rp.Partition, rp.Offset, rp.LeaderEpoch, rp.ErrorCode = p, -1, -1, code
+					t.Partitions = append(t.Partitions, rp)
+				}
+				g.Topics = append(g.Topics, t)
+			}
+			resp.Groups = append(resp.Groups, g)
+		}
+		return resp
+	}
+	for _, rt := range req.Topics {
+		t := kmsg.NewOffsetFetchResponseTopic()
+		t.Topic = rt.Topic
+		for _, p := range rt.Partitions {
+			rp := kmsg.NewOffsetFetchResponseTopicPartition()
+			rp.Partition, rp.Offset, rp.LeaderEpoch, rp.ErrorCode = p, -1, -1, code
+			t.Partitions = append(t.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, t)
+	}
+	return resp
+}
