@@ -77,12 +77,13 @@ func TestFranz(t *testing.T) {
 // TestKeyed runs the conformance suite in key ordering
 // (conformance.Variant: records with keys, each case's history checked
 // with History.CheckKeys; the cases about partition ordering skip) for the
-// franz-go and kafka-go adapters, on kfake and on the external broker when
-// one is given. REDELIVER_ORDERING=key runs TestFranz and TestKafkago so.
+// franz-go, kafka-go, sarama and confluent adapters, on kfake and on the
+// external broker when one is given. REDELIVER_ORDERING=key runs TestFranz,
+// TestKafkago, TestSarama and TestConfluent so.
 func TestKeyed(t *testing.T) {
 	v := conformance.Variant{Ordering: stream.ByKey}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}} {
+		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}} {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunVariant(t, p, a, v)
 			})

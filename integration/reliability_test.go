@@ -131,8 +131,9 @@ func TestReliability(t *testing.T) {
 // TestReliabilityKeyed runs a short set of the reliability suite in key
 // ordering (conformance.Variant: records with keys, every record retried
 // on its own, each history checked with History.CheckKeys: per-key order,
-// the per-record retry bound, no loss) for the franz-go and kafka-go
-// adapters, on kfake and on the external broker when one is given:
+// the per-record retry bound, no loss) for the franz-go, kafka-go, sarama
+// and confluent adapters, on kfake and on the external broker when one is
+// given:
 // members joining and leaving while records are retried (rebalances), and
 // a member killed with SIGKILL in the middle of a record's retry.
 // REDELIVER_ORDERING=key runs the whole of TestReliability in key
@@ -140,7 +141,7 @@ func TestReliability(t *testing.T) {
 func TestReliabilityKeyed(t *testing.T) {
 	v := conformance.Variant{Ordering: stream.ByKey, Only: []string{"MembersJoinAndLeavePerRecord", "SIGKILLDuringDelivery"}}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for _, name := range []string{"franz", "kafkago"} {
+		for _, name := range []string{"franz", "kafkago", "sarama", "confluent"} {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
 				conformance.RunReliabilityVariant(t, p, a, name, v)
