@@ -39,3 +39,20 @@ func TestPoisonDeliveriesCountAFirstDeliveryOnce(t *testing.T) {
 		t.Errorf("with a retry delivered twice, the most = %d, want %d", hi, clusterRetries+2)
 	}
 }
+
+// TestGivenUpCommitsCounted: the processors' "commit given up" warnings
+// are counted by the partition of the logger they come through (or of the
+// record), and nothing else is.
+func TestGivenUpCommitsCounted(t *testing.T) {
+	var g givenUpCommits
+	l := g.logger()
+	p1 := l.With("topic", "t", "partition", int32(1))
+	p1.Warn("redeliver: commit given up: the claim ended before a failed commit was written", "next", 10)
+	p1.Warn("redeliver: commit failed, will try again after the delay", "try", 1)
+	p1.Info("redeliver: commit given up, but at Info") // counted: the message is what names it
+	l.Warn("redeliver: commit given up: the claim ended before a failed commit was written", "partition", int32(2))
+	l.Warn("redeliver: commit given up: with no partition named")
+	if got := [3]int{g.count(0), g.count(1), g.count(2)}; got != [3]int{0, 2, 1} {
+		t.Errorf("given-up commits by partition 0, 1, 2 = %v, want [0 2 1]", got)
+	}
+}
