@@ -61,17 +61,20 @@ func handOver(t *testing.T, e *env, to Adapter) {
 		return nil
 	})
 	// The first owner stops once its second failed delivery of the poison
-	// record is written with the checkpoint: the state of its retry 2.
-	var failures atomic.Int32
+	// record is written with the checkpoint: the first commit with a retry
+	// state after retry 2 is scheduled (the commit follows the
+	// RetryScheduled hook, and carries the record's state in either
+	// ordering).
+	var scheduled atomic.Int32
 	written := newSignal()
 	hooks := stream.Hooks{
-		Delivered: func(ev stream.DeliveredEvent) {
-			if ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Outcome == stream.Failed {
-				failures.Add(1)
+		RetryScheduled: func(ev stream.RetryEvent) {
+			if ev.FirstOffset <= poison && poison <= ev.LastOffset && ev.Retry >= 2 {
+				scheduled.Store(1)
 			}
 		},
 		Checkpointed: func(ev stream.CheckpointEvent) {
-			if failures.Load() >= 2 && ev.Metadata != "" {
+			if scheduled.Load() == 1 && ev.Metadata != "" {
 				written.fire()
 			}
 		},
