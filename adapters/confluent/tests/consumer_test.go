@@ -10,9 +10,7 @@ import (
 	"time"
 
 	"github.com/confluentinc/confluent-kafka-go/v2/kafka"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/redeliver-go/redeliver/adapters/confluent"
@@ -171,18 +169,7 @@ func TestRetryStateMovesWithThePartition(t *testing.T) {
 func TestCommittedMetadataIsRead(t *testing.T) {
 	_, addrs := kafkatest.NewCluster(t, "t", 1)
 	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1, Metadata: "other-tool:1"})
-	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
-		t.Fatal(err)
-	}
+	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "other-tool:1")
 	var (
 		rec     streamtest.Recorder
 		claimed = make(chan stream.ClaimEvent, 1)
@@ -412,18 +399,7 @@ func TestRevocationOnTheWorkersPollWritesThePendingCommit(t *testing.T) {
 func TestCommittedReadAgainAfterAPartitionError(t *testing.T) {
 	kc, addrs := kafkatest.NewCluster(t, "t", 1)
 	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1, Metadata: "other-tool:1"})
-	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
-		t.Fatal(err)
-	}
+	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "other-tool:1")
 	var refused atomic.Int32
 	kc.ControlKey(kmsg.OffsetFetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		req := r.(*kmsg.OffsetFetchRequest)
@@ -465,18 +441,7 @@ func TestCommittedReadAgainAfterAPartitionError(t *testing.T) {
 func TestFetchStartsWhereTheClaimStarts(t *testing.T) {
 	kc, addrs := kafkatest.NewCluster(t, "t", 1)
 	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1})
-	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
-		t.Fatal(err)
-	}
+	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "")
 	var reads atomic.Int32
 	kc.ControlKey(kmsg.OffsetFetch.Int16(), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()

@@ -81,6 +81,28 @@ func Committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses 
 	return offs
 }
 
+// Commit commits offset with metadata for the group's partition, as
+// another tool (or a previous owner) would.
+func Commit(t testing.TB, addrs []string, group, topic string, partition int32, offset int64, metadata string) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: partition, At: offset, LeaderEpoch: -1, Metadata: metadata})
+	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, offs)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // WaitCommitted waits until every partition's committed offset is at least
 // want[partition].
 func WaitCommitted(t testing.TB, addrs []string, group, topic string, want map[int32]int64) {

@@ -11,12 +11,12 @@ import (
 	"time"
 
 	"github.com/segmentio/kafka-go"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/adapters/kafkago"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -131,7 +131,7 @@ func TestCommittedPastEnd(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, addrs := newCluster(t, "t", 1)
 			produce(t, addrs, "t", 0, 0, 10)
-			commitOffset(t, addrs, "g", "t", 0, 500, "")
+			kafkatest.Commit(t, addrs, "g", "t", 0, 500, "")
 			var lr logRecorder
 			vl := newValueLog("0-11")
 			start(t, addrs, "g", "t", newProcessor(t, vl.handler()), kafkago.WithLogger(lr.logger()),
@@ -157,7 +157,7 @@ func TestCommittedPastEnd(t *testing.T) {
 func TestCommittedPastEndLogGrows(t *testing.T) {
 	_, addrs := newCluster(t, "t", 1)
 	produce(t, addrs, "t", 0, 0, 5)
-	commitOffset(t, addrs, "g", "t", 0, 20, "")
+	kafkatest.Commit(t, addrs, "g", "t", 0, 20, "")
 	var lr logRecorder
 	vl := newValueLog("0-29")
 	start(t, addrs, "g", "t", newProcessor(t, vl.handler()), kafkago.WithLogger(lr.logger()))
@@ -223,28 +223,6 @@ func (l countingListener) Accept() (net.Conn, error) {
 		l.n.Add(1)
 	}
 	return c, err
-}
-
-// commitOffset commits offset with metadata for the group's partition, as
-// another tool would.
-func commitOffset(t *testing.T, addrs []string, group, topic string, partition int32, offset int64, metadata string) {
-	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: topic, Partition: partition, At: offset, LeaderEpoch: -1, Metadata: metadata})
-	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, offs)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // waitLog waits for a message logged at level that contains s.

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	rdsarama "github.com/redeliver-go/redeliver/adapters/sarama"
@@ -140,18 +138,7 @@ func TestRetryStateMovesWithThePartition(t *testing.T) {
 func TestCommittedMetadataIsRead(t *testing.T) {
 	_, addrs := kafkatest.NewCluster(t, "t", 1)
 	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: "t", Partition: 0, At: 5, LeaderEpoch: -1, Metadata: "other-tool:1"})
-	if _, err := kadm.NewClient(cl).CommitOffsets(ctx, "g", offs); err != nil {
-		t.Fatal(err)
-	}
+	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "other-tool:1")
 	var (
 		rec     streamtest.Recorder
 		claimed = make(chan stream.ClaimEvent, 1)
