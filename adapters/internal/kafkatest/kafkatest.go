@@ -64,26 +64,21 @@ func Produce(t testing.TB, addrs []string, topic string, partition int32, first,
 // that does not exist yet has none.
 func Committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), Wait)
-	defer cancel()
-	offs, err := kadm.NewClient(cl).FetchOffsets(ctx, group)
-	if errors.Is(err, kerr.GroupIDNotFound) {
-		return nil
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	var offs kadm.OffsetResponses
+	withAdmin(t, addrs, func(ctx context.Context, adm *kadm.Client) error {
+		var err error
+		offs, err = adm.FetchOffsets(ctx, group)
+		if errors.Is(err, kerr.GroupIDNotFound) {
+			return nil
+		}
+		return err
+	})
 	return offs
 }
 
-// Commit commits offset with metadata for the group's partition, as
-// another tool (or a previous owner) would.
-func Commit(t testing.TB, addrs []string, group, topic string, partition int32, offset int64, metadata string) {
+// withAdmin runs fn with an admin client of the brokers at addrs and a
+// context bounded by Wait, and fails t with fn's error.
+func withAdmin(t testing.TB, addrs []string, fn func(context.Context, *kadm.Client) error) {
 	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
 	if err != nil {
@@ -92,15 +87,24 @@ func Commit(t testing.TB, addrs []string, group, topic string, partition int32, 
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
-	offs := kadm.Offsets{}
-	offs.Add(kadm.Offset{Topic: topic, Partition: partition, At: offset, LeaderEpoch: -1, Metadata: metadata})
-	resp, err := kadm.NewClient(cl).CommitOffsets(ctx, group, offs)
-	if err == nil {
-		err = resp.Error()
-	}
-	if err != nil {
+	if err := fn(ctx, kadm.NewClient(cl)); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Commit commits offset with metadata for the group's partition, as
+// another tool (or a previous owner) would.
+func Commit(t testing.TB, addrs []string, group, topic string, partition int32, offset int64, metadata string) {
+	t.Helper()
+	offs := kadm.Offsets{}
+	offs.Add(kadm.Offset{Topic: topic, Partition: partition, At: offset, LeaderEpoch: -1, Metadata: metadata})
+	withAdmin(t, addrs, func(ctx context.Context, adm *kadm.Client) error {
+		resp, err := adm.CommitOffsets(ctx, group, offs)
+		if err == nil {
+			err = resp.Error()
+		}
+		return err
+	})
 }
 
 // WaitCommitted waits until every partition's committed offset is at least

@@ -214,20 +214,13 @@ func (l *LogBuffer) WaitFor(t testing.TB, s string, within time.Duration) {
 // CreateTopics creates topics of one partition.
 func CreateTopics(t testing.TB, addrs []string, topics ...string) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), Wait)
-	defer cancel()
-	resps, err := kadm.NewClient(cl).CreateTopics(ctx, 1, 1, nil, topics...)
-	if err == nil {
-		err = resps.Error()
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	withAdmin(t, addrs, func(ctx context.Context, adm *kadm.Client) error {
+		resps, err := adm.CreateTopics(ctx, 1, 1, nil, topics...)
+		if err == nil {
+			err = resps.Error()
+		}
+		return err
+	})
 }
 
 // Value is the value [Produce] gives the record at offset of partition,
