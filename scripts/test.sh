@@ -41,6 +41,12 @@ summary() {
   printf '%6d s  total\n' $((SECONDS - t_total))
 }
 
+# failures prints, from a go test log, each failed case's line and the
+# first lines of its output, and any panic: at most 80 lines.
+failures() {
+  awk '/^[ \t]*--- FAIL/ {n = 6} /^panic: / {n = 12} n > 0 {print; n--}' "$1" | head -n 80
+}
+
 # Servers started below are stopped on exit, whatever happens: each start
 # adds its stop command here.
 on_exit=()
@@ -351,6 +357,14 @@ if [ -f integration/go.mod ]; then
   [ -f "$ilog/broker.log" ] && { echo "---- the real broker's cases"; cat "$ilog/broker.log"; }
   echo "---- everything else"; cat "$ilog/local.log"
   [ -f "$ilog/cluster.log" ] && { echo "---- the cluster's CI step"; cat "$ilog/cluster.log"; }
+  # The logs above are long: what failed is repeated last, where a reader
+  # of the log's tail sees it.
+  if [ "$local_status" != 0 ] || [ "$broker_status" != 0 ] || [ "$cluster_status" != 0 ]; then
+    echo "---- what failed (the logs above have each case's whole output)"
+    for f in broker local cluster; do
+      [ -f "$ilog/$f.log" ] && failures "$ilog/$f.log"
+    done
+  fi
   rm -rf "$ilog"
   [ "$local_status" = 0 ] && [ "$broker_status" = 0 ] && [ "$cluster_status" = 0 ] || exit 1
 

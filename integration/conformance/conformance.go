@@ -91,6 +91,15 @@ type Adapter interface {
 	NewConsumer(t *testing.T, cfg Config) (Consumer, error)
 }
 
+// LeaseAdapter is an [Adapter] whose consumers take partitions from each
+// other by leases, with no rebalance between them (Event Hubs' processors
+// steal a partition at once). When LeaseOwnership reports true, the
+// suites check its histories with [streamtest.History.LeaseOwnership].
+type LeaseAdapter interface {
+	Adapter
+	LeaseOwnership() bool
+}
+
 // Config describes one consumer for [Adapter.NewConsumer].
 type Config struct {
 	Brokers   []string

@@ -68,6 +68,14 @@ func (e *env) key(partition int32, o int64) []byte {
 }
 
 func newEnv(t *testing.T, b Broker, a Adapter) *env {
+	e := newEnvOn(t, b, a)
+	if l, ok := a.(LeaseAdapter); ok {
+		e.hist.rec.LeaseOwnership = l.LeaseOwnership()
+	}
+	return e
+}
+
+func newEnvOn(t *testing.T, b Broker, a Adapter) *env {
 	name := strings.NewReplacer("/", "-", " ", "-", "(", "", ")", "").Replace(t.Name())
 	suffix := fmt.Sprintf("%08x", rand.Uint32())
 	if b.Backend != nil {

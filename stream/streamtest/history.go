@@ -120,6 +120,27 @@ type History struct {
 	// only (stream.WithInMemoryState): a move starts every record's count
 	// over, and nothing is committed before a retry.
 	MemoryOnly bool
+	// LeaseOwnership says that the consumers take partitions from each
+	// other by leases, with no rebalance between them (Event Hubs: a
+	// processor steals a partition from another at once, and the older
+	// owner's receiver is closed by the newer one's). A claim that
+	// verified its lease just before it was stolen may then report its
+	// Claimed after the thief's claim did, and end as soon as it sees the
+	// loss, having delivered and committed nothing. With LeaseOwnership,
+	// a claim that is Claimed while another member's claim of its
+	// partition is live, and is Released with nothing of its own in between (no
+	// delivery, commit, give-up or action), never held the partition: the
+	// live claim keeps it. Likewise, the lease check before a checkpoint
+	// write cannot be atomic with the write (the SDK's stores write a
+	// checkpoint unconditionally): one commit a claim had checked before
+	// the steal may be reported after the thief's claim. With
+	// LeaseOwnership, one such commit per claim is taken as in flight at
+	// the steal: it is not a commit of a claim that no longer owns the
+	// partition, nor a checkpoint going back, and the checker's checkpoint
+	// does not move for it; a second one is a fencing defect. Leave it
+	// unset where a rebalance orders the moves (Kafka): there such
+	// histories are fencing defects.
+	LeaseOwnership bool
 
 	mu     sync.Mutex
 	events []Event
@@ -262,6 +283,65 @@ func (h *History) Events() []Event {
 	return slices.Clone(h.events)
 }
 
+// checked returns the events to check and the indices of those Check and
+// CheckKeys pass over: with LeaseOwnership, the Claimed and Released
+// events of the claims that never held their partition.
+func (h *History) checked() ([]Event, map[int]bool) {
+	events := h.Events()
+	if !h.LeaseOwnership {
+		return events, nil
+	}
+	type claimKey struct {
+		member string
+		claim  uint64
+	}
+	skip := map[int]bool{}
+	live := map[TopicPartition]map[claimKey]bool{}
+	for i, e := range events {
+		tp, key := TopicPartition{e.Topic, e.Partition}, claimKey{e.Member, e.Claim}
+		switch e.Kind {
+		case Claimed:
+			other := false // a live claim of another member
+			for k := range live[tp] {
+				other = other || k.member != e.Member
+			}
+			if other {
+				if j := releasedIdle(events, i); j > 0 {
+					skip[i], skip[j] = true, true
+					continue
+				}
+			}
+			if live[tp] == nil {
+				live[tp] = map[claimKey]bool{}
+			}
+			live[tp][key] = true
+		case Released:
+			if !skip[i] {
+				delete(live[tp], key)
+			}
+		}
+	}
+	return events, skip
+}
+
+// releasedIdle returns the index of the Released event of the claim that
+// events[i] is the Claimed event of, if nothing of that claim (nor of its
+// member on its partition with no claim named) comes between; else -1.
+func releasedIdle(events []Event, i int) int {
+	c := events[i]
+	for j := i + 1; j < len(events); j++ {
+		e := events[j]
+		if e.Topic != c.Topic || e.Partition != c.Partition || e.Member != c.Member || (e.Claim != c.Claim && e.Claim != 0) {
+			continue
+		}
+		if e.Kind == Released && e.Claim == c.Claim {
+			return j
+		}
+		return -1
+	}
+	return -1
+}
+
 // TopicPartition names a partition.
 type TopicPartition struct {
 	Topic     string
@@ -348,7 +428,7 @@ type Report struct {
 // contiguous. The count checks of a test (deliveries per batch) use the
 // report's figures and [History.Deliveries].
 func (h *History) Check(ends map[TopicPartition]int64) Report {
-	events := h.Events()
+	events, skip := h.checked()
 	type claimKey struct {
 		member string
 		claim  uint64
@@ -383,6 +463,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		// give-up committed, its exhaustion action not done) and that
 		// this claim must give up again, never deliver; -1 for none.
 		owedTo int64
+		// lateWrite: with LeaseOwnership, the commit in flight when
+		// another member took the partition has been reported.
+		lateWrite bool
 	}
 	type part struct {
 		sessions  map[claimKey]*session
@@ -428,7 +511,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 	interrupted := retrystate.ErrInterrupted.Error()
 	for i, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
-		if _, ok := ends[tp]; !ok {
+		if _, ok := ends[tp]; !ok || skip[i] {
 			continue
 		}
 		p := get(tp)
@@ -708,8 +791,17 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			// reports a commit once the write returns, and the history
 			// orders events by their reports).
 			landedBefore := s != nil && p.owner != key && e.Offset == p.start && e.Metadata == p.startMD
+			// With LeaseOwnership: the one write of this claim that passed
+			// its lease check before another member took the partition,
+			// reported after the thief's claim (see LeaseOwnership). It
+			// neither breaks ownership nor moves the checkpoint the checker
+			// holds; a second one does.
+			inFlight := h.LeaseOwnership && !landedBefore && s != nil && !s.lateWrite && p.owner != key && p.owner.member != e.Member
+			if inFlight {
+				s.lateWrite = true
+			}
 			switch {
-			case landedBefore:
+			case landedBefore, inFlight:
 			case s == nil:
 				bad("%s: commit of %d after its claim ended", where(), e.Offset)
 			case p.owner != key && p.owner.member == e.Member:
@@ -717,7 +809,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			case p.owner != key:
 				bad("%s: commit of %d while %s owns the partition", where(), e.Offset, p.owner.member)
 			}
-			if e.Offset < p.commit && !landedBefore {
+			if e.Offset < p.commit && !landedBefore && !inFlight {
 				bad("%s: checkpoint went back from %d to %d", where(), p.commit, e.Offset)
 			}
 			for ; p.verified < e.Offset; p.verified++ {
@@ -731,7 +823,9 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 					break
 				}
 			}
-			p.commit = max(p.commit, e.Offset)
+			if !inFlight {
+				p.commit = max(p.commit, e.Offset)
+			}
 			if s != nil {
 				s.next = e.Offset
 			}

@@ -3,6 +3,7 @@ package streamtest_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -605,4 +606,124 @@ func TestHistoryRunWithInterruptedRetries(t *testing.T) {
 			t.Fatalf("the poison batch was delivered %d times, want 5 (retryCount 4)", n)
 		}
 	})
+}
+
+// With LeaseOwnership, a claim reported after the live claim that took its
+// partition, and released with nothing done, never held the partition; one
+// that did something, or was never released, did.
+func TestHistoryLeaseOwnership(t *testing.T) {
+	tp := streamtest.TopicPartition{Topic: "t", Partition: 0}
+	ends := map[streamtest.TopicPartition]int64{tp: 10}
+	add := func(h *streamtest.History, kind streamtest.EventKind, member string, claim uint64, first, last int64) {
+		hk := h.Hooks(member)
+		bi := stream.BatchInfo{Topic: "t", ClaimID: claim, FirstOffset: first, LastOffset: last, Records: int(last - first + 1)}
+		switch kind {
+		case streamtest.Claimed:
+			hk.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: claim, Committed: first})
+		case streamtest.Released:
+			hk.Released(stream.ReleaseEvent{Topic: "t", ClaimID: claim})
+		case streamtest.Delivered:
+			hk.Delivered(stream.DeliveredEvent{BatchInfo: bi, Outcome: stream.Succeeded})
+		case streamtest.Committed:
+			hk.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: claim, Next: first})
+		default:
+			h.Add(streamtest.Event{Kind: kind, Member: member, Claim: claim, Topic: "t", First: first, Last: last})
+		}
+	}
+	// during: b's claim 1 runs the partition, and late happens in the
+	// middle of it.
+	during := func(late func(h *streamtest.History)) func(h *streamtest.History) {
+		return func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "b", 1, -1, 0)
+			add(h, streamtest.Delivered, "b", 1, 0, 4)
+			add(h, streamtest.Committed, "b", 1, 5, 0)
+			late(h)
+			add(h, streamtest.Delivered, "b", 1, 5, 7)
+			add(h, streamtest.Committed, "b", 1, 8, 0)
+			add(h, streamtest.Delivered, "b", 1, 8, 9)
+			add(h, streamtest.Committed, "b", 1, 10, 0)
+		}
+	}
+	// steal: a's claim 1 has its write of 7 in flight when b takes the
+	// partition; a reports it, once or more, before b's commit of 8 or
+	// after.
+	steal := func(afterB bool, late ...int64) func(h *streamtest.History) {
+		return func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "a", 1, -1, 0)
+			add(h, streamtest.Delivered, "a", 1, 0, 4)
+			add(h, streamtest.Committed, "a", 1, 5, 0)
+			add(h, streamtest.Delivered, "a", 1, 5, 6)
+			add(h, streamtest.Claimed, "b", 2, 5, 0)
+			a := func() {
+				for _, n := range late {
+					add(h, streamtest.Committed, "a", 1, n, 0)
+				}
+				add(h, streamtest.Released, "a", 1, 0, 0)
+			}
+			if !afterB {
+				a()
+			}
+			add(h, streamtest.Delivered, "b", 2, 5, 7)
+			add(h, streamtest.Committed, "b", 2, 8, 0)
+			if afterB {
+				a()
+			}
+			add(h, streamtest.Delivered, "b", 2, 8, 9)
+			add(h, streamtest.Committed, "b", 2, 10, 0)
+		}
+	}
+	tests := []struct {
+		name      string
+		script    func(h *streamtest.History)
+		lease     string // the violation wanted with LeaseOwnership; "" for none
+		rebalance string // and without it
+	}{
+		// a's claim 3 is reported in the middle of b's claim 1.
+		{"idle and released", during(func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "a", 3, -1, 0)
+			add(h, streamtest.Released, "a", 3, 0, 0)
+		}), "", "commit of 8 while a owns"},
+		// With LeaseOwnership, b's commit of 8 is the one in flight;
+		// its commit of 10 is not.
+		{"a delivery before its release", during(func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "a", 3, -1, 0)
+			add(h, streamtest.Delivered, "a", 3, 0, 4)
+			add(h, streamtest.Released, "a", 3, 0, 0)
+		}), "commit of 10 while a owns", "commit of 8 while a owns"},
+		{"a delivery started, no claim named", during(func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "a", 3, -1, 0)
+			add(h, streamtest.Started, "a", 0, 0, 4)
+			add(h, streamtest.Released, "a", 3, 0, 0)
+		}), "commit of 10 while a owns", "commit of 8 while a owns"},
+		{"never released", during(func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "a", 3, -1, 0)
+		}), "commit of 10 while a owns", "commit of 8 while a owns"},
+		{"b's own claim again", during(func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "b", 2, -1, 0)
+			add(h, streamtest.Released, "b", 2, 0, 0)
+		}), "by a stale claim", "by a stale claim"},
+		{"a write in flight at the steal", steal(false, 7), "", "commit of 7 while b owns"},
+		{"a write in flight behind the thief's", steal(true, 7), "", "went back from 8 to 7"},
+		{"two writes after the steal", steal(false, 7, 7), "commit of 7 while b owns", "commit of 7 while b owns"},
+		{"a write after the release", func(h *streamtest.History) {
+			steal(false)(h)
+			add(h, streamtest.Committed, "a", 1, 7, 0)
+		}, "commit of 7 after its claim ended", "commit of 7 after its claim ended"},
+	}
+	for _, tt := range tests {
+		for _, lease := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/lease=%v", tt.name, lease), func(t *testing.T) {
+				h := &streamtest.History{LeaseOwnership: lease}
+				tt.script(h)
+				want := tt.rebalance
+				if lease {
+					want = tt.lease
+				}
+				got := strings.Join(h.Check(ends).Violations, "\n")
+				if want == "" && got != "" || want != "" && !strings.Contains(got, want) {
+					t.Fatalf("violations:\n%s\nwant one containing %q", got, want)
+				}
+			})
+		}
+	}
 }

@@ -125,10 +125,11 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 	// live counts, per member and batch, the deliveries begun and not
 	// returned.
 	live := map[flight]int{}
-	for i, e := range h.Events() {
+	events, skip := h.checked()
+	for i, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
 		p, ok := parts[tp]
-		if !ok {
+		if !ok || skip[i] {
 			continue
 		}
 		rs, ks := p.recs, keys[tp]
