@@ -47,6 +47,19 @@ failures() {
   awk '/^[ \t]*--- FAIL/ {n = 6} /^panic: / {n = 12} n > 0 {print; n--}' "$1" | head -n 80
 }
 
+# summarize prints a go test -v log: all of it when the run failed, else
+# each top-level test's result, slowest first, and the packages' lines.
+summarize() {
+  if [ "$2" != 0 ]; then
+    cat "$1"
+    return
+  fi
+  grep -E '^--- (PASS|SKIP): .* \([0-9.]+s\)$' "$1" |
+    sed -E 's/^--- (PASS|SKIP): (.*) \(([0-9.]+)s\)$/\3 \1 \2/' | sort -rn |
+    awk '{printf "%8.1f s  %s %s\n", $1, $2, $3}'
+  grep -E '^(ok|FAIL|\?) ' "$1" || true
+}
+
 # Servers started below are stopped on exit, whatever happens: each start
 # adds its stop command here.
 on_exit=()
@@ -336,13 +349,13 @@ if [ -f integration/go.mod ]; then
   fi
   on_broker='^(TestReliability|TestFranz|TestKafkago|TestSarama|TestConfluent|TestNetworkFaults|TestOutage|TestTransactionalTopics|TestCommittedPastEnd|TestLeaderEpochHandOver|TestShareGroupMemberKilled|TestShareBackoffPastTheLock|TestShareRecordsCountTheirOwnDeliveries|TestClientsHandOver|TestKeyed|TestReliabilityKeyed)$/^(external|broker)$'
   ( cd integration; t0=$SECONDS; s=0
-    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m ./... >"$ilog/local.log" 2>&1 || s=$?
+    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -v ./... >"$ilog/local.log" 2>&1 || s=$?
     echo "$s $((SECONDS - t0))" >"$ilog/local.rc" ) &
   local_pid=$!
   broker_status=0
   if [ -n "${REDELIVER_KAFKA_BROKERS:-}" ]; then
     t0=$SECONDS
-    (cd integration && env -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
+    (cd integration && env -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -v -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
     echo "-- the real broker's cases: exit $broker_status after $((SECONDS - t0)) s"
   fi
   wait "$local_pid" || true
@@ -354,8 +367,8 @@ if [ -f integration/go.mod ]; then
     read -r cluster_status cluster_secs <"$ilog/cluster.rc"
     echo "-- the cluster's CI step (one scenario per adapter): exit $cluster_status after $cluster_secs s"
   fi
-  [ -f "$ilog/broker.log" ] && { echo "---- the real broker's cases"; cat "$ilog/broker.log"; }
-  echo "---- everything else"; cat "$ilog/local.log"
+  [ -f "$ilog/broker.log" ] && { echo "---- the real broker's cases"; summarize "$ilog/broker.log" "$broker_status"; }
+  echo "---- everything else"; summarize "$ilog/local.log" "$local_status"
   [ -f "$ilog/cluster.log" ] && { echo "---- the cluster's CI step"; cat "$ilog/cluster.log"; }
   # The logs above are long: what failed is repeated last, where a reader
   # of the log's tail sees it.
