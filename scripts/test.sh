@@ -41,10 +41,29 @@ summary() {
   printf '%6d s  total\n' $((SECONDS - t_total))
 }
 
-# failures prints, from a go test log, each failed case's line and the
-# first lines of its output, and any panic: at most 80 lines.
+# failures prints, from a go test -v log, each failed case's line and
+# the first lines of its own output (what it logged between its "=== RUN"
+# and the next case's), and any panic: at most 120 lines.
 failures() {
-  awk '/^[ \t]*--- FAIL/ {n = 6} /^panic: / {n = 12} n > 0 {print; n--}' "$1" | head -n 80
+  local out
+  out=$(awk '
+    FNR == NR {
+      if (match($0, /--- FAIL: [^ ]+/)) failed[substr($0, RSTART + 10, RLENGTH - 10)] = 1
+      next
+    }
+    /^panic: / { p = 12 }
+    p > 0 { print; p--; next }
+    /^(=== (RUN|CONT|PAUSE|NAME)|[ \t]*--- )/ {
+      n = 0
+      name = $0; sub(/^=== [A-Z]+ +/, "", name)
+      if ($0 ~ /^=== (RUN|CONT|NAME)/ && (name in failed)) { print "--- FAIL: " name; n = 10 }
+      next
+    }
+    n > 0 { print; n-- }
+  ' "$1" "$1" | head -n 120)
+  # A log without -v has no "=== RUN" lines: the lines after each failure.
+  [ -n "$out" ] || out=$(awk '/^[ \t]*--- FAIL/ {n = 8} /^panic: / {n = 12} n > 0 {print; n--}' "$1" | head -n 120)
+  printf '%s\n' "$out"
 }
 
 # summarize prints a go test -v log: all of it when the run failed, else

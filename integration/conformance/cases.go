@@ -289,7 +289,9 @@ func orderWithinPartition(t *testing.T, e *env) {
 }
 
 // While one partition waits out a backoff, another one keeps flowing: it is
-// consumed to its end before the waiting batch's retry.
+// consumed to its end before the waiting batch's retry, or, where its
+// commits are slow (a checkpoint store over HTTP on a loaded machine), it
+// is delivered batch after batch during the backoff.
 func otherPartitionsFlow(t *testing.T, e *env) {
 	e.createTopic(2)
 	e.produce(0, 0, 10)
@@ -306,20 +308,36 @@ func otherPartitionsFlow(t *testing.T, e *env) {
 	e.waitCommitted(map[int32]int64{0: 10, 1: 300})
 	e.hist.check(t, map[int32]int64{0: 10, 1: 300})
 
-	var retryAt, p1Done time.Time
-	for _, ev := range e.hist.all() {
+	var failedAt, retryAt, p1Done time.Time
+	evs := e.hist.all()
+	for _, ev := range evs {
 		switch {
+		case ev.delivery && ev.partition == 0 && ev.first == 0 && ev.attempt.Retries == 0:
+			failedAt = ev.at
 		case ev.delivery && ev.partition == 0 && ev.first == 0 && ev.attempt.Retries == 1:
 			retryAt = ev.at
 		case !ev.delivery && !ev.exhausted && !ev.abandoned && ev.partition == 1 && ev.next == 300:
 			p1Done = ev.at
 		}
 	}
-	if retryAt.IsZero() || p1Done.IsZero() {
-		t.Fatalf("retry of partition 0 at %v, partition 1 done at %v\n%s", retryAt, p1Done, e.hist.dump())
+	if failedAt.IsZero() || retryAt.IsZero() || p1Done.IsZero() {
+		t.Fatalf("partition 0 failed at %v and retried at %v, partition 1 done at %v\n%s", failedAt, retryAt, p1Done, e.hist.dump())
 	}
-	if !p1Done.Before(retryAt) {
-		t.Errorf("partition 1 was done %v after partition 0's retry: it did not flow during the %v backoff", p1Done.Sub(retryAt), backoff)
+	if p1Done.Before(retryAt) {
+		return
+	}
+	// Partition 1 was not done in time: it must have been delivered
+	// during the backoff all the same, more than one batch.
+	during := 0
+	for _, ev := range evs {
+		if ev.delivery && ev.partition == 1 && ev.at.After(failedAt) && ev.at.Before(retryAt) {
+			during++
+		}
+	}
+	if during < 2 {
+		t.Errorf("partition 1 was done %v after partition 0's retry, and %d of its batches were delivered during the %v backoff: it did not flow", p1Done.Sub(retryAt), during, backoff)
+	} else {
+		t.Logf("partition 1 was done %v after partition 0's retry (slow commits); %d of its batches were delivered during the %v backoff", p1Done.Sub(retryAt), during, backoff)
 	}
 }
 
