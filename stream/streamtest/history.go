@@ -128,9 +128,9 @@ type History struct {
 	// Claimed after the thief's claim did, and end as soon as it sees the
 	// loss, having delivered and committed nothing. With LeaseOwnership,
 	// a claim that is Claimed while another member's claim of its
-	// partition is live, and is Released with nothing of its own in between (no
-	// delivery, commit, give-up or action), never held the partition: the
-	// live claim keeps it. Likewise, the lease check before a checkpoint
+	// partition is live, and is Released with nothing of its own in
+	// between (no delivery, commit, give-up or action), never held the
+	// partition: the live claim keeps it. Likewise, the lease check before a checkpoint
 	// write cannot be atomic with the write (the SDK's stores write a
 	// checkpoint unconditionally): one commit a claim had checked before
 	// the steal may be reported after the thief's claim. With
@@ -291,10 +291,6 @@ func (h *History) checked() ([]Event, map[int]bool) {
 	if !h.LeaseOwnership {
 		return events, nil
 	}
-	type claimKey struct {
-		member string
-		claim  uint64
-	}
 	skip := map[int]bool{}
 	live := map[TopicPartition]map[claimKey]bool{}
 	for i, e := range events {
@@ -340,6 +336,12 @@ func releasedIdle(events []Event, i int) int {
 		return -1
 	}
 	return -1
+}
+
+// claimKey names one claim: its member and its ClaimID.
+type claimKey struct {
+	member string
+	claim  uint64
 }
 
 // TopicPartition names a partition.
@@ -429,10 +431,6 @@ type Report struct {
 // report's figures and [History.Deliveries].
 func (h *History) Check(ends map[TopicPartition]int64) Report {
 	events, skip := h.checked()
-	type claimKey struct {
-		member string
-		claim  uint64
-	}
 	// own is what the checker knows of a record's own retry count, as
 	// one claim knows it.
 	type own struct {

@@ -170,7 +170,7 @@ func TestCommittedMetadataIsRead(t *testing.T) {
 	_, addrs := kafkatest.NewCluster(t, "t", 1)
 	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
 	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "other-tool:1")
-	consumeFromTheCommit(t, addrs, nil)
+	kafkatest.ConsumeFromTheCommit(t, addrs, func(p *stream.Processor) { start(t, addrs, "g", "t", p) }, nil)
 }
 
 // New refuses every nil or zero input with an error that names it, and
@@ -399,7 +399,7 @@ func TestCommittedReadAgainAfterAPartitionError(t *testing.T) {
 		refused.Add(1)
 		return offsetFetchError(req, kerr.CoordinatorLoadInProgress.Code), nil, true
 	})
-	consumeFromTheCommit(t, addrs, func() {
+	kafkatest.ConsumeFromTheCommit(t, addrs, func(p *stream.Processor) { start(t, addrs, "g", "t", p) }, func() {
 		if refused.Load() == 0 {
 			t.Fatal("no read of the committed offsets was answered with an error: the test did not test")
 		}
@@ -432,33 +432,6 @@ func TestFetchStartsWhereTheClaimStarts(t *testing.T) {
 	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
 	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
 		t.Errorf("deliveries %+v, want the first at offset 5, where the claim starts", ds)
-	}
-}
-
-// consumeFromTheCommit runs a consumer of group g over t/0, which holds 10
-// records and a commit at 5 with metadata "other-tool:1", until all are
-// committed; then, after the checks of before (nil for none), it checks
-// that the claim started at the commit with its metadata and the first
-// delivery at offset 5.
-func consumeFromTheCommit(t *testing.T, addrs []string, before func()) {
-	t.Helper()
-	var (
-		rec     streamtest.Recorder
-		claimed = make(chan stream.ClaimEvent, 1)
-	)
-	proc := kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()),
-		stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) { claimed <- e }}))
-	start(t, addrs, "g", "t", proc)
-	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
-	if before != nil {
-		before()
-	}
-	e := <-claimed
-	if e.Committed != 5 || e.Metadata != "other-tool:1" {
-		t.Errorf("claimed with %d %q, want 5 %q", e.Committed, e.Metadata, "other-tool:1")
-	}
-	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
-		t.Errorf("deliveries %+v, want the first at offset 5", ds)
 	}
 }
 

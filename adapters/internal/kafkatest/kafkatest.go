@@ -20,6 +20,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
@@ -105,6 +106,32 @@ func Commit(t testing.TB, addrs []string, group, topic string, partition int32, 
 		}
 		return err
 	})
+}
+
+// ConsumeFromTheCommit runs a consumer of group g over t/0, which holds 10
+// records and a commit at 5 with metadata "other-tool:1" (see Commit),
+// through start, until all are committed; then, after the checks of before
+// (nil for none), it checks that the claim started at the commit with its
+// metadata and that the first delivery was at offset 5.
+func ConsumeFromTheCommit(t *testing.T, addrs []string, start func(*stream.Processor), before func()) {
+	t.Helper()
+	var (
+		rec     streamtest.Recorder
+		claimed = make(chan stream.ClaimEvent, 1)
+	)
+	start(NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()),
+		stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) { claimed <- e }})))
+	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
+	if before != nil {
+		before()
+	}
+	e := <-claimed
+	if e.Committed != 5 || e.Metadata != "other-tool:1" {
+		t.Errorf("claimed with %d %q, want 5 %q", e.Committed, e.Metadata, "other-tool:1")
+	}
+	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
+		t.Errorf("deliveries %+v, want the first at offset 5", ds)
+	}
 }
 
 // WaitCommitted waits until every partition's committed offset is at least

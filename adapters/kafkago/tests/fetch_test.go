@@ -197,19 +197,5 @@ func TestCommittedMetadataIsRead(t *testing.T) {
 	_, addrs := newCluster(t, "t", 1)
 	produce(t, addrs, "t", 0, 0, 10)
 	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "other-tool:1")
-	var (
-		rec     streamtest.Recorder
-		claimed = make(chan stream.ClaimEvent, 1)
-	)
-	proc := newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()),
-		stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) { claimed <- e }}))
-	start(t, addrs, "g", "t", proc)
-	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
-	e := <-claimed
-	if e.Committed != 5 || e.Metadata != "other-tool:1" {
-		t.Errorf("claimed with %d %q, want 5 %q", e.Committed, e.Metadata, "other-tool:1")
-	}
-	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
-		t.Errorf("deliveries %+v, want the first at offset 5", ds)
-	}
+	kafkatest.ConsumeFromTheCommit(t, addrs, func(p *stream.Processor) { start(t, addrs, "g", "t", p) }, nil)
 }

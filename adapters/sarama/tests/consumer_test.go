@@ -139,21 +139,7 @@ func TestCommittedMetadataIsRead(t *testing.T) {
 	_, addrs := kafkatest.NewCluster(t, "t", 1)
 	kafkatest.Produce(t, addrs, "t", 0, 0, 10)
 	kafkatest.Commit(t, addrs, "g", "t", 0, 5, "other-tool:1")
-	var (
-		rec     streamtest.Recorder
-		claimed = make(chan stream.ClaimEvent, 1)
-	)
-	proc := kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware()),
-		stream.WithHooks(stream.Hooks{Claimed: func(e stream.ClaimEvent) { claimed <- e }}))
-	start(t, addrs, "g", "t", proc)
-	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10})
-	e := <-claimed
-	if e.Committed != 5 || e.Metadata != "other-tool:1" {
-		t.Errorf("claimed with %d %q, want 5 %q", e.Committed, e.Metadata, "other-tool:1")
-	}
-	if ds := rec.Of("t", 0); len(ds) == 0 || ds[0].FirstOffset != 5 {
-		t.Errorf("deliveries %+v, want the first at offset 5", ds)
-	}
+	kafkatest.ConsumeFromTheCommit(t, addrs, func(p *stream.Processor) { start(t, addrs, "g", "t", p) }, nil)
 }
 
 // New refuses every nil or zero input with an error that names it, and
