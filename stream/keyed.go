@@ -64,8 +64,11 @@ type krec struct {
 	rec  Record
 	q    *kqueue
 	st   kstate
-	m    retrystate.Machine
-	hasM bool
+	m    *retrystate.Machine // made at its first failure (machine): most records never need one
+	// b is the batch of r.rec alone that delivers it (one): the handler
+	// gets it, and its exhaustion action; not copied, as a batch of
+	// partition ordering is held, not copied, from one delivery to the next.
+	b Batch
 	due  time.Time // kheld, kroom, kstarting, kmarked: when its retry is due
 	// short says that its backoff is short enough for its started mark
 	// to be sent ahead (shortBackoff).
@@ -134,6 +137,7 @@ type kdriver struct {
 
 	mu    sync.Mutex
 	inbox []kevent
+	spare []kevent // the driver's own: the inbox taken before, emptied for the next
 	// woken says that something changed since the loop last looked (an
 	// event posted, or a place freed under the processor's concurrency
 	// limit): the next fetch returns at once instead of blocking.
@@ -240,7 +244,7 @@ func (d *kdriver) wake() {
 func (d *kdriver) takeInbox(ctx context.Context) {
 	d.mu.Lock()
 	in := d.inbox
-	d.inbox, d.woken = nil, false
+	d.inbox, d.woken, d.spare = d.spare, false, nil
 	d.mu.Unlock()
 	for _, e := range in {
 		if e.acted {
@@ -249,6 +253,8 @@ func (d *kdriver) takeInbox(ctx context.Context) {
 			d.result(ctx, e)
 		}
 	}
+	clear(in)
+	d.spare = in[:0]
 }
 
 // canFetch reports whether the driver takes in more records.

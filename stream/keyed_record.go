@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
@@ -20,12 +21,12 @@ import (
 // committed.
 
 func (d *kdriver) machine(r *krec) *retrystate.Machine {
-	if !r.hasM {
-		r.m = retrystate.NewMachineOf(&d.p.cfg.policy)
-		r.m.Begin(r.rec.Timestamp)
-		r.hasM = true
+	if r.m == nil {
+		m := retrystate.NewMachineOf(&d.p.cfg.policy)
+		m.Begin(r.rec.Timestamp)
+		r.m = &m
 	}
-	return &r.m
+	return r.m
 }
 
 // activate makes r its key's head: delivered, or, with a state a
@@ -69,9 +70,10 @@ func (d *kdriver) resume(r *krec, s retrystate.State) {
 
 // stateOf is r's state as its window keeps it.
 func (d *kdriver) stateOf(r *krec) retrystate.State {
-	s := r.m.State()
+	m := d.machine(r)
+	s := m.State()
 	s.Offset, s.Records, s.Alone, s.LastError = r.rec.Offset, 0, false, ""
-	if err := r.m.LastError(); err != nil {
+	if err := m.LastError(); err != nil {
 		s.LastError = err.Error()
 	}
 	return s
@@ -185,7 +187,7 @@ func (d *kdriver) dueRetries(now time.Time) {
 // before it is delivered; or gives r up when its limits are reached by
 // then.
 func (d *kdriver) startRetry(r *krec, now time.Time) {
-	if dec := r.m.Start(later(now, r.due)); dec.Action == retrystate.StopRetrying {
+	if dec := d.machine(r).Start(later(now, r.due)); dec.Action == retrystate.StopRetrying {
 		d.giveUp(r)
 		return
 	}
@@ -313,9 +315,10 @@ func (d *kdriver) start(ctx context.Context) {
 }
 
 func (d *kdriver) one(r *krec) *Batch {
-	b := &Batch{Topic: r.rec.Topic, Partition: r.rec.Partition, Records: []Record{r.rec}}
-	if r.hasM {
-		b.Attempt = attemptOf(&r.m)
+	b := &r.b
+	*b = Batch{Topic: r.rec.Topic, Partition: r.rec.Partition, Records: unsafe.Slice(&r.rec, 1)}
+	if r.m != nil {
+		b.Attempt = attemptOf(r.m)
 	} else {
 		pol := &d.p.cfg.policy
 		b.Attempt = Attempt{MaxRetries: pol.MaxRetries, Last: pol.MaxRetries == 0}
@@ -545,7 +548,7 @@ func (d *kdriver) acted(e kevent) {
 		// The claim ended: the next owner gives it up again.
 	case e.again:
 		// Resumed: delivered again with a fresh count.
-		r.m.Begin(r.rec.Timestamp)
+		d.machine(r).Begin(r.rec.Timestamp)
 		d.setState(r, retrystate.State{})
 		r.st = kready
 		d.ready = append(d.ready, r)

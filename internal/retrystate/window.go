@@ -380,6 +380,9 @@ func (w *Window) state() windowState {
 	if at < w.next {
 		ws.done = append(ws.done, offsetRange{at, w.next - 1})
 	}
+	if len(w.states) == 0 {
+		return ws // the common window: nothing retrying
+	}
 	for _, o := range w.open {
 		if s, ok := w.states[o]; ok {
 			ws.retrying = append(ws.retrying, s)

@@ -587,3 +587,22 @@ func cutError(e string, n int) string {
 	}
 	return truncate(e, n-len(errorMark)) + errorMark
 }
+
+// CommitStates returns the retry states that a commit's metadata holds:
+// the states of an rd2 window's records retrying or given up, or an rd1
+// single State (its Offset the committed offset), by offset, ascending;
+// none for empty metadata. Another tool's metadata returns
+// [ErrForeignMetadata], damaged metadata an error that says what is
+// wrong. A committer reads it to tell a commit that only moves past
+// records (finished, the others as they were) from one that records what
+// a crash must not lose: a failure, a retry started, a give-up.
+func CommitStates(md string, committed int64) ([]State, error) {
+	if md == "" {
+		return nil, nil
+	}
+	ws, err := decodeWindow(md, committed, 0)
+	if err != nil {
+		return nil, err
+	}
+	return ws.retrying, nil
+}

@@ -33,7 +33,8 @@ import (
 // prints each adapter's ratio to it. Leaves:
 // <scenario>/<loop>/partitions=<P>.
 func BenchmarkCeiling(b *testing.B) {
-	loops := []kafkatest.Loop{{Name: "marks", Run: marksLoop}, {Name: "gpp", Run: gppLoop}, {Name: "raw", Run: rawLoop}, kafkatest.RedeliverLoop(adapter)}
+	loops := []kafkatest.Loop{{Name: "marks", Run: marksLoop}, {Name: "gpp", Run: gppLoop}, {Name: "raw", Run: rawLoop}, kafkatest.RedeliverLoop(adapter),
+		kafkatest.RedeliverRecordLoop(adapter), kafkatest.RedeliverKeyLoop(adapter)}
 	counts := []int32{1, 8, 1000}
 	b.Run("success", func(b *testing.B) { kafkatest.RunLeaves(b, loops, counts, false, kafkatest.Success) })
 	b.Run("failure", func(b *testing.B) { kafkatest.RunLeaves(b, loops, counts, false, kafkatest.FailEveryTenth) })

@@ -87,9 +87,15 @@ type Coalescer struct {
 	pending  bool        // a success commit not sent yet
 	pendNext int64       // its offset
 	pendEp   int32       // and leader epoch
+	pendMD   string      // and metadata (a key-ordered window's finished records)
 	pendRecs int64       // records it passes since the last commit sent
 	askedAt  int64       // the offset of the latest commit asked for
 	askedMD  string      // and its metadata
+	// The retry states askedMD holds, when known: every one of them is
+	// in a commit written (see coalescible). Not known after a commit
+	// that carried a state of its own failed.
+	askedStates []retrystate.State
+	statesKnown bool
 	sentAt   time.Time   // when the last commit was sent
 	flushing bool        // a background flush runs
 	urgent   bool        // the pending commit clears a retry state: flushed at once
@@ -116,6 +122,10 @@ const (
 func (c *Coalescer) Start(committed int64, metadata string) {
 	c.pmu.Lock()
 	c.askedAt, c.askedMD, c.inited = committed, metadata, true
+	c.askedStates, c.statesKnown = nil, false
+	if states, err := retrystate.CommitStates(metadata, committed); err == nil {
+		c.askedStates, c.statesKnown = states, true
+	}
 	c.pmu.Unlock()
 }
 
@@ -124,6 +134,14 @@ func (c *Coalescer) Start(committed int64, metadata string) {
 // that clears a retry state in the background at once; it writes a retry
 // state (after the commit in flight, if any) and returns the broker's
 // answer.
+//
+// A success is a commit that records nothing a crash must not lose: every
+// retry state its metadata holds is one the commit before it held, the
+// same (see coalescible). In partition ordering that is a commit with no
+// metadata; in key ordering also a window that adds finished records and
+// keeps its retrying records' states as they were. Lost in a crash, such
+// a commit only makes the next owner deliver the records it moved past
+// again.
 //
 // A success that clears a retry state (one that counts retries, not a
 // give-up nor a halt) is not waited for: the retry it follows was counted
@@ -135,10 +153,11 @@ func (c *Coalescer) Start(committed int64, metadata string) {
 // exhaustion action's, a Skip's) is still written before Commit returns:
 // its caller is told whether it was written.
 func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
-	if c.Interval > 0 && metadata == "" {
+	states, serr := retrystate.CommitStates(metadata, next)
+	if c.Interval > 0 && serr == nil {
 		c.pmu.Lock()
-		clears := c.askedMD != ""
-		if c.inited && (!clears || countsRetries(c.askedMD)) && !c.overdue(next) {
+		ok, clears := c.coalescible(states)
+		if c.inited && ok && !c.overdue(next) {
 			defer c.pmu.Unlock()
 			if c.closed || c.Ended() {
 				return c.Revoked
@@ -149,8 +168,8 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 			if clears {
 				c.urgent = true
 			}
-			c.askedAt, c.askedMD = next, ""
-			c.pending, c.pendNext, c.pendEp = true, next, epoch
+			c.askedAt, c.askedMD, c.askedStates = next, metadata, states
+			c.pending, c.pendNext, c.pendEp, c.pendMD = true, next, epoch, metadata
 			c.schedule()
 			return nil
 		}
@@ -161,12 +180,21 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 	// This commit supersedes a coalesced one not sent yet: the engine
 	// commits in order, never behind what it committed before.
 	c.pmu.Lock()
-	superseded, supNext, supEp, supUrgent := c.pending, c.pendNext, c.pendEp, c.urgent
+	superseded, supNext, supEp, supMD, supUrgent := c.pending, c.pendNext, c.pendEp, c.pendMD, c.urgent
 	c.pending, c.failed, c.urgent = false, false, false
 	c.askedAt, c.askedMD, c.pendRecs, c.inited = next, metadata, 0, true
+	// Until it is written, its states are not known to be.
+	c.askedStates, c.statesKnown = nil, false
 	c.sentAt = time.Now()
 	c.pmu.Unlock()
 	err := c.Send(next, epoch, metadata, SendSync)
+	if err == nil && serr == nil {
+		c.pmu.Lock()
+		if c.askedAt == next && c.askedMD == metadata {
+			c.askedStates, c.statesKnown = states, true
+		}
+		c.pmu.Unlock()
+	}
 	if err != nil && superseded {
 		// The coalesced commit was reported written when it was taken:
 		// when this one is not written (failed, or refused as the claim
@@ -175,11 +203,60 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 		// next owner read the checkpoint before it.
 		c.pmu.Lock()
 		if !c.pending {
-			c.pending, c.pendNext, c.pendEp, c.urgent = true, supNext, supEp, supUrgent
+			c.pending, c.pendNext, c.pendEp, c.pendMD, c.urgent = true, supNext, supEp, supMD, supUrgent
 		}
 		c.pmu.Unlock()
 	}
 	return err
+}
+
+// coalescible reports whether a commit whose metadata holds states may be
+// taken and written in the background, and whether it clears a retry
+// state (it is then sent at once); c.pmu is held. It may when every state
+// it holds is one the commit asked for before it held, the same, and in a
+// commit written (statesKnown: a commit with a state of its own is
+// written before Commit returns), and when none of the states that
+// commit held and this one does not was a give-up or a halt: the success
+// after those is written before Commit returns. A state that goes counted
+// retries: the commit clears it.
+func (c *Coalescer) coalescible(states []retrystate.State) (ok, clears bool) {
+	if !c.statesKnown {
+		return len(states) == 0 && c.askedMD == "", false
+	}
+	for i := range states {
+		if !holds(c.askedStates, &states[i]) {
+			return false, false
+		}
+	}
+	for i := range c.askedStates {
+		a := &c.askedStates[i]
+		if holds(states, a) {
+			continue
+		}
+		if a.GivenUp != 0 || a.Halted {
+			return false, false
+		}
+		clears = true
+	}
+	return true, clears
+}
+
+// holds reports whether states holds s, the same.
+func holds(states []retrystate.State, s *retrystate.State) bool {
+	for i := range states {
+		if states[i].Offset == s.Offset {
+			return sameState(&states[i], s)
+		}
+	}
+	return false
+}
+
+// sameState reports whether a and b are the same retry state.
+func sameState(a, b *retrystate.State) bool {
+	return a.Offset == b.Offset && a.Retries == b.Retries && a.FirstFailure.Equal(b.FirstFailure) &&
+		a.LastDelay == b.LastDelay && a.NextAt.Equal(b.NextAt) && a.OutageTime == b.OutageTime &&
+		a.Request == b.Request && a.LastError == b.LastError && a.Records == b.Records &&
+		a.Started == b.Started && a.GivenUp == b.GivenUp && a.Alone == b.Alone && a.Halted == b.Halted
 }
 
 // overdue reports whether a success commit of next would stretch the
@@ -244,10 +321,10 @@ func (c *Coalescer) flush() {
 		c.smu.Unlock()
 		return
 	}
-	next, epoch, urgent := c.pendNext, c.pendEp, c.urgent
+	next, epoch, md, urgent := c.pendNext, c.pendEp, c.pendMD, c.urgent
 	c.pending, c.pendRecs, c.sentAt, c.urgent = false, 0, time.Now(), false
 	c.pmu.Unlock()
-	err := c.Send(next, epoch, "", SendFlush)
+	err := c.Send(next, epoch, md, SendFlush)
 	c.pmu.Lock()
 	defer c.pmu.Unlock()
 	if err != nil {
@@ -256,7 +333,7 @@ func (c *Coalescer) flush() {
 				"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
 		}
 		if !c.pending {
-			c.pending, c.pendNext, c.pendEp, c.urgent = true, next, epoch, urgent
+			c.pending, c.pendNext, c.pendEp, c.pendMD, c.urgent = true, next, epoch, md, urgent
 		}
 		c.sentAt = time.Now() // tried again at the interval, not at once
 	}
@@ -285,22 +362,14 @@ func (c *Coalescer) Final() {
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	c.pmu.Lock()
-	next, epoch, pending := c.pendNext, c.pendEp, c.pending
+	next, epoch, md, pending := c.pendNext, c.pendEp, c.pendMD, c.pending
 	c.pending = false
 	c.pmu.Unlock()
 	if !pending {
 		return
 	}
-	if err := c.Send(next, epoch, "", SendFinal); err != nil {
+	if err := c.Send(next, epoch, md, SendFinal); err != nil {
 		c.Log.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
 			"topic", c.Topic, "partition", c.Partition, "next", next, "error", err)
 	}
-}
-
-// countsRetries reports whether md is a retry state that counts the
-// retries of a batch: not a give-up, not a halt, nor metadata of another
-// kind.
-func countsRetries(md string) bool {
-	s, err := retrystate.DecodeState(md)
-	return err == nil && s.GivenUp == 0 && !s.Halted
 }

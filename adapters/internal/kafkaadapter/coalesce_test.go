@@ -433,3 +433,115 @@ func TestCheckCommitWindow(t *testing.T) {
 		}
 	}
 }
+
+// In key ordering a commit's metadata is a window (retrystate.Window): the
+// records finished above the base, and the state of each record retrying.
+// A window that only finishes records (every state in it as the commit
+// before it had it) is coalesced like a success, and sent at once when it
+// clears a state that counted retries; one with a state of its own (a
+// failure, a retry started, a give-up), the one after a give-up, and one
+// after a commit with a state of its own that failed are written before
+// Commit returns.
+func TestCoalescerKeyOrderingWindows(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var s sends
+		const latency = 10 * time.Millisecond
+		caughtUp := false
+		c := newCoalescer(&s, &caughtUp)
+		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+			time.Sleep(latency)
+			return s.send(next, epoch, md, kind)
+		}
+		w, err := retrystate.NewWindow(100, checkpoint.WindowLimits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := int64(100); off < 110; off++ {
+			if err := w.Admit(off); err != nil {
+				t.Fatal(err)
+			}
+		}
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		// took commits the window and returns how long Commit took.
+		took := func(what string) (string, time.Duration) {
+			t.Helper()
+			md := w.Encode()
+			start := time.Now()
+			if err := c.Commit(w.Base(), -1, md); err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			return md, time.Since(start)
+		}
+		coalesced := func(what string) string {
+			t.Helper()
+			md, d := took(what)
+			if d != 0 {
+				t.Fatalf("%s: Commit returned after %v, want at once (coalesced)", what, d)
+			}
+			return md
+		}
+		written := func(what string) string {
+			t.Helper()
+			md, d := took(what)
+			if d != latency {
+				t.Fatalf("%s: Commit returned after %v, want %v (written first)", what, d, latency)
+			}
+			return md
+		}
+		retrying := retrystate.State{Retries: 1, FirstFailure: failedAt, NextAt: failedAt.Add(time.Millisecond)}
+
+		must(w.Finish(101))
+		md := coalesced("finished records above the base")
+		time.Sleep(latency)
+		expect(t, &s, "100"+md) // no commit sent yet: at once
+		must(w.Finish(102))
+		coalesced("more finished records")
+		expect(t, &s) // within the window
+		must(w.Retry(103, retrying))
+		md = written("a record's failure")
+		expect(t, &s, "100"+md) // it replaced the coalesced one
+		must(w.Finish(104))
+		coalesced("a record finished beside the one retrying")
+		started := retrying
+		started.NextAt, started.Started = time.Time{}, true
+		must(w.Retry(103, started))
+		md = written("a retry started")
+		expect(t, &s, "100"+md)
+		must(w.Finish(103))
+		md = coalesced("the retry's success")
+		time.Sleep(latency)
+		expect(t, &s, "100"+md) // clears the state: sent at once, not at the interval
+
+		givenUp := started
+		givenUp.Retries, givenUp.GivenUp = 3, checkpoint.RetriesSpent
+		must(w.GiveUp(100, givenUp))
+		gave := written("a give-up")
+		must(w.Finish(100))
+		after := written("the success after a give-up")
+		expect(t, &s, "100"+gave, "105"+after)
+		must(w.Finish(106))
+		pending := coalesced("a record finished after the give-up")
+
+		// A state whose commit failed is not known to be written: the
+		// same window again is written before Commit returns.
+		must(w.Retry(107, retrying))
+		s.mu.Lock()
+		s.fails = 1
+		s.mu.Unlock()
+		md = w.Encode()
+		if err := c.Commit(w.Base(), -1, md); err == nil {
+			t.Fatal("a failed commit of a state: Commit returned nil")
+		}
+		written("the failed state's commit again")
+		expect(t, &s, "105"+md+" failed", "105"+md)
+		must(w.Finish(108))
+		pending = coalesced("a record finished beside the one retrying, after the failure")
+		c.Final()
+		expect(t, &s, "105"+pending+" final") // the window's metadata with it
+	})
+}

@@ -95,6 +95,7 @@ type Leaf struct {
 	batches atomic.Int64
 	commits atomic.Int64
 	sink    atomic.Int64
+	started atomic.Bool // Started was called
 
 	mu          sync.Mutex
 	start       time.Time
@@ -121,6 +122,10 @@ func newLeaf(b *testing.B, sc Scenario, partitions int32) *Leaf {
 
 // Started notes that a loop handed out its first record.
 func (l *Leaf) Started() {
+	if l.started.Load() {
+		return
+	}
+	l.started.Store(true)
 	l.mu.Lock()
 	if l.start.IsZero() {
 		l.start = time.Now()
@@ -208,6 +213,9 @@ func (l *Leaf) check(d time.Duration) {
 type Loop struct {
 	Name string
 	Run  func(l *Leaf, addrs []string, topic string) time.Duration
+	// Keyed gives the topic's records keys: record i has key "k<i mod
+	// KeyedBenchKeys>" (the others have none).
+	Keyed bool
 }
 
 // BenchAddrs returns the external broker's addresses, or starts a kfake
@@ -261,7 +269,7 @@ func RunLeaves(b *testing.B, loops []Loop, counts []int32, compressed bool, sc f
 				}
 				b.Run(name, func(b *testing.B) {
 					topic := BenchTopic("bench")
-					ProduceBench(b, addrs, topic, partitions, b.N, 100, compressed)
+					produceBench(b, addrs, topic, partitions, b.N, 100, compressed, loop.Keyed)
 					l := newLeaf(b, sc(partitions, b.N), partitions)
 					b.ReportAllocs()
 					cpu0 := CPUTime()
@@ -297,6 +305,13 @@ func CPUTime() int64 {
 // franz-go's default (snappy) or not at all.
 func ProduceBench(b *testing.B, addrs []string, topic string, partitions int32, n, size int, compressed bool) {
 	b.Helper()
+	produceBench(b, addrs, topic, partitions, n, size, compressed, false)
+}
+
+// produceBench is ProduceBench, with keys when keyed (record i has key
+// "k<i mod KeyedBenchKeys>").
+func produceBench(b *testing.B, addrs []string, topic string, partitions int32, n, size int, compressed, keyed bool) {
+	b.Helper()
 	opts := []kgo.Opt{kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()),
 		// A new topic's partitions can take a while to get leaders on a
 		// real broker: retry until they have (the context bounds it).
@@ -321,7 +336,11 @@ func ProduceBench(b *testing.B, addrs []string, topic string, partitions int32, 
 	)
 	for i := range n {
 		wg.Add(1)
-		cl.Produce(ctx, &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Value: value}, func(_ *kgo.Record, err error) {
+		r := &kgo.Record{Topic: topic, Partition: int32(i) % partitions, Value: value}
+		if keyed {
+			r.Key = fmt.Appendf(nil, "k%d", i%KeyedBenchKeys)
+		}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
 			if err != nil {
 				first.CompareAndSwap(nil, err)
 			}
@@ -411,8 +430,39 @@ func RunBench(b *testing.B, a Adapter, cfg Config) (stop func() error) {
 // defaults commit, under the scenario's failures, until the group's
 // offsets are at every partition's end (read from the broker, as an
 // adapter may write success commits after it reported them).
-func RedeliverLoop(a Adapter) Loop {
-	return Loop{Name: "redeliver", Run: func(l *Leaf, addrs []string, topic string) time.Duration {
+func RedeliverLoop(a Adapter) Loop { return redeliverLoop(a, "redeliver", unitBatch) }
+
+// RedeliverRecordLoop is RedeliverLoop with the record as the unit of
+// work: a stream.PerRecord handler in partition ordering, where a failure
+// at a record retries the batch from that record and gives up that record
+// alone. The scenario's failures fall on records: the failure scenario
+// fails one record in FailOnce*BenchBatch once (as many retries per
+// million records as the batch loops' every FailOnce-th batch), and the
+// poison record is given up alone.
+func RedeliverRecordLoop(a Adapter) Loop { return redeliverLoop(a, "record", unitRecord) }
+
+// RedeliverKeyLoop is RedeliverRecordLoop in key ordering
+// (stream.ByKey at the default concurrency, stream.DefaultConcurrency):
+// the topic's records have keys (record i has key "k<i mod
+// KeyedBenchKeys>"), each record is a unit of its own, and a retrying
+// record holds back only the later records of its key.
+func RedeliverKeyLoop(a Adapter) Loop {
+	l := redeliverLoop(a, "key", unitKey)
+	l.Keyed = true
+	return l
+}
+
+// unit is what a redeliverLoop's Processor delivers and retries.
+type unit uint8
+
+const (
+	unitBatch  unit = iota // batches, the batch retried whole
+	unitRecord             // batches through stream.PerRecord
+	unitKey                // records, in key ordering
+)
+
+func redeliverLoop(a Adapter, name string, u unit) Loop {
+	return Loop{Name: name, Run: func(l *Leaf, addrs []string, topic string) time.Duration {
 		b := l.B
 		var (
 			mu    sync.Mutex
@@ -421,33 +471,38 @@ func RedeliverLoop(a Adapter) Loop {
 			done  = make(chan time.Time, 1)
 			waits retryWaits
 		)
-		h := stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
-			l.Started()
-			first, last := bt.FirstOffset(), bt.LastOffset()
-			if bt.Attempt.Retries > 0 {
-				waits.retried(bt.Partition, first)
-			}
-			if l.Poisoned(bt.Partition, first, last) {
-				l.PoisonFailed(bt.Attempt.Last)
-				waits.failed(bt.Partition, first)
-				return ErrBench
-			}
-			if bt.Attempt.Retries == 0 && l.FailsFirst() {
-				waits.failed(bt.Partition, first)
-				return ErrBench
-			}
-			n := 0
-			for i := range bt.Records {
-				n += len(bt.Records[i].Value)
-			}
-			l.Handled(bt.Partition, first, last, n)
-			return nil
-		})
+		var h stream.Handler
+		if u == unitBatch {
+			h = stream.HandlerFunc(func(_ context.Context, bt *stream.Batch) error {
+				l.Started()
+				first, last := bt.FirstOffset(), bt.LastOffset()
+				if bt.Attempt.Retries > 0 {
+					waits.retried(bt.Partition, first)
+				}
+				if l.Poisoned(bt.Partition, first, last) {
+					l.PoisonFailed(bt.Attempt.Last)
+					waits.failed(bt.Partition, first)
+					return ErrBench
+				}
+				if bt.Attempt.Retries == 0 && l.FailsFirst() {
+					waits.failed(bt.Partition, first)
+					return ErrBench
+				}
+				n := 0
+				for i := range bt.Records {
+					n += len(bt.Records[i].Value)
+				}
+				l.Handled(bt.Partition, first, last, n)
+				return nil
+			})
+		} else {
+			h = recordHandler(l, &waits, len(l.Per))
+		}
 		hooks := stream.Hooks{
 			Checkpointed: func(e stream.CheckpointEvent) {
 				l.Committed()
 				if e.Metadata != "" {
-					return // the retry state of a withheld batch
+					return // the retry state of a withheld batch, or key ordering's window
 				}
 				mu.Lock()
 				defer mu.Unlock()
@@ -465,7 +520,11 @@ func RedeliverLoop(a Adapter) Loop {
 		if l.Sc.PoisonPartition >= 0 {
 			policy = checkpoint.Policy{MaxRetries: PoisonRetries, Backoff: checkpoint.Fixed(PoisonDelay)}
 		}
-		proc, err := stream.NewProcessor(h, stream.WithHooks(hooks), stream.WithPolicy(policy))
+		opts := []stream.Option{stream.WithHooks(hooks), stream.WithPolicy(policy)}
+		if u == unitKey {
+			opts = append(opts, stream.WithOrdering(stream.ByKey))
+		}
+		proc, err := stream.NewProcessor(h, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -520,6 +579,68 @@ func RedeliverLoop(a Adapter) Loop {
 		}
 		return 0
 	}}
+}
+
+// recordHandler is the handler of the record and key loops: a
+// stream.PerRecord function under the leaf's scenario, the records it
+// finished counted once per delivery (as the batch loops count theirs),
+// so that the benchmark's own bookkeeping costs what it costs the others.
+// A record fails once when its place in the topic (record i is at offset
+// i/partitions of partition i%partitions) is FailOnce*BenchBatch-1 modulo
+// FailOnce*BenchBatch; the poison record always fails.
+func recordHandler(l *Leaf, waits *retryWaits, partitions int) stream.Handler {
+	every := int64(l.Sc.FailOnce) * BenchBatch
+	var (
+		mu      sync.Mutex
+		failed  = make(map[[2]int64]bool) // the records that failed once
+		poisons int                       // the poison record's failures
+	)
+	rec := stream.PerRecord(func(_ context.Context, r *stream.Record) error {
+		if l.Poisoned(r.Partition, r.Offset, r.Offset) {
+			mu.Lock()
+			poisons++
+			gaveUp := poisons == PoisonRetries+1
+			mu.Unlock()
+			l.PoisonFailed(gaveUp)
+			waits.failed(r.Partition, r.Offset)
+			return ErrBench
+		}
+		if every > 0 && (r.Offset*int64(partitions)+int64(r.Partition))%every == every-1 {
+			key := [2]int64{int64(r.Partition), r.Offset}
+			mu.Lock()
+			again := failed[key]
+			failed[key] = true
+			mu.Unlock()
+			if !again {
+				waits.failed(r.Partition, r.Offset)
+				return ErrBench
+			}
+		}
+		return nil
+	})
+	return stream.HandlerFunc(func(ctx context.Context, bt *stream.Batch) error {
+		l.Started()
+		if bt.Attempt.Retries > 0 {
+			waits.retried(bt.Partition, bt.FirstOffset())
+		}
+		err := rec.Handle(ctx, bt)
+		done := len(bt.Records)
+		if err != nil {
+			done = 0
+			var at *stream.BatchError
+			if errors.As(err, &at) {
+				done = at.Index
+			}
+		}
+		if done > 0 {
+			n := 0
+			for i := range bt.Records[:done] {
+				n += len(bt.Records[i].Value)
+			}
+			l.Handled(bt.Partition, bt.Records[0].Offset, bt.Records[done-1].Offset, n)
+		}
+		return err
+	})
 }
 
 // retryWaits measures, for RedeliverLoop, how long each failed batch waits

@@ -26,7 +26,8 @@ import (
 //
 // Leaves: <scenario>/<loop>/partitions=<P>.
 func BenchmarkCeiling(b *testing.B) {
-	loops := []kafkatest.Loop{{Name: "reader", Run: readerIntervalLoop}, {Name: "rawconn", Run: rawConnLoop}, kafkatest.RedeliverLoop(adapter)}
+	loops := []kafkatest.Loop{{Name: "reader", Run: readerIntervalLoop}, {Name: "rawconn", Run: rawConnLoop}, kafkatest.RedeliverLoop(adapter),
+		kafkatest.RedeliverRecordLoop(adapter), kafkatest.RedeliverKeyLoop(adapter)}
 	counts := []int32{1, 8, 1000}
 	b.Run("success", func(b *testing.B) { kafkatest.RunLeaves(b, loops, counts, false, kafkatest.Success) })
 	b.Run("failure", func(b *testing.B) { kafkatest.RunLeaves(b, loops, counts, false, kafkatest.FailEveryTenth) })
