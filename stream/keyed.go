@@ -61,15 +61,15 @@ type kkey struct {
 }
 
 type krec struct {
-	rec  Record
-	q    *kqueue
-	st   kstate
-	m    *retrystate.Machine // made at its first failure (machine): most records never need one
+	rec Record
+	q   *kqueue
+	st  kstate
+	m   *retrystate.Machine // made at its first failure (machine): most records never need one
 	// b is the batch of r.rec alone that delivers it (one): the handler
 	// gets it, and its exhaustion action; not copied, as a batch of
 	// partition ordering is held, not copied, from one delivery to the next.
-	b Batch
-	due  time.Time // kheld, kroom, kstarting, kmarked: when its retry is due
+	b   Batch
+	due time.Time // kheld, kroom, kstarting, kmarked: when its retry is due
 	// short says that its backoff is short enough for its started mark
 	// to be sent ahead (shortBackoff).
 	short bool
