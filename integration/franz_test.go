@@ -80,13 +80,24 @@ func TestFranz(t *testing.T) {
 // franz-go, kafka-go, sarama and confluent adapters, on kfake and on the
 // external broker when one is given. REDELIVER_ORDERING=key runs TestFranz,
 // TestKafkago, TestSarama and TestConfluent so.
+//
+// The kfake leaves run again with a commit window of 500ms
+// (kfake/window/...): the windows that only finish records are then
+// coalesced, and written in the background and when a partition is given
+// up.
 func TestKeyed(t *testing.T) {
-	v := conformance.Variant{Ordering: stream.ByKey}
+	adapters := []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}}
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
-		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}} {
+		for _, a := range adapters {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
-				conformance.RunVariant(t, p, a, v)
+				conformance.RunVariant(t, p, a, conformance.Variant{Ordering: stream.ByKey})
 			})
 		}
+	}
+	p := provider.Kfake()
+	for _, a := range adapters {
+		t.Run(p.Name()+"/window/"+a.Name(), func(t *testing.T) {
+			conformance.RunVariant(t, p, a, conformance.Variant{Ordering: stream.ByKey, CommitWindow: 500 * time.Millisecond})
+		})
 	}
 }

@@ -148,4 +148,14 @@ func TestReliabilityKeyed(t *testing.T) {
 			})
 		}
 	}
+	// Again on kfake with a commit window of 500ms: key ordering's
+	// windows coalesced through the rebalances and the kill.
+	v.CommitWindow = 500 * time.Millisecond
+	p := provider.Kfake()
+	for _, name := range []string{"franz", "kafkago", "sarama", "confluent"} {
+		a := reliabilityAdapters[name]
+		t.Run(p.Name()+"/window/"+a.Name(), func(t *testing.T) {
+			conformance.RunReliabilityVariant(t, p, a, name, v)
+		})
+	}
 }

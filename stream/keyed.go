@@ -77,6 +77,10 @@ type krec struct {
 	resumed bool
 }
 
+// maxSpareQueues is how many emptied queues a driver keeps for reuse: a
+// key's queue is emptied, and a new key's made, about once per record.
+const maxSpareQueues = 64
+
 type kqueue struct {
 	key  kkey
 	recs []*krec // recs[0] is the head
@@ -117,7 +121,8 @@ type kdriver struct {
 	lastNext   int64
 	lastMD     string
 	queues     map[kkey]*kqueue
-	pending    []*krec // fetched, not taken in yet
+	spareQ     []*kqueue // emptied queues, for the next keys (at most maxSpareQueues)
+	pending    []*krec   // fetched, not taken in yet
 	ready      []*krec
 	held       []*krec
 	room       []*krec
@@ -488,7 +493,12 @@ func (d *kdriver) enqueue(r *krec) {
 	k := d.keyOf(&r.rec)
 	q := d.queues[k]
 	if q == nil {
-		q = &kqueue{key: k}
+		if n := len(d.spareQ); n > 0 {
+			q, d.spareQ = d.spareQ[n-1], d.spareQ[:n-1]
+			q.key = k
+		} else {
+			q = &kqueue{key: k}
+		}
 		d.queues[k] = q
 	}
 	r.q = q

@@ -406,15 +406,15 @@ func (d *kdriver) call(ctx context.Context, r *krec, b *Batch) {
 		d.post(kevent{r: r, b: b, notCalled: true})
 		return
 	}
-	var behind atomic.Bool
-	hctx := d.keyed(ctx, r)
-	if d.k.ordering == ByKey && len(d.k.mw) > 0 {
-		hctx = context.WithValue(hctx, parkedBehindCtx{}, &behind)
+	hctx, kc := ctx, (*keyCtx)(nil)
+	if d.k.ordering == ByKey && r.q != nil {
+		kc = &keyCtx{Context: ctx, key: r.q.key.s, marks: len(d.k.mw) > 0}
+		hctx = kc
 	}
 	clock := d.p.cfg.clock
 	start := clock.Now()
 	err := d.p.call(hctx, b)
-	d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now(), behind: behind.Load()})
+	d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now(), behind: kc != nil && kc.behind.Load()})
 }
 
 // result applies a handler call's result to its record.
@@ -488,12 +488,17 @@ func (d *kdriver) finish(r *krec) {
 		d.log.Error("redeliver: window", "error", err)
 	}
 	q := r.q
+	r.q = nil
 	if len(q.recs) > 0 && q.recs[0] == r {
 		q.recs[0] = nil
 		q.recs = q.recs[1:]
 	}
 	if len(q.recs) == 0 {
 		delete(d.queues, q.key)
+		if len(d.spareQ) < maxSpareQueues {
+			q.key, q.recs = kkey{}, q.recs[:0]
+			d.spareQ = append(d.spareQ, q)
+		}
 		return
 	}
 	d.activate(q.recs[0])
@@ -536,7 +541,30 @@ func (d *kdriver) keyed(ctx context.Context, r *krec) context.Context {
 	if d.k.ordering != ByKey || r.q == nil {
 		return ctx
 	}
-	return context.WithValue(ctx, orderKeyCtx{}, r.q.key.s)
+	return &keyCtx{Context: ctx, key: r.q.key.s}
+}
+
+// keyCtx is the context of a handler call or an exhaustion action in ByKey
+// ordering: its record's ordering key ([OrderKey]) and, for a handler call
+// under key middleware, the call's mark of [MarkParkedBehind]. One value
+// per call, where a context.WithValue for each took two or three.
+type keyCtx struct {
+	context.Context
+	key    string
+	marks  bool        // MarkParkedBehind sets behind
+	behind atomic.Bool // the call was parked behind its key's parked records
+}
+
+func (c *keyCtx) Value(k any) any {
+	switch k.(type) {
+	case orderKeyCtx:
+		return c.key
+	case parkedBehindCtx:
+		if c.marks {
+			return &c.behind
+		}
+	}
+	return c.Context.Value(k)
 }
 
 // acted applies the end of an exhaustion action.

@@ -162,7 +162,7 @@ func RunClusterVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 			}
 			begin := time.Now()
 			e := newEnv(t, b, a)
-			e.ordering = v.Ordering
+			e.ordering, e.window = v.Ordering, v.CommitWindow
 			f := clusterScenario(t, e, s.fault)
 			if e.keyed() {
 				f.Note = "ordering=" + e.ordering.String() + " " + f.Note
@@ -220,7 +220,7 @@ func (r *clusterRun) startChild() error {
 	r.childN++
 	cfg := ChildConfig{Adapter: r.child, Member: fmt.Sprintf("b%d", r.childN), Brokers: r.e.b.Addrs,
 		Group: r.e.group, Topic: r.e.topic, SessionTimeout: r.e.b.SessionTimeout, MaxBatch: 10, Poison: -1,
-		Cluster: true, DeadLetter: r.dlq, Lifetime: 6 * time.Hour}
+		Cluster: true, DeadLetter: r.dlq, Lifetime: 6 * time.Hour, CommitWindow: r.e.window}
 	kill, err := r.e.tryStartChild(&r.hist, cfg, stream.Hooks{}, nil)
 	if err != nil {
 		return err

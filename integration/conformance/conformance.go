@@ -166,7 +166,7 @@ func RunVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
 			e := newEnv(t, b, a)
-			e.ordering = v.Ordering
+			e.ordering, e.window = v.Ordering, v.CommitWindow
 			if why := partitionOnly[c.name]; e.keyed() && why != "" {
 				t.Skipf("partition ordering only: %s", why)
 			}

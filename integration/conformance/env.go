@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,9 @@ type env struct {
 	// [streamtest.History.CheckKeys].
 	ordering stream.Ordering
 	keys     map[int32][]string // each partition's records' keys, by offset
+	// window is the variant's commit window ([Variant.CommitWindow]):
+	// the consumers' whose scenario sets none.
+	window time.Duration
 }
 
 // keysPerPartition is how many keys the records of a partition cycle
@@ -271,7 +275,7 @@ func (e *env) start(name string, s spec) *member {
 		e.t.Fatal(err)
 	}
 	cfg := Config{Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, Processor: proc, MaxBatch: max(s.maxBatch, 1), Dial: s.dial, Backend: e.backend,
-		CommitWindow: s.window}
+		CommitWindow: cmp.Or(s.window, e.window)}
 	if s.session {
 		cfg.SessionTimeout = e.b.SessionTimeout
 		cfg.HeartbeatInterval = e.b.SessionTimeout / 10

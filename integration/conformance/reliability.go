@@ -110,6 +110,11 @@ type Variant struct {
 	// Only, when not empty, names the scenarios to run (a short set for
 	// CI); the others are not run.
 	Only []string
+	// CommitWindow, when above 0, is the commit window of every consumer
+	// whose scenario sets none (Config.CommitWindow): success commits
+	// coalesced, and in key ordering the windows that only finish
+	// records.
+	CommitWindow time.Duration
 }
 
 // EnvOrdering names the variable that sets the ordering of
@@ -163,7 +168,7 @@ func RunReliabilityVariant(t *testing.T, p Provider, a Adapter, childName string
 			}
 			begin := time.Now()
 			e := newEnv(t, b, a)
-			e.ordering = v.Ordering
+			e.ordering, e.window = v.Ordering, v.CommitWindow
 			f := s.run(t, e)
 			if e.keyed() {
 				f.Note = strings.TrimSpace("ordering=" + e.ordering.String() + " " + f.Note)
@@ -538,6 +543,7 @@ func budgetScenario(t *testing.T, e *env, memory bool, child string, perRecord b
 	cfg := ChildConfig{
 		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, Memory: memory, PerRecord: perRecord,
 		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout, Ordering: e.ordering.String(),
+		CommitWindow: e.window,
 	}
 	hist := streamtest.History{MemoryOnly: memory}
 	fourth, stateWritten := newSignal(), newSignal()
@@ -661,7 +667,7 @@ func killDuringDelivery(t *testing.T, e *env, child string) Figures {
 	cfg := ChildConfig{
 		Retries: retries, BackoffMS: 200, MaxBatch: 5, Poison: poison, SlowRetry: 3,
 		Brokers: e.b.Addrs, Group: e.group, Topic: e.topic, SessionTimeout: e.b.SessionTimeout, Ordering: e.ordering.String(),
-		Adapter: child, Member: "a",
+		Adapter: child, Member: "a", CommitWindow: e.window,
 	}
 	var hist streamtest.History
 	var calls atomic.Int64 // the child's handler calls on the poison batch

@@ -663,9 +663,9 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 		if !cl.owned || !cl.started {
 			return stream.ErrRevoked
 		}
-		return cl.c.commit.commitAs(cl, at, "", true)
+		return cl.c.commit.commitAs(cl, at, metadata, true)
 	case kafkaadapter.SendFlush:
-		return cl.send(at, "", false)
+		return cl.send(at, metadata, false)
 	}
 	return cl.send(at, metadata, cl.ctx != nil)
 }
