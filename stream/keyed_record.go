@@ -311,7 +311,11 @@ func (d *kdriver) start(ctx context.Context) {
 		d.deliver(ctx, r)
 	}
 	clear(d.ready[:n])
-	d.ready = slices.Delete(d.ready, 0, n)
+	if n == len(d.ready) {
+		d.ready = d.ready[:0]
+	} else {
+		d.ready = d.ready[n:] // nothing moved: appends make room when they must
+	}
 }
 
 func (d *kdriver) one(r *krec) *Batch {

@@ -228,7 +228,14 @@ func (w *Window) Finish(offset int64) error {
 	if !ok {
 		return w.notOpen("finishes", offset)
 	}
-	w.open = slices.Delete(w.open, i, i+1)
+	switch {
+	case len(w.open) == 1:
+		w.open = w.open[:0]
+	case i == 0:
+		w.open = w.open[1:] // the base, most often: nothing to move
+	default:
+		w.open = slices.Delete(w.open, i, i+1)
+	}
 	delete(w.states, offset)
 	if len(w.open) > 0 {
 		w.base = w.open[0]
