@@ -95,13 +95,16 @@ func WithCommitTimeout(d time.Duration) Option {
 // retry as made, as a crash during the retry does (the success after a
 // give-up or a halt is waited for). There is no
 // window by default: every commit is written before the next batch is
-// delivered, as WithCommitWindow(0, 0) asks. WithCommitWindow(500*time.Millisecond,
+// delivered, as WithCommitWindow(0, 0) asks, so that a crash delivers
+// again no more than the batch in flight. WithCommitWindow(500*time.Millisecond,
 // 50000) is the window docs/BENCHMARKS.md measures, about as fast as a
-// loop that marks records and lets the client commit them. It is not the
-// default yet: in the reliability suite on a real broker, after a clean
-// rebalance of the franz-go adapter with the cooperative balancer, the next
-// owner was seen to start a few records before the last checkpoint written
-// (those records are delivered again; none is lost).
+// loop that marks records and lets the client commit them.
+//
+// In key ordering (stream.ByKey, stream.ByNone) a commit is a window of
+// the partition's records: one that only adds finished records, every
+// retrying record's state as the last commit wrote it, is coalesced the
+// same way, with its metadata; one that records a failure, a retry
+// started or a give-up is written before the record's retry.
 //
 // The Checkpointed hook reports a coalesced commit when the adapter takes
 // it, before it is written.

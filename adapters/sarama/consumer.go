@@ -118,11 +118,17 @@ func WithCommitTimeout(d time.Duration) Option {
 // lands makes the next owner count the retry as made, as a crash during
 // the retry does (the success after a give-up or a halt is waited for). There
 // is no window by default: every commit is written before the next batch is
-// delivered, as WithCommitWindow(0, 0) asks.
+// delivered, as WithCommitWindow(0, 0) asks, so that a crash delivers
+// again no more than the batch in flight.
 // WithCommitWindow(500*time.Millisecond, 50000) is the window
-// docs/BENCHMARKS.md measures; it is not the default yet (see the franz-go
-// adapter's WithCommitWindow for why). New returns an error when one is 0 and
+// docs/BENCHMARKS.md measures. New returns an error when one is 0 and
 // not the other, or either is negative.
+//
+// In key ordering (stream.ByKey, stream.ByNone) a commit is a window of
+// the partition's records: one that only adds finished records, every
+// retrying record's state as the last commit wrote it, is coalesced the
+// same way, with its metadata; one that records a failure, a retry
+// started or a give-up is written before the record's retry.
 //
 // The Checkpointed hook reports a coalesced commit when the adapter takes
 // it, before it is written.

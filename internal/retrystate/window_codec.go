@@ -229,9 +229,16 @@ func appendBitmap(b []byte, w windowState) []byte {
 	start := len(b)
 	b = append(b, make([]byte, n)...)
 	for _, r := range w.done {
-		for o := r.First; o <= r.Last; o++ {
-			i := o - w.base - 1
-			b[start+int(i/8)] |= 1 << (i % 8)
+		// Bits lo to hi: whole bytes at once between the partial ones.
+		lo, hi := r.First-w.base-1, r.Last-w.base-1
+		for ; lo <= hi && lo%8 != 0; lo++ {
+			b[start+int(lo/8)] |= 1 << (lo % 8)
+		}
+		for ; lo+7 <= hi; lo += 8 {
+			b[start+int(lo/8)] = 0xff
+		}
+		for ; lo <= hi; lo++ {
+			b[start+int(lo/8)] |= 1 << (lo % 8)
 		}
 	}
 	return b

@@ -1,6 +1,7 @@
 package retrystate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -784,6 +785,45 @@ func TestWindowStatesWithReserveOnFailure(t *testing.T) {
 					t.Errorf("%d admitted, %d states", admitted, states)
 				}
 			}
+		}
+	}
+}
+
+// appendBitmap sets whole bytes at once between a run's partial ones: the
+// same bitmap as setting each run's bits one by one, for runs that start
+// and end anywhere in a byte.
+func TestAppendBitmapRuns(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		w := windowState{base: rnd.Int64N(1000)}
+		at := w.base + 1
+		for range rnd.IntN(6) {
+			first := at + rnd.Int64N(20)
+			last := first + rnd.Int64N(40)
+			w.done = append(w.done, offsetRange{first, last})
+			at = last + 2
+		}
+		got := appendBitmap(nil, w)
+		if got == nil {
+			continue // not a bitmap the encoder would take
+		}
+		var want []byte
+		if len(w.done) == 0 {
+			want = appendUvarint(nil, 0)
+		} else {
+			n := int((w.done[len(w.done)-1].Last - w.base + 7) / 8)
+			want = appendUvarint(nil, uint64(n))
+			bits := make([]byte, n)
+			for _, r := range w.done {
+				for o := r.First; o <= r.Last; o++ {
+					i := o - w.base - 1
+					bits[i/8] |= 1 << (i % 8)
+				}
+			}
+			want = append(want, bits...)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("base %d, runs %v: bitmap %x, want %x", w.base, w.done, got, want)
 		}
 	}
 }
