@@ -64,6 +64,22 @@ func newCoalescer(s *sends, caughtUp *bool) *Coalescer {
 	return c
 }
 
+// latency is how long slowCoalescer's broker takes to answer a commit.
+const latency = 10 * time.Millisecond
+
+// slowCoalescer is newCoalescer, never caught up, whose every send takes
+// latency: a slow broker, so that a commit written before Commit returns
+// shows in how long Commit took.
+func slowCoalescer(s *sends) *Coalescer {
+	caughtUp := false
+	c := newCoalescer(s, &caughtUp)
+	c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+		time.Sleep(latency)
+		return s.send(next, epoch, md, kind)
+	}
+	return c
+}
+
 func expect(t *testing.T, s *sends, want ...string) {
 	t.Helper()
 	synctest.Wait()
@@ -144,13 +160,7 @@ var (
 func TestCoalescerClearingSuccessInBackground(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var s sends
-		const latency = 10 * time.Millisecond
-		caughtUp := false
-		c := newCoalescer(&s, &caughtUp)
-		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
-			time.Sleep(latency) // a slow broker
-			return s.send(next, epoch, md, kind)
-		}
+		c := slowCoalescer(&s)
 		took := func(next int64, md string) time.Duration {
 			t.Helper()
 			start := time.Now()
@@ -445,13 +455,7 @@ func TestCheckCommitWindow(t *testing.T) {
 func TestCoalescerKeyOrderingWindows(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var s sends
-		const latency = 10 * time.Millisecond
-		caughtUp := false
-		c := newCoalescer(&s, &caughtUp)
-		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
-			time.Sleep(latency)
-			return s.send(next, epoch, md, kind)
-		}
+		c := slowCoalescer(&s)
 		w, err := retrystate.NewWindow(100, checkpoint.WindowLimits{})
 		if err != nil {
 			t.Fatal(err)
