@@ -153,8 +153,15 @@ func (c *Coalescer) Start(committed int64, metadata string) {
 // exhaustion action's, a Skip's) is still written before Commit returns:
 // its caller is told whether it was written.
 func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
-	states, serr := retrystate.CommitStates(metadata, next)
-	if c.Interval > 0 && serr == nil {
+	// Its retry states, read when a window may coalesce it (known).
+	var states []retrystate.State
+	known := false
+	if c.Interval > 0 {
+		var err error
+		states, err = retrystate.CommitStates(metadata, next)
+		known = err == nil
+	}
+	if known {
 		c.pmu.Lock()
 		ok, clears := c.coalescible(states)
 		if c.inited && ok && !c.overdue(next) {
@@ -188,7 +195,7 @@ func (c *Coalescer) Commit(next int64, epoch int32, metadata string) error {
 	c.sentAt = time.Now()
 	c.pmu.Unlock()
 	err := c.Send(next, epoch, metadata, SendSync)
-	if err == nil && serr == nil {
+	if err == nil && known {
 		c.pmu.Lock()
 		if c.askedAt == next && c.askedMD == metadata {
 			c.askedStates, c.statesKnown = states, true
