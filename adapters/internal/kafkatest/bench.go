@@ -496,7 +496,7 @@ func redeliverLoop(a Adapter, name string, u unit) Loop {
 				return nil
 			})
 		} else {
-			h = recordHandler(l, &waits, len(l.Per))
+			h = recordHandler(l, &waits)
 		}
 		hooks := stream.Hooks{
 			Checkpointed: func(e stream.CheckpointEvent) {
@@ -585,11 +585,19 @@ func redeliverLoop(a Adapter, name string, u unit) Loop {
 // stream.PerRecord function under the leaf's scenario, the records it
 // finished counted once per delivery (as the batch loops count theirs),
 // so that the benchmark's own bookkeeping costs what it costs the others.
-// A record fails once when its place in the topic (record i is at offset
-// i/partitions of partition i%partitions) is FailOnce*BenchBatch-1 modulo
-// FailOnce*BenchBatch; the poison record always fails.
-func recordHandler(l *Leaf, waits *retryWaits, partitions int) stream.Handler {
+// A record fails once when its place in the partitions one after the
+// other (partition 0's records, then partition 1's, and so on) is
+// FailOnce*BenchBatch-1 modulo FailOnce*BenchBatch, so that the failures
+// fall on every partition alike (counted by the records' place in the
+// topic, record i at partition i%partitions, they would all fall on one
+// partition when the partition count divides FailOnce*BenchBatch); the
+// poison record always fails.
+func recordHandler(l *Leaf, waits *retryWaits) stream.Handler {
 	every := int64(l.Sc.FailOnce) * BenchBatch
+	before := make([]int64, len(l.Per)) // the records of the partitions before each
+	for p := 1; p < len(l.Per); p++ {
+		before[p] = before[p-1] + l.Per[p-1]
+	}
 	var (
 		mu      sync.Mutex
 		failed  = make(map[[2]int64]bool) // the records that failed once
@@ -605,7 +613,7 @@ func recordHandler(l *Leaf, waits *retryWaits, partitions int) stream.Handler {
 			waits.failed(r.Partition, r.Offset)
 			return ErrBench
 		}
-		if every > 0 && (r.Offset*int64(partitions)+int64(r.Partition))%every == every-1 {
+		if every > 0 && (before[r.Partition]+r.Offset)%every == every-1 {
 			key := [2]int64{int64(r.Partition), r.Offset}
 			mu.Lock()
 			again := failed[key]
