@@ -415,10 +415,19 @@ func (d *kdriver) call(ctx context.Context, r *krec, b *Batch) {
 		kc = &keyCtx{Context: ctx, key: r.q.key.s, marks: len(d.k.mw) > 0}
 		hctx = kc
 	}
+	// The clock is read for the Delivered hook, and at a failure for its
+	// retry's schedule: a success with no hook reads none.
 	clock := d.p.cfg.clock
-	start := clock.Now()
+	hooked := d.p.cfg.hooks.Delivered != nil
+	var start, end time.Time
+	if hooked {
+		start = clock.Now()
+	}
 	err := d.p.call(hctx, b)
-	d.post(kevent{r: r, b: b, err: err, start: start, end: clock.Now(), behind: kc != nil && kc.behind.Load()})
+	if hooked || err != nil {
+		end = clock.Now()
+	}
+	d.post(kevent{r: r, b: b, err: err, start: start, end: end, behind: kc != nil && kc.behind.Load()})
 }
 
 // result applies a handler call's result to its record.
@@ -444,7 +453,9 @@ func (d *kdriver) result(ctx context.Context, e kevent) {
 		// key's earlier records. Finished for the commit, not a success.
 		res.outcome = ParkedBehind
 	}
-	d.p.delivered(d.infoOf(b), b.Attempt, res.outcome, e.err, e.start, e.end, false)
+	if d.p.cfg.hooks.Delivered != nil {
+		d.p.delivered(d.infoOf(b), b.Attempt, res.outcome, e.err, e.start, e.end, false)
+	}
 	if res.outcome == Succeeded || res.outcome == ParkedBehind {
 		d.finish(r)
 		return
