@@ -215,13 +215,17 @@ func (d *kdriver) startDueTimer(now time.Time) {
 }
 
 // dueMarked makes the retries whose marks are committed ready once they
-// are due, and lets dueTimer go once its time has come.
+// are due, and lets dueTimer go once its time has come. A due retry is
+// delivered before the records that are ready for their first delivery:
+// it is late otherwise by as long as those take (up to the window's
+// records, with a busy partition), and its key's later records, and the
+// window's base, wait for it.
 func (d *kdriver) dueMarked(now time.Time) {
 	if d.dueTimer.ch != nil && !now.Before(d.dueAt) {
 		d.dueTimer.cancel()
 		d.dueTimer = deadline{}
 	}
-	keep := d.marked[:0]
+	keep, due := d.marked[:0], 0
 	for _, r := range d.marked {
 		if now.Before(r.due) {
 			keep = append(keep, r)
@@ -229,9 +233,18 @@ func (d *kdriver) dueMarked(now time.Time) {
 		}
 		r.st = kready
 		d.ready = append(d.ready, r)
+		due++
 	}
 	clear(d.marked[len(keep):])
 	d.marked = keep
+	if due > 0 && due < len(d.ready) {
+		// Ahead of the records ready before them, in the order they
+		// came due.
+		n := len(d.ready) - due
+		slices.Reverse(d.ready[:n])
+		slices.Reverse(d.ready[n:])
+		slices.Reverse(d.ready)
+	}
 }
 
 // commit writes the window when it changed, then lets the retries marked

@@ -109,6 +109,50 @@ func TestKeyedOtherKeysFlow(t *testing.T) {
 	})
 }
 
+// TestKeyedDueRetryGoesFirst: a retry that comes due is delivered before
+// the records waiting for their first delivery, not behind them: with one
+// call at a time and 200 records of other keys ready, the failed record's
+// retry comes one call after its backoff, not 200 calls later.
+func TestKeyedDueRetryGoesFirst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var h streamtest.History
+		p := streamtest.NewPartition("t", 0, 500)
+		keys := make([]string, 201)
+		keys[0] = "failing"
+		for o := 1; o < len(keys); o++ {
+			keys[o] = fmt.Sprint("k", o)
+		}
+		p.AppendKeyed(time.Now(), keys...)
+		const backoff = 5 * time.Millisecond
+		var mu sync.Mutex
+		var failedAt, retriedAt time.Time
+		handler := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			time.Sleep(time.Millisecond) // a handler's work
+			if string(b.Records[0].Key) != "failing" {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if b.Attempt.Retries == 0 {
+				failedAt = time.Now()
+				return errors.New("down for a moment")
+			}
+			retriedAt = time.Now()
+			return nil
+		})
+		_, stop := keyedRun(t, &h, "a", p, handler, stream.WithConcurrency(1, 0),
+			stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(backoff)}))
+		waitCommitted(t, p, int64(len(keys)))
+		stop()
+		checkKeys(t, &h, keys)
+		// The retry's call ends a call's time after it starts, and starts
+		// at most a call's time after it is due.
+		if late := retriedAt.Sub(failedAt) - backoff; late > 3*time.Millisecond {
+			t.Fatalf("the retry ended %v after its failure, %v late with a backoff of %v: it waited behind the records of other keys", retriedAt.Sub(failedAt), late, backoff)
+		}
+	})
+}
+
 // TestKeyedConcurrency: records of different keys are handled at once, up
 // to the limit per partition, and never two of one key.
 func TestKeyedConcurrency(t *testing.T) {
