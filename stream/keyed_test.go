@@ -147,6 +147,7 @@ func TestKeyedDueRetryGoesFirst(t *testing.T) {
 		checkKeys(t, &h, keys)
 		// The retry's call ends a call's time after it starts, and starts
 		// at most a call's time after it is due.
+		t.Logf("the retry ended %v after its failure (backoff %v)", retriedAt.Sub(failedAt), backoff)
 		if late := retriedAt.Sub(failedAt) - backoff; late > 3*time.Millisecond {
 			t.Fatalf("the retry ended %v after its failure, %v late with a backoff of %v: it waited behind the records of other keys", retriedAt.Sub(failedAt), late, backoff)
 		}
