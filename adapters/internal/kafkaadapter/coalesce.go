@@ -77,29 +77,32 @@ type Coalescer struct {
 	Topic     string
 	Partition int32
 
+	// The fields below are laid out so that no padding is left between
+	// them: a claim of the franz-go adapter that holds a Coalescer fits
+	// the runtime's 512-byte size class, one per partition.
+	pendEp int32 // the pending commit's leader epoch (see pendNext)
 	// smu is held across a commit's send, so that the partition's commits
 	// go out in order, one at a time; pmu guards the rest and is taken
 	// after smu.
-	smu      sync.Mutex
-	pmu      sync.Mutex
-	inited   bool
-	closed   bool   // Final has run: nothing more is coalesced
-	pending  bool   // a success commit not sent yet
-	pendNext int64  // its offset
-	pendEp   int32  // and leader epoch
-	pendMD   string // and metadata (a key-ordered window's finished records)
-	pendRecs int64  // records it passes since the last commit sent
-	askedAt  int64  // the offset of the latest commit asked for
-	askedMD  string // and its metadata
-	// The retry states askedMD holds, when known: every one of them is
-	// in a commit written (see coalescible). Not known after a commit
-	// that carried a state of its own failed.
+	smu         sync.Mutex
+	pmu         sync.Mutex
+	inited      bool
+	closed      bool   // Final has run: nothing more is coalesced
+	pending     bool   // a success commit not sent yet
+	statesKnown bool   // askedStates is known (see askedStates)
+	flushing    bool   // a background flush runs
+	urgent      bool   // the pending commit clears a retry state: flushed at once
+	failed      bool   // the last flush failed: the next waits for the timer
+	pendNext    int64  // the pending commit's offset
+	pendMD      string // and metadata (a key-ordered window's finished records)
+	pendRecs    int64  // records it passes since the last commit sent
+	askedAt     int64  // the offset of the latest commit asked for
+	askedMD     string // and its metadata
+	// The retry states askedMD holds, when known (statesKnown): every one
+	// of them is in a commit written (see coalescible). Not known after a
+	// commit that carried a state of its own failed.
 	askedStates []retrystate.State
-	statesKnown bool
 	sentAt      time.Time   // when the last commit was sent
-	flushing    bool        // a background flush runs
-	urgent      bool        // the pending commit clears a retry state: flushed at once
-	failed      bool        // the last flush failed: the next waits for the timer
 	timer       *time.Timer // flushes the pending commit at the interval
 	flushes     sync.WaitGroup
 }
