@@ -318,7 +318,9 @@ func (e *env) await(ch <-chan struct{}, what string) {
 	select {
 	case <-ch:
 	case <-time.After(wait):
-		e.t.Fatalf("timed out waiting for %s", what)
+		// What the consumers did by then (deliveries, checkpoints), so
+		// that a time-out says where the run stood.
+		e.t.Fatalf("timed out waiting for %s\n%s", what, e.hist.dump())
 	}
 }
 
