@@ -112,7 +112,11 @@ func WithCommitTimeout(d time.Duration) Option {
 // the next batch is delivered. A crash (the process killed, the machine
 // lost) therefore delivers again at most the records of the commit in
 // flight and one window after it, about twice the window; none is lost and
-// no retry count is reset. A commit that carries a retry state is written
+// no retry count is reset.
+// So does a consumer that loses its place in the group before they are
+// written (its session expired, its connections cut): the broker refuses
+// its last commit, and the consumer logs at Warn that it was not written.
+// A commit that carries a retry state is written
 // before the next delivery, as always; the first success after one (it
 // clears the state) is sent at once and not waited for: a crash before it
 // lands makes the next owner count the retry as made, as a crash during

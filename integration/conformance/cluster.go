@@ -436,7 +436,7 @@ func clusterScenarioWith(t *testing.T, e *env, o clusterOptions, fault clusterFa
 		}
 		e.start(name, spec{handler: h, policy: policy, maxBatch: 10, session: true, rec: &r.hist,
 			hooks: stream.MergeHooks(r.hist.Hooks(name), watch),
-			opts:  []stream.Option{stream.WithExhaustionAction(dl), stream.WithLogger(r.givenUp.logger())}})
+			opts:  []stream.Option{stream.WithExhaustionAction(dl)}, log: r.givenUp.handler()})
 	}
 	e.waitTotal(parts*initial/4, longWait)
 

@@ -1,9 +1,13 @@
 package conformance
 
 import (
+	"fmt"
+	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
 // TestPoisonDeliveriesCountAFirstDeliveryOnce: a poison record whose
@@ -45,7 +49,7 @@ func TestPoisonDeliveriesCountAFirstDeliveryOnce(t *testing.T) {
 // record), and nothing else is.
 func TestGivenUpCommitsCounted(t *testing.T) {
 	var g givenUpCommits
-	l := g.logger()
+	l := slog.New(g.handler())
 	p1 := l.With("topic", "t", "partition", int32(1))
 	p1.Warn("redeliver: commit given up: the claim ended before a failed commit was written", "next", 10)
 	p1.Warn("redeliver: commit failed, will try again after the delay", "try", 1)
@@ -54,5 +58,27 @@ func TestGivenUpCommitsCounted(t *testing.T) {
 	l.Warn("redeliver: commit given up: with no partition named")
 	if got := [3]int{g.count(0), g.count(1), g.count(2)}; got != [3]int{0, 2, 1} {
 		t.Errorf("given-up commits by partition 0, 1, 2 = %v, want [0 2 1]", got)
+	}
+}
+
+// TestUnwrittenCommitsRecorded: an adapter's warning that its last
+// success commit was not written becomes an Unwritten event of the member
+// in the history, with the partition from the logger or the record; no
+// other record does.
+func TestUnwrittenCommitsRecorded(t *testing.T) {
+	var h streamtest.History
+	l := unwrittenLogger(&h, "a", slog.DiscardHandler)
+	l.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
+		"topic", "t", "partition", int32(2), "next", int64(240), "error", "unknown member")
+	l.With("topic", "t", "partition", int32(1)).Warn(unwrittenMessage+" (with the partition's logger)", "next", int64(7))
+	l.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one", "topic", "t", "partition", int32(0), "next", int64(5))
+	l.Warn(unwrittenMessage+" (no topic)", "partition", int32(3), "next", int64(9))
+	var got []string
+	for _, e := range h.Events() {
+		got = append(got, fmt.Sprintf("%v %s %s/%d %d", e.Kind, e.Member, e.Topic, e.Partition, e.Offset))
+	}
+	want := []string{"unwritten a t/2 240", "unwritten a t/1 7"}
+	if !slices.Equal(got, want) {
+		t.Errorf("events %q, want %q", got, want)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"strings"
@@ -243,8 +244,14 @@ type spec struct {
 	window   time.Duration                                                        // Config.CommitWindow
 	// rec is the history the scenario checks: in key ordering the
 	// handler records each call's start into it (History.Middleware),
-	// which CheckKeys needs.
+	// which CheckKeys needs; and the adapter's unwritten last commits go
+	// into it (unwrittenLogger).
 	rec *streamtest.History
+	// log is where the processor's log records go (through
+	// unwrittenLogger); nil for the default logger's handler. Set it
+	// rather than a stream.WithLogger option, which would bypass
+	// unwrittenLogger.
+	log slog.Handler
 }
 
 // member is a running consumer.
@@ -261,12 +268,13 @@ type member struct {
 func (e *env) start(name string, s spec) *member {
 	e.t.Helper()
 	hooks := e.hist.hooks(name, s.hooks)
-	handler, opts := s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(hooks)}, s.opts...)
+	rec := s.rec
+	if rec == nil {
+		rec = &e.hist.rec // the conformance cases check the env's history
+	}
+	handler, opts := s.handler, append([]stream.Option{stream.WithPolicy(s.policy), stream.WithHooks(hooks),
+		stream.WithLogger(unwrittenLogger(rec, name, s.log))}, s.opts...)
 	if e.keyed() {
-		rec := s.rec
-		if rec == nil {
-			rec = &e.hist.rec // the conformance cases check the env's history
-		}
 		handler = stream.Chain(handler, rec.Middleware(name))
 		opts = append(opts, stream.WithOrdering(e.ordering))
 	}

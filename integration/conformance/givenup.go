@@ -16,9 +16,10 @@ type givenUpCommits struct {
 	n  map[int32]int
 }
 
-// logger returns a logger that counts into g.
-func (g *givenUpCommits) logger() *slog.Logger {
-	return slog.New(&givenUpHandler{g: g, next: slog.Default().Handler()})
+// handler returns a handler that counts into g and passes every record on
+// to the default logger's handler.
+func (g *givenUpCommits) handler() slog.Handler {
+	return &givenUpHandler{g: g, next: slog.Default().Handler()}
 }
 
 // count returns how many commits of the partition were given up.

@@ -35,6 +35,17 @@ const (
 	// Started: a handler call began (see History.Middleware); First and
 	// Last are its batch's offsets, Retry its retry number.
 	Started
+	// Unwritten: the success checkpoints a member's adapter had coalesced
+	// (a commit window) were not all written before its claim of the
+	// partition ended: the write of the last one, Offset, was refused or
+	// failed (a Kafka adapter logs "the last success commit was not
+	// written before the partition was given up", typically because the
+	// member had lost its place in the group). Member, Topic and
+	// Partition name the claim: the member's latest claim of the
+	// partition. Its next owner starts from the last checkpoint written,
+	// which may be before those the history saw reported, and delivers
+	// the records after it again.
+	Unwritten
 )
 
 func (k EventKind) String() string {
@@ -57,6 +68,8 @@ func (k EventKind) String() string {
 		return "dead-lettered"
 	case Started:
 		return "started"
+	case Unwritten:
+		return "unwritten"
 	}
 	return "unknown"
 }
@@ -320,6 +333,39 @@ func (h *History) checked() ([]Event, map[int]bool) {
 	return events, skip
 }
 
+// unwrittenClaims returns, by partition, the claims that an Unwritten
+// event names: each such event's member's latest claim of the partition
+// before it.
+func unwrittenClaims(events []Event) map[TopicPartition]map[claimKey]bool {
+	var (
+		out    map[TopicPartition]map[claimKey]bool
+		latest = map[TopicPartition]map[string]uint64{} // a member's latest claim of a partition
+	)
+	for _, e := range events {
+		tp := TopicPartition{e.Topic, e.Partition}
+		switch e.Kind {
+		case Claimed:
+			if latest[tp] == nil {
+				latest[tp] = map[string]uint64{}
+			}
+			latest[tp][e.Member] = e.Claim
+		case Unwritten:
+			c, ok := latest[tp][e.Member]
+			if !ok {
+				continue
+			}
+			if out == nil {
+				out = map[TopicPartition]map[claimKey]bool{}
+			}
+			if out[tp] == nil {
+				out[tp] = map[claimKey]bool{}
+			}
+			out[tp][claimKey{e.Member, c}] = true
+		}
+	}
+	return out
+}
+
 // releasedIdle returns the index of the Released event of the claim that
 // events[i] is the Claimed event of, if nothing of that claim (nor of its
 // member on its partition with no claim named) comes between; else -1.
@@ -380,7 +426,8 @@ type Report struct {
 //     succeeded first), and none that goes backwards, except to where a
 //     new owner starts after a claim that was never released (a crash:
 //     the commits its adapter had coalesced are gone, and their records
-//     are delivered again);
+//     are delivered again) or one whose coalesced commits were not all
+//     written before it was released (an Unwritten event names it);
 //   - no checkpoint written by a claim that no longer owns the partition:
 //     after it was released, or after another claim took the partition, by
 //     another consumer or by the same one again (claims are told apart by
@@ -479,6 +526,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		gave      map[int64]gaveUp
 		gaveLast  map[int64]int64 // first offset of each give-up -> its last
 		left      map[int64]*own  // what the owner knew when its claim was released
+		released  *claimKey       // the owner's claim that was released last, until the next claim
 	}
 	parts := map[TopicPartition]*part{}
 	var r Report
@@ -506,6 +554,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			delete(s.own, o)
 		}
 	}
+	unwritten := unwrittenClaims(events)
 	interrupted := retrystate.ErrInterrupted.Error()
 	for i, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
@@ -531,16 +580,20 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			} else if p.left != nil {
 				kept = p.left[start]
 			}
-			if live && e.Offset < p.commit {
+			// A claim released without writing every commit its adapter
+			// had coalesced (an Unwritten event names it).
+			unclean := !live && p.released != nil && unwritten[tp][*p.released]
+			if (live || unclean) && e.Offset < p.commit {
 				// The claim before was never released (its process was
-				// killed, or its session expired): the success commits its
-				// adapter had coalesced and not written yet are gone, and
-				// their records are delivered again from the checkpoint
-				// written (the redelivery window, DESIGN 9.2). Nothing is
-				// lost; a released claim wrote them before its release.
+				// killed, or its session expired), or was released with
+				// its last commit refused: the success commits its adapter
+				// had coalesced and not written are gone, and their
+				// records are delivered again from the checkpoint written
+				// (the redelivery window, DESIGN 9.2). Nothing is lost; a
+				// claim released cleanly wrote them before its release.
 				p.commit, p.commitMD = e.Offset, e.Metadata
 			}
-			p.left = nil
+			p.left, p.released = nil, nil
 			s = &session{next: start, own: map[int64]*own{}, owedTo: -1}
 			p.sessions[key] = s
 			p.owner = key
@@ -611,7 +664,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			}
 		case Released:
 			if s != nil && p.owner == key {
-				p.left = s.own
+				p.left, p.released = s.own, &key
 			}
 			delete(p.sessions, key)
 		case Delivered:

@@ -727,3 +727,75 @@ func TestHistoryLeaseOwnership(t *testing.T) {
 		}
 	}
 }
+
+// A claim released with its coalesced commits not all written (Unwritten)
+// lets the next owner start before the checkpoints the history saw
+// reported; a claim released cleanly does not.
+func TestHistoryUnwrittenCommits(t *testing.T) {
+	tp := streamtest.TopicPartition{Topic: "t", Partition: 0}
+	ends := map[streamtest.TopicPartition]int64{tp: 10}
+	add := func(h *streamtest.History, kind streamtest.EventKind, member string, claim uint64, first, last int64) {
+		hk := h.Hooks(member)
+		bi := stream.BatchInfo{Topic: "t", ClaimID: claim, FirstOffset: first, LastOffset: last, Records: int(last - first + 1)}
+		switch kind {
+		case streamtest.Claimed:
+			hk.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: claim, Committed: first})
+		case streamtest.Released:
+			hk.Released(stream.ReleaseEvent{Topic: "t", ClaimID: claim})
+		case streamtest.Delivered:
+			hk.Delivered(stream.DeliveredEvent{BatchInfo: bi, Outcome: stream.Succeeded})
+		case streamtest.Committed:
+			hk.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: claim, Next: first})
+		case streamtest.Unwritten:
+			h.Add(streamtest.Event{Kind: streamtest.Unwritten, Member: member, Topic: "t", Partition: int32(last), Offset: first})
+		}
+	}
+	// a's claim 1 handles 0-5 and reports the checkpoints 3 and 6, and is
+	// released; b starts from 3 (6 was never written), delivers 3-9 again
+	// (its first commit, 5, is below 6) and commits. unwritten runs before
+	// b's claim, after it, or not at all.
+	script := func(unwritten func(h *streamtest.History), before bool) func(h *streamtest.History) {
+		return func(h *streamtest.History) {
+			add(h, streamtest.Claimed, "a", 1, -1, 0)
+			add(h, streamtest.Delivered, "a", 1, 0, 2)
+			add(h, streamtest.Committed, "a", 1, 3, 0)
+			add(h, streamtest.Delivered, "a", 1, 3, 5)
+			add(h, streamtest.Committed, "a", 1, 6, 0)
+			add(h, streamtest.Released, "a", 1, 0, 0)
+			if before {
+				unwritten(h)
+			}
+			add(h, streamtest.Claimed, "b", 1, 3, 0)
+			if !before {
+				unwritten(h)
+			}
+			add(h, streamtest.Delivered, "b", 1, 3, 4)
+			add(h, streamtest.Committed, "b", 1, 5, 0)
+			add(h, streamtest.Delivered, "b", 1, 5, 9)
+			add(h, streamtest.Committed, "b", 1, 10, 0)
+		}
+	}
+	none := func(*streamtest.History) {}
+	tests := []struct {
+		name      string
+		unwritten func(h *streamtest.History)
+		want      string // the violation wanted; "" for none
+	}{
+		{"released cleanly", none, "checkpoint went back from 6 to 5"},
+		{"a's last commit unwritten", func(h *streamtest.History) { add(h, streamtest.Unwritten, "a", 0, 6, 0) }, ""},
+		{"another member's", func(h *streamtest.History) { add(h, streamtest.Unwritten, "c", 0, 6, 0) }, "went back from 6 to 5"},
+		{"another partition's", func(h *streamtest.History) { add(h, streamtest.Unwritten, "a", 0, 6, 1) }, "went back from 6 to 5"},
+	}
+	for _, tt := range tests {
+		for _, before := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/before=%v", tt.name, before), func(t *testing.T) {
+				h := &streamtest.History{}
+				script(tt.unwritten, before)(h)
+				got := strings.Join(h.Check(ends).Violations, "\n")
+				if tt.want == "" && got != "" || tt.want != "" && !strings.Contains(got, tt.want) {
+					t.Fatalf("violations:\n%s\nwant one containing %q", got, tt.want)
+				}
+			})
+		}
+	}
+}
