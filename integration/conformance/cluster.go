@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,7 +163,7 @@ func RunClusterVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 			}
 			begin := time.Now()
 			e := newEnv(t, b, a)
-			e.ordering, e.window = v.Ordering, v.CommitWindow
+			e.ordering, e.window = v.Ordering, cmp.Or(v.CommitWindow, e.window)
 			f := clusterScenario(t, e, s.fault)
 			if e.keyed() {
 				f.Note = "ordering=" + e.ordering.String() + " " + f.Note

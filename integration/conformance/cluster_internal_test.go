@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -63,16 +64,23 @@ func TestGivenUpCommitsCounted(t *testing.T) {
 
 // TestUnwrittenCommitsRecorded: an adapter's warning that its last
 // success commit was not written becomes an Unwritten event of the member
-// in the history, with the partition from the logger or the record; no
-// other record does.
+// in the history, with the partition from the logger or the record, when
+// its error says the member lost its place in the group or could not reach
+// the broker; no other record does.
 func TestUnwrittenCommitsRecorded(t *testing.T) {
 	var h streamtest.History
 	l := unwrittenLogger(&h, "a", slog.DiscardHandler)
 	l.Warn("redeliver: the last success commit was not written before the partition was given up; its next owner delivers the records after the last checkpoint written again",
 		"topic", "t", "partition", int32(2), "next", int64(240), "error", "unknown member")
-	l.With("topic", "t", "partition", int32(1)).Warn(unwrittenMessage+" (with the partition's logger)", "next", int64(7))
-	l.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one", "topic", "t", "partition", int32(0), "next", int64(5))
-	l.Warn(unwrittenMessage+" (no topic)", "partition", int32(3), "next", int64(9))
+	l.With("topic", "t", "partition", int32(1)).Warn(unwrittenMessage+" (with the partition's logger)", "next", int64(7),
+		"error", errors.New("kafkago: commit at offset 7: dial tcp 127.0.0.1:29092: connect: connection refused"))
+	l.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
+		"topic", "t", "partition", int32(0), "next", int64(5), "error", "unknown member")
+	l.Warn(unwrittenMessage+" (no topic)", "partition", int32(3), "next", int64(9), "error", "unknown member")
+	// The adapter's own refusal: a defect, not a lost place.
+	l.Warn(unwrittenMessage, "topic", "t", "partition", int32(4), "next", int64(11),
+		"error", "franz: commit of t/4 at offset 11: the partition's assignment in the group's new session is not known yet")
+	l.Warn(unwrittenMessage+" (no error)", "topic", "t", "partition", int32(5), "next", int64(13))
 	var got []string
 	for _, e := range h.Events() {
 		got = append(got, fmt.Sprintf("%v %s %s/%d %d", e.Kind, e.Member, e.Topic, e.Partition, e.Offset))

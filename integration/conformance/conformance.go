@@ -17,6 +17,7 @@
 package conformance
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"slices"
@@ -166,7 +167,7 @@ func RunVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
 			e := newEnv(t, b, a)
-			e.ordering, e.window = v.Ordering, v.CommitWindow
+			e.ordering, e.window = v.Ordering, cmp.Or(v.CommitWindow, e.window)
 			if why := partitionOnly[c.name]; e.keyed() && why != "" {
 				t.Skipf("partition ordering only: %s", why)
 			}

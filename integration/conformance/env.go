@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -44,8 +45,9 @@ type env struct {
 	// [streamtest.History.CheckKeys].
 	ordering stream.Ordering
 	keys     map[int32][]string // each partition's records' keys, by offset
-	// window is the variant's commit window ([Variant.CommitWindow]):
-	// the consumers' whose scenario sets none.
+	// window is the variant's commit window ([Variant.CommitWindow]), or
+	// else REDELIVER_COMMIT_WINDOW's (envCommitWindow): the consumers'
+	// whose scenario sets none.
 	window time.Duration
 }
 
@@ -80,6 +82,18 @@ func newEnv(t *testing.T, b Broker, a Adapter) *env {
 	return e
 }
 
+// envCommitWindow is REDELIVER_COMMIT_WINDOW (a duration, such as 500ms):
+// the commit window of every Kafka scenario that sets none, so that the
+// suites can be run with every adapter's success commits coalesced. 0
+// when it is not set.
+func envCommitWindow() time.Duration {
+	d, err := time.ParseDuration(os.Getenv("REDELIVER_COMMIT_WINDOW"))
+	if err != nil || d < 0 {
+		return 0
+	}
+	return d
+}
+
 func newEnvOn(t *testing.T, b Broker, a Adapter) *env {
 	name := strings.NewReplacer("/", "-", " ", "-", "(", "", ")", "").Replace(t.Name())
 	suffix := fmt.Sprintf("%08x", rand.Uint32())
@@ -102,7 +116,7 @@ func newEnvOn(t *testing.T, b Broker, a Adapter) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, b: b, a: a, topic: "rd-" + name + "-" + suffix, group: "rd-g-" + name + "-" + suffix,
-		cl: cl, adm: kadm.NewClient(cl), control: b.Control}
+		cl: cl, adm: kadm.NewClient(cl), control: b.Control, window: envCommitWindow()}
 	e.hist.topic = e.topic
 	t.Cleanup(func() {
 		for _, m := range e.members {

@@ -14,10 +14,27 @@ import (
 // lost its place in the group and the broker refused it.
 const unwrittenMessage = "redeliver: the last success commit was not written"
 
+// lostPlace are the errors of a last commit that the member could not
+// have written whatever it did: the broker refused it because the member
+// had lost its place in the group, or the broker could not be reached.
+// (An adapter's own refusal, such as franz-go's "the partition's
+// assignment in the group's new session is not known yet", is not one:
+// a commit it should have written and did not is a defect the checker
+// must see.) Matched case-insensitively in the warning's error.
+var lostPlace = []string{
+	"unknown member", "unknown_member_id", "not known in the current generation",
+	"illegal_generation", "illegal generation", "generation id is not valid",
+	"rebalance_in_progress", "rebalance in progress", "fenced",
+	"not_coordinator", "not coordinator", "coordinator_not_available", "coordinator not available",
+	"waiting for coordinator", "run out of available brokers", "broker not connected",
+	"connection refused", "connection reset", "broken pipe", "eof", "unable to dial",
+	"i/o timeout", "deadline exceeded", "timed out",
+}
+
 // unwrittenHandler passes every record on to next, and records each of
-// member's unwritten last commits into hist as an Unwritten event, so
-// that the history checker knows which released claim's coalesced
-// checkpoints are gone (see streamtest.Unwritten).
+// member's last commits that could not be written (lostPlace) into hist as
+// an Unwritten event, so that the history checker knows which released
+// claim's coalesced checkpoints are gone (see streamtest.Unwritten).
 type unwrittenHandler struct {
 	hist   *streamtest.History
 	member string
@@ -42,7 +59,7 @@ func (h *unwrittenHandler) Enabled(ctx context.Context, l slog.Level) bool {
 func (h *unwrittenHandler) Handle(ctx context.Context, rec slog.Record) error {
 	if strings.HasPrefix(rec.Message, unwrittenMessage) {
 		ev := streamtest.Event{Kind: streamtest.Unwritten, Member: h.member, Offset: -1}
-		known := 0
+		known, lost := 0, false
 		read := func(a slog.Attr) bool {
 			v := a.Value.Resolve()
 			switch a.Key {
@@ -58,6 +75,11 @@ func (h *unwrittenHandler) Handle(ctx context.Context, rec slog.Record) error {
 				if v.Kind() == slog.KindInt64 {
 					ev.Offset = v.Int64()
 				}
+			case "error":
+				msg := strings.ToLower(v.String())
+				for _, l := range lostPlace {
+					lost = lost || strings.Contains(msg, l)
+				}
 			}
 			return true
 		}
@@ -65,7 +87,7 @@ func (h *unwrittenHandler) Handle(ctx context.Context, rec slog.Record) error {
 			read(a)
 		}
 		rec.Attrs(read)
-		if known == 3 {
+		if known == 3 && lost {
 			h.hist.Add(ev)
 		}
 	}
