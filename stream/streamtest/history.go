@@ -40,9 +40,9 @@ const (
 	// partition ended: the write of the last one, Offset, was refused or
 	// failed (a Kafka adapter logs "the last success commit was not
 	// written before the partition was given up", typically because the
-	// member had lost its place in the group). Member, Topic and
-	// Partition name the claim: the member's latest claim of the
-	// partition. Its next owner starts from the last checkpoint written,
+	// member had lost its place in the group). Member, Topic, Partition
+	// and Offset name the claim: the member's claim that reported that
+	// checkpoint last. Its next owner starts from the last checkpoint written,
 	// which may be before those the history saw reported, and delivers
 	// the records after it again.
 	Unwritten
@@ -334,23 +334,29 @@ func (h *History) checked() ([]Event, map[int]bool) {
 }
 
 // unwrittenClaims returns, by partition, the claims that an Unwritten
-// event names: each such event's member's latest claim of the partition
-// before it.
+// event names: the claim of its member that last reported the checkpoint
+// it names (Offset) before it. (The member may have claimed the partition
+// again by the time its adapter reports the old claim's last commit
+// unwritten.)
 func unwrittenClaims(events []Event) map[TopicPartition]map[claimKey]bool {
 	var (
-		out    map[TopicPartition]map[claimKey]bool
-		latest = map[TopicPartition]map[string]uint64{} // a member's latest claim of a partition
+		out map[TopicPartition]map[claimKey]bool
+		// by partition, member and checkpoint: the claim that reported it last
+		reported = map[TopicPartition]map[string]map[int64]uint64{}
 	)
 	for _, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
 		switch e.Kind {
-		case Claimed:
-			if latest[tp] == nil {
-				latest[tp] = map[string]uint64{}
+		case Committed:
+			if reported[tp] == nil {
+				reported[tp] = map[string]map[int64]uint64{}
 			}
-			latest[tp][e.Member] = e.Claim
+			if reported[tp][e.Member] == nil {
+				reported[tp][e.Member] = map[int64]uint64{}
+			}
+			reported[tp][e.Member][e.Offset] = e.Claim
 		case Unwritten:
-			c, ok := latest[tp][e.Member]
+			c, ok := reported[tp][e.Member][e.Offset]
 			if !ok {
 				continue
 			}
