@@ -39,21 +39,24 @@ type unwrittenHandler struct {
 	hist   *streamtest.History
 	member string
 	next   slog.Handler
+	min    slog.Level  // the records below it are not passed on
 	attrs  []slog.Attr // from WithAttrs
 }
 
 // unwrittenLogger returns a logger for member's processor that records its
-// unwritten commits into hist and passes every record on to next (the
-// default logger's handler when nil).
+// unwritten commits into hist and passes every record on to next; when
+// next is nil, it passes on to the default logger's handler the warnings
+// and errors only, as a processor's own default logger does.
 func unwrittenLogger(hist *streamtest.History, member string, next slog.Handler) *slog.Logger {
+	least := slog.Level(-1 << 10) // every record
 	if next == nil {
-		next = slog.Default().Handler()
+		next, least = slog.Default().Handler(), slog.LevelWarn
 	}
-	return slog.New(&unwrittenHandler{hist: hist, member: member, next: next})
+	return slog.New(&unwrittenHandler{hist: hist, member: member, next: next, min: least})
 }
 
 func (h *unwrittenHandler) Enabled(ctx context.Context, l slog.Level) bool {
-	return l >= slog.LevelWarn || h.next.Enabled(ctx, l)
+	return l >= slog.LevelWarn || l >= h.min && h.next.Enabled(ctx, l)
 }
 
 func (h *unwrittenHandler) Handle(ctx context.Context, rec slog.Record) error {
@@ -91,7 +94,7 @@ func (h *unwrittenHandler) Handle(ctx context.Context, rec slog.Record) error {
 			h.hist.Add(ev)
 		}
 	}
-	if !h.next.Enabled(ctx, rec.Level) {
+	if rec.Level < h.min || !h.next.Enabled(ctx, rec.Level) {
 		return nil
 	}
 	return h.next.Handle(ctx, rec)
