@@ -614,22 +614,7 @@ func TestHistoryRunWithInterruptedRetries(t *testing.T) {
 func TestHistoryLeaseOwnership(t *testing.T) {
 	tp := streamtest.TopicPartition{Topic: "t", Partition: 0}
 	ends := map[streamtest.TopicPartition]int64{tp: 10}
-	add := func(h *streamtest.History, kind streamtest.EventKind, member string, claim uint64, first, last int64) {
-		hk := h.Hooks(member)
-		bi := stream.BatchInfo{Topic: "t", ClaimID: claim, FirstOffset: first, LastOffset: last, Records: int(last - first + 1)}
-		switch kind {
-		case streamtest.Claimed:
-			hk.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: claim, Committed: first})
-		case streamtest.Released:
-			hk.Released(stream.ReleaseEvent{Topic: "t", ClaimID: claim})
-		case streamtest.Delivered:
-			hk.Delivered(stream.DeliveredEvent{BatchInfo: bi, Outcome: stream.Succeeded})
-		case streamtest.Committed:
-			hk.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: claim, Next: first})
-		default:
-			h.Add(streamtest.Event{Kind: kind, Member: member, Claim: claim, Topic: "t", First: first, Last: last})
-		}
-	}
+	add := addEvent
 	// during: b's claim 1 runs the partition, and late happens in the
 	// middle of it.
 	during := func(late func(h *streamtest.History)) func(h *streamtest.History) {
@@ -734,22 +719,7 @@ func TestHistoryLeaseOwnership(t *testing.T) {
 func TestHistoryUnwrittenCommits(t *testing.T) {
 	tp := streamtest.TopicPartition{Topic: "t", Partition: 0}
 	ends := map[streamtest.TopicPartition]int64{tp: 10}
-	add := func(h *streamtest.History, kind streamtest.EventKind, member string, claim uint64, first, last int64) {
-		hk := h.Hooks(member)
-		bi := stream.BatchInfo{Topic: "t", ClaimID: claim, FirstOffset: first, LastOffset: last, Records: int(last - first + 1)}
-		switch kind {
-		case streamtest.Claimed:
-			hk.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: claim, Committed: first})
-		case streamtest.Released:
-			hk.Released(stream.ReleaseEvent{Topic: "t", ClaimID: claim})
-		case streamtest.Delivered:
-			hk.Delivered(stream.DeliveredEvent{BatchInfo: bi, Outcome: stream.Succeeded})
-		case streamtest.Committed:
-			hk.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: claim, Next: first})
-		case streamtest.Unwritten:
-			h.Add(streamtest.Event{Kind: streamtest.Unwritten, Member: member, Topic: "t", Partition: int32(last), Offset: first})
-		}
-	}
+	add := addEvent
 	// a's claim 1 handles 0-5 and reports the checkpoints 3 and 6, and is
 	// released; b starts from 3 (6 was never written), delivers 3-9 again
 	// (its first commit, 5, is below 6) and commits. unwritten runs before
@@ -804,5 +774,29 @@ func TestHistoryUnwrittenCommits(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// addEvent adds to h, through its hooks where one reports the kind, an
+// event of member's claim on partition 0 of topic "t": Claimed (first is
+// the committed offset), Released, Delivered (a success of first-last),
+// Committed (first is the checkpoint), Unwritten (first is the checkpoint,
+// last the partition), or any other kind with first and last as they are.
+func addEvent(h *streamtest.History, kind streamtest.EventKind, member string, claim uint64, first, last int64) {
+	hk := h.Hooks(member)
+	bi := stream.BatchInfo{Topic: "t", ClaimID: claim, FirstOffset: first, LastOffset: last, Records: int(last - first + 1)}
+	switch kind {
+	case streamtest.Claimed:
+		hk.Claimed(stream.ClaimEvent{Topic: "t", ClaimID: claim, Committed: first})
+	case streamtest.Released:
+		hk.Released(stream.ReleaseEvent{Topic: "t", ClaimID: claim})
+	case streamtest.Delivered:
+		hk.Delivered(stream.DeliveredEvent{BatchInfo: bi, Outcome: stream.Succeeded})
+	case streamtest.Committed:
+		hk.Checkpointed(stream.CheckpointEvent{Topic: "t", ClaimID: claim, Next: first})
+	case streamtest.Unwritten:
+		h.Add(streamtest.Event{Kind: streamtest.Unwritten, Member: member, Topic: "t", Partition: int32(last), Offset: first})
+	default:
+		h.Add(streamtest.Event{Kind: kind, Member: member, Claim: claim, Topic: "t", First: first, Last: last})
 	}
 }
