@@ -283,6 +283,14 @@ func netPartitionScenario(t *testing.T, e *env, soak bool) Figures {
 	e.start("b", spec{handler: h, policy: netPolicy, maxBatch: 10, hooks: hist.Hooks("b"), rec: &hist, session: true, dial: newFaultNet(t).dial})
 	total := int64(parts) * int64(n)
 	e.waitTotal(total/5, longWait)
+	// The cut must take something from a: wait until it holds a
+	// partition. (With a commit window the first fifth of the records can
+	// be committed by b alone, before the group has taken a in.)
+	for deadline := time.Now().Add(longWait); !holds(hist.Events(), "a"); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the first consumer held no partition %v after the second had committed a fifth of the records", longWait)
+		}
+	}
 
 	outage := 2*e.b.SessionTimeout + 2*time.Second
 	cut.add("hole-up", "timeout", "upstream", `{"timeout":0}`)
@@ -330,6 +338,22 @@ func netPartitionScenario(t *testing.T, e *env, soak bool) Figures {
 	f.Recovery = recovery
 	f.Note = fmt.Sprintf("one consumer blackholed for %v (session timeout %v); recovery = from the cut until every partition moves on", outage, e.b.SessionTimeout)
 	return f
+}
+
+// holds says whether member holds a partition at the end of events: a
+// claim of its that was not released.
+func holds(events []streamtest.Event, member string) bool {
+	live := map[uint64]bool{}
+	for _, e := range events {
+		switch {
+		case e.Member != member:
+		case e.Kind == streamtest.Claimed:
+			live[e.Claim] = true
+		case e.Kind == streamtest.Released:
+			delete(live, e.Claim)
+		}
+	}
+	return len(live) > 0
 }
 
 // claimedSince says whether member claimed a partition in events.
