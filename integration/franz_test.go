@@ -1,7 +1,6 @@
 package integration_test
 
 import (
-	"os"
 	"testing"
 	"time"
 
@@ -50,15 +49,12 @@ func (a franzAdapter) NewConsumer(t *testing.T, cfg conformance.Config) (conform
 	return franz.New(cfg.Processor, franz.WithKgoOptions(opts...), franz.WithMaxBatch(cfg.MaxBatch), franz.WithCommitWindow(window(cfg)))
 }
 
-// window is the commit window of cfg, as WithCommitWindow's arguments.
-// A scenario that sets no window runs with REDELIVER_COMMIT_WINDOW's (a
-// duration, such as 500ms) when it is set: the way to run the reliability
-// suite with every adapter's success commits coalesced.
+// window is the commit window of cfg, as WithCommitWindow's arguments
+// (the conformance env sets REDELIVER_COMMIT_WINDOW's in every scenario
+// that sets none: the way to run the suites with every adapter's success
+// commits coalesced).
 func window(cfg conformance.Config) (time.Duration, int) {
 	if cfg.CommitWindow <= 0 {
-		if d, err := time.ParseDuration(os.Getenv("REDELIVER_COMMIT_WINDOW")); err == nil && d > 0 {
-			return d, 50000
-		}
 		return 0, 0
 	}
 	return cfg.CommitWindow, 50000

@@ -74,6 +74,8 @@ func TestUnwrittenCommitsRecorded(t *testing.T) {
 		"topic", "t", "partition", int32(2), "next", int64(240), "error", "unknown member")
 	l.With("topic", "t", "partition", int32(1)).Warn(unwrittenMessage+" (with the partition's logger)", "next", int64(7),
 		"error", errors.New("kafkago: commit at offset 7: dial tcp 127.0.0.1:29092: connect: connection refused"))
+	l.Warn(unwrittenMessage, "topic", "t", "partition", int32(6), "next", int64(1290),
+		"error", errors.New("confluent: commit t/6 at 1290: no answer: context canceled"))
 	l.Warn("redeliver: a success commit failed, will try again at the commit interval or with the next one",
 		"topic", "t", "partition", int32(0), "next", int64(5), "error", "unknown member")
 	l.Warn(unwrittenMessage+" (no topic)", "partition", int32(3), "next", int64(9), "error", "unknown member")
@@ -85,7 +87,7 @@ func TestUnwrittenCommitsRecorded(t *testing.T) {
 	for _, e := range h.Events() {
 		got = append(got, fmt.Sprintf("%v %s %s/%d %d", e.Kind, e.Member, e.Topic, e.Partition, e.Offset))
 	}
-	want := []string{"unwritten a t/2 240", "unwritten a t/1 7"}
+	want := []string{"unwritten a t/2 240", "unwritten a t/1 7", "unwritten a t/6 1290"}
 	if !slices.Equal(got, want) {
 		t.Errorf("events %q, want %q", got, want)
 	}

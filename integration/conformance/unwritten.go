@@ -16,7 +16,10 @@ const unwrittenMessage = "redeliver: the last success commit was not written"
 
 // lostPlace are the errors of a last commit that the member could not
 // have written whatever it did: the broker refused it because the member
-// had lost its place in the group, or the broker could not be reached.
+// had lost its place in the group, the broker could not be reached, or it
+// did not answer before the adapter stopped waiting (confluent's "no
+// answer": the revocation's or the shutdown's bound, while the member was
+// cut off from the broker).
 // (An adapter's own refusal, such as franz-go's "the partition's
 // assignment in the group's new session is not known yet", is not one:
 // a commit it should have written and did not is a defect the checker
@@ -28,7 +31,7 @@ var lostPlace = []string{
 	"not_coordinator", "not coordinator", "coordinator_not_available", "coordinator not available",
 	"waiting for coordinator", "run out of available brokers", "broker not connected",
 	"connection refused", "connection reset", "broken pipe", "eof", "unable to dial",
-	"i/o timeout", "deadline exceeded", "timed out",
+	"i/o timeout", "deadline exceeded", "timed out", "no answer",
 }
 
 // unwrittenHandler passes every record on to next, and records each of
