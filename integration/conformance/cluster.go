@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -162,8 +161,7 @@ func RunClusterVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 				t.Skip("not in the variant's set")
 			}
 			begin := time.Now()
-			e := newEnv(t, b, a)
-			e.ordering, e.window = v.Ordering, cmp.Or(v.CommitWindow, e.window)
+			e := newVariantEnv(t, b, a, v)
 			f := clusterScenario(t, e, s.fault)
 			if e.keyed() {
 				f.Note = "ordering=" + e.ordering.String() + " " + f.Note

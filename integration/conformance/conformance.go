@@ -17,7 +17,6 @@
 package conformance
 
 import (
-	"cmp"
 	"context"
 	"net"
 	"slices"
@@ -166,8 +165,7 @@ func RunVariant(t *testing.T, p Provider, a Adapter, v Variant) {
 			if a.NeedsKIP848() && !b.KIP848 {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
-			e := newEnv(t, b, a)
-			e.ordering, e.window = v.Ordering, cmp.Or(v.CommitWindow, e.window)
+			e := newVariantEnv(t, b, a, v)
 			if why := partitionOnly[c.name]; e.keyed() && why != "" {
 				t.Skipf("partition ordering only: %s", why)
 			}

@@ -82,6 +82,14 @@ func newEnv(t *testing.T, b Broker, a Adapter) *env {
 	return e
 }
 
+// newVariantEnv is newEnv running variant v: in its ordering, and with
+// its commit window where it sets one (else envCommitWindow's).
+func newVariantEnv(t *testing.T, b Broker, a Adapter, v Variant) *env {
+	e := newEnv(t, b, a)
+	e.ordering, e.window = v.Ordering, cmp.Or(v.CommitWindow, e.window)
+	return e
+}
+
 // envCommitWindow is REDELIVER_COMMIT_WINDOW (a duration, such as 500ms):
 // the commit window of every Kafka scenario that sets none, so that the
 // suites can be run with every adapter's success commits coalesced. 0

@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -168,8 +167,7 @@ func RunReliabilityVariant(t *testing.T, p Provider, a Adapter, childName string
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
 			}
 			begin := time.Now()
-			e := newEnv(t, b, a)
-			e.ordering, e.window = v.Ordering, cmp.Or(v.CommitWindow, e.window)
+			e := newVariantEnv(t, b, a, v)
 			f := s.run(t, e)
 			if e.keyed() {
 				f.Note = strings.TrimSpace("ordering=" + e.ordering.String() + " " + f.Note)
