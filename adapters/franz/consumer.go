@@ -210,11 +210,12 @@ func WithPublisher(pub *Publisher) Option {
 // consumer is assigned: one worker per assigned partition, started when
 // the partition's committed offset has been fetched and stopped (its
 // context cancelled, then waited for) when the partition is revoked or lost
-// or the consumer stops. A worker runs on a goroutine of its own while its
-// partition has records; while the partition is idle (nothing fetched and
-// not delivered, no retry pending) the worker parks: its goroutine ends
-// and its state is let go, and it resumes under the same claim (the same
-// ClaimID in the stream.Hooks events) when records arrive.
+// or the consumer stops. A worker runs on a goroutine while its partition
+// has records (workers that wake at once share a few; see the package
+// doc); while the partition is idle (nothing fetched and not delivered, no
+// retry pending) the worker parks: it gives up its goroutine and its state
+// is let go, and it resumes under the same claim (the same ClaimID in the
+// stream.Hooks events) when records arrive.
 //
 // A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
 // [Consumer.Close] may be called from anywhere, a handler included. Its

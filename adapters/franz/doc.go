@@ -28,11 +28,21 @@
 //     paused, the worker parks under its claim and its goroutine ends.
 //     Records arriving (or transaction markers moving the partition's
 //     position), or the partition's release (a revocation, a lost
-//     session, Run's end, Close), start it again on a new goroutine, under
-//     the same claim: Claimed and Released are called once per claim, the
-//     ClaimID does not change, and a retry state read at the assignment
-//     is kept for the first batch. Under key ordering ([stream.ByKey],
+//     session, Run's end, Close), start it again, under the same claim:
+//     Claimed and Released are called once per claim, the ClaimID does
+//     not change, and a retry state read at the assignment is kept for
+//     the first batch. Under key ordering ([stream.ByKey],
 //     [stream.ByNone]) a worker never parks: it keeps its goroutine.
+//   - Workers that start or wake at once (an assignment of many
+//     partitions, a poll with records for many idle ones) share a few
+//     goroutines: up to 4 per GOMAXPROCS (at least 16) run at once, and
+//     one whose worker parks or ends takes the next worker waiting. When
+//     none of them takes a waiting worker for 10 ms (their handlers take
+//     their time, or their batches wait out a backoff), every worker
+//     still waiting gets a goroutine of its own. So a partition waits at
+//     most about 10 ms behind busy ones, and a thousand partitions
+//     waking together do not make a thousand goroutines, whose
+//     descriptors the Go runtime keeps for the life of the process.
 //   - Batches are formed per partition from the client's fetches: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill.

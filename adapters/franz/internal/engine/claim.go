@@ -269,27 +269,31 @@ func (cl *claim) revoke(cause error) {
 }
 
 // work runs fn, the worker (the Processor's Process, or a parked worker's
-// resume), on a goroutine of its own; the caller holds a g.wg count for
-// it (startLocked), which a parked worker keeps. When fn parks the worker
-// the goroutine ends and the claim goes on: it holds the worker's resume
-// (Park), and runs it here again once records arrive or the claim ends.
-// When fn returns anything else the worker has ended: a worker that failed
-// (the claim not ended) fails the consumer, and the claim is finished.
+// resume), on one of the consumer's runners (park.Runners: a goroutine of
+// its own unless many workers wake at once); the caller holds a g.wg count
+// for it (startLocked), which a parked worker keeps. When fn parks the
+// worker the runner goes on to another and the claim goes on: it holds the
+// worker's resume (Park), and runs it here again once records arrive or
+// the claim ends. When fn returns anything else the worker has ended: a
+// worker that failed (the claim not ended) fails the consumer, and the
+// claim is finished.
 func (cl *claim) work(fn park.Resume) {
 	g := cl.g
-	go lifecycle.Inside(func() {
-		err := fn() // the worker's context carries the group (start)
-		if err == park.ErrParked {
-			return
-		}
-		defer g.wg.Done()
-		defer cl.finish()
-		defer g.workers.remove(cl)
-		if cl.ctx.Err() == nil {
-			err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
-			cl.c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
-			g.fail(err)
-		}
+	g.c.runners.Go(func() {
+		lifecycle.Inside(func() {
+			err := fn() // the worker's context carries the group (start)
+			if err == park.ErrParked {
+				return
+			}
+			defer g.wg.Done()
+			defer cl.finish()
+			defer g.workers.remove(cl)
+			if cl.ctx.Err() == nil {
+				err = fmt.Errorf("franz: worker of %s/%d stopped: %w", cl.key.topic, cl.key.partition, err)
+				cl.c.log.Error("redeliver: worker failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
+				g.fail(err)
+			}
+		})
 	})
 }
 

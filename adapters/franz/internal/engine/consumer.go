@@ -14,6 +14,7 @@ import (
 	"github.com/redeliver-go/redeliver/adapters/franz/internal/kclient"
 	"github.com/redeliver-go/redeliver/internal/health"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
+	"github.com/redeliver-go/redeliver/internal/park"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -100,7 +101,8 @@ func DefaultConfig() Config {
 // partition has records; while the partition is idle (nothing fetched and
 // not delivered, no retry pending) the worker parks: its goroutine ends
 // and its state is let go, and it resumes under the same claim (the same
-// ClaimID in the stream.Hooks events) when records arrive.
+// ClaimID in the stream.Hooks events) when records arrive. Workers that
+// start or resume at once share a few goroutines (park.Runners).
 //
 // A Consumer is safe for concurrent use. [Consumer.Run] may be called once;
 // [Consumer.Close] may be called from anywhere, a handler included.
@@ -116,6 +118,10 @@ type Consumer struct {
 
 	fetchErrs fetcherr.Tracker
 	checks    health.Checker
+	// runners runs the partitions' workers: many partitions that wake
+	// at once (an assignment, a poll with records for idle partitions)
+	// share a few goroutines instead of starting one each.
+	runners park.Runners
 
 	closeCl      sync.Once
 	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
@@ -168,6 +174,9 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
 	c.checks.Log = log
 	c.checks.EndAfter, c.checks.End = cfg.FailAfter, c.life.Fail
+	c.runners.Stalled = func(waiting int) {
+		log.Debug("redeliver: partition workers held up; the waiting ones start on goroutines of their own", "waiting", waiting, "held_up_for", park.DefaultStall)
+	}
 	if cfg.Client != nil {
 		g, err := checkClient(cfg.Client)
 		if err != nil {

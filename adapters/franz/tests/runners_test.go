@@ -1,0 +1,144 @@
+package franz_test
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/adapters/franz"
+	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
+	"github.com/redeliver-go/redeliver/stream"
+)
+
+// goroutineID returns the calling goroutine's ID (the runtime never
+// gives one to two goroutines).
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	id, _, _ := bytes.Cut(bytes.TrimPrefix(buf, []byte("goroutine ")), []byte(" "))
+	return string(id)
+}
+
+// stalls counts the workers the consumer's log says it started on
+// goroutines of their own after its runners were held up.
+type stalls struct {
+	slog.Handler
+	waiting *atomic.Int64
+}
+
+func (s stalls) Enabled(context.Context, slog.Level) bool { return true }
+
+func (s stalls) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, "held up") {
+		r.Attrs(func(a slog.Attr) bool {
+			if a.Key == "waiting" {
+				s.waiting.Add(a.Value.Int64())
+			}
+			return true
+		})
+	}
+	return nil
+}
+
+func (s stalls) WithAttrs([]slog.Attr) slog.Handler { return s }
+func (s stalls) WithGroup(string) slog.Handler      { return s }
+
+// TestManyPartitionsShareWorkerGoroutines: a consumer assigned many
+// partitions at once, each with records, runs their workers on a few
+// goroutines, not one per partition: the handlers of 300 partitions
+// assigned together run on no more goroutines than the runners' limit
+// (16, or 4 per GOMAXPROCS), plus those the consumer logs it started for
+// workers held up behind busy ones, and every partition's record is
+// handled and committed.
+func TestManyPartitionsShareWorkerGoroutines(t *testing.T) {
+	const parts = 300
+	addrs := newCluster(t, "t", parts)
+	for p := range int32(parts) {
+		produce(t, addrs, "t", p, 0, 1)
+	}
+	var mu sync.Mutex
+	ran := map[string]bool{} // the goroutines handlers ran on
+	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+		id := goroutineID()
+		mu.Lock()
+		ran[id] = true
+		mu.Unlock()
+		return nil
+	}))
+	var spilled atomic.Int64
+	r := start(t, addrs, "g", "t", proc, franz.WithLogger(slog.New(stalls{waiting: &spilled})))
+	want := map[int32]int64{}
+	for p := range int32(parts) {
+		want[p] = 1
+	}
+	waitCommitted(t, addrs, "g", "t", want)
+	if err := r.Stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	limit := max(16, 4*runtime.GOMAXPROCS(0))
+	t.Logf("the handlers of %d partitions ran on %d goroutines (%d started for held-up workers)", parts, len(ran), spilled.Load())
+	if len(ran) == 0 || int64(len(ran)) > int64(limit)+spilled.Load() {
+		t.Errorf("the handlers of %d partitions ran on %d goroutines, want at least one and at most %d (the limit) + %d (logged as held up)", parts, len(ran), limit, spilled.Load())
+	}
+}
+
+// TestHeldUpWorkersDoNotHoldOthersBack: every handler waits until the
+// handlers of all partitions have been called, more partitions than the
+// runners' limit. Workers beyond the limit wait behind held-up ones for
+// a stall only: then they get goroutines of their own (logged), and all
+// are handled.
+func TestHeldUpWorkersDoNotHoldOthersBack(t *testing.T) {
+	parts := int32(max(16, 4*runtime.GOMAXPROCS(0)) + 24)
+	addrs := newCluster(t, "t", parts)
+	for p := range parts {
+		produce(t, addrs, "t", p, 0, 1)
+	}
+	var (
+		mu      sync.Mutex
+		called  = map[int32]bool{}
+		all     = make(chan struct{})
+		spilled atomic.Int64
+	)
+	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(ctx context.Context, b *stream.Batch) error {
+		mu.Lock()
+		called[b.Partition] = true
+		if len(called) == int(parts) {
+			close(all)
+		}
+		mu.Unlock()
+		select {
+		case <-all:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}))
+	r := start(t, addrs, "g", "t", proc, franz.WithLogger(slog.New(stalls{waiting: &spilled})))
+	select {
+	case <-all:
+	case <-time.After(wait):
+		mu.Lock()
+		n := len(called)
+		mu.Unlock()
+		t.Fatalf("after %v, the handlers of %d of %d partitions were called: workers held back behind held-up ones", wait, n, parts)
+	}
+	want := map[int32]int64{}
+	for p := range parts {
+		want[p] = 1
+	}
+	waitCommitted(t, addrs, "g", "t", want)
+	if err := r.Stop(t); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if spilled.Load() == 0 {
+		t.Errorf("no workers logged as started after their runners were held up")
+	}
+}

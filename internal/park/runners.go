@@ -1,0 +1,142 @@
+package park
+
+import (
+	"runtime"
+	"sync"
+	"time"
+)
+
+// Runners runs workers (a partition's worker starting, or a parked
+// worker's resume) on goroutines that take one worker after another, so
+// that many partitions waking at once (an assignment, or a poll that
+// brings records for many idle partitions) do not start a goroutine each.
+//
+// Up to Limit goroutines run at once while they make progress; a worker
+// given beyond that waits in a queue, and the first goroutine whose worker
+// ends or parks takes it. When no goroutine took a worker from the queue
+// for a whole Stall (every one is held up: a handler that takes its time,
+// a backoff, a commit that waits for the broker), every worker still
+// waiting gets a goroutine of its own at once, so a worker waits at most
+// about Stall behind held-up ones. Nothing else waits: a goroutine with
+// no worker left ends.
+//
+// The zero value is ready to use, with the defaults below. Its methods
+// may be called from any goroutine.
+type Runners struct {
+	// Limit is how many goroutines may take workers from the queue;
+	// 0 is DefaultLimit or 4 per GOMAXPROCS, whichever is more.
+	Limit int
+	// Stall is how long the queue may go without a worker taken from it
+	// before each waiting worker gets a goroutine of its own; 0 is
+	// DefaultStall.
+	Stall time.Duration
+	// Stalled, when not nil, is called after a stall check gave waiting
+	// workers goroutines of their own, with how many.
+	Stalled func(waiting int)
+
+	mu      sync.Mutex
+	queue   []func() // waiting, oldest first, from head
+	head    int
+	running int  // goroutines running a worker, or about to take one
+	armed   bool // a stall check is due
+	taken   bool // a worker was taken from the queue since the check was armed
+	check   *time.Timer
+}
+
+// DefaultLimit and DefaultStall are Runners' limits when not set.
+const (
+	DefaultLimit = 16
+	DefaultStall = 10 * time.Millisecond
+)
+
+// Go runs fn on one of r's goroutines: a new one while fewer than Limit
+// run, else the first one free, or a goroutine of its own after a stall.
+func (r *Runners) Go(fn func()) {
+	r.mu.Lock()
+	if r.running < r.limit() {
+		r.running++
+		r.mu.Unlock()
+		go r.run(fn)
+		return
+	}
+	r.queue = append(r.queue, fn)
+	if !r.armed {
+		r.armed, r.taken = true, false
+		if r.check == nil {
+			r.check = time.AfterFunc(r.stall(), r.stalled)
+		} else {
+			r.check.Reset(r.stall())
+		}
+	}
+	r.mu.Unlock()
+}
+
+// run runs fn, then the queue's workers one after another, until the
+// queue is empty.
+func (r *Runners) run(fn func()) {
+	for fn != nil {
+		fn()
+		fn = r.next()
+	}
+}
+
+// next takes the oldest waiting worker, or returns nil and counts the
+// calling goroutine out.
+func (r *Runners) next() func() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.head == len(r.queue) {
+		r.running--
+		return nil
+	}
+	fn := r.queue[r.head]
+	r.queue[r.head] = nil
+	r.head++
+	if r.head == len(r.queue) {
+		r.queue, r.head = r.queue[:0], 0
+	}
+	r.taken = true
+	return fn
+}
+
+// stalled is the stall check: when no worker was taken from the queue
+// since it was armed, every waiting worker gets a goroutine of its own
+// (which, once its worker is done, takes from the queue as the others do).
+func (r *Runners) stalled() {
+	r.mu.Lock()
+	if r.head == len(r.queue) {
+		r.armed = false
+		r.mu.Unlock()
+		return
+	}
+	if r.taken {
+		r.taken = false
+		r.check.Reset(r.stall())
+		r.mu.Unlock()
+		return
+	}
+	waiting := r.queue[r.head:]
+	r.queue, r.head, r.armed = nil, 0, false
+	r.running += len(waiting)
+	r.mu.Unlock()
+	for _, fn := range waiting {
+		go r.run(fn)
+	}
+	if r.Stalled != nil {
+		r.Stalled(len(waiting))
+	}
+}
+
+func (r *Runners) limit() int {
+	if r.Limit > 0 {
+		return r.Limit
+	}
+	return max(DefaultLimit, 4*runtime.GOMAXPROCS(0))
+}
+
+func (r *Runners) stall() time.Duration {
+	if r.Stall > 0 {
+		return r.Stall
+	}
+	return DefaultStall
+}

@@ -1,0 +1,171 @@
+package park
+
+import (
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// concurrency counts how many of the workers run at once.
+type concurrency struct {
+	now, most atomic.Int64
+}
+
+func (c *concurrency) enter() {
+	n := c.now.Add(1)
+	for {
+		m := c.most.Load()
+		if n <= m || c.most.CompareAndSwap(m, n) {
+			return
+		}
+	}
+}
+
+func (c *concurrency) leave() { c.now.Add(-1) }
+
+// A burst of workers that finish at once runs on at most Limit goroutines,
+// and every one of them runs.
+func TestRunnersBurstUsesFewGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Runners{Limit: 4}
+		var c concurrency
+		var wg sync.WaitGroup
+		release := make(chan struct{})
+		const n = 1000
+		ran := make([]bool, n)
+		for i := range n {
+			wg.Add(1)
+			r.Go(func() {
+				defer wg.Done()
+				c.enter()
+				defer c.leave()
+				<-release // every goroutine started so far is running a worker
+				ran[i] = true
+			})
+		}
+		synctest.Wait()
+		if got := c.now.Load(); got != 4 {
+			t.Fatalf("%d workers running before any finished, want the limit, 4", got)
+		}
+		close(release)
+		wg.Wait()
+		if got := c.most.Load(); got != 4 {
+			t.Errorf("at most %d workers ran at once, want 4", got)
+		}
+		for i, ok := range ran {
+			if !ok {
+				t.Fatalf("worker %d did not run", i)
+			}
+		}
+		synctest.Wait() // the goroutines end: synctest fails the test otherwise
+		if r.running != 0 || r.head != len(r.queue) {
+			t.Errorf("after the burst: %d running, %d waiting", r.running, len(r.queue)-r.head)
+		}
+	})
+}
+
+// Workers wait in the queue, oldest first, while the goroutines make
+// progress, however long that takes in all: no stall check spills them.
+func TestRunnersProgressKeepsTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Runners{Limit: 1, Stall: 10 * time.Millisecond}
+		var c concurrency
+		var order []int
+		var wg sync.WaitGroup
+		for i := range 20 {
+			wg.Add(1)
+			r.Go(func() {
+				defer wg.Done()
+				c.enter()
+				defer c.leave()
+				time.Sleep(6 * time.Millisecond) // less than a stall, 120 ms in all
+				order = append(order, i)
+			})
+		}
+		wg.Wait()
+		if got := c.most.Load(); got != 1 {
+			t.Errorf("at most %d workers ran at once, want 1", got)
+		}
+		for i, v := range order {
+			if v != i {
+				t.Fatalf("workers ran in the order %v, want the order given", order)
+			}
+		}
+	})
+}
+
+// When every goroutine is held up for a stall, the waiting workers get
+// goroutines of their own: after the stall, not before.
+func TestRunnersStallStartsTheWaiting(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const stall = 10 * time.Millisecond
+		var stalled []int
+		r := &Runners{Limit: 2, Stall: stall, Stalled: func(n int) { stalled = append(stalled, n) }}
+		held := make(chan struct{})
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Add(1)
+			r.Go(func() { defer wg.Done(); <-held })
+		}
+		start := time.Now()
+		var ran [3]atomic.Int64 // when each waiting worker ran, from start
+		for i := range ran {
+			wg.Add(1)
+			r.Go(func() { defer wg.Done(); ran[i].Store(int64(time.Since(start)) + 1) })
+		}
+		time.Sleep(stall - time.Nanosecond)
+		synctest.Wait()
+		for i := range ran {
+			if ran[i].Load() != 0 {
+				t.Fatalf("waiting worker %d ran before a stall, with the goroutines held up", i)
+			}
+		}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		for i := range ran {
+			if got := time.Duration(ran[i].Load() - 1); got != stall {
+				t.Errorf("waiting worker %d ran %v after it was given, want after the stall, %v", i, got, stall)
+			}
+		}
+		if len(stalled) != 1 || stalled[0] != len(ran) {
+			t.Errorf("Stalled called with %v, want once with %d", stalled, len(ran))
+		}
+		close(held)
+		wg.Wait()
+		synctest.Wait()
+		if r.running != 0 {
+			t.Errorf("%d goroutines counted running after every worker ended", r.running)
+		}
+		// The runners work as before after a spill.
+		done := make(chan struct{})
+		r.Go(func() { close(done) })
+		<-done
+	})
+}
+
+// A stall check that finds progress looks again a stall later: a worker
+// behind a goroutine that was making progress and then got held up waits
+// at most about two stalls.
+func TestRunnersStallAfterProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const stall = 10 * time.Millisecond
+		r := &Runners{Limit: 1, Stall: stall}
+		held := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(3)
+		r.Go(func() { defer wg.Done(); time.Sleep(stall / 2) })
+		r.Go(func() { defer wg.Done(); <-held }) // taken at stall/2, then held
+		start := time.Now()
+		var ranAt time.Duration
+		r.Go(func() { defer wg.Done(); ranAt = time.Since(start) })
+		time.Sleep(3 * stall)
+		synctest.Wait()
+		if ranAt != 2*stall {
+			t.Errorf("the last worker ran %v after it was given, want %v (the second check)", ranAt, 2*stall)
+		}
+		close(held)
+		wg.Wait()
+	})
+}
