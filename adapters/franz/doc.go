@@ -36,13 +36,17 @@
 //   - Workers that start or wake at once (an assignment of many
 //     partitions, a poll with records for many idle ones) share a few
 //     goroutines: up to 4 per GOMAXPROCS (at least 16) run at once, and
-//     one whose worker parks or ends takes the next worker waiting. When
-//     none of them takes a waiting worker for 10 ms (their handlers take
-//     their time, or their batches wait out a backoff), every worker
-//     still waiting gets a goroutine of its own. So a partition waits at
-//     most about 10 ms behind busy ones, and a thousand partitions
-//     waking together do not make a thousand goroutines, whose
-//     descriptors the Go runtime keeps for the life of the process.
+//     one whose worker parks or ends takes the next worker waiting. A
+//     worker that waits for a commit's answer (every commit without
+//     [WithCommitWindow]) lets a waiting worker start meanwhile, so that
+//     many partitions' commits are in flight together. When none of them
+//     takes a waiting worker for 10 ms (their handlers take their time,
+//     or their batches wait out a backoff), every worker still waiting
+//     gets a goroutine of its own (logged at debug level). So a partition
+//     waits at most about 10 ms behind busy ones, and a thousand
+//     partitions waking together with nothing to wait for do not make a
+//     thousand goroutines, whose descriptors the Go runtime keeps for the
+//     life of the process.
 //   - Batches are formed per partition from the client's fetches: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill.

@@ -58,19 +58,17 @@ const maxSpare = 1 << 16
 // but Next and WaitRoom is called with the lock held; Next and WaitRoom
 // take it, and release it while they wait.
 type Buffer[R any] struct {
-	mu  sync.Locker
+	mu  *sync.Mutex
 	cfg Config[R]
 
-	chunks [][]R // what each push brought; chunks[0][head:] and the rest are buffered
-	head   int
-	n      int   // records buffered
-	size   int   // their sizes, as Config.Size counts them
+	// The records buffered: made when records first come, and let go
+	// with Rest while none are (an idle partition keeps only what is
+	// below).
+	*queue[R]
+
 	last   int64 // the offset of the last record pushed; -1 before any
-	pushed int64 // records ever pushed, and taken: a record's sequence number
-	taken  int64
-	cuts   []int64 // the sequence numbers of buffered records that begin a rewind
-	skip   int64   // the offset past the records skipped after the last pushed (Skip); -1 for none
-	told   int64   // the skip a Next returned no records for
+	skip   int64 // the offset past the records skipped after the last pushed (Skip); -1 for none
+	told   int64 // the skip a Next returned no records for
 	full   bool
 	paused bool
 	// waiting: the worker waits on wake; roomWaiting: the fetch side
@@ -78,14 +76,33 @@ type Buffer[R any] struct {
 	// smaller.
 	waiting     bool
 	roomWaiting bool
-	spare       [][]R
 
 	wake chan struct{} // made by the first Next that waits; let go by Rest
 	room chan struct{} // made by the first WaitRoom that waits
 }
 
+// queue is a Buffer's records, and the slices it keeps for reuse.
+type queue[R any] struct {
+	chunks [][]R // what each push brought; chunks[0][head:] and the rest are buffered
+	head   int
+	n      int   // records buffered
+	size   int   // their sizes, as Config.Size counts them
+	pushed int64 // records pushed since the queue was made, and taken: a record's sequence number
+	taken  int64
+	cuts   []int64 // the sequence numbers of buffered records that begin a rewind
+	spare  [][]R
+}
+
+// records returns the buffer's queue, made if it has none.
+func (b *Buffer[R]) records() *queue[R] {
+	if b.queue == nil {
+		b.queue = new(queue[R])
+	}
+	return b.queue
+}
+
 // New returns an empty buffer guarded by mu.
-func New[R any](mu sync.Locker, cfg Config[R]) *Buffer[R] {
+func New[R any](mu *sync.Mutex, cfg Config[R]) *Buffer[R] {
 	return &Buffer[R]{mu: mu, cfg: cfg, last: -1, skip: -1, told: -1}
 }
 
@@ -104,6 +121,7 @@ func (b *Buffer[R]) Push(recs []R) {
 		b.spareSlice(recs)
 		return
 	}
+	b.records()
 	for i := range recs {
 		r := &recs[i]
 		off := b.cfg.Offset(r)
@@ -145,7 +163,7 @@ func (b *Buffer[R]) Skip(to int64) {
 		return
 	}
 	b.skip = to
-	if b.waiting && b.n == 0 {
+	if b.waiting && b.Len() == 0 {
 		b.waiting = false
 		signal(b.wake)
 	}
@@ -160,7 +178,7 @@ func (b *Buffer[R]) Interrupt() { signal(b.wake) }
 // otherwise (none skipped, or records buffered): a claim's
 // stream.Positioner.
 func (b *Buffer[R]) Position() int64 {
-	if b.n == 0 && b.skip > b.last+1 {
+	if b.Len() == 0 && b.skip > b.last+1 {
 		return b.skip
 	}
 	return -1
@@ -188,6 +206,7 @@ func (b *Buffer[R]) Next(ctx context.Context, maxBatch int, maxWait time.Duratio
 	}()
 	for {
 		b.mu.Lock()
+		b.records()
 		k := min(b.n, maxBatch)
 		cut := false
 		for len(b.cuts) > 0 && b.cuts[0] <= b.taken {
@@ -286,7 +305,7 @@ func (b *Buffer[R]) drainedLocked() {
 // spareSlice keeps a spent push's slice for the fetch side, when the
 // buffer reuses them.
 func (b *Buffer[R]) spareSlice(s []R) {
-	if b.cfg.Reuse && len(b.spare) < 2 && cap(s) <= maxSpare {
+	if b.cfg.Reuse && b.queue != nil && len(b.spare) < 2 && cap(s) <= maxSpare {
 		clear(s)
 		b.spare = append(b.spare, s[:0])
 	}
@@ -295,6 +314,9 @@ func (b *Buffer[R]) spareSlice(s []R) {
 // Slice returns an empty slice for the fetch side to read its next records
 // into: a spent push's, when the buffer reuses them, or nil.
 func (b *Buffer[R]) Slice() []R {
+	if b.queue == nil {
+		return nil
+	}
 	if n := len(b.spare); n > 0 {
 		s := b.spare[n-1]
 		b.spare = b.spare[:n-1]
@@ -303,22 +325,32 @@ func (b *Buffer[R]) Slice() []R {
 	return nil
 }
 
-// Rest lets go of what Next waits with: the worker does not call Next
-// again before records are there, or the buffer's owner wakes it
-// otherwise (a claim whose worker parked while the buffer is empty).
+// Rest lets go of what Next waits with, and of the queue while no record
+// is buffered (its memory, and the slices kept for reuse): the worker does
+// not call Next again before records are there, or the buffer's owner
+// wakes it otherwise (a claim whose worker parked while the buffer is
+// empty).
 func (b *Buffer[R]) Rest() {
 	b.waiting, b.wake = false, nil
+	if b.Len() == 0 {
+		b.queue = nil // no record is buffered: every rewind it noted is behind
+	}
 }
 
 // Ready reports whether Next would return without waiting for the fetch
 // side: records are buffered, or the fetch side skipped records since Next
 // last returned for a skip.
 func (b *Buffer[R]) Ready() bool {
-	return b.n > 0 || b.skip > b.last+1 && b.skip > b.told
+	return b.Len() > 0 || b.skip > b.last+1 && b.skip > b.told
 }
 
 // Len returns how many records are buffered.
-func (b *Buffer[R]) Len() int { return b.n }
+func (b *Buffer[R]) Len() int {
+	if b.queue == nil {
+		return 0
+	}
+	return b.n
+}
 
 // ReadTo returns the offset the fetch side has read the partition to:
 // past the last record pushed, or past the records it skipped after it;
@@ -326,7 +358,12 @@ func (b *Buffer[R]) Len() int { return b.n }
 func (b *Buffer[R]) ReadTo() int64 { return max(b.last+1, b.skip) }
 
 // Size returns what the buffered records count against the limit.
-func (b *Buffer[R]) Size() int { return b.size }
+func (b *Buffer[R]) Size() int {
+	if b.queue == nil {
+		return 0
+	}
+	return b.size
+}
 
 // Last returns the offset of the last record pushed, or -1.
 func (b *Buffer[R]) Last() int64 { return b.last }
@@ -341,7 +378,9 @@ func (b *Buffer[R]) Full() bool { return b.full }
 // keep them for as long as it waits.
 func (b *Buffer[R]) Pause() {
 	b.paused = true
-	b.spare = nil
+	if b.queue != nil {
+		b.spare = nil
+	}
 }
 
 // Resume undoes Pause.
@@ -385,11 +424,12 @@ func (b *Buffer[R]) WaitRoom(ctx context.Context) bool {
 // Drop empties the buffer, as when its partition's claim ends; a full
 // buffer is drained.
 func (b *Buffer[R]) Drop() {
-	for i := range b.chunks {
-		clear(b.chunks[i])
+	if b.queue != nil {
+		for i := range b.chunks {
+			clear(b.chunks[i])
+		}
+		b.queue = nil
 	}
-	b.chunks, b.spare, b.head, b.n, b.size, b.cuts = nil, nil, 0, 0, 0, nil
-	b.taken = b.pushed
 	if b.full {
 		b.drainedLocked()
 	}

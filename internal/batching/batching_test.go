@@ -8,6 +8,7 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+	"unsafe"
 )
 
 type rec struct {
@@ -432,4 +433,77 @@ func TestSkipAndPosition(t *testing.T) {
 			}
 		})
 	})
+}
+
+// Rest with nothing buffered lets go of the queue (its arrays and the
+// slices kept for reuse): an idle buffer holds none. What it must
+// remember goes on: a record at or before the last one pushed before Rest
+// still begins a rewind, and a skip read before Rest is not reported
+// again. Rest with records buffered keeps them.
+func TestRestLetsGoOfTheQueue(t *testing.T) {
+	f := newFixture(1000, true, true)
+	f.push(recs(0, 3))
+	f.locked(func() {
+		f.b.Rest()
+		if f.b.queue == nil || f.b.Len() != 4 || f.b.Size() != 4 {
+			t.Fatalf("Rest with 4 records buffered: queue %p, len %d, size %d, want them kept", f.b.queue, f.b.Len(), f.b.Size())
+		}
+	})
+	if offs, err := f.next(t, context.Background(), 10, 0); err != nil || !slices.Equal(offs, []int64{0, 1, 2, 3}) {
+		t.Fatalf("next: %v %v", offs, err)
+	}
+	f.locked(func() { f.b.Skip(6) })
+	if offs, err := f.next(t, context.Background(), 10, 0); err != nil || len(offs) != 0 {
+		t.Fatalf("next after a skip: %v %v, want no records", offs, err)
+	}
+	f.locked(func() {
+		f.b.Rest()
+		if f.b.queue != nil {
+			t.Fatalf("Rest with nothing buffered kept the queue: %+v", *f.b.queue)
+		}
+		if s := f.b.Slice(); s != nil {
+			t.Errorf("Slice after Rest: a slice of cap %d, want none kept", cap(s))
+		}
+		if f.b.Len() != 0 || f.b.Size() != 0 || f.b.Ready() || f.b.Position() != 6 || f.b.Last() != 3 || f.b.ReadTo() != 6 {
+			t.Errorf("after Rest: len %d size %d ready %v position %d last %d readTo %d, want 0 0 false 6 3 6",
+				f.b.Len(), f.b.Size(), f.b.Ready(), f.b.Position(), f.b.Last(), f.b.ReadTo())
+		}
+		f.b.Pause()
+		f.b.Resume()
+	})
+	// The partition is read again from offset 2: a rewind, a batch of its
+	// own, though the queue that saw 0 to 3 is gone.
+	f.push(recs(2, 3))
+	f.push(recs(2, 4))
+	var got [][]int64
+	for range 2 {
+		offs, err := f.next(t, context.Background(), 10, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, offs)
+	}
+	if want := [][]int64{{2, 3}, {2, 3, 4}}; !slices.EqualFunc(got, want, slices.Equal) {
+		t.Errorf("batches after Rest %v, want %v", got, want)
+	}
+	f.locked(func() {
+		f.b.Rest()
+		f.b.Drop()
+		if f.b.queue != nil || f.full != 0 || f.drained != 0 {
+			t.Errorf("Drop after Rest: queue %p, OnFull %d, OnDrained %d", f.b.queue, f.full, f.drained)
+		}
+	})
+}
+
+// TestBufferSize: every assigned partition holds a Buffer for as long as
+// it is assigned, idle or not; at 128 bytes it sits in the runtime's
+// 128-byte size class, and a field more costs every partition 16 bytes
+// (docs/BENCHMARKS.md, the heap per idle partition). On 64-bit platforms.
+func TestBufferSize(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("sizes are for 64-bit platforms")
+	}
+	if n := unsafe.Sizeof(Buffer[rec]{}); n > 128 {
+		t.Fatalf("a Buffer is %d bytes, over the 128-byte size class: put what only buffered records need in its queue", n)
+	}
 }

@@ -17,11 +17,13 @@ import (
 // for a whole Stall (every one is held up: a handler that takes its time,
 // a backoff, a commit that waits for the broker), every worker still
 // waiting gets a goroutine of its own at once, so a worker waits at most
-// about Stall behind held-up ones. Nothing else waits: a goroutine with
-// no worker left ends.
+// about Stall behind held-up ones. A worker that knows it waits for
+// something outside the process (a commit's answer) says so with Block,
+// and a waiting worker starts at once. Nothing else waits: a goroutine
+// with no worker left ends.
 //
-// The zero value is ready to use, with the defaults below. Its methods
-// may be called from any goroutine.
+// The zero value is ready to use, with the defaults below. Go may be
+// called from any goroutine; Block and Unblock only from a worker r runs.
 type Runners struct {
 	// Limit is how many goroutines may take workers from the queue;
 	// 0 is DefaultLimit or 4 per GOMAXPROCS, whichever is more.
@@ -37,7 +39,7 @@ type Runners struct {
 	mu      sync.Mutex
 	queue   []func() // waiting, oldest first, from head
 	head    int
-	running int  // goroutines running a worker, or about to take one
+	running int  // goroutines running a worker, or about to take one, less those blocked
 	armed   bool // a stall check is due
 	taken   bool // a worker was taken from the queue since the check was armed
 	check   *time.Timer
@@ -71,6 +73,32 @@ func (r *Runners) Go(fn func()) {
 	r.mu.Unlock()
 }
 
+// Block notes that the calling goroutine, one of r's running a worker,
+// is about to wait for something outside the process (a commit's answer):
+// it no longer counts against the limit, and a worker waiting in the
+// queue, if any, starts on a goroutine of its own at once. Unblock, when
+// the wait is over, counts it again. Only a worker that r runs calls
+// them, once each, in that order.
+func (r *Runners) Block() {
+	r.mu.Lock()
+	r.running--
+	if r.head == len(r.queue) || r.running >= r.limit() {
+		r.mu.Unlock()
+		return
+	}
+	fn := r.take()
+	r.running++
+	r.mu.Unlock()
+	go r.run(fn)
+}
+
+// Unblock ends what Block began.
+func (r *Runners) Unblock() {
+	r.mu.Lock()
+	r.running++
+	r.mu.Unlock()
+}
+
 // run runs fn, then the queue's workers one after another, until the
 // queue is empty.
 func (r *Runners) run(fn func()) {
@@ -81,14 +109,20 @@ func (r *Runners) run(fn func()) {
 }
 
 // next takes the oldest waiting worker, or returns nil and counts the
-// calling goroutine out.
+// calling goroutine out: when none waits, or when more goroutines than
+// the limit run (after a stall, or a Block).
 func (r *Runners) next() func() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.head == len(r.queue) {
+	if r.head == len(r.queue) || r.running > r.limit() {
 		r.running--
 		return nil
 	}
+	return r.take()
+}
+
+// take takes the oldest waiting worker; r.mu is held, and one waits.
+func (r *Runners) take() func() {
 	fn := r.queue[r.head]
 	r.queue[r.head] = nil
 	r.head++

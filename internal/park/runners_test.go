@@ -169,3 +169,97 @@ func TestRunnersStallAfterProgress(t *testing.T) {
 		wg.Wait()
 	})
 }
+
+// A worker that blocks (Block) lets a waiting worker start at once, with
+// no stall; once it unblocks, the goroutines go back to the limit.
+func TestRunnersBlockStartsTheNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalled int
+		r := &Runners{Limit: 1, Stall: 10 * time.Millisecond, Stalled: func(int) { stalled++ }}
+		var c concurrency
+		answer := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(1)
+		r.Go(func() {
+			defer wg.Done()
+			c.enter()
+			r.Block()
+			c.leave()
+			<-answer // a commit's answer
+			c.enter()
+			defer c.leave()
+			r.Unblock()
+		})
+		ran := make(chan struct{})
+		wg.Add(1)
+		r.Go(func() { defer wg.Done(); c.enter(); defer c.leave(); close(ran) })
+		synctest.Wait()
+		select {
+		case <-ran:
+		default:
+			t.Fatal("the waiting worker did not start when the running one blocked")
+		}
+		// Three more while the first waits: they run one after another
+		// on the one goroutine the limit allows.
+		for range 3 {
+			wg.Add(1)
+			r.Go(func() { defer wg.Done(); c.enter(); defer c.leave(); time.Sleep(time.Millisecond) })
+		}
+		time.Sleep(5 * time.Millisecond) // they are done
+		synctest.Wait()
+		close(answer)
+		wg.Wait()
+		synctest.Wait()
+		if got := c.most.Load(); got != 1 {
+			t.Errorf("at most %d workers ran at once outside a Block, want 1", got)
+		}
+		if stalled != 0 {
+			t.Errorf("%d stalls, want none", stalled)
+		}
+		if r.running != 0 {
+			t.Errorf("%d goroutines counted running after every worker ended", r.running)
+		}
+	})
+}
+
+// After an Unblock takes the goroutines over the limit, the first to
+// finish its worker ends instead of taking another from the queue.
+func TestRunnersBackToTheLimitAfterUnblock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Runners{Limit: 1, Stall: time.Hour}
+		var c concurrency
+		answer, hold := make(chan struct{}), make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		r.Go(func() {
+			defer wg.Done()
+			r.Block()
+			<-answer
+			r.Unblock()
+			c.enter()
+			defer c.leave()
+			<-hold
+		})
+		r.Go(func() { defer wg.Done(); c.enter(); defer c.leave(); <-hold }) // started by the Block
+		synctest.Wait()
+		close(answer) // two goroutines count now, over the limit of one
+		synctest.Wait()
+		var queued concurrency
+		for range 4 {
+			wg.Add(1)
+			r.Go(func() { defer wg.Done(); queued.enter(); defer queued.leave(); time.Sleep(time.Millisecond) })
+		}
+		close(hold)
+		wg.Wait()
+		synctest.Wait()
+		if got := c.most.Load(); got != 2 {
+			t.Errorf("at most %d of the first workers ran at once, want 2 (the unblocked one beside the one its Block started)", got)
+		}
+		if got := queued.most.Load(); got != 1 {
+			t.Errorf("at most %d of the workers queued after the Unblock ran at once, want 1 (the limit)", got)
+		}
+		if r.running != 0 {
+			t.Errorf("%d goroutines counted running after every worker ended", r.running)
+		}
+	})
+}

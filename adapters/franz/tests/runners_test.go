@@ -51,42 +51,59 @@ func (s stalls) WithGroup(string) slog.Handler      { return s }
 
 // TestManyPartitionsShareWorkerGoroutines: a consumer assigned many
 // partitions at once, each with records, runs their workers on a few
-// goroutines, not one per partition: the handlers of 300 partitions
+// goroutines, not one per partition: with success commits coalesced
+// (nothing waits for the broker), the handlers of 300 partitions
 // assigned together run on no more goroutines than the runners' limit
 // (16, or 4 per GOMAXPROCS), plus those the consumer logs it started for
-// workers held up behind busy ones, and every partition's record is
-// handled and committed.
+// workers held up behind busy ones. With every commit synchronous (the
+// default), a worker waiting for its commit's answer lets another run
+// meanwhile, so that many partitions' commits are in flight together:
+// the handlers run on more goroutines than the limit. Every partition's
+// record is handled and committed.
 func TestManyPartitionsShareWorkerGoroutines(t *testing.T) {
 	const parts = 300
-	addrs := newCluster(t, "t", parts)
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 0, 1)
-	}
-	var mu sync.Mutex
-	ran := map[string]bool{} // the goroutines handlers ran on
-	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error {
-		id := goroutineID()
-		mu.Lock()
-		ran[id] = true
-		mu.Unlock()
-		return nil
-	}))
-	var spilled atomic.Int64
-	r := start(t, addrs, "g", "t", proc, franz.WithLogger(slog.New(stalls{waiting: &spilled})))
-	want := map[int32]int64{}
-	for p := range int32(parts) {
-		want[p] = 1
-	}
-	waitCommitted(t, addrs, "g", "t", want)
-	if err := r.Stop(t); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	mu.Lock()
-	defer mu.Unlock()
 	limit := max(16, 4*runtime.GOMAXPROCS(0))
-	t.Logf("the handlers of %d partitions ran on %d goroutines (%d started for held-up workers)", parts, len(ran), spilled.Load())
-	if len(ran) == 0 || int64(len(ran)) > int64(limit)+spilled.Load() {
-		t.Errorf("the handlers of %d partitions ran on %d goroutines, want at least one and at most %d (the limit) + %d (logged as held up)", parts, len(ran), limit, spilled.Load())
+	for _, window := range []bool{true, false} {
+		t.Run(map[bool]string{true: "commit window", false: "synchronous commits"}[window], func(t *testing.T) {
+			addrs := newCluster(t, "t", parts)
+			for p := range int32(parts) {
+				produce(t, addrs, "t", p, 0, 1)
+			}
+			var mu sync.Mutex
+			ran := map[string]bool{} // the goroutines handlers ran on
+			proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+				id := goroutineID()
+				mu.Lock()
+				ran[id] = true
+				mu.Unlock()
+				return nil
+			}))
+			var spilled atomic.Int64
+			opts := []any{franz.WithLogger(slog.New(stalls{waiting: &spilled}))}
+			if window {
+				opts = append(opts, franz.WithCommitWindow(500*time.Millisecond, 50000))
+			}
+			r := start(t, addrs, "g", "t", proc, opts...)
+			want := map[int32]int64{}
+			for p := range int32(parts) {
+				want[p] = 1
+			}
+			waitCommitted(t, addrs, "g", "t", want)
+			if err := r.Stop(t); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			t.Logf("the handlers of %d partitions ran on %d goroutines (%d started for held-up workers)", parts, len(ran), spilled.Load())
+			switch {
+			case len(ran) == 0:
+				t.Errorf("no handler ran")
+			case window && int64(len(ran)) > int64(limit)+spilled.Load():
+				t.Errorf("the handlers of %d partitions ran on %d goroutines, want at most %d (the limit) + %d (logged as held up)", parts, len(ran), limit, spilled.Load())
+			case !window && spilled.Load() == 0 && len(ran) <= limit:
+				t.Errorf("with synchronous commits, the handlers of %d partitions ran on %d goroutines, want more than the limit (%d): workers waiting for their commits let others run", parts, len(ran), limit)
+			}
+		})
 	}
 }
 

@@ -26,7 +26,10 @@ type RawIdle func(b *testing.B, addrs []string, topic string, partitions int32) 
 // then, with the consumer still running, the heap (after a collection) and
 // the goroutines are read and compared with what they were before the
 // consumer started. The raw leaf is the client's own group consumer (raw),
-// the redeliver leaf the adapter a with the Processor; heap-B/partition and
+// the redeliver leaf the adapter a with the Processor, and the
+// redeliver-window leaf the same with the adapter's Throughput options
+// (success commits coalesced in the background, as the raw client's own
+// commits are, rather than each waited for); heap-B/partition and
 // goroutines/partition are each consumer's own (see HeapAndGoroutines);
 // stack-B/partition is what the goroutine stacks grew by, which the heap
 // figure leaves out (the whole process's, the broker's included: see
@@ -43,7 +46,7 @@ func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 			for _, loop := range []struct {
 				name string
 				run  RawIdle
-			}{{"raw", raw}, {"redeliver", redeliverIdle(a)}} {
+			}{{"raw", raw}, {"redeliver", redeliverIdle(a)}, {"redeliver-window", redeliverIdle(a, a.Throughput...)}} {
 				b.Run(loop.name, func(b *testing.B) {
 					for range b.N {
 						topic := BenchTopic("idle")
@@ -68,9 +71,9 @@ func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 	}
 }
 
-// redeliverIdle runs the adapter until every partition's one record is
-// handled and committed, and returns its stop.
-func redeliverIdle(a Adapter) RawIdle {
+// redeliverIdle runs the adapter, with opts, until every partition's one
+// record is handled and committed, and returns its stop.
+func redeliverIdle(a Adapter, opts ...any) RawIdle {
 	return func(b *testing.B, addrs []string, topic string, partitions int32) func() {
 		var committed atomic.Int64
 		proc, err := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }),
@@ -78,7 +81,9 @@ func redeliverIdle(a Adapter) RawIdle {
 		if err != nil {
 			b.Fatal(err)
 		}
-		stop := RunBench(b, a, BenchConfig(addrs, topic, proc))
+		cfg := BenchConfig(addrs, topic, proc)
+		cfg.Options = append(cfg.Options, opts...)
+		stop := RunBench(b, a, cfg)
 		WaitFor(b, "every partition committed", func() bool { return committed.Load() >= int64(partitions) })
 		return func() {
 			if err := stop(); err != nil {

@@ -87,6 +87,9 @@ type claim struct {
 	// offered: the worker's own, set when Park found records buffered,
 	// so that the Fetch that follows need not look again.
 	offered bool
+	// owned is guarded by ownMu (see commits); it sits beside the flags
+	// above, which keeps the struct smaller.
+	owned bool
 	// aheadWake wakes fetchAhead when the worker took records; made with
 	// the first fetchAhead (most partitions never need one).
 	aheadWake chan struct{}
@@ -96,7 +99,6 @@ type claim struct {
 	// once its last commit is written.
 	commits kafkaadapter.Coalescer
 	ownMu   sync.Mutex
-	owned   bool
 
 	// The group session the partition is known to be assigned to this
 	// member in: the member ID and generation (member epoch under
@@ -671,6 +673,11 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 	case kafkaadapter.SendFlush:
 		return cl.send(at, metadata, false)
 	}
+	// The worker waits for the answer: its runner lets another worker
+	// run meanwhile (park.Runners.Block), so that many partitions' commits
+	// are in flight together, as with a goroutine per partition.
+	cl.c.runners.Block()
+	defer cl.c.runners.Unblock()
 	return cl.send(at, metadata, cl.ctx != nil)
 }
 
