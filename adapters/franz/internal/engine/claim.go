@@ -272,7 +272,8 @@ func (cl *claim) revoke(cause error) {
 
 // work runs fn, the worker (the Processor's Process, or a parked worker's
 // resume), on one of the consumer's runners (park.Runners: a goroutine of
-// its own unless many workers wake at once); the caller holds a g.wg count
+// its own unless many workers wake at once; under key ordering always a
+// goroutine of its own); the caller holds a g.wg count
 // for it (startLocked), which a parked worker keeps. When fn parks the
 // worker the runner goes on to another and the claim goes on: it holds the
 // worker's resume (Park), and runs it here again once records arrive or
@@ -281,7 +282,7 @@ func (cl *claim) revoke(cause error) {
 // claim is finished.
 func (cl *claim) work(fn park.Resume) {
 	g := cl.g
-	g.c.runners.Go(func() {
+	run := func() {
 		lifecycle.Inside(func() {
 			err := fn() // the worker's context carries the group (start)
 			if err == park.ErrParked {
@@ -296,7 +297,12 @@ func (cl *claim) work(fn park.Resume) {
 				g.fail(err)
 			}
 		})
-	})
+	}
+	if g.c.pooled {
+		g.c.runners.Go(run)
+	} else {
+		go run() // a key-ordered worker: it never parks
+	}
 }
 
 // Park takes the worker's resume when nothing is buffered and the claim
@@ -676,8 +682,10 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 	// The worker waits for the answer: its runner lets another worker
 	// run meanwhile (park.Runners.Block), so that many partitions' commits
 	// are in flight together, as with a goroutine per partition.
-	cl.c.runners.Block()
-	defer cl.c.runners.Unblock()
+	if cl.c.pooled {
+		cl.c.runners.Block()
+		defer cl.c.runners.Unblock()
+	}
 	return cl.send(at, metadata, cl.ctx != nil)
 }
 

@@ -120,8 +120,11 @@ type Consumer struct {
 	checks    health.Checker
 	// runners runs the partitions' workers: many partitions that wake
 	// at once (an assignment, a poll with records for idle partitions)
-	// share a few goroutines instead of starting one each.
+	// share a few goroutines instead of starting one each. Only in
+	// partition ordering (pooled): a key-ordered worker never parks, and
+	// keeps a goroutine of its own for as long as its claim lasts.
 	runners park.Runners
+	pooled  bool
 
 	closeCl      sync.Once
 	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
@@ -174,6 +177,7 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	c.fetchErrs.Log, c.fetchErrs.Pkg = log, "franz"
 	c.checks.Log = log
 	c.checks.EndAfter, c.checks.End = cfg.FailAfter, c.life.Fail
+	c.pooled = proc.Ordering() == stream.ByPartition
 	c.runners.Stalled = func(waiting int) {
 		log.Debug("redeliver: partition workers held up; the waiting ones start on goroutines of their own", "waiting", waiting, "held_up_for", park.DefaultStall)
 	}
