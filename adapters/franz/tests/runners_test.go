@@ -56,10 +56,11 @@ func (s stalls) WithGroup(string) slog.Handler      { return s }
 // assigned together run on the runners' limit of goroutines (16, or 4 per
 // GOMAXPROCS; a commit that a slow broker makes wait lets one more run),
 // fewer than half as many as partitions, plus those the consumer logs it
-// started for workers held up behind busy ones. With every commit synchronous (the
-// default), a worker waiting for its commit's answer lets another run
-// meanwhile, so that many partitions' commits are in flight together:
-// the handlers run on more goroutines than the limit. Every partition's
+// started for workers held up behind busy ones. With every commit
+// synchronous (the default), a worker waiting for its commit's answer
+// lets another run meanwhile, so that many partitions' commits are in
+// flight together: the handlers run on more goroutines than the limit.
+// Every partition's
 // record is handled and committed.
 func TestManyPartitionsShareWorkerGoroutines(t *testing.T) {
 	const parts = 300
@@ -85,14 +86,7 @@ func TestManyPartitionsShareWorkerGoroutines(t *testing.T) {
 				opts = append(opts, franz.WithCommitWindow(500*time.Millisecond, 50000))
 			}
 			r := start(t, addrs, "g", "t", proc, opts...)
-			want := map[int32]int64{}
-			for p := range int32(parts) {
-				want[p] = 1
-			}
-			waitCommitted(t, addrs, "g", "t", want)
-			if err := r.Stop(t); err != nil {
-				t.Fatalf("Run: %v", err)
-			}
+			stopOnceCommitted(t, addrs, r, parts)
 			mu.Lock()
 			defer mu.Unlock()
 			t.Logf("the handlers of %d partitions ran on %d goroutines (%d started for held-up workers)", parts, len(ran), spilled.Load())
@@ -148,14 +142,7 @@ func TestHeldUpWorkersDoNotHoldOthersBack(t *testing.T) {
 		mu.Unlock()
 		t.Fatalf("after %v, the handlers of %d of %d partitions were called: workers held back behind held-up ones", wait, n, parts)
 	}
-	want := map[int32]int64{}
-	for p := range parts {
-		want[p] = 1
-	}
-	waitCommitted(t, addrs, "g", "t", want)
-	if err := r.Stop(t); err != nil {
-		t.Fatalf("Run: %v", err)
-	}
+	stopOnceCommitted(t, addrs, r, parts)
 	if spilled.Load() == 0 {
 		t.Errorf("no workers logged as started after their runners were held up")
 	}
@@ -178,6 +165,16 @@ func TestKeyOrderedWorkersKeepTheirGoroutines(t *testing.T) {
 	// would let another start).
 	r := start(t, addrs, "g", "t", proc, franz.WithLogger(slog.New(stalls{waiting: &spilled})),
 		franz.WithCommitWindow(500*time.Millisecond, 50000))
+	stopOnceCommitted(t, addrs, r, parts)
+	if n := spilled.Load(); n != 0 {
+		t.Errorf("%d key-ordered workers waited behind others for a shared goroutine, want none", n)
+	}
+}
+
+// stopOnceCommitted waits until each of the partitions of topic "t" has
+// its one record committed by group "g", then stops r.
+func stopOnceCommitted(t *testing.T, addrs []string, r *kafkatest.Running, parts int32) {
+	t.Helper()
 	want := map[int32]int64{}
 	for p := range parts {
 		want[p] = 1
@@ -185,8 +182,5 @@ func TestKeyOrderedWorkersKeepTheirGoroutines(t *testing.T) {
 	waitCommitted(t, addrs, "g", "t", want)
 	if err := r.Stop(t); err != nil {
 		t.Fatalf("Run: %v", err)
-	}
-	if n := spilled.Load(); n != 0 {
-		t.Errorf("%d key-ordered workers waited behind others for a shared goroutine, want none", n)
 	}
 }
