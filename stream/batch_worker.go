@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/redeliver-go/redeliver/checkpoint"
+	"github.com/redeliver-go/redeliver/internal/park"
 	"github.com/redeliver-go/redeliver/internal/retrystate"
 )
 
@@ -233,13 +234,13 @@ func (w *worker) run(ctx context.Context) error {
 				if short {
 					lead = w.u.p.markLead()
 				}
-				if err := w.u.p.wait(ctx, due.Add(-lead)); err != nil {
+				if err := w.aside(func() error { return w.u.p.wait(ctx, due.Add(-lead)) }); err != nil {
 					return w.abandon(ctx)
 				}
 				if w.member != nil && w.member.outage() {
 					// A failing partition waits out the outage before
 					// its retry.
-					if err := w.outage(ctx, b); err != nil {
+					if err := w.aside(func() error { return w.outage(ctx, b) }); err != nil {
 						return err
 					}
 				}
@@ -483,6 +484,18 @@ func (w *worker) scheduled(b *Batch, d retrystate.Decision, err error, outcome O
 	if d.Delay > 0 {
 		w.pause()
 	}
+}
+
+// aside runs wait, a wait for time to pass while the worker holds a batch
+// (its backoff, an outage), with the worker's goroutine stepped aside for
+// other partitions' workers when its claim shares goroutines
+// (park.Blocker).
+func (w *worker) aside(wait func() error) error {
+	if b, ok := w.c.(park.Blocker); ok {
+		b.Block()
+		defer b.Unblock()
+	}
+	return wait()
 }
 
 // outage waits, paused, until the outage ends or b is to be delivered as

@@ -392,3 +392,63 @@ func TestParkedWorkerResumedBySkippedEntries(t *testing.T) {
 		}
 	})
 }
+
+// blockClaim is a parkClaim whose worker steps aside while it waits out a
+// backoff (park.Blocker); it records when, from start.
+type blockClaim struct {
+	*parkClaim
+	start  time.Time
+	events []string
+}
+
+func (c *blockClaim) Block() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, fmt.Sprintf("block at %v", time.Since(c.start)))
+}
+
+func (c *blockClaim) Unblock() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.events = append(c.events, fmt.Sprintf("unblock at %v", time.Since(c.start)))
+}
+
+// TestWorkerStepsAsideInBackoff: a worker whose claim shares goroutines
+// (park.Blocker) steps aside for exactly the wait of its batch's backoff:
+// Block after the failed delivery, Unblock when the retry is due, and
+// neither for a batch that succeeds.
+func TestWorkerStepsAsideInBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := &blockClaim{parkClaim: newParkClaim(-1, ""), start: time.Now()}
+		var delivered []string
+		proc, err := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			delivered = append(delivered, fmt.Sprintf("offset %d at %v", b.Records[0].Offset, time.Since(c.start)))
+			if b.Records[0].Offset == 0 && b.Attempt.Retries == 0 {
+				return errors.New("fails once")
+			}
+			return nil
+		}), stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.add(1)
+		if err := proc.Process(t.Context(), c); err != park.ErrParked {
+			t.Fatalf("Process returned %v, want park.ErrParked once the batch is done", err)
+		}
+		c.add(1) // succeeds at once
+		if err := c.awaitResumed(t); err != park.ErrParked {
+			t.Fatalf("a resume returned %v, want park.ErrParked", err)
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		wantDelivered := []string{"offset 0 at 0s", "offset 0 at 1s", "offset 1 at 1s"}
+		if fmt.Sprint(delivered) != fmt.Sprint(wantDelivered) {
+			t.Errorf("deliveries %q, want %q", delivered, wantDelivered)
+		}
+		if want := []string{"block at 0s", "unblock at 1s"}; fmt.Sprint(c.events) != fmt.Sprint(want) {
+			t.Errorf("the worker stepped aside %q, want %q", c.events, want)
+		}
+	})
+}

@@ -43,3 +43,14 @@ type Claim interface {
 	// parked again.
 	Park(resume Resume) bool
 }
+
+// Blocker is a claim whose worker runs on goroutines it shares with other
+// partitions' workers (see Runners): the worker calls Block before it
+// waits for time to pass while it holds a batch (a backoff, an outage),
+// and Unblock after, so that another partition's worker runs meanwhile
+// rather than wait behind it. The worker calls them on its own goroutine,
+// once each, in that order.
+type Blocker interface {
+	Block()
+	Unblock()
+}

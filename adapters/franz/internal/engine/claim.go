@@ -305,6 +305,27 @@ func (cl *claim) work(fn park.Resume) {
 	}
 }
 
+var (
+	_ park.Claim   = (*claim)(nil)
+	_ park.Blocker = (*claim)(nil)
+)
+
+// Block and Unblock bracket the worker's wait for its backoff or an
+// outage (park.Blocker): its runner lets another partition's worker run
+// meanwhile. A key-ordered worker, on a goroutine of its own, does not.
+func (cl *claim) Block() {
+	if cl.c.pooled {
+		cl.c.runners.Block()
+	}
+}
+
+// Unblock: see Block.
+func (cl *claim) Unblock() {
+	if cl.c.pooled {
+		cl.c.runners.Unblock()
+	}
+}
+
 // Park takes the worker's resume when nothing is buffered and the claim
 // has not ended (park.Claim): the worker's goroutine ends, and the
 // partition keeps neither it nor the worker's state while idle. push and
@@ -682,10 +703,8 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 	// The worker waits for the answer: its runner lets another worker
 	// run meanwhile (park.Runners.Block), so that many partitions' commits
 	// are in flight together, as with a goroutine per partition.
-	if cl.c.pooled {
-		cl.c.runners.Block()
-		defer cl.c.runners.Unblock()
-	}
+	cl.Block()
+	defer cl.Unblock()
 	return cl.send(at, metadata, cl.ctx != nil)
 }
 
