@@ -38,11 +38,12 @@
 //     goroutines: up to 4 per GOMAXPROCS (at least 16) run at once, and
 //     one whose worker parks or ends takes the next worker waiting. A
 //     worker that waits for a commit's answer (every commit without
-//     [WithCommitWindow]) lets a waiting worker start meanwhile, so that
-//     many partitions' commits are in flight together. When none of them
-//     takes a waiting worker for 10 ms (their handlers take their time,
-//     or their batches wait out a backoff), every worker still waiting
-//     gets a goroutine of its own (logged at debug level). So a partition
+//     [WithCommitWindow]), or waits out its batch's backoff or an outage,
+//     lets a waiting worker start meanwhile, so that many partitions'
+//     commits are in flight together and a partition in backoff holds no
+//     other back. When none of them takes a waiting worker for 10 ms
+//     (their handlers take their time), every worker still waiting gets a
+//     goroutine of its own (logged at debug level). So a partition
 //     waits at most about 10 ms behind busy ones, and a thousand
 //     partitions waking together with nothing to wait for do not make a
 //     thousand goroutines, whose descriptors the Go runtime keeps for the
