@@ -8,7 +8,9 @@
 // parks.
 //
 // A claim parks its worker by implementing [Claim]; package stream checks
-// for it, so nothing of this is in the user's view of package stream.
+// for it, so nothing of this is in the user's view of package stream. The
+// goroutines parked workers resume on are shared ([Runners]), and a claim
+// whose workers share them implements [Blocker] too.
 package park
 
 import "errors"

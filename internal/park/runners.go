@@ -13,14 +13,14 @@ import (
 //
 // Up to Limit goroutines run at once while they make progress; a worker
 // given beyond that waits in a queue, and the first goroutine whose worker
-// ends or parks takes it. When no goroutine took a worker from the queue
-// for a whole Stall (every one is held up: a handler that takes its time,
-// a backoff, a commit that waits for the broker), every worker still
-// waiting gets a goroutine of its own at once, so a worker waits at most
-// about Stall behind held-up ones. A worker that knows it waits for
-// something outside the process (a commit's answer) says so with Block,
-// and a waiting worker starts at once. Nothing else waits: a goroutine
-// with no worker left ends.
+// ends or parks takes it. A worker that knows it waits (for a commit's
+// answer, or for its backoff to pass) says so with Block, and a waiting
+// worker starts at once. When no goroutine took a worker from the queue
+// for a whole Stall (every one is held up, by a handler that takes its
+// time, say), every worker still waiting gets a goroutine of its own at
+// once, so a worker waits at most about Stall behind held-up ones.
+// Nothing else waits: a goroutine with no worker left ends, and so does
+// one whose worker is done while more than Limit run.
 //
 // The zero value is ready to use, with the defaults below. Go may be
 // called from any goroutine; Block and Unblock only from a worker r runs.
@@ -74,7 +74,7 @@ func (r *Runners) Go(fn func()) {
 }
 
 // Block notes that the calling goroutine, one of r's running a worker,
-// is about to wait for something outside the process (a commit's answer):
+// is about to wait (for a commit's answer, or for its backoff to pass):
 // it no longer counts against the limit, and a worker waiting in the
 // queue, if any, starts on a goroutine of its own at once. Unblock, when
 // the wait is over, counts it again. Only a worker that r runs calls
@@ -135,7 +135,8 @@ func (r *Runners) take() func() {
 
 // stalled is the stall check: when no worker was taken from the queue
 // since it was armed, every waiting worker gets a goroutine of its own
-// (which, once its worker is done, takes from the queue as the others do).
+// (which, once its worker is done, takes from the queue as the others do
+// if no more than Limit run, and ends otherwise).
 func (r *Runners) stalled() {
 	r.mu.Lock()
 	if r.head == len(r.queue) {
