@@ -26,7 +26,8 @@ import (
 // called from any goroutine; Block and Unblock only from a worker r runs.
 type Runners struct {
 	// Limit is how many goroutines may take workers from the queue;
-	// 0 is DefaultLimit or 4 per GOMAXPROCS, whichever is more.
+	// 0 is DefaultLimit or 4 per GOMAXPROCS when first used, whichever
+	// is more.
 	Limit int
 	// Stall is how long the queue may go without a worker taken from it
 	// before each waiting worker gets a goroutine of its own; 0 is
@@ -43,6 +44,7 @@ type Runners struct {
 	armed   bool // a stall check is due
 	taken   bool // a worker was taken from the queue since the check was armed
 	check   *time.Timer
+	lim     int // Limit, or its default once asked for (limit)
 }
 
 // DefaultLimit and DefaultStall are Runners' limits when not set.
@@ -162,11 +164,16 @@ func (r *Runners) stalled() {
 	}
 }
 
+// limit returns the limit; r.mu is held. The default is worked out once:
+// asking the runtime for GOMAXPROCS takes a lock of its own.
 func (r *Runners) limit() int {
-	if r.Limit > 0 {
-		return r.Limit
+	if r.lim == 0 {
+		r.lim = r.Limit
+		if r.lim <= 0 {
+			r.lim = max(DefaultLimit, 4*runtime.GOMAXPROCS(0))
+		}
 	}
-	return max(DefaultLimit, 4*runtime.GOMAXPROCS(0))
+	return r.lim
 }
 
 func (r *Runners) stall() time.Duration {
