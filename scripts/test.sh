@@ -41,9 +41,11 @@ summary() {
   printf '%6d s  total\n' $((SECONDS - t_total))
 }
 
-# failures prints, from a go test -v log, each failed case's line and
-# the first lines of its own output (what it logged between its "=== RUN"
-# and the next case's), and any panic: at most 120 lines.
+# failures prints, from a go test -v log, each failed case's line, the
+# first lines of its own output (what it logged between its "=== RUN" and
+# the next case's), then the lines its test wrote (t.Log, t.Error,
+# t.Fatal: "file.go:N: ...", with the lines they continue on), and any
+# panic: at most 160 lines.
 failures() {
   local out
   out=$(awk '
@@ -54,15 +56,21 @@ failures() {
     /^panic: / { p = 12 }
     p > 0 { print; p--; next }
     /^(=== (RUN|CONT|PAUSE|NAME)|[ \t]*--- )/ {
-      n = 0
+      n = 0; own = 0; more = 0
       name = $0; sub(/^=== [A-Z]+ +/, "", name)
-      if ($0 ~ /^=== (RUN|CONT|NAME)/ && (name in failed)) { print "--- FAIL: " name; n = 10 }
+      if ($0 ~ /^=== (RUN|CONT|NAME)/ && (name in failed)) {
+        if (!(name in shown)) { print "--- FAIL: " name; n = 5; shown[name] = 1 }
+        own = 1
+      }
       next
     }
+    own && /^[ \t]+[A-Za-z0-9_.-]+\.go:[0-9]+: / { print; more = 1; next }
+    own && more && /^[ \t][ \t][ \t][ \t][ \t]/ { print; next }
+    { more = 0 }
     n > 0 { print; n-- }
-  ' "$1" "$1" | head -n 120)
+  ' "$1" "$1" | head -n 160)
   # A log without -v has no "=== RUN" lines: the lines after each failure.
-  [ -n "$out" ] || out=$(awk '/^[ \t]*--- FAIL/ {n = 8} /^panic: / {n = 12} n > 0 {print; n--}' "$1" | head -n 120)
+  [ -n "$out" ] || out=$(awk '/^[ \t]*--- FAIL/ {n = 8} /^panic: / {n = 12} n > 0 {print; n--}' "$1" | head -n 160)
   printf '%s\n' "$out"
 }
 
