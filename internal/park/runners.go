@@ -33,6 +33,10 @@ type Runners struct {
 	// before each waiting worker gets a goroutine of its own; 0 is
 	// DefaultStall.
 	Stall time.Duration
+	// BriefLimit is how many workers may step aside at once in a brief
+	// wait (BlockBrief); those beyond it keep their places. 0 is 4 times
+	// the limit.
+	BriefLimit int
 	// Stalled, when not nil, is called after a stall check gave waiting
 	// workers goroutines of their own, with how many.
 	Stalled func(waiting int)
@@ -45,6 +49,11 @@ type Runners struct {
 	taken   bool // a worker was taken from the queue since the check was armed
 	check   *time.Timer
 	lim     int // Limit, or its default once asked for (limit)
+	// Workers in a brief wait that stepped aside (no more than
+	// BriefLimit), and those that kept their places. The two are told
+	// apart by count only: whichever such worker's wait ends first ends
+	// a kept place's, which keeps the counts right (see UnblockBrief).
+	briefAside, briefKept int
 }
 
 // DefaultLimit and DefaultStall are Runners' limits when not set.
@@ -83,6 +92,44 @@ func (r *Runners) Go(fn func()) {
 // them, once each, in that order.
 func (r *Runners) Block() {
 	r.mu.Lock()
+	r.stepAside()
+}
+
+// BlockBrief is Block for a wait the worker knows to be brief (a
+// commit's answer): while BriefLimit workers have stepped aside in such
+// waits, the worker keeps its place instead, and the workers waiting in
+// the queue wait for it (or for a stall check, if the wait is not brief
+// after all). UnblockBrief, when the wait is over, ends it.
+func (r *Runners) BlockBrief() {
+	r.mu.Lock()
+	if r.briefAside >= r.briefLimit() {
+		r.briefKept++
+		r.mu.Unlock()
+		return
+	}
+	r.briefAside++
+	r.stepAside()
+}
+
+// UnblockBrief ends what BlockBrief began. The worker whose wait ends
+// need not be one that kept its place for one to be counted as ended:
+// every worker in a brief wait is alike to the counts, and the goroutines
+// counted against the limit stay as many as those not waiting.
+func (r *Runners) UnblockBrief() {
+	r.mu.Lock()
+	if r.briefKept > 0 {
+		r.briefKept--
+	} else {
+		r.briefAside--
+		r.running++
+	}
+	r.mu.Unlock()
+}
+
+// stepAside counts the calling goroutine out of the limit and starts the
+// oldest waiting worker, if any and the limit allows; r.mu is held, and
+// released.
+func (r *Runners) stepAside() {
 	r.running--
 	if r.head == len(r.queue) || r.running >= r.limit() {
 		r.mu.Unlock()
@@ -174,6 +221,14 @@ func (r *Runners) limit() int {
 		}
 	}
 	return r.lim
+}
+
+// briefLimit returns BriefLimit or its default; r.mu is held.
+func (r *Runners) briefLimit() int {
+	if r.BriefLimit > 0 {
+		return r.BriefLimit
+	}
+	return 4 * r.limit()
 }
 
 func (r *Runners) stall() time.Duration {

@@ -263,3 +263,87 @@ func TestRunnersBackToTheLimitAfterUnblock(t *testing.T) {
 		}
 	})
 }
+
+// Workers in a brief wait step aside up to BriefLimit at once; the next
+// keeps its place, so a burst of commits leaves at most Limit+BriefLimit
+// goroutines, and every worker still runs.
+func TestRunnersBlockBriefKeepsPlacesPastItsLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalled int
+		r := &Runners{Limit: 1, BriefLimit: 2, Stall: time.Hour, Stalled: func(int) { stalled++ }}
+		var alive concurrency // worker functions started and not returned
+		answer := make(chan struct{})
+		var wg sync.WaitGroup
+		const n = 10
+		var ran atomic.Int64
+		for range n {
+			wg.Add(1)
+			r.Go(func() {
+				defer wg.Done()
+				alive.enter()
+				defer alive.leave()
+				r.BlockBrief()
+				<-answer // a commit's answer
+				r.UnblockBrief()
+				ran.Add(1)
+			})
+		}
+		synctest.Wait()
+		if got := alive.now.Load(); got != 3 {
+			t.Fatalf("%d workers waiting for their answers, want 3 (the limit's one and the 2 that stepped aside)", got)
+		}
+		if r.briefAside != 2 || r.briefKept != 1 {
+			t.Fatalf("%d stepped aside and %d kept their places, want 2 and 1", r.briefAside, r.briefKept)
+		}
+		close(answer)
+		wg.Wait()
+		synctest.Wait()
+		if got := alive.most.Load(); got != 3 {
+			t.Errorf("at most %d workers at once, want 3", got)
+		}
+		if got := ran.Load(); got != n {
+			t.Errorf("%d workers ran, want %d", got, n)
+		}
+		if stalled != 0 {
+			t.Errorf("%d stalls, want none", stalled)
+		}
+		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
+			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
+		}
+	})
+}
+
+// A worker that stepped aside may end its brief wait before the one that
+// kept its place: the counts stay right, the queue's worker runs while
+// the kept one still waits, and no goroutine is left over.
+func TestRunnersBlockBriefEndsInAnyOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := &Runners{Limit: 1, BriefLimit: 1, Stall: time.Hour}
+		answerA, answerB := make(chan struct{}), make(chan struct{})
+		ranC := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(3)
+		r.Go(func() { defer wg.Done(); r.BlockBrief(); <-answerA; r.UnblockBrief() }) // steps aside
+		r.Go(func() { defer wg.Done(); r.BlockBrief(); <-answerB; r.UnblockBrief() }) // keeps its place
+		r.Go(func() { defer wg.Done(); close(ranC) })
+		synctest.Wait()
+		select {
+		case <-ranC:
+			t.Fatal("the third worker ran while the second kept its place")
+		default:
+		}
+		close(answerA)
+		synctest.Wait()
+		select {
+		case <-ranC:
+		default:
+			t.Fatal("the third worker did not run once the first was done")
+		}
+		close(answerB)
+		wg.Wait()
+		synctest.Wait()
+		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
+			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
+		}
+	})
+}

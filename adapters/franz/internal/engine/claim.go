@@ -701,10 +701,13 @@ func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaad
 		return cl.send(at, metadata, false)
 	}
 	// The worker waits for the answer: its runner lets another worker
-	// run meanwhile (park.Runners.Block), so that many partitions' commits
-	// are in flight together, as with a goroutine per partition.
-	cl.Block()
-	defer cl.Unblock()
+	// run meanwhile (park.Runners.BlockBrief), so that many partitions'
+	// commits are in flight together, as with a goroutine per partition,
+	// up to the runners' brief limit.
+	if cl.c.pooled {
+		cl.c.runners.BlockBrief()
+		defer cl.c.runners.UnblockBrief()
+	}
 	return cl.send(at, metadata, cl.ctx != nil)
 }
 
