@@ -72,11 +72,8 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 	})
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: e.cfg.commitInterval, Records: e.cfg.commitRecords,
-		Send: func(next int64, _ int32, md string, k kafkaadapter.SendKind) error {
-			return cl.send(next, md, k == kafkaadapter.SendFinal)
-		},
-		CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errRevoked,
-		Log: e.log, Topic: key.topic, Partition: key.partition,
+		Claim: cl,
+		Log:   e.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, metadata)
 	return cl
@@ -349,7 +346,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, -1, metadata)
 }
 
-// caughtUp reports whether the partition has nothing more to deliver for
+// CaughtUp (kafkaadapter.Sender) reports whether the partition has nothing more to deliver for
 // now: nothing buffered, and nothing past what was polled in the
 // partition's log as librdkafka last saw it (the high watermark of its
 // last fetch, a local read), or nothing known of it. An empty buffer alone
@@ -359,7 +356,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 // two (1,223 commits for 1,000,000 records, where librdkafka's own loop
 // writes one: docs/BENCHMARKS.md). Behind the log's end, a coalesced
 // commit waits for the window instead.
-func (cl *claim) caughtUp() bool {
+func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	n, polled := cl.buf.Len(), cl.polled
 	cl.mu.Unlock()
@@ -393,6 +390,19 @@ func (cl *claim) caughtUp() bool {
 // state before it, from which the next owner delivers the batch again
 // under the count committed. The success commit it superseded, if any, is
 // put back for Final (kafkaadapter.Coalescer) on the revoked error.
+// SendCommit writes one of the claim's commits for its Coalescer
+// (kafkaadapter.Sender): see send.
+func (cl *claim) SendCommit(next int64, _ int32, metadata string, kind kafkaadapter.SendKind) error {
+	return cl.send(next, metadata, kind == kafkaadapter.SendFinal)
+}
+
+// Ended reports whether the claim is ending (kafkaadapter.Sender).
+func (cl *claim) Ended() bool { return cl.ctx.Err() != nil }
+
+// Revoked is what Commit returns once the claim has ended
+// (kafkaadapter.Sender).
+func (cl *claim) Revoked() error { return errRevoked }
+
 func (cl *claim) send(next int64, metadata string, final bool) error {
 	if !final && cl.ctx.Err() != nil {
 		return errRevoked

@@ -97,11 +97,8 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 	cfg := &h.e.cfg
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: cfg.commitInterval, Records: cfg.commitRecords,
-		Send: func(next int64, _ int32, md string, k kafkaadapter.SendKind) error {
-			return cl.send(next, md, k == kafkaadapter.SendFinal)
-		},
-		CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: errSessionEnded,
-		Log: h.e.log, Topic: key.topic, Partition: key.partition,
+		Claim: cl,
+		Log:   h.e.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, md)
 	return cl, nil
@@ -408,13 +405,13 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, -1, metadata)
 }
 
-// caughtUp reports whether the partition has nothing more to deliver: the
+// CaughtUp (kafkaadapter.Sender) reports whether the partition has nothing more to deliver: the
 // buffer and sarama's channel are empty, and the partition is read to the
 // high watermark of sarama's last fetch (or that not known). A buffer
 // emptied while sarama has more of the partition to fetch is not caught
 // up: the commit waits for the window, or the coalesced commits would be
 // one per batch.
-func (cl *claim) caughtUp() bool {
+func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	n, readTo := cl.buf.Len(), cl.buf.ReadTo()
 	cl.mu.Unlock()
@@ -435,6 +432,19 @@ func (cl *claim) caughtUp() bool {
 // when refused as stale it is sent once more if sarama has moved to a new
 // generation meanwhile (the partition is then nobody's: its next owner
 // has not started), and not waited for otherwise.
+// SendCommit writes one of the claim's commits for its Coalescer
+// (kafkaadapter.Sender): see send.
+func (cl *claim) SendCommit(next int64, _ int32, metadata string, kind kafkaadapter.SendKind) error {
+	return cl.send(next, metadata, kind == kafkaadapter.SendFinal)
+}
+
+// Ended reports whether the claim is ending (kafkaadapter.Sender).
+func (cl *claim) Ended() bool { return cl.ctx.Err() != nil }
+
+// Revoked is what Commit returns once the claim has ended
+// (kafkaadapter.Sender).
+func (cl *claim) Revoked() error { return errSessionEnded }
+
 func (cl *claim) send(next int64, metadata string, final bool) error {
 	if !final && cl.ctx.Err() != nil {
 		return errSessionEnded

@@ -16,9 +16,9 @@ import (
 // ends or parks takes it. A worker that knows it waits (for a commit's
 // answer, or for its backoff to pass) says so with Block, and a waiting
 // worker starts at once. When no goroutine took a worker from the queue
-// for a whole Stall (every one is held up, by a handler that takes its
-// time, say), every worker still waiting gets a goroutine of its own at
-// once, so a worker waits at most about Stall behind held-up ones.
+// for a whole Stall and no brief wait ended (every one is held up, by a
+// handler that takes its time, say), every worker still waiting gets a
+// goroutine of its own at once, so a worker waits at most about Stall behind held-up ones.
 // Nothing else waits: a goroutine with no worker left ends, and so does
 // one whose worker is done while more than Limit run.
 //
@@ -29,9 +29,9 @@ type Runners struct {
 	// 0 is DefaultLimit or 4 per GOMAXPROCS when first used, whichever
 	// is more.
 	Limit int
-	// Stall is how long the queue may go without a worker taken from it
-	// before each waiting worker gets a goroutine of its own; 0 is
-	// DefaultStall.
+	// Stall is how long the queue may go without a worker taken from it,
+	// and without a brief wait ending, before each waiting worker gets a
+	// goroutine of its own; 0 is DefaultStall.
 	Stall time.Duration
 	// BriefLimit is how many workers may step aside at once in a brief
 	// wait (BlockBrief); those beyond it keep their places. 0 is 4 times
@@ -46,7 +46,7 @@ type Runners struct {
 	head    int
 	running int  // goroutines running a worker, or about to take one, less those blocked
 	armed   bool // a stall check is due
-	taken   bool // a worker was taken from the queue since the check was armed
+	taken   bool // a worker was taken from the queue, or a brief wait ended, since the check was armed
 	check   *time.Timer
 	lim     int // Limit, or its default once asked for (limit)
 	// Workers in a brief wait that stepped aside (no more than
@@ -123,6 +123,11 @@ func (r *Runners) UnblockBrief() {
 		r.briefAside--
 		r.running++
 	}
+	// An answer came: the runners are not held up, even if no worker
+	// was taken from the queue meanwhile (a round of commits that took
+	// longer than a stall is no reason to give every waiting worker a
+	// goroutine, which would wait for its own commit next).
+	r.taken = true
 	r.mu.Unlock()
 }
 
@@ -182,8 +187,8 @@ func (r *Runners) take() func() {
 	return fn
 }
 
-// stalled is the stall check: when no worker was taken from the queue
-// since it was armed, every waiting worker gets a goroutine of its own
+// stalled is the stall check: when no worker was taken from the queue,
+// and no brief wait ended, since it was armed, every waiting worker gets a goroutine of its own
 // (which, once its worker is done, takes from the queue as the others do
 // if no more than Limit run, and ends otherwise).
 func (r *Runners) stalled() {

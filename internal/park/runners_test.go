@@ -347,3 +347,37 @@ func TestRunnersBlockBriefEndsInAnyOrder(t *testing.T) {
 		}
 	})
 }
+
+// Brief waits that keep ending are progress: while commits are answered,
+// a queue that waits longer than a stall behind them is not spilled onto
+// goroutines of their own.
+func TestRunnersBriefAnswersAreProgress(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalled int
+		r := &Runners{Limit: 1, BriefLimit: 1, Stall: 10 * time.Millisecond, Stalled: func(int) { stalled++ }}
+		ranC := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(3)
+		r.Go(func() { // steps aside, then keeps its place: an answer every 6ms
+			defer wg.Done()
+			for range 3 {
+				r.BlockBrief()
+				time.Sleep(6 * time.Millisecond)
+				r.UnblockBrief()
+			}
+		})
+		synctest.Wait() // the first stepped aside, with no queue
+		r.Go(func() { defer wg.Done(); r.BlockBrief(); time.Sleep(15 * time.Millisecond); r.UnblockBrief() })
+		synctest.Wait() // the second keeps its place
+		r.Go(func() { defer wg.Done(); close(ranC) }) // waits 15ms for a place, past the 10ms stall
+		wg.Wait()
+		synctest.Wait()
+		<-ranC
+		if stalled != 0 {
+			t.Errorf("%d stalls while commits were answered every 6ms, want none", stalled)
+		}
+		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
+			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
+		}
+	})
+}

@@ -54,11 +54,25 @@ func (s *sends) take() []string {
 	return g
 }
 
+// funcClaim is a Sender made of functions, which a test sets.
+type funcClaim struct {
+	send     func(next int64, epoch int32, md string, kind SendKind) error
+	caughtUp func() bool
+	ended    func() bool
+}
+
+func (f *funcClaim) SendCommit(next int64, epoch int32, md string, kind SendKind) error {
+	return f.send(next, epoch, md, kind)
+}
+func (f *funcClaim) CaughtUp() bool { return f.caughtUp() }
+func (f *funcClaim) Ended() bool    { return f.ended() }
+func (f *funcClaim) Revoked() error { return errTestRevoked }
+
 func newCoalescer(s *sends, caughtUp *bool) *Coalescer {
 	c := &Coalescer{
 		Interval: time.Second, Records: 100,
-		Send: s.send, CaughtUp: func() bool { return *caughtUp }, Ended: func() bool { return false },
-		Revoked: errTestRevoked, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Topic: "t",
+		Claim: &funcClaim{send: s.send, caughtUp: func() bool { return *caughtUp }, ended: func() bool { return false }},
+		Log:   slog.New(slog.NewTextHandler(io.Discard, nil)), Topic: "t",
 	}
 	c.Start(-1, "")
 	return c
@@ -73,7 +87,7 @@ const latency = 10 * time.Millisecond
 func slowCoalescer(s *sends) *Coalescer {
 	caughtUp := false
 	c := newCoalescer(s, &caughtUp)
-	c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+	c.Claim.(*funcClaim).send = func(next int64, epoch int32, md string, kind SendKind) error {
 		time.Sleep(latency)
 		return s.send(next, epoch, md, kind)
 	}
@@ -232,7 +246,7 @@ func TestCoalescerHoldsTheWindowWhileInFlight(t *testing.T) {
 		release := make(chan struct{})
 		held := make(chan struct{})
 		c := newCoalescer(&s, new(bool))
-		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+		c.Claim.(*funcClaim).send = func(next int64, epoch int32, md string, kind SendKind) error {
 			if next == 150 {
 				close(held)
 				<-release
@@ -362,11 +376,11 @@ func TestCoalescerEnding(t *testing.T) {
 			logged            lockedBuilder
 		)
 		c := newCoalescer(&s, new(bool))
-		c.Ended = ended.Load
+		c.Claim.(*funcClaim).ended = ended.Load
 		c.Log = slog.New(slog.NewTextHandler(&logged, nil))
 		errQuiet := errors.New("a new session")
 		c.Quiet = func(err error) bool { return errors.Is(err, errQuiet) }
-		c.Send = func(next int64, epoch int32, md string, kind SendKind) error {
+		c.Claim.(*funcClaim).send = func(next int64, epoch int32, md string, kind SendKind) error {
 			switch {
 			case quiet.Load():
 				return errQuiet

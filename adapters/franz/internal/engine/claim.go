@@ -244,18 +244,16 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 	})
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: c.cfg.CommitInterval, Records: c.cfg.CommitRecords,
-		Send: cl.sendKind, CaughtUp: cl.caughtUp,
-		Ended:   func() bool { return cl.ctx.Err() != nil },
-		Revoked: stream.ErrRevoked,
-		Quiet:   func(err error) bool { return errors.Is(err, errUnconfirmed) }, // a session changing: tried again quietly
-		Log:     c.log, Topic: cl.key.topic, Partition: cl.key.partition,
+		Claim: cl,
+		Quiet: func(err error) bool { return errors.Is(err, errUnconfirmed) }, // a session changing: tried again quietly
+		Log:   c.log, Topic: cl.key.topic, Partition: cl.key.partition,
 	}
 	cl.commits.Start(cl.committed, cl.metadata)
 }
 
 // revoke cancels the claim's context with cause, so that Commit refuses
 // from now on, waits for a commit in flight, and writes the coalesced
-// success commit not written yet, if any (see sendKind).
+// success commit not written yet, if any (see SendCommit).
 func (cl *claim) revoke(cause error) {
 	if cl.started {
 		cl.cancel(cause)
@@ -676,12 +674,13 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, epoch, metadata)
 }
 
-// sendKind sends one of the claim's commits for its Coalescer: a commit
+// SendCommit sends one of the claim's commits for its Coalescer
+// (kafkaadapter.Sender): a commit
 // Commit writes is refused once the claim is ending; a background flush is
 // not (the revocation, which waits for it, writes what it put back); the
 // revocation's own last commit may go out under the member's next
 // generation (see revokedIn).
-func (cl *claim) sendKind(next int64, epoch int32, metadata string, kind kafkaadapter.SendKind) error {
+func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafkaadapter.SendKind) error {
 	at := kgo.EpochOffset{Epoch: epoch, Offset: next}
 	cl.ownMu.Lock()
 	defer cl.ownMu.Unlock()
@@ -738,14 +737,21 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, refuse bool) error {
 	}
 }
 
-// caughtUp reports whether the claim has nothing more to deliver: nothing
-// buffered, and the partition read to its high watermark as the last
-// fetch gave it (or that not known). The pending commit is then written
+// CaughtUp (kafkaadapter.Sender) reports whether the claim has nothing
+// more to deliver: nothing buffered, and the partition read to its high
+// watermark as the last fetch gave it (or that not known). The pending commit is then written
 // now. A buffer emptied while the client holds records fetched ahead is
 // not caught up: the commit waits for the window, or the coalesced
 // commits would be one per batch.
-func (cl *claim) caughtUp() bool {
+func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.buf == nil || cl.buf.Size() == 0 && (cl.hwm < 0 || cl.buf.ReadTo() >= cl.hwm)
 }
+
+// Ended reports whether the claim is ending (kafkaadapter.Sender).
+func (cl *claim) Ended() bool { return cl.ctx.Err() != nil }
+
+// Revoked is what Commit returns once the claim has ended
+// (kafkaadapter.Sender).
+func (cl *claim) Revoked() error { return stream.ErrRevoked }

@@ -74,15 +74,25 @@ func newClaim(g *generation, key tp, committed int64, metadata string, runCtx co
 	})
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: c.cfg.CommitInterval, Records: c.cfg.CommitRecords,
-		Send: func(next int64, epoch int32, md string, k kafkaadapter.SendKind) error {
-			return g.commit(cl, next, epoch, md, k == kafkaadapter.SendFinal)
-		},
-		CaughtUp: cl.caughtUp, Ended: func() bool { return cl.ctx.Err() != nil }, Revoked: stream.ErrRevoked,
-		Log: c.log, Topic: key.topic, Partition: key.partition,
+		Claim: cl,
+		Log:   c.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, metadata)
 	return cl
 }
+
+// SendCommit writes one of the claim's commits for its Coalescer
+// (kafkaadapter.Sender) through its generation (group.commit).
+func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafkaadapter.SendKind) error {
+	return cl.g.commit(cl, next, epoch, metadata, kind == kafkaadapter.SendFinal)
+}
+
+// Ended reports whether the claim is ending (kafkaadapter.Sender).
+func (cl *claim) Ended() bool { return cl.ctx.Err() != nil }
+
+// Revoked is what Commit returns once the claim has ended
+// (kafkaadapter.Sender).
+func (cl *claim) Revoked() error { return stream.ErrRevoked }
 
 // highWater is how many buffered records stop the pump until the worker
 // has taken them down to half.
@@ -269,13 +279,13 @@ func (cl *claim) setEnd(end int64) {
 	cl.mu.Unlock()
 }
 
-// caughtUp reports whether the claim has nothing more to deliver: nothing
+// CaughtUp (kafkaadapter.Sender) reports whether the claim has nothing more to deliver: nothing
 // buffered, and the partition read to its end as the last fetch answer
 // gave it (or that not known). The pending commit is then written now. A
 // buffer emptied while the partition has more to fetch is not caught up:
 // the commit waits for the window, or the coalesced commits would be one
 // per batch.
-func (cl *claim) caughtUp() bool {
+func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
 	return cl.buf.Size() == 0 && (cl.end < 0 || cl.buf.ReadTo() >= cl.end)
