@@ -61,13 +61,7 @@ func newClaim(e *engine, c *kafka.Consumer, key tp, committed int64, metadata st
 		// A full buffer is not paused at once (see engine.holdFull): a
 		// pause drops what librdkafka fetched ahead, and the resume waits
 		// for a fetch.
-		OnDrained: func() {
-			cl.releaseLocked()
-			select {
-			case cl.room <- struct{}{}:
-			default:
-			}
-		},
+		Watch: cl,
 		Reuse: true,
 	})
 	cl.commits = kafkaadapter.Coalescer{
@@ -202,6 +196,20 @@ func (cl *claim) holdLocked() {
 		if err := cl.c.Pause(cl.parts()); err != nil {
 			cl.e.log.Warn("redeliver: pausing a partition failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
 		}
+	}
+}
+
+// BufferFull does nothing: a full buffer is not paused at once
+// (batching.Watcher).
+func (cl *claim) BufferFull() {}
+
+// BufferDrained resumes the partition once its buffer has drained, and
+// wakes a fetch side waiting for room (batching.Watcher).
+func (cl *claim) BufferDrained() {
+	cl.releaseLocked()
+	select {
+	case cl.room <- struct{}{}:
+	default:
 	}
 }
 

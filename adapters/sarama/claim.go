@@ -86,13 +86,7 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		Reuse:  true,
 		// A full buffer is not paused at once (see waitRoom): a resume
 		// waits for sarama's next fetch of the partition.
-		OnDrained: func() {
-			cl.releaseLocked()
-			select {
-			case cl.room <- struct{}{}:
-			default:
-			}
-		},
+		Watch: cl,
 	})
 	cfg := &h.e.cfg
 	cl.commits = kafkaadapter.Coalescer{
@@ -280,6 +274,20 @@ func (cl *claim) holdLocked() {
 	if !cl.groupPaused {
 		cl.groupPaused = true
 		cl.h.group.Pause(map[string][]int32{cl.key.topic: {cl.key.partition}})
+	}
+}
+
+// BufferFull does nothing: a full buffer is not paused at once
+// (batching.Watcher).
+func (cl *claim) BufferFull() {}
+
+// BufferDrained resumes the partition once its buffer has drained, and
+// wakes a fetch side waiting for room (batching.Watcher).
+func (cl *claim) BufferDrained() {
+	cl.releaseLocked()
+	select {
+	case cl.room <- struct{}{}:
+	default:
 	}
 }
 

@@ -24,10 +24,10 @@ type Config[R any] struct {
 	// to Limit, and stays full until the worker has taken it down to
 	// Limit/2.
 	Limit int
-	// OnFull and OnDrained, when not nil, are called as the buffer
-	// becomes full and as it stops being full (drained to Limit/2, or
-	// dropped), with the owner's lock held.
-	OnFull, OnDrained func()
+	// Watch, when not nil, is told as the buffer becomes full and as it
+	// stops being full (drained to Limit/2, or dropped), with the owner's
+	// lock held.
+	Watch Watcher
 	// Reuse keeps the slices of spent pushes (up to two, of at most 65536
 	// records each), emptied, for the fetch side to fill again ([Buffer.Slice]).
 	Reuse bool
@@ -39,6 +39,14 @@ type Config[R any] struct {
 	// an idle partition's wait holds less memory. Next given any other
 	// context waits on that context too.
 	Ctx context.Context
+}
+
+// Watcher is told as a [Buffer] becomes full and as it stops being full.
+// An interface, not two functions, so that an owner that is a pointer
+// makes no closures (two allocations per partition).
+type Watcher interface {
+	BufferFull()
+	BufferDrained()
 }
 
 // maxSpare is the largest slice kept for reuse.
@@ -142,8 +150,8 @@ func (b *Buffer[R]) Push(recs []R) {
 	b.pushed += int64(len(recs))
 	if !b.full && b.size >= b.cfg.Limit {
 		b.full = true
-		if b.cfg.OnFull != nil {
-			b.cfg.OnFull()
+		if b.cfg.Watch != nil {
+			b.cfg.Watch.BufferFull()
 		}
 	}
 	if b.waiting {
@@ -296,8 +304,8 @@ func (b *Buffer[R]) takeLocked(k int, take func([]R)) {
 
 func (b *Buffer[R]) drainedLocked() {
 	b.full = false
-	if b.cfg.OnDrained != nil {
-		b.cfg.OnDrained()
+	if b.cfg.Watch != nil {
+		b.cfg.Watch.BufferDrained()
 	}
 	b.wakeRoomLocked()
 }

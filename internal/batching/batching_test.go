@@ -28,15 +28,18 @@ func recs(from, to int64) []rec {
 type fixture struct {
 	mu        sync.Mutex
 	b         *Buffer[rec]
-	full      int // OnFull calls
-	drained   int // OnDrained calls
+	full      int // BufferFull calls
+	drained   int // BufferDrained calls
 	partsSeen [][]rec
 }
+
+func (f *fixture) BufferFull()    { f.full++ }
+func (f *fixture) BufferDrained() { f.drained++ }
 
 func newFixture(limit int, sized, reuse bool) *fixture {
 	f := &fixture{}
 	cfg := Config[rec]{Offset: func(r *rec) int64 { return r.off }, Limit: limit, Reuse: reuse,
-		OnFull: func() { f.full++ }, OnDrained: func() { f.drained++ }}
+		Watch: f}
 	if sized {
 		cfg.Size = func(r *rec) int { return r.size }
 	}
@@ -273,7 +276,7 @@ func TestLimitPauseAndRoom(t *testing.T) {
 		f.push(big) // 20: full
 		f.locked(func() {
 			if !f.b.Full() || f.full != 1 || f.b.Size() != 20 {
-				t.Fatalf("full %v (OnFull %d), size %d after 20 of 20", f.b.Full(), f.full, f.b.Size())
+				t.Fatalf("full %v (BufferFull %d), size %d after 20 of 20", f.b.Full(), f.full, f.b.Size())
 			}
 		})
 		room := make(chan bool, 1)
@@ -307,7 +310,7 @@ func TestLimitPauseAndRoom(t *testing.T) {
 		}
 		f.locked(func() {
 			if f.b.Full() || f.drained != 1 {
-				t.Fatalf("full %v, OnDrained %d at half the limit", f.b.Full(), f.drained)
+				t.Fatalf("full %v, BufferDrained %d at half the limit", f.b.Full(), f.drained)
 			}
 			f.b.Pause()
 		})
@@ -343,7 +346,7 @@ func TestDrop(t *testing.T) {
 	f.locked(func() {
 		f.b.Drop()
 		if f.b.Len() != 0 || f.b.Size() != 0 || f.b.Full() || f.full != 1 || f.drained != 1 {
-			t.Fatalf("after Drop: len %d size %d full %v, OnFull %d OnDrained %d", f.b.Len(), f.b.Size(), f.b.Full(), f.full, f.drained)
+			t.Fatalf("after Drop: len %d size %d full %v, BufferFull %d BufferDrained %d", f.b.Len(), f.b.Size(), f.b.Full(), f.full, f.drained)
 		}
 	})
 	f.push(recs(10, 11))
@@ -490,7 +493,7 @@ func TestRestLetsGoOfTheQueue(t *testing.T) {
 		f.b.Rest()
 		f.b.Drop()
 		if f.b.queue != nil || f.full != 0 || f.drained != 0 {
-			t.Errorf("Drop after Rest: queue %p, OnFull %d, OnDrained %d", f.b.queue, f.full, f.drained)
+			t.Errorf("Drop after Rest: queue %p, BufferFull %d, BufferDrained %d", f.b.queue, f.full, f.drained)
 		}
 	})
 }

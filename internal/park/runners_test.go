@@ -369,7 +369,8 @@ func TestRunnersBriefAnswersAreProgress(t *testing.T) {
 		synctest.Wait() // the first stepped aside, with no queue
 		r.Go(func() { defer wg.Done(); r.BlockBrief(); time.Sleep(15 * time.Millisecond); r.UnblockBrief() })
 		synctest.Wait() // the second keeps its place
-		r.Go(func() { defer wg.Done(); close(ranC) }) // waits 15ms for a place, past the 10ms stall
+		// The third waits 15ms for a place, past the 10ms stall.
+		r.Go(func() { defer wg.Done(); close(ranC) })
 		wg.Wait()
 		synctest.Wait()
 		<-ranC

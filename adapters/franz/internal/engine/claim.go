@@ -232,15 +232,8 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 		// The worker's Fetch waits on the buffer alone: revoke, which
 		// every end of the claim's context goes through (g.stop ends
 		// every claim once Run's context ends), interrupts it.
-		Ctx:    ctx,
-		OnFull: func() { cl.g.nfull.Add(1) },
-		// Resumes a partition paused for a full buffer once it has
-		// drained.
-		OnDrained: func() {
-			cl.g.nfull.Add(-1)
-			cl.setPauseLocked(pauseFull, false)
-			cl.g.notify()
-		},
+		Ctx:   ctx,
+		Watch: cl,
 	})
 	cl.commits = kafkaadapter.Coalescer{
 		Interval: c.cfg.CommitInterval, Records: c.cfg.CommitRecords,
@@ -249,6 +242,17 @@ func (cl *claim) begin(ctx context.Context, cancel context.CancelCauseFunc, c *C
 		Log:   c.log, Topic: cl.key.topic, Partition: cl.key.partition,
 	}
 	cl.commits.Start(cl.committed, cl.metadata)
+}
+
+// BufferFull counts the claim's buffer full (batching.Watcher).
+func (cl *claim) BufferFull() { cl.g.nfull.Add(1) }
+
+// BufferDrained resumes a partition paused for a full buffer once it has
+// drained (batching.Watcher).
+func (cl *claim) BufferDrained() {
+	cl.g.nfull.Add(-1)
+	cl.setPauseLocked(pauseFull, false)
+	cl.g.notify()
 }
 
 // revoke cancels the claim's context with cause, so that Commit refuses
@@ -491,7 +495,7 @@ func (cl *claim) setPauseLocked(reasons uint8, on bool) {
 		cl.polled = false
 		if !cl.dead && !cl.ahead && cl.buf.Last() >= 0 {
 			// The worker's goroutine (Fetch, through the buffer's
-			// OnDrained) holds g.wg here.
+			// BufferDrained) holds g.wg here.
 			cl.ahead = true
 			if cl.aheadWake == nil {
 				cl.aheadWake = make(chan struct{}, 1)
