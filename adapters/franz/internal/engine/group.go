@@ -163,13 +163,13 @@ type group struct {
 	hasEarly bool
 	claims   map[tp]*claim
 	running  bool
-	// runCtx is Run's context as the claims' contexts are made from it:
-	// without its cancellation (see detached); endRun, registered on
-	// Run's context, ends the claims' contexts when it ends.
-	runCtx context.Context
-	endRun func() bool
-	fail   func(error)
-	wg     sync.WaitGroup
+	// run is Run's context, and runCtx the same as the claims' contexts
+	// are made from it: without its cancellation (see detached); endRun,
+	// registered on run, ends the claims' contexts when it ends.
+	run, runCtx context.Context
+	endRun      func() bool
+	fail        func(error)
+	wg          sync.WaitGroup
 
 	nfull  atomic.Int32  // claims whose buffer is full
 	wakeup chan struct{} // a full claim drained or a claim starves
@@ -315,7 +315,7 @@ func (g *group) start(ctx context.Context, fail func(error)) {
 	// workers' contexts carry it from their parent, made once here.
 	group, _ := g.cl.OptValue(kgo.ConsumerGroup).(string)
 	ctx = actionctx.WithSource(ctx, actionctx.Source{Group: group})
-	g.running, g.runCtx, g.fail = true, detached{ctx}, fail
+	g.running, g.run, g.runCtx, g.fail = true, ctx, detached{ctx}, fail
 	g.endRun = context.AfterFunc(ctx, func() {
 		cause := context.Cause(ctx)
 		g.mu.Lock()
@@ -363,9 +363,9 @@ func endClaims(ending []*claim, cause error) {
 func (g *group) startLocked(cl *claim) {
 	c := g.c
 	ctx, cancel := context.WithCancelCause(g.runCtx)
-	if run := g.runCtx.(detached).Context; run.Err() != nil {
+	if g.run.Err() != nil {
 		// Run's context ended before endRun could end this claim's.
-		cancel(context.Cause(run))
+		cancel(context.Cause(g.run))
 	}
 	cl.begin(ctx, cancel, c)
 	g.wg.Add(1) // kept while the worker is parked
