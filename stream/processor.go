@@ -102,8 +102,9 @@ func WithClock(clk Clock) Option {
 // WithRand sets the random source of backoff jitter: newRand is called once
 // per partition worker, per lease lane and per record given up (for its
 // exhaustion action's backoff), and the Rand it returns is used by that one
-// only (a nil Rand stands for the default). The default is a randomly
-// seeded PCG generator for each.
+// only (a nil Rand stands for the default). The default draws from
+// math/rand/v2's global source (randomly seeded, and safe for concurrent
+// use), shared by all.
 func WithRand(newRand func() checkpoint.Rand) Option {
 	return optionFunc(func(c *config) { c.newRand = newRand })
 }
@@ -205,10 +206,8 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 		return nil, fmt.Errorf("stream: NewProcessor: nil handler (a nil %T)", h)
 	}
 	cfg := config{
-		clock: systemClock{},
-		newRand: func() checkpoint.Rand {
-			return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
-		},
+		clock:     systemClock{},
+		newRand:   func() checkpoint.Rand { return globalRand{} },
 		opBackoff: checkpoint.FullJitter(checkpoint.Capped(10*time.Second, checkpoint.Exponential(100*time.Millisecond))),
 	}
 	for i, o := range opts {
@@ -250,14 +249,21 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	return p, nil
 }
 
-// newRand returns a worker's Rand: WithRand's, or a randomly seeded PCG
-// when that gives none.
+// newRand returns a worker's Rand: WithRand's, or the global source when
+// that gives none.
 func (p *Processor) newRand() checkpoint.Rand {
 	if r := p.cfg.newRand(); !isNil(r) {
 		return r
 	}
-	return rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
+	return globalRand{}
 }
+
+// globalRand, the default Rand, draws from math/rand/v2's global source,
+// which is safe for concurrent use: no partition keeps a generator of its
+// own (it would be 32 bytes for every partition, idle or not).
+type globalRand struct{}
+
+func (globalRand) Float64() float64 { return rand.Float64() }
 
 // Policy returns the processor's retry policy (the zero Policy for a nil
 // Processor).
