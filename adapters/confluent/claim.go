@@ -407,6 +407,10 @@ func (cl *claim) SendCommit(next int64, _ int32, metadata string, kind kafkaadap
 // Ended reports whether the claim is ending (kafkaadapter.Sender).
 func (cl *claim) Ended() bool { return cl.ctx.Err() != nil }
 
+// Background runs a background flush on a goroutine of its own
+// (kafkaadapter.Sender).
+func (cl *claim) Background(fn func()) { go fn() }
+
 // Revoked is what Commit returns once the claim has ended
 // (kafkaadapter.Sender).
 func (cl *claim) Revoked() error { return errRevoked }

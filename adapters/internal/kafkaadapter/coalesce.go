@@ -113,6 +113,12 @@ type Sender interface {
 	Ended() bool
 	// Revoked returns what Commit returns once the claim has ended.
 	Revoked() error
+	// Background runs fn, a background flush, on a goroutine of the
+	// claim's choosing (go fn(), or one shared with other partitions'
+	// work: a flush waits for the broker's answer, and a goroutine per
+	// partition would leave a goroutine's descriptor per partition
+	// behind, which the runtime keeps).
+	Background(fn func())
 }
 
 // SendKind says which commit Sender.SendCommit is asked to write.
@@ -307,7 +313,7 @@ func (c *Coalescer) schedule() {
 		// because the last send was long ago, never, or due's.
 		c.flushing, c.sentAt = true, time.Now()
 		c.flushes.Add(1)
-		go c.flush()
+		c.Claim.Background(c.flush)
 		return
 	}
 	if c.timer == nil {

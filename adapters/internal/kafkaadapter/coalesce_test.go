@@ -64,9 +64,10 @@ type funcClaim struct {
 func (f *funcClaim) SendCommit(next int64, epoch int32, md string, kind SendKind) error {
 	return f.send(next, epoch, md, kind)
 }
-func (f *funcClaim) CaughtUp() bool { return f.caughtUp() }
-func (f *funcClaim) Ended() bool    { return f.ended() }
-func (f *funcClaim) Revoked() error { return errTestRevoked }
+func (f *funcClaim) CaughtUp() bool       { return f.caughtUp() }
+func (f *funcClaim) Ended() bool          { return f.ended() }
+func (f *funcClaim) Revoked() error       { return errTestRevoked }
+func (f *funcClaim) Background(fn func()) { go fn() }
 
 func newCoalescer(s *sends, caughtUp *bool) *Coalescer {
 	c := &Coalescer{

@@ -701,6 +701,12 @@ func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafka
 		}
 		return cl.c.commit.commitAs(cl, at, metadata, true)
 	case kafkaadapter.SendFlush:
+		// On one of the runners (Background): it steps aside while it
+		// waits, as a worker's commit does.
+		if cl.c.pooled {
+			cl.c.runners.BlockBrief()
+			defer cl.c.runners.UnblockBrief()
+		}
 		return cl.send(at, metadata, false)
 	}
 	// The worker waits for the answer: its runner lets another worker
@@ -755,6 +761,20 @@ func (cl *claim) CaughtUp() bool {
 
 // Ended reports whether the claim is ending (kafkaadapter.Sender).
 func (cl *claim) Ended() bool { return cl.ctx.Err() != nil }
+
+// Background runs a background flush (kafkaadapter.Sender) on the
+// consumer's runners, as the workers run, so that many partitions'
+// flushes at once do not start a goroutine each; the flush steps aside
+// while it waits for the broker's answer (SendCommit). A key-ordered
+// consumer's claims, whose workers keep goroutines of their own, start
+// one.
+func (cl *claim) Background(fn func()) {
+	if cl.c.pooled {
+		cl.c.runners.Go(fn)
+		return
+	}
+	go fn()
+}
 
 // Revoked is what Commit returns once the claim has ended
 // (kafkaadapter.Sender).
