@@ -3,6 +3,7 @@ package park
 import (
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -17,8 +18,9 @@ import (
 // answer, or for its backoff to pass) says so with Block, and a waiting
 // worker starts at once. When no goroutine took a worker from the queue
 // for a whole Stall and no brief wait ended (every one is held up, by a
-// handler that takes its time, say), every worker still waiting gets a
-// goroutine of its own at once, so a worker waits at most about Stall behind held-up ones.
+// handler that takes its time, say; ten Stalls when every one waits for a
+// commit's answer), every worker still waiting gets a goroutine of its
+// own at once, so a worker waits at most about Stall behind held-up ones.
 // Nothing else waits: a goroutine with no worker left ends, and so does
 // one whose worker is done while more than Limit run.
 //
@@ -54,7 +56,13 @@ type Runners struct {
 	// apart by count only: whichever such worker's wait ends first ends
 	// a kept place's, which keeps the counts right (see UnblockBrief).
 	briefAside, briefKept int
+	patience              int          // stall checks passed over while every place was held by a brief wait
+	starting              atomic.Int32 // goroutines started that have not run yet
 }
+
+// briefPatience is how many stall checks in a row a queue held up by brief
+// waits alone passes over: ten stalls' time in all.
+const briefPatience = 9
 
 // DefaultLimit and DefaultStall are Runners' limits when not set.
 const (
@@ -69,7 +77,7 @@ func (r *Runners) Go(fn func()) {
 	if r.running < r.limit() {
 		r.running++
 		r.mu.Unlock()
-		go r.run(fn)
+		r.start(fn)
 		return
 	}
 	r.queue = append(r.queue, fn)
@@ -143,7 +151,7 @@ func (r *Runners) stepAside() {
 	fn := r.take()
 	r.running++
 	r.mu.Unlock()
-	go r.run(fn)
+	r.start(fn)
 }
 
 // Unblock ends what Block began.
@@ -153,9 +161,16 @@ func (r *Runners) Unblock() {
 	r.mu.Unlock()
 }
 
+// start runs fn on a new goroutine (run).
+func (r *Runners) start(fn func()) {
+	r.starting.Add(1)
+	go r.run(fn)
+}
+
 // run runs fn, then the queue's workers one after another, until the
 // queue is empty.
 func (r *Runners) run(fn func()) {
+	r.starting.Add(-1)
 	for fn != nil {
 		fn()
 		fn = r.next()
@@ -198,18 +213,32 @@ func (r *Runners) stalled() {
 		r.mu.Unlock()
 		return
 	}
-	if r.taken {
-		r.taken = false
+	// A goroutine started and not run yet is not held up: the Go
+	// scheduler has not got to it (a process busy on every CPU for a
+	// while, say), and starting more would not help.
+	if r.taken || r.starting.Load() > 0 {
+		r.taken, r.patience = false, 0
+		r.check.Reset(r.stall())
+		r.mu.Unlock()
+		return
+	}
+	// Every place is held by a commit the broker has not answered yet:
+	// the waiting workers would soon wait for commits of their own. The
+	// broker is given briefPatience checks more; not for ever, since a
+	// commit that waits for a rebalance to end may need a waiting worker
+	// to run first (one whose partition the rebalance takes away).
+	if r.briefKept >= r.running && r.patience < briefPatience {
+		r.patience++
 		r.check.Reset(r.stall())
 		r.mu.Unlock()
 		return
 	}
 	waiting := r.queue[r.head:]
-	r.queue, r.head, r.armed = nil, 0, false
+	r.queue, r.head, r.armed, r.patience = nil, 0, false, 0
 	r.running += len(waiting)
 	r.mu.Unlock()
 	for _, fn := range waiting {
-		go r.run(fn)
+		r.start(fn)
 	}
 	if r.Stalled != nil {
 		r.Stalled(len(waiting))

@@ -382,3 +382,75 @@ func TestRunnersBriefAnswersAreProgress(t *testing.T) {
 		}
 	})
 }
+
+// A queue held up by commits alone (every place held by a brief wait) is
+// given ten stalls' time before its workers get goroutines of their own:
+// they would only wait for commits of their own. Then they do, in case a
+// commit waits for one of them (a rebalance).
+func TestRunnersBriefWaitsGetTenStalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalled int
+		r := &Runners{Limit: 1, BriefLimit: 1, Stall: 10 * time.Millisecond, Stalled: func(int) { stalled++ }}
+		answer := make(chan struct{})
+		ranC := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(3)
+		r.Go(func() { defer wg.Done(); r.BlockBrief(); <-answer; r.UnblockBrief() }) // steps aside
+		synctest.Wait()
+		r.Go(func() { defer wg.Done(); r.BlockBrief(); <-answer; r.UnblockBrief() }) // keeps its place
+		synctest.Wait()
+		r.Go(func() { defer wg.Done(); close(ranC) })
+		time.Sleep(95 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-ranC:
+			t.Fatalf("the waiting worker started after 95ms behind commits, want after 100ms (%d stalls)", stalled)
+		default:
+		}
+		time.Sleep(10 * time.Millisecond)
+		synctest.Wait()
+		select {
+		case <-ranC:
+		default:
+			t.Fatal("the waiting worker had not started after 105ms behind commits")
+		}
+		if stalled != 1 {
+			t.Errorf("%d stalls, want 1", stalled)
+		}
+		close(answer)
+		wg.Wait()
+		synctest.Wait()
+		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
+			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
+		}
+	})
+}
+
+// A goroutine the runners started that has not run yet is not held up:
+// the stall check passes over it rather than start more goroutines the
+// scheduler has not got to either.
+func TestRunnersStallWaitsForStartedGoroutines(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stalled int
+		r := &Runners{Limit: 1, Stall: time.Hour, Stalled: func(int) { stalled++ }}
+		hold := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		r.Go(func() { defer wg.Done(); <-hold })
+		synctest.Wait()
+		r.Go(func() { defer wg.Done() }) // waits in the queue
+		r.starting.Add(1)                // as if a goroutine started had not run yet
+		r.stalled()
+		if stalled != 0 || r.head == len(r.queue) {
+			t.Fatalf("the check started the waiting worker (%d stalls) while a goroutine it started had not run", stalled)
+		}
+		r.starting.Add(-1)
+		r.stalled()
+		if stalled != 1 {
+			t.Fatalf("%d stalls once every goroutine started had run and none took a worker, want 1", stalled)
+		}
+		close(hold)
+		wg.Wait()
+		synctest.Wait()
+	})
+}
