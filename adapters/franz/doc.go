@@ -37,17 +37,20 @@
 //     partitions, a poll with records for many idle ones) share a few
 //     goroutines: up to 4 per GOMAXPROCS (at least 16) run at once, and
 //     one whose worker parks or ends takes the next worker waiting. A
-//     worker that waits for a commit's answer (every commit without
-//     [WithCommitWindow]), or waits out its batch's backoff or an outage,
-//     lets a waiting worker start meanwhile, so that many partitions'
-//     commits are in flight together and a partition in backoff holds no
-//     other back. When none of them takes a waiting worker for 10 ms
-//     (their handlers take their time), every worker still waiting gets a
-//     goroutine of its own (logged at debug level). So a partition
-//     waits at most about 10 ms behind busy ones, and a thousand
-//     partitions waking together with nothing to wait for do not make a
-//     thousand goroutines, whose descriptors the Go runtime keeps for the
-//     life of the process.
+//     worker that waits out its batch's backoff or an outage lets a
+//     waiting worker start meanwhile, so that a partition in backoff
+//     holds no other back; so does one that waits for a commit's answer
+//     (every commit without [WithCommitWindow]), up to 4 times as many
+//     at once as run, so that many partitions' commits are in flight
+//     together, in one request. The background commits of
+//     [WithCommitWindow] run on the same goroutines, and wait the same
+//     way. When none of them takes a waiting worker for 10 ms (their
+//     handlers take their time; 100 ms when all of them wait for
+//     commits' answers), every worker still waiting gets a goroutine of
+//     its own (logged at debug level). So a partition waits at most about
+//     10 ms behind busy ones, and a thousand partitions waking together
+//     do not make a thousand goroutines, whose descriptors the Go runtime
+//     keeps for the life of the process.
 //   - Batches are formed per partition from the client's fetches: at most
 //     [WithMaxBatch] records, waiting at most [WithMaxWait] for a batch to
 //     fill.
