@@ -8,6 +8,15 @@ import (
 	"time"
 )
 
+// checkIdle fails the test unless r counts no goroutine running and no
+// worker in a brief wait, as after every worker ended.
+func checkIdle(t *testing.T, r *Runners) {
+	t.Helper()
+	if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
+		t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
+	}
+}
+
 // concurrency counts how many of the workers run at once.
 type concurrency struct {
 	now, most atomic.Int64
@@ -307,9 +316,7 @@ func TestRunnersBlockBriefKeepsPlacesPastItsLimit(t *testing.T) {
 		if stalled != 0 {
 			t.Errorf("%d stalls, want none", stalled)
 		}
-		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
-			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
-		}
+		checkIdle(t, r)
 	})
 }
 
@@ -342,9 +349,7 @@ func TestRunnersBlockBriefEndsInAnyOrder(t *testing.T) {
 		close(answerB)
 		wg.Wait()
 		synctest.Wait()
-		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
-			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
-		}
+		checkIdle(t, r)
 	})
 }
 
@@ -377,9 +382,7 @@ func TestRunnersBriefAnswersAreProgress(t *testing.T) {
 		if stalled != 0 {
 			t.Errorf("%d stalls while commits were answered every 6ms, want none", stalled)
 		}
-		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
-			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
-		}
+		checkIdle(t, r)
 	})
 }
 
@@ -420,9 +423,7 @@ func TestRunnersBriefWaitsGetTenStalls(t *testing.T) {
 		close(answer)
 		wg.Wait()
 		synctest.Wait()
-		if r.running != 0 || r.briefAside != 0 || r.briefKept != 0 {
-			t.Errorf("after every worker ended: %d running, %d aside, %d kept; want none", r.running, r.briefAside, r.briefKept)
-		}
+		checkIdle(t, r)
 	})
 }
 
