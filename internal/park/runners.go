@@ -203,9 +203,9 @@ func (r *Runners) take() func() {
 }
 
 // stalled is the stall check: when no worker was taken from the queue,
-// and no brief wait ended, since it was armed, every waiting worker gets a goroutine of its own
-// (which, once its worker is done, takes from the queue as the others do
-// if no more than Limit run, and ends otherwise).
+// and no brief wait ended, since it was armed, every waiting worker gets
+// a goroutine of its own (which, once its worker is done, takes from the
+// queue as the others do if no more than Limit run, and ends otherwise).
 func (r *Runners) stalled() {
 	r.mu.Lock()
 	if r.head == len(r.queue) {
@@ -227,7 +227,7 @@ func (r *Runners) stalled() {
 	// broker is given briefPatience checks more; not for ever, since a
 	// commit that waits for a rebalance to end may need a waiting worker
 	// to run first (one whose partition the rebalance takes away).
-	if r.briefKept >= r.running && r.patience < briefPatience {
+	if r.running > 0 && r.briefKept >= r.running && r.patience < briefPatience {
 		r.patience++
 		r.check.Reset(r.stall())
 		r.mu.Unlock()
