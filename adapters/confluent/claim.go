@@ -354,16 +354,16 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, -1, metadata)
 }
 
-// CaughtUp (kafkaadapter.Sender) reports whether the partition has nothing more to deliver for
-// now: nothing buffered, and nothing past what was polled in the
-// partition's log as librdkafka last saw it (the high watermark of its
-// last fetch, a local read), or nothing known of it. An empty buffer alone
-// is not enough: a worker that keeps up empties it after each batch while
-// librdkafka holds tens of thousands of records fetched ahead, and a
-// commit written each time is a request to the coordinator per batch or
-// two (1,223 commits for 1,000,000 records, where librdkafka's own loop
-// writes one: docs/BENCHMARKS.md). Behind the log's end, a coalesced
-// commit waits for the window instead.
+// CaughtUp (kafkaadapter.Sender) reports whether the partition has nothing
+// more to deliver for now: nothing buffered, and nothing past what was
+// polled in the partition's log as librdkafka last saw it (the high
+// watermark of its last fetch, a local read), or nothing known of it. An
+// empty buffer alone is not enough: a worker that keeps up empties it
+// after each batch while librdkafka holds tens of thousands of records
+// fetched ahead, and a commit written each time is a request to the
+// coordinator per batch or two (1,223 commits for 1,000,000 records, where
+// librdkafka's own loop writes one: docs/BENCHMARKS.md). Behind the log's
+// end, a coalesced commit waits for the window instead.
 func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	n, polled := cl.buf.Len(), cl.polled

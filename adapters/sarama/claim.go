@@ -413,12 +413,12 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 	return cl.commits.Commit(next, -1, metadata)
 }
 
-// CaughtUp (kafkaadapter.Sender) reports whether the partition has nothing more to deliver: the
-// buffer and sarama's channel are empty, and the partition is read to the
-// high watermark of sarama's last fetch (or that not known). A buffer
-// emptied while sarama has more of the partition to fetch is not caught
-// up: the commit waits for the window, or the coalesced commits would be
-// one per batch.
+// CaughtUp (kafkaadapter.Sender) reports whether the partition has nothing
+// more to deliver: the buffer and sarama's channel are empty, and the
+// partition is read to the high watermark of sarama's last fetch (or that
+// not known). A buffer emptied while sarama has more of the partition to
+// fetch is not caught up: the commit waits for the window, or the
+// coalesced commits would be one per batch.
 func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	n, readTo := cl.buf.Len(), cl.buf.ReadTo()

@@ -679,11 +679,10 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 }
 
 // SendCommit sends one of the claim's commits for its Coalescer
-// (kafkaadapter.Sender): a commit
-// Commit writes is refused once the claim is ending; a background flush is
-// not (the revocation, which waits for it, writes what it put back); the
-// revocation's own last commit may go out under the member's next
-// generation (see revokedIn).
+// (kafkaadapter.Sender): a commit Commit writes is refused once the claim
+// is ending; a background flush is not (the revocation, which waits for
+// it, writes what it put back); the revocation's own last commit may go
+// out under the member's next generation (see revokedIn).
 func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafkaadapter.SendKind) error {
 	at := kgo.EpochOffset{Epoch: epoch, Offset: next}
 	cl.ownMu.Lock()
@@ -749,10 +748,10 @@ func (cl *claim) send(at kgo.EpochOffset, metadata string, refuse bool) error {
 
 // CaughtUp (kafkaadapter.Sender) reports whether the claim has nothing
 // more to deliver: nothing buffered, and the partition read to its high
-// watermark as the last fetch gave it (or that not known). The pending commit is then written
-// now. A buffer emptied while the client holds records fetched ahead is
-// not caught up: the commit waits for the window, or the coalesced
-// commits would be one per batch.
+// watermark as the last fetch gave it (or that not known). The pending
+// commit is then written now. A buffer emptied while the client holds
+// records fetched ahead is not caught up: the commit waits for the
+// window, or the coalesced commits would be one per batch.
 func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()

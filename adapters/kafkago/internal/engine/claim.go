@@ -283,12 +283,12 @@ func (cl *claim) setEnd(end int64) {
 	cl.mu.Unlock()
 }
 
-// CaughtUp (kafkaadapter.Sender) reports whether the claim has nothing more to deliver: nothing
-// buffered, and the partition read to its end as the last fetch answer
-// gave it (or that not known). The pending commit is then written now. A
-// buffer emptied while the partition has more to fetch is not caught up:
-// the commit waits for the window, or the coalesced commits would be one
-// per batch.
+// CaughtUp (kafkaadapter.Sender) reports whether the claim has nothing
+// more to deliver: nothing buffered, and the partition read to its end as
+// the last fetch answer gave it (or that not known). The pending commit is
+// then written now. A buffer emptied while the partition has more to fetch
+// is not caught up: the commit waits for the window, or the coalesced
+// commits would be one per batch.
 func (cl *claim) CaughtUp() bool {
 	cl.mu.Lock()
 	defer cl.mu.Unlock()
