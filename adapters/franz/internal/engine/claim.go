@@ -687,8 +687,7 @@ func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafka
 	at := kgo.EpochOffset{Epoch: epoch, Offset: next}
 	cl.ownMu.Lock()
 	defer cl.ownMu.Unlock()
-	switch kind {
-	case kafkaadapter.SendFinal:
+	if kind == kafkaadapter.SendFinal {
 		// Under the classic protocol's cooperative rebalancing, a
 		// partition is revoked once the member's new generation is
 		// known, and given to no member in that generation: its last
@@ -699,24 +698,18 @@ func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafka
 			return stream.ErrRevoked
 		}
 		return cl.c.commit.commitAs(cl, at, metadata, true)
-	case kafkaadapter.SendFlush:
-		// On one of the runners (Background): it steps aside while it
-		// waits, as a worker's commit does.
-		if cl.c.pooled {
-			cl.c.runners.BlockBrief()
-			defer cl.c.runners.UnblockBrief()
-		}
-		return cl.send(at, metadata, false)
 	}
-	// The worker waits for the answer: its runner lets another worker
+	// The worker (or a background flush, which runs on the runners too:
+	// Background) waits for the answer: its runner lets another worker
 	// run meanwhile (park.Runners.BlockBrief), so that many partitions'
 	// commits are in flight together, as with a goroutine per partition,
-	// up to the runners' brief limit.
+	// up to the runners' brief limit. A flush is not refused once the
+	// claim is ending.
 	if cl.c.pooled {
 		cl.c.runners.BlockBrief()
 		defer cl.c.runners.UnblockBrief()
 	}
-	return cl.send(at, metadata, cl.ctx != nil)
+	return cl.send(at, metadata, kind == kafkaadapter.SendSync && cl.ctx != nil)
 }
 
 // send commits at with metadata and waits for the answer; cl.ownMu is
