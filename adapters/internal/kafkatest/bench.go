@@ -283,7 +283,7 @@ func RunLeaves(b *testing.B, loops []Loop, counts []int32, compressed bool, sc f
 					produceBench(b, addrs, topic, partitions, b.N, 100, compressed, loop.Keyed)
 					l := newLeaf(b, sc(partitions, b.N), partitions)
 					b.ReportAllocs()
-					cpu0 := CPUTime()
+					cpu0, sys0, faults0 := CPUTime(), sysTime(), pageFaults()
 					commits0 := offsetCommits.Load()
 					fetches0 := fetches.Load()
 					b.ResetTimer()
@@ -291,6 +291,11 @@ func RunLeaves(b *testing.B, loops []Loop, counts []int32, compressed bool, sc f
 					b.StopTimer()
 					l.check(d)
 					b.ReportMetric(float64(CPUTime()-cpu0)/float64(b.N), "cpu-ns/record")
+					// The kernel's share of it, and the page faults (the
+					// first touches of memory): where a slow run's extra
+					// CPU goes (docs/BENCHMARKS.md, "At commit 98003d8").
+					b.ReportMetric(float64(sysTime()-sys0)/float64(b.N), "sys-ns/record")
+					b.ReportMetric(float64(pageFaults()-faults0)/float64(b.N)*1000, "faults/1000-records")
 					CheckCommitted(b, addrs, BenchGroup(topic), topic, l.Per)
 					if os.Getenv("REDELIVER_KAFKA_BROKERS") == "" {
 						b.ReportMetric(float64(offsetCommits.Load()-commits0), "offset-commits")
@@ -311,6 +316,26 @@ func CPUTime() int64 {
 		return 0
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
+// sysTime returns the CPU time the kernel has spent for the process, in
+// nanoseconds.
+func sysTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Stime.Nano()
+}
+
+// pageFaults returns the page faults the process has taken without I/O
+// (the first touch of memory the system handed it).
+func pageFaults() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Minflt
 }
 
 // ProduceBench creates topic and spreads n records of size bytes over its
