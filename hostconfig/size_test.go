@@ -71,18 +71,24 @@ func loadTimeIsLinear(t *testing.T, apart bool) {
 		}
 		return took
 	}
-	small, nSmall := bigHostJSON(256<<10, apart)
-	large, nLarge := bigHostJSON(2<<20, apart)
+	// Under the race detector, which slows every load about tenfold, an
+	// eighth of the sizes: the same ratio tells linear from quadratic.
+	size := 256 << 10
+	if raceSlowdown > 1 {
+		size = 32 << 10
+	}
+	small, nSmall := bigHostJSON(size, apart)
+	large, nLarge := bigHostJSON(8*size, apart)
 	load(small, nSmall) // warm
 	tSmall, tLarge := time.Duration(1<<63-1), time.Duration(1<<63-1)
 	for range 5 {
 		tSmall = min(tSmall, load(small, nSmall))
 		tLarge = min(tLarge, load(large, nLarge))
 	}
-	t.Logf("256 KB: %v, 2 MB: %v (%.2fx)", tSmall, tLarge, float64(tLarge)/float64(tSmall))
+	t.Logf("%d KB: %v, %d KB: %v (%.2fx)", len(small)>>10, tSmall, len(large)>>10, tLarge, float64(tLarge)/float64(tSmall))
 	// Linear is about 8 (15 seen here: the larger heap costs more to
 	// collect); quadratic about 64.
 	if tLarge > 32*tSmall {
-		t.Errorf("2 MB took %v, 256 KB %v: %.1f times as long for eight times the size, want about 8 (linear)", tLarge, tSmall, float64(tLarge)/float64(tSmall))
+		t.Errorf("%d KB took %v, %d KB %v: %.1f times as long for eight times the size, want about 8 (linear)", len(large)>>10, tLarge, len(small)>>10, tSmall, float64(tLarge)/float64(tSmall))
 	}
 }

@@ -44,6 +44,9 @@ type RawIdle func(b *testing.B, addrs []string, topic string, partitions int32) 
 func BenchIdlePartitions(b *testing.B, a Adapter, counts []int32, raw RawIdle) {
 	for _, partitions := range counts {
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			if testing.Short() && partitions > 1000 {
+				b.Skip("-short: the leaves of more than 1,000 partitions run the same code as those of 1,000, for longer")
+			}
 			ProfileEveryAllocation(b)
 			addrs := BenchAddrs(b)
 			for _, loop := range []struct {
