@@ -16,6 +16,7 @@ const wait = kafkatest.Wait
 
 var (
 	produce       = kafkatest.Produce
+	produceEach   = kafkatest.ProduceEach
 	committed     = kafkatest.Committed
 	waitCommitted = kafkatest.WaitCommitted
 	offsetsOf     = kafkatest.OffsetsOf

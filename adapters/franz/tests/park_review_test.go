@@ -259,9 +259,7 @@ func TestKeyOrderingDoesNotPark(t *testing.T) {
 func TestParkedWorkersEndAtRunsDeadline(t *testing.T) {
 	const parts = 16
 	addrs := newCluster(t, "t", parts)
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	cs := newClaims()
 	proc := kafkatest.NewProcessor(t, streamSucceed(), stream.WithHooks(cs.hooks()))
 	c, err := adapter.New(kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t", Processor: proc})
@@ -393,9 +391,7 @@ func TestParkedBeforeFirstBatchKeepsTheRetryBound(t *testing.T) {
 func TestDrainNamesOnlyTheHeldWorker(t *testing.T) {
 	const parts = 6
 	addrs := newCluster(t, "t", parts)
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	produce(t, addrs, "t", 0, 1, 1)
 	started, release := make(chan struct{}), make(chan struct{})
 	t.Cleanup(func() { close(release) })
@@ -434,9 +430,7 @@ func TestDrainNamesOnlyTheHeldWorker(t *testing.T) {
 func TestParkedClaimLostAndReassigned(t *testing.T) {
 	const parts = 3
 	kc, addrs := kafkatest.NewCluster(t, "t", parts)
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	cs := newClaims()
 	var g gotValues
 	var (
@@ -487,9 +481,7 @@ func TestParkedClaimLostAndReassigned(t *testing.T) {
 	if n := lostReleases.Load(); n != parts {
 		t.Fatalf("%d claims released as lost, want %d (the test's premise: the session was lost)", n, parts)
 	}
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 1, 1)
-	}
+	produceEach(t, addrs, "t", parts, 1, 1)
 	want := map[int32]int64{}
 	for p := range int32(parts) {
 		want[p] = 2

@@ -111,9 +111,7 @@ func (c *claims) checkpoints() int {
 func TestIdlePartitionParksAndResumes(t *testing.T) {
 	const parts = 8
 	addrs := newCluster(t, "t", parts)
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	cs := newClaims()
 	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }),
 		stream.WithHooks(cs.hooks()))
@@ -121,9 +119,7 @@ func TestIdlePartitionParksAndResumes(t *testing.T) {
 	waitUntil(t, "every partition's first checkpoint", func() bool { return cs.checkpoints() >= parts })
 	waitUntil(t, "no worker goroutine while idle", func() bool { return workerGoroutines() == 0 })
 
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 1, 2)
-	}
+	produceEach(t, addrs, "t", parts, 1, 2)
 	want := map[int32]int64{}
 	for p := range int32(parts) {
 		want[p] = 3
@@ -158,9 +154,7 @@ func TestIdlePartitionParksAndResumes(t *testing.T) {
 func TestParkedClaimRevokedReleasesOnce(t *testing.T) {
 	const parts = 4
 	addrs := newCluster(t, "t", parts)
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	cs := newClaims()
 	h := stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })
 	r1 := start(t, addrs, "g", "t", kafkatest.NewProcessor(t, h, stream.WithHooks(cs.hooks())))
@@ -174,9 +168,7 @@ func TestParkedClaimRevokedReleasesOnce(t *testing.T) {
 		defer cs.mu.Unlock()
 		return len(cs.released) > 0
 	})
-	for p := range int32(parts) {
-		produce(t, addrs, "t", p, 1, 1)
-	}
+	produceEach(t, addrs, "t", parts, 1, 1)
 	want := map[int32]int64{}
 	for p := range int32(parts) {
 		want[p] = 2

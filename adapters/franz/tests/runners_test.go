@@ -100,9 +100,7 @@ func TestManyPartitionsShareWorkerGoroutines(t *testing.T) {
 	for _, window := range []bool{true, false} {
 		t.Run(map[bool]string{true: "commit window", false: "synchronous commits"}[window], func(t *testing.T) {
 			addrs := newCluster(t, "t", parts)
-			for p := range int32(parts) {
-				produce(t, addrs, "t", p, 0, 1)
-			}
+			produceEach(t, addrs, "t", parts, 0, 1)
 			var mu sync.Mutex
 			ran := map[string]bool{} // the goroutines handlers ran on
 			proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error {
@@ -149,9 +147,7 @@ func TestManyPartitionsShareWorkerGoroutines(t *testing.T) {
 func TestHeldUpWorkersDoNotHoldOthersBack(t *testing.T) {
 	parts := int32(max(16, 4*runtime.GOMAXPROCS(0)) + 24)
 	addrs := newCluster(t, "t", parts)
-	for p := range parts {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	var (
 		mu      sync.Mutex
 		called  = map[int32]bool{}
@@ -194,9 +190,7 @@ func TestHeldUpWorkersDoNotHoldOthersBack(t *testing.T) {
 func TestKeyOrderedWorkersKeepTheirGoroutines(t *testing.T) {
 	parts := int32(max(16, 4*runtime.GOMAXPROCS(0)) + 24)
 	addrs := newCluster(t, "t", parts)
-	for p := range parts {
-		produce(t, addrs, "t", p, 0, 1)
-	}
+	produceEach(t, addrs, "t", parts, 0, 1)
 	var spilled atomic.Int64
 	proc := kafkatest.NewProcessor(t, stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil }),
 		stream.WithOrdering(stream.ByKey))

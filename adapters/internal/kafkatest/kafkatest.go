@@ -61,6 +61,28 @@ func Produce(t testing.TB, addrs []string, topic string, partition int32, first,
 	}
 }
 
+// ProduceEach writes n records to each of the topic's partitions 0 to
+// partitions-1, as Produce does to one, with one client and one wait.
+func ProduceEach(t testing.TB, addrs []string, topic string, partitions int32, first, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, 0, int(partitions)*n)
+	for p := range partitions {
+		for i := range n {
+			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "%d-%d", p, first+i)})
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), Wait)
+	defer cancel()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Committed reads the group's committed offsets through the broker; a group
 // that does not exist yet has none.
 func Committed(t testing.TB, addrs []string, group string) kadm.OffsetResponses {
