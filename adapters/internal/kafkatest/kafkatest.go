@@ -45,37 +45,37 @@ func NewCluster(t testing.TB, topic string, partitions int32, opts ...kfake.Opt)
 // for i from first, and waits for them to be acknowledged.
 func Produce(t testing.TB, addrs []string, topic string, partition int32, first, n int) {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cl.Close()
-	recs := make([]*kgo.Record, n)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: topic, Partition: partition, Value: fmt.Appendf(nil, "%d-%d", partition, first+i)}
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), Wait)
-	defer cancel()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatal(err)
-	}
+	produceRecords(t, addrs, appendRecords(nil, topic, partition, first, n))
 }
 
 // ProduceEach writes n records to each of the topic's partitions 0 to
 // partitions-1, as Produce does to one, with one client and one wait.
 func ProduceEach(t testing.TB, addrs []string, topic string, partitions int32, first, n int) {
 	t.Helper()
+	recs := make([]*kgo.Record, 0, int(partitions)*n)
+	for p := range partitions {
+		recs = appendRecords(recs, topic, p, first, n)
+	}
+	produceRecords(t, addrs, recs)
+}
+
+// appendRecords appends Produce's n records of the partition to recs.
+func appendRecords(recs []*kgo.Record, topic string, partition int32, first, n int) []*kgo.Record {
+	for i := range n {
+		recs = append(recs, &kgo.Record{Topic: topic, Partition: partition, Value: fmt.Appendf(nil, "%d-%d", partition, first+i)})
+	}
+	return recs
+}
+
+// produceRecords writes recs, each to its own partition, and waits for
+// them to be acknowledged.
+func produceRecords(t testing.TB, addrs []string, recs []*kgo.Record) {
+	t.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	recs := make([]*kgo.Record, 0, int(partitions)*n)
-	for p := range partitions {
-		for i := range n {
-			recs = append(recs, &kgo.Record{Topic: topic, Partition: p, Value: fmt.Appendf(nil, "%d-%d", p, first+i)})
-		}
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), Wait)
 	defer cancel()
 	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
