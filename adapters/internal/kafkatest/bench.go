@@ -311,31 +311,28 @@ func RunLeaves(b *testing.B, loops []Loop, counts []int32, compressed bool, sc f
 // CPUTime returns the CPU time the process has used, user and system, in
 // nanoseconds.
 func CPUTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
+	ru := usage()
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
 
 // sysTime returns the CPU time the kernel has spent for the process, in
 // nanoseconds.
 func sysTime() int64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
+	ru := usage()
 	return ru.Stime.Nano()
 }
 
 // pageFaults returns the page faults the process has taken without I/O
 // (the first touch of memory the system handed it).
-func pageFaults() int64 {
+func pageFaults() int64 { return usage().Minflt }
+
+// usage returns the process's resource usage (zero if it cannot be read).
+func usage() syscall.Rusage {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
+		return syscall.Rusage{}
 	}
-	return ru.Minflt
+	return ru
 }
 
 // ProduceBench creates topic and spreads n records of size bytes over its

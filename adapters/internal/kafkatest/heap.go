@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/redeliver-go/redeliver/checkpoint"
 	"github.com/redeliver-go/redeliver/stream"
 )
@@ -95,7 +92,11 @@ func redeliverIdle(a Adapter, opts ...any) RawIdle {
 			// A commit window reports its commits when it takes them,
 			// before they are written: the partitions are idle once the
 			// broker has every one (the raw consumer's are written too).
-			waitWritten(b, addrs, BenchGroup(topic), topic, partitions)
+			want := make(map[int32]int64, partitions)
+			for p := range partitions {
+				want[p] = 1
+			}
+			WaitCommitted(b, addrs, BenchGroup(topic), topic, want)
 		}
 		return func() {
 			if err := stop(); err != nil {
@@ -103,32 +104,6 @@ func redeliverIdle(a Adapter, opts ...any) RawIdle {
 			}
 		}
 	}
-}
-
-// waitWritten waits until the broker has the commit past each partition's
-// one record, with a client of its own that it closes.
-func waitWritten(b *testing.B, addrs []string, group, topic string, partitions int32) {
-	b.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	WaitFor(b, "every partition's commit written", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		offs, err := adm.FetchOffsets(ctx, group)
-		if err != nil {
-			return false
-		}
-		for p := range partitions {
-			if o, ok := offs.Lookup(topic, p); !ok || o.At != 1 {
-				return false
-			}
-		}
-		return true
-	})
 }
 
 // RawHeld runs a client's own consumer over topic until it has polled
