@@ -8,10 +8,10 @@ import (
 )
 
 // TestNetworkFaults runs the network-fault scenarios (toxiproxy between the
-// consumers and the broker) for the franz-go, kafka-go and sarama
-// adapters, on kfake and on the external broker. Not for confluent:
-// librdkafka dials the brokers' advertised addresses itself, with no dial
-// function to give it.
+// consumers and the broker) for the franz-go, kafka-go, sarama and
+// confluent-kafka-go adapters, on kfake and on the external broker.
+// librdkafka dials the brokers itself, with no dial function to give it:
+// its connections cross the faulty network through a conformance.Front.
 func TestNetworkFaults(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the network-fault scenarios are long")

@@ -61,6 +61,7 @@ type claim struct {
 	next       int64
 	probedFrom int64
 	probedHWM  int64
+	skipped    int64 // records sarama handed out below the committed offset (add)
 
 	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
@@ -95,6 +96,12 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		Log:   h.e.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, md)
+	if at := sc.InitialOffset(); committed >= 0 && at > committed {
+		// The committed offset went back between sarama's read and
+		// newClaim's (see add); sarama's consumer cannot be moved back.
+		h.e.log.Warn("redeliver: sarama starts the partition after its committed offset, which went back since its session began; the records between are not delivered",
+			"topic", key.topic, "partition", key.partition, "from", at, "committed", committed)
+	}
 	return cl, nil
 }
 
@@ -181,7 +188,7 @@ func (cl *claim) pump() {
 		cl.mu.Lock()
 		recs := cl.buf.Slice()
 		cl.mu.Unlock()
-		recs = append(recs, record(m))
+		recs = cl.add(recs, m)
 		closed := false
 	drain:
 		for len(recs) < pumpChunk {
@@ -191,10 +198,18 @@ func (cl *claim) pump() {
 					closed = true
 					break drain
 				}
-				recs = append(recs, record(m))
+				recs = cl.add(recs, m)
 			default:
 				break drain
 			}
+		}
+		if len(recs) == 0 {
+			// All below the committed offset: nothing to push.
+			if closed {
+				cl.cancel(errSessionEnded)
+				return
+			}
+			continue
 		}
 		cl.next = recs[len(recs)-1].Offset + 1
 		cl.mu.Lock()
@@ -207,6 +222,26 @@ func (cl *claim) pump() {
 		}
 		cl.waitRoom()
 	}
+}
+
+// add appends m to recs, unless it comes before the committed offset the
+// claim read: sarama's consumer starts the partition at the offset sarama
+// read when the session began, before newClaim read it again, and a
+// commit written between the two reads (the previous owner's last, which
+// it may write after the group has moved on) is where the claim starts.
+// sarama hands out the records below it all the same; they were handled
+// and committed, and delivering them would deliver the committed records
+// again, under a retry state that is not theirs.
+func (cl *claim) add(recs []stream.Record, m *sarama.ConsumerMessage) []stream.Record {
+	if m.Offset < cl.committed {
+		cl.skipped++
+		if cl.skipped == 1 {
+			cl.h.e.log.Info("redeliver: sarama started the partition before its committed offset, committed since its session began; the records below it are skipped",
+				"topic", cl.key.topic, "partition", cl.key.partition, "from", m.Offset, "committed", cl.committed)
+		}
+		return recs
+	}
+	return append(recs, record(m))
 }
 
 // fullWait is how long the pump waits, at most, for the worker to take a

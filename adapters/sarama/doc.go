@@ -24,7 +24,11 @@
 //     the group's coordinator (an OffsetFetch request), so that a new owner
 //     continues the retry count of a withheld batch
 //     ([stream.Claim.Committed]), and runs the worker; Cleanup logs the
-//     session's end.
+//     session's end. sarama's consumer starts the partition at the offset
+//     sarama read when the session began; a commit written between that
+//     read and the claim's (a previous owner's last, written late) is
+//     where the claim starts, and the records sarama hands out below it,
+//     handled and committed already, are skipped (logged at Info).
 //   - A pump goroutine per claim moves what sarama delivers into a buffer;
 //     batches are formed from it: at most [WithMaxBatch] records, waiting at
 //     most [WithMaxWait] for a batch to fill.

@@ -17,15 +17,22 @@ import (
 // before it looks there for transaction markers (probe).
 const probeAfter = 200 * time.Millisecond
 
+// from is the offset after the last record pushed, or before any the
+// offset the claim starts at: the later of sarama's start and the
+// committed offset (see add).
+func (cl *claim) from() int64 {
+	if cl.next >= 0 {
+		return cl.next
+	}
+	return max(cl.sc.InitialOffset(), cl.committed)
+}
+
 // wantProbe reports whether the partition's high watermark is past the
 // records pushed, where it has not looked yet: sarama never hands out a
 // transaction marker, nor under read_committed an aborted transaction's
 // records, and says nothing of them (ConsumerGroupClaim has no position).
 func (cl *claim) wantProbe() bool {
-	from := cl.next
-	if from < 0 {
-		from = cl.sc.InitialOffset()
-	}
+	from := cl.from()
 	hwm := cl.sc.HighWaterMarkOffset()
 	return from >= 0 && hwm > from && (from != cl.probedFrom || hwm != cl.probedHWM)
 }
@@ -38,10 +45,7 @@ func (cl *claim) wantProbe() bool {
 // Position where it is, logged at Debug, and the pump looks again after
 // probeAfter.
 func (cl *claim) probe() {
-	from := cl.next
-	if from < 0 {
-		from = cl.sc.InitialOffset()
-	}
+	from := cl.from()
 	hwm := cl.sc.HighWaterMarkOffset()
 	cl.probedFrom, cl.probedHWM = from, hwm
 	next, err := cl.skippedFrom(from, hwm)

@@ -12,6 +12,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
 
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
@@ -206,5 +209,63 @@ func CheckHistory(t testing.TB, ds []streamtest.Delivery, end int64) {
 	}
 	if last != end-1 {
 		t.Fatalf("last batch ends at %d, want %d", last, end-1)
+	}
+}
+
+// CommitAsMember returns a function that commits offset for the group's
+// partition on kc as the member that last synced with the group, under its
+// generation: a commit the coordinator takes while the group is active,
+// as a member's own (a late commit of a previous owner, say). It returns
+// the commit's error, and may be called from any goroutine.
+func CommitAsMember(kc *kfake.Cluster, addrs []string, group string) func(topic string, partition int32, offset int64) error {
+	var (
+		mu         sync.Mutex
+		generation int32 = -1
+		member     string
+	)
+	kc.ControlKey(int16(kmsg.SyncGroup), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		if req, ok := r.(*kmsg.SyncGroupRequest); ok && req.Group == group {
+			mu.Lock()
+			generation, member = req.Generation, req.MemberID
+			mu.Unlock()
+		}
+		return nil, nil, false
+	})
+	return func(topic string, partition int32, offset int64) error {
+		mu.Lock()
+		g, m := generation, member
+		mu.Unlock()
+		if g < 0 {
+			return errors.New("kafkatest: no member has synced with the group yet")
+		}
+		// Topics by name: OffsetCommit from version 10 names them by ID.
+		cl, err := kgo.NewClient(kgo.SeedBrokers(addrs...), kgo.MaxVersions(kversion.V3_9_0()))
+		if err != nil {
+			return err
+		}
+		defer cl.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), Wait)
+		defer cancel()
+		req := kmsg.NewPtrOffsetCommitRequest()
+		req.Group, req.Generation, req.MemberID = group, g, m
+		rt := kmsg.NewOffsetCommitRequestTopic()
+		rt.Topic = topic
+		rp := kmsg.NewOffsetCommitRequestTopicPartition()
+		rp.Partition, rp.Offset = partition, offset
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, cl)
+		if err != nil {
+			return err
+		}
+		for _, t := range resp.Topics {
+			for _, p := range t.Partitions {
+				if err := kerr.ErrorForCode(p.ErrorCode); err != nil {
+					return fmt.Errorf("kafkatest: commit %s/%d at %d as member %s of generation %d: %w", topic, partition, offset, m, g, err)
+				}
+			}
+		}
+		return nil
 	}
 }

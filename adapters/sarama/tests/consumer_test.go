@@ -142,6 +142,49 @@ func TestCommittedMetadataIsRead(t *testing.T) {
 	kafkatest.ConsumeFromTheCommit(t, addrs, func(p *stream.Processor) { start(t, addrs, "g", "t", p) }, nil)
 }
 
+// A commit written after sarama read the partition's committed offset for
+// its session, and before the claim read it (the previous owner's last
+// commit, written late), is where the claim starts: sarama's consumer
+// starts at its own, earlier read, and the records between, handled and
+// committed, are not delivered again.
+func TestCommitBetweenSaramasReadAndTheClaims(t *testing.T) {
+	kc, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 20)
+	commit := kafkatest.CommitAsMember(kc, addrs, "g")
+	var (
+		rec       streamtest.Recorder
+		once      sync.Once
+		commitErr = make(chan error, 1)
+	)
+	// Setup, where WithOnAssigned is called, runs after sarama read the
+	// committed offsets (none: it starts at the oldest) and before
+	// ConsumeClaim.
+	late := rdsarama.WithOnAssigned(func(map[string][]int32) {
+		once.Do(func() { commitErr <- commit("t", 0, 10) })
+	})
+	proc := kafkatest.NewProcessor(t, rec.Middleware()(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })))
+	start(t, addrs, "g", "t", proc, late)
+	select {
+	case err := <-commitErr:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the partition was not assigned")
+	}
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 20})
+	next := int64(10) // the committed offset, and from there each record once
+	for _, d := range rec.Of("t", 0) {
+		if d.FirstOffset != next {
+			t.Fatalf("a delivery of %d-%d, want one from %d: deliveries %+v", d.FirstOffset, d.LastOffset, next, rec.Of("t", 0))
+		}
+		next = d.LastOffset + 1
+	}
+	if next != 20 {
+		t.Fatalf("deliveries up to %d, want up to 20", next)
+	}
+}
+
 // New refuses every nil or zero input with an error that names it, and
 // never panics.
 func TestNewErrors(t *testing.T) {
