@@ -266,13 +266,7 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	// What the previous batch left past this one's end would keep the
-	// memory its keys and values point into for as long as the array is
-	// reused.
-	if cap(out) == cap(cl.out) && len(cl.out) > len(out) {
-		clear(cl.out[len(out):])
-	}
-	cl.out = out
+	cl.out = batching.ClearTail(cl.out, out)
 	return out, nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
 
+	"github.com/redeliver-go/redeliver/internal/batching"
 	"github.com/redeliver-go/redeliver/stream"
 )
 
@@ -169,16 +170,11 @@ func (c *claim) first(ctx context.Context, seq int64) error {
 
 func (c *claim) records(evs []*azeventhubs.ReceivedEventData) []stream.Record {
 	c.last = evs
-	prev := c.recs
-	c.recs = c.recs[:0]
+	recs := c.recs[:0]
 	for _, ev := range evs {
-		c.recs = append(c.recs, Record(c.key.hub, c.partition, ev))
+		recs = append(recs, Record(c.key.hub, c.partition, ev))
 	}
-	// What the previous batch left past this one's end would keep its
-	// events' bodies for as long as the array is reused.
-	if cap(c.recs) == cap(prev) && len(prev) > len(c.recs) {
-		clear(prev[len(c.recs):])
-	}
+	c.recs = batching.ClearTail(c.recs, recs)
 	return c.recs
 }
 

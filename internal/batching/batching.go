@@ -450,3 +450,16 @@ func signal(ch chan struct{}) {
 	default:
 	}
 }
+
+// ClearTail clears what prev held past the end of next when next lives in
+// prev's array (a batch that reuses the previous one's): left there, the
+// previous batch's records would keep the memory their keys and values
+// point into (a whole fetch response each) for as long as the array is
+// reused. It returns next.
+func ClearTail[S ~[]E, E any](prev, next S) S {
+	if len(prev) > len(next) && cap(next) > 0 && cap(prev) == cap(next) &&
+		&prev[:cap(prev)][cap(prev)-1] == &next[:cap(next)][cap(next)-1] {
+		clear(prev[len(next):])
+	}
+	return next
+}

@@ -510,3 +510,36 @@ func TestBufferSize(t *testing.T) {
 		t.Fatalf("a Buffer is %d bytes, over the 128-byte size class: put what only buffered records need in its queue", n)
 	}
 }
+
+// ClearTail clears the previous batch's records past the next one's end
+// when the next batch reuses its array, and touches no other array.
+func TestClearTail(t *testing.T) {
+	prev := recs(0, 4)
+	next := append(prev[:0], recs(10, 11)...)
+	if got := ClearTail(prev, next); len(got) != 2 || got[0].off != 10 || got[1].off != 11 {
+		t.Fatalf("ClearTail returned %v, want the next batch", got)
+	}
+	for i, r := range prev[2:] {
+		if r != (rec{}) {
+			t.Errorf("record %d of the longer batch, past the shorter one's end, kept: %+v", 2+i, r)
+		}
+	}
+
+	// A next batch in another array of the same capacity leaves the
+	// previous one's alone (another batch may still read it).
+	prev = recs(0, 4)
+	other := make([]rec, 2, cap(prev))
+	ClearTail(prev, other)
+	if prev[4].data == nil {
+		t.Error("a previous batch in another array was cleared")
+	}
+
+	// A longer or as long next batch clears nothing; nil and empty ones
+	// are no trouble.
+	prev = recs(0, 1)
+	ClearTail(prev, append(prev[:0], recs(5, 6)...))
+	ClearTail[[]rec](nil, nil)
+	ClearTail(recs(0, 1), nil)
+	ClearTail(nil, recs(0, 1))
+	ClearTail(prev[:0], prev[:0])
+}

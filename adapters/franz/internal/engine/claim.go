@@ -610,16 +610,7 @@ func (cl *claim) convert() []stream.Record {
 	cl.lastOff, cl.lastEpoch = last.Offset, last.LeaderEpoch
 	clear(m.taken)
 	m.taken = m.taken[:0]
-	// What the previous batch left past this one's end would keep the
-	// fetch buffers its keys and values point into (a whole fetch
-	// response each) for as long as the memory is reused.
-	if len(m.out) > len(out) && cap(out) == cap(m.out) {
-		clear(m.out[len(out):])
-	}
-	if len(m.hdrs) > len(hdrs) && cap(hdrs) == cap(m.hdrs) {
-		clear(m.hdrs[len(hdrs):])
-	}
-	m.out, m.hdrs = out, hdrs
+	m.out, m.hdrs = batching.ClearTail(m.out, out), batching.ClearTail(m.hdrs, hdrs)
 	return out
 }
 

@@ -224,16 +224,7 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	// What the previous batch left past this one's end would keep the
-	// memory its keys and values point into for as long as the array is
-	// reused.
-	if cap(out) == cap(cl.out) && len(cl.out) > len(out) {
-		clear(cl.out[len(out):])
-	}
-	if cap(hdrs) == cap(cl.hdrs) && len(cl.hdrs) > len(hdrs) {
-		clear(cl.hdrs[len(hdrs):])
-	}
-	cl.out, cl.hdrs = out, hdrs
+	cl.out, cl.hdrs = batching.ClearTail(cl.out, out), batching.ClearTail(cl.hdrs, hdrs)
 	return out, nil
 }
 
