@@ -61,7 +61,8 @@ type claim struct {
 	next       int64
 	probedFrom int64
 	probedHWM  int64
-	skipped    int64 // records sarama handed out below the committed offset (add)
+	skipBelow  int64 // the records below it are skipped (add); -1 for none
+	skipped    int64 // records skipped so far
 
 	commits kafkaadapter.Coalescer // the partition's commits, success commits coalesced
 }
@@ -96,9 +97,21 @@ func newClaim(h *handler, sess sarama.ConsumerGroupSession, sc sarama.ConsumerGr
 		Log:   h.e.log, Topic: key.topic, Partition: key.partition,
 	}
 	cl.commits.Start(committed, md)
-	if at := sc.InitialOffset(); committed >= 0 && at > committed {
+	cl.skipBelow = -1
+	switch at := sc.InitialOffset(); {
+	case committed < 0:
+	case at >= 0 && at < committed:
+		// A commit landed between sarama's read and newClaim's (see add).
+		cl.skipBelow = committed
+	case at < 0:
+		// sarama found no commit it could use: none (and one landed
+		// since), or one past the partition's end, which sarama
+		// replaced with Consumer.Offsets.Initial. Told apart at the
+		// first record (add).
+		cl.skipBelow = skipUndecided
+	case at > committed:
 		// The committed offset went back between sarama's read and
-		// newClaim's (see add); sarama's consumer cannot be moved back.
+		// newClaim's; sarama's consumer cannot be moved back.
 		h.e.log.Warn("redeliver: sarama starts the partition after its committed offset, which went back since its session began; the records between are not delivered",
 			"topic", key.topic, "partition", key.partition, "from", at, "committed", committed)
 	}
@@ -224,16 +237,31 @@ func (cl *claim) pump() {
 	}
 }
 
-// add appends m to recs, unless it comes before the committed offset the
-// claim read: sarama's consumer starts the partition at the offset sarama
+// skipUndecided is a claim's skipBelow until its first record tells
+// whether sarama started before the committed offset (see add).
+const skipUndecided = -2
+
+// add appends m to recs, unless it comes before the offset the claim
+// skips to. sarama's consumer starts the partition at the offset sarama
 // read when the session began, before newClaim read it again, and a
 // commit written between the two reads (the previous owner's last, which
-// it may write after the group has moved on) is where the claim starts.
-// sarama hands out the records below it all the same; they were handled
-// and committed, and delivering them would deliver the committed records
-// again, under a retry state that is not theirs.
+// it may write after the group has moved on) is where the claim starts:
+// sarama hands out the records below it all the same, handled and
+// committed already, and delivering them would deliver them again under a
+// retry state that is not theirs. When sarama found no commit it could
+// use, the first record tells why: a committed offset within the
+// partition (at most its high watermark, which sarama sets before it
+// hands out a fetch's records) was written since, and one past its end
+// was replaced by Consumer.Offsets.Initial, where the claim starts as
+// sarama does.
 func (cl *claim) add(recs []stream.Record, m *sarama.ConsumerMessage) []stream.Record {
-	if m.Offset < cl.committed {
+	if cl.skipBelow == skipUndecided {
+		cl.skipBelow = -1
+		if cl.committed <= cl.sc.HighWaterMarkOffset() {
+			cl.skipBelow = cl.committed
+		}
+	}
+	if m.Offset < cl.skipBelow {
 		cl.skipped++
 		if cl.skipped == 1 {
 			cl.h.e.log.Info("redeliver: sarama started the partition before its committed offset, committed since its session began; the records below it are skipped",

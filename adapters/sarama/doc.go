@@ -28,7 +28,9 @@
 //     sarama read when the session began; a commit written between that
 //     read and the claim's (a previous owner's last, written late) is
 //     where the claim starts, and the records sarama hands out below it,
-//     handled and committed already, are skipped (logged at Info).
+//     handled and committed already, are skipped (logged at Info). A
+//     committed offset past the partition's end, which sarama replaces
+//     with Consumer.Offsets.Initial, is not skipped to.
 //   - A pump goroutine per claim moves what sarama delivers into a buffer;
 //     batches are formed from it: at most [WithMaxBatch] records, waiting at
 //     most [WithMaxWait] for a batch to fill.

@@ -18,13 +18,13 @@ import (
 const probeAfter = 200 * time.Millisecond
 
 // from is the offset after the last record pushed, or before any the
-// offset the claim starts at: the later of sarama's start and the
-// committed offset (see add).
+// offset the claim starts at: sarama's start, or the committed offset
+// when the claim skips to it (see add).
 func (cl *claim) from() int64 {
 	if cl.next >= 0 {
 		return cl.next
 	}
-	return max(cl.sc.InitialOffset(), cl.committed)
+	return max(cl.sc.InitialOffset(), cl.skipBelow)
 }
 
 // wantProbe reports whether the partition's high watermark is past the

@@ -185,6 +185,30 @@ func TestCommitBetweenSaramasReadAndTheClaims(t *testing.T) {
 	}
 }
 
+// A committed offset past the partition's end (the topic deleted and made
+// again) is one sarama cannot use: it starts at Consumer.Offsets.Initial
+// (the oldest here), and so does the claim, which skips nothing.
+func TestCommittedPastTheEndStartsWhereSaramaDoes(t *testing.T) {
+	_, addrs := kafkatest.NewCluster(t, "t", 1)
+	kafkatest.Produce(t, addrs, "t", 0, 0, 5)
+	kafkatest.Commit(t, addrs, "g", "t", 0, 500, "")
+	var rec streamtest.Recorder
+	proc := kafkatest.NewProcessor(t, rec.Middleware()(stream.HandlerFunc(func(context.Context, *stream.Batch) error { return nil })))
+	start(t, addrs, "g", "t", proc)
+	deadline := time.Now().Add(wait)
+	for len(rec.Of("t", 0)) == 0 || rec.Of("t", 0)[len(rec.Of("t", 0))-1].LastOffset < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("deliveries %+v in %v, want records 0 to 4", rec.Of("t", 0), wait)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if ds := rec.Of("t", 0); ds[0].FirstOffset != 0 {
+		t.Fatalf("first delivery at %d, want 0: deliveries %+v", ds[0].FirstOffset, ds)
+	}
+	kafkatest.Produce(t, addrs, "t", 0, 5, 1)
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 6})
+}
+
 // New refuses every nil or zero input with an error that names it, and
 // never panics.
 func TestNewErrors(t *testing.T) {
