@@ -22,7 +22,7 @@ import (
 // ClientOptions returns the kgo options a client needs to serve a
 // Consumer; see the franz package's ClientOptions.
 func ClientOptions() []kgo.Opt {
-	g := &group{claims: make(map[tp]*claim), wakeup: make(chan struct{}, 1)}
+	g := &group{wakeup: make(chan struct{}, 1)}
 	return []kgo.Opt{
 		kgo.DisableAutoCommit(),
 		kgo.BlockRebalanceOnPoll(),
@@ -161,7 +161,7 @@ type group struct {
 	c        *Consumer
 	early    map[string][]int32 // an assignment made before c was bound
 	hasEarly bool
-	claims   map[tp]*claim
+	claims   claimTable
 	running  bool
 	// run is Run's context, and runCtx the same as the claims' contexts
 	// are made from it: without its cancellation (see detached); endRun,
@@ -226,7 +226,7 @@ func (g *group) fetched(resp *kmsg.OffsetFetchResponse) {
 					f.metadata = *p.Metadata
 				}
 				add = append(add, f)
-				if _, ok := g.claims[f.key]; ok {
+				if g.claims.get(f.key) != nil {
 					replace[t.Topic] = append(replace[t.Topic], p.Partition)
 				}
 			}
@@ -243,7 +243,7 @@ func (g *group) fetched(resp *kmsg.OffsetFetchResponse) {
 	for _, f := range add {
 		cl := newClaim(g, f.key, f.offset, f.metadata)
 		cl.confirm(member, gen)
-		g.claims[f.key] = cl
+		g.claims.set(f.key, cl)
 		if g.running {
 			g.startLocked(cl)
 		}
@@ -267,7 +267,7 @@ func (g *group) assigned() {
 	member, gen := g.cl.GroupMetadata()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, cl := range g.claims {
+	for cl := range g.claims.all() {
 		cl.confirm(member, gen)
 	}
 }
@@ -281,8 +281,7 @@ func (g *group) end(parts map[string][]int32, cause error) {
 	for topic, ps := range parts {
 		for _, p := range ps {
 			key := tp{topic, p}
-			if cl := g.claims[key]; cl != nil {
-				delete(g.claims, key)
+			if cl := g.claims.remove(key); cl != nil {
 				ending = append(ending, cl)
 			}
 		}
@@ -320,13 +319,13 @@ func (g *group) start(ctx context.Context, fail func(error)) {
 		cause := context.Cause(ctx)
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		for _, cl := range g.claims {
+		for cl := range g.claims.all() {
 			if cl.started {
 				cl.cancel(cause)
 			}
 		}
 	})
-	for _, cl := range g.claims {
+	for cl := range g.claims.all() {
 		g.startLocked(cl)
 	}
 }
@@ -338,11 +337,11 @@ func (g *group) stop(cause error) {
 	if g.endRun != nil {
 		g.endRun()
 	}
-	ending := make([]*claim, 0, len(g.claims))
-	for key, cl := range g.claims {
+	ending := make([]*claim, 0, g.claims.len())
+	for cl := range g.claims.all() {
 		ending = append(ending, cl)
-		delete(g.claims, key)
 	}
+	g.claims = claimTable{}
 	g.mu.Unlock()
 	endClaims(ending, cause)
 	g.wg.Wait()
@@ -435,7 +434,7 @@ func (g *group) dispatch(fs kgo.Fetches) {
 	defer g.mu.Unlock()
 	fs.EachTopic(func(t kgo.FetchTopic) {
 		for _, p := range t.Partitions {
-			cl := g.claims[tp{t.Topic, p.Partition}]
+			cl := g.claims.get(tp{t.Topic, p.Partition})
 			if cl != nil && cl.topicID != t.TopicID {
 				cl.mu.Lock()
 				cl.topicID = t.TopicID
@@ -525,7 +524,7 @@ func (g *group) pressure() (wait, starving, others bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var backoff []*claim // full, not paused in the client, in a backoff
-	for _, cl := range g.claims {
+	for cl := range g.claims.all() {
 		if !cl.started {
 			continue
 		}
@@ -564,7 +563,7 @@ func (g *group) pressure() (wait, starving, others bool) {
 func (g *group) pauseOverfull(times int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, cl := range g.claims {
+	for cl := range g.claims.all() {
 		cl.mu.Lock()
 		if cl.started && cl.buf.Full() && (times <= 1 || cl.buf.Size() >= times*cl.c.cfg.BufferBytes) {
 			cl.setPauseLocked(pauseFull, true)

@@ -15,7 +15,7 @@ import (
 func ClaimOf(c *Consumer, topic string, partition int32) stream.Claim {
 	c.g.mu.Lock()
 	defer c.g.mu.Unlock()
-	if cl := c.g.claims[tp{topic, partition}]; cl != nil {
+	if cl := c.g.claims.get(tp{topic, partition}); cl != nil {
 		return cl
 	}
 	return nil
@@ -80,7 +80,7 @@ type TestClaim struct{ cl *claim }
 // Its batches follow cfg's MaxBatch, MaxWait and BufferBytes; its commits
 // go through m when m is not nil.
 func NewTestClaim(cl *kgo.Client, topic string, partition int32, cfg Config, m *TestCommitter) *TestClaim {
-	g := &group{claims: make(map[tp]*claim), wakeup: make(chan struct{}, 1)}
+	g := &group{wakeup: make(chan struct{}, 1)}
 	if cl != nil {
 		g = groupOf(cl)
 	}
