@@ -62,12 +62,16 @@ func (t *claimTable) set(k tp, cl *claim) {
 		tc = new(topicClaims)
 		t.topics[k.topic] = tc
 	}
-	if int(k.partition) >= len(tc.ps) {
-		// Grown to the partition, not by append's doubling: a topic's
-		// partitions are assigned together, most often in order.
-		grown := make([]*claim, int(k.partition)+1)
-		copy(grown, tc.ps)
-		tc.ps = grown
+	if n := int(k.partition) + 1; n > len(tc.ps) {
+		// Doubled as it grows: partitions are most often assigned in
+		// order, and growing by one each time would copy the slice
+		// once per partition. What lies past the length is never set.
+		if n > cap(tc.ps) {
+			grown := make([]*claim, len(tc.ps), max(n, 2*cap(tc.ps)))
+			copy(grown, tc.ps)
+			tc.ps = grown
+		}
+		tc.ps = tc.ps[:n]
 	}
 	if tc.ps[k.partition] == nil {
 		tc.n++

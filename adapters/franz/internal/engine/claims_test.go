@@ -89,6 +89,23 @@ func TestClaimTable(t *testing.T) {
 	if tc := table.topics["c"]; tc == nil || len(tc.ps) != maxDense {
 		t.Errorf("topic c's slice: %v partitions long, want %d (the highest dense number + 1)", tc, maxDense)
 	}
+	// Partitions set in order grow the slice by doubling, not once each.
+	var inOrder claimTable
+	grows := 0
+	for p := range int32(1000) {
+		before := inOrder.topics["d"]
+		var c0 int
+		if before != nil {
+			c0 = cap(before.ps)
+		}
+		inOrder.set(tp{"d", p}, &claim{})
+		if cap(inOrder.topics["d"].ps) != c0 {
+			grows++
+		}
+	}
+	if grows > 11 {
+		t.Errorf("1,000 partitions set in order grew the slice %d times, want at most 11", grows)
+	}
 	remove("c", -1)
 	remove("c", math.MaxInt32)
 	check("odd numbers removed")
