@@ -38,12 +38,8 @@ func (t *claimTable) get(k tp) *claim {
 	return tc.ps[k.partition]
 }
 
-// set makes cl the partition's claim, in place of any other.
+// set makes cl, not nil, the partition's claim, in place of any other.
 func (t *claimTable) set(k tp, cl *claim) {
-	if cl == nil {
-		t.remove(k)
-		return
-	}
 	if k.partition < 0 || k.partition >= maxDense {
 		if t.odd == nil {
 			t.odd = make(map[tp]*claim)
