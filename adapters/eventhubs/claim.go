@@ -134,28 +134,42 @@ func (c *claim) gaps(evs []*azeventhubs.ReceivedEventData) {
 }
 
 // first prepares the claim's first batch, which starts at sequence number
-// seq: on a partition with no checkpoint it writes a positional one just
-// before seq, trying again until it succeeds or the claim ends, so that
-// the batch is never lost to a next owner's start position.
+// seq, before it is delivered. It renews the partition's ownership through
+// the store's fence: another processor may have taken the partition
+// between this processor's claim of it and now, and this claim then
+// delivers nothing (it ends with [ErrOwnershipLost]). Renewed, any later
+// steal comes after this claim began, as its hooks report it. On a
+// partition with no checkpoint it writes a positional checkpoint just
+// before seq instead (fenced the same way), so that the batch is never
+// lost to a next owner's start position. It tries again until it succeeds
+// or the claim ends.
 func (c *claim) first(ctx context.Context, seq int64) error {
-	if !c.seed {
-		return nil
-	}
 	delay := 100 * time.Millisecond
 	for try := 1; ; try++ {
 		wctx, cancel := context.WithTimeout(context.WithValue(ctx, gateCtxKey{}, c.gate), c.commitTimeout)
-		err := c.store.setPosition(wctx, c.key, seq-1)
+		var err error
+		if c.seed {
+			err = c.store.setPosition(wctx, c.key, seq-1)
+		} else {
+			err = c.store.verify(wctx, c.key)
+		}
 		cancel()
 		switch {
 		case err == nil:
-			c.cpSeq = seq - 1
+			if c.seed {
+				c.cpSeq = seq - 1
+			}
 			return nil
 		case ctx.Err() != nil:
 			return context.Cause(ctx)
 		case IsOwnershipLost(err):
 			return err
 		}
-		c.log.Warn("redeliver: writing the partition's first checkpoint failed, will try again before its first batch",
+		what := "renewing the partition's ownership"
+		if c.seed {
+			what = "writing the partition's first checkpoint"
+		}
+		c.log.Warn("redeliver: "+what+" failed, will try again before its first batch",
 			"next", seq, "try", try, "delay", delay, "error", err)
 		t := time.NewTimer(delay)
 		select {

@@ -367,7 +367,8 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 	}
 	// The processor may hand out a partition that another processor has
 	// taken since (it learns that at its next round): start no claim that
-	// is lost already.
+	// is lost already. (A steal after this check and before the claim's
+	// first batch is caught when that batch renews the ownership.)
 	if err := c.store.verify(cctx, k); err != nil {
 		log.Info("redeliver: partition lost before its claim started", "cause", err)
 		return

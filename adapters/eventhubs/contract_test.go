@@ -608,6 +608,69 @@ func TestNoDeliveryAfterOwnershipLostBeforeHandler(t *testing.T) {
 	})
 }
 
+// A claim whose partition another processor takes after the claim began
+// (its Claimed hook ran) and before its first batch, on a partition that
+// has a checkpoint, delivers nothing: the consumer's store has not seen
+// the steal, and a delivery would stand beside the thief's claim, which
+// began after this one's as the hooks report them.
+func TestNoDeliveryWhenStolenBeforeFirstBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 5)
+		ms := memhub.NewStore()
+		seq, off := int64(0), "0"
+		if err := ms.SetCheckpoint(context.Background(), azeventhubs.Checkpoint{FullyQualifiedNamespace: memhub.Namespace,
+			EventHubName: "orders", ConsumerGroup: "cg", PartitionID: "0", SequenceNumber: &seq, Offset: &off}, nil); err != nil {
+			t.Fatal(err)
+		}
+		steal := func() {
+			os, err := ms.ListOwnership(context.Background(), memhub.Namespace, "orders", "cg", nil)
+			if err != nil || len(os) != 1 || os[0].OwnerID != "a" {
+				t.Errorf("ownership at the claim's start: %+v %v", os, err)
+				return
+			}
+			os[0].OwnerID = "thief"
+			if got, err := ms.ClaimOwnership(context.Background(), os, nil); err != nil || len(got) != 1 {
+				t.Errorf("steal: %v %v", got, err)
+			}
+		}
+		d := &deliveries{}
+		released := make(chan error, 1)
+		proc, _ := stream.NewProcessor(stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+			d.add("a", b)
+			return nil
+		}), stream.WithHooks(stream.Hooks{
+			Claimed:  func(stream.ClaimEvent) { steal() },
+			Released: func(e stream.ReleaseEvent) { released <- e.Cause },
+		}))
+		cs, _ := eventhubs.NewCheckpointStore(ms, "a", &eventhubs.StoreOptions{PartitionExpirationDuration: 2 * time.Second})
+		opts := fastOpts()
+		opts.UpdateInterval = time.Hour // no round of the processor sees the steal first
+		p, _ := h.NewProcessor(cs, "cg", "a", opts)
+		c, _ := eventhubs.NewWith(proc, p, cs, eventhubs.WithMaxBatch(10), eventhubs.WithReceiveWait(20*time.Millisecond))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- c.Run(ctx) }()
+		select {
+		case err := <-released:
+			if !errors.Is(err, eventhubs.ErrOwnershipLost) {
+				t.Errorf("claim released with %v, want ownership lost", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("the claim was not cancelled after the steal")
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ds := d.all(); len(ds) != 0 {
+			t.Errorf("delivered after the partition was lost: %+v", ds)
+		}
+		if cp, err := ms.ListCheckpoints(context.Background(), memhub.Namespace, "orders", "cg", nil); err != nil || len(cp) != 1 || *cp[0].SequenceNumber != 0 {
+			t.Errorf("checkpoint moved by the claim that lost the partition: %+v %v", cp, err)
+		}
+	})
+}
+
 // A retry state that does not apply when a claim starts (the checkpoint
 // moved past it before states were cleared on success, or a crash came
 // between the checkpoint and the clearing) is cleared at the claim's first

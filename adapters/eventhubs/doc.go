@@ -35,6 +35,13 @@
 //     event) a next owner would otherwise open after it and never see it.
 //     It costs one checkpoint write, and the fence's ownership renewal
 //     before it, per partition, once per consumer group.
+//   - A claim's first batch: before it is delivered, the claim renews the
+//     partition's ownership through the fence (the positional checkpoint
+//     above does so too). A partition that another processor took after
+//     this processor claimed it, which this processor learns only at its
+//     next round, is so not delivered by both for that long: the claim
+//     ends with [ErrOwnershipLost] and delivers nothing. It costs one
+//     storage write per claim.
 //   - Events that expired from the hub before they were handled (a first
 //     batch that starts past the checkpoint; a batch that starts past the
 //     previous one, or holds a gap, when the consumer lags by more than
