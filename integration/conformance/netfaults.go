@@ -308,6 +308,10 @@ func netResetsScenario(t *testing.T, e *env, soak bool) Figures {
 		time.Sleep(300*time.Millisecond + rand.N(400*time.Millisecond))
 	}
 	e.waitTotal(total, longWait)
+	// A commit whose answer a reset cut off may have landed: the broker
+	// shows it, while the consumer tries it again after a backoff and
+	// reports it only then.
+	waitReported(t, &hist, e.ends(parts, int64(n)), longWait)
 	redials := nets[0].dials.Load() + nets[1].dials.Load() - dials0
 	broken := nets[0].broken.Load() + nets[1].broken.Load() - broken0
 	e.stopAll()
@@ -390,6 +394,7 @@ func netPartitionScenario(t *testing.T, e *env, soak bool) Figures {
 	cut.remove("hole-up")
 	cut.remove("hole-down")
 	e.waitTotal(total, longWait)
+	waitReported(t, &hist, e.ends(parts, int64(n)), longWait) // as in netResetsScenario
 	e.stopAll()
 	r := check(t, &hist, e.ends(parts, int64(n)))
 	f := figures(r, 1)

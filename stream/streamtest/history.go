@@ -433,7 +433,10 @@ type Report struct {
 //     new owner starts after a claim that was never released (a crash:
 //     the commits its adapter had coalesced are gone, and their records
 //     are delivered again) or one whose coalesced commits were not all
-//     written before it was released (an Unwritten event names it);
+//     written before it was released (an Unwritten event names it); a
+//     claim that starts past the last checkpoint reported (a commit that
+//     landed while its claim, revoked, no longer waited for the answer)
+//     is checked as that commit, and the checkpoint is where it starts;
 //   - no checkpoint written by a claim that no longer owns the partition:
 //     after it was released, or after another claim took the partition, by
 //     another consumer or by the same one again (claims are told apart by
@@ -547,6 +550,21 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 		}
 		return p
 	}
+	// verify checks that a checkpoint at next passes only records handled,
+	// or resolved by their exhaustion action.
+	verify := func(p *part, next int64, where func() string) {
+		for ; p.verified < next; p.verified++ {
+			o := p.verified
+			if o >= int64(len(p.handled)) || !p.handled[o] {
+				if o < int64(len(p.givenUp)) && p.givenUp[o] {
+					bad("%s: checkpoint %d passes record %d, given up but its exhaustion action has not succeeded", where(), next, o)
+				} else {
+					bad("%s: checkpoint %d ahead of record %d, which was not handled", where(), next, o)
+				}
+				return
+			}
+		}
+	}
 	ownOf := func(s *session, off int64) *own {
 		o := s.own[off]
 		if o == nil {
@@ -597,6 +615,15 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 				// records are delivered again from the checkpoint written
 				// (the redelivery window, DESIGN 9.2). Nothing is lost; a
 				// claim released cleanly wrote them before its release.
+				p.commit, p.commitMD = e.Offset, e.Metadata
+			}
+			if e.Offset > p.commit {
+				// The checkpoint is past the last one the history saw:
+				// a commit that landed and was never reported (its
+				// claim ended while it was in flight, and did not wait
+				// for the answer). It passes only what a reported one
+				// may pass.
+				verify(p, e.Offset, where)
 				p.commit, p.commitMD = e.Offset, e.Metadata
 			}
 			p.left, p.released = nil, nil
@@ -869,17 +896,7 @@ func (h *History) Check(ends map[TopicPartition]int64) Report {
 			if e.Offset < p.commit && !landedBefore && !inFlight {
 				bad("%s: checkpoint went back from %d to %d", where(), p.commit, e.Offset)
 			}
-			for ; p.verified < e.Offset; p.verified++ {
-				o := p.verified
-				if o >= int64(len(p.handled)) || !p.handled[o] {
-					if o < int64(len(p.givenUp)) && p.givenUp[o] {
-						bad("%s: checkpoint %d passes record %d, given up but its exhaustion action has not succeeded", where(), e.Offset, o)
-					} else {
-						bad("%s: checkpoint %d ahead of record %d, which was not handled", where(), e.Offset, o)
-					}
-					break
-				}
-			}
+			verify(p, e.Offset, where)
 			if !inFlight {
 				p.commit = max(p.commit, e.Offset)
 			}

@@ -523,6 +523,27 @@ func TestHistoryCatchesAnomalies(t *testing.T) {
 			b.ActionTried(stream.ActionEvent{BatchInfo: batch(0, 9), Try: 1})
 			commit(b, 10)
 		}, `record 0 given up with the last error "", but its last counted delivery's was "x"`},
+		// a's commit of 10 landed, but a's claim was revoked while it
+		// was in flight and never reported it: b starts at 10, where
+		// the last commit reported is 5. That is the final checkpoint.
+		{"a commit landed unreported", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 4)
+			commit(a, 5)
+			ok(a, 5, 9)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			claim(b, 10)
+		}, ""},
+		// The same, where a never handled 7-9: the checkpoint b starts
+		// from passed records not handled.
+		{"a claim starts past records not handled", func(a, b stream.Hooks) {
+			claim(a, -1)
+			ok(a, 0, 4)
+			commit(a, 5)
+			ok(a, 5, 6)
+			a.Released(stream.ReleaseEvent{Topic: "t"})
+			claim(b, 10)
+		}, "checkpoint 10 ahead of record 7, which was not handled"},
 		{"partial ahead", func(a, _ stream.Hooks) {
 			claim(a, -1)
 			a.Delivered(stream.DeliveredEvent{BatchInfo: batch(0, 9), Outcome: stream.Failed, Err: stream.FailedAt(3, errors.New("x"))})
