@@ -587,24 +587,7 @@ func TestNoDeliveryAfterOwnershipLostBeforeHandler(t *testing.T) {
 		inner.cs = cs
 		p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
 		c, _ := eventhubs.NewWith(proc, p, cs, eventhubs.WithMaxBatch(10), eventhubs.WithReceiveWait(20*time.Millisecond))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- c.Run(ctx) }()
-		select {
-		case err := <-released:
-			if !errors.Is(err, eventhubs.ErrOwnershipLost) {
-				t.Errorf("claim released with %v, want ownership lost", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the claim was not cancelled after the steal")
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if ds := d.all(); len(ds) != 0 {
-			t.Errorf("delivered after the partition was lost: %+v", ds)
-		}
+		runUntilLost(t, c, released, d)
 	})
 }
 
@@ -647,28 +630,35 @@ func TestNoDeliveryWhenStolenBeforeFirstBatch(t *testing.T) {
 		opts.UpdateInterval = time.Hour // no round of the processor sees the steal first
 		p, _ := h.NewProcessor(cs, "cg", "a", opts)
 		c, _ := eventhubs.NewWith(proc, p, cs, eventhubs.WithMaxBatch(10), eventhubs.WithReceiveWait(20*time.Millisecond))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error)
-		go func() { done <- c.Run(ctx) }()
-		select {
-		case err := <-released:
-			if !errors.Is(err, eventhubs.ErrOwnershipLost) {
-				t.Errorf("claim released with %v, want ownership lost", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatal("the claim was not cancelled after the steal")
-		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-		if ds := d.all(); len(ds) != 0 {
-			t.Errorf("delivered after the partition was lost: %+v", ds)
-		}
+		runUntilLost(t, c, released, d)
 		if cp, err := ms.ListCheckpoints(context.Background(), memhub.Namespace, "orders", "cg", nil); err != nil || len(cp) != 1 || *cp[0].SequenceNumber != 0 {
 			t.Errorf("checkpoint moved by the claim that lost the partition: %+v %v", cp, err)
 		}
 	})
+}
+
+// runUntilLost runs c until its claim is released, wants that for
+// ownership lost with nothing delivered (d), and stops c.
+func runUntilLost(t *testing.T, c *eventhubs.Consumer, released <-chan error, d *deliveries) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- c.Run(ctx) }()
+	select {
+	case err := <-released:
+		if !errors.Is(err, eventhubs.ErrOwnershipLost) {
+			t.Errorf("claim released with %v, want ownership lost", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("the claim was not cancelled after the steal")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if ds := d.all(); len(ds) != 0 {
+		t.Errorf("delivered after the partition was lost: %+v", ds)
+	}
 }
 
 // A retry state that does not apply when a claim starts (the checkpoint
