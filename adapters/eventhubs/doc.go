@@ -37,11 +37,12 @@
 //     before it, per partition, once per consumer group.
 //   - A claim's first batch: before it is delivered, the claim renews the
 //     partition's ownership through the fence (the positional checkpoint
-//     above does so too). A partition that another processor took after
-//     this processor claimed it, which this processor learns only at its
-//     next round, is so not delivered by both for that long: the claim
-//     ends with [ErrOwnershipLost] and delivers nothing. It costs one
-//     storage write per claim.
+//     above does so too). Another processor may take the partition after
+//     this processor claimed it, and this processor learns that only at
+//     its next round. The renewal then fails: the claim ends with
+//     [ErrOwnershipLost] and delivers nothing, so the two processors do
+//     not both deliver the partition meanwhile. It costs one storage
+//     write per claim.
 //   - Events that expired from the hub before they were handled (a first
 //     batch that starts past the checkpoint; a batch that starts past the
 //     previous one, or holds a gap, when the consumer lags by more than
