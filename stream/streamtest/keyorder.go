@@ -52,8 +52,10 @@ func (h *History) Middleware(member string) stream.Middleware {
 //     exhaustion action before that commit, and is never delivered
 //     again; except, as in [History.Check], when a new owner starts
 //     after a claim that was never released (a crash: the commits its
-//     adapter had coalesced are gone): then what that owner's claim read
-//     (its Claimed event's offset and metadata) is final;
+//     adapter had coalesced are gone), or one released with its last
+//     commit unwritten (an Unwritten event names it): then what that
+//     owner's claim read (its Claimed event's offset and metadata) is
+//     final;
 //   - no record lost: every record was handled, or given up and its
 //     exhaustion action succeeded.
 //
@@ -92,6 +94,8 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		keys  map[string]*key
 		final int64  // records below are final
 		owner *claim // the latest claim of the partition; nil once released
+		// released is the claim released last, until the next claim.
+		released *claim
 	}
 	var r Report
 	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
@@ -126,6 +130,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 	// returned.
 	live := map[flight]int{}
 	events, skip := h.checked()
+	unwritten := unwrittenClaims(events)
 	for i, e := range events {
 		tp := TopicPartition{e.Topic, e.Partition}
 		p, ok := parts[tp]
@@ -143,13 +148,16 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		}
 		switch e.Kind {
 		case Claimed:
-			if p.owner != nil {
+			unclean := p.owner == nil && p.released != nil &&
+				unwritten[tp][claimKey{p.released.member, p.released.id}]
+			if p.owner != nil || unclean {
 				// The claim before was never released (its process was
-				// killed, or its session expired): the commits its
-				// adapter coalesced and did not write are gone, and the
-				// records they said were finished may be delivered again.
-				// Final stays what this claim read: below its offset, and
-				// what its window says.
+				// killed, or its session expired), or was released with
+				// its last commit unwritten (an Unwritten event names
+				// it): the commits its adapter coalesced and did not
+				// write are gone, and the records they said were
+				// finished may be delivered again. Final stays what this
+				// claim read: below its offset, and what its window says.
 				start := max(e.Offset, 0)
 				w, err := retrystate.RestoreWindow(start, e.Metadata, checkpoint.WindowLimits{MaxBytes: 1 << 20})
 				for o := start; o < int64(len(rs)); o++ {
@@ -159,7 +167,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 				}
 				p.final = min(p.final, start)
 			}
-			p.owner = &claim{e.Member, e.Claim}
+			p.owner, p.released = &claim{e.Member, e.Claim}, nil
 			for o := p.final; o < int64(len(rs)); o++ {
 				if !rs[o].final && rs[o].started {
 					rs[o].moves++
@@ -285,7 +293,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 			}
 		case Released:
 			if p.owner != nil && *p.owner == (claim{e.Member, e.Claim}) {
-				p.owner = nil
+				p.owner, p.released = nil, &claim{e.Member, e.Claim}
 			}
 		case Committed:
 			final := func(o int64) {

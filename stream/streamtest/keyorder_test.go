@@ -232,6 +232,18 @@ func TestCheckKeysCatchesDisorder(t *testing.T) {
 			handle(x, 0)
 			all(x)
 		}, "record 0 delivered again, but a commit said it was finished"},
+		{"a released claim's last commit unwritten, delivered again", func(x hist) {
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Claim: 1, Offset: -1})
+			handle(x, 0)
+			handle(x, 1)
+			// coalesced; not written when the claim was released
+			ev(x, streamtest.Event{Kind: streamtest.Committed, Claim: 1, Offset: 2})
+			ev(x, streamtest.Event{Kind: streamtest.Released, Claim: 1})
+			ev(x, streamtest.Event{Kind: streamtest.Unwritten, Offset: 2})
+			ev(x, streamtest.Event{Kind: streamtest.Claimed, Member: "n", Claim: 2, Offset: 0})
+			handle(x, 0)
+			all(x)
+		}, ""},
 		{"committed as finished, not handled", func(x hist) {
 			handle(x, 0)
 			commit(x, 0, window(0, 2, 1)) // 1 never handled
