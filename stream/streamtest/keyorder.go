@@ -85,17 +85,13 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		low      int           // offsets[:low] are done
 		inFlight map[int64]int // its records being delivered
 	}
-	type claim struct {
-		member string
-		id     uint64
-	}
 	type part struct {
 		recs  []rec
 		keys  map[string]*key
 		final int64  // records below are final
-		owner *claim // the latest claim of the partition; nil once released
+		owner *claimKey // the latest claim of the partition; nil once released
 		// released is the claim released last, until the next claim.
-		released *claim
+		released *claimKey
 	}
 	var r Report
 	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
@@ -149,7 +145,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 		switch e.Kind {
 		case Claimed:
 			unclean := p.owner == nil && p.released != nil &&
-				unwritten[tp][claimKey{p.released.member, p.released.id}]
+				unwritten[tp][*p.released]
 			if p.owner != nil || unclean {
 				// The claim before was never released (its process was
 				// killed, or its session expired), or was released with
@@ -167,7 +163,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 				}
 				p.final = min(p.final, start)
 			}
-			p.owner, p.released = &claim{e.Member, e.Claim}, nil
+			p.owner, p.released = &claimKey{e.Member, e.Claim}, nil
 			for o := p.final; o < int64(len(rs)); o++ {
 				if !rs[o].final && rs[o].started {
 					rs[o].moves++
@@ -292,8 +288,8 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 				rs[o].resolved = true
 			}
 		case Released:
-			if p.owner != nil && *p.owner == (claim{e.Member, e.Claim}) {
-				p.owner, p.released = nil, &claim{e.Member, e.Claim}
+			if p.owner != nil && *p.owner == (claimKey{e.Member, e.Claim}) {
+				p.owner, p.released = nil, &claimKey{e.Member, e.Claim}
 			}
 		case Committed:
 			final := func(o int64) {
