@@ -88,7 +88,7 @@ func (h *History) CheckKeys(keys map[TopicPartition][]string) Report {
 	type part struct {
 		recs  []rec
 		keys  map[string]*key
-		final int64  // records below are final
+		final int64     // records below are final
 		owner *claimKey // the latest claim of the partition; nil once released
 		// released is the claim released last, until the next claim.
 		released *claimKey
