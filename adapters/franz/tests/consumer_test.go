@@ -181,6 +181,65 @@ func TestRevocationCancelsAndWaits(t *testing.T) {
 	}
 }
 
+// TestRevocationWaitsForAStoppingClaim: Run is stopping, its handlers
+// still hold their batches (they ignore their context), and a member
+// joins, so that a rebalance revokes a partition from the stopping
+// member meanwhile. The revocation waits for the claim the stop is
+// ending, as for a claim it ends itself, so that the member rejoins and
+// the partition moves only once the claim has ended (its last commit
+// written). Before, the revocation found no claim and returned at once:
+// the partition's next owner delivered its records while the stopping
+// member's handler still ran, and could read its checkpoint before that
+// member's last commit landed (the keyed reliability scenario
+// MembersJoinAndLeavePerRecord with a commit window: "delivered again,
+// but a commit said it was finished").
+func TestRevocationWaitsForAStoppingClaim(t *testing.T) {
+	addrs := newCluster(t, "t", 2)
+	for p := range int32(2) {
+		produce(t, addrs, "t", p, 0, 10)
+	}
+	entered := make(chan int32, 16)
+	release := make(chan struct{})
+	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		entered <- b.Partition
+		<-release // the stop waits for it
+		return nil
+	})
+	session := []any{kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
+	first := start(t, addrs, "g", "t", newProcessor(t, holding), session...)
+	seen := map[int32]bool{}
+	for len(seen) < 2 {
+		select {
+		case p := <-entered:
+			seen[p] = true
+		case <-time.After(wait):
+			t.Fatalf("the first consumer entered the handler for %v only", seen)
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- first.Stop(t) }()
+
+	var rec streamtest.Recorder
+	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), session...)
+	// A rebalance on kfake takes well under this: before the fix, the
+	// second consumer delivered by then.
+	time.Sleep(2 * time.Second)
+	if d := rec.Deliveries(); len(d) > 0 {
+		close(release)
+		t.Fatalf("the second consumer delivered %d batches (the first of partition %d) while the stopping consumer's handlers still held theirs", len(d), d[0].Partition)
+	}
+	close(release)
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("the first consumer's Run returned %v", err)
+		}
+	case <-time.After(wait):
+		t.Fatal("the first consumer did not stop once its handlers returned")
+	}
+	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
+}
+
 func TestBalancers(t *testing.T) {
 	for _, tc := range []struct {
 		name      string

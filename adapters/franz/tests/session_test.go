@@ -278,6 +278,74 @@ func TestSupersededCoalescedCommitWrittenAtRevocation(t *testing.T) {
 	}
 }
 
+// TestLastCommitUnderALaterGeneration: the revocation's last commit goes
+// out although the member's generation is two after the one the claim was
+// confirmed in. That happens when a rebalance begins again before the
+// member's SyncGroup answers (the generation moves on with no assignment,
+// so nothing confirms the claims), and the next one revokes the partition,
+// or Run stops meanwhile: members joining and leaving one after another.
+// The commit was refused as unconfirmed, the warning "the last success
+// commit was not written" was logged, and the partition's next owner
+// delivered again records a reported checkpoint had finished (the keyed
+// reliability scenario MembersJoinAndLeavePerRecord with a commit window).
+// A commit under another member ID is still refused.
+func TestLastCommitUnderALaterGeneration(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "t"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl := joinedClient(t, kc)
+	member, first := cl.GroupMetadata()
+	// Two members join, one after the other: two rebalances.
+	for i := range 2 {
+		other, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.ConsumerGroup("g"), kgo.ConsumeTopics("t"),
+			kgo.HeartbeatInterval(100*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		go other.PollFetches(context.Background())
+		waitUntil(t, "the client moves to a new generation", func() bool { _, g := cl.GroupMetadata(); return g >= first+int32(i)+1 })
+	}
+	_, gen := cl.GroupMetadata()
+
+	m := engine.NewTestCommitter(cl, wait)
+	defer m.Stop()
+	cfg := coalescing()
+	cfg.CommitInterval = time.Hour // written by the revocation only
+	stale := engine.NewTestClaim(cl, "t", 0, cfg, m)
+	stale.Confirm(member, gen-2)
+	recs := make([]*kgo.Record, 20)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
+	}
+	stale.Push(recs, 20, -1) // not caught up: the success commit waits for the window
+	if err := stale.Claim().Commit(context.Background(), 5, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+	adm := kadm.NewClient(cl)
+	if o := fetchOffset(t, adm); o.At == 5 {
+		t.Fatal("the coalesced commit was written before the revocation")
+	}
+	stale.Revoke()
+	if o := fetchOffset(t, adm); o.At != 5 {
+		t.Fatalf("broker has offset %d, want 5: the revocation's last commit under generation %d (the claim confirmed in %d) was not written", o.At, gen, gen-2)
+	}
+
+	// The same under a member ID the claim was not confirmed as.
+	gone := engine.NewTestClaim(cl, "t", 0, cfg, m)
+	gone.Confirm("another member", gen-2)
+	gone.Push(recs, 20, -1)
+	if err := gone.Claim().Commit(context.Background(), 9, ""); err != nil {
+		t.Fatalf("coalesced commit: %v", err)
+	}
+	gone.Revoke()
+	if o := fetchOffset(t, adm); o.At != 5 {
+		t.Fatalf("broker has offset %d, want still 5: a last commit went out under a member ID its claim was not confirmed as", o.At)
+	}
+}
+
 // TestShutdownWritesLastCommitBehindRebalance: Run stops while the client
 // is in a rebalance's JoinGroup (franz-go holds commits until the session's
 // SyncGroup ends), and the revocation writes the claim's coalesced success

@@ -210,15 +210,27 @@ func (cl *claim) confirmedFor(member string, gen int32, kip848 bool) bool {
 }
 
 // revokedIn reports whether a revocation's last commit may go out as
-// member in generation gen: the classic protocol's cooperative rebalance
-// revokes a partition once the member's next generation is known, and
-// gives it to no member in that generation, only in the one after. So the
-// next generation of the same member, and no later one (the partition may
-// be another member's by then).
+// member in generation gen: a later generation of the member the claim
+// was confirmed as (not another member ID: the session expired, and the
+// partition may be another's already).
+//
+// Under the classic protocol's cooperative rebalancing a member keeps
+// reporting the partitions it owns in every JoinGroup until it has
+// revoked them, and the assignor gives a partition a member reports to
+// that member or to no member in that generation, never to another. A
+// partition is revoked once the member has a new generation's
+// assignment, which can be several generations after the claim was
+// confirmed: a rebalance that began again before the member's SyncGroup
+// answered (REBALANCE_IN_PROGRESS) moves the generation on without any
+// assignment, and a shutdown ends the claims in whatever generation the
+// member is in. Until the revocation has run (its last commit included)
+// the member does not join the next generation, so no generation of the
+// same member after the claim's confirmation gives the partition to
+// another member before its last commit has been answered.
 func (cl *claim) revokedIn(member string, gen int32) bool {
 	cl.confMu.Lock()
 	defer cl.confMu.Unlock()
-	return member == cl.confMember && gen == cl.confGen+1
+	return member == cl.confMember && gen > cl.confGen
 }
 
 // begin prepares the claim for its worker; g.mu is held.
@@ -682,7 +694,7 @@ func (cl *claim) Commit(_ context.Context, next int64, metadata string) error {
 // (kafkaadapter.Sender): a commit Commit writes is refused once the claim
 // is ending; a background flush is not (the revocation, which waits for
 // it, writes what it put back); the revocation's own last commit may go
-// out under the member's next generation (see revokedIn).
+// out under a later generation of the member (see revokedIn).
 func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafkaadapter.SendKind) error {
 	at := kgo.EpochOffset{Epoch: epoch, Offset: next}
 	cl.ownMu.Lock()
@@ -691,9 +703,8 @@ func (cl *claim) SendCommit(next int64, epoch int32, metadata string, kind kafka
 		// Under the classic protocol's cooperative rebalancing, a
 		// partition is revoked once the member's new generation is
 		// known, and given to no member in that generation: its last
-		// commit may go out under that generation (see revokedIn; not
-		// under another member ID: the session expired, and the
-		// partition may be another's already).
+		// commit may go out under that generation, or any later one of
+		// the same member (see revokedIn).
 		if !cl.owned || !cl.started {
 			return stream.ErrRevoked
 		}

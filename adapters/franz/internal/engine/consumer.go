@@ -262,6 +262,9 @@ func (c *Consumer) run(ctx context.Context) error {
 		close(stopped)
 	}()
 	drainErr := lifecycle.Drain(stopped, c.log, "franz", &c.g.workers, c.cfg.Drain)
+	if drainErr != nil {
+		c.g.abandon()
+	}
 	c.commit.stop()
 	c.cl.AllowRebalance()
 	if c.owned {

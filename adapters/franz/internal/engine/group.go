@@ -175,6 +175,9 @@ type group struct {
 	wakeup chan struct{} // a full claim drained or a claim starves
 	// workers are the running workers, which a stopping Run reports.
 	workers running
+	// abandoned is closed once Run has given up on the workers of its
+	// stop (see abandon); made when first needed.
+	abandoned chan struct{}
 
 	sideOnce sync.Once
 	side     *kgo.Client // fetchAhead's client, made when first needed
@@ -274,7 +277,8 @@ func (g *group) assigned() {
 
 // end ends the claims of the given partitions: it cancels them with cause
 // (stream.ErrRevoked when nil), refuses their later commits, and waits for
-// their workers.
+// their workers (unless Run has given them up: see abandon). It finds and
+// waits for the claims a stopping Run is ending too (see stop).
 func (g *group) end(parts map[string][]int32, cause error) {
 	var ending []*claim
 	g.mu.Lock()
@@ -288,7 +292,7 @@ func (g *group) end(parts map[string][]int32, cause error) {
 	}
 	log := g.logger()
 	g.mu.Unlock()
-	endClaims(ending, cause)
+	g.endClaims(ending, cause)
 	for _, cl := range ending {
 		if log != nil {
 			log.Info("redeliver: partition released", "topic", cl.key.topic, "partition", cl.key.partition,
@@ -331,6 +335,16 @@ func (g *group) start(ctx context.Context, fail func(error)) {
 }
 
 // stop ends every claim with cause and waits for every worker.
+//
+// The claims stay in the table until they have ended: the client stays
+// in the group meanwhile, and a rebalance can revoke their partitions.
+// franz-go rejoins once OnPartitionsRevoked returns, without the
+// partitions, and the group gives them to another member; so the
+// revocation (end) must find the claims and wait for them to end (their
+// last commits written), as it does a claim it ends itself, not return
+// at once while a last commit is still on its way (which the broker would
+// take, under the member's new generation, after the next owner has read
+// the checkpoint before it).
 func (g *group) stop(cause error) {
 	g.mu.Lock()
 	g.running = false
@@ -341,20 +355,70 @@ func (g *group) stop(cause error) {
 	for cl := range g.claims.all() {
 		ending = append(ending, cl)
 	}
-	g.claims = claimTable{}
 	g.mu.Unlock()
-	endClaims(ending, cause)
+	g.endClaims(ending, cause)
+	g.mu.Lock()
+	for _, cl := range ending {
+		if g.claims.get(cl.key) == cl {
+			g.claims.remove(cl.key)
+		}
+	}
+	g.mu.Unlock()
 	g.wg.Wait()
 	g.closeSide()
 }
 
-func endClaims(ending []*claim, cause error) {
+// endClaims revokes the claims with cause and waits for their workers,
+// until Run gives them up (abandon).
+func (g *group) endClaims(ending []*claim, cause error) {
 	cause = causeOr(cause)
 	for _, cl := range ending {
 		cl.revoke(cause)
 	}
-	for _, cl := range ending {
-		cl.wait()
+	if len(ending) == 0 {
+		return
+	}
+	abandoned := g.abandonedChan()
+	select {
+	case <-abandoned:
+		return
+	default:
+	}
+	ended := make(chan struct{})
+	go func() {
+		for _, cl := range ending {
+			cl.wait()
+		}
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-abandoned:
+	}
+}
+
+// abandonedChan returns the channel abandon closes.
+func (g *group) abandonedChan() chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.abandoned == nil {
+		g.abandoned = make(chan struct{})
+	}
+	return g.abandoned
+}
+
+// abandon is called once Run has stopped waiting for the workers of its
+// stop (the drain time is over, and they are left running): a revocation
+// no longer waits for them, or the client's Close, whose leave of the
+// group revokes every partition, would wait for them too.
+func (g *group) abandon() {
+	ch := g.abandonedChan()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	select {
+	case <-ch:
+	default:
+		close(ch)
 	}
 }
 
