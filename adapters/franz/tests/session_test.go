@@ -251,11 +251,7 @@ func TestSupersededCoalescedCommitWrittenAtRevocation(t *testing.T) {
 	// partition.
 	member, gen := cl.GroupMetadata()
 	k.Confirm(member, gen-1)
-	recs := make([]*kgo.Record, 20)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
-	}
-	k.Push(recs, 20, -1) // not caught up: the success commit waits for the window
+	pushUnread(k, 20)
 
 	ctx := context.Background()
 	if err := k.Claim().Commit(ctx, 5, ""); err != nil {
@@ -316,11 +312,7 @@ func TestLastCommitUnderALaterGeneration(t *testing.T) {
 	cfg.CommitInterval = time.Hour // written by the revocation only
 	stale := engine.NewTestClaim(cl, "t", 0, cfg, m)
 	stale.Confirm(member, gen-2)
-	recs := make([]*kgo.Record, 20)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
-	}
-	stale.Push(recs, 20, -1) // not caught up: the success commit waits for the window
+	pushUnread(stale, 20)
 	if err := stale.Claim().Commit(context.Background(), 5, ""); err != nil {
 		t.Fatalf("coalesced commit: %v", err)
 	}
@@ -336,7 +328,7 @@ func TestLastCommitUnderALaterGeneration(t *testing.T) {
 	// The same under a member ID the claim was not confirmed as.
 	gone := engine.NewTestClaim(cl, "t", 0, cfg, m)
 	gone.Confirm("another member", gen-2)
-	gone.Push(recs, 20, -1)
+	pushUnread(gone, 20)
 	if err := gone.Claim().Commit(context.Background(), 9, ""); err != nil {
 		t.Fatalf("coalesced commit: %v", err)
 	}
@@ -369,11 +361,7 @@ func TestShutdownWritesLastCommitBehindRebalance(t *testing.T) {
 	cfg.CommitInterval = time.Hour // written by the revocation only
 	k := engine.NewTestClaim(cl, "t", 0, cfg, m)
 	k.Confirm(cl.GroupMetadata())
-	recs := make([]*kgo.Record, 20)
-	for i := range recs {
-		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
-	}
-	k.Push(recs, 20, -1) // not caught up: a success commit waits for the window
+	pushUnread(k, 20)
 	// The first success commit is written at once, the next waits.
 	if err := k.Claim().Commit(context.Background(), 3, ""); err != nil {
 		t.Fatalf("coalesced commit: %v", err)
@@ -410,4 +398,15 @@ func TestShutdownWritesLastCommitBehindRebalance(t *testing.T) {
 	if o := fetchOffset(t, kadm.NewClient(other)); o.At != 5 {
 		t.Fatalf("broker has offset %d, want 5: the revocation's last commit was cut short at shutdown", o.At)
 	}
+}
+
+// pushUnread pushes n records of t/0 from offset 0 into k, the partition
+// not caught up (its high watermark past them): a success commit waits
+// for the commit window.
+func pushUnread(k *engine.TestClaim, n int) {
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "t", Offset: int64(i)}
+	}
+	k.Push(recs, int64(2*n), -1)
 }
