@@ -85,8 +85,10 @@ func (e *drainError) Is(target error) bool { return target == ErrDrainOver }
 // is above 0. While it waits, it logs at Warn, after DrainFirstReport and
 // then every DrainReportEvery, which workers it waits for and for how
 // long, so that a shutdown held up by a handler that ignores its context
-// is never silent. It returns nil when done was closed, else an error
-// that names the workers still running and says why they hold Run.
+// is never silent; with no worker running, it says it waits for the
+// partitions' last commits. It returns nil when done was closed, else an
+// error that names the workers still running and says why they hold Run
+// (or, with none running, that the last commits were not answered).
 func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain time.Duration) error {
 	start := time.Now()
 	report := time.NewTimer(DrainFirstReport)
@@ -102,11 +104,23 @@ func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain ti
 		case <-done:
 			return nil
 		case <-report.C:
-			log.Warn("redeliver: stopping: waiting for partitions whose handlers have not returned since their context ended (a handler that ignores its context holds the shutdown)",
-				"partitions", strings.Join(w.Names(), ","), "waited", time.Since(start).Round(time.Millisecond), "drain", drain)
+			names := w.Names()
+			if len(names) == 0 {
+				// Every handler has returned: what is left is the
+				// partitions' last commits, and the client's leave.
+				log.Warn("redeliver: stopping: waiting for the partitions' last commits (every handler has returned)",
+					"waited", time.Since(start).Round(time.Millisecond), "drain", drain)
+			} else {
+				log.Warn("redeliver: stopping: waiting for partitions whose handlers have not returned since their context ended (a handler that ignores its context holds the shutdown)",
+					"partitions", strings.Join(names, ","), "waited", time.Since(start).Round(time.Millisecond), "drain", drain)
+			}
 			report.Reset(DrainReportEvery)
 		case <-deadline:
 			names := w.Names()
+			if len(names) == 0 {
+				log.Error("redeliver: stopping: drain time over, the partitions' last commits not answered", "drain", drain)
+				return &drainError{fmt.Sprintf("%s: drain time (%v) over: every handler has returned, but the partitions' last commits were not answered", pkg, drain)}
+			}
 			err := &drainError{fmt.Sprintf("%s: drain time (%v) over: the handlers of %s have not returned since their context ended: they are left running; make the handler return when its context is done", pkg, drain, strings.Join(names, ", "))}
 			log.Error("redeliver: stopping: drain time over, partitions left running", "partitions", strings.Join(names, ","), "drain", drain)
 			return err

@@ -1,0 +1,84 @@
+package lifecycle_test
+
+import (
+	"bytes"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
+)
+
+// names is a fixed set of running workers' names.
+type names []string
+
+func (n names) Names() []string { return n }
+
+// Drain's reports and error say what the stop waits for: the handlers
+// still running, by name; or, once every handler has returned, the
+// partitions' last commits (a report that named no partition and blamed a
+// handler sent the operator after a handler that had returned).
+func TestDrainSaysWhatItWaitsFor(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		running   names
+		report    string // in every Warn report
+		errWant   string // in the error
+		errReject string // never in the error
+	}{
+		{"a handler still running", names{"orders/0", "orders/3"},
+			`partitions=orders/0,orders/3`, "the handlers of orders/0, orders/3 have not returned", "last commits"},
+		{"every handler returned", nil,
+			`waiting for the partitions' last commits`, "the partitions' last commits were not answered", "the handlers of"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var buf bytes.Buffer
+				log := slog.New(slog.NewTextHandler(&buf, nil))
+				const drain = 10 * time.Second
+				err := lifecycle.Drain(make(chan struct{}), log, "pkg", tc.running, drain)
+				if !errors.Is(err, lifecycle.ErrDrainOver) || !strings.Contains(err.Error(), tc.errWant) || strings.Contains(err.Error(), tc.errReject) {
+					t.Errorf("Drain = %v, want ErrDrainOver saying %q and not %q", err, tc.errWant, tc.errReject)
+				}
+				var reports int
+				for _, line := range strings.Split(strings.TrimSpace(buf.String()), "\n") {
+					if !strings.Contains(line, "level=WARN") {
+						continue
+					}
+					reports++
+					if !strings.Contains(line, tc.report) {
+						t.Errorf("report %q does not say %q", line, tc.report)
+					}
+					if tc.running == nil && strings.Contains(line, "handlers have not returned") {
+						t.Errorf("report %q blames a handler, with none running", line)
+					}
+				}
+				if reports < 2 {
+					t.Errorf("%d Warn reports in %v, want 2 or more:\n%s", reports, drain, buf.String())
+				}
+			})
+		})
+	}
+}
+
+// Drain returns nil once done is closed, without a report before
+// DrainFirstReport.
+func TestDrainReturnsWhenDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		done := make(chan struct{})
+		go func() {
+			time.Sleep(lifecycle.DrainFirstReport / 2)
+			close(done)
+		}()
+		if err := lifecycle.Drain(done, slog.New(slog.NewTextHandler(&buf, nil)), "pkg", names{"orders/0"}, time.Minute); err != nil {
+			t.Errorf("Drain = %v, want nil", err)
+		}
+		if buf.Len() > 0 {
+			t.Errorf("logged before the first report was due:\n%s", buf.String())
+		}
+	})
+}
