@@ -194,6 +194,28 @@ func TestRevocationCancelsAndWaits(t *testing.T) {
 // MembersJoinAndLeavePerRecord with a commit window: "delivered again,
 // but a commit said it was finished").
 func TestRevocationWaitsForAStoppingClaim(t *testing.T) {
+	stopDuringRebalance(t, kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100*time.Millisecond))
+}
+
+// TestStopDuringRebalanceLeavesTheGroup: the same with franz-go's default
+// timings (45s session, 3s heartbeat). Once its handlers return, the
+// stopping member rejoins, and the broker holds that JoinGroup until the
+// other member's next heartbeat: past kclient.LeaveWait the close sends
+// the member's LeaveGroup itself. Before, it cancelled the client with
+// the leave never sent, and the other member waited for the stopping one
+// (the group's leader, counted in the join) until its session timeout:
+// nothing was committed 20s later.
+func TestStopDuringRebalanceLeavesTheGroup(t *testing.T) {
+	if took := stopDuringRebalance(t); took > 10*time.Second {
+		t.Errorf("the second consumer committed every record %v after the first's handlers returned, want well under its 45s session timeout", took)
+	}
+}
+
+// stopDuringRebalance runs the scenario of
+// TestRevocationWaitsForAStoppingClaim with the members' options opts,
+// and returns how long after the stopping member's handlers returned the
+// other member had committed every record.
+func stopDuringRebalance(t *testing.T, opts ...any) time.Duration {
 	addrs := newCluster(t, "t", 2)
 	for p := range int32(2) {
 		produce(t, addrs, "t", p, 0, 10)
@@ -205,8 +227,7 @@ func TestRevocationWaitsForAStoppingClaim(t *testing.T) {
 		<-release // the stop waits for it
 		return nil
 	})
-	session := []any{kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(100 * time.Millisecond)}
-	first := start(t, addrs, "g", "t", newProcessor(t, holding), session...)
+	first := start(t, addrs, "g", "t", newProcessor(t, holding), opts...)
 	seen := map[int32]bool{}
 	for len(seen) < 2 {
 		select {
@@ -220,7 +241,7 @@ func TestRevocationWaitsForAStoppingClaim(t *testing.T) {
 	go func() { stopped <- first.Stop(t) }()
 
 	var rec streamtest.Recorder
-	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), session...)
+	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), opts...)
 	// A rebalance on kfake takes well under this: before the fix, the
 	// second consumer delivered by then.
 	time.Sleep(2 * time.Second)
@@ -229,6 +250,7 @@ func TestRevocationWaitsForAStoppingClaim(t *testing.T) {
 		t.Fatalf("the second consumer delivered %d batches (the first of partition %d) while the stopping consumer's handlers still held theirs", len(d), d[0].Partition)
 	}
 	close(release)
+	released := time.Now()
 	select {
 	case err := <-stopped:
 		if err != nil {
@@ -238,6 +260,7 @@ func TestRevocationWaitsForAStoppingClaim(t *testing.T) {
 		t.Fatal("the first consumer did not stop once its handlers returned")
 	}
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
+	return time.Since(released)
 }
 
 func TestBalancers(t *testing.T) {
