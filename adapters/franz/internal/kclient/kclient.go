@@ -12,35 +12,41 @@ import (
 )
 
 // LeaveWait is how long closing a client waits for the broker to answer
-// its requests in flight and the leave of its group.
-const LeaveWait = 400 * time.Millisecond
+// its requests in flight and the leave of its group, leaveAlone of it for
+// the leave Close sends itself (see leaveNow).
+const (
+	LeaveWait  = 400 * time.Millisecond
+	leaveAlone = 100 * time.Millisecond
+)
 
 // Close closes cl, which was built with kgo.WithContext(ctx) where cancel
 // cancels ctx, and leaves its group. franz-go's Close waits for the
 // requests in flight and for the leave, which the broker may hold (a
-// JoinGroup, a heartbeat, a fetch of a group's share session): past
-// LeaveWait, the member's leave is sent at once (see leaveNow), then
-// cancel is called, which fails the requests in flight; a member that
-// could not leave so is removed by the broker at its session timeout.
-// cancel is called before Close returns in any case.
+// JoinGroup, a heartbeat, a fetch of a group's share session): when it
+// has not returned within LeaveWait less leaveAlone, the member's leave is
+// sent at once (see leaveNow), then cancel is called, which fails the
+// requests in flight; a member that could not leave so is removed by the
+// broker at its session timeout. cancel is called before Close returns in
+// any case.
 func Close(cl *kgo.Client, cancel context.CancelFunc, log *slog.Logger) {
 	defer cancel()
+	start := time.Now()
 	closed := make(chan struct{})
 	go func() {
 		cl.Close()
 		close(closed)
 	}()
-	t := time.NewTimer(LeaveWait)
+	t := time.NewTimer(LeaveWait - leaveAlone)
 	defer t.Stop()
 	select {
 	case <-closed:
 	case <-t.C:
 		if leaveNow(cl) {
 			log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; the member's leave was sent on its own, and the request is cancelled",
-				"waited", LeaveWait)
+				"waited", time.Since(start).Round(time.Millisecond))
 		} else {
 			log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; it is cancelled, and the broker removes the member at its session timeout",
-				"waited", LeaveWait)
+				"waited", time.Since(start).Round(time.Millisecond))
 		}
 		cancel()
 		<-closed
@@ -48,7 +54,7 @@ func Close(cl *kgo.Client, cancel context.CancelFunc, log *slog.Logger) {
 }
 
 // leaveNow sends the classic group member's LeaveGroup itself, within
-// LeaveWait, and reports whether the broker took it. franz-go sends its
+// leaveAlone, and reports whether the broker took it. franz-go sends its
 // own only once its group loop has ended, which a JoinGroup the broker
 // holds (until the other members' next heartbeats) keeps from ending:
 // cancelled then, the leave was never sent, and a member the broker had
@@ -67,7 +73,7 @@ func leaveNow(cl *kgo.Client) bool {
 	if on, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); on {
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), LeaveWait)
+	ctx, cancel := context.WithTimeout(context.Background(), leaveAlone)
 	defer cancel()
 	req := kmsg.NewPtrLeaveGroupRequest()
 	req.Group, req.MemberID = group, member
