@@ -41,13 +41,12 @@ func Close(cl *kgo.Client, cancel context.CancelFunc, log *slog.Logger) {
 	select {
 	case <-closed:
 	case <-t.C:
+		after := "it is cancelled, and the broker removes the member at its session timeout"
 		if leaveNow(cl) {
-			log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; the member's leave was sent on its own, and the request is cancelled",
-				"waited", time.Since(start).Round(time.Millisecond))
-		} else {
-			log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; it is cancelled, and the broker removes the member at its session timeout",
-				"waited", time.Since(start).Round(time.Millisecond))
+			after = "the member's leave was sent on its own, and the request is cancelled"
 		}
+		log.Warn("redeliver: the client did not close in time: a request to the broker is still waiting for its answer; "+after,
+			"waited", time.Since(start).Round(time.Millisecond))
 		cancel()
 		<-closed
 	}
@@ -61,16 +60,14 @@ func Close(cl *kgo.Client, cancel context.CancelFunc, log *slog.Logger) {
 // counted in the join (its leader, whose SyncGroup carries the
 // assignment) held the group until its session timeout. A static member
 // (an instance ID) is left to franz-go, which keeps it in the group on
-// Close so that its restart gets its assignment back; a KIP-848 member leaves by its heartbeat, which the broker does not
-// hold, and a share group's member has no member ID here: both are left
-// to franz-go.
+// Close so that its restart gets its assignment back; a KIP-848 member
+// leaves by its heartbeat, which the broker does not hold, and a share
+// group's member has no member ID here: both are left to franz-go.
 func leaveNow(cl *kgo.Client) bool {
 	group, _ := cl.OptValue(kgo.ConsumerGroup).(string)
 	member, _ := cl.GroupMetadata()
-	if group == "" || member == "" || static(cl) {
-		return false
-	}
-	if on, _ := cl.OptValue(kgo.ServerSideBalancer).(bool); on {
+	kip848, _ := cl.OptValue(kgo.ServerSideBalancer).(bool)
+	if group == "" || member == "" || kip848 || static(cl) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), leaveAlone)
@@ -81,10 +78,7 @@ func leaveNow(cl *kgo.Client) bool {
 	m.MemberID = member
 	req.Members = append(req.Members, m)
 	resp, err := req.RequestWith(ctx, cl)
-	if err != nil {
-		return false
-	}
-	if resp.ErrorCode != 0 {
+	if err != nil || resp.ErrorCode != 0 {
 		return false
 	}
 	for _, m := range resp.Members {
