@@ -258,6 +258,7 @@ func Run(t *testing.T, a Adapter) {
 		{"RewindIsDelivered", rewindIsDelivered},
 		{"KeyedRetryAcrossMove", keyedRetryAcrossMove},
 		{"RevocationEndsCommitWait", revocationEndsCommitWait},
+		{"StopDuringRebalance", stopDuringRebalance},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}

@@ -1,0 +1,100 @@
+package kafkatest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redeliver-go/redeliver/stream"
+	"github.com/redeliver-go/redeliver/stream/streamtest"
+)
+
+// A member stops while its handlers still hold their batches (they ignore
+// their context), and a second member joins, so that a rebalance moves
+// partitions from the stopping member meanwhile. The second member
+// delivers nothing of them before the stopping member's handlers have
+// returned (and their last commits are written), and once they have, the
+// group goes on at once. Run with the tests' short group timings and with
+// the clients' defaults (a session of 10 to 45 seconds).
+//
+// What this caught in the franz-go adapter: a revocation that found the
+// stopping member's claims already taken out of its table returned at
+// once, and the next owner delivered records whose handler still ran;
+// and with the default timings, the stopping member rejoined, was counted
+// in the join the broker held, and closed without leaving, which held the
+// whole group until its session timed out.
+func stopDuringRebalance(t *testing.T, a Adapter) {
+	t.Run("short-timings", func(t *testing.T) { stopDuringRebalanceWith(t, a, false) })
+	t.Run("default-timings", func(t *testing.T) { stopDuringRebalanceWith(t, a, true) })
+}
+
+func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
+	_, addrs := NewCluster(t, "t", 2)
+	for p := range int32(2) {
+		Produce(t, addrs, "t", p, 0, 10)
+	}
+	entered := make(chan int32, 16)
+	release := make(chan struct{})
+	released := false
+	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		entered <- b.Partition
+		<-release // the stop waits for it
+		return nil
+	})
+	var logs LogBuffer
+	first := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, holding), MaxBatch: 5, Defaults: defaults, Logger: logs.Logger()})
+	t.Cleanup(func() { // before the first consumer's stop, which waits for its handlers
+		if !released {
+			close(release)
+		}
+	})
+	seen := map[int32]bool{}
+	for len(seen) < 2 {
+		select {
+		case p := <-entered:
+			seen[p] = true
+		case <-time.After(Wait):
+			t.Fatalf("the first consumer entered the handler for %v only", seen)
+		}
+	}
+	stopped := make(chan error, 1)
+	go func() { stopped <- first.Stop(t) }()
+
+	var rec streamtest.Recorder
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), Defaults: defaults})
+	// A rebalance on kfake takes well under this, which is under the
+	// rebalance timeout of the tests' short timings (2s): a member that
+	// has not rejoined by then is taken out of the group, and its
+	// partitions move, whatever its handlers do.
+	hold := time.Second
+	if defaults {
+		hold = 2 * time.Second
+	}
+	time.Sleep(hold)
+	if d := rec.Deliveries(); len(d) > 0 {
+		t.Fatalf("the second consumer delivered %d batches (the first of partition %d) while the stopping consumer's handlers still held theirs", len(d), d[0].Partition)
+	}
+	released = true
+	close(release)
+	at := time.Now()
+	select {
+	case err := <-stopped:
+		if err != nil {
+			t.Errorf("the first consumer's Run returned %v", err)
+		}
+	case <-time.After(Wait):
+		t.Fatal("the first consumer did not stop once its handlers returned")
+	}
+	stoppedIn := time.Since(at)
+	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
+	took := time.Since(at)
+	for p := range int32(2) {
+		if ds := rec.Of("t", p); len(ds) == 0 || ds[len(ds)-1].LastOffset != 9 {
+			t.Errorf("the second consumer did not deliver partition %d's last records (its batches: %v)", p, ds)
+		}
+	}
+	t.Logf("stopped %v after the release; every record committed %v after it", stoppedIn, took)
+	if took > 8*time.Second {
+		t.Errorf("the second consumer committed every record %v after the first's handlers returned, want well under a session timeout\nthe first consumer's log:\n%s", took, logs.String())
+	}
+}
