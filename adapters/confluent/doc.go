@@ -50,7 +50,9 @@
 //     partition with no commit starts at auto.offset.reset). On a
 //     revocation it ends the claims of the revoked partitions (all of them
 //     under the eager protocol), waits for their workers (at most
-//     [WithCommitTimeout]), and only then gives the partitions up, so that
+//     [WithCommitTimeout], reporting at Warn after 2s, then every 5s, the
+//     partitions whose handlers have not returned since their context
+//     ended), and only then gives the partitions up, so that
 //     a worker's last commit is made while the partition is still owned
 //     (a worker whose own Poll runs the callback is between batches: its
 //     coalesced commit is written there, before the partition is given

@@ -425,6 +425,16 @@ func (e *engine) endClaims(cls []*claim, cause error) {
 	}
 	deadline := time.NewTimer(e.cfg.CommitTimeout)
 	defer deadline.Stop()
+	// Reported while a handler holds the rebalance, until the workers are
+	// waited for or given up; a stopping Run reports its own wait
+	// (lifecycle.Drain).
+	waited := make(chan struct{})
+	defer close(waited)
+	revoked := make(map[string]bool, len(cls))
+	for _, cl := range cls {
+		revoked[fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition)] = true
+	}
+	go lifecycle.WaitRevoked(waited, nil, e.log, lifecycle.Only(&e.workers, revoked), func() bool { return e.runCtx.Err() != nil })
 	for _, cl := range cls {
 		if cl == e.poller {
 			cl.commits.Final()

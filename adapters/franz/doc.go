@@ -103,7 +103,12 @@
 //   - Revocation and loss cancel the partition's claim and wait for its
 //     worker before the rebalance goes on; a commit is refused with
 //     [stream.ErrRevoked] once the revocation has begun, under the same lock
-//     as the revocation.
+//     as the revocation. A handler that ignores its context's cancellation
+//     holds up the rebalance, and is reported at Warn while it does, with
+//     the partitions it holds (after 2s, then every 5s); past the group's
+//     rebalance or session timeout (kgo.RebalanceTimeout,
+//     kgo.SessionTimeout) the broker drops the member, and the partitions
+//     move while the handler still runs.
 //
 // It works with franz-go's default cooperative-sticky balancer, with the eager
 // balancers, and with the KIP-848 consumer protocol

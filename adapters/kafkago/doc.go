@@ -82,8 +82,12 @@
 // durable retry state, waits out what is left of the backoff and continues
 // the batch's retry count. kafka-go waits for every worker before it joins
 // the next generation, so a handler that ignores its context's cancellation
-// holds up the rebalance of the whole group (up to the group's
-// RebalanceTimeout, after which the member is dropped). A commit that the
+// holds up the rebalance of the whole group, and is reported at Warn while
+// it does, with the partitions it holds (after 2s, then every 5s). kafka-go
+// stops heartbeating once its generation has ended, so the member is
+// dropped after the shorter of the group's SessionTimeout and
+// RebalanceTimeout (30s each by default), and the partitions move while
+// the handler still runs. A commit that the
 // coordinator refuses as stale (illegal generation, unknown member,
 // rebalance in progress) ends the generation at once and the member joins
 // again. Cooperative rebalancing, static membership and the KIP-848

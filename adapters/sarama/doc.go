@@ -103,7 +103,8 @@
 // what is left of the backoff and continues the batch's retry count.
 // sarama waits for ConsumeClaim before it joins again (up to the group's
 // Rebalance.Timeout), so a handler that ignores its context's cancellation
-// holds up the rebalance. A commit the coordinator refuses as stale
+// holds up the rebalance; it is reported at Warn while it does, with the
+// partitions it holds (after 2s, then every 5s). A commit the coordinator refuses as stale
 // (illegal generation, unknown member, rebalance in progress) is sent again
 // once sarama has joined the next generation with the partition still
 // assigned (cooperative), and is otherwise refused with [stream.ErrRevoked]

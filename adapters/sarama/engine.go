@@ -401,10 +401,23 @@ type handler struct {
 	group     sarama.ConsumerGroup
 	runCtx    context.Context
 	commitCtx context.Context // ends commitGrace after runCtx
+
+	sessMu   sync.Mutex
+	sessDone chan struct{} // closed by the session's Cleanup
 }
 
-// Setup reports the partitions of a new session.
+// Setup reports the partitions of a new session. Once the session ends,
+// until its Cleanup, sarama waits for its workers before it joins the
+// group again: that wait is reported while a handler holds it.
 func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
+	done := make(chan struct{})
+	h.sessMu.Lock()
+	h.sessDone = done
+	h.sessMu.Unlock()
+	context.AfterFunc(sess.Context(), func() {
+		// A stopping Run reports its own wait (lifecycle.Drain).
+		lifecycle.WaitRevoked(done, nil, h.e.log, &h.e.workers, func() bool { return h.runCtx.Err() != nil })
+	})
 	claims := sess.Claims()
 	n := 0
 	for _, ps := range claims {
@@ -424,6 +437,12 @@ func (h *handler) Setup(sess sarama.ConsumerGroupSession) error {
 
 // Cleanup logs the end of a session.
 func (h *handler) Cleanup(sess sarama.ConsumerGroupSession) error {
+	h.sessMu.Lock()
+	if h.sessDone != nil {
+		close(h.sessDone)
+		h.sessDone = nil
+	}
+	h.sessMu.Unlock()
 	h.e.log.Info("redeliver: generation ended", "group", h.e.cfg.group, "generation", sess.GenerationID(),
 		"cause", context.Cause(sess.Context()))
 	return nil

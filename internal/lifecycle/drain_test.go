@@ -82,3 +82,54 @@ func TestDrainReturnsWhenDone(t *testing.T) {
 		}
 	})
 }
+
+// A rebalance held up by a handler is reported while it lasts, naming the
+// partitions whose handlers still run, and once more, at Info, when it is
+// over; one that ends before the first report says nothing.
+func TestWaitRevokedReportsAHeldRebalance(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		done := make(chan struct{})
+		go func() {
+			time.Sleep(2*time.Second + 2*5*time.Second + time.Second)
+			close(done)
+		}()
+		all := names{"orders/0", "orders/1", "payments/2"}
+		lifecycle.WaitRevoked(done, nil, log, lifecycle.Only(all, map[string]bool{"orders/1": true, "payments/2": true}), nil)
+		out := buf.String()
+		if n := strings.Count(out, "level=WARN msg=\"redeliver: a rebalance waits for partitions whose handlers have not returned"); n != 3 {
+			t.Errorf("%d Warn reports, want 3 (at 2s, 7s and 12s):\n%s", n, out)
+		}
+		if strings.Contains(out, "orders/0") || !strings.Contains(out, "partitions=orders/1,payments/2") {
+			t.Errorf("the reports do not name exactly the revoked partitions' running handlers:\n%s", out)
+		}
+		if !strings.Contains(out, `level=INFO msg="redeliver: the rebalance's wait is over" waited=13s`) {
+			t.Errorf("no Info line with the wait's length:\n%s", out)
+		}
+
+		buf.Reset()
+		quick := make(chan struct{})
+		go func() { time.Sleep(time.Second); close(quick) }()
+		lifecycle.WaitRevoked(quick, nil, log, all, nil)
+		if buf.Len() != 0 {
+			t.Errorf("a rebalance shorter than the first report logged:\n%s", buf.String())
+		}
+
+		buf.Reset()
+		stop := make(chan struct{})
+		go func() { time.Sleep(3 * time.Second); close(stop) }()
+		lifecycle.WaitRevoked(make(chan struct{}), stop, log, names{}, nil)
+		if out := buf.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "last commits (every handler has returned)") {
+			t.Errorf("with every handler returned, want one report of the last commits, and none after stop:\n%s", out)
+		}
+
+		buf.Reset()
+		stopping := make(chan struct{})
+		go func() { time.Sleep(10 * time.Second); close(stopping) }()
+		lifecycle.WaitRevoked(stopping, nil, log, all, func() bool { return true })
+		if buf.Len() != 0 {
+			t.Errorf("a quiet wait (the consumer stopping) logged:\n%s", buf.String())
+		}
+	})
+}

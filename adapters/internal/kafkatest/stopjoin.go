@@ -2,9 +2,11 @@ package kafkatest
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/redeliver-go/redeliver/internal/lifecycle"
 	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
@@ -63,10 +65,11 @@ func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
 	var rec streamtest.Recorder
 	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), Defaults: defaults})
 	// A rebalance on kfake takes well under this, which is under the
-	// rebalance timeout of the tests' short timings (2s): a member that
-	// has not rejoined by then is taken out of the group, and its
-	// partitions move, whatever its handlers do.
-	hold := time.Second
+	// session and rebalance timeouts of the tests' short timings (1s and
+	// 2s): a member that has not rejoined by then (and kafka-go's does not
+	// heartbeat once its generation has ended) is taken out of the group,
+	// and its partitions move, whatever its handlers do.
+	hold := 500 * time.Millisecond
 	if defaults {
 		hold = 2 * time.Second
 	}
@@ -97,4 +100,60 @@ func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
 	if took > 8*time.Second {
 		t.Errorf("the second consumer committed every record %v after the first's handlers returned, want well under a session timeout\nthe first consumer's log:\n%s", took, logs.String())
 	}
+}
+
+// A rebalance held up by a handler that ignores its context is reported
+// while it lasts: a Warn line naming the partitions whose handlers have
+// not returned, and an Info line when the wait is over; the group then
+// goes on. Before, the member said nothing until the handlers returned,
+// while the whole group's rebalance waited for it.
+func revocationReportsHeldHandlers(t *testing.T, a Adapter) {
+	t.Cleanup(lifecycle.SetRevokeReport(200*time.Millisecond, 400*time.Millisecond))
+
+	_, addrs := NewCluster(t, "t", 2)
+	for p := range int32(2) {
+		Produce(t, addrs, "t", p, 0, 10)
+	}
+	entered := make(chan int32, 16)
+	release := make(chan struct{})
+	released := false
+	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		entered <- b.Partition
+		<-release // ignores its context
+		return nil
+	})
+	var logs LogBuffer
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, holding), MaxBatch: 5, Logger: logs.Logger()})
+	t.Cleanup(func() {
+		if !released {
+			close(release)
+		}
+	})
+	for range 2 {
+		select {
+		case <-entered:
+		case <-time.After(Wait):
+			t.Fatal("the first consumer did not enter the handler of both partitions")
+		}
+	}
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed)})
+	const report = `level=WARN msg="redeliver: a rebalance waits for partitions whose handlers have not returned`
+	logs.WaitFor(t, report, Wait)
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if !strings.Contains(line, report) {
+			continue
+		}
+		_, parts, ok := strings.Cut(line, "partitions=")
+		parts, _, _ = strings.Cut(parts, " ")
+		for _, p := range strings.Split(parts, ",") {
+			if !ok || (p != "t/0" && p != "t/1") {
+				t.Errorf("the report names %q, want t/0 or t/1: %s", parts, line)
+				break
+			}
+		}
+	}
+	released = true
+	close(release)
+	logs.WaitFor(t, `msg="redeliver: the rebalance's wait is over"`, Wait)
+	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
 }

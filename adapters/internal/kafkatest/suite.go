@@ -259,6 +259,7 @@ func Run(t *testing.T, a Adapter) {
 		{"KeyedRetryAcrossMove", keyedRetryAcrossMove},
 		{"RevocationEndsCommitWait", revocationEndsCommitWait},
 		{"StopDuringRebalance", stopDuringRebalance},
+		{"RevocationReportsHeldHandlers", revocationReportsHeldHandlers},
 	} {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, a) })
 	}
@@ -942,6 +943,7 @@ func drainReportsAndBounds(t *testing.T, a Adapter) {
 	first, every := lifecycle.DrainFirstReport, lifecycle.DrainReportEvery
 	lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = 100*time.Millisecond, 200*time.Millisecond
 	t.Cleanup(func() { lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = first, every })
+	t.Cleanup(lifecycle.SetRevokeReport(100*time.Millisecond, 200*time.Millisecond))
 
 	_, addrs := NewCluster(t, "orders", 1)
 	Produce(t, addrs, "orders", 0, 0, 1)
@@ -974,6 +976,9 @@ func drainReportsAndBounds(t *testing.T, a Adapter) {
 	}
 	if n := strings.Count(logs.String(), "level=WARN msg=\"redeliver: stopping: waiting for partitions"); n < 2 || !strings.Contains(logs.String(), "partitions=orders/0") {
 		t.Errorf("%d Warn lines naming the partition waited for, want 2 or more:\n%s", n, logs.String())
+	}
+	if strings.Contains(logs.String(), "a rebalance waits") {
+		t.Errorf("the stop's wait was reported as a rebalance's (the drain reports it):\n%s", logs.String())
 	}
 }
 

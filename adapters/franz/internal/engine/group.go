@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,6 +153,9 @@ type tp struct {
 	topic     string
 	partition int32
 }
+
+// String returns "topic/partition", as the logs name a partition.
+func (k tp) String() string { return k.topic + "/" + strconv.Itoa(int(k.partition)) }
 
 // group is the assignment state of one client: its claims, and the
 // consumer and run that start their workers.
@@ -391,10 +395,23 @@ func (g *group) endClaims(ending []*claim, cause error) {
 		}
 		close(ended)
 	}()
-	select {
-	case <-ended:
-	case <-abandoned:
+	g.mu.Lock()
+	log := g.logger()
+	g.mu.Unlock()
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	revoked := make(map[string]bool, len(ending))
+	for _, cl := range ending {
+		revoked[cl.key.String()] = true
+	}
+	// A stopping Run reports its own wait (lifecycle.Drain).
+	stopping := func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return !g.running
+	}
+	lifecycle.WaitRevoked(ended, abandoned, log, lifecycle.Only(&g.workers, revoked), stopping)
 }
 
 // abandonedChan returns the channel abandon closes.
@@ -478,7 +495,7 @@ func (r *running) Names() []string {
 	defer r.mu.Unlock()
 	out := make([]string, 0, len(r.claims))
 	for cl := range r.claims {
-		out = append(out, fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition))
+		out = append(out, cl.key.String())
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

@@ -111,7 +111,7 @@ func (g *generation) manage(runCtx, gctx context.Context) {
 	case <-runCtx.Done():
 		cause = context.Cause(runCtx)
 	}
-	g.end(cause)
+	g.end(cause, func() bool { return runCtx.Err() != nil })
 	g.c.log.Info("redeliver: generation ended", "group", g.gen.GroupID, "generation", g.gen.ID, "cause", cause)
 	if runCtx.Err() != nil {
 		<-gctx.Done()
@@ -246,8 +246,9 @@ func (g *generation) work(cl *claim) {
 // end ends every claim with cause: their contexts are cancelled, commits are
 // refused from now on (once the commit calls in flight have returned: at
 // their answer, or at once for a claim revoked while Run goes on), and
-// their workers are waited for.
-func (g *generation) end(cause error) {
+// their workers are waited for, with a report while they hold the
+// rebalance, unless stopping says Run stops (its drain reports then).
+func (g *generation) end(cause error, stopping func() bool) {
 	g.mu.RLock()
 	claims := g.claims
 	g.mu.RUnlock()
@@ -261,7 +262,12 @@ func (g *generation) end(cause error) {
 	for _, cl := range claims {
 		cl.cancel(cause)
 	}
-	g.wg.Wait()
+	workers := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(workers)
+	}()
+	lifecycle.WaitRevoked(workers, nil, g.c.log, &g.c.workers, stopping)
 	// The success commits not written yet (coalesced), before the
 	// partitions are given up.
 	var fw sync.WaitGroup

@@ -50,7 +50,7 @@ func (t *TestGeneration) Buffer(n int) {
 
 // End ends the generation as a rebalance does, and returns when it has
 // ended.
-func (t *TestGeneration) End() { t.g.end(errGenerationEnded) }
+func (t *TestGeneration) End() { t.g.end(errGenerationEnded, nil) }
 
 // Stale reports whether the coordinator refused a commit of the generation
 // as stale.
