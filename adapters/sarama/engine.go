@@ -465,6 +465,18 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, sc sarama.Consu
 		}
 		return nil
 	}
+	// A revocation of this partition alone (the cooperative protocol: the
+	// session goes on) is reported while a handler holds it; the session's
+	// end is reported as a whole (Setup), and a stop by the drain.
+	name := fmt.Sprintf("%s/%d", sc.Topic(), sc.Partition())
+	returned := make(chan struct{})
+	defer close(returned)
+	defer context.AfterFunc(cl.ctx, func() {
+		if sess.Context().Err() != nil || h.runCtx.Err() != nil {
+			return
+		}
+		lifecycle.WaitRevoked(returned, nil, h.e.log, lifecycle.Only(&h.e.workers, map[string]bool{name: true}), nil)
+	})()
 	var perr error
 	lifecycle.Inside(func() { perr = cl.run(h.e.proc) })
 	if perr != nil && !cl.endedFromOutside() {

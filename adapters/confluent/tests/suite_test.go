@@ -33,8 +33,9 @@ func consumerConfig(addrs []string, group string) kafka.ConfigMap {
 // runs. Options of a Config are confluent.Option values, and functions of
 // type func(kafka.ConfigMap) that change librdkafka's configuration.
 var adapter = kafkatest.Adapter{
-	Name:       "confluent",
-	Throughput: []any{confluent.WithCommitWindow(500*time.Millisecond, 50000)},
+	Name:        "confluent",
+	Throughput:  []any{confluent.WithCommitWindow(500*time.Millisecond, 50000)},
+	Cooperative: []any{func(c kafka.ConfigMap) { c["partition.assignment.strategy"] = "cooperative-sticky" }},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		conf := consumerConfig(cfg.Addrs, cfg.Group)

@@ -108,6 +108,13 @@ func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
 // goes on. Before, the member said nothing until the handlers returned,
 // while the whole group's rebalance waited for it.
 func revocationReportsHeldHandlers(t *testing.T, a Adapter) {
+	t.Run("default", func(t *testing.T) { revocationReportsHeldHandlersWith(t, a, nil) })
+	if a.Cooperative != nil {
+		t.Run("cooperative", func(t *testing.T) { revocationReportsHeldHandlersWith(t, a, a.Cooperative) })
+	}
+}
+
+func revocationReportsHeldHandlersWith(t *testing.T, a Adapter, opts []any) {
 	t.Cleanup(lifecycle.SetRevokeReport(200*time.Millisecond, 400*time.Millisecond))
 
 	_, addrs := NewCluster(t, "t", 2)
@@ -123,7 +130,7 @@ func revocationReportsHeldHandlers(t *testing.T, a Adapter) {
 		return nil
 	})
 	var logs LogBuffer
-	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, holding), MaxBatch: 5, Logger: logs.Logger()})
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, holding), MaxBatch: 5, Logger: logs.Logger(), Options: opts})
 	t.Cleanup(func() {
 		if !released {
 			close(release)
@@ -136,7 +143,7 @@ func revocationReportsHeldHandlers(t *testing.T, a Adapter) {
 			t.Fatal("the first consumer did not enter the handler of both partitions")
 		}
 	}
-	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed)})
+	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed), Options: opts})
 	const report = `level=WARN msg="redeliver: a rebalance waits for partitions whose handlers have not returned`
 	logs.WaitFor(t, report, Wait)
 	for _, line := range strings.Split(logs.String(), "\n") {
@@ -145,11 +152,17 @@ func revocationReportsHeldHandlers(t *testing.T, a Adapter) {
 		}
 		_, parts, ok := strings.Cut(line, "partitions=")
 		parts, _, _ = strings.Cut(parts, " ")
-		for _, p := range strings.Split(parts, ",") {
+		names := strings.Split(parts, ",")
+		for _, p := range names {
 			if !ok || (p != "t/0" && p != "t/1") {
 				t.Errorf("the report names %q, want t/0 or t/1: %s", parts, line)
 				break
 			}
+		}
+		if opts != nil && len(names) != 1 {
+			// A cooperative rebalance gives the second member one of the
+			// two partitions and leaves the other with the first.
+			t.Errorf("the report names %q, want the one partition revoked: %s", parts, line)
 		}
 	}
 	released = true

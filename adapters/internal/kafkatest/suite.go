@@ -51,6 +51,12 @@ type Adapter struct {
 	// before 2.8, so that a topic deleted and created again is the same
 	// topic rewound; nil when it always fetches by name.
 	FetchByName []any
+	// Cooperative are options of the adapter's own ([Config.Options])
+	// under which its consumer rebalances cooperatively (a revocation
+	// takes some partitions and the member keeps the others), when that is
+	// not its default; nil when it is, or when the client has no such
+	// protocol.
+	Cooperative []any
 	// CommitHoldsRebalance, when not empty, says why the adapter's client
 	// holds a rebalance while a commit is in flight, so that a member
 	// learns that it lost a partition only once its commit has had an

@@ -35,6 +35,9 @@ func saramaConfig() *sarama.Config {
 var adapter = kafkatest.Adapter{
 	Name:       "sarama",
 	Throughput: []any{rdsarama.WithCommitWindow(500*time.Millisecond, 50000)},
+	Cooperative: []any{func(c *sarama.Config) {
+		c.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	}},
 
 	New: func(cfg kafkatest.Config) (kafkatest.Consumer, error) {
 		sc := saramaConfig()
