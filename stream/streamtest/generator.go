@@ -70,11 +70,15 @@ func (g *Generator) Fetch(ctx context.Context) ([]stream.Record, error) {
 		return nil, context.Cause(ctx)
 	}
 	g.sent++
-	for i := range g.recs {
-		g.recs[i].Offset = g.next
-		g.next++
+	// In locals: written through g, the offset would be stored and loaded
+	// again for every record, behind the records' own stores.
+	recs, next := g.recs, g.next
+	for i := range recs {
+		recs[i].Offset = next
+		next++
 	}
-	return g.recs, nil
+	g.next = next
+	return recs, nil
 }
 
 // Commit records next; the commit of the last batch closes Done.
