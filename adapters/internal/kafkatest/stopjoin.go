@@ -3,6 +3,7 @@ package kafkatest
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,34 +32,8 @@ func stopDuringRebalance(t *testing.T, a Adapter) {
 }
 
 func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
-	_, addrs := NewCluster(t, "t", 2)
-	for p := range int32(2) {
-		Produce(t, addrs, "t", p, 0, 10)
-	}
-	entered := make(chan int32, 16)
-	release := make(chan struct{})
-	released := false
-	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		entered <- b.Partition
-		<-release // the stop waits for it
-		return nil
-	})
 	var logs LogBuffer
-	first := Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, holding), MaxBatch: 5, Defaults: defaults, Logger: logs.Logger()})
-	t.Cleanup(func() { // before the first consumer's stop, which waits for its handlers
-		if !released {
-			close(release)
-		}
-	})
-	seen := map[int32]bool{}
-	for len(seen) < 2 {
-		select {
-		case p := <-entered:
-			seen[p] = true
-		case <-time.After(Wait):
-			t.Fatalf("the first consumer entered the handler for %v only", seen)
-		}
-	}
+	addrs, first, release := holdBoth(t, a, Config{Defaults: defaults, Logger: logs.Logger()})
 	stopped := make(chan error, 1)
 	go func() { stopped <- first.Stop(t) }()
 
@@ -77,8 +52,7 @@ func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
 	if d := rec.Deliveries(); len(d) > 0 {
 		t.Fatalf("the second consumer delivered %d batches (the first of partition %d) while the stopping consumer's handlers still held theirs", len(d), d[0].Partition)
 	}
-	released = true
-	close(release)
+	release()
 	at := time.Now()
 	select {
 	case err := <-stopped:
@@ -117,32 +91,8 @@ func revocationReportsHeldHandlers(t *testing.T, a Adapter) {
 func revocationReportsHeldHandlersWith(t *testing.T, a Adapter, opts []any) {
 	t.Cleanup(lifecycle.SetRevokeReport(200*time.Millisecond, 400*time.Millisecond))
 
-	_, addrs := NewCluster(t, "t", 2)
-	for p := range int32(2) {
-		Produce(t, addrs, "t", p, 0, 10)
-	}
-	entered := make(chan int32, 16)
-	release := make(chan struct{})
-	released := false
-	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		entered <- b.Partition
-		<-release // ignores its context
-		return nil
-	})
 	var logs LogBuffer
-	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, holding), MaxBatch: 5, Logger: logs.Logger(), Options: opts})
-	t.Cleanup(func() {
-		if !released {
-			close(release)
-		}
-	})
-	for range 2 {
-		select {
-		case <-entered:
-		case <-time.After(Wait):
-			t.Fatal("the first consumer did not enter the handler of both partitions")
-		}
-	}
+	addrs, _, release := holdBoth(t, a, Config{Logger: logs.Logger(), Options: opts})
 	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed), Options: opts})
 	const report = `level=WARN msg="redeliver: a rebalance waits for partitions whose handlers have not returned`
 	logs.WaitFor(t, report, Wait)
@@ -165,8 +115,43 @@ func revocationReportsHeldHandlersWith(t *testing.T, a Adapter, opts []any) {
 			t.Errorf("the report names %q, want the one partition revoked: %s", parts, line)
 		}
 	}
-	released = true
-	close(release)
+	release()
 	logs.WaitFor(t, `msg="redeliver: the rebalance's wait is over"`, Wait)
 	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
+}
+
+// holdBoth starts a consumer of cfg (Addrs, Group, Topic, Processor and
+// MaxBatch its own) on a new cluster with a topic "t" of two partitions of
+// 10 records each, in batches of 5, whose handler holds each batch,
+// ignoring its context, until release is called (at the latest at the end
+// of the test, before the consumer's stop). It returns once the handler
+// holds a batch of each partition.
+func holdBoth(t *testing.T, a Adapter, cfg Config) (addrs []string, first *Running, release func()) {
+	t.Helper()
+	_, addrs = NewCluster(t, "t", 2)
+	for p := range int32(2) {
+		Produce(t, addrs, "t", p, 0, 10)
+	}
+	entered := make(chan int32, 16)
+	held := make(chan struct{})
+	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+		entered <- b.Partition
+		<-held // ignores its context
+		return nil
+	})
+	cfg.Addrs, cfg.Group, cfg.Topic, cfg.Processor, cfg.MaxBatch = addrs, "g", "t", NewProcessor(t, holding), 5
+	first = Start(t, a, cfg)
+	var once sync.Once
+	release = func() { once.Do(func() { close(held) }) }
+	t.Cleanup(release) // before the consumer's stop, which waits for its handlers
+	seen := map[int32]bool{}
+	for len(seen) < 2 {
+		select {
+		case p := <-entered:
+			seen[p] = true
+		case <-time.After(Wait):
+			t.Fatalf("the first consumer entered the handler for %v only", seen)
+		}
+	}
+	return addrs, first, release
 }
