@@ -90,40 +90,52 @@ func (e *drainError) Is(target error) bool { return target == ErrDrainOver }
 // error that names the workers still running and says why they hold Run
 // (or, with none running, that the last commits were not answered).
 func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain time.Duration) error {
-	start := time.Now()
-	report := time.NewTimer(DrainFirstReport)
-	defer report.Stop()
 	var deadline <-chan time.Time
 	if drain > 0 {
 		t := time.NewTimer(drain)
 		defer t.Stop()
 		deadline = t.C
 	}
+	if reportWhile(done, deadline, DrainFirstReport, DrainReportEvery, func(waited time.Duration) {
+		names := w.Names()
+		if len(names) == 0 {
+			// Every handler has returned: what is left is the
+			// partitions' last commits, and the client's leave.
+			log.Warn("redeliver: stopping: waiting for the partitions' last commits (every handler has returned)",
+				"waited", waited, "drain", drain)
+		} else {
+			log.Warn("redeliver: stopping: waiting for partitions whose handlers have not returned since their context ended (a handler that ignores its context holds the shutdown)",
+				"partitions", strings.Join(names, ","), "waited", waited, "drain", drain)
+		}
+	}) {
+		return nil
+	}
+	names := w.Names()
+	if len(names) == 0 {
+		log.Error("redeliver: stopping: drain time over, the partitions' last commits not answered", "drain", drain)
+		return &drainError{fmt.Sprintf("%s: drain time (%v) over: every handler has returned, but the partitions' last commits were not answered", pkg, drain)}
+	}
+	err := &drainError{fmt.Sprintf("%s: drain time (%v) over: the handlers of %s have not returned since their context ended: they are left running; make the handler return when its context is done", pkg, drain, strings.Join(names, ", "))}
+	log.Error("redeliver: stopping: drain time over, partitions left running", "partitions", strings.Join(names, ","), "drain", drain)
+	return err
+}
+
+// reportWhile waits until done or stop is closed (or receives), calling
+// report with the time waited after first and then every every. It
+// reports whether done was closed.
+func reportWhile[T any](done <-chan struct{}, stop <-chan T, first, every time.Duration, report func(waited time.Duration)) bool {
+	start := time.Now()
+	t := time.NewTimer(first)
+	defer t.Stop()
 	for {
 		select {
 		case <-done:
-			return nil
-		case <-report.C:
-			names := w.Names()
-			if len(names) == 0 {
-				// Every handler has returned: what is left is the
-				// partitions' last commits, and the client's leave.
-				log.Warn("redeliver: stopping: waiting for the partitions' last commits (every handler has returned)",
-					"waited", time.Since(start).Round(time.Millisecond), "drain", drain)
-			} else {
-				log.Warn("redeliver: stopping: waiting for partitions whose handlers have not returned since their context ended (a handler that ignores its context holds the shutdown)",
-					"partitions", strings.Join(names, ","), "waited", time.Since(start).Round(time.Millisecond), "drain", drain)
-			}
-			report.Reset(DrainReportEvery)
-		case <-deadline:
-			names := w.Names()
-			if len(names) == 0 {
-				log.Error("redeliver: stopping: drain time over, the partitions' last commits not answered", "drain", drain)
-				return &drainError{fmt.Sprintf("%s: drain time (%v) over: every handler has returned, but the partitions' last commits were not answered", pkg, drain)}
-			}
-			err := &drainError{fmt.Sprintf("%s: drain time (%v) over: the handlers of %s have not returned since their context ended: they are left running; make the handler return when its context is done", pkg, drain, strings.Join(names, ", "))}
-			log.Error("redeliver: stopping: drain time over, partitions left running", "partitions", strings.Join(names, ","), "drain", drain)
-			return err
+			return true
+		case <-stop:
+			return false
+		case <-t.C:
+			report(time.Since(start).Round(time.Millisecond))
+			t.Reset(every)
 		}
 	}
 }

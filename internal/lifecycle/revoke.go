@@ -41,36 +41,26 @@ func WaitRevoked(done, stop <-chan struct{}, log *slog.Logger, running Named, qu
 	default:
 	}
 	start := time.Now()
-	every := time.Duration(revokeEvery.Load())
-	report := time.NewTimer(time.Duration(revokeFirst.Load()))
-	defer report.Stop()
 	reported := false
-	for {
-		select {
-		case <-done:
-			if reported {
-				log.Info("redeliver: the rebalance's wait is over", "waited", time.Since(start).Round(time.Millisecond))
-			}
+	if !reportWhile(done, stop, time.Duration(revokeFirst.Load()), time.Duration(revokeEvery.Load()), func(waited time.Duration) {
+		if quiet != nil && quiet() {
 			return
-		case <-stop:
-			return
-		case <-report.C:
-			report.Reset(every)
-			if quiet != nil && quiet() {
-				continue
-			}
-			reported = true
-			waited := time.Since(start).Round(time.Millisecond)
-			if names := running.Names(); len(names) == 0 {
-				log.Warn("redeliver: a rebalance waits for the revoked partitions' last commits (every handler has returned)",
-					"waited", waited)
-			} else {
-				log.Warn("redeliver: a rebalance waits for partitions whose handlers have not returned since their context ended: "+
-					"the group's rebalance waits for this member, and past its rebalance timeout the broker takes the member out of the group "+
-					"and another member may deliver these partitions' records while the handlers still run; make the handler return when its context is done",
-					"partitions", strings.Join(names, ","), "waited", waited)
-			}
 		}
+		reported = true
+		if names := running.Names(); len(names) == 0 {
+			log.Warn("redeliver: a rebalance waits for the revoked partitions' last commits (every handler has returned)",
+				"waited", waited)
+		} else {
+			log.Warn("redeliver: a rebalance waits for partitions whose handlers have not returned since their context ended: "+
+				"the group's rebalance waits for this member, and past its rebalance timeout the broker takes the member out of the group "+
+				"and another member may deliver these partitions' records while the handlers still run; make the handler return when its context is done",
+				"partitions", strings.Join(names, ","), "waited", waited)
+		}
+	}) {
+		return
+	}
+	if reported {
+		log.Info("redeliver: the rebalance's wait is over", "waited", time.Since(start).Round(time.Millisecond))
 	}
 }
 
