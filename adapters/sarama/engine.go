@@ -467,7 +467,9 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, sc sarama.Consu
 	}
 	// A revocation of this partition alone (the cooperative protocol: the
 	// session goes on) is reported while a handler holds it; the session's
-	// end is reported as a whole (Setup), and a stop by the drain.
+	// end is reported as a whole (Setup), and a stop by the drain. A
+	// session that ends while this report runs takes it over: its report
+	// names this partition too, and two reports would name it twice.
 	name := fmt.Sprintf("%s/%d", sc.Topic(), sc.Partition())
 	returned := make(chan struct{})
 	defer close(returned)
@@ -475,7 +477,7 @@ func (h *handler) ConsumeClaim(sess sarama.ConsumerGroupSession, sc sarama.Consu
 		if sess.Context().Err() != nil || h.runCtx.Err() != nil {
 			return
 		}
-		lifecycle.WaitRevoked(returned, nil, h.e.log, lifecycle.Only(&h.e.workers, map[string]bool{name: true}), nil)
+		lifecycle.WaitRevoked(returned, sess.Context().Done(), h.e.log, lifecycle.Only(&h.e.workers, map[string]bool{name: true}), nil)
 	})()
 	var perr error
 	lifecycle.Inside(func() { perr = cl.run(h.e.proc) })

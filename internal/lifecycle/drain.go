@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,13 +17,20 @@ import (
 // gives up on it after this long.
 const DefaultDrain = 25 * time.Second
 
-// The drain's report: a first Warn line once a shutdown has waited
-// DrainFirstReport for workers, then one every DrainReportEvery while it
-// still waits. Variables so that the adapters' tests can shorten them.
-var (
-	DrainFirstReport = 2 * time.Second
-	DrainReportEvery = 5 * time.Second
-)
+// The drain's report: a first Warn line once a shutdown has waited 2s for
+// workers, then one every 5s while it still waits. Atomic, so that a test
+// can shorten them (SetDrainReport) while a consumer of an earlier test
+// still stops.
+var drainFirst, drainEvery atomic.Int64
+
+func init() { SetDrainReport(2*time.Second, 5*time.Second) }
+
+// SetDrainReport sets when Drain reports (the first report, then the
+// interval), for tests, and returns what restores the timings before.
+func SetDrainReport(first, every time.Duration) (restore func()) {
+	f, e := drainFirst.Swap(int64(first)), drainEvery.Swap(int64(every))
+	return func() { drainFirst.Store(f); drainEvery.Store(e) }
+}
 
 // Workers is the set of a consumer's running workers, by name
 // ("orders/0"), with when each started: what a stopping Run waits for.
@@ -82,8 +90,8 @@ func (e *drainError) Error() string        { return e.msg }
 func (e *drainError) Is(target error) bool { return target == ErrDrainOver }
 
 // Drain waits until done is closed, or until drain has passed when drain
-// is above 0. While it waits, it logs at Warn, after DrainFirstReport and
-// then every DrainReportEvery, which workers it waits for and for how
+// is above 0. While it waits, it logs at Warn, after a first 2s and then
+// every 5s (SetDrainReport), which workers it waits for and for how
 // long, so that a shutdown held up by a handler that ignores its context
 // is never silent; with no worker running, it says it waits for the
 // partitions' last commits. It returns nil when done was closed, else an
@@ -96,7 +104,7 @@ func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain ti
 		defer t.Stop()
 		deadline = t.C
 	}
-	if reportWhile(done, deadline, DrainFirstReport, DrainReportEvery, func(waited time.Duration) {
+	if reportWhile(done, deadline, time.Duration(drainFirst.Load()), time.Duration(drainEvery.Load()), func(waited time.Duration) {
 		names := w.Names()
 		if len(names) == 0 {
 			// Every handler has returned: what is left is the

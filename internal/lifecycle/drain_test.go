@@ -64,14 +64,14 @@ func TestDrainSaysWhatItWaitsFor(t *testing.T) {
 	}
 }
 
-// Drain returns nil once done is closed, without a report before
-// DrainFirstReport.
+// Drain returns nil once done is closed, with no report when done comes
+// before the first one.
 func TestDrainReturnsWhenDone(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var buf bytes.Buffer
 		done := make(chan struct{})
 		go func() {
-			time.Sleep(lifecycle.DrainFirstReport / 2)
+			time.Sleep(time.Second) // the first report comes at 2s
 			close(done)
 		}()
 		if err := lifecycle.Drain(done, slog.New(slog.NewTextHandler(&buf, nil)), "pkg", names{"orders/0"}, time.Minute); err != nil {

@@ -946,9 +946,7 @@ func shutdownKeepsCommitInFlight(t *testing.T, a Adapter) {
 // drain time, leaving it running. Run waited in silence for as long as the
 // handler took.
 func drainReportsAndBounds(t *testing.T, a Adapter) {
-	first, every := lifecycle.DrainFirstReport, lifecycle.DrainReportEvery
-	lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = 100*time.Millisecond, 200*time.Millisecond
-	t.Cleanup(func() { lifecycle.DrainFirstReport, lifecycle.DrainReportEvery = first, every })
+	t.Cleanup(lifecycle.SetDrainReport(100*time.Millisecond, 200*time.Millisecond))
 	t.Cleanup(lifecycle.SetRevokeReport(100*time.Millisecond, 200*time.Millisecond))
 
 	_, addrs := NewCluster(t, "orders", 1)
