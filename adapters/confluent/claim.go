@@ -379,18 +379,18 @@ func (cl *claim) CaughtUp() bool {
 }
 
 // send commits next with metadata for the partition
-// (Consumer.CommitOffsets, synchronous) and returns the broker's answer.
-// A shutdown waits for a commit in flight at most 250ms. final is the
+// (Consumer.CommitOffsets, synchronous) and returns the broker's answer,
+// waiting for it at most the commit timeout (WithCommitTimeout). A
+// shutdown waits for a commit in flight at most 250ms. final is the
 // claim's last commit, made once its worker has returned: it is sent
 // although the claim has ended, and waited for until the shutdown's bound
-// (the revocation waits for it at most the commit timeout, endClaims).
+// or the commit timeout (the revocation waits for the worker, endClaims).
 //
 // Any other commit stops waiting when the claim is revoked or lost (not
 // when a shutdown ends it: that waits up to its own bound, above): the
 // revocation waits for the worker before it gives the partition up, and a
 // worker held by a coordinator that does not answer would hold the
-// partition while its next owner delivers it (up to the commit timeout,
-// then the revocation goes on without it). The request may still land:
+// revocation, and with it the group's rebalance. The request may still land:
 // the coordinator writes it only under the member's generation, which a
 // rebalance ends. Either way the retry bound holds: a commit that carries
 // a retry state and lands counts the retry as started, one more than the
@@ -437,11 +437,16 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 		parts, err := cl.c.CommitOffsets([]kafka.TopicPartition{{Topic: &t, Partition: cl.key.partition, Offset: kafka.Offset(next), Metadata: &md}})
 		ch <- answer{parts, err}
 	}()
+	timeout := time.NewTimer(cl.e.cfg.CommitTimeout)
+	defer timeout.Stop()
 	var a answer
 	select {
 	case a = <-ch:
 	case <-cl.e.commitCtx.Done():
 		return fmt.Errorf("confluent: commit %s/%d at %d: no answer: %w", t, cl.key.partition, next, context.Cause(cl.e.commitCtx))
+	case <-timeout.C:
+		// The request goes on, as above.
+		return fmt.Errorf("confluent: commit %s/%d at %d: no answer within the commit timeout (%v)", t, cl.key.partition, next, cl.e.cfg.CommitTimeout)
 	case <-revoked:
 		// The request goes on (inflight: the consumer is closed after
 		// it); its answer is dropped.

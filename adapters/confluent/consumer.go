@@ -83,9 +83,11 @@ func WithMaxWait(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.MaxWait = d })
 }
 
-// WithCommitTimeout bounds how long a rebalance waits for a worker and its
-// commit in flight, overriding the default 10s. A shutdown waits for a
-// commit in flight at most 250ms.
+// WithCommitTimeout bounds the wait for one offset commit's answer (the
+// request itself goes on) and the read of newly assigned partitions'
+// committed offsets, overriding the default 10s. A shutdown waits for a
+// commit in flight at most 250ms. It does not bound a revocation's wait
+// for a handler: see the package documentation.
 func WithCommitTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.CommitTimeout = d })
 }

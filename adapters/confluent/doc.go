@@ -49,14 +49,21 @@
 //     which partition.assignment.strategy cooperative-sticky selects; a
 //     partition with no commit starts at auto.offset.reset). On a
 //     revocation it ends the claims of the revoked partitions (all of them
-//     under the eager protocol), waits for their workers (at most
-//     [WithCommitTimeout], reporting at Warn after 2s, then every 5s, the
-//     partitions whose handlers have not returned since their context
-//     ended), and only then gives the partitions up, so that
-//     a worker's last commit is made while the partition is still owned
-//     (a worker whose own Poll runs the callback is between batches: its
-//     coalesced commit is written there, before the partition is given
-//     up).
+//     under the eager protocol), waits for their workers, and only then
+//     gives the partitions up, so that a worker's last commit is made
+//     while the partition is still owned and no other member delivers a
+//     partition's records while its handler still runs (a worker whose
+//     own Poll runs the callback is between batches: its coalesced
+//     commit is written there, before the partition is given up). A
+//     handler that ignores the end of its context holds the revocation,
+//     and with it the group's rebalance, for as long as it runs: at Warn,
+//     after 2s and then every 5s, the consumer names the partitions whose
+//     handlers have not returned. The wait ends at the group's rebalance
+//     timeout (max.poll.interval.ms, 5 minutes by default), past which
+//     the broker has taken the member out of the group: the partitions are
+//     then given up while their handlers run, with a Warn line for each.
+//     A stop that comes meanwhile waits for them within its drain time
+//     ([WithDrain]), as it waits for any worker.
 //   - Checkpoints are committed per partition after the batch is handled,
 //     with [kafka.Consumer.CommitOffsets] and the metadata string the
 //     Processor gives in TopicPartition.Metadata. A commit that carries a

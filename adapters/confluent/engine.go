@@ -73,6 +73,10 @@ type engine struct {
 	solo     atomic.Pointer[claim] // the one claim, when there is one: its worker polls for itself
 	lastSelf atomic.Int64          // when a worker last polled (UnixNano), 0 for never
 
+	// stopAt is when the stop's drain time ends (drainUntil).
+	stopOnce sync.Once
+	stopAt   time.Time
+
 	// The producer of the publishers given with WithPublisher, made from
 	// producerConf; nil without them.
 	owned        *ownedProducer
@@ -196,7 +200,7 @@ func (e *engine) run(ctx context.Context) error {
 		e.wg.Wait()
 		close(workersDone)
 	}()
-	drainErr := lifecycle.Drain(workersDone, e.log, "confluent", &e.workers, e.cfg.Drain)
+	drainErr := lifecycle.DrainUntil(workersDone, e.log, "confluent", &e.workers, e.cfg.Drain, e.drainUntil())
 	// Close leaves the group: it polls, and the rebalance callback gives
 	// the partitions up. It may wait for the broker; past closeWait it is
 	// left to finish on its own.
@@ -410,8 +414,17 @@ func (e *engine) allClaims() []*claim {
 	return out
 }
 
-// endClaims ends claims with cause, waits for their workers (at most the
-// commit timeout each, after which they are left to end), and forgets them.
+// endClaims ends claims with cause, waits for their workers, and forgets
+// them. It waits as long as their handlers run, as the other adapters'
+// revocations do, so that no other member delivers a partition's records
+// while its handler still runs: up to the group's rebalance timeout
+// (max.poll.interval.ms), past which the broker has taken the member out
+// of the group anyway and the workers are left to end, or, once Run is
+// stopping, up to the end of the stop's drain time (drainUntil), which
+// Run's drain then finishes. While it waits, lifecycle.WaitRevoked
+// reports the partitions whose handlers have not returned, also during a
+// stop, whose own report cannot begin until this callback returns.
+//
 // A claim whose worker polls (the callback runs in its Poll) is not waited
 // for: its worker is in Fetch, between batches, so no commit of its comes
 // but the coalesced one, which is written here (and one in flight waited
@@ -423,32 +436,86 @@ func (e *engine) endClaims(cls []*claim, cause error) {
 	for _, cl := range cls {
 		cl.cancel(cause)
 	}
-	deadline := time.NewTimer(e.cfg.CommitTimeout)
-	defer deadline.Stop()
-	// Reported while a handler holds the rebalance, until the workers are
-	// waited for or given up; a stopping Run reports its own wait
-	// (lifecycle.Drain).
-	waited := make(chan struct{})
-	defer close(waited)
-	revoked := make(map[string]bool, len(cls))
-	for _, cl := range cls {
-		revoked[fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition)] = true
-	}
-	go lifecycle.WaitRevoked(waited, nil, e.log, lifecycle.Only(&e.workers, revoked), func() bool { return e.runCtx.Err() != nil })
+	var waiting []*claim
 	for _, cl := range cls {
 		if cl == e.poller {
 			cl.commits.Final()
 			delete(e.claims, cl.key)
 			continue
 		}
-		select {
-		case <-cl.done:
-		case <-deadline.C:
-			e.log.Warn("redeliver: a worker did not stop in time: its partition is given up while its handler still runs",
-				"topic", cl.key.topic, "partition", cl.key.partition, "waited", e.cfg.CommitTimeout)
-		}
-		delete(e.claims, cl.key)
+		waiting = append(waiting, cl)
 	}
+	if len(waiting) == 0 {
+		return
+	}
+	defer func() {
+		for _, cl := range waiting {
+			delete(e.claims, cl.key)
+		}
+	}()
+	ended := make(chan struct{})
+	go func() {
+		for _, cl := range waiting {
+			<-cl.done
+		}
+		close(ended)
+	}()
+	revoked := make(map[string]bool, len(waiting))
+	for _, cl := range waiting {
+		revoked[fmt.Sprintf("%s/%d", cl.key.topic, cl.key.partition)] = true
+	}
+	reported := make(chan struct{})
+	defer func() { <-reported }()
+	waited := make(chan struct{})
+	defer close(waited)
+	go func() {
+		defer close(reported)
+		lifecycle.WaitRevoked(waited, nil, e.log, lifecycle.Only(&e.workers, revoked), nil)
+	}()
+
+	limit := rebalanceTimeout(e.cfg.conf)
+	rebalance := time.NewTimer(limit)
+	defer rebalance.Stop()
+	stopping := e.runCtx.Done()
+	var drained <-chan time.Time
+	for {
+		select {
+		case <-ended:
+			return
+		case <-stopping:
+			stopping = nil
+			if until := e.drainUntil(); !until.IsZero() {
+				t := time.NewTimer(time.Until(until))
+				defer t.Stop()
+				drained = t.C
+			}
+		case <-drained:
+			// Run's drain reports them and returns its error.
+			return
+		case <-rebalance.C:
+			for _, cl := range waiting {
+				select {
+				case <-cl.done:
+				default:
+					e.log.Warn("redeliver: a worker did not stop within the group's rebalance timeout (max.poll.interval.ms): its partition is given up while its handler still runs",
+						"topic", cl.key.topic, "partition", cl.key.partition, "waited", limit)
+				}
+			}
+			return
+		}
+	}
+}
+
+// drainUntil returns when the stop's drain time ends: Drain after the
+// first call, which comes once Run's context has ended (the zero Time for
+// a drain without a bound).
+func (e *engine) drainUntil() time.Time {
+	e.stopOnce.Do(func() {
+		if e.cfg.Drain > 0 {
+			e.stopAt = time.Now().Add(e.cfg.Drain)
+		}
+	})
+	return e.stopAt
 }
 
 // rebalance is librdkafka's rebalance callback, on the poll goroutine.
@@ -633,11 +700,24 @@ func setQueueBackoff(conf kafka.ConfigMap) {
 	conf["fetch.queue.backoff.ms"] = queueBackoff
 }
 
+// rebalanceTimeout returns librdkafka's max.poll.interval.ms of conf (its
+// default, 300000, when conf does not set it): the rebalance timeout the
+// member joins the group with.
+func rebalanceTimeout(conf kafka.ConfigMap) time.Duration {
+	return msOf(conf, "max.poll.interval.ms", 300000)
+}
+
 // fetchWait is the configuration's fetch.wait.max.ms (librdkafka's default:
 // 500ms).
 func fetchWait(conf kafka.ConfigMap) time.Duration {
-	ms := 500
-	switch v := conf["fetch.wait.max.ms"].(type) {
+	return msOf(conf, "fetch.wait.max.ms", 500)
+}
+
+// msOf returns the milliseconds property key of conf, or def when conf
+// does not set it (or sets it to what is not a number of milliseconds).
+func msOf(conf kafka.ConfigMap, key string, def int) time.Duration {
+	ms := def
+	switch v := conf[key].(type) {
 	case int:
 		ms = v
 	case int64:

@@ -98,9 +98,22 @@ func (e *drainError) Is(target error) bool { return target == ErrDrainOver }
 // error that names the workers still running and says why they hold Run
 // (or, with none running, that the last commits were not answered).
 func Drain(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain time.Duration) error {
-	var deadline <-chan time.Time
+	var until time.Time
 	if drain > 0 {
-		t := time.NewTimer(drain)
+		until = time.Now().Add(drain)
+	}
+	return DrainUntil(done, log, pkg, w, drain, until)
+}
+
+// DrainUntil is Drain for a drain that began earlier: it gives up at until
+// (the zero Time for never), and its reports and error name drain, the
+// drain time the stop began with. A consumer whose stop waited for its
+// workers elsewhere first (a rebalance the stop came during) drains what
+// is left of its drain time.
+func DrainUntil(done <-chan struct{}, log *slog.Logger, pkg string, w Named, drain time.Duration, until time.Time) error {
+	var deadline <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
 		defer t.Stop()
 		deadline = t.C
 	}

@@ -133,3 +133,37 @@ func TestWaitRevokedReportsAHeldRebalance(t *testing.T) {
 		}
 	})
 }
+
+// DrainUntil gives up at until, not a drain time after it is called, and
+// its error names the drain time the stop began with; with until already
+// past, at once. With done closed meanwhile, it returns nil.
+func TestDrainUntilKeepsTheStopsDrainTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const drain = 10 * time.Second
+		until := time.Now().Add(drain)
+		time.Sleep(7 * time.Second) // the stop waited elsewhere first
+		start := time.Now()
+		err := lifecycle.DrainUntil(make(chan struct{}), slog.New(slog.DiscardHandler), "pkg", names{"orders/0"}, drain, until)
+		if took := time.Since(start); took != 3*time.Second {
+			t.Errorf("DrainUntil gave up after %v, want the 3s left of the drain time", took)
+		}
+		if !errors.Is(err, lifecycle.ErrDrainOver) || !strings.Contains(err.Error(), "drain time (10s) over") {
+			t.Errorf("DrainUntil = %v, want ErrDrainOver naming the drain time of 10s", err)
+		}
+
+		start = time.Now()
+		err = lifecycle.DrainUntil(make(chan struct{}), slog.New(slog.DiscardHandler), "pkg", names{"orders/0"}, drain, start.Add(-time.Second))
+		if took := time.Since(start); took != 0 || !errors.Is(err, lifecycle.ErrDrainOver) {
+			t.Errorf("DrainUntil past its end = %v after %v, want ErrDrainOver at once", err, took)
+		}
+
+		done := make(chan struct{})
+		go func() {
+			time.Sleep(time.Second)
+			close(done)
+		}()
+		if err := lifecycle.DrainUntil(done, slog.New(slog.DiscardHandler), "pkg", names{"orders/0"}, drain, time.Now().Add(drain)); err != nil {
+			t.Errorf("DrainUntil = %v with done closed, want nil", err)
+		}
+	})
+}

@@ -33,7 +33,7 @@ func stopDuringRebalance(t *testing.T, a Adapter) {
 
 func stopDuringRebalanceWith(t *testing.T, a Adapter, defaults bool) {
 	var logs LogBuffer
-	addrs, first, release := holdBoth(t, a, Config{Defaults: defaults, Logger: logs.Logger()})
+	addrs, first, release := HoldBoth(t, a, Config{Defaults: defaults, Logger: logs.Logger()})
 	stopped := make(chan error, 1)
 	go func() { stopped <- first.Stop(t) }()
 
@@ -92,7 +92,7 @@ func revocationReportsHeldHandlersWith(t *testing.T, a Adapter, opts []any) {
 	t.Cleanup(lifecycle.SetRevokeReport(200*time.Millisecond, 400*time.Millisecond))
 
 	var logs LogBuffer
-	addrs, _, release := holdBoth(t, a, Config{Logger: logs.Logger(), Options: opts})
+	addrs, _, release := HoldBoth(t, a, Config{Logger: logs.Logger(), Options: opts})
 	Start(t, a, Config{Addrs: addrs, Group: "g", Topic: "t", Processor: NewProcessor(t, streamtest.Succeed), Options: opts})
 	const report = `level=WARN msg="redeliver: a rebalance waits for partitions whose handlers have not returned`
 	logs.WaitFor(t, report, Wait)
@@ -120,13 +120,13 @@ func revocationReportsHeldHandlersWith(t *testing.T, a Adapter, opts []any) {
 	WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
 }
 
-// holdBoth starts a consumer of cfg (Addrs, Group, Topic, Processor and
+// HoldBoth starts a consumer of cfg (Addrs, Group, Topic, Processor and
 // MaxBatch its own) on a new cluster with a topic "t" of two partitions of
 // 10 records each, in batches of 5, whose handler holds each batch,
 // ignoring its context, until release is called (at the latest at the end
 // of the test, before the consumer's stop). It returns once the handler
 // holds a batch of each partition.
-func holdBoth(t *testing.T, a Adapter, cfg Config) (addrs []string, first *Running, release func()) {
+func HoldBoth(t *testing.T, a Adapter, cfg Config) (addrs []string, first *Running, release func()) {
 	t.Helper()
 	_, addrs = NewCluster(t, "t", 2)
 	for p := range int32(2) {

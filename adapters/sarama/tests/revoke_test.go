@@ -1,15 +1,12 @@
 package tests
 
 import (
-	"context"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/redeliver-go/redeliver/adapters/internal/kafkatest"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
-	"github.com/redeliver-go/redeliver/stream"
 	"github.com/redeliver-go/redeliver/stream/streamtest"
 )
 
@@ -21,34 +18,9 @@ import (
 // report stops: each wait is reported once. Both reported it side by side.
 func TestCooperativeRevocationReportedOnceAfterTheSessionEnds(t *testing.T) {
 	t.Cleanup(lifecycle.SetRevokeReport(200*time.Millisecond, 400*time.Millisecond))
-	_, addrs := kafkatest.NewCluster(t, "t", 2)
-	for p := range int32(2) {
-		kafkatest.Produce(t, addrs, "t", p, 0, 10)
-	}
-	entered := make(chan int32, 16)
-	held := make(chan struct{})
-	holding := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
-		entered <- b.Partition
-		<-held // ignores its context
-		return nil
-	})
-	var once sync.Once
-	release := func() { once.Do(func() { close(held) }) }
-	t.Cleanup(release) // before the consumers' stop, which waits for the handlers
-
 	var logs kafkatest.LogBuffer
 	opts := adapter.Cooperative
-	kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t", MaxBatch: 5,
-		Processor: kafkatest.NewProcessor(t, holding), Logger: logs.Logger(), Options: opts})
-	seen := map[int32]bool{}
-	for len(seen) < 2 {
-		select {
-		case p := <-entered:
-			seen[p] = true
-		case <-time.After(kafkatest.Wait):
-			t.Fatalf("the first consumer entered the handler for %v only", seen)
-		}
-	}
+	addrs, _, release := kafkatest.HoldBoth(t, adapter, kafkatest.Config{Logger: logs.Logger(), Options: opts})
 	kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t",
 		Processor: kafkatest.NewProcessor(t, streamtest.Succeed), Options: opts})
 
