@@ -28,6 +28,7 @@ type config struct {
 	wait          time.Duration
 	commitTimeout time.Duration
 	closeTimeout  time.Duration
+	drain         time.Duration
 	logger        *slog.Logger
 	procOpts      *azeventhubs.ProcessorOptions
 }
@@ -60,6 +61,20 @@ func WithCloseTimeout(d time.Duration) Option {
 	return optionFunc(func(c *config) { c.closeTimeout = d })
 }
 
+// WithDrain sets how long Run waits, once it is stopping, for the workers
+// to return; the default is 25s (a host's default drain time,
+// host.DefaultDrain), and 0 waits as long as they take. A worker whose
+// handler ignores the end of its context holds Run: while Run waits, it
+// logs at Warn which partitions it waits for and for how long (2s after
+// the stop, then every 5s); after d it logs at Error, leaves the workers
+// running, stops the processor and hands the partitions back as on any
+// stop (another processor may then deliver their events while those
+// handlers still run), and returns an error that names them. New and
+// NewWith return an error for a negative d.
+func WithDrain(d time.Duration) Option {
+	return optionFunc(func(c *config) { c.drain = d })
+}
+
 // WithLogger sets the logger. The default, like a nil logger, is the
 // stream processor's (see [stream.Processor.Logger]).
 func WithLogger(l *slog.Logger) Option {
@@ -87,6 +102,9 @@ type Consumer struct {
 	cfg   config
 	log   *slog.Logger
 	life  *lifecycle.Life
+	// workers are the partitions' workers, by "hub/partition", for the
+	// stop's report.
+	workers lifecycle.Workers
 }
 
 // New returns a Consumer over an SDK Processor that it builds from
@@ -185,7 +203,8 @@ func checkIntervals(po azeventhubs.ProcessorOptions) error {
 }
 
 func newConfig(opts []Option) (config, error) {
-	cfg := config{maxBatch: 100, wait: 500 * time.Millisecond, commitTimeout: 10 * time.Second, closeTimeout: 10 * time.Second}
+	cfg := config{maxBatch: 100, wait: 500 * time.Millisecond, commitTimeout: 10 * time.Second, closeTimeout: 10 * time.Second,
+		drain: lifecycle.DefaultDrain}
 	for i, o := range opts {
 		if isNil(o) {
 			return cfg, fmt.Errorf("eventhubs: option %d of %d is nil", i+1, len(opts))
@@ -201,6 +220,8 @@ func newConfig(opts []Option) (config, error) {
 		return cfg, fmt.Errorf("eventhubs: commit timeout %v, want more than 0", cfg.commitTimeout)
 	case cfg.closeTimeout <= 0:
 		return cfg, fmt.Errorf("eventhubs: close timeout %v, want more than 0", cfg.closeTimeout)
+	case cfg.drain < 0:
+		return cfg, fmt.Errorf("eventhubs: WithDrain(%v): want 0 (no bound) or more", cfg.drain)
 	}
 	return cfg, nil
 }
@@ -229,17 +250,20 @@ var errZeroConsumer = errors.New("eventhubs: Run on a zero Consumer: build it wi
 // Run runs the Event Hubs processor's load balancing and a worker per
 // partition client it hands out, until ctx is done or the processor
 // stops. Workers stop first (a batch in flight is abandoned without a
-// checkpoint), then the processor; then Run hands back the partitions
-// this processor still owns, so that other processors take them at their
-// next balancing round instead of waiting for the ownership to expire
-// (the SDK processor's own hand-back names ownership ETags that the
-// fence of [CheckpointStore] has renewed since, and is refused).
+// checkpoint; a handler that ignores the end of its context is waited for
+// within the drain time, [WithDrain]), then the processor; then Run hands
+// back the partitions this processor still owns, so that other processors
+// take them at their next balancing round instead of waiting for the
+// ownership to expire (the SDK processor's own hand-back names ownership
+// ETags that the fence of [CheckpointStore] has renewed since, and is
+// refused).
 //
 // Run returns nil when it stopped because ctx was done or [Consumer.Close]
 // was called (a clean shutdown), [stream.ErrClosed] when Close came before
 // it, and an error when the processor stopped on its own (its error, such
-// as a checkpoint store or a namespace that cannot be reached), when Run
-// was called before, or on a zero Consumer.
+// as a checkpoint store or a namespace that cannot be reached), when the
+// drain time passed with handlers still running (an error that names
+// their partitions), when Run was called before, or on a zero Consumer.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.ehp == nil || c.store == nil || c.proc == nil {
 		return errZeroConsumer
@@ -298,17 +322,25 @@ func (c *Consumer) run(ctx context.Context) error {
 	// stopped on its own.
 	shutdown := ctx.Err() != nil
 	stopClaims(nil)
-	wg.Wait()
+	// The workers end with their claims: a handler that ignores the end
+	// of its context holds its worker. Drain reports them, and gives up on
+	// them after the drain time.
+	served := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(served)
+	}()
+	drainErr := lifecycle.Drain(served, c.log, "eventhubs", &c.workers, c.cfg.drain)
 	stopProc()
 	err := <-procErr
 	c.relinquish()
 	if shutdown {
-		return nil
+		return drainErr
 	}
 	if err == nil {
 		err = errors.New("the processor stopped")
 	}
-	return fmt.Errorf("eventhubs: processor: %w", err)
+	return errors.Join(fmt.Errorf("eventhubs: processor: %w", err), drainErr)
 }
 
 // relinquish hands back the partitions this consumer's processor still
@@ -351,6 +383,7 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		log.Error("redeliver: the processor handed out a partition before listing ownership through the store; is the store the processor's?")
 		return
 	}
+	defer c.workers.Start(k.hub + "/" + id)()
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	g := c.store.register(k, cancel)

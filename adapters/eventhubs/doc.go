@@ -66,7 +66,10 @@
 //     Kafka, where it rides in the offset commit's metadata. Once the
 //     checkpoint moves past the batch, the state is cleared: a range
 //     replayed after an operator rewinds the checkpoint is delivered anew.
-//   - Shutdown: [Consumer.Run] stops its workers, then the processor, then
+//   - Shutdown: [Consumer.Run] stops its workers (waiting for a handler
+//     that ignores the end of its context at most the drain time,
+//     [WithDrain], 25s by default, and reporting at Warn the partitions
+//     it waits for: after 2s, then every 5s), then the processor, then
 //     hands the partitions it still owns back through the store, so that
 //     other processors take them at their next balancing round (the SDK
 //     processor's own hand-back names ownership ETags that the fence has

@@ -86,6 +86,7 @@ func TestNewRefusesWiringMistakes(t *testing.T) {
 		{"zero wait", proc, cc, store, []eventhubs.Option{eventhubs.WithReceiveWait(0)}, []string{"receive wait"}},
 		{"zero commit timeout", proc, cc, store, []eventhubs.Option{eventhubs.WithCommitTimeout(0)}, []string{"commit timeout"}},
 		{"zero close timeout", proc, cc, store, []eventhubs.Option{eventhubs.WithCloseTimeout(0)}, []string{"close timeout"}},
+		{"negative drain", proc, cc, store, []eventhubs.Option{eventhubs.WithDrain(-time.Second)}, []string{"WithDrain(-1s)"}},
 		{"bad strategy", proc, cc, store, []eventhubs.Option{eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{LoadBalancingStrategy: "fair"})}, []string{"fair"}},
 		{"expiry within the update interval", proc, cc, store, []eventhubs.Option{eventhubs.WithProcessorOptions(azeventhubs.ProcessorOptions{UpdateInterval: 50 * time.Second})},
 			[]string{"PartitionExpirationDuration 1m0s", "UpdateInterval 50s", "(1m6s)"}},
