@@ -406,6 +406,16 @@ func (c *Consumer) serve(ctx context.Context, pc PartitionClient) {
 		log.Info("redeliver: partition lost before its claim started", "cause", err)
 		return
 	}
+	// A handler that ignores the end of its context runs on after the
+	// partition is lost: reported while it does (a stop's wait is the
+	// drain's to report).
+	processed := make(chan struct{})
+	defer close(processed)
+	defer context.AfterFunc(cctx, func() {
+		if ctx.Err() == nil && errors.Is(context.Cause(cctx), ErrOwnershipLost) {
+			lifecycle.WaitLost(processed, log, k.hub+"/"+id)
+		}
+	})()
 	// The consumer group names the dead letters' __dlq.errors.group header.
 	err = c.proc.Process(actionctx.WithSource(cctx, actionctx.Source{Group: k.group}), cl)
 	log.Debug("redeliver: claim ended", "cause", err)

@@ -126,7 +126,11 @@
 //     learns it from ReceiveEvents (the new owner's link detaches its own)
 //     or at its next round. The checkpoint store's checkpoint writes are not
 //     conditional; the fence of [CheckpointStore] is what keeps a stale
-//     owner from moving the new owner's checkpoint.
+//     owner from moving the new owner's checkpoint. The lost partition's
+//     claim ends (its handler's context with it); a handler that ignores
+//     that runs on beside the new owner, which may deliver the same events
+//     meanwhile: the consumer reports it at Warn, naming the partition,
+//     after 2s and then every 5s, until it returns.
 //   - Storage keeps modification times in whole seconds:
 //     PartitionExpirationDuration must exceed UpdateInterval by more than a
 //     second.

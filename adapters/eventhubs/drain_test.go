@@ -11,6 +11,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azeventhubs/v2"
+
 	"github.com/redeliver-go/redeliver/adapters/eventhubs"
 	"github.com/redeliver-go/redeliver/adapters/eventhubs/memhub"
 	"github.com/redeliver-go/redeliver/internal/lifecycle"
@@ -128,6 +130,60 @@ func TestDrainWaitsForAHandlerThatReturns(t *testing.T) {
 		}
 		if owner != "" {
 			t.Errorf("the partition's owner after Run is %q, want none: not handed back", owner)
+		}
+	})
+}
+
+// A handler that ignores the end of its context runs on after another
+// processor took its partition: the consumer reports it at Warn (after 2s,
+// then every 5s), naming the partition, and at Info once it has returned.
+// It said nothing while the handler ran.
+func TestHandlerRunningAfterALossIsReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHub(t, 1, 3)
+		ms := memhub.NewStore()
+		entered, release := make(chan struct{}, 1), make(chan struct{})
+		proc, _ := stream.NewProcessor(stream.HandlerFunc(func(context.Context, *stream.Batch) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-release // ignores its context
+			return nil
+		}))
+		var buf syncLog
+		cs, _ := eventhubs.NewCheckpointStore(ms, "a", &eventhubs.StoreOptions{PartitionExpirationDuration: 2 * time.Second})
+		p, _ := h.NewProcessor(cs, "cg", "a", fastOpts())
+		c, _ := eventhubs.NewWith(proc, p, cs, eventhubs.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-entered
+		os, err := ms.ListOwnership(context.Background(), memhub.Namespace, "orders", "cg", nil)
+		if err != nil || len(os) != 1 || os[0].OwnerID != "a" {
+			t.Fatalf("ownership: %+v %v", os, err)
+		}
+		steal := os[0]
+		steal.OwnerID = "thief"
+		if got, err := ms.ClaimOwnership(context.Background(), []azeventhubs.Ownership{steal}, nil); err != nil || len(got) != 1 {
+			t.Fatalf("steal: %v %v", got, err)
+		}
+		time.Sleep(8 * time.Second)
+		const report = `level=WARN msg="redeliver: a handler still runs on a partition this consumer lost to another owner`
+		if n := strings.Count(buf.String(), report); n != 2 || !strings.Contains(buf.String(), "partitions=orders/0 waited=7s") {
+			t.Errorf("%d reports naming orders/0 in the 8s after the loss, want 2:\n%s", n, buf.String())
+		}
+		close(release)
+		synctest.Wait()
+		if !strings.Contains(buf.String(), `msg="redeliver: the lost partition's handler has returned" partition=0 partitions=orders/0 waited=`) {
+			t.Errorf("no Info line once the handler returned:\n%s", buf.String())
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run = %v, want nil", err)
+		}
+		if n := strings.Count(buf.String(), report); n != 2 {
+			t.Errorf("%d reports, want no more once the handler returned:\n%s", n, buf.String())
 		}
 	})
 }

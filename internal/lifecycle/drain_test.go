@@ -167,3 +167,31 @@ func TestDrainUntilKeepsTheStopsDrainTime(t *testing.T) {
 		}
 	})
 }
+
+// WaitLost reports a handler running on a lost partition after 2s, then
+// every 5s, and its end; nothing for one that returns before the first
+// report.
+func TestWaitLostReportsAHandlerRunningOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		log := slog.New(slog.NewTextHandler(&buf, nil))
+		done := make(chan struct{})
+		go func() { time.Sleep(8 * time.Second); close(done) }()
+		lifecycle.WaitLost(done, log, "orders/3")
+		out := buf.String()
+		if n := strings.Count(out, `level=WARN msg="redeliver: a handler still runs on a partition this consumer lost to another owner`); n != 2 || !strings.Contains(out, "partitions=orders/3 waited=7s") {
+			t.Errorf("%d reports, want 2 naming orders/3 (at 2s and 7s):\n%s", n, out)
+		}
+		if !strings.Contains(out, `level=INFO msg="redeliver: the lost partition's handler has returned" partitions=orders/3 waited=8s`) {
+			t.Errorf("no Info line with how long the handler ran on:\n%s", out)
+		}
+
+		buf.Reset()
+		quick := make(chan struct{})
+		go func() { time.Sleep(time.Second); close(quick) }()
+		lifecycle.WaitLost(quick, log, "orders/3")
+		if buf.Len() != 0 {
+			t.Errorf("a handler that returned within 2s was reported:\n%s", buf.String())
+		}
+	})
+}

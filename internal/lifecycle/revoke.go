@@ -81,3 +81,29 @@ func Only(running Named, want map[string]bool) Named {
 type namesFunc func() []string
 
 func (f namesFunc) Names() []string { return f() }
+
+// WaitLost reports, until done is closed, a handler still running on a
+// partition the consumer has lost to another owner (Event Hubs: its
+// ownership taken), whose claim has ended: no group waits for it there,
+// but the new owner may deliver the same records while it runs. After a
+// first 2s and then every 5s (SetRevokeReport) it logs at Warn, naming
+// partition; once done is closed after such a report, it logs at Info how
+// long the handler ran on.
+func WaitLost(done <-chan struct{}, log *slog.Logger, partition string) {
+	select {
+	case <-done:
+		return
+	default:
+	}
+	start := time.Now()
+	reported := false
+	reportWhile(done, (<-chan struct{})(nil), time.Duration(revokeFirst.Load()), time.Duration(revokeEvery.Load()), func(waited time.Duration) {
+		reported = true
+		log.Warn("redeliver: a handler still runs on a partition this consumer lost to another owner: "+
+			"the new owner may deliver the same records meanwhile; make the handler return when its context is done",
+			"partitions", partition, "waited", waited)
+	})
+	if reported {
+		log.Info("redeliver: the lost partition's handler has returned", "partitions", partition, "waited", time.Since(start).Round(time.Millisecond))
+	}
+}
