@@ -22,7 +22,7 @@ import (
 //		Describe: "event hub telemetry, consumer group $Default",
 //		Topic:    "telemetry",
 //		New: func(proc *stream.Processor) (func(context.Context) error, error) {
-//			c, err := eventhubs.New(proc, eventhubs.WithClients(...), eventhubs.WithCheckpointStore(store))
+//			c, err := eventhubs.New(proc, consumerClient, checkpointStore)
 //			if err != nil {
 //				return nil, err
 //			}
