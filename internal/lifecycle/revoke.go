@@ -35,18 +35,10 @@ func SetRevokeReport(first, every time.Duration) (restore func()) {
 // while quiet (when not nil) returns true: a stopping consumer's wait is
 // reported by Drain.
 func WaitRevoked(done, stop <-chan struct{}, log *slog.Logger, running Named, quiet func() bool) {
-	select {
-	case <-done:
-		return
-	default:
-	}
-	start := time.Now()
-	reported := false
-	if !reportWhile(done, stop, time.Duration(revokeFirst.Load()), time.Duration(revokeEvery.Load()), func(waited time.Duration) {
+	if over, waited := reportHeld(done, stop, func(waited time.Duration) bool {
 		if quiet != nil && quiet() {
-			return
+			return false
 		}
-		reported = true
 		if names := running.Names(); len(names) == 0 {
 			log.Warn("redeliver: a rebalance waits for the revoked partitions' last commits (every handler has returned)",
 				"waited", waited)
@@ -56,12 +48,30 @@ func WaitRevoked(done, stop <-chan struct{}, log *slog.Logger, running Named, qu
 				"and another member may deliver these partitions' records while the handlers still run; make the handler return when its context is done",
 				"partitions", strings.Join(names, ","), "waited", waited)
 		}
-	}) {
-		return
+		return true
+	}); over {
+		log.Info("redeliver: the rebalance's wait is over", "waited", waited)
 	}
-	if reported {
-		log.Info("redeliver: the rebalance's wait is over", "waited", time.Since(start).Round(time.Millisecond))
+}
+
+// reportHeld waits until done or stop is closed, calling report with the
+// rebalance report's timings (SetRevokeReport); report says whether it
+// logged. It returns whether done was closed after a report was logged
+// (the wait's end is then worth a line), and how long it waited.
+func reportHeld(done, stop <-chan struct{}, report func(waited time.Duration) bool) (over bool, waited time.Duration) {
+	select {
+	case <-done:
+		return false, 0
+	default:
 	}
+	start := time.Now()
+	reported := false
+	closed := reportWhile(done, stop, time.Duration(revokeFirst.Load()), time.Duration(revokeEvery.Load()), func(waited time.Duration) {
+		if report(waited) {
+			reported = true
+		}
+	})
+	return closed && reported, time.Since(start).Round(time.Millisecond)
 }
 
 // Only is the names of running that are among want ("orders/0"): the
@@ -90,20 +100,12 @@ func (f namesFunc) Names() []string { return f() }
 // partition; once done is closed after such a report, it logs at Info how
 // long the handler ran on.
 func WaitLost(done <-chan struct{}, log *slog.Logger, partition string) {
-	select {
-	case <-done:
-		return
-	default:
-	}
-	start := time.Now()
-	reported := false
-	reportWhile(done, (<-chan struct{})(nil), time.Duration(revokeFirst.Load()), time.Duration(revokeEvery.Load()), func(waited time.Duration) {
-		reported = true
+	if over, waited := reportHeld(done, nil, func(waited time.Duration) bool {
 		log.Warn("redeliver: a handler still runs on a partition this consumer lost to another owner: "+
 			"the new owner may deliver the same records meanwhile; make the handler return when its context is done",
 			"partitions", partition, "waited", waited)
-	})
-	if reported {
-		log.Info("redeliver: the lost partition's handler has returned", "partitions", partition, "waited", time.Since(start).Round(time.Millisecond))
+		return true
+	}); over {
+		log.Info("redeliver: the lost partition's handler has returned", "partitions", partition, "waited", waited)
 	}
 }
