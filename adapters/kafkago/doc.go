@@ -84,10 +84,12 @@
 // the next generation, so a handler that ignores its context's cancellation
 // holds up the rebalance of the whole group, and is reported at Warn while
 // it does, with the partitions it holds (after 2s, then every 5s). kafka-go
-// stops heartbeating once its generation has ended, so the member is
-// dropped after the shorter of the group's SessionTimeout and
-// RebalanceTimeout (30s each by default), and the partitions move while
-// the handler still runs. A commit that the
+// stops heartbeating once its generation has ended; the adapter sends the
+// member's heartbeats itself while it waits, every HeartbeatInterval, so
+// that the member stays in the group, as the other clients' members do,
+// for up to the group's RebalanceTimeout (30s by default). Past it the
+// broker takes the member out of the group, a Warn line says so, and the
+// partitions move while the handler still runs. A commit that the
 // coordinator refuses as stale (illegal generation, unknown member,
 // rebalance in progress) ends the generation at once and the member joins
 // again. Cooperative rebalancing, static membership and the KIP-848
