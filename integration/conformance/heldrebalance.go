@@ -18,9 +18,15 @@ import (
 //
 // Consumer a holds the first batch of each of the topic's two partitions
 // for twice the broker's short session timeout; consumer b joins the
-// group while they hold, which takes one of the partitions from a. The
+// group while they hold, which takes one of the partitions from a (with
+// stop set, a is stopped first, and its stop waits for the handlers). The
 // scenario asks for the Broker's SessionTimeout and skips without one.
 func RunHeldRebalance(t *testing.T, p Provider, a Adapter) {
+	t.Run("Rebalance", func(t *testing.T) { heldRebalance(t, p, a, false) })
+	t.Run("Stop", func(t *testing.T) { heldRebalance(t, p, a, true) })
+}
+
+func heldRebalance(t *testing.T, p Provider, a Adapter, stop bool) {
 	b := p.Start(t)
 	if b.SessionTimeout <= 0 {
 		t.Skipf("the %s provider gives no session timeout to use", p.Name())
@@ -46,13 +52,16 @@ func RunHeldRebalance(t *testing.T, p Provider, a Adapter) {
 		return nil
 	})
 	policy := checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(short)}
-	e.start("a", spec{handler: held, maxBatch: 5, policy: policy, session: true})
+	ma := e.start("a", spec{handler: held, maxBatch: 5, policy: policy, session: true})
 	for range 2 {
 		select {
 		case <-entered:
 		case <-time.After(wait):
 			t.Fatalf("consumer a did not deliver the first batch of both partitions within %v\n%s", wait, e.hist.dump())
 		}
+	}
+	if stop {
+		ma.cancel() // Run waits for the handlers, within its drain time
 	}
 	e.start("b", spec{handler: stream.HandlerFunc(succeed), maxBatch: 5, policy: policy, session: true})
 	hold := 2 * b.SessionTimeout
@@ -73,17 +82,19 @@ func RunHeldRebalance(t *testing.T, p Provider, a Adapter) {
 		}
 	}
 	if during > 0 {
-		t.Errorf("consumer b delivered %d batches while a's handlers held their partitions (%v, twice the %v session timeout): the rebalance did not wait for them\n%s",
-			during, hold, b.SessionTimeout, e.hist.dump())
+		t.Errorf("consumer b delivered %d batches while a's handlers held their partitions (%v, twice the %v session timeout; a stopping: %t): a gave them up\n%s",
+			during, hold, b.SessionTimeout, stop, e.hist.dump())
 	}
 	if after == 0 {
 		t.Logf("note: consumer b delivered nothing after the handlers returned (a's commits reached both ends first)\n%s", e.hist.dump())
 	}
 	e.hist.check(t, end)
-	if err := e.members[0].stop(); err != nil {
-		t.Error(err)
+	for _, m := range e.members {
+		if err := m.stop(); err != nil {
+			t.Error(err)
+		}
 	}
-	if err := e.members[1].stop(); err != nil {
-		t.Error(err)
+	if stop && ma.err != nil {
+		t.Errorf("consumer a's Run, stopped while its handlers held and returned within its drain time: %v", ma.err)
 	}
 }
