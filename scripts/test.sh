@@ -376,7 +376,7 @@ if [ -f integration/go.mod ]; then
       [ ! -f "$svc/cluster.out" ] || bash kafka-cluster.sh stop >/dev/null 2>&1 || true ) &
     cluster_pid=$!
   fi
-  on_broker='^(TestReliability|TestFranz|TestKafkago|TestSarama|TestConfluent|TestNetworkFaults|TestOutage|TestTransactionalTopics|TestCommittedPastEnd|TestLeaderEpochHandOver|TestShareGroupMemberKilled|TestShareBackoffPastTheLock|TestShareRecordsCountTheirOwnDeliveries|TestClientsHandOver|TestKeyed|TestReliabilityKeyed)$/^(external|broker)$'
+  on_broker='^(TestReliability|TestFranz|TestKafkago|TestSarama|TestConfluent|TestNetworkFaults|TestOutage|TestTransactionalTopics|TestCommittedPastEnd|TestLeaderEpochHandOver|TestShareGroupMemberKilled|TestShareBackoffPastTheLock|TestShareRecordsCountTheirOwnDeliveries|TestClientsHandOver|TestKeyed|TestReliabilityKeyed|TestRebalanceWaitsForAHeldHandler)$/^(external|broker)$'
   ( cd integration; t0=$SECONDS; s=0
     env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -v ./... >"$ilog/local.log" 2>&1 || s=$?
     echo "$s $((SECONDS - t0))" >"$ilog/local.rc" ) &
