@@ -32,6 +32,12 @@ import (
 //
 // A trigger for the same function in host.json's triggers section
 // replaces the Source, as it replaces a [Kafka] given in code.
+//
+// The host does not give its drain time ([WithDrain]) to a consumer it
+// does not build: a consumer with a drain time of its own, such as
+// eventhubs.WithDrain (25s by default, the host's default too), stops
+// within the shorter of the two, and both report a handler that holds the
+// stop. Give it the host's drain time when you change that.
 type Source struct {
 	// Describe says what triggers the function, for the status page, e.g.
 	// "event hub telemetry, consumer group $Default". Required.
