@@ -61,3 +61,27 @@ func TestRevocationPastTheRebalanceTimeoutIsReported(t *testing.T) {
 	release()
 	waitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
 }
+
+// TestDrainGivenUpLeavesTheMemberToTheBroker stops the first member while
+// its handlers hold, with a drain time of 1s and a long rebalance timeout:
+// once the drain gives up, the member's heartbeats stop, so that the broker
+// takes it out of the group at its session timeout (1s) and the second
+// member gets the partitions, rather than at the rebalance timeout (20s)
+// or, with no rebalance under way, never while the handlers hold.
+func TestDrainGivenUpLeavesTheMemberToTheBroker(t *testing.T) {
+	timings := func(gc *kafka.ConsumerGroupConfig) { gc.RebalanceTimeout = 20 * time.Second }
+	addrs, first, _ := kafkatest.HoldBoth(t, adapter, kafkatest.Config{Drain: time.Second, Options: []any{timings}})
+	if err := first.Stop(t); err == nil || !strings.Contains(err.Error(), "t/0") {
+		t.Fatalf("Run of the stopped member: %v, want the drain's error naming its partitions", err)
+	}
+	var rec streamtest.Recorder
+	start(t, addrs, "g", "t", newProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), timings)
+	began := time.Now()
+	for len(rec.Deliveries()) == 0 {
+		if time.Since(began) > 10*time.Second {
+			t.Fatalf("the second member delivered nothing in %v after the first one's drain gave up", time.Since(began))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the second member delivered %v after it started", time.Since(began))
+}

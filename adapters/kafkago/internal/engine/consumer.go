@@ -101,6 +101,11 @@ type Consumer struct {
 	workers       lifecycle.Workers
 	checks        health.Checker
 	fetchProblems kafkaadapter.Failing
+
+	// gaveUp closes when Run's drain gives up on workers that have not
+	// returned: the member's heartbeats stop (keepSession), so that the
+	// broker takes it out of the group at its session timeout.
+	gaveUp chan struct{}
 }
 
 // New returns a Consumer that runs proc over the partitions of the consumer
@@ -135,7 +140,8 @@ func New(proc *stream.Processor, cfg Config) (*Consumer, error) {
 	if err := group.Validate(); err != nil {
 		return nil, fmt.Errorf("kafkago: group config: %v", err)
 	}
-	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, start: group.StartOffset, life: lifecycle.New("kafkago", fmt.Errorf("kafkago: consumer %w", stream.ErrClosed))}
+	c := &Consumer{proc: proc, cfg: cfg, log: cfg.Logger, start: group.StartOffset, life: lifecycle.New("kafkago", fmt.Errorf("kafkago: consumer %w", stream.ErrClosed)),
+		gaveUp: make(chan struct{})}
 	if c.log == nil {
 		c.log = proc.Logger()
 	}
@@ -256,6 +262,7 @@ func (c *Consumer) run(ctx context.Context) error {
 		close(stopped)
 	}()
 	if err := lifecycle.Drain(stopped, c.log, "kafkago", &c.workers, c.cfg.Drain); err != nil {
+		close(c.gaveUp)
 		conns.closeAll() // the member leaves at its session timeout; a late commit is refused
 		return err
 	}

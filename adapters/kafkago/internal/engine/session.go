@@ -19,7 +19,10 @@ const defaultHeartbeatInterval = 3 * time.Second
 
 // keepSession heartbeats the generation's member to the group's
 // coordinator from the generation's end (gctx) until done closes: while
-// the member waits for its workers before it joins again or leaves.
+// the member waits for its workers before it joins again or leaves. It
+// stops too when Run's drain gives up on the workers (Consumer.gaveUp):
+// the member is then left to the broker, which takes it out of the group
+// at its session timeout.
 //
 // kafka-go stops a generation's heartbeats as soon as the generation
 // ends, and its next join waits for every function the generation
@@ -48,7 +51,10 @@ func (g *generation) keepSession(gctx context.Context, done <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-done
+		select {
+		case <-done:
+		case <-g.c.gaveUp:
+		}
 		cancel()
 	}()
 	var coordinator net.Addr
@@ -56,7 +62,7 @@ func (g *generation) keepSession(gctx context.Context, done <-chan struct{}) {
 	defer t.Stop()
 	for {
 		select {
-		case <-done:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
