@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -276,6 +277,13 @@ func (c *Consumer) run(ctx context.Context) error {
 // roundTrip sends req through the client's transport to the client's
 // cluster, as kafka.Client's own methods do.
 func (c *Consumer) roundTrip(ctx context.Context, req kafka.Request) (kafka.Response, error) {
+	return c.roundTripTo(ctx, c.client.Addr, req)
+}
+
+// roundTripTo is roundTrip to addr: a request the transport would not
+// route to the broker it is for by itself (a heartbeat, to the group's
+// coordinator).
+func (c *Consumer) roundTripTo(ctx context.Context, addr net.Addr, req kafka.Request) (kafka.Response, error) {
 	rt := c.client.Transport
 	if rt == nil {
 		rt = kafka.DefaultTransport
@@ -285,7 +293,7 @@ func (c *Consumer) roundTrip(ctx context.Context, req kafka.Request) (kafka.Resp
 		ctx, cancel = context.WithTimeout(ctx, c.client.Timeout)
 		defer cancel()
 	}
-	return rt.RoundTrip(ctx, c.client.Addr, req)
+	return rt.RoundTrip(ctx, addr, req)
 }
 
 // Close stops [Consumer.Run] if it runs and waits for it to return, unless

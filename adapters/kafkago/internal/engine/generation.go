@@ -267,13 +267,11 @@ func (g *generation) end(cause error, stopping func() bool) {
 		g.wg.Wait()
 		close(workers)
 	}()
-	if g.gctx != nil {
-		// kafka-go's heartbeats stopped with the generation: the member
-		// keeps its session while it waits.
-		released := make(chan struct{})
-		defer close(released)
-		go g.keepSession(g.gctx, released)
-	}
+	// kafka-go's heartbeats stop with the generation: the member keeps its
+	// session while it waits.
+	released := make(chan struct{})
+	defer close(released)
+	go g.keepSession(g.gctx, released)
 	lifecycle.WaitRevoked(workers, nil, g.c.log, &g.c.workers, stopping)
 	// The success commits not written yet (coalesced), before the
 	// partitions are given up.

@@ -118,11 +118,7 @@ func (g *generation) coordinator(ctx context.Context, within time.Duration) (net
 func (g *generation) heartbeat(ctx context.Context, coordinator net.Addr, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	rt := g.c.client.Transport
-	if rt == nil {
-		rt = kafka.DefaultTransport
-	}
-	m, err := rt.RoundTrip(ctx, coordinator, &heartbeat.Request{GroupID: g.gen.GroupID, GenerationID: g.gen.ID, MemberID: g.gen.MemberID})
+	m, err := g.c.roundTripTo(ctx, coordinator, &heartbeat.Request{GroupID: g.gen.GroupID, GenerationID: g.gen.ID, MemberID: g.gen.MemberID})
 	if err != nil {
 		return err
 	}
