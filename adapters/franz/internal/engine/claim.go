@@ -126,7 +126,9 @@ type claim struct {
 }
 
 // batchMem is the memory a claim's batches are made in, reused from one
-// batch to the next while records keep coming.
+// batch to the next while records keep coming. A full batch's record array
+// goes back to the consumer's pool when the partition goes idle, for the
+// next partition with a full batch (see letGoMem).
 type batchMem struct {
 	taken []*kgo.Record // the records Next handed over
 	out   []stream.Record
@@ -356,7 +358,8 @@ func (cl *claim) Park(resume park.Resume) bool {
 	if cl.ctx.Err() != nil {
 		return false
 	}
-	cl.resume, cl.mem = resume, nil
+	cl.resume = resume
+	cl.letGoMem()
 	cl.buf.Rest()
 	return true
 }
@@ -557,7 +560,7 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	// Processor lets go of the batch too). A partition with records
 	// buffered reuses it.
 	if !cl.offered && cl.idle() {
-		cl.mem = nil
+		cl.letGoMem()
 	}
 	cl.offered = false
 	err := cl.buf.Next(ctx, cl.c.cfg.MaxBatch, cl.c.cfg.MaxWait, func(part []*kgo.Record) {
@@ -595,7 +598,7 @@ func (cl *claim) convert() []stream.Record {
 	// Grown to the batch's size exactly, not as append grows: a withheld
 	// batch keeps this memory for as long as it waits.
 	if cap(out) < len(m.taken) {
-		out = make([]stream.Record, 0, len(m.taken))
+		out = cl.c.recordArray(len(m.taken))
 	}
 	nh := 0
 	for _, r := range m.taken {
@@ -624,6 +627,27 @@ func (cl *claim) convert() []stream.Record {
 	m.taken = m.taken[:0]
 	m.out, m.hdrs = batching.ClearTail(m.out, out), batching.ClearTail(m.hdrs, hdrs)
 	return out
+}
+
+// letGoMem lets go of the batches' memory, once the Processor gave up the
+// last batch (Fetch was called again, or the worker parks) and the
+// partition is idle: it keeps neither the fetch buffers its last records
+// point into nor arrays sized to its last batch. A full batch's array,
+// cleared, goes back to the consumer's pool: at many partitions a poll
+// wakes hundreds of them at once, each for a batch or two, and without
+// the pool each would make an array of its own (64 KB at the default 500
+// records) for the garbage collector to take back.
+func (cl *claim) letGoMem() {
+	m := cl.mem
+	cl.mem = nil
+	if m == nil || cap(m.out) != cl.c.cfg.MaxBatch {
+		return
+	}
+	// convert keeps the elements past len(m.out) cleared.
+	clear(m.out)
+	p := new([]stream.Record)
+	*p = m.out[:0]
+	cl.c.fullBatches.Put(p)
 }
 
 // starvingLocked reports whether the claim has nothing buffered though the

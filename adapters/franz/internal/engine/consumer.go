@@ -125,6 +125,10 @@ type Consumer struct {
 	// keeps a goroutine of its own for as long as its claim lasts.
 	runners park.Runners
 	pooled  bool
+	// fullBatches holds empty record arrays of cfg.MaxBatch records
+	// (*[]stream.Record), from partitions that went idle, for the next
+	// full batch of any partition (see claim.letGoMem).
+	fullBatches sync.Pool
 
 	closeCl      sync.Once
 	cancelClient context.CancelFunc // the owned client's context (kgo.WithContext)
@@ -324,4 +328,17 @@ func (c *Consumer) poll(ctx context.Context) {
 		}
 		fetcherr.Wait(ctx, backoff.Next(failed))
 	}
+}
+
+// recordArray returns an empty array for a batch of n records: one from
+// the pool of full batches' arrays when n is a full batch, a new one of n
+// records otherwise. A smaller batch gets an array of its own size: a
+// withheld batch keeps its array for as long as it waits.
+func (c *Consumer) recordArray(n int) []stream.Record {
+	if n == c.cfg.MaxBatch {
+		if p, _ := c.fullBatches.Get().(*[]stream.Record); p != nil {
+			return *p
+		}
+	}
+	return make([]stream.Record, 0, n)
 }
