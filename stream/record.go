@@ -26,7 +26,9 @@ type Header struct {
 // Batch is the unit of delivery and of checkpointing: consecutive records of
 // one partition. A failed batch is delivered again whole, as the same Batch
 // value: it is held, not copied. Handlers must not keep a Batch or its
-// records after they return.
+// records after they return: the adapters reuse the records' memory for
+// later batches, of the same partition or of another. A handler that needs
+// a record afterwards copies it (its Key, Value and Headers too).
 type Batch struct {
 	Topic     string
 	Partition int32
