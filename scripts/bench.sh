@@ -20,6 +20,13 @@
 #                   instead of an in-process kfake cluster
 #   BROKER=1        start (or reuse) the test broker with integration/kafka.sh
 #                   and run against it (WARMUP=1 is advised there)
+#   KFAKE=process   run the adapters against one kfake cluster in a process
+#                   of its own (adapters/internal/kafkatest/cmd/kfake) for
+#                   the whole run, instead of one inside each leaf's process:
+#                   the broker no longer shares the consumer's heap, garbage
+#                   collector and CPU time, so a leaf's CPU per record is the
+#                   consumer's alone, and its rounds swing far less (see
+#                   docs/BENCHMARKS.md, "kfake in a process of its own")
 #
 # ONLY=ceiling runs the ceiling comparisons alone (issue 50): per scenario
 # the fastest at-least-once loops a user writes (franz-go marks with
@@ -48,9 +55,22 @@ ONLY=${ONLY:-.}
 OUT=${OUT:-$(mktemp)}
 bin=$(mktemp -d)
 trap 'rm -rf "$bin"' EXIT
+broker=${REDELIVER_KAFKA_BROKERS:-kfake}
+
+if [ "${KFAKE:-}" = process ] && [ -z "${REDELIVER_KAFKA_BROKERS:-}" ] && [ -z "${TABLE:-}" ]; then
+  (cd adapters/internal/kafkatest && go build -o "$bin/kfake" ./cmd/kfake)
+  # Its standard input is this script's pipe: it ends when the script does.
+  coproc KFAKE_PROC { exec "$bin/kfake"; }
+  read -r line <&"${KFAKE_PROC[0]}" || true
+  case $line in
+    REDELIVER_KAFKA_BROKERS=?*) export "$line" ;;
+    *) echo "bench.sh: the kfake process did not start (it printed: '$line')" >&2; exit 1 ;;
+  esac
+  broker="kfake in a process of its own ($REDELIVER_KAFKA_BROKERS)"
+fi
 
 if [ -z "${TABLE:-}" ]; then
-echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)'), $(go version | cut -d' ' -f3-), $(nproc) cores, ${REDELIVER_KAFKA_BROKERS:-kfake}"
+echo "# commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with local changes)'), $(go version | cut -d' ' -f3-), $(nproc) cores, $broker"
 echo "# ROUNDS=$ROUNDS RECORDS=$RECORDS; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Each adapter is a module of its own; its tests (and benchmarks) live in
