@@ -204,20 +204,23 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 		if n := len(out) + len(part); n > cap(out) {
 			out = append(make([]stream.Record, 0, n), out...)
 		}
+		// Every field written in place, not a Record built aside and
+		// copied in (the copy's loads stall behind the stores that
+		// built it).
+		base := len(out)
+		out = out[:base+len(part)]
 		for i := range part {
-			m := &part[i]
-			var hs []stream.Header
+			m, o := &part[i], &out[base+i]
+			o.Headers = nil
 			if len(m.headers) > 0 {
 				h0 := len(hdrs)
 				for _, h := range m.headers {
 					hdrs = append(hdrs, stream.Header{Key: h.Key, Value: h.Value})
 				}
-				hs = hdrs[h0:len(hdrs):len(hdrs)]
+				o.Headers = hdrs[h0:len(hdrs):len(hdrs)]
 			}
-			out = append(out, stream.Record{
-				Topic: cl.key.topic, Partition: cl.key.partition, Offset: m.offset,
-				Key: m.key, Value: m.value, Headers: hs, Timestamp: m.time,
-			})
+			o.Topic, o.Partition, o.Offset = cl.key.topic, cl.key.partition, m.offset
+			o.Key, o.Value, o.Timestamp = m.key, m.value, m.time
 			cl.lastOff, cl.lastEpoch = m.offset, m.epoch
 		}
 	})
