@@ -106,17 +106,19 @@ func (cl *claim) run() {
 // add keeps a polled message for the next flush; the poll goroutine's own.
 func (cl *claim) add(m *kafka.Message) { cl.pending = append(cl.pending, m) }
 
-// record makes a polled message the record the handler sees; the worker's.
-func (cl *claim) record(m *kafka.Message) stream.Record {
-	r := stream.Record{Topic: cl.key.topic, Partition: cl.key.partition, Offset: int64(m.TopicPartition.Offset),
-		Key: m.Key, Value: m.Value, Timestamp: m.Timestamp}
+// fill makes *r the record the handler sees of a polled message; the
+// worker's. Every field is written in place, not a Record built aside and
+// copied in (the copy's loads stall behind the stores that built it).
+func (cl *claim) fill(r *stream.Record, m *kafka.Message) {
+	r.Topic, r.Partition, r.Offset = cl.key.topic, cl.key.partition, int64(m.TopicPartition.Offset)
+	r.Key, r.Value, r.Timestamp = m.Key, m.Value, m.Timestamp
+	r.Headers = nil
 	if len(m.Headers) > 0 {
 		r.Headers = make([]stream.Header, len(m.Headers))
 		for i, h := range m.Headers {
 			r.Headers[i] = stream.Header{Key: h.Key, Value: h.Value}
 		}
 	}
-	return r
 }
 
 // flush buffers the messages add kept.
@@ -259,8 +261,10 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 		if n := len(out) + len(part); n > cap(out) {
 			out = append(make([]stream.Record, 0, n), out...)
 		}
-		for _, m := range part {
-			out = append(out, cl.record(m))
+		base := len(out)
+		out = out[:base+len(part)]
+		for i, m := range part {
+			cl.fill(&out[base+i], m)
 		}
 	})
 	if err != nil {
