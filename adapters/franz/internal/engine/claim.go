@@ -609,7 +609,7 @@ func (cl *claim) convert() []stream.Record {
 	}
 	// Every field written in place, not a Record built aside and copied
 	// in: the copy's loads, straight after the stores that built it,
-	// stalled, and doubled the conversion's time.
+	// stalled, and nearly doubled the conversion's time.
 	out = out[:len(m.taken)]
 	for i, r := range m.taken {
 		o := &out[i]
