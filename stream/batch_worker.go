@@ -121,6 +121,9 @@ type worker struct {
 
 	// member is the worker's place in the outage budget; nil for none.
 	member *budgetMember
+
+	// first is the Attempt of a batch's first delivery (run).
+	first Attempt
 }
 
 // pause pauses the claim, unless it is paused.
@@ -158,13 +161,41 @@ func (w *worker) readState(off int64, md string) {
 // run delivers w.batch until it is resolved and checkpointed. It returns nil
 // when the checkpoint was written, an error when the worker must stop.
 //
+// The first delivery of a batch no previous owner began, outside an
+// outage budget, is made here: the retry machine has nothing to say
+// before the handler returns (the Attempt is w.first), and a success with
+// no Delivered hook to call is committed at once. Anything else goes on in
+// follow.
+func (w *worker) run(ctx context.Context) error {
+	if w.from >= 0 || w.member != nil || ctx.Err() != nil {
+		return w.follow(ctx, false, nil, time.Time{})
+	}
+	b := &w.batch
+	w.scope, w.givenUp, w.extra = wholeBatch, 0, 0
+	b.Attempt = w.first
+	var start time.Time
+	timed := w.u.p.cfg.hooks.Delivered != nil
+	if timed {
+		start = w.u.p.cfg.clock.Now()
+	}
+	if err := w.u.p.call(ctx, b); err != nil || timed || ctx.Err() != nil {
+		return w.follow(ctx, true, err, start)
+	}
+	return w.commit(ctx, b)
+}
+
+// follow is run with the retry machine: it delivers w.batch until it is
+// resolved and checkpointed. When delivered is set, the batch's first
+// delivery was made: it began at start (zero without a Delivered hook)
+// and returned err.
+//
 // Each turn of the loop delivers the batch once and acts on the decision:
 // a retry is scheduled (its state committed when there is a backoff to wait
 // out, unless the backoff is too short for two commits), waited for,
 // checked again when due, and marked started in a commit sent a little
 // before it is due and landed before it is delivered; a first delivery
 // commits nothing before it runs.
-func (w *worker) run(ctx context.Context) error {
+func (w *worker) follow(ctx context.Context, delivered bool, err error, start time.Time) error {
 	b := &w.batch
 	w.m.Begin(b.Records[0].Timestamp)
 	w.scope, w.givenUp, w.extra = wholeBatch, 0, 0
@@ -175,6 +206,13 @@ func (w *worker) run(ctx context.Context) error {
 		fresh   bool    // d was just made, not restored
 		deliver = true
 	)
+	if delivered {
+		var stop error
+		if outcome, cause, stop = w.settle(ctx, b, &d, err, start); stop != nil {
+			return stop
+		}
+		fresh, deliver = true, false
+	}
 	if w.from >= 0 {
 		if w.from == b.FirstOffset() {
 			d, outcome, cause, fresh = w.resume(b)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"testing"
@@ -102,6 +103,59 @@ func TestRetryRequestOf(t *testing.T) {
 			if msg != tt.failure {
 				t.Fatalf("failure %q, want %q", msg, tt.failure)
 			}
+		})
+	}
+}
+
+// A handler that reslices its batch's records, or sets them to nil, does
+// not change what the engine commits or delivers again: every delivery
+// gets the batch whole, a retry the same records, and the checkpoint
+// reaches the end.
+func TestHandlerThatClearsItsRecords(t *testing.T) {
+	for _, fails := range []string{"never", "error", "panic"} {
+		t.Run(fails, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var firsts []int64
+				h := stream.HandlerFunc(func(_ context.Context, b *stream.Batch) error {
+					if len(b.Records) != 5 {
+						t.Errorf("delivery %d: %d records, want 5", len(firsts)+1, len(b.Records))
+					}
+					firsts = append(firsts, b.FirstOffset())
+					retry := b.Attempt.Retries == 0 && b.FirstOffset() == 5
+					b.Records = b.Records[:0]
+					switch {
+					case retry && fails == "error":
+						b.Records = nil
+						return errors.New("down")
+					case retry && fails == "panic":
+						panic("down")
+					}
+					return nil
+				})
+				proc, err := stream.NewProcessor(h, stream.WithInMemoryState(),
+					stream.WithLogger(slog.New(slog.DiscardHandler)),
+					stream.WithPolicy(checkpoint.Policy{MaxRetries: 3, Backoff: checkpoint.Fixed(time.Second)}))
+				if err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				g := streamtest.NewGenerator(3, 5, 1)
+				go func() { <-g.Done(); cancel() }()
+				if err := proc.Process(ctx, g); !errors.Is(err, context.Canceled) {
+					t.Fatalf("Process: %v", err)
+				}
+				want := []int64{0, 5, 10}
+				if fails != "never" {
+					want = []int64{0, 5, 5, 10}
+				}
+				if fmt.Sprint(firsts) != fmt.Sprint(want) {
+					t.Errorf("deliveries began at %v, want %v", firsts, want)
+				}
+				if last, _ := g.Committed(); last != 15 {
+					t.Errorf("committed %d, want 15", last)
+				}
+			})
 		})
 	}
 }

@@ -158,9 +158,12 @@ func WithOutageBudget(b *Budget) Option {
 // retry decision (unit.go). A Processor is safe for
 // concurrent use.
 type Processor struct {
-	h   Handler
-	cfg config
-	log *slog.Logger
+	h Handler
+	// handle is h's Handle, or h itself when it is a HandlerFunc: called
+	// for every delivery, without HandlerFunc.Handle's second call.
+	handle HandlerFunc
+	cfg    config
+	log    *slog.Logger
 
 	claims atomic.Uint64 // the latest ClaimID
 	// wrote is how long the latest retry-state commit took, on any of
@@ -239,7 +242,10 @@ func NewProcessor(h Handler, opts ...Option) (*Processor, error) {
 	if len(cfg.keyed.mw) > 0 {
 		h = Chain(h, cfg.keyed.mw...)
 	}
-	p := &Processor{h: h, cfg: cfg, log: cfg.logger}
+	p := &Processor{h: h, handle: h.Handle, cfg: cfg, log: cfg.logger}
+	if f, ok := h.(HandlerFunc); ok {
+		p.handle = f
+	}
 	if p.log == nil {
 		p.log = defaultLogger()
 	}
@@ -400,6 +406,7 @@ func (s *partition) run(off int64, md string) (err error) {
 		member:   s.member,
 	}
 	_, w.positioned = c.(Positioner)
+	w.first = attemptOf(&w.m)
 	w.u = unit{p: p, log: partitionLogger(p.log, c.Topic(), c.Partition()), rnd: s.rnd, claim: s.claim, beforeHalt: w.beforeHalt}
 	if !p.cfg.memoryOnly && md != "" {
 		w.readState(off, md)

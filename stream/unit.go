@@ -33,14 +33,19 @@ import (
 // settled (a checkpoint with metadata; a lease's accept, release or
 // reject).
 
-// call runs the handler over b and turns a panic into a *PanicError.
+// call runs the handler over b and turns a panic into a *PanicError. The
+// batch's records are the engine's: what it commits, retries or gives up
+// is read from them, so a handler that reslices b.Records (or sets it to
+// nil) changes nothing but its own view.
 func (p *Processor) call(ctx context.Context, b *Batch) (err error) {
+	recs := b.Records
 	defer func() {
+		b.Records = recs
 		if v := recover(); v != nil {
 			err = &PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
-	return p.h.Handle(ctx, b)
+	return p.handle(ctx, b)
 }
 
 // callAction runs the exhaustion action and turns a panic into a
