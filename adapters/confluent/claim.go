@@ -256,13 +256,8 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	}
 	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.e.cfg.MaxBatch, cl.e.cfg.MaxWait, func(part []*kafka.Message) {
-		// Grown by what the batch needs, not as append grows: a withheld
-		// batch keeps this memory for as long as it waits.
-		if n := len(out) + len(part); n > cap(out) {
-			out = append(make([]stream.Record, 0, n), out...)
-		}
-		base := len(out)
-		out = out[:base+len(part)]
+		var base int
+		out, base = batching.Extend(out, len(part))
 		for i, m := range part {
 			cl.fill(&out[base+i], m)
 		}

@@ -397,12 +397,9 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	}
 	out := cl.out[:0]
 	err := cl.buf.Next(ctx, cl.h.e.cfg.MaxBatch, cl.h.e.cfg.MaxWait, func(part []stream.Record) {
-		// Grown by what the batch needs, not as append grows: a withheld
-		// batch keeps this memory for as long as it waits.
-		if n := len(out) + len(part); n > cap(out) {
-			out = append(make([]stream.Record, 0, n), out...)
-		}
-		out = append(out, part...)
+		var base int
+		out, base = batching.Extend(out, len(part))
+		copy(out[base:], part)
 	})
 	if err != nil {
 		return nil, err

@@ -451,6 +451,19 @@ func signal(ch chan struct{}) {
 	}
 }
 
+// Extend lengthens s by n elements, and returns it with the index of the
+// first of them, which the caller sets (in an array s had, they may hold
+// what was there before). When s's array is too small, the new one has
+// exactly the length needed, not the room append would leave: a batch
+// withheld for its retries keeps this memory for as long as it waits.
+func Extend[S ~[]E, E any](s S, n int) (S, int) {
+	base := len(s)
+	if base+n > cap(s) {
+		s = append(make(S, 0, base+n), s...)
+	}
+	return s[:base+n], base
+}
+
 // ClearTail clears what prev held past the end of next when next lives in
 // prev's array (a batch that reuses the previous one's): left there, the
 // previous batch's records would keep the memory their keys and values

@@ -543,3 +543,26 @@ func TestClearTail(t *testing.T) {
 	ClearTail(nil, recs(0, 1))
 	ClearTail(prev[:0], prev[:0])
 }
+
+// Extend keeps what s holds, lengthens it in place while its array has
+// room, and otherwise moves it to an array of exactly the length needed.
+func TestExtend(t *testing.T) {
+	s := make([]int, 2, 5)
+	s[0], s[1] = 7, 8
+	array := &s[:cap(s)][0]
+	s, base := Extend(s, 3)
+	if base != 2 || len(s) != 5 || cap(s) != 5 || &s[0] != array || s[0] != 7 || s[1] != 8 {
+		t.Fatalf("Extend within the room: base %d, %v (len %d, cap %d), same array %v", base, s, len(s), cap(s), &s[0] == array)
+	}
+	s, base = Extend(s, 4)
+	if base != 5 || len(s) != 9 || cap(s) != 9 || &s[0] == array || s[0] != 7 || s[1] != 8 {
+		t.Fatalf("Extend past the room: base %d, %v (len %d, cap %d), want a new array of exactly 9", base, s, len(s), cap(s))
+	}
+	var none []int
+	if none, base = Extend(none, 0); none != nil || base != 0 {
+		t.Fatalf("Extend(nil, 0) = %v, %d, want nil, 0", none, base)
+	}
+	if got, base := Extend(none, 1); len(got) != 1 || cap(got) != 1 || base != 0 {
+		t.Fatalf("Extend(nil, 1) = %v (cap %d), %d", got, cap(got), base)
+	}
+}

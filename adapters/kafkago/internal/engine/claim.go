@@ -199,16 +199,11 @@ func (cl *claim) Fetch(ctx context.Context) ([]stream.Record, error) {
 	}
 	out, hdrs := cl.out[:0], cl.hdrs[:0]
 	err := cl.buf.Next(ctx, cl.g.c.cfg.MaxBatch, cl.g.c.cfg.MaxWait, func(part []record) {
-		// Grown by what the batch needs, not as append grows: a withheld
-		// batch keeps this memory for as long as it waits.
-		if n := len(out) + len(part); n > cap(out) {
-			out = append(make([]stream.Record, 0, n), out...)
-		}
 		// Every field written in place, not a Record built aside and
 		// copied in (the copy's loads stall behind the stores that
 		// built it).
-		base := len(out)
-		out = out[:base+len(part)]
+		var base int
+		out, base = batching.Extend(out, len(part))
 		for i := range part {
 			m, o := &part[i], &out[base+i]
 			o.Headers = nil
