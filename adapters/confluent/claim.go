@@ -95,7 +95,10 @@ func (cl *claim) run() {
 		// A pause may outlive the assignment: resume before the partition
 		// is given up.
 		cl.paused = false
-		_ = cl.c.Resume(cl.parts())
+		if cl.e.acquire() {
+			_ = cl.c.Resume(cl.parts())
+			cl.e.release()
+		}
 	}
 	cl.mu.Unlock()
 	if err != nil && !ended {
@@ -187,6 +190,19 @@ func (cl *claim) holdIfFull() {
 	}
 }
 
+// pause pauses the partition in librdkafka (resumes it when on is false),
+// unless the consumer is closed.
+func (cl *claim) pause(on bool) error {
+	if !cl.e.acquire() {
+		return nil
+	}
+	defer cl.e.release()
+	if on {
+		return cl.c.Pause(cl.parts())
+	}
+	return cl.c.Resume(cl.parts())
+}
+
 func (cl *claim) parts() []kafka.TopicPartition {
 	t := cl.key.topic
 	return []kafka.TopicPartition{{Topic: &t, Partition: cl.key.partition}}
@@ -195,7 +211,7 @@ func (cl *claim) parts() []kafka.TopicPartition {
 func (cl *claim) holdLocked() {
 	if !cl.paused {
 		cl.paused = true
-		if err := cl.c.Pause(cl.parts()); err != nil {
+		if err := cl.pause(true); err != nil {
 			cl.e.log.Warn("redeliver: pausing a partition failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
 		}
 	}
@@ -218,7 +234,7 @@ func (cl *claim) BufferDrained() {
 func (cl *claim) releaseLocked() {
 	if cl.paused && !cl.buf.Full() && !cl.buf.Paused() && cl.ctx.Err() == nil {
 		cl.paused = false
-		if err := cl.c.Resume(cl.parts()); err != nil {
+		if err := cl.pause(false); err != nil {
 			cl.e.log.Warn("redeliver: resuming a partition failed", "topic", cl.key.topic, "partition", cl.key.partition, "error", err)
 		}
 	}
@@ -373,7 +389,11 @@ func (cl *claim) CaughtUp() bool {
 	if polled < 0 {
 		return true
 	}
+	if !cl.e.acquire() {
+		return true // the commit then fails as the consumer is closed
+	}
 	_, high, err := cl.c.GetWatermarkOffsets(cl.key.topic, cl.key.partition)
+	cl.e.release()
 	return err != nil || high < 0 || polled >= high
 }
 
@@ -433,7 +453,12 @@ func (cl *claim) send(next int64, metadata string, final bool) error {
 	cl.e.inflight.Add(1)
 	go func() {
 		defer cl.e.inflight.Done()
+		if !cl.e.acquire() {
+			ch <- answer{err: errConsumerClosed}
+			return
+		}
 		parts, err := cl.c.CommitOffsets([]kafka.TopicPartition{{Topic: &t, Partition: cl.key.partition, Offset: kafka.Offset(next), Metadata: &md}})
+		cl.e.release()
 		ch <- answer{parts, err}
 	}()
 	timeout := time.NewTimer(cl.e.cfg.CommitTimeout)

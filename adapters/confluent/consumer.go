@@ -149,10 +149,11 @@ func WithFailAfter(d time.Duration) Option {
 // host.DefaultDrain), and 0 waits as long as they take. A worker whose
 // handler ignores the end of its context holds Run: while Run waits, it
 // logs at Warn which partitions it waits for and for how long (2s after
-// the stop, then every 5s); after d it logs at Error, leaves the workers
-// running and returns an error that names them; librdkafka's consumer is
-// closed (leaving the group) once they return, and until then the broker
-// takes their partitions back after max.poll.interval.ms without a poll.
+// the stop, then every 5s); after d it logs at Error, closes librdkafka's
+// consumer (the member leaves the group, and another member gets the
+// partitions and delivers their batches again, never committed), leaves
+// the workers running and returns an error that names them. A worker
+// that returns afterwards finds the consumer closed: it commits nothing.
 // A host gives its own drain time (host.WithDrain) to the consumers it
 // runs. New returns an error for a negative d.
 func WithDrain(d time.Duration) Option {

@@ -102,7 +102,8 @@
 // context holds Run: Run logs at Warn which partitions it waits for and
 // for how long, 2s after the stop and then every 5s, and after the drain
 // time (25s, [WithDrain]) returns an error naming them, leaving them
-// running; the consumer is closed once they return.
+// running; the consumer is closed then, so that the member leaves the
+// group without them, and what they commit afterwards is refused.
 //
 // # Health
 //

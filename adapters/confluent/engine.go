@@ -59,6 +59,15 @@ type engine struct {
 	workers  lifecycle.Workers // the workers, by partition, for the drain's report
 	inflight sync.WaitGroup    // commit requests, also those a shutdown stopped waiting for
 
+	// closing guards the consumer from its Close, which frees it in
+	// librdkafka: what a claim does with the consumer (commits, pauses,
+	// resumes, the partition's end) runs under the read lock
+	// (acquire/release), and not at all once closed is set. So a stop
+	// whose drain gave up on workers closes the consumer without them:
+	// the member leaves the group at once.
+	closing sync.RWMutex
+	closed  bool
+
 	// token is held by whoever polls the consumer: the poll goroutine, or
 	// the worker of the one claim (solo) while its buffer is empty
 	// (claim.pollSelf). The fields below it are the holder's (the
@@ -208,16 +217,16 @@ func (e *engine) run(ctx context.Context) error {
 	go func() {
 		defer close(closed)
 		// Nothing may use the consumer once it is closed (librdkafka frees
-		// it): the workers, and commits cut short by the shutdown, finish
-		// first; after a drain that gave up on workers, whenever they do.
+		// it): the health checks and the commits in flight finish first,
+		// and the workers have returned, or, after a drain that gave up on
+		// them, find it closed (acquire) whenever they come to it.
 		<-checked
-		e.wg.Wait()
+		e.closing.Lock()
+		e.closed = true
+		e.closing.Unlock()
 		e.inflight.Wait()
 		_ = c.Close()
 	}()
-	if drainErr != nil {
-		return drainErr
-	}
 	// librdkafka's close waits for the fetches in flight, which the broker
 	// holds up to fetch.wait.max.ms when there is nothing to read.
 	wait := max(closeWait, fetchWait(e.cfg.conf)+250*time.Millisecond)
@@ -229,9 +238,30 @@ func (e *engine) run(ctx context.Context) error {
 			"group", e.group(), "waited", wait)
 	}
 	t.Stop()
+	if drainErr != nil {
+		return drainErr
+	}
 	e.log.Info("redeliver: consumer stopped", "group", e.group(), "cause", cause)
 	return nil
 }
+
+// errConsumerClosed is what a claim's commit returns once Run has closed
+// the consumer.
+var errConsumerClosed = errors.New("confluent: the consumer is closed: Run has returned")
+
+// acquire reports whether the consumer is open, and keeps it open until
+// release; a false return needs no release.
+func (e *engine) acquire() bool {
+	e.closing.RLock()
+	if e.closed {
+		e.closing.RUnlock()
+		return false
+	}
+	return true
+}
+
+// release ends what acquire began.
+func (e *engine) release() { e.closing.RUnlock() }
 
 // How Run ends the producer of the WithPublisher publishers: it flushes
 // it, waiting at most producerFlush for the delivery reports of what it

@@ -132,3 +132,34 @@ func TestStopDuringAHeldRevocationKeepsItsDrainTime(t *testing.T) {
 		t.Errorf("Run returned %v after the stop, want the drain time (2s)", took)
 	}
 }
+
+// A stop whose drain gives up on held handlers closes the consumer at
+// once: the member leaves the group, and another member gets its
+// partitions and delivers the held batches again (they were never
+// committed), instead of waiting until the member has not polled for
+// max.poll.interval.ms (30s here). The handlers that return afterwards
+// find the consumer closed, and touch nothing of it.
+func TestDrainGivenUpLeavesTheGroup(t *testing.T) {
+	var logs kafkatest.LogBuffer
+	long := func(c kafka.ConfigMap) { c["max.poll.interval.ms"] = 30000 }
+	addrs, first, release := kafkatest.HoldBoth(t, adapter, kafkatest.Config{Logger: logs.Logger(), Drain: time.Second, Options: []any{long}})
+	if err := first.Stop(t); err == nil || !strings.Contains(err.Error(), "t/0") {
+		t.Fatalf("Run of the stopped member: %v, want the drain's error naming its partitions", err)
+	}
+	var rec streamtest.Recorder
+	kafkatest.Start(t, adapter, kafkatest.Config{Addrs: addrs, Group: "g", Topic: "t",
+		Processor: kafkatest.NewProcessor(t, stream.Chain(streamtest.Succeed, rec.Middleware())), Options: []any{long}})
+	began := time.Now()
+	for len(rec.Deliveries()) == 0 {
+		if time.Since(began) > 15*time.Second {
+			t.Fatalf("the second member delivered nothing in %v after the first one's drain gave up:\n%s", time.Since(began), logs.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the second member delivered %v after it started", time.Since(began))
+	release()
+	kafkatest.WaitCommitted(t, addrs, "g", "t", map[int32]int64{0: 10, 1: 10})
+	if d := rec.Deliveries(); d[0].FirstOffset != 0 {
+		t.Errorf("the second member's first batch starts at %d, want the held batch at 0", d[0].FirstOffset)
+	}
+}
