@@ -95,10 +95,7 @@ func (cl *claim) run() {
 		// A pause may outlive the assignment: resume before the partition
 		// is given up.
 		cl.paused = false
-		if cl.e.acquire() {
-			_ = cl.c.Resume(cl.parts())
-			cl.e.release()
-		}
+		_ = cl.pause(false)
 	}
 	cl.mu.Unlock()
 	if err != nil && !ended {
