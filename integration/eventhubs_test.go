@@ -81,6 +81,7 @@ func TestEventHubsReliability(t *testing.T) {
 				continue
 			}
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				t.Parallel()
 				conformance.RunReliability(t, p, a, "eventhubs") // the SIGKILL scenarios skip: see Backend
 			})
 		}

@@ -86,6 +86,7 @@ func TestKeyed(t *testing.T) {
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
 		for _, a := range adapters {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				t.Parallel()
 				conformance.RunVariant(t, p, a, conformance.Variant{Ordering: stream.ByKey})
 			})
 		}
@@ -93,6 +94,7 @@ func TestKeyed(t *testing.T) {
 	p := provider.Kfake()
 	for _, a := range adapters {
 		t.Run(p.Name()+"/window/"+a.Name(), func(t *testing.T) {
+			t.Parallel()
 			conformance.RunVariant(t, p, a, conformance.Variant{Ordering: stream.ByKey, CommitWindow: 500 * time.Millisecond})
 		})
 	}

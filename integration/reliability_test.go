@@ -122,6 +122,7 @@ func TestReliability(t *testing.T) {
 		for _, name := range names {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				t.Parallel()
 				conformance.RunReliability(t, p, a, name)
 			})
 		}
@@ -144,6 +145,7 @@ func TestReliabilityKeyed(t *testing.T) {
 		for _, name := range []string{"franz", "kafkago", "sarama", "confluent"} {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				t.Parallel()
 				conformance.RunReliabilityVariant(t, p, a, name, v)
 			})
 		}
@@ -155,6 +157,7 @@ func TestReliabilityKeyed(t *testing.T) {
 	for _, name := range []string{"franz", "kafkago", "sarama", "confluent"} {
 		a := reliabilityAdapters[name]
 		t.Run(p.Name()+"/window/"+a.Name(), func(t *testing.T) {
+			t.Parallel()
 			conformance.RunReliabilityVariant(t, p, a, name, v)
 		})
 	}
