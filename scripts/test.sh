@@ -75,15 +75,32 @@ failures() {
 }
 
 # summarize prints a go test -v log: all of it when the run failed, else
-# each top-level test's result, slowest first, and the packages' lines.
+# each top-level test's result, slowest first, and the packages' lines. A
+# test whose subtests run in parallel reports about no time of its own
+# (go test leaves their run out of it): its time is its longest subtest's,
+# marked so.
 summarize() {
   if [ "$2" != 0 ]; then
     cat "$1"
     return
   fi
-  grep -E '^--- (PASS|SKIP): .* \([0-9.]+s\)$' "$1" |
-    sed -E 's/^--- (PASS|SKIP): (.*) \(([0-9.]+)s\)$/\3 \1 \2/' | sort -rn |
-    awk '{printf "%8.1f s  %s %s\n", $1, $2, $3}'
+  awk '
+    match($0, /^(    )?--- (PASS|SKIP): .* \([0-9.]+s\)$/) {
+      sub_ = ($0 ~ /^    /); line = $0; sub(/^ *--- /, "", line)
+      res = line; sub(/:.*/, "", res)
+      name = line; sub(/^[A-Z]+: /, "", name); sub(/ \([0-9.]+s\)$/, "", name)
+      t = line; sub(/.*\(/, "", t); sub(/s\)$/, "", t); t += 0
+      if (!sub_) { top[name] = t; result[name] = res; next }
+      parent = name; sub(/\/.*/, "", parent)
+      if (t > longest[parent]) longest[parent] = t
+    }
+    END {
+      for (n in top) {
+        t = top[n]; note = ""
+        if (longest[n] > t + 1) { t = longest[n]; note = " (parallel subtests: the longest)" }
+        printf "%8.1f s  %s %s%s\n", t, result[n], n, note
+      }
+    }' "$1" | sort -rn
   grep -E '^(ok|FAIL|\?) ' "$1" || true
 }
 
