@@ -75,17 +75,13 @@ func TestEventHubsReliability(t *testing.T) {
 	// On Azurite every checkpoint is two HTTP calls (the fence's ownership
 	// read, the write): the greedy strategy runs on the in-memory store
 	// only, to keep the suite's time down.
-	// The adapters run one after another, unlike the Kafka suites': on
-	// Azurite, a scenario's time is the emulator's, and beside the other
-	// suites' parallel runs in CI it took more than four times as long
-	// (HandlerErrorsAndPanicsPerRecord past its 3-minute bound, 9,839 of
-	// 10,000 offsets committed).
 	for _, p := range []conformance.Provider{provider.EventHubs(), provider.EventHubsAzurite(), provider.EventHubsEmulator()} {
 		for _, a := range eventhubsAdapters {
 			if p.Name() != provider.EventHubs().Name() && a.strategy == azeventhubs.ProcessorStrategyGreedy {
 				continue
 			}
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
+				t.Parallel()
 				conformance.RunReliability(t, p, a, "eventhubs") // the SIGKILL scenarios skip: see Backend
 			})
 		}
