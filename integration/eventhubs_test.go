@@ -81,7 +81,6 @@ func TestEventHubsReliability(t *testing.T) {
 				continue
 			}
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
-				t.Parallel()
 				conformance.RunReliability(t, p, a, "eventhubs") // the SIGKILL scenarios skip: see Backend
 			})
 		}

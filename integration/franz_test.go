@@ -86,7 +86,6 @@ func TestKeyed(t *testing.T) {
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
 		for _, a := range adapters {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
-				t.Parallel()
 				conformance.RunVariant(t, p, a, conformance.Variant{Ordering: stream.ByKey})
 			})
 		}
@@ -94,7 +93,6 @@ func TestKeyed(t *testing.T) {
 	p := provider.Kfake()
 	for _, a := range adapters {
 		t.Run(p.Name()+"/window/"+a.Name(), func(t *testing.T) {
-			t.Parallel()
 			conformance.RunVariant(t, p, a, conformance.Variant{Ordering: stream.ByKey, CommitWindow: 500 * time.Millisecond})
 		})
 	}

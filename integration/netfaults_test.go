@@ -19,7 +19,6 @@ func TestNetworkFaults(t *testing.T) {
 	for _, p := range []conformance.Provider{provider.Kfake(), provider.External()} {
 		for _, a := range []conformance.Adapter{franzAdapter{}, kafkagoAdapter{}, saramaAdapter{}, confluentAdapter{}} {
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
-				t.Parallel()
 				conformance.RunNetworkFaults(t, p, a)
 			})
 		}

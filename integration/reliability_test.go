@@ -122,7 +122,6 @@ func TestReliability(t *testing.T) {
 		for _, name := range names {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
-				t.Parallel()
 				conformance.RunReliability(t, p, a, name)
 			})
 		}
@@ -145,7 +144,6 @@ func TestReliabilityKeyed(t *testing.T) {
 		for _, name := range []string{"franz", "kafkago", "sarama", "confluent"} {
 			a := reliabilityAdapters[name]
 			t.Run(p.Name()+"/"+a.Name(), func(t *testing.T) {
-				t.Parallel()
 				conformance.RunReliabilityVariant(t, p, a, name, v)
 			})
 		}
@@ -157,7 +155,6 @@ func TestReliabilityKeyed(t *testing.T) {
 	for _, name := range []string{"franz", "kafkago", "sarama", "confluent"} {
 		a := reliabilityAdapters[name]
 		t.Run(p.Name()+"/window/"+a.Name(), func(t *testing.T) {
-			t.Parallel()
 			conformance.RunReliabilityVariant(t, p, a, name, v)
 		})
 	}

@@ -373,10 +373,7 @@ if [ -f integration/go.mod ]; then
   # overlap: one restarts the broker), everything else (kfake, the
   # in-memory hubs with Azurite, the containers, PostgreSQL), and CI's
   # cluster step on the three-broker cluster. Most of their time is spent
-  # waiting on rebalances and timers, not on the CPU: the long suites run
-  # their adapters as parallel subtests, up to 8 at once (-parallel; a
-  # scenario that restarts the broker runs alone, integration/README.md
-  # "Adapters side by side"). The cluster step
+  # waiting on rebalances and timers, not on the CPU. The cluster step
   # (REDELIVER_CLUSTER_CI=1, docs/RELIABILITY.md) runs each adapter
   # through one cluster fault, every scenario (a)-(f) once, in about 5
   # minutes; the whole TestCluster and TestClusterShare (about 31) are
@@ -398,13 +395,13 @@ if [ -f integration/go.mod ]; then
   fi
   on_broker='^(TestReliability|TestFranz|TestKafkago|TestSarama|TestConfluent|TestNetworkFaults|TestOutage|TestTransactionalTopics|TestCommittedPastEnd|TestLeaderEpochHandOver|TestShareGroupMemberKilled|TestShareBackoffPastTheLock|TestShareRecordsCountTheirOwnDeliveries|TestClientsHandOver|TestKeyed|TestReliabilityKeyed|TestRebalanceWaitsForAHeldHandler)$/^(external|broker)$'
   ( cd integration; t0=$SECONDS; s=0
-    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -parallel 8 -timeout 30m -v ./... >"$ilog/local.log" 2>&1 || s=$?
+    env -u REDELIVER_KAFKA_BROKERS -u REDELIVER_KAFKA_RESTART -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -v ./... >"$ilog/local.log" 2>&1 || s=$?
     echo "$s $((SECONDS - t0))" >"$ilog/local.rc" ) &
   local_pid=$!
   broker_status=0
   if [ -n "${REDELIVER_KAFKA_BROKERS:-}" ]; then
     t0=$SECONDS
-    (cd integration && env -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -parallel 8 -timeout 30m -v -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
+    (cd integration && env -u REDELIVER_KAFKA_CLUSTER go test $race -count=1 -timeout 30m -v -run "$on_broker" .) >"$ilog/broker.log" 2>&1 || broker_status=$?
     echo "-- the real broker's cases: exit $broker_status after $((SECONDS - t0)) s"
   fi
   wait "$local_pid" || true

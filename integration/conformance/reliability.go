@@ -133,16 +133,7 @@ func VariantFromEnv() (Variant, error) {
 	return Variant{Ordering: o}, nil
 }
 
-// brokerRestarts keeps a scenario that restarts the broker apart from every
-// other reliability scenario of the process: the suites run their adapters
-// side by side (t.Parallel), and a restart would be an outage in the middle
-// of another scenario's run. A restarting scenario holds it for writing,
-// the others for reading.
-var brokerRestarts sync.RWMutex
-
-// RunReliabilityVariant is [RunReliability] in the given variant. Several
-// may run at once (from parallel tests): a scenario that restarts the
-// broker waits for the others and runs alone.
+// RunReliabilityVariant is [RunReliability] in the given variant.
 func RunReliabilityVariant(t *testing.T, p Provider, a Adapter, childName string, v Variant) {
 	for _, s := range []struct {
 		name string
@@ -171,14 +162,6 @@ func RunReliabilityVariant(t *testing.T, p Provider, a Adapter, childName string
 			continue
 		}
 		t.Run(s.name, func(t *testing.T) {
-			// The broker restarts in these two (restartScenario).
-			if strings.HasPrefix(s.name, "BrokerRestart") && os.Getenv(EnvRestart) != "" {
-				brokerRestarts.Lock()
-				defer brokerRestarts.Unlock()
-			} else {
-				brokerRestarts.RLock()
-				defer brokerRestarts.RUnlock()
-			}
 			b := p.Start(t)
 			if a.NeedsKIP848() && !b.KIP848 {
 				t.Skipf("%s needs the KIP-848 protocol; the %s broker does not run it", a.Name(), p.Name())
