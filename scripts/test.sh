@@ -85,12 +85,12 @@ summarize() {
     return
   fi
   awk '
-    match($0, /^(    )?--- (PASS|SKIP): .* \([0-9.]+s\)$/) {
-      sub_ = ($0 ~ /^    /); line = $0; sub(/^ *--- /, "", line)
+    /^(    )?--- (PASS|SKIP): .* \([0-9.]+s\)$/ {
+      line = $0; sub(/^ *--- /, "", line)
       res = line; sub(/:.*/, "", res)
       name = line; sub(/^[A-Z]+: /, "", name); sub(/ \([0-9.]+s\)$/, "", name)
       t = line; sub(/.*\(/, "", t); sub(/s\)$/, "", t); t += 0
-      if (!sub_) { top[name] = t; result[name] = res; next }
+      if ($0 !~ /^    /) { top[name] = t; result[name] = res; next }
       parent = name; sub(/\/.*/, "", parent)
       if (t > longest[parent]) longest[parent] = t
     }
